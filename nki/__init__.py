@@ -1,0 +1,25 @@
+"""nki-sim: an open interpreter and tile-level simulator for NKI kernels.
+
+``import nki``, ``import nki.language as nl``, ``import nki.isa as nisa``, then decorate a kernel
+with ``@nki.jit`` and call it with NumPy arrays."""
+
+from . import errors, language, typing
+from .errors import NKIError
+from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
+
+from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.tensor)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "jit", "simulate_kernel", "simulate", "baremetal", "Kernel", "Launch", "NKIError",
+    "errors", "language", "typing", "tensor",
+]
+
+
+def __getattr__(name: str):
+    if name == "isa":
+        import importlib
+
+        return importlib.import_module("nki.isa")
+    raise AttributeError(f"module 'nki' has no attribute {name!r}")

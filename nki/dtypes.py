@@ -1,0 +1,218 @@
+"""NKI data types, backed by NumPy and ml_dtypes, and the classic type-promotion rules.
+
+Dtypes are identified in the IR by their NKI name (``"bfloat16"``, ``"float8_e4m3"``...). Any
+NumPy / ml_dtypes dtype, type object or name is accepted where a dtype is expected; 64-bit and
+complex types are rejected (NKI has none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .errors import NKITypeError
+
+
+@dataclass(frozen=True)
+class DTypeInfo:
+    name: str
+    np_dtype: np.dtype  # storage dtype
+    kind: str  # "f" float, "i" signed, "u" unsigned, "b" bool
+    bits: int
+    exp_bits: int = 0
+    man_bits: int = 0
+
+
+_INFOS = [
+    DTypeInfo("float32", np.dtype(np.float32), "f", 32, 8, 23),
+    DTypeInfo("tfloat32", np.dtype(np.float32), "f", 32, 8, 10),
+    DTypeInfo("bfloat16", np.dtype(ml_dtypes.bfloat16), "f", 16, 8, 7),
+    DTypeInfo("float16", np.dtype(np.float16), "f", 16, 5, 10),
+    DTypeInfo("float8_e4m3", np.dtype(ml_dtypes.float8_e4m3), "f", 8, 4, 3),
+    DTypeInfo("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), "f", 8, 4, 3),
+    DTypeInfo("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), "f", 8, 5, 2),
+    DTypeInfo("int8", np.dtype(np.int8), "i", 8),
+    DTypeInfo("int16", np.dtype(np.int16), "i", 16),
+    DTypeInfo("int32", np.dtype(np.int32), "i", 32),
+    DTypeInfo("uint8", np.dtype(np.uint8), "u", 8),
+    DTypeInfo("uint16", np.dtype(np.uint16), "u", 16),
+    DTypeInfo("uint32", np.dtype(np.uint32), "u", 32),
+    DTypeInfo("bool_", np.dtype(np.bool_), "b", 8),
+]
+INFO: dict[str, DTypeInfo] = {i.name: i for i in _INFOS}
+_BY_NP: dict[np.dtype, str] = {}
+for _i in _INFOS:
+    _BY_NP.setdefault(_i.np_dtype, _i.name)  # float32 wins over tfloat32
+
+ALIASES = {
+    "fp32": "float32",
+    "float": "float32",
+    "tf32": "tfloat32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "bool": "bool_",
+    "fp8_e4m3": "float8_e4m3",
+    "fp8_e5m2": "float8_e5m2",
+}
+
+
+class NkiDtype(str):
+    """An NKI dtype name that also behaves like the NumPy dtype it is stored as.
+
+    ``nl.bfloat16 == np.dtype(ml_dtypes.bfloat16)`` holds, as in classic NKI, and
+    ``nl.float32.min`` gives the dtype's most negative finite value."""
+
+    @property
+    def np(self) -> np.dtype:
+        return INFO[str(self)].np_dtype
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if str(self) == "tfloat32" else self.np.itemsize
+
+    @property
+    def min(self):
+        return _limits(str(self))[0]
+
+    @property
+    def max(self):
+        return _limits(str(self))[1]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.__eq__(self, ALIASES.get(other, other))
+        try:
+            return name_of(other) == str(self)
+        except NKITypeError:
+            return NotImplemented
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+    def __repr__(self) -> str:
+        return f"nl.{str(self)}"
+
+
+def _limits(name: str):
+    info = INFO[name]
+    if info.kind == "f":
+        fi = ml_dtypes.finfo(info.np_dtype) if info.bits < 16 or name == "bfloat16" else None
+        fi = fi or np.finfo(info.np_dtype)
+        return info.np_dtype.type(fi.min), info.np_dtype.type(fi.max)
+    if info.kind == "b":
+        return False, True
+    ii = np.iinfo(info.np_dtype)
+    return ii.min, ii.max
+
+
+def name_of(dtype: object) -> str:
+    """The NKI name of any accepted dtype spelling; a clear error for unsupported ones."""
+    if isinstance(dtype, NkiDtype):
+        return str(dtype)
+    if isinstance(dtype, str):
+        n = ALIASES.get(dtype, dtype)
+        if n in INFO:
+            return n
+    try:
+        npd = np.dtype(dtype)  # type: ignore[arg-type]
+    except TypeError:
+        npd = None
+    if npd is not None and npd in _BY_NP:
+        return _BY_NP[npd]
+    raise NKITypeError(
+        f"unsupported data type {dtype!r}: NKI supports "
+        + ", ".join(INFO)
+        + " (no 64-bit or complex types)",
+        code="err_unsupported_dtype",
+    )
+
+
+def dtype(d: object) -> NkiDtype:
+    return NkiDtype(name_of(d))
+
+
+def is_float(name: str) -> bool:
+    return INFO[name].kind == "f"
+
+
+def is_int(name: str) -> bool:
+    return INFO[name].kind in ("i", "u")
+
+
+def is_bool(name: str) -> bool:
+    return INFO[name].kind == "b"
+
+
+def storage(name: str) -> np.dtype:
+    return INFO[name].np_dtype
+
+
+def itemsize(name: str) -> int:
+    return 4 if name == "tfloat32" else INFO[name].np_dtype.itemsize
+
+
+# --------------------------------------------------------------------------------------------
+# Classic promotion
+# --------------------------------------------------------------------------------------------
+
+_FLOAT_WIDENING = ("bfloat16", "float16", "float32")  # candidates for a new common float type
+_SIGNED_BY_BITS = {8: "int8", 16: "int16", 32: "int32"}
+
+
+def _contains(a: str, b: str) -> bool:
+    ia, ib = INFO[a], INFO[b]
+    return ia.exp_bits >= ib.exp_bits and ia.man_bits >= ib.man_bits
+
+
+def promote(a: str, b: str) -> str:
+    """The classic NKI result type of an arithmetic op on dtypes ``a`` and ``b``.
+
+    float+int -> the float; float+float -> the one containing the other, else the smallest of
+    bf16 / fp16 / fp32 containing both (fp16+bf16 -> fp32, e4m3+e5m2 -> bf16); int+int -> the
+    wider, or a widened signed type (int8+uint8 -> int16), int32+uint32 -> fp32."""
+    if a == b:
+        return a
+    ia, ib = INFO[a], INFO[b]
+    if ia.kind == "b":
+        a, ia = "uint8", INFO["uint8"]
+    if ib.kind == "b":
+        b, ib = "uint8", INFO["uint8"]
+    if a == b:
+        return a
+    if ia.kind == "f" and ib.kind != "f":
+        return a
+    if ib.kind == "f" and ia.kind != "f":
+        return b
+    if ia.kind == "f":
+        if _contains(a, b):
+            return a
+        if _contains(b, a):
+            return b
+        for cand in _FLOAT_WIDENING:
+            if _contains(cand, a) and _contains(cand, b):
+                return cand
+        return "float32"
+    # integers
+    if ia.kind == ib.kind:
+        return a if ia.bits >= ib.bits else b
+    signed, unsigned = (ia, ib) if ia.kind == "i" else (ib, ia)
+    if signed.bits > unsigned.bits:
+        return signed.name
+    wider = _SIGNED_BY_BITS.get(unsigned.bits * 2)
+    return wider if wider is not None else "float32"
+
+
+def scalar_dtype(value: object) -> str:
+    """Python scalars are typed as int32 / float32 / uint8 (bool); NumPy scalars keep theirs."""
+    if isinstance(value, (bool, np.bool_)):
+        return "uint8"
+    if isinstance(value, np.generic):
+        return name_of(value.dtype)
+    if isinstance(value, int):
+        return "int32"
+    if isinstance(value, float):
+        return "float32"
+    raise NKITypeError(f"expected a number, got {type(value).__name__}")

@@ -1,0 +1,238 @@
+"""Errors raised by nki-sim, with the classic NKI error codes and the user's source location.
+
+Every error a kernel author can provoke is an :class:`NKIError`. It carries
+
+* ``code``: the classic error code where one exists (``err_num_partition_exceed_arch_limit``...),
+  so the user can look it up in the NKI error catalogue;
+* ``loc``: the kernel source location (file, line, column) of the offending statement;
+* ``instance`` / ``core``: for run-time errors, the SPMD grid instance and physical core;
+* ``related``: other source locations involved (e.g. the second write of a race).
+
+The traceback of an error raised through a kernel call is rewritten so that it ends in the
+user's kernel source, not in simulator internals (see :func:`user_facing`).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import types
+from dataclasses import dataclass
+
+__all__ = [
+    "NKIError",
+    "NKITypeError",
+    "NKIShapeError",
+    "NKIIndexError",
+    "NKIMemoryError",
+    "NKIControlFlowError",
+    "NKIScopeError",
+    "NKIDependencyError",
+    "NKIRuntimeError",
+    "NKIUnsupportedError",
+    "SrcLoc",
+]
+
+# Directories whose frames are "ours": a user's source location is the first frame outside them.
+_PKG_DIRS = tuple(
+    os.path.dirname(os.path.abspath(p)) + os.sep
+    for p in (
+        __file__,  # nki/
+        os.path.join(os.path.dirname(__file__), "..", "simulator", "__init__.py"),
+        os.path.join(os.path.dirname(__file__), "..", "frontends", "__init__.py"),
+    )
+)
+_INTERNAL_PREFIXES = tuple(os.path.normpath(d) + os.sep for d in _PKG_DIRS)
+
+
+@dataclass(frozen=True)
+class SrcLoc:
+    """A location in the user's kernel source."""
+
+    file: str
+    line: int
+    col: int = 0
+    func: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+    def source_line(self) -> str:
+        return linecache.getline(self.file, self.line).rstrip("\n")
+
+
+def _is_internal(filename: str) -> bool:
+    path = os.path.normpath(os.path.abspath(filename))
+    return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename
+
+
+def user_loc(depth: int = 1) -> SrcLoc:
+    """The first stack frame outside nki-sim's own packages (the kernel author's statement)."""
+    frame = sys._getframe(depth)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:  # called from inside our own package only (tests of internals)
+        return SrcLoc("<unknown>", 0, 0, "")
+    col = 0
+    try:  # Python 3.11+: one (line, end, col, end_col) entry per 2-byte instruction
+        positions = list(frame.f_code.co_positions())
+        col = positions[frame.f_lasti // 2][2] or 0
+    except (AttributeError, IndexError, TypeError):
+        col = 0
+    return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+class NKIError(Exception):
+    """Base class of every error a kernel can raise in nki-sim."""
+
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        loc: SrcLoc | None = None,
+        instance: tuple[int, ...] | None = None,
+        core: int | None = None,
+        related: tuple[tuple[str, SrcLoc], ...] = (),
+    ) -> None:
+        self.message = message
+        self.code = code if code is not None else self.default_code
+        self.loc = loc
+        self.instance = instance
+        self.core = core
+        self.related = tuple(related)
+        super().__init__(self._format())
+
+    def with_context(
+        self, *, loc: SrcLoc | None = None, instance=None, core=None
+    ) -> NKIError:
+        """Fill in missing location / instance information (keeps what is already set)."""
+        if self.loc is None and loc is not None:
+            self.loc = loc
+        if self.instance is None and instance is not None:
+            self.instance = tuple(instance)
+        if self.core is None and core is not None:
+            self.core = core
+        self.args = (self._format(),)
+        return self
+
+    def _format(self) -> str:
+        head = f"[{self.code}] " if self.code else ""
+        parts = []
+        if self.loc is not None:
+            parts.append(f"{self.loc}: {head}{self.message}")
+            src = self.loc.source_line()
+            if src:
+                parts.append("    " + src)
+                parts.append("    " + " " * self.loc.col + "^")
+        else:
+            parts.append(f"{head}{self.message}")
+        for what, rloc in self.related:
+            parts.append(f"  {what} at {rloc}")
+            rsrc = rloc.source_line()
+            if rsrc:
+                parts.append("    " + rsrc.strip())
+        if self.instance is not None:
+            where = f"  in grid instance {tuple(self.instance)}"
+            if self.core is not None:
+                where += f" on physical core {self.core}"
+            parts.append(where)
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self._format()
+
+
+class NKITypeError(NKIError):
+    """Wrong dtype, wrong argument type or an op/engine that does not accept a dtype."""
+
+
+class NKIShapeError(NKIError):
+    """Partition / free size limits and shape mismatches."""
+
+
+class NKIIndexError(NKIError):
+    """Illegal index expressions and out-of-bounds accesses."""
+
+    default_code = "err_tensor_access_out_of_bound"
+
+
+class NKIMemoryError(NKIError):
+    """Operand in the wrong memory, or SBUF / PSUM capacity exceeded."""
+
+
+class NKIControlFlowError(NKIError):
+    """Python control flow that depends on a traced (symbolic) value."""
+
+    default_code = "err_control_flow_condition_depending_on_arange"
+
+
+class NKIScopeError(NKIError):
+    """A tile used outside the loop body that defined it."""
+
+    default_code = "err_local_variable_used_out_of_scope"
+
+
+class NKIDependencyError(NKIError):
+    """Loop-carried dependencies in affine_range and races between SPMD instances."""
+
+    default_code = "err_unexpected_output_dependencies"
+
+
+class NKIRuntimeError(NKIError):
+    """Errors found while executing a kernel (dynamic out-of-bounds, uninitialised reads)."""
+
+
+class NKIUnsupportedError(NKIError):
+    """A feature of the real NKI this simulator does not provide (yet)."""
+
+
+# --------------------------------------------------------------------------------------------
+# User-facing tracebacks
+# --------------------------------------------------------------------------------------------
+
+
+def _raise_at(exc: BaseException, loc: SrcLoc) -> types.TracebackType | None:
+    """A traceback entry that points at ``loc`` (the trick Jinja2 uses for template lines)."""
+    if loc.line <= 0:
+        return None
+    code = compile("\n" * (loc.line - 1) + "raise __nki_exc__", loc.file, "exec")
+    if loc.func:
+        try:
+            code = code.replace(co_name=loc.func)
+        except (AttributeError, ValueError):
+            pass
+    exc.__traceback__ = None  # so the synthesised frame is the whole chain
+    try:
+        exec(code, {"__nki_exc__": exc, "__name__": "__nki_kernel__"})
+    except BaseException as e:  # noqa: BLE001 - we want exactly this traceback
+        tb = e.__traceback__
+        return tb.tb_next if tb is not None else None
+    return None
+
+
+def user_facing(exc: BaseException) -> BaseException:
+    """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement."""
+    frames = []
+    tb = exc.__traceback__
+    exc.__traceback__ = None
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            frames.append(tb)
+        tb = tb.tb_next
+    tail = None
+    loc = getattr(exc, "loc", None)
+    if isinstance(exc, NKIError) and loc is not None:
+        in_user = any(
+            f.tb_frame.f_code.co_filename == loc.file and f.tb_lineno == loc.line for f in frames
+        )
+        if not in_user:  # run-time error: the kernel frame is gone, synthesise one
+            tail = _raise_at(exc, loc)
+    new_tb = tail
+    for f in reversed(frames):
+        new_tb = types.TracebackType(new_tb, f.tb_frame, f.tb_lasti, f.tb_lineno)
+    exc.__traceback__ = new_tb
+    return exc

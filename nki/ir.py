@@ -1,0 +1,435 @@
+"""The tile-level kernel IR: frozen dataclasses produced by tracing and consumed by executors.
+
+A kernel is a list of nodes (tensor allocations, instructions and loops). Every instruction reads
+and writes *accesses*: a tensor plus one affine index expression per tensor dimension, evaluated
+over the instruction's tile shape. Index expressions are affine in
+
+* the tile axes (``i0, i1, ...``: what ``nl.arange`` / slices range over),
+* loop iterators of ``affine_range`` / ``sequential_range`` (``l<id>``), and
+* SPMD program ids (``pid<axis>``).
+
+Because accesses are affine and loops are explicit, the IR can be interpreted directly (the NumPy
+reference executor) or compiled into loop nests, and it can be analysed statically (bounds,
+capacity, loop-carried dependencies) without running the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .errors import SrcLoc
+
+# --------------------------------------------------------------------------------------------
+# Scalar affine expressions over loop iterators and program ids
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class LoopSym:
+    """The iterator of one symbolic loop."""
+
+    id: int
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"l{self.id}"
+
+
+@dataclass(frozen=True, order=True)
+class PidSym:
+    """``nl.program_id(axis)``."""
+
+    axis: int
+
+    def __str__(self) -> str:
+        return f"pid{self.axis}"
+
+
+Sym = Union[LoopSym, PidSym]
+
+
+def _sym_key(s: Sym) -> tuple[int, int]:
+    return (0, s.axis) if isinstance(s, PidSym) else (1, s.id)
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``const + sum(coeff * sym)`` with integer coefficients."""
+
+    terms: tuple[tuple[Sym, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(sym: Sym, coeff: int = 1) -> Affine:
+        return Affine(((sym, coeff),), 0) if coeff else Affine()
+
+    @staticmethod
+    def constant(c: int) -> Affine:
+        return Affine((), int(c))
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def __add__(self, other: Affine | int) -> Affine:
+        if isinstance(other, int):
+            return Affine(self.terms, self.const + other)
+        acc: dict[Sym, int] = dict(self.terms)
+        for s, c in other.terms:
+            acc[s] = acc.get(s, 0) + c
+        terms = tuple(sorted(((s, c) for s, c in acc.items() if c), key=lambda t: _sym_key(t[0])))
+        return Affine(terms, self.const + other.const)
+
+    def scale(self, k: int) -> Affine:
+        if k == 0:
+            return Affine()
+        return Affine(tuple((s, c * k) for s, c in self.terms), self.const * k)
+
+    def evaluate(self, env: Mapping[Sym, int]) -> int:
+        v = self.const
+        for s, c in self.terms:
+            v += c * env[s]
+        return v
+
+    def bounds(self, ranges: Mapping[Sym, tuple[int, int]]) -> tuple[int, int]:
+        """Inclusive (min, max) over the given inclusive symbol ranges."""
+        lo = hi = self.const
+        for s, c in self.terms:
+            a, b = ranges[s]
+            lo += min(c * a, c * b)
+            hi += max(c * a, c * b)
+        return lo, hi
+
+    def symbols(self) -> tuple[Sym, ...]:
+        return tuple(s for s, _ in self.terms)
+
+    def __str__(self) -> str:
+        parts = []
+        for s, c in self.terms:
+            parts.append(str(s) if c == 1 else f"{c}*{s}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+# --------------------------------------------------------------------------------------------
+# Index expressions over tile axes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexExpr:
+    """``base + sum(coeffs[d] * i_d)`` where ``i_d`` ranges over ``0 .. shape[d]-1``."""
+
+    base: Affine
+    coeffs: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def bounds(self, ranges: Mapping[Sym, tuple[int, int]]) -> tuple[int, int]:
+        lo, hi = self.base.bounds(ranges)
+        for c, n in zip(self.coeffs, self.shape):
+            if c and n > 0:
+                lo += min(0, c * (n - 1))
+                hi += max(0, c * (n - 1))
+        return lo, hi
+
+    def __str__(self) -> str:
+        parts = [f"i{d}" if c == 1 else f"{c}*i{d}" for d, c in enumerate(self.coeffs) if c]
+        if self.base.terms or self.base.const or not parts:
+            parts.append(str(self.base))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+# --------------------------------------------------------------------------------------------
+# Tensors, accesses, masks, operands
+# --------------------------------------------------------------------------------------------
+
+BUFFERS = ("sbuf", "psum", "hbm", "private_hbm", "shared_hbm")
+HBM_BUFFERS = ("hbm", "private_hbm", "shared_hbm")
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """A tensor the kernel uses. ``kind``: param | output | local. ``par_dim`` is the partition
+    dimension for on-chip tensors (dims before it are block dims)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffer: str
+    kind: str = "local"
+    par_dim: int = 0
+    loc: SrcLoc | None = None
+    alias_of: str | None = None  # reshape views of another tensor (same storage)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ("sbuf", "psum")
+
+    def __str__(self) -> str:
+        dims = [str(n) for n in self.shape]
+        if self.on_chip and self.par_dim:
+            dims[self.par_dim] = f"par_dim({dims[self.par_dim]})"
+        alias = f" = reshape({self.alias_of})" if self.alias_of else ""
+        return f"{self.kind} {self.name}: {self.buffer} {self.dtype}[{', '.join(dims)}]{alias}"
+
+
+@dataclass(frozen=True)
+class Access:
+    """A tile-shaped access to a tensor: ``tensor[index[0], index[1], ...]`` over ``shape``.
+
+    ``indirect`` maps a tensor dimension to an access whose *values* (an SBUF tile of indices)
+    are added to that dimension's affine index (indirect DMA)."""
+
+    tensor: str
+    shape: tuple[int, ...]
+    index: tuple[IndexExpr, ...]
+    indirect: tuple[tuple[int, Access], ...] = ()
+
+    def __str__(self) -> str:
+        idx = []
+        ind = dict(self.indirect)
+        for d, e in enumerate(self.index):
+            s = str(e)
+            if d in ind:
+                s = f"{ind[d]} + {s}" if s != "0" else str(ind[d])
+            idx.append(s)
+        return f"{self.tensor}[{', '.join(idx)}]"
+
+
+@dataclass(frozen=True)
+class Cond:
+    """``expr <op> 0`` with op one of < <= > >= == !=."""
+
+    expr: IndexExpr
+    op: str
+
+    def __str__(self) -> str:
+        return f"{self.expr} {self.op} 0"
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A conjunction of affine conditions, evaluated over the instruction's tile axes."""
+
+    conds: tuple[Cond, ...]
+
+    def __str__(self) -> str:
+        return " & ".join(f"({c})" for c in self.conds)
+
+
+@dataclass(frozen=True)
+class Const:
+    """A scalar operand."""
+
+    value: Any
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+Operand = Union[Access, Const, IndexExpr]
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """An on-chip / private allocation comes into existence here (fresh each time it runs)."""
+
+    tensor: str
+    loc: SrcLoc | None = None
+
+    def __str__(self) -> str:
+        return f"alloc {self.tensor}"
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction. ``kind`` selects the executor handler, ``op`` the operation within it.
+
+    ``accumulate`` names the read-modify-write op (``'add'`` for ``+=``) or is None."""
+
+    kind: str
+    op: str
+    dst: Access | None
+    srcs: tuple[Operand, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+    mask: Mask | None = None
+    loc: SrcLoc | None = None
+    accumulate: str | None = None
+    api: str = ""  # the user-facing call, e.g. "nl.load"
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def __str__(self) -> str:
+        srcs = ", ".join(str(s) for s in self.srcs)
+        attrs = "".join(f", {k}={v!r}" for k, v in self.attrs)
+        mask = f" mask {self.mask}" if self.mask else ""
+        arrow = f" {self.accumulate}=" if self.accumulate else " ="
+        head = f"{self.dst}{arrow} " if self.dst is not None else ""
+        return f"{head}{self.kind}.{self.op}({srcs}{attrs}){mask}"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A symbolic loop (``affine_range`` or ``sequential_range``); the body is traced once."""
+
+    sym: LoopSym
+    start: int
+    stop: int
+    step: int
+    kind: str
+    body: tuple[Node, ...]
+    loc: SrcLoc | None = None
+
+    @property
+    def trip_count(self) -> int:
+        return len(range(self.start, self.stop, self.step))
+
+    def value_range(self) -> tuple[int, int]:
+        r = range(self.start, self.stop, self.step)
+        return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
+
+
+Node = Union[Alloc, Instr, Loop]
+
+
+# --------------------------------------------------------------------------------------------
+# SPMD grid
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridDim:
+    """One launch-grid dimension, split into factors (outer first); ``True`` marks an
+    ``nl.nc(k)`` factor that places instances on physical cores."""
+
+    factors: tuple[tuple[int, bool], ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for f, _ in self.factors:
+            n *= f
+        return n
+
+    def __str__(self) -> str:
+        parts = [f"nc({f})" if core else str(f) for f, core in self.factors]
+        return parts[0] if len(parts) == 1 else f"spmd_dim({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Grid:
+    dims: tuple[GridDim, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def num_cores(self) -> int:
+        n = 1
+        for d in self.dims:
+            for f, core in d.factors:
+                if core:
+                    n *= f
+        return n
+
+    def instances(self) -> Iterator[tuple[int, ...]]:
+        """All instance indices in row-major order."""
+        import itertools
+
+        return itertools.product(*(range(n) for n in self.shape))
+
+    def core_of(self, instance: tuple[int, ...]) -> int:
+        """Physical core of an instance: the mixed-radix number formed by its nc() digits."""
+        core = 0
+        for d, idx in zip(self.dims, instance):
+            digits = []
+            rem = idx
+            for f, is_core in reversed(d.factors):
+                digits.append((rem % f, f, is_core))
+                rem //= f
+            for digit, f, is_core in reversed(digits):
+                if is_core:
+                    core = core * f + digit
+        return core
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(str(d) for d in self.dims) + ")"
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    name: str
+    params: tuple[str, ...]
+    tensors: tuple[TensorDecl, ...]
+    body: tuple[Node, ...]
+    outputs: tuple[str, ...]
+    returns_outputs: bool
+    grid: Grid
+    target: str
+    loc: SrcLoc | None = None
+    _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
+
+    def tensor(self, name: str) -> TensorDecl:
+        if not self._by_name:
+            self._by_name.update({t.name: t for t in self.tensors})
+        return self._by_name[name]
+
+    def walk(self) -> Iterator[tuple[Node, tuple[Loop, ...]]]:
+        """Every node with the loops that enclose it (outermost first)."""
+
+        def rec(nodes: tuple[Node, ...], loops: tuple[Loop, ...]):
+            for n in nodes:
+                yield n, loops
+                if isinstance(n, Loop):
+                    yield from rec(n.body, loops + (n,))
+
+        return rec(self.body, ())
+
+    def instructions(self) -> Iterator[tuple[Instr, tuple[Loop, ...]]]:
+        for n, loops in self.walk():
+            if isinstance(n, Instr):
+                yield n, loops
+
+    def __str__(self) -> str:
+        lines = [f"kernel {self.name} grid={self.grid} target={self.target}"]
+        for t in self.tensors:
+            if t.kind == "param":
+                lines.append(f"  {t}")
+
+        def rec(nodes: tuple[Node, ...], indent: str) -> None:
+            for n in nodes:
+                if isinstance(n, Loop):
+                    rng = f"{n.start}, {n.stop}" + (f", {n.step}" if n.step != 1 else "")
+                    lines.append(f"{indent}for {n.sym} in {n.kind}_range({rng}):")
+                    rec(n.body, indent + "  ")
+                elif isinstance(n, Alloc):
+                    lines.append(f"{indent}{self.tensor(n.tensor)}")
+                else:
+                    lines.append(f"{indent}{n}")
+
+        rec(self.body, "  ")
+        outs = ", ".join(self.outputs)
+        lines.append(f"  return {outs}" if self.returns_outputs else f"  # writes {outs}")
+        return "\n".join(lines)

@@ -1,0 +1,328 @@
+"""``@nki.jit`` kernels: tracing once per input signature, caching the IR, launching over SPMD
+grids in the simulator."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
+from .ir import Grid, GridDim, KernelIR, TensorDecl
+from .tracer import NkiTensor, TraceState, new_trace, tracing
+
+MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
+_CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
+
+
+def parse_grid(grid: object) -> Grid:
+    """``kernel[g0, g1, ...]``: each dim is a positive int, ``nl.nc(k)`` or ``nl.spmd_dim``."""
+    from .language.core import nc, spmd_dim
+
+    items = grid if isinstance(grid, tuple) else (grid,)
+    dims = []
+    for it in items:
+        if isinstance(it, (int, np.integer)) and not isinstance(it, bool) and int(it) >= 1:
+            dims.append(GridDim(((int(it), False),)))
+        elif isinstance(it, nc):
+            dims.append(GridDim(((it.k, True),)))
+        elif isinstance(it, spmd_dim):
+            dims.append(GridDim(it.factors))
+        else:
+            raise NKIError(
+                f"invalid launch grid {grid!r}: each grid dimension must be a positive int, "
+                f"nl.nc(k) or nl.spmd_dim(...), got {it!r}",
+                code="err_invalid_grid",
+                loc=user_loc(),
+            )
+    return Grid(tuple(dims))
+
+
+def _is_array(x: object) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def _framework(x: object) -> str | None:
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return "torch"
+    if mod.startswith(("jax", "jaxlib")):
+        return "jax"
+    return None
+
+
+def _static_key(v: object) -> object:
+    try:
+        hash(v)
+        return ("v", type(v).__name__, v)
+    except TypeError:
+        return ("r", repr(v))
+
+
+class Kernel:
+    """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
+    returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
+
+    def __init__(self, fn: Any, mode: str = "auto", platform_target: str | None = None,
+                 **options: Any) -> None:
+        if isinstance(fn, Kernel):
+            fn = fn.fn
+        if not callable(fn):
+            raise NKITypeError(f"nki.jit expects a function, got {type(fn).__name__}")
+        if mode not in MODES:
+            raise NKIError(f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
+                           code="err_invalid_mode")
+        self.fn = fn
+        self.mode = mode
+        self.platform_target = platform_target
+        self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
+        self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
+        self._cache: dict[object, KernelIR] = {}
+        self.trace_count = 0
+        self.last_run: Any = None
+        self.last_ir: KernelIR | None = None
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    # ---- launching ----------------------------------------------------------------------------
+    def __getitem__(self, grid: object) -> Launch:
+        return Launch(self, parse_grid(grid))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return Launch(self, Grid(()))(*args, **kwargs)
+
+    def config(self, **overrides: Any):
+        from simulator.config import SimConfig
+
+        cfg = SimConfig.from_env()
+        over = dict(self.config_overrides)
+        over.update({k: v for k, v in overrides.items() if v is not None})
+        if self.platform_target is not None and "target" not in overrides:
+            over["target"] = self.platform_target
+        return cfg.with_(**over)
+
+    # ---- tracing ------------------------------------------------------------------------------
+    def trace(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
+        """The kernel IR for these arguments (traced once per signature, then cached)."""
+        key_parts = [repr(grid), target]
+        for name, v in bound.arguments.items():
+            if _is_array(v):
+                key_parts.append((name, "T", v.shape, dtypes.name_of(v.dtype)))
+            else:
+                key_parts.append((name, "S", _static_key(v)))
+        key = tuple(key_parts)
+        ir = self._cache.get(key)
+        if ir is None:
+            ir = self._trace(grid, bound, target)
+            self._cache[key] = ir
+            self.trace_count += 1
+        self.last_ir = ir
+        return ir
+
+    def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
+        from simulator.targets import get_target
+
+        from .typing import annotation_of
+
+        target = get_target(target_name)
+        st = TraceState(self.fn.__name__, target, grid.shape)
+        code = self.fn.__code__
+        def_loc = SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__)
+        sig = inspect.signature(self.fn)
+        call_args = dict(bound.arguments)
+        mutable: set[str] = set()
+        with new_trace(st):
+            for name, v in bound.arguments.items():
+                if not _is_array(v):
+                    continue
+                ann = annotation_of(sig.parameters[name].annotation)
+                if ann is not None:
+                    if ann.mutable:
+                        mutable.add(name)
+                    if ann.shape is not None and tuple(ann.shape) != tuple(v.shape):
+                        raise NKIShapeError(
+                            f"parameter '{name}' is annotated {ann} but has shape "
+                            f"{tuple(v.shape)}",
+                            code="err_annotation_shape_mismatch",
+                            loc=def_loc,
+                        )
+                decl = TensorDecl(name, tuple(int(s) for s in v.shape), dtypes.name_of(v.dtype),
+                                  "shared_hbm", "param", 0, def_loc)
+                st.declare(decl)
+                st.params.append(name)
+                call_args[name] = NkiTensor(decl, ())
+            b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
+            ret = self.fn(*b2.args, **b2.kwargs)
+            outputs, returns = self._outputs(st, ret)
+        self._check_param_writes(st, returns, mutable)
+        tensors = tuple(st.tensors.values())
+        return KernelIR(self.fn.__name__, tuple(st.params), tensors, tuple(st.bodies[0]),
+                        outputs, returns, grid, target.name, def_loc)
+
+    def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
+        if ret is None:
+            written = [p for p in st.params if p in _written_bases(st)]
+            return tuple(written), False
+        items = ret if isinstance(ret, (tuple, list)) else (ret,)
+        names = []
+        for r in items:
+            if not isinstance(r, NkiTensor) or r.buffer not in ("shared_hbm", "private_hbm"):
+                what = r.buffer if isinstance(r, NkiTensor) else type(r).__name__
+                raise NKIError(
+                    f"a kernel must return HBM tensors created with nl.ndarray(..., "
+                    f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
+                    code="err_kernel_output_must_be_hbm",
+                    loc=user_loc(),
+                )
+            names.append(r.decl.alias_of or r.name)
+        return tuple(names), True
+
+    def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:
+        if not returns:
+            return  # legacy convention: outputs are parameters the kernel writes
+        for name, loc in _written_bases(st).items():
+            if name in st.params and name not in mutable:
+                raise NKIError(
+                    f"kernel writes to input parameter '{name}', which is immutable; annotate it "
+                    f"'{name}: nt.mutable_tensor' (import nki.typing as nt) if it is an in/out "
+                    "tensor",
+                    code="err_cannot_update_immutable_parameter",
+                    loc=loc,
+                )
+
+
+def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
+    out: dict[str, SrcLoc] = {}
+    for name, loc in st.written.items():
+        d = st.tensors.get(name)
+        base = d.alias_of if d is not None and d.alias_of else name
+        out.setdefault(base, loc)
+    return out
+
+
+class Launch:
+    """A kernel bound to a launch grid: ``kernel[grid]``."""
+
+    def __init__(self, kernel: Kernel, grid: Grid) -> None:
+        self.kernel = kernel
+        self.grid = grid
+
+    @property
+    def last_run(self) -> Any:
+        return self.kernel.last_run
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tracing():  # a kernel called from inside another kernel is inlined
+            if self.grid.dims:
+                raise NKIError(
+                    "a kernel called from inside another kernel cannot have an SPMD grid",
+                    code="err_nested_kernel_with_spmd_grid",
+                    loc=user_loc(),
+                )
+            return self.kernel.fn(*args, **kwargs)
+        fw = {_framework(a) for a in list(args) + list(kwargs.values())} - {None}
+        if fw:
+            from frontends import dispatch
+
+            return dispatch(self, fw, args, kwargs)
+        try:
+            return self.run_numpy(*args, **kwargs)
+        except NKIError as e:
+            raise user_facing(e) from None
+
+    def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
+        from simulator import interpreter
+        from simulator.checks import static_checks
+
+        k = self.kernel
+        cfg = _config if _config is not None else k.config()
+        try:
+            bound = inspect.signature(k.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise NKITypeError(f"bad arguments for kernel '{k.fn.__name__}': {e}",
+                               loc=user_loc()) from None
+        bound.apply_defaults()
+        for name, v in list(bound.arguments.items()):
+            if isinstance(v, np.generic) or (hasattr(v, "__array__") and not _is_array(v)
+                                             and not np.isscalar(v)):
+                bound.arguments[name] = np.asarray(v)
+        _check_grid(self.grid, cfg.target)
+        ir = k.trace(self.grid, bound, cfg.target)
+        if cfg.checks != "none":
+            static_checks(ir, cfg)
+        inputs = {}
+        for name in ir.params:
+            v = bound.arguments[name]
+            inputs[name] = interpreter.storage_input(v, ir.tensor(name).dtype, cfg)
+        arrays, info = interpreter.run(ir, inputs, cfg)
+        k.last_run = info
+        if not ir.returns_outputs:
+            for name in ir.outputs:
+                user = bound.arguments[name]
+                user[...] = interpreter.output_array(arrays[name], ir.tensor(name).dtype)
+            return None
+        outs = tuple(interpreter.output_array(arrays[n], ir.tensor(n).dtype) for n in ir.outputs)
+        for name in ir.outputs:  # mutable parameters returned: update the caller's array too
+            if name in ir.params:
+                bound.arguments[name][...] = interpreter.output_array(arrays[name],
+                                                                      ir.tensor(name).dtype)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def _check_grid(grid: Grid, target_name: str) -> None:
+    from simulator.targets import get_target
+
+    t = get_target(target_name)
+    if grid.num_cores > t.max_lnc:
+        raise NKIError(
+            f"launch grid {grid} places instances on {grid.num_cores} physical NeuronCores, but "
+            f"a {t.name} logical NeuronCore has at most {t.max_lnc}",
+            code="err_invalid_grid",
+            loc=user_loc(),
+        )
+
+
+def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
+    """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
+    or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
+    ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
+    if func is None:
+        return lambda f: Kernel(f, mode=mode, **kwargs)
+    return Kernel(func, mode=mode, **kwargs)
+
+
+def _as_launch(kernel: Any) -> Launch:
+    if isinstance(kernel, Launch):
+        return kernel
+    if isinstance(kernel, Kernel):
+        return Launch(kernel, Grid(()))
+    if callable(kernel):
+        return Launch(Kernel(kernel), Grid(()))
+    raise NKITypeError(f"expected a kernel, got {type(kernel).__name__}")
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``kernel`` (a function, an ``@nki.jit`` kernel or a grid launch ``k[2, 2]``) in the
+    simulator with NumPy inputs; returns NumPy outputs."""
+    return _as_launch(kernel)(*args, **kwargs)
+
+
+def simulate(kernel: Any) -> Any:
+    """``nki.simulate(kernel)(*args)``: a callable that runs the kernel in the simulator."""
+    launch = _as_launch(kernel)
+
+    @functools.wraps(launch.kernel.fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return launch(*args, **kwargs)
+
+    return run
+
+
+def baremetal(kernel: Any = None, **kwargs: Any) -> Any:
+    """Classic ``nki.baremetal``: NumPy in, NumPy out. Here it runs in the simulator (compile
+    options such as ``save_neff_name`` are accepted and ignored)."""
+    if kernel is None:
+        return lambda f: Kernel(f, mode="baremetal", **kwargs)
+    return Kernel(kernel, mode="baremetal", **kwargs)

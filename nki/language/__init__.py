@@ -1,0 +1,64 @@
+"""nki.language (``import nki.language as nl``): the classic NKI language surface."""
+
+from ..dtypes import NkiDtype as _D
+from . import ops as _ops
+from .core import (
+    Buffer,
+    affine_range,
+    arange,
+    copy,
+    device_print,
+    ds,
+    empty_like,
+    full,
+    hbm,
+    load,
+    mgrid,
+    nc,
+    ndarray,
+    num_programs,
+    ones,
+    ones_like,
+    par_dim,
+    private_hbm,
+    program_id,
+    program_ndim,
+    psum,
+    sbuf,
+    sequential_range,
+    shared_hbm,
+    spmd_dim,
+    static_range,
+    store,
+    tile_size,
+    zeros,
+    zeros_like,
+)
+from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
+
+float32 = _D("float32")
+tfloat32 = _D("tfloat32")
+bfloat16 = _D("bfloat16")
+float16 = _D("float16")
+float8_e4m3 = _D("float8_e4m3")
+float8_e4m3fn = _D("float8_e4m3fn")
+float8_e5m2 = _D("float8_e5m2")
+int8 = _D("int8")
+int16 = _D("int16")
+int32 = _D("int32")
+uint8 = _D("uint8")
+uint16 = _D("uint16")
+uint32 = _D("uint32")
+bool_ = _D("bool_")
+fp32 = float32
+bfp16 = bfloat16
+
+__all__ = [
+    "Buffer", "affine_range", "arange", "copy", "device_print", "ds", "empty_like", "full",
+    "hbm", "load", "mgrid", "nc", "ndarray", "num_programs", "ones", "ones_like", "par_dim",
+    "private_hbm", "program_id", "program_ndim", "psum", "sbuf", "sequential_range",
+    "shared_hbm", "spmd_dim", "static_range", "store", "tile_size", "zeros", "zeros_like",
+    "float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+    "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool_", "fp32", "bfp16",
+    *_ops.__all__,
+]

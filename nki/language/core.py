@@ -1,0 +1,416 @@
+"""nki.language core: SPMD queries, loops, index helpers, tensor creation, load / store / copy,
+device_print and the tile-size constants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .. import dtypes
+from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
+from ..ir import HBM_BUFFERS, Affine, PidSym
+from ..symbolic import DynSlice, Scalar, _static_int
+from ..symbolic import arange as _arange
+from ..symbolic import mgrid as _mgrid
+from ..tracer import (
+    NkiTensor,
+    TileOps,
+    check_broadcast_into,
+    check_partitions,
+    const_operand,
+    emit,
+    new_tensor,
+    operand,
+    require_buffer,
+    result_tile,
+    state,
+    symbolic_loop,
+    to_mask,
+)
+
+# --------------------------------------------------------------------------------------------
+# Buffers
+# --------------------------------------------------------------------------------------------
+
+
+class Buffer:
+    """A memory: ``nl.sbuf``, ``nl.psum``, ``nl.hbm`` (= private_hbm), ``nl.private_hbm``,
+    ``nl.shared_hbm``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+    def __eq__(self, other: object) -> bool:
+        return _buffer_name(other) == self.name if other is not None else False
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+sbuf = Buffer("sbuf")
+psum = Buffer("psum")
+hbm = Buffer("hbm")
+private_hbm = Buffer("private_hbm")
+shared_hbm = Buffer("shared_hbm")
+
+
+def _buffer_name(b: object) -> str:
+    if b is None:
+        return "sbuf"
+    if isinstance(b, Buffer):
+        name = b.name
+    elif isinstance(b, str):
+        name = b
+    else:
+        raise NKITypeError(f"buffer must be nl.sbuf, nl.psum or an HBM buffer, got {b!r}",
+                           loc=user_loc())
+    if name == "hbm":
+        name = "private_hbm"
+    if name not in ("sbuf", "psum", "private_hbm", "shared_hbm"):
+        raise NKITypeError(f"unknown buffer {b!r}", code="err_unsupported_memory", loc=user_loc())
+    return name
+
+
+class par_dim(int):
+    """Marks the partition dimension in a shape: ``nl.ndarray((4, nl.par_dim(128), 512))``;
+    dimensions before it are block dimensions (a list of tiles)."""
+
+    def __new__(cls, n: int) -> par_dim:
+        return super().__new__(cls, n)
+
+    def __repr__(self) -> str:
+        return f"nl.par_dim({int(self)})"
+
+
+# --------------------------------------------------------------------------------------------
+# SPMD
+# --------------------------------------------------------------------------------------------
+
+
+class nc:  # noqa: N801 - classic name
+    """``nl.nc(k)``: a launch-grid factor placed on ``k`` physical NeuronCores.
+    ``nl.nc(2) * 2`` is ``nl.spmd_dim(nl.nc(2), 2)`` and ``2 * nl.nc(2)`` is
+    ``nl.spmd_dim(2, nl.nc(2))``."""
+
+    def __init__(self, k: int) -> None:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise NKIError(f"nl.nc needs a positive integer number of cores, got {k!r}",
+                           code="err_invalid_grid", loc=user_loc())
+        self.k = k
+
+    def __mul__(self, other: object) -> spmd_dim:
+        return spmd_dim(self, other)
+
+    def __rmul__(self, other: object) -> spmd_dim:
+        return spmd_dim(other, self)
+
+    def __repr__(self) -> str:
+        return f"nl.nc({self.k})"
+
+
+class spmd_dim:  # noqa: N801 - classic name
+    """One launch-grid dimension made of factors (outer first), e.g.
+    ``nl.spmd_dim(nl.nc(2), 4)``: 8 instances, instances 0-3 on core 0 and 4-7 on core 1."""
+
+    def __init__(self, *factors: object) -> None:
+        flat: list[tuple[int, bool]] = []
+        for f in factors:
+            if isinstance(f, spmd_dim):
+                flat.extend(f.factors)
+            elif isinstance(f, nc):
+                flat.append((f.k, True))
+            elif isinstance(f, int) and not isinstance(f, bool) and f >= 1:
+                flat.append((f, False))
+            else:
+                raise NKIError(
+                    f"nl.spmd_dim factors must be positive ints or nl.nc(k), got {f!r}",
+                    code="err_invalid_grid",
+                    loc=user_loc(),
+                )
+        if not flat:
+            raise NKIError("nl.spmd_dim needs at least one factor", code="err_invalid_grid",
+                           loc=user_loc())
+        self.factors = tuple(flat)
+
+    def __mul__(self, other: object) -> spmd_dim:
+        return spmd_dim(self, other)
+
+    def __rmul__(self, other: object) -> spmd_dim:
+        return spmd_dim(other, self)
+
+    def __repr__(self) -> str:
+        return "nl.spmd_dim(" + ", ".join(
+            f"nl.nc({k})" if c else str(k) for k, c in self.factors) + ")"
+
+
+def program_id(axis: int) -> Scalar:
+    """The index of this SPMD instance along grid ``axis`` (symbolic while tracing)."""
+    st = state("nl.program_id")
+    axis = _static_int(axis, "nl.program_id axis")
+    nd = len(st.grid_shape)
+    if axis < 0 or (nd and axis >= nd):
+        raise NKIError(
+            f"nl.program_id({axis}) is out of range for a launch grid of {nd} dimension(s) "
+            f"{st.grid_shape}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
+    if not nd:
+        return Scalar(Affine.constant(0))  # no grid: a single instance
+    return Scalar(Affine.of(PidSym(axis)))
+
+
+def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
+    """Number of instances along ``axes`` (all axes when None)."""
+    st = state("nl.num_programs")
+    shape = st.grid_shape
+    if axes is None:
+        ax = tuple(range(len(shape)))
+    elif isinstance(axes, int):
+        ax = (axes,)
+    else:
+        ax = tuple(axes)
+    n = 1
+    for a in ax:
+        if not 0 <= a < max(len(shape), 1):
+            raise NKIError(f"nl.num_programs axis {a} is out of range for grid {shape}",
+                           code="err_invalid_program_axis", loc=user_loc())
+        n *= shape[a] if shape else 1
+    return n
+
+
+def program_ndim() -> int:
+    """Number of launch-grid dimensions (0 without a grid)."""
+    return len(state("nl.program_ndim").grid_shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Loops and indices
+# --------------------------------------------------------------------------------------------
+
+
+def _range_args(start: Any, stop: Any, step: Any, api: str) -> tuple[int, int, int]:
+    if stop is None:
+        start, stop = 0, start
+    s0 = _static_int(start, f"{api} start")
+    s1 = _static_int(stop, f"{api} stop")
+    st = _static_int(step, f"{api} step")
+    if st == 0:
+        raise NKIError(f"{api} step must not be 0", loc=user_loc())
+    return s0, s1, st
+
+
+def affine_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
+    """A parallel loop: iterations must not depend on each other (only associative
+    accumulation such as ``psum += nl.matmul(...)`` may cross iterations). Traced once."""
+    s0, s1, st = _range_args(start, stop, step, "nl.affine_range")
+    return symbolic_loop("affine", s0, s1, st)
+
+
+def sequential_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
+    """A loop whose iterations may depend on each other; runs in order. Traced once."""
+    s0, s1, st = _range_args(start, stop, step, "nl.sequential_range")
+    return symbolic_loop("sequential", s0, s1, st)
+
+
+def static_range(start: Any, stop: Any = None, step: Any = 1) -> range:
+    """A loop unrolled at trace time: the body is traced once per iteration."""
+    s0, s1, st = _range_args(start, stop, step, "nl.static_range")
+    return range(s0, s1, st)
+
+
+def arange(start: int, stop: int | None = None, step: int = 1):
+    """An affine index along one tile axis: reshape with ``[:, None]`` / ``[None, :]``."""
+    return _arange(start, stop, step)
+
+
+mgrid = _mgrid
+
+
+def ds(start: Any, size: int) -> DynSlice:
+    """``nl.ds(start, size)``: the slice ``start:start+size`` (start may be symbolic)."""
+    return DynSlice(start, size)
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor creation
+# --------------------------------------------------------------------------------------------
+
+
+def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    dims, par = [], 0
+    for i, s in enumerate(shape):
+        if isinstance(s, par_dim):
+            par = i
+        dims.append(_static_int(s, "tensor dimension"))
+    return tuple(dims), par
+
+
+def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw: Any) -> NkiTensor:
+    """Allocate a tensor (uninitialised). On-chip tensors (``nl.sbuf`` default, ``nl.psum``)
+    have the partition dimension first (<= 128) unless marked with ``nl.par_dim``; outputs
+    are ``nl.shared_hbm`` tensors created at kernel top level."""
+    st = state("nl.ndarray")
+    dims, par = _shape(shape)
+    buf = _buffer_name(buffer)
+    dt = dtypes.name_of(dtype)
+    if buf == "shared_hbm" and st.loops:
+        raise NKIError(
+            "shared_hbm tensors (kernel outputs) must be created at kernel top level, not "
+            "inside a loop",
+            code="err_shared_hbm_must_in_kernel_level",
+            loc=user_loc(),
+        )
+    kind = "output" if buf == "shared_hbm" else "local"
+    return new_tensor(dims, dt, buf, name=name or None, par_dim=par, kind=kind,
+                      api="nl.ndarray")
+
+
+def full(shape: Any, fill_value: Any, dtype: Any, *, buffer: Any = None, name: str = "",
+         **_kw: Any) -> NkiTensor:
+    """An on-chip tensor filled with ``fill_value`` (HBM tensors cannot have initial values)."""
+    if _buffer_name(buffer) in HBM_BUFFERS:
+        raise NKIMemoryError(
+            "HBM tensors cannot be created with an initial value; create an SBUF tile and "
+            "nl.store it",
+            code="err_hbm_tensor_with_init_value_not_supported",
+            loc=user_loc(),
+        )
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    emit("memset", "memset", t.access_(), (const_operand(fill_value),), api="nl.full")
+    return t
+
+
+def zeros(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
+    """An on-chip tensor of zeros."""
+    return full(shape, 0, dtype, buffer=buffer, name=name, **kw)
+
+
+def ones(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
+    """An on-chip tensor of ones."""
+    return full(shape, 1, dtype, buffer=buffer, name=name, **kw)
+
+
+def _like(a: Any) -> tuple[tuple[int, ...], str, str]:
+    if isinstance(a, TileOps):
+        t = a.tensor_()
+        return tuple(a.shape), str(a.dtype), t.buffer
+    raise NKITypeError(f"expected a tensor, got {type(a).__name__}", loc=user_loc())
+
+
+def empty_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
+    """An uninitialised tensor with ``a``'s shape (and dtype unless given)."""
+    shape, dt, buf = _like(a)
+    return ndarray(shape, dtype or dt, buffer=buffer if buffer is not None else buf, name=name)
+
+
+def zeros_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
+    """Zeros with ``a``'s shape (and dtype unless given), in SBUF unless ``buffer`` says."""
+    shape, dt, _ = _like(a)
+    return zeros(shape, dtype or dt, buffer=buffer, name=name)
+
+
+def ones_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
+    """Ones with ``a``'s shape (and dtype unless given)."""
+    shape, dt, _ = _like(a)
+    return ones(shape, dtype or dt, buffer=buffer, name=name)
+
+
+# --------------------------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------------------------
+
+
+def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+    """Copy a tile from HBM into a new SBUF tile (partition dim <= 128). Masked-out elements are
+    not read. ``dtype`` casts on the way."""
+    acc, t = operand(src, "nl.load", "src")
+    require_buffer(t, HBM_BUFFERS, "load", "src")
+    if len(acc.shape) < 2:
+        raise NKIShapeError(
+            f"insufficient rank: nl.load of a {len(acc.shape)}-D access {list(acc.shape)} of "
+            f"'{t.name}'; on-chip tiles need a partition and a free dimension (index the "
+            "tensor with 2-D index expressions, e.g. a[i_p, i_f])",
+            code="err_insufficient_rank",
+            loc=user_loc(),
+        )
+    check_partitions(acc.shape, "load", "src")
+    out = result_tile(acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype,
+                      "sbuf", "nl.load")
+    emit("dma", "load", out.access_(), (acc,), mask=to_mask(mask, acc.shape, "nl.load"),
+         api="nl.load")
+    return out
+
+
+def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
+    """Copy an SBUF (or PSUM) tile into HBM. The value broadcasts into ``dst``; masked-out
+    destination elements are left untouched."""
+    dacc, dt = operand(dst, "nl.store", "dst")
+    require_buffer(dt, HBM_BUFFERS, "store", "dst")
+    vacc, vt = operand(value, "nl.store", "value")
+    require_buffer(vt, ("sbuf", "psum"), "store", "value")
+    check_partitions(vacc.shape, "store", "value")
+    check_broadcast_into(vacc.shape, dacc.shape, "store")
+    emit("dma", "store", dacc, (vacc,), mask=to_mask(mask, dacc.shape, "nl.store"),
+         api="nl.store")
+
+
+def copy(src: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
+    """A copy of an on-chip tile (cast to ``dtype`` if given)."""
+    acc, t = operand(src, "nl.copy", "src")
+    require_buffer(t, ("sbuf", "psum"), "copy", "src")
+    check_partitions(acc.shape, "copy", "src")
+    out = result_tile(acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype,
+                      "sbuf", "nl.copy")
+    emit("copy", "copy", out.access_(), (acc,), mask=to_mask(mask, acc.shape, "nl.copy"),
+         api="nl.copy")
+    return out
+
+
+def device_print(prefix: str, x: Any, **_kw: Any) -> None:
+    """Print a tile's values when the simulator executes this point (per instance)."""
+    if isinstance(x, TileOps):
+        acc, _t = operand(x, "nl.device_print", "x")
+        emit("print", "print", None, (acc,), attrs=(("prefix", str(prefix)),),
+             api="nl.device_print")
+    else:
+        emit("print", "print", None, (const_operand(x),), attrs=(("prefix", str(prefix)),),
+             api="nl.device_print")
+
+
+# --------------------------------------------------------------------------------------------
+# Tile-size constants
+# --------------------------------------------------------------------------------------------
+
+
+class tile_size:  # noqa: N801 - classic name
+    """Hardware tile limits (``nl.tile_size.pmax`` ...). ``total_available_sbuf_size`` is the
+    usable SBUF bytes per partition of the target being traced (trn2 outside a trace)."""
+
+    pmax = 128
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+
+    class _Usable:
+        def __get__(self, obj: object, owner: type) -> int:
+            from ..tracer import _STATE
+
+            if _STATE:
+                return int(_STATE[-1].target.sbuf_usable_per_partition)
+            return 212984
+
+    total_available_sbuf_size = _Usable()

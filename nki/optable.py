@@ -1,0 +1,339 @@
+"""The op table: every elementwise and reduction op is one row.
+
+The front end (``nki.language`` functions, ``op=`` values accepted by ``nki.isa``), the
+executors, the README op list and the per-op tests are all generated from these rows.
+
+Each row gives the op's name, arity, the engines that can run it, the NumPy implementation on
+fp32 (or exact int64) values, its result-dtype rule and a one-line description."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _f(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+# --- special functions in fp32 (NumPy has no erf; A&S 7.1.26 is accurate to ~1.5e-7) ---------
+def _erf(x):
+    x64 = np.asarray(x, dtype=np.float64)
+    s = np.sign(x64)
+    a = np.abs(x64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+        + 0.254829592
+    ) * t * np.exp(-a * a)
+    return (s * y).astype(np.float32)
+
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+
+
+def _gelu(x):
+    x = _f(x)
+    return _f(0.5 * x * (1.0 + _erf(x / np.float32(math.sqrt(2.0)))))
+
+
+def _gelu_dx(x):
+    x = _f(x)
+    cdf = 0.5 * (1.0 + _erf(x / np.float32(math.sqrt(2.0))))
+    pdf = np.exp(-0.5 * x * x) / np.float32(math.sqrt(2.0 * math.pi))
+    return _f(cdf + x * pdf)
+
+
+def _gelu_tanh(x):
+    x = _f(x)
+    return _f(0.5 * x * (1.0 + np.tanh(np.float32(_SQRT_2_PI) * (x + 0.044715 * x**3))))
+
+
+def _sigmoid(x):
+    x = _f(x)
+    with np.errstate(over="ignore"):
+        return _f(1.0 / (1.0 + np.exp(-x)))
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return _f(s * (1.0 + _f(x) * (1.0 - s)))
+
+
+def _softplus(x):
+    x = _f(x)
+    return _f(np.logaddexp(np.float32(0.0), x))
+
+
+def _mish(x):
+    return _f(_f(x) * np.tanh(_softplus(x)))
+
+
+def _erf_dx(x):
+    x = _f(x)
+    return _f(2.0 / math.sqrt(math.pi) * np.exp(-x * x))
+
+
+def _rsqrt(x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _f(1.0 / np.sqrt(_f(x)))
+
+
+def _recip(x):
+    with np.errstate(divide="ignore"):
+        return _f(np.float32(1.0) / _f(x))
+
+
+def _div(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+            return _f(a) / _f(b)
+        return np.true_divide(a, b)
+
+
+def _fmod(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(a, b)
+
+
+def _mod(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.mod(a, b)
+
+
+def _power(a, b):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+            return np.power(_f(a), _f(b))
+        return np.power(a, b)
+
+
+def _shift(fn):
+    def run(a, b):
+        a64 = a.astype(np.int64)
+        b64 = np.clip(b.astype(np.int64), 0, 63)
+        return fn(a64, b64)
+
+    return run
+
+
+def _rshift(a, b):
+    # logical shift on the operand's bit pattern: shift the unsigned view
+    return _shift(np.right_shift)(a, b)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One row of the op table."""
+
+    name: str
+    arity: int  # 1 unary, 2 binary
+    fn: Callable[..., np.ndarray]
+    engines: tuple[str, ...]  # engines able to run it as an ALU op / activation
+    result: str  # "promote" | "same" | "bool" | "float" (see result_dtype)
+    exact_int: bool = False  # integer inputs are computed exactly (int64), not via fp32
+    bitvec: bool = False  # operates on bit patterns; integer dtypes only
+    reduce: Callable[..., np.ndarray] | None = None  # reduction form, when it is a reducer
+    identity: float | None = None  # reduction identity
+    doc: str = ""
+    activation: bool = False  # usable as a Scalar-engine activation function
+    domain: tuple[float, float] | None = None  # documented valid input range
+
+
+_V, _S, _G = "vector", "scalar", "gpsimd"
+
+OPS: dict[str, Op] = {}
+
+
+def _add(op: Op) -> None:
+    OPS[op.name] = op
+
+
+# ---- binary arithmetic -----------------------------------------------------------------------
+_add(Op("add", 2, np.add, (_V, _G, _S), "promote", True, reduce=np.sum, identity=0.0,
+        doc="x + y"))
+_add(Op("subtract", 2, np.subtract, (_V, _G), "promote", True,
+        doc="x - y"))
+_add(Op("multiply", 2, np.multiply, (_V, _G, _S), "promote", True, reduce=np.prod,
+        identity=1.0, doc="x * y"))
+_add(Op("divide", 2, _div, (_V,), "promote", doc="x / y"))
+_add(Op("maximum", 2, np.maximum, (_V, _G), "promote", True, reduce=np.max,
+        identity=-np.inf, doc="element-wise maximum"))
+_add(Op("minimum", 2, np.minimum, (_V, _G), "promote", True, reduce=np.min,
+        identity=np.inf, doc="element-wise minimum"))
+_add(Op("power", 2, _power, (_G, _V), "promote", doc="x ** y"))
+_add(Op("fmod", 2, _fmod, (_V,), "promote", True, doc="remainder with the sign of x (C fmod)"))
+_add(Op("mod", 2, _mod, (_V,), "promote", True, doc="remainder with the sign of y (Python %)"))
+# ---- comparisons and logic (results are 0/1) ---------------------------------------------------
+for _n, _fn, _d in [
+    ("equal", np.equal, "x == y"),
+    ("not_equal", np.not_equal, "x != y"),
+    ("greater", np.greater, "x > y"),
+    ("greater_equal", np.greater_equal, "x >= y"),
+    ("less", np.less, "x < y"),
+    ("less_equal", np.less_equal, "x <= y"),
+]:
+    _add(Op(_n, 2, _fn, (_V, _G), "bool", True, doc=_d + " (1 or 0)"))
+_add(Op("logical_and", 2, lambda a, b: np.logical_and(a != 0, b != 0), (_V, _G), "bool", True,
+        reduce=lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims),
+        identity=1.0, doc="x and y"))
+_add(Op("logical_or", 2, lambda a, b: np.logical_or(a != 0, b != 0), (_V, _G), "bool", True,
+        reduce=lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims),
+        identity=0.0, doc="x or y"))
+_add(Op("logical_xor", 2, lambda a, b: np.logical_xor(a != 0, b != 0), (_V, _G), "bool", True,
+        reduce=lambda x, axis, keepdims: np.sum(x != 0, axis=axis, keepdims=keepdims) % 2,
+        identity=0.0, doc="x xor y"))
+# ---- bit-vector ops (integer dtypes only, Vector engine only) --------------------------------
+_add(Op("bitwise_and", 2, np.bitwise_and, (_V,), "promote", True, True,
+        reduce=np.bitwise_and.reduce, doc="x & y on bit patterns"))
+_add(Op("bitwise_or", 2, np.bitwise_or, (_V,), "promote", True, True,
+        reduce=np.bitwise_or.reduce, doc="x | y on bit patterns"))
+_add(Op("bitwise_xor", 2, np.bitwise_xor, (_V,), "promote", True, True,
+        reduce=np.bitwise_xor.reduce, doc="x ^ y on bit patterns"))
+_add(Op("left_shift", 2, _shift(np.left_shift), (_V,), "promote", True, True, doc="x << y"))
+_add(Op("right_shift", 2, _rshift, (_V,), "promote", True, True,
+        doc="x >> y (logical shift)"))
+_add(Op("invert", 1, np.invert, (_V,), "same", True, True, doc="~x on bit patterns"))
+
+# ---- unary math (Scalar-engine activation functions where marked) ---------------------------
+_U = [
+    # name, fn, engines, activation, domain, doc
+    ("exp", np.exp, (_S,), True, None, "e ** x"),
+    ("log", np.log, (_S,), True, (2.0**-64, 2.0**64), "natural logarithm"),
+    ("sqrt", np.sqrt, (_S,), True, (2.0**-116, 2.0**118), "square root"),
+    ("rsqrt", _rsqrt, (_S, _G), True, (2.0**-87, 2.0**97), "1 / sqrt(x)"),
+    ("reciprocal", _recip, (_V, _S), True, None, "1 / x"),
+    ("abs", np.abs, (_V, _S), True, None, "|x|"),
+    ("negative", np.negative, (_V, _S), False, None, "-x"),
+    ("sign", np.sign, (_S,), True, None, "-1, 0 or 1"),
+    ("ceil", np.ceil, (_S,), False, None, "round up"),
+    ("floor", np.floor, (_S,), False, None, "round down"),
+    ("trunc", np.trunc, (_S,), False, None, "round toward zero"),
+    ("sin", np.sin, (_S,), True, (-math.pi, math.pi), "sine"),
+    ("cos", np.cos, (_S,), True, None, "cosine"),
+    ("tan", np.tan, (_S,), True, None, "tangent"),
+    ("arctan", np.arctan, (_S,), True, (-math.pi / 2, math.pi / 2), "arc tangent"),
+    ("tanh", np.tanh, (_S,), True, None, "hyperbolic tangent"),
+    ("sigmoid", _sigmoid, (_S,), True, None, "1 / (1 + e ** -x)"),
+    ("relu", lambda x: np.maximum(x, np.float32(0.0)), (_S,), True, None, "max(x, 0)"),
+    ("gelu", _gelu, (_S,), True, None, "x * Phi(x) (exact, erf-based)"),
+    ("gelu_dx", _gelu_dx, (_S,), True, None, "derivative of gelu"),
+    ("gelu_apprx_tanh", _gelu_tanh, (_S,), True, None, "tanh approximation of gelu"),
+    ("gelu_apprx_sigmoid", lambda x: _f(_f(x) * _sigmoid(np.float32(1.702) * _f(x))), (_S,),
+     True, None, "x * sigmoid(1.702 x)"),
+    ("silu", lambda x: _f(_f(x) * _sigmoid(x)), (_S,), True, None, "x * sigmoid(x)"),
+    ("silu_dx", _silu_dx, (_S,), True, None, "derivative of silu"),
+    ("erf", _erf, (_S,), True, None, "error function"),
+    ("erf_dx", _erf_dx, (_S,), True, None, "derivative of erf"),
+    ("softplus", _softplus, (_S,), True, None, "log(1 + e ** x)"),
+    ("mish", _mish, (_S,), True, None, "x * tanh(softplus(x))"),
+    ("square", np.square, (_S,), True, None, "x * x"),
+    ("copy", lambda x: x, (_S, _V, _G), True, None, "identity"),
+]
+for _n, _fn, _eng, _act, _dom, _d in _U:
+    exact = _n in ("abs", "negative", "sign", "square", "copy")
+
+    def _wrapped(x, _fn=_fn, _exact=exact):
+        if x.dtype.kind in "iu" and not _exact:
+            x = x.astype(np.float32)
+        with np.errstate(all="ignore"):
+            return _fn(x)
+
+    _add(Op(_n, 1, _wrapped, _eng, "same", exact, activation=_act, domain=_dom, doc=_d))
+
+_add(Op("logical_not", 1, lambda x: x == 0, (_V, _G), "bool", True, doc="not x (1 or 0)"))
+
+BINARY = tuple(n for n, o in OPS.items() if o.arity == 2)
+UNARY = tuple(n for n, o in OPS.items() if o.arity == 1 and n != "copy")
+REDUCERS = tuple(n for n, o in OPS.items() if o.reduce is not None)
+BITVEC = tuple(n for n, o in OPS.items() if o.bitvec)
+
+
+def result_dtype(op: Op, in_dtypes: list[str]) -> str:
+    """Result dtype by the row's rule: promote the inputs, keep the input's, or 0/1 (uint8)."""
+    from .dtypes import promote
+
+    if op.result == "bool":
+        return "uint8"
+    if op.result == "same":
+        return in_dtypes[0]
+    out = in_dtypes[0]
+    for d in in_dtypes[1:]:
+        out = promote(out, d)
+    return out
+
+
+def lookup(op: object) -> Op:
+    """Resolve an ``op=`` argument: an nl function, a NumPy ufunc / function, or a name."""
+    name = getattr(op, "__nki_op__", None)
+    if name is None:
+        name = _NUMPY_NAMES.get(op)  # type: ignore[arg-type]
+    if name is None and isinstance(op, str):
+        name = op
+    if name is None or name not in OPS:
+        from .errors import NKITypeError, user_loc
+
+        raise NKITypeError(
+            f"unsupported op {getattr(op, '__name__', op)!r}: expected an nki.language op "
+            f"(e.g. nl.add) or one of the NumPy equivalents",
+            code="err_unsupported_op",
+            loc=user_loc(),
+        )
+    return OPS[name]
+
+
+_NUMPY_NAMES: dict[object, str] = {
+    np.add: "add",
+    np.subtract: "subtract",
+    np.multiply: "multiply",
+    np.divide: "divide",
+    np.true_divide: "divide",
+    np.maximum: "maximum",
+    np.minimum: "minimum",
+    np.max: "maximum",
+    np.min: "minimum",
+    np.amax: "maximum",
+    np.amin: "minimum",
+    np.sum: "add",
+    np.prod: "multiply",
+    np.power: "power",
+    np.fmod: "fmod",
+    np.mod: "mod",
+    np.equal: "equal",
+    np.not_equal: "not_equal",
+    np.greater: "greater",
+    np.greater_equal: "greater_equal",
+    np.less: "less",
+    np.less_equal: "less_equal",
+    np.logical_and: "logical_and",
+    np.logical_or: "logical_or",
+    np.logical_xor: "logical_xor",
+    np.logical_not: "logical_not",
+    np.bitwise_and: "bitwise_and",
+    np.bitwise_or: "bitwise_or",
+    np.bitwise_xor: "bitwise_xor",
+    np.left_shift: "left_shift",
+    np.right_shift: "right_shift",
+    np.invert: "invert",
+    np.exp: "exp",
+    np.log: "log",
+    np.sqrt: "sqrt",
+    np.abs: "abs",
+    np.negative: "negative",
+    np.sign: "sign",
+    np.ceil: "ceil",
+    np.floor: "floor",
+    np.trunc: "trunc",
+    np.sin: "sin",
+    np.cos: "cos",
+    np.tan: "tan",
+    np.arctan: "arctan",
+    np.tanh: "tanh",
+    np.square: "square",
+    np.reciprocal: "reciprocal",
+}

@@ -1,0 +1,440 @@
+"""Symbolic values seen while tracing: scalars (program ids, loop iterators), index arrays
+(``nl.arange`` / ``nl.mgrid``) and mask predicates.
+
+All of them are affine; anything else (Python ``if`` on them, ``//``, ``%``, products of two
+symbols) is a clear error at the user's line, as in the real NKI compiler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .errors import NKIControlFlowError, NKIError, NKIIndexError, user_loc
+from .ir import Affine, Cond, IndexExpr
+
+_CMP_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    a2 = (1,) * (n - len(a)) + tuple(a)
+    b2 = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a2, b2):
+        if x != y and x != 1 and y != 1:
+            raise NKIIndexError(
+                f"index shapes {tuple(a)} and {tuple(b)} cannot be broadcast together",
+                code="err_index_shape_mismatch",
+                loc=user_loc(),
+            )
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def expand_expr(e: IndexExpr, shape: tuple[int, ...]) -> IndexExpr:
+    """Right-align ``e`` to ``shape`` (NumPy broadcasting); extent-1 axes carry no coefficient."""
+    pad = len(shape) - len(e.shape)
+    coeffs = (0,) * pad + tuple(e.coeffs)
+    coeffs = tuple(c if n > 1 else 0 for c, n in zip(coeffs, shape))
+    return IndexExpr(e.base, coeffs, tuple(shape))
+
+
+class _Traced:
+    """Base of traced values: using them in Python control flow is an error."""
+
+    __slots__ = ()
+    _what = "a traced value"
+
+    def __bool__(self) -> bool:
+        raise NKIControlFlowError(
+            f"Python control flow (if / while / and / or / not) cannot depend on {self._what}; "
+            "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
+            "nl.affine_range / nl.sequential_range for loops",
+            loc=user_loc(),
+        )
+
+    def __index__(self) -> int:
+        raise NKIControlFlowError(
+            f"{self._what} has no concrete integer value at trace time (it is symbolic); "
+            "it can only be used in affine index expressions",
+            code="err_dynamic_control_flow_not_supported",
+            loc=user_loc(),
+        )
+
+    __int__ = __index__
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def _non_affine(op: str, a: object, b: object) -> NKIError:
+    return NKIIndexError(
+        f"index expression '{_desc(a)} {op} {_desc(b)}' is not affine; NKI index expressions "
+        "must be of the form start + stride * index with integer strides",
+        code="err_unsupported_index_expression",
+        loc=user_loc(),
+    )
+
+
+def _desc(x: object) -> str:
+    return type(x).__name__ if isinstance(x, _Traced) else repr(x)
+
+
+def _as_expr(x: object) -> IndexExpr | None:
+    if isinstance(x, Index):
+        return x.expr
+    if isinstance(x, Scalar):
+        return IndexExpr(x.aff, (), ())
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int) or (hasattr(x, "__index__") and type(x).__module__ == "numpy"):
+        return IndexExpr(Affine.constant(int(x)), (), ())  # type: ignore[arg-type]
+    return None
+
+
+def _lin(a: IndexExpr, ca: int, b: IndexExpr, cb: int) -> IndexExpr:
+    """ca * a + cb * b with broadcasting."""
+    shape = broadcast_shapes(a.shape, b.shape)
+    ea, eb = expand_expr(a, shape), expand_expr(b, shape)
+    coeffs = tuple(ca * x + cb * y for x, y in zip(ea.coeffs, eb.coeffs))
+    base = a.base.scale(ca) + b.base.scale(cb)
+    return IndexExpr(base, coeffs, shape)
+
+
+def _wrap(e: IndexExpr) -> Scalar | Index:
+    if not e.shape:
+        return Scalar(e.base)
+    return Index(e)
+
+
+class _Affine(_Traced):
+    """Shared arithmetic of Scalar and Index."""
+
+    __slots__ = ()
+
+    def _expr(self) -> IndexExpr:
+        raise NotImplementedError
+
+    def __add__(self, other: object):
+        o = _as_expr(other)
+        if o is None:
+            return NotImplemented
+        return _wrap(_lin(self._expr(), 1, o, 1))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object):
+        o = _as_expr(other)
+        if o is None:
+            return NotImplemented
+        return _wrap(_lin(self._expr(), 1, o, -1))
+
+    def __rsub__(self, other: object):
+        o = _as_expr(other)
+        if o is None:
+            return NotImplemented
+        return _wrap(_lin(o, 1, self._expr(), -1))
+
+    def __neg__(self):
+        e = self._expr()
+        return _wrap(_lin(e, -1, IndexExpr(Affine(), (), ()), 0))
+
+    def __mul__(self, other: object):
+        o = _as_expr(other)
+        if o is None:
+            return NotImplemented
+        if not o.shape and o.base.is_const:
+            return _wrap(_lin(self._expr(), o.base.const, o, 0))
+        e = self._expr()
+        if not e.shape and e.base.is_const:
+            return _wrap(_lin(o, e.base.const, e, 0))
+        raise _non_affine("*", self, other)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: object):
+        raise _non_affine("//", self, other)
+
+    def __rfloordiv__(self, other: object):
+        raise _non_affine("//", other, self)
+
+    def __mod__(self, other: object):
+        raise _non_affine("%", self, other)
+
+    def __rmod__(self, other: object):
+        raise _non_affine("%", other, self)
+
+    def __truediv__(self, other: object):
+        raise _non_affine("/", self, other)
+
+    def _cmp(self, other: object, op: str) -> Pred:
+        o = _as_expr(other)
+        if o is None:
+            raise NKIError(
+                f"cannot compare an index expression with {type(other).__name__}",
+                code="err_unsupported_expression_in_mask",
+                loc=user_loc(),
+            )
+        return Pred((Cond(_lin(self._expr(), 1, o, -1), op),))
+
+    def __lt__(self, other):
+        return self._cmp(other, "<")
+
+    def __le__(self, other):
+        return self._cmp(other, "<=")
+
+    def __gt__(self, other):
+        return self._cmp(other, ">")
+
+    def __ge__(self, other):
+        return self._cmp(other, ">=")
+
+    def __eq__(self, other):  # type: ignore[override]
+        return self._cmp(other, "==")
+
+    def __ne__(self, other):  # type: ignore[override]
+        return self._cmp(other, "!=")
+
+    __hash__ = _Traced.__hash__
+
+
+class Scalar(_Affine):
+    """A symbolic integer: a program id, a loop iterator, or an affine combination of them."""
+
+    __slots__ = ("aff",)
+    _what = "a program id or loop iterator"
+
+    def __init__(self, aff: Affine) -> None:
+        self.aff = aff
+
+    def _expr(self) -> IndexExpr:
+        return IndexExpr(self.aff, (), ())
+
+    def __repr__(self) -> str:
+        return f"<traced scalar {self.aff}>"
+
+
+class Index(_Affine):
+    """An affine index array (from ``nl.arange`` / ``nl.mgrid``) over tile axes."""
+
+    __slots__ = ("expr",)
+    _what = "an nl.arange / nl.mgrid index"
+
+    def __init__(self, expr: IndexExpr) -> None:
+        self.expr = expr
+
+    def _expr(self) -> IndexExpr:
+        return self.expr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.expr.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.expr.shape)
+
+    def __bool__(self) -> bool:
+        raise NKIControlFlowError(
+            "Python control flow cannot depend on an nl.arange / nl.mgrid index "
+            "(its value differs per element); use mask= instead",
+            code="err_control_flow_condition_depending_on_arange",
+            loc=user_loc(),
+        )
+
+    def __getitem__(self, key: object) -> Index:
+        """Reshape with ``None`` / ``:`` only, e.g. ``nl.arange(128)[:, None]``."""
+        key = key if isinstance(key, tuple) else (key,)
+        axes = iter(range(self.ndim))
+        coeffs, shape = [], []
+        for k in key:
+            if k is None:
+                coeffs.append(0)
+                shape.append(1)
+            elif isinstance(k, slice) and k == slice(None):
+                try:
+                    d = next(axes)
+                except StopIteration:
+                    raise NKIIndexError(
+                        f"too many ':' for an index of rank {self.ndim}", loc=user_loc()
+                    ) from None
+                coeffs.append(self.expr.coeffs[d])
+                shape.append(self.expr.shape[d])
+            else:
+                raise NKIIndexError(
+                    "an nl.arange index can only be reshaped with ':' and None "
+                    f"(e.g. nl.arange(128)[:, None]), got {k!r}",
+                    code="err_unsupported_index_expression",
+                    loc=user_loc(),
+                )
+        for d in axes:
+            coeffs.append(self.expr.coeffs[d])
+            shape.append(self.expr.shape[d])
+        return Index(IndexExpr(self.expr.base, tuple(coeffs), tuple(shape)))
+
+    def __setitem__(self, key: object, value: object) -> None:
+        raise NKIError(
+            "cannot assign to an index expression (nl.arange / nl.mgrid results are not "
+            "tensors); materialise it with nisa.iota first",
+            code="err_cannot_assign_to_index",
+            loc=user_loc(),
+        )
+
+    def __repr__(self) -> str:
+        return f"<index {self.expr} shape={self.shape}>"
+
+
+class Pred(_Traced):
+    """A mask: a conjunction of affine comparisons, combined with ``&``."""
+
+    __slots__ = ("conds",)
+    _what = "a mask predicate"
+
+    def __init__(self, conds: tuple[Cond, ...]) -> None:
+        self.conds = conds
+
+    def __and__(self, other: object) -> Pred:
+        if isinstance(other, Pred):
+            return Pred(self.conds + other.conds)
+        if other is True:
+            return self
+        raise _bad_mask("&", other)
+
+    __rand__ = __and__
+
+    def __or__(self, other: object) -> Pred:
+        raise _bad_mask("|", other)
+
+    __ror__ = __or__
+
+    def __invert__(self) -> Pred:
+        flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+        if len(self.conds) != 1:
+            raise _bad_mask("~", self)
+        c = self.conds[0]
+        return Pred((Cond(c.expr, flip[c.op]),))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape: tuple[int, ...] = ()
+        for c in self.conds:
+            shape = broadcast_shapes(shape, c.expr.shape)
+        return shape
+
+    def __repr__(self) -> str:
+        return "<mask " + " & ".join(str(c) for c in self.conds) + ">"
+
+
+def _bad_mask(op: str, other: object) -> NKIError:
+    return NKIError(
+        f"unsupported expression in mask: masks are affine comparisons combined with '&' "
+        f"(operator {op!r} with {_desc(other)} is not supported)",
+        code="err_unsupported_expression_in_mask",
+        loc=user_loc(),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Constructors used by nki.language
+# --------------------------------------------------------------------------------------------
+
+
+def _static_int(x: object, what: str) -> int:
+    if isinstance(x, _Traced):
+        raise NKIError(
+            f"{what} must be a compile-time integer, got a traced value",
+            code="err_unsupported_index_expression",
+            loc=user_loc(),
+        )
+    try:
+        return int(x.__index__())  # type: ignore[union-attr]
+    except (AttributeError, TypeError):
+        raise NKIError(f"{what} must be an integer, got {x!r}", loc=user_loc()) from None
+
+
+def arange(start: int, stop: int | None = None, step: int = 1) -> Index:
+    if stop is None:
+        start, stop = 0, start
+    start = _static_int(start, "nl.arange start")
+    stop = _static_int(stop, "nl.arange stop")
+    step = _static_int(step, "nl.arange step")
+    if step == 0:
+        raise NKIError("nl.arange step must not be 0", loc=user_loc())
+    n = len(range(start, stop, step))
+    if n <= 0:
+        raise NKIError(f"nl.arange({start}, {stop}, {step}) is empty", loc=user_loc())
+    return Index(IndexExpr(Affine.constant(start), (step,), (n,)))
+
+
+class MGrid:
+    """The result of ``nl.mgrid[...]``: unpack it, or use ``.p`` / ``.x`` / ``.y`` / ``.z``."""
+
+    def __init__(self, components: tuple[Index, ...]) -> None:
+        self._c = components
+
+    def __iter__(self) -> Iterator[Index]:
+        return iter(self._c)
+
+    def __len__(self) -> int:
+        return len(self._c)
+
+    def __getitem__(self, i: int) -> Index:
+        return self._c[i]
+
+    def _axis(self, i: int) -> Index:
+        if i >= len(self._c):
+            raise NKIError(f"this mgrid has only {len(self._c)} axes", loc=user_loc())
+        return self._c[i]
+
+    @property
+    def p(self) -> Index:
+        return self._axis(0)
+
+    @property
+    def x(self) -> Index:
+        return self._axis(1)
+
+    @property
+    def y(self) -> Index:
+        return self._axis(2)
+
+    @property
+    def z(self) -> Index:
+        return self._axis(3)
+
+
+class _MGridMaker:
+    def __getitem__(self, key: object) -> MGrid | Index:
+        keys = key if isinstance(key, tuple) else (key,)
+        ranges = []
+        for k in keys:
+            if not isinstance(k, slice):
+                raise NKIError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]", loc=user_loc())
+            start = _static_int(0 if k.start is None else k.start, "nl.mgrid start")
+            stop = _static_int(k.stop, "nl.mgrid stop")
+            step = _static_int(1 if k.step is None else k.step, "nl.mgrid step")
+            ranges.append((start, step, len(range(start, stop, step))))
+        shape = tuple(n for _, _, n in ranges)
+        comps = []
+        for d, (start, step, _n) in enumerate(ranges):
+            coeffs = tuple(step if j == d and shape[j] > 1 else 0 for j in range(len(shape)))
+            comps.append(Index(IndexExpr(Affine.constant(start), coeffs, shape)))
+        if len(comps) == 1:
+            return comps[0]
+        return MGrid(tuple(comps))
+
+
+mgrid = _MGridMaker()
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: the slice ``start:start+size`` with a possibly symbolic start."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start: object, size: object, step: int = 1) -> None:
+        self.start = start
+        self.size = _static_int(size, "nl.ds size")
+        self.step = _static_int(step, "nl.ds step")
+
+    def __repr__(self) -> str:
+        return f"nl.ds({self.start!r}, {self.size})"

@@ -1,0 +1,827 @@
+"""Tracing: the state of one kernel trace, tensor handles, subscripts and instruction emission.
+
+A kernel body runs once per input signature with symbolic program ids and loop iterators.
+Every ``nl.*`` / ``nisa.*`` call checks its operands here and records one IR instruction."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import dtypes
+from .errors import (
+    NKIError,
+    NKIIndexError,
+    NKIMemoryError,
+    NKIScopeError,
+    NKIShapeError,
+    NKITypeError,
+    SrcLoc,
+    user_loc,
+)
+from .ir import (
+    HBM_BUFFERS,
+    Access,
+    Affine,
+    Alloc,
+    Const,
+    IndexExpr,
+    Instr,
+    Loop,
+    LoopSym,
+    Mask,
+    Node,
+    TensorDecl,
+)
+from .symbolic import DynSlice, Index, Pred, Scalar, _Traced, broadcast_shapes, expand_expr
+
+PMAX = 128
+
+# --------------------------------------------------------------------------------------------
+# Trace state
+# --------------------------------------------------------------------------------------------
+
+
+class TraceState:
+    """Everything recorded while one kernel body runs."""
+
+    def __init__(self, name: str, target: Any, grid_shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.target = target  # simulator.targets.Target
+        self.grid_shape = grid_shape
+        self.tensors: dict[str, TensorDecl] = {}
+        self.bodies: list[list[Node]] = [[]]
+        self.loops: list[LoopSym] = []
+        self.loop_kinds: list[str] = []
+        self.written: dict[str, SrcLoc] = {}
+        self.params: list[str] = []
+        self._next_id = 0
+
+    def fresh(self, prefix: str) -> str:
+        while True:
+            name = f"{prefix}{self._next_id}"
+            self._next_id += 1
+            if name not in self.tensors:
+                return name
+
+    def declare(self, decl: TensorDecl) -> None:
+        self.tensors[decl.name] = decl
+
+    def append(self, node: Node) -> None:
+        self.bodies[-1].append(node)
+
+
+_STATE: list[TraceState] = []
+
+
+def state(api: str = "this call") -> TraceState:
+    if not _STATE:
+        raise NKIError(
+            f"{api} can only be used inside a kernel being traced by @nki.jit "
+            "(call the kernel, or nki.simulate_kernel(kernel, *args))",
+            code="err_outside_kernel",
+            loc=user_loc(),
+        )
+    return _STATE[-1]
+
+
+def tracing() -> bool:
+    return bool(_STATE)
+
+
+@contextmanager
+def new_trace(st: TraceState) -> Iterator[TraceState]:
+    _STATE.append(st)
+    try:
+        yield st
+    finally:
+        _STATE.pop()
+
+
+# --------------------------------------------------------------------------------------------
+# Loops
+# --------------------------------------------------------------------------------------------
+
+
+def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scalar]:
+    """Generator behind ``affine_range`` / ``sequential_range``: yields one symbolic iterator
+    and records the body traced in between as a Loop node."""
+    st = state(f"nl.{kind}_range")
+    loc = user_loc(2)
+    if len(range(start, stop, step)) == 0:
+        return
+    sym = LoopSym(st._next_id, kind)
+    st._next_id += 1
+    st.bodies.append([])
+    st.loops.append(sym)
+    st.loop_kinds.append(kind)
+    done = False
+    try:
+        yield Scalar(Affine.of(sym))
+        done = True
+    finally:
+        body = st.bodies.pop()
+        st.loops.pop()
+        st.loop_kinds.pop()
+        if done or body:
+            st.append(Loop(sym, start, stop, step, kind, tuple(body), loc))
+
+
+# --------------------------------------------------------------------------------------------
+# Tensors and views
+# --------------------------------------------------------------------------------------------
+
+
+class TileOps:
+    """Python operators on tiles map to nki.language ops."""
+
+    __slots__ = ()
+
+    def _nl(self):
+        from .language import ops
+
+        return ops
+
+    def __add__(self, o):
+        return self._nl().add(self, o)
+
+    def __radd__(self, o):
+        return self._nl().add(o, self)
+
+    def __sub__(self, o):
+        return self._nl().subtract(self, o)
+
+    def __rsub__(self, o):
+        return self._nl().subtract(o, self)
+
+    def __mul__(self, o):
+        return self._nl().multiply(self, o)
+
+    def __rmul__(self, o):
+        return self._nl().multiply(o, self)
+
+    def __truediv__(self, o):
+        return self._nl().divide(self, o)
+
+    def __rtruediv__(self, o):
+        return self._nl().divide(o, self)
+
+    def __neg__(self):
+        return self._nl().negative(self)
+
+    def __pow__(self, o):
+        return self._nl().power(self, o)
+
+    def __lt__(self, o):
+        return self._nl().less(self, o)
+
+    def __le__(self, o):
+        return self._nl().less_equal(self, o)
+
+    def __gt__(self, o):
+        return self._nl().greater(self, o)
+
+    def __ge__(self, o):
+        return self._nl().greater_equal(self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._nl().equal(self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._nl().not_equal(self, o)
+
+    def __and__(self, o):
+        return self._nl().bitwise_and(self, o)
+
+    def __or__(self, o):
+        return self._nl().bitwise_or(self, o)
+
+    def __xor__(self, o):
+        return self._nl().bitwise_xor(self, o)
+
+    def __invert__(self):
+        return self._nl().invert(self)
+
+    def __lshift__(self, o):
+        return self._nl().left_shift(self, o)
+
+    def __rshift__(self, o):
+        return self._nl().right_shift(self, o)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise NKIError(
+            "the truth value of a tile is ambiguous and cannot drive Python control flow; "
+            "use nl.where / masks, and '&', '|', '~' for element-wise logic",
+            code="err_ambiguous_tensor_truth_value",
+            loc=user_loc(),
+        )
+
+    def __iter__(self):
+        raise NKIError(
+            "a tile cannot be iterated in Python; index it with nl.arange / slices",
+            code="err_ambiguous_tensor_truth_value",
+            loc=user_loc(),
+        )
+
+    # --- in-place updates: t[...] += v, psum += nl.matmul(...) -------------------------------
+    def _rmw(self, value: object, op: str):
+        assign(self.access_(), value, accumulate=op, api=f"{op} (in-place)")
+        return _Assigned(self)
+
+    def __iadd__(self, o):
+        return self._rmw(o, "add")
+
+    def __isub__(self, o):
+        return self._rmw(o, "subtract")
+
+    def __imul__(self, o):
+        return self._rmw(o, "multiply")
+
+    # --- shared accessors --------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)  # type: ignore[attr-defined]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize  # type: ignore[attr-defined]
+
+    def access_(self) -> Access:
+        raise NotImplementedError
+
+    def tensor_(self) -> NkiTensor:
+        raise NotImplementedError
+
+
+class NkiTensor(TileOps):
+    """A tensor in HBM, SBUF or PSUM (kernel parameter, allocation or op result)."""
+
+    __slots__ = ("decl", "scope", "temp", "__weakref__")
+
+    def __init__(self, decl: TensorDecl, scope: tuple[LoopSym, ...], temp: bool = False) -> None:
+        self.decl = decl
+        self.scope = scope
+        self.temp = temp  # produced by an op (candidate for writing straight into its target)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.decl.shape
+
+    @property
+    def dtype(self) -> dtypes.NkiDtype:
+        return dtypes.NkiDtype(self.decl.dtype)
+
+    @property
+    def buffer(self) -> str:
+        return self.decl.buffer
+
+    @property
+    def name(self) -> str:
+        return self.decl.name
+
+    def access_(self) -> Access:
+        shape = self.decl.shape
+        idx = []
+        for d in range(len(shape)):
+            coeffs = tuple(1 if j == d and shape[d] > 1 else 0 for j in range(len(shape)))
+            idx.append(IndexExpr(Affine(), coeffs, shape))
+        return Access(self.decl.name, shape, tuple(idx))
+
+    def tensor_(self) -> NkiTensor:
+        return self
+
+    def __getitem__(self, key: object) -> View:
+        return View(self, self.access_())[key]
+
+    def __setitem__(self, key: object, value: object) -> None:
+        if isinstance(value, _Assigned):
+            return  # the in-place update already happened (t[...] += v)
+        fusable = isinstance(value, NkiTensor) and sys.getrefcount(value) <= _FUSE_REFS
+        assign(self[key].access_(), value, api="assignment", fusable=fusable)
+
+    def reshape(self, shape: tuple[int, ...]) -> NkiTensor:
+        """A view of the same HBM storage with another shape (same number of elements)."""
+        st = state("tensor.reshape")
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        n_old = _prod(self.shape)
+        if _prod(shape) != n_old:
+            raise NKIShapeError(
+                f"cannot reshape tensor '{self.name}' of shape {self.shape} ({n_old} elements) "
+                f"to {shape} ({_prod(shape)} elements)",
+                code="err_reshape_size_mismatch",
+                loc=user_loc(),
+            )
+        if self.decl.buffer not in HBM_BUFFERS:
+            raise NKIMemoryError(
+                f"reshape is supported for HBM tensors; '{self.name}' is in {self.decl.buffer}",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        base = self.decl.alias_of or self.decl.name
+        decl = TensorDecl(
+            st.fresh(f"{base}_r"), shape, self.decl.dtype, self.decl.buffer, "alias", 0,
+            user_loc(), base,
+        )
+        st.declare(decl)
+        return NkiTensor(decl, self.scope)
+
+    def __repr__(self) -> str:
+        return f"<{self.decl.buffer} tensor {self.name} {self.decl.dtype}{list(self.shape)}>"
+
+
+_FUSE_REFS = 3  # sys.getrefcount of an op result nobody else holds, seen from __setitem__
+
+
+class View(TileOps):
+    """A tile-shaped access into a tensor: the result of indexing."""
+
+    __slots__ = ("base", "acc")
+
+    def __init__(self, base: NkiTensor, acc: Access) -> None:
+        self.base = base
+        self.acc = acc
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.acc.shape
+
+    @property
+    def dtype(self) -> dtypes.NkiDtype:
+        return self.base.dtype
+
+    @property
+    def buffer(self) -> str:
+        return self.base.buffer
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def access_(self) -> Access:
+        return self.acc
+
+    def tensor_(self) -> NkiTensor:
+        return self.base
+
+    def __getitem__(self, key: object) -> View:
+        sub = parse_subscript(key, self.acc.shape, f"tensor '{self.base.name}'")
+        return View(self.base, compose(self.acc, sub))
+
+    def __setitem__(self, key: object, value: object) -> None:
+        if isinstance(value, _Assigned):
+            return
+        fusable = isinstance(value, NkiTensor) and sys.getrefcount(value) <= _FUSE_REFS
+        assign(self[key].access_(), value, api="assignment", fusable=fusable)
+
+    def __repr__(self) -> str:
+        return f"<view {self.acc} {self.base.decl.dtype}{list(self.shape)}>"
+
+
+class _Assigned:
+    """Returned by ``__iadd__``: marks a view already updated in place."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: TileOps) -> None:
+        self.view = view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.view, name)
+
+    def __getitem__(self, key: object):
+        return self.view[key]  # type: ignore[index]
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.view[key] = value  # type: ignore[index]
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# Subscripts
+# --------------------------------------------------------------------------------------------
+
+
+def _scalar_aff(x: object, what: str) -> Affine | None:
+    if isinstance(x, Scalar):
+        return x.aff
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return Affine.constant(x)
+    if hasattr(x, "__index__") and not isinstance(x, _Traced) and not isinstance(x, TileOps):
+        return Affine.constant(int(x.__index__()))  # numpy integers
+    return None
+
+
+def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
+    """Turn ``t[key]`` into per-dimension index expressions over the result tile shape.
+
+    The returned Access has tensor '' (it indexes the *view*); ``compose`` maps it onto the
+    underlying tensor."""
+    keys = list(key) if isinstance(key, tuple) else [key]
+    if any(k is Ellipsis for k in keys):
+        i = keys.index(Ellipsis)
+        if Ellipsis in keys[i + 1:]:
+            raise NKIIndexError("an index can only have a single ellipsis", loc=user_loc())
+        n_fill = len(shape) - (len(keys) - 1)
+        keys = keys[:i] + [slice(None)] * max(n_fill, 0) + keys[i + 1:]
+    if len(keys) > len(shape):
+        raise NKIIndexError(
+            f"too many indices for {what}: {len(keys)} indices for {len(shape)} dimensions "
+            f"(shape {shape})",
+            code="err_too_many_indices",
+            loc=user_loc(),
+        )
+    advanced = [k for k in keys if isinstance(k, Index)]
+    if advanced:
+        return _parse_advanced(keys, shape, what)
+    keys += [slice(None)] * (len(shape) - len(keys))
+    out_shape: list[int] = []
+    parts: list[tuple[Affine, int | None, int]] = []  # (base, result axis or None, stride)
+    for d, k in enumerate(keys):
+        n = shape[d]
+        if isinstance(k, (slice, DynSlice)):
+            base, size, step = _slice_bounds(k, n, d, what)
+            parts.append((base, len(out_shape), step))
+            out_shape.append(size)
+            continue
+        aff = _scalar_aff(k, what)
+        if aff is None:
+            raise NKIIndexError(
+                f"unsupported index {k!r} for dimension {d} of {what}: use integers, slices, "
+                "nl.ds(start, size), program ids, loop iterators or nl.arange expressions",
+                code="err_unsupported_index_expression",
+                loc=user_loc(),
+            )
+        if aff.is_const and aff.const < 0:
+            aff = Affine.constant(aff.const + n)  # Python-style negative integer index
+        parts.append((aff, None, 0))
+    rshape = tuple(out_shape)
+    idx = []
+    for base, ax, step in parts:
+        coeffs = tuple(step if (j == ax and rshape[j] > 1) else 0 for j in range(len(rshape)))
+        idx.append(IndexExpr(base, coeffs, rshape))
+    return Access("", rshape, tuple(idx))
+
+
+def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affine, int, int]:
+    if isinstance(k, DynSlice):
+        start = _scalar_aff(k.start, what)
+        if start is None:
+            raise NKIIndexError(f"nl.ds start must be an integer expression, got {k.start!r}",
+                                loc=user_loc())
+        return start, k.size, k.step
+    step = 1 if k.step is None else _scalar_aff(k.step, what)
+    if not isinstance(step, int):
+        if step is None or not step.is_const:
+            raise NKIIndexError("slice steps must be integer constants", loc=user_loc())
+        step = step.const
+    if step <= 0:
+        raise NKIIndexError(f"slice step must be positive, got {step}", loc=user_loc())
+    start = Affine.constant(0) if k.start is None else _scalar_aff(k.start, what)
+    stop = Affine.constant(n) if k.stop is None else _scalar_aff(k.stop, what)
+    if start is None or stop is None:
+        raise NKIIndexError(f"unsupported slice bounds {k!r} on {what}", loc=user_loc())
+    if start.is_const and stop.is_const:
+        s0, s1, _ = slice(start.const, stop.const, step).indices(n)
+        return Affine.constant(s0), max(0, len(range(s0, s1, step))), step
+    extent = stop + start.scale(-1)
+    if not extent.is_const:
+        raise NKIIndexError(
+            f"slice {_fmt_slice(start, stop)} on dimension {d} of {what} has a size that depends "
+            "on a traced value; tile sizes must be compile-time constants",
+            code="err_unsupported_index_expression",
+            loc=user_loc(),
+        )
+    size = len(range(0, extent.const, step))
+    return start, size, step
+
+
+def _fmt_slice(a: Affine, b: Affine) -> str:
+    return f"[{a}:{b}]"
+
+
+def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Access:
+    for k in keys:
+        if isinstance(k, (slice, DynSlice)) or k is Ellipsis:
+            raise NKIIndexError(
+                f"mixing basic indexing (slices) and advanced indexing (nl.arange / nl.mgrid) "
+                f"in one subscript of {what} is not supported; use nl.arange for every "
+                "sliced dimension",
+                code="err_unsupported_mixing_basic_advanced_tensor_indexing",
+                loc=user_loc(),
+            )
+        if isinstance(k, Index) and k.ndim == 1:
+            raise NKIIndexError(
+                f"a 1-D nl.arange cannot index {what}; give each index its own axis, e.g. "
+                "nl.arange(128)[:, None] and nl.arange(512)[None, :]",
+                code="err_1d_arange_not_supported",
+                loc=user_loc(),
+            )
+    if len(keys) != len(shape):
+        raise NKIIndexError(
+            f"advanced indexing of {what} needs one index per dimension: got {len(keys)} "
+            f"indices for shape {shape}",
+            code="err_unsupported_mixing_basic_advanced_tensor_indexing",
+            loc=user_loc(),
+        )
+    rshape: tuple[int, ...] = ()
+    for k in keys:
+        if isinstance(k, Index):
+            rshape = broadcast_shapes(rshape, k.shape)
+    idx = []
+    for d, k in enumerate(keys):
+        if isinstance(k, Index):
+            idx.append(expand_expr(k.expr, rshape))
+            continue
+        aff = _scalar_aff(k, what)
+        if aff is None:
+            raise NKIIndexError(
+                f"unsupported index {k!r} for dimension {d} of {what}",
+                code="err_unsupported_index_expression",
+                loc=user_loc(),
+            )
+        idx.append(IndexExpr(aff, (0,) * len(rshape), rshape))
+    return Access("", rshape, tuple(idx))
+
+
+def compose(outer: Access, sub: Access) -> Access:
+    """Index a view: substitute the sub-access's expressions for the view's tile axes."""
+    out = []
+    for e in outer.index:
+        base = e.base
+        coeffs = [0] * len(sub.shape)
+        for a, c in enumerate(e.coeffs):
+            if not c:
+                continue
+            se = sub.index[a]
+            base = base + se.base.scale(c)
+            for j, sc in enumerate(se.coeffs):
+                coeffs[j] += c * sc
+        out.append(IndexExpr(base, tuple(coeffs), sub.shape))
+    return Access(outer.tensor, sub.shape, tuple(out), outer.indirect)
+
+
+# --------------------------------------------------------------------------------------------
+# Operands and emission (the semantic layer every API call goes through)
+# --------------------------------------------------------------------------------------------
+
+
+def check_scope(t: NkiTensor, st: TraceState) -> None:
+    if tuple(st.loops[: len(t.scope)]) != t.scope:
+        raise NKIScopeError(
+            f"tensor '{t.name}' was created inside a loop body and is used after that loop "
+            "ended; allocate it before the loop and update it in place (t[...] = ...)",
+            loc=user_loc(),
+            related=(("defined", t.decl.loc),) if t.decl.loc else (),
+        )
+
+
+def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
+    """A tile / view argument as an Access (scope-checked)."""
+    if isinstance(x, _Assigned):
+        x = x.view
+    if isinstance(x, TileOps):
+        t = x.tensor_()
+        check_scope(t, state(api))
+        return x.access_(), t
+    if isinstance(x, (Index, Scalar)):
+        raise NKITypeError(
+            f"operand '{role}' of '{api}' is an index expression, not a tile; "
+            "materialise index values with nisa.iota",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+    raise NKITypeError(
+        f"operand '{role}' of '{api}' must be a tile or tensor, got {type(x).__name__}",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
+
+
+def require_buffer(t: NkiTensor, allowed: tuple[str, ...], api: str, role: str) -> None:
+    if t.buffer not in allowed:
+        space = "hbm" if set(allowed) <= set(HBM_BUFFERS) else "/".join(allowed)
+        got = "a tile in" if t.decl.on_chip else "a tensor in"
+        raise NKIMemoryError(
+            f"expected operand '{role}' of '{api}' to be in address space '{space}', but got "
+            f"{got} '{t.buffer}' ('{t.name}')",
+            code="err_unsupported_memory",
+            loc=user_loc(),
+        )
+
+
+def check_partitions(shape: tuple[int, ...], api: str, role: str) -> None:
+    if not shape:
+        return
+    if shape[0] > PMAX:
+        raise NKIShapeError(
+            f"number of partitions {shape[0]} of operand '{role}' of '{api}' exceeds the "
+            f"architecture limitation of {PMAX} (shape {list(shape)})",
+            code="err_num_partition_exceed_arch_limit",
+            loc=user_loc(),
+        )
+
+
+def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
+    if mask is None or mask is True:
+        return None
+    if not isinstance(mask, Pred):
+        raise NKIError(
+            f"mask= of '{api}' must be an affine predicate built from comparisons of nl.arange "
+            f"indices, loop iterators and program ids combined with '&'; got "
+            f"{type(mask).__name__}",
+            code="err_unsupported_expression_in_mask",
+            loc=user_loc(),
+        )
+    for c in mask.conds:
+        try:
+            bs = broadcast_shapes(c.expr.shape, tile_shape)
+        except NKIIndexError:
+            bs = None
+        if bs != tuple(tile_shape) and c.expr.shape:
+            raise NKIError(
+                f"mask of shape {c.expr.shape} does not match the tile shape {tuple(tile_shape)} "
+                f"of '{api}'",
+                code="err_mask_shape_mismatch",
+                loc=user_loc(),
+            )
+    return Mask(tuple(mask.conds))
+
+
+def new_tensor(
+    shape: tuple[int, ...],
+    dtype: str,
+    buffer: str,
+    *,
+    name: str | None = None,
+    par_dim: int = 0,
+    kind: str = "local",
+    temp: bool = False,
+    api: str = "",
+) -> NkiTensor:
+    st = state(api or "tensor creation")
+    loc = user_loc()
+    if buffer in ("sbuf", "psum"):
+        if len(shape) - par_dim < 2:
+            raise NKIShapeError(
+                f"insufficient rank: on-chip tile of shape {list(shape)} in {buffer} must have a "
+                "partition dimension and at least one free dimension, e.g. (128, 1)",
+                code="err_insufficient_rank",
+                loc=loc,
+            )
+        p = shape[par_dim]
+        if p > PMAX:
+            raise NKIShapeError(
+                f"number of partitions {p} exceeds the architecture limitation of {PMAX} "
+                f"({api or 'allocation'} of shape {list(shape)} in {buffer})",
+                code="err_num_partition_exceed_arch_limit",
+                loc=loc,
+            )
+    for s in shape:
+        if not isinstance(s, int) or s <= 0:
+            raise NKIShapeError(f"tensor dimensions must be positive integers, got {shape}",
+                                loc=loc)
+    prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
+    nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))
+    decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc)
+    st.declare(decl)
+    st.append(Alloc(nm, loc))
+    return NkiTensor(decl, tuple(st.loops), temp=temp)
+
+
+def emit(
+    kind: str,
+    op: str,
+    dst: Access | None,
+    srcs: tuple[Any, ...],
+    *,
+    attrs: tuple[tuple[str, Any], ...] = (),
+    mask: Mask | None = None,
+    accumulate: str | None = None,
+    api: str = "",
+) -> Instr:
+    st = state(api)
+    instr = Instr(kind, op, dst, tuple(srcs), attrs, mask, user_loc(), accumulate, api)
+    st.append(instr)
+    if dst is not None:
+        st.written.setdefault(dst.tensor, instr.loc)  # type: ignore[arg-type]
+    return instr
+
+
+def result_tile(shape: tuple[int, ...], dtype: str, buffer: str, api: str) -> NkiTensor:
+    return new_tensor(tuple(shape), dtype, buffer, temp=True, api=api)
+
+
+def const_operand(x: object) -> Const:
+    return Const(x.item() if hasattr(x, "item") else x)
+
+
+def assign(
+    dst: Access,
+    value: object,
+    *,
+    accumulate: str | None = None,
+    mask: Mask | None = None,
+    api: str = "assignment",
+    fusable: bool = False,
+) -> None:
+    """``dst = value`` / ``dst op= value``: write a tile, view or scalar into an access."""
+    st = state(api)
+    dtensor = st.tensors[dst.tensor]
+    if isinstance(value, _Assigned):
+        value = value.view
+    if isinstance(value, (Index, Scalar)):
+        raise NKITypeError(
+            "cannot assign an index expression to a tile; materialise it with nisa.iota",
+            code="err_cannot_assign_to_index",
+            loc=user_loc(),
+        )
+    if isinstance(value, TileOps):
+        src, t = operand(value, api, "value")
+        check_broadcast_into(src.shape, dst.shape, api)
+        if fusable and _fuse_into(st, t, dst, accumulate, mask):
+            return
+        emit("copy", "copy", dst, (src,), mask=mask, accumulate=accumulate, api=api)
+        return
+    if isinstance(value, (int, float, bool)) or hasattr(value, "dtype"):
+        if hasattr(value, "shape") and getattr(value, "shape", ()) != ():
+            raise NKITypeError(
+                "cannot assign a NumPy array inside a kernel; load data from an HBM tensor",
+                code="err_unsupported_operand",
+                loc=user_loc(),
+            )
+        if dtensor.buffer in HBM_BUFFERS:
+            raise NKIMemoryError(
+                "cannot write a scalar directly to an HBM tensor; fill an SBUF tile and nl.store "
+                "it",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        emit("memset", "memset", dst, (const_operand(value),), mask=mask, accumulate=accumulate,
+             api=api)
+        return
+    raise NKITypeError(
+        f"cannot assign a value of type {type(value).__name__} to a tile",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
+
+
+def check_broadcast_into(src: tuple[int, ...], dst: tuple[int, ...], api: str) -> None:
+    """Source tiles broadcast into destinations; the destination may not be smaller."""
+    ok = len(src) <= len(dst) or all(s == 1 for s in src[: len(src) - len(dst)])
+    if ok:
+        s2 = tuple(src[-len(dst):]) if len(src) >= len(dst) else (1,) * (len(dst) - len(src)) + src
+        ok = all(a == b or a == 1 for a, b in zip(s2, dst))
+    if not ok:
+        raise NKIShapeError(
+            f"destination shape {list(dst)} of '{api}' is smaller than (or incompatible with) "
+            f"the source shape {list(src)}",
+            code="err_store_dst_shape_smaller_than_other_shape",
+            loc=user_loc(),
+        )
+
+
+def _fuse_into(
+    st: TraceState, t: NkiTensor, dst: Access, accumulate: str | None, mask: Mask | None
+) -> bool:
+    """``t[...] = nl.op(...)``: when the op's result tile is referenced nowhere else, let the
+    instruction write its target directly (no temporary tile, as the real compiler does)."""
+    body = st.bodies[-1]
+    if not t.temp or len(body) < 2:
+        return False
+    last, alloc = body[-1], body[-2]
+    if not (isinstance(last, Instr) and isinstance(alloc, Alloc)):
+        return False
+    if alloc.tensor != t.name or last.dst is None or last.dst.tensor != t.name:
+        return False
+    if last.mask is not None or last.accumulate is not None:
+        return False
+    if last.dst.shape != dst.shape or any(_reads(s, t.name) for s in last.srcs):
+        return False
+    if st.tensors[dst.tensor].dtype != t.decl.dtype:
+        return False
+    body[-2:] = [Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc,
+                       accumulate, last.api)]
+    del st.tensors[t.name]
+    st.written.pop(t.name, None)
+    st.written.setdefault(dst.tensor, last.loc)  # type: ignore[arg-type]
+    return True
+
+
+def _reads(src: object, name: str) -> bool:
+    if isinstance(src, Access):
+        return src.tensor == name or any(_reads(a, name) for _, a in src.indirect)
+    return False

@@ -1,0 +1,40 @@
+"""Static out-of-bounds analysis: every unmasked access's index range over the tile axes, loop
+ranges and grid extents must stay inside the tensor (the real compiler rejects it otherwise)."""
+
+from __future__ import annotations
+
+from nki.errors import NKIIndexError
+from nki.ir import Access, KernelIR, Loop, PidSym, Sym
+
+
+def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int]]:
+    r: dict[Sym, tuple[int, int]] = {PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)}
+    for lp in loops:
+        r[lp.sym] = lp.value_range()
+    return r
+
+
+def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
+    shape = ir.tensor(acc.tensor).shape
+    for dim, (e, n) in enumerate(zip(acc.index, shape)):
+        if dim in dict(acc.indirect):
+            continue  # data-dependent: checked when it runs
+        lo, hi = e.bounds(ranges)
+        if lo < 0 or hi >= n:
+            raise NKIIndexError(
+                f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index range "
+                f"[{lo}, {hi}] exceeds the dimension size of {n} (in '{instr.api or instr.op}'; "
+                "use a mask to make a partial access legal)",
+                code="err_tensor_access_out_of_bound",
+                loc=instr.loc,
+            )
+
+
+def check_bounds(ir: KernelIR) -> None:
+    for instr, loops in ir.instructions():
+        if instr.mask is not None:
+            continue  # masked accesses may reach past the edge; checked at run time
+        ranges = _ranges(ir, loops)
+        for a in (instr.dst, *instr.srcs):
+            if isinstance(a, Access):
+                check_access(ir, a, ranges, instr)

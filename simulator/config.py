@@ -1,0 +1,66 @@
+"""Simulation settings: one frozen, validated ``SimConfig``, settable per call or from the
+environment.
+
+Environment variables (read when no explicit value is given):
+
+* ``NEURON_PLATFORM_TARGET_OVERRIDE`` / ``NKI_SIM_TARGET``: ``trn1|gen2``, ``trn2|gen3`` (default),
+  ``trn3|gen4``.
+* ``NKI_PRECISE_FP``: ``1`` (default) stores bfloat16 / fp8 in their real format; ``0`` stores
+  them as fp32 ("fast fp"), to tell logic bugs from rounding.
+* ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
+* ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
+  seeded random order.
+* ``NKI_SIM_BACKEND``: ``numpy`` (default) or ``auto``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from nki.errors import NKIError
+
+from .targets import DEFAULT_TARGET, target_name
+
+CHECK_LEVELS = ("none", "static", "full")
+BACKENDS = ("numpy", "auto")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    target: str = DEFAULT_TARGET
+    precise_fp: bool = True
+    checks: str = "static"
+    shuffle_seed: int | None = None
+    backend: str = "numpy"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", target_name(self.target))
+        if self.checks not in CHECK_LEVELS:
+            raise NKIError(f"SimConfig.checks must be one of {CHECK_LEVELS}, got {self.checks!r}")
+        if self.backend not in BACKENDS:
+            raise NKIError(f"SimConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.shuffle_seed is not None and not isinstance(self.shuffle_seed, int):
+            raise NKIError(f"SimConfig.shuffle_seed must be an int, got {self.shuffle_seed!r}")
+
+    def with_(self, **changes: object) -> SimConfig:
+        changes = {k: v for k, v in changes.items() if v is not None}
+        return replace(self, **changes) if changes else self
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> SimConfig:
+        env = dict(os.environ) if env is None else env
+        target = env.get("NEURON_PLATFORM_TARGET_OVERRIDE") or env.get("NKI_SIM_TARGET")
+        precise = env.get("NKI_PRECISE_FP", "1").strip().lower() not in ("0", "false", "no")
+        seed = env.get("NKI_SIM_SHUFFLE_SEED")
+        try:
+            seed_val = int(seed) if seed not in (None, "") else None
+        except ValueError:
+            raise NKIError(f"NKI_SIM_SHUFFLE_SEED must be an integer, got {seed!r}") from None
+        return SimConfig(
+            target=target or DEFAULT_TARGET,
+            precise_fp=precise,
+            checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),
+            shuffle_seed=seed_val,
+            backend=env.get("NKI_SIM_BACKEND", "numpy").strip().lower(),
+        )

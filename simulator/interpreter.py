@@ -1,0 +1,414 @@
+"""The NumPy reference interpreter: walks the kernel IR and defines the semantics.
+
+Memory model: HBM tensors shared by every instance live for the whole launch; SBUF / PSUM /
+private-HBM allocations are fresh (NaN-filled for floats) each time their ``Alloc`` runs, per
+instance, on the instance's physical core. Instructions are executed by handlers registered per
+instruction kind (see ``handlers_*.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nki import dtypes
+from nki.errors import NKIError, NKIIndexError, NKIRuntimeError
+from nki.ir import (
+    Access,
+    Alloc,
+    Const,
+    IndexExpr,
+    Instr,
+    KernelIR,
+    Loop,
+    Mask,
+    Node,
+    PidSym,
+    Sym,
+    TensorDecl,
+)
+
+from . import numerics
+from .config import SimConfig
+
+Handler = Callable[[Instr, "Ctx"], None]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handler(kind: str) -> Callable[[Handler], Handler]:
+    """Register the executor of one instruction kind."""
+
+    def deco(fn: Handler) -> Handler:
+        HANDLERS[kind] = fn
+        return fn
+
+    return deco
+
+
+@dataclass
+class RunInfo:
+    """What a launch did: instance placement on physical cores and the execution order."""
+
+    grid: tuple[int, ...]
+    placement: dict[tuple[int, ...], int] = field(default_factory=dict)
+    order: list[tuple[int, ...]] = field(default_factory=list)
+    num_cores: int = 1
+    target: str = ""
+
+    def instances_on(self, core: int) -> list[tuple[int, ...]]:
+        return [i for i in self.order if self.placement[i] == core]
+
+
+_IOTA_CACHE: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
+
+
+def _iota(shape: tuple[int, ...], d: int) -> np.ndarray:
+    key = (shape, d)
+    a = _IOTA_CACHE.get(key)
+    if a is None:
+        sh = [1] * len(shape)
+        sh[d] = shape[d]
+        a = np.arange(shape[d], dtype=np.int64).reshape(sh)
+        if len(_IOTA_CACHE) < 4096:
+            _IOTA_CACHE[key] = a
+    return a
+
+
+def eval_index(e: IndexExpr, env: dict[Sym, int]) -> np.ndarray | int:
+    """Values of an index expression over its tile shape (broadcastable array, or an int)."""
+    v: Any = e.base.evaluate(env)
+    for d, c in enumerate(e.coeffs):
+        if c:
+            v = v + c * _iota(e.shape, d)
+    return v
+
+
+def eval_mask(mask: Mask, shape: tuple[int, ...], env: dict[Sym, int]) -> np.ndarray:
+    out = np.ones(shape, dtype=bool)
+    for c in mask.conds:
+        v = eval_index(c.expr, env)
+        if c.op == "<":
+            r = v < 0
+        elif c.op == "<=":
+            r = v <= 0
+        elif c.op == ">":
+            r = v > 0
+        elif c.op == ">=":
+            r = v >= 0
+        elif c.op == "==":
+            r = v == 0
+        else:
+            r = v != 0
+        out &= np.broadcast_to(r, shape) if np.ndim(r) else bool(r)
+    return out
+
+
+class Ctx:
+    """Execution state of one SPMD instance."""
+
+    def __init__(
+        self,
+        ir: KernelIR,
+        config: SimConfig,
+        shared: dict[str, np.ndarray],
+        instance: tuple[int, ...],
+        core: int,
+        rng: np.random.Generator | None,
+        shadow_shared: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        self.ir = ir
+        self.config = config
+        self.arrays: dict[str, np.ndarray] = dict(shared)
+        self.instance = instance
+        self.core = core
+        self.rng = rng
+        self.env: dict[Sym, int] = {PidSym(a): i for a, i in enumerate(instance)}
+        self.full_checks = config.checks == "full"
+        # full checks: which on-chip elements have been written (uninitialised-read detection)
+        self.shadow: dict[str, np.ndarray] = {}
+        self.state: dict[str, Any] = {}  # per-instance engine state (rng, accumulators...)
+        self.instr: Instr | None = None
+
+    # ---- memory ---------------------------------------------------------------------------
+    def decl(self, name: str) -> TensorDecl:
+        return self.ir.tensor(name)
+
+    def array(self, name: str) -> np.ndarray:
+        a = self.arrays.get(name)
+        if a is None:
+            d = self.decl(name)
+            if d.alias_of is None:
+                raise NKIRuntimeError(f"tensor '{name}' is used before it is allocated")
+            a = self.array(d.alias_of).reshape(d.shape)
+            self.arrays[name] = a
+        return a
+
+    def allocate(self, decl: TensorDecl) -> None:
+        if decl.buffer == "shared_hbm" and decl.name in self.arrays:
+            return  # shared across instances: allocated once per launch
+        sd = numerics.storage_dtype(decl.dtype, self.config.precise_fp)
+        self.arrays[decl.name] = np.full(decl.shape, numerics.fill_value(decl.dtype), dtype=sd)
+        if self.full_checks and decl.on_chip:
+            self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
+
+    # ---- accesses -------------------------------------------------------------------------
+    def _basic(self, acc: Access) -> tuple[Any, ...] | None:
+        """Basic (slice) indexing for the common case: each tile axis walks one tensor dim in
+        order with a positive stride. None when fancy indexing is needed."""
+        if acc.indirect:
+            return None
+        out: list[Any] = []
+        last = -1
+        used = [False] * len(acc.shape)
+        for e in acc.index:
+            nz = [(d, c) for d, c in enumerate(e.coeffs) if c]
+            b = e.base.evaluate(self.env)
+            if not nz:
+                out.append(b)
+                continue
+            if len(nz) != 1:
+                return None
+            d, c = nz[0]
+            if c <= 0 or d <= last:
+                return None
+            last = d
+            used[d] = True
+            out.append(slice(b, b + c * (acc.shape[d] - 1) + 1, c))
+        if any(n > 1 and not u for n, u in zip(acc.shape, used)):
+            return None
+        return tuple(out)
+
+    def _check_bounds(self, acc: Access, idx: list[Any], sel: np.ndarray | None) -> None:
+        shape = self.array(acc.tensor).shape
+        for dim, (v, n) in enumerate(zip(idx, shape)):
+            if isinstance(v, (int, np.integer)):
+                lo = hi = int(v)
+            else:
+                vv = np.asarray(v)
+                if sel is not None:
+                    vv = np.broadcast_to(vv, acc.shape)[sel]
+                if vv.size == 0:
+                    continue
+                lo, hi = int(vv.min()), int(vv.max())
+            if lo < 0 or hi >= n:
+                raise NKIIndexError(
+                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index "
+                    f"range [{lo}, {hi}] exceeds the dimension size of {n}",
+                    code="err_tensor_access_out_of_bound",
+                )
+
+    def _fancy(self, acc: Access, sel: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
+        for dim, ind in acc.indirect:
+            vals = self.read(ind, sel).astype(np.int64)
+            idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
+        self._check_bounds(acc, idx, sel)
+        full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
+        if sel is not None:
+            full = [np.where(sel, v, 0) for v in full]  # masked-out lanes touch nothing real
+        return tuple(full)
+
+    def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
+        """The tile an access reads (storage dtype, tile shape)."""
+        arr = self.array(acc.tensor)
+        basic = self._basic(acc) if sel is None else None
+        if basic is not None:
+            self._check_bounds(acc, list(_slice_ends(basic)), None)
+            out = arr[basic].reshape(acc.shape)
+            if self.full_checks and acc.tensor in self.shadow:
+                self._check_init(acc, self.shadow[acc.tensor][basic].reshape(acc.shape), None)
+            return out
+        idx = self._fancy(acc, sel)
+        out = arr[idx]
+        if self.full_checks and acc.tensor in self.shadow:
+            self._check_init(acc, self.shadow[acc.tensor][idx], sel)
+        return out
+
+    def _check_init(self, acc: Access, written: np.ndarray, sel: np.ndarray | None) -> None:
+        ok = written if sel is None else (written | ~sel)
+        if not ok.all():
+            pos = tuple(int(i) for i in np.argwhere(~ok)[0])
+            raise NKIRuntimeError(
+                f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile "
+                f"{acc} was never written before this instruction reads it",
+                code="err_uninitialized_read",
+            )
+
+    def write(
+        self,
+        acc: Access,
+        values: np.ndarray | float | int,
+        sel: np.ndarray | None = None,
+        accumulate: str | None = None,
+    ) -> None:
+        """Store computed values (any numeric dtype) with rounding to the tensor's dtype."""
+        decl = self.decl(acc.tensor)
+        arr = self.array(acc.tensor)
+        vals = np.broadcast_to(np.asarray(values), acc.shape)
+        if accumulate is not None:
+            from nki.optable import OPS
+
+            old = self.read(acc, sel)
+            exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
+            a = numerics.to_compute(old, exact_int=exact)
+            b = numerics.to_compute(np.asarray(vals), exact_int=exact)
+            with np.errstate(all="ignore"):
+                vals = OPS[accumulate].fn(a, b)
+        stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        basic = self._basic(acc) if sel is None else None
+        if basic is not None:
+            self._check_bounds(acc, list(_slice_ends(basic)), None)
+            target_shape = arr[basic].shape
+            arr[basic] = np.reshape(stored, target_shape)
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][basic] = True
+            return
+        idx = self._fancy(acc, sel)
+        if sel is None:
+            arr[idx] = stored
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][idx] = True
+        else:
+            sidx = tuple(i[sel] for i in idx)
+            arr[sidx] = np.broadcast_to(stored, acc.shape)[sel]
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][sidx] = True
+
+    def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+        if instr.mask is None:
+            return None
+        shape = shape if shape is not None else instr.dst.shape  # type: ignore[union-attr]
+        return eval_mask(instr.mask, shape, self.env)
+
+    def value(self, src: Any, sel: np.ndarray | None = None, exact_int: bool = False):
+        """An operand as compute values: fp32 (or int64 when exact_int and integral)."""
+        if isinstance(src, Access):
+            return numerics.to_compute(self.read(src, sel), exact_int=exact_int)
+        if isinstance(src, Const):
+            v = src.value
+            if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return np.int64(v)
+            if isinstance(v, np.generic) and v.dtype.kind in "iu" and exact_int:
+                return np.int64(v)
+            return np.float32(v)
+        if isinstance(src, IndexExpr):
+            return np.asarray(eval_index(src, self.env), dtype=np.int64)
+        raise NKIRuntimeError(f"unsupported operand {src!r}")
+
+
+def _slice_ends(basic: tuple[Any, ...]) -> Iterable[Any]:
+    """Index extremes of a basic subscript, for bounds checks (a slice -> array of ends)."""
+    for s in basic:
+        if isinstance(s, slice):
+            last = s.start + ((s.stop - 1 - s.start) // s.step) * s.step
+            yield np.array([s.start, last], dtype=np.int64)
+        else:
+            yield s
+
+
+# --------------------------------------------------------------------------------------------
+# Walking the IR
+# --------------------------------------------------------------------------------------------
+
+
+def _exec(nodes: tuple[Node, ...], ctx: Ctx) -> None:
+    for n in nodes:
+        if isinstance(n, Instr):
+            _exec_instr(n, ctx)
+        elif isinstance(n, Loop):
+            it: Iterable[int] = range(n.start, n.stop, n.step)
+            if ctx.rng is not None and n.kind == "affine":
+                it = [int(v) for v in ctx.rng.permutation(np.array(list(it), dtype=np.int64))]
+            for v in it:
+                ctx.env[n.sym] = v
+                _exec(n.body, ctx)
+            ctx.env.pop(n.sym, None)
+        elif isinstance(n, Alloc):
+            ctx.allocate(ctx.decl(n.tensor))
+
+
+def _exec_instr(instr: Instr, ctx: Ctx) -> None:
+    fn = HANDLERS.get(instr.kind)
+    ctx.instr = instr
+    try:
+        if fn is None:
+            raise NKIRuntimeError(f"no executor for instruction kind '{instr.kind}'")
+        with np.errstate(all="ignore"):
+            fn(instr, ctx)
+    except NKIError as e:
+        raise e.with_context(loc=instr.loc, instance=ctx.instance, core=ctx.core) from None
+    except Exception as e:  # never let NumPy / internal errors escape without a location
+        raise NKIRuntimeError(
+            f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "
+            f"{type(e).__name__}: {e}",
+            code="err_runtime",
+            loc=instr.loc,
+            instance=ctx.instance,
+            core=ctx.core,
+        ) from e
+
+
+def run(
+    ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
+) -> tuple[dict[str, np.ndarray], RunInfo]:
+    """Execute a traced kernel over its grid. ``inputs`` maps parameter names to arrays in
+    storage dtype (they are updated in place where the kernel writes them)."""
+    _ensure_handlers()
+    shared: dict[str, np.ndarray] = dict(inputs)
+    for d in ir.tensors:
+        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
+            sd = numerics.storage_dtype(d.dtype, config.precise_fp)
+            shared[d.name] = np.full(d.shape, numerics.fill_value(d.dtype), dtype=sd)
+    grid = ir.grid
+    instances = list(grid.instances()) if grid.dims else [()]
+    info = RunInfo(grid.shape, num_cores=max(1, grid.num_cores), target=ir.target)
+    rng = np.random.default_rng(config.shuffle_seed) if config.shuffle_seed is not None else None
+    if rng is not None:
+        instances = [instances[i] for i in rng.permutation(len(instances))]
+    # instances run core by core; each core runs its share serially
+    by_core: dict[int, list[tuple[int, ...]]] = {}
+    for inst in instances:
+        core = grid.core_of(inst) if grid.dims else 0
+        info.placement[inst] = core
+        by_core.setdefault(core, []).append(inst)
+    for core in sorted(by_core):
+        for inst in by_core[core]:
+            ctx = Ctx(ir, config, shared, inst, core, rng)
+            info.order.append(inst)
+            _exec(ir.body, ctx)
+    return shared, info
+
+
+_LOADED = False
+
+
+def _ensure_handlers() -> None:
+    global _LOADED
+    if not _LOADED:
+        from . import handlers_core  # noqa: F401
+
+        try:
+            from . import handlers_lang  # noqa: F401
+        except ImportError as e:  # pragma: no cover - optional during development
+            if "handlers_lang" not in str(e):
+                raise
+        try:
+            from . import handlers_isa  # noqa: F401
+        except ImportError as e:  # pragma: no cover
+            if "handlers_isa" not in str(e):
+                raise
+        _LOADED = True
+
+
+def storage_input(arr: np.ndarray, dtype_name: str, config: SimConfig) -> np.ndarray:
+    """Copy a user's array into simulator storage for an HBM parameter."""
+    sd = numerics.storage_dtype(dtype_name, config.precise_fp)
+    return np.array(arr, dtype=sd, copy=True, order="C")
+
+
+def output_array(a: np.ndarray, dtype_name: str) -> np.ndarray:
+    """A kernel output as the user sees it: its declared dtype (undoing fast-fp storage)."""
+    want = dtypes.storage(dtype_name)
+    return np.array(a, dtype=want, copy=True) if a.dtype != want else a.copy()
