@@ -6,14 +6,22 @@ with ``@nki.jit`` and call it with NumPy arrays."""
 from . import errors, language, typing
 from .errors import NKIError
 from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
-
 from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.tensor)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "jit", "simulate_kernel", "simulate", "baremetal", "Kernel", "Launch", "NKIError",
-    "errors", "language", "typing", "tensor",
+    "jit",
+    "simulate_kernel",
+    "simulate",
+    "baremetal",
+    "Kernel",
+    "Launch",
+    "NKIError",
+    "errors",
+    "language",
+    "typing",
+    "tensor",
 ]
 
 

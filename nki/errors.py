@@ -106,9 +106,7 @@ class NKIError(Exception):
         self.related = tuple(related)
         super().__init__(self._format())
 
-    def with_context(
-        self, *, loc: SrcLoc | None = None, instance=None, core=None
-    ) -> NKIError:
+    def with_context(self, *, loc: SrcLoc | None = None, instance=None, core=None) -> NKIError:
         """Fill in missing location / instance information (keeps what is already set)."""
         if self.loc is None and loc is not None:
             self.loc = loc

@@ -66,15 +66,17 @@ class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
 
-    def __init__(self, fn: Any, mode: str = "auto", platform_target: str | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, fn: Any, mode: str = "auto", platform_target: str | None = None, **options: Any
+    ) -> None:
         if isinstance(fn, Kernel):
             fn = fn.fn
         if not callable(fn):
             raise NKITypeError(f"nki.jit expects a function, got {type(fn).__name__}")
         if mode not in MODES:
-            raise NKIError(f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
-                           code="err_invalid_mode")
+            raise NKIError(
+                f"unknown nki.jit mode {mode!r}; expected one of {MODES}", code="err_invalid_mode"
+            )
         self.fn = fn
         self.mode = mode
         self.platform_target = platform_target
@@ -143,13 +145,19 @@ class Kernel:
                         mutable.add(name)
                     if ann.shape is not None and tuple(ann.shape) != tuple(v.shape):
                         raise NKIShapeError(
-                            f"parameter '{name}' is annotated {ann} but has shape "
-                            f"{tuple(v.shape)}",
+                            f"parameter '{name}' is annotated {ann} but has shape {tuple(v.shape)}",
                             code="err_annotation_shape_mismatch",
                             loc=def_loc,
                         )
-                decl = TensorDecl(name, tuple(int(s) for s in v.shape), dtypes.name_of(v.dtype),
-                                  "shared_hbm", "param", 0, def_loc)
+                decl = TensorDecl(
+                    name,
+                    tuple(int(s) for s in v.shape),
+                    dtypes.name_of(v.dtype),
+                    "shared_hbm",
+                    "param",
+                    0,
+                    def_loc,
+                )
                 st.declare(decl)
                 st.params.append(name)
                 call_args[name] = NkiTensor(decl, ())
@@ -158,8 +166,17 @@ class Kernel:
             outputs, returns = self._outputs(st, ret)
         self._check_param_writes(st, returns, mutable)
         tensors = tuple(st.tensors.values())
-        return KernelIR(self.fn.__name__, tuple(st.params), tensors, tuple(st.bodies[0]),
-                        outputs, returns, grid, target.name, def_loc)
+        return KernelIR(
+            self.fn.__name__,
+            tuple(st.params),
+            tensors,
+            tuple(st.bodies[0]),
+            outputs,
+            returns,
+            grid,
+            target.name,
+            def_loc,
+        )
 
     def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
         if ret is None:
@@ -241,12 +258,14 @@ class Launch:
         try:
             bound = inspect.signature(k.fn).bind(*args, **kwargs)
         except TypeError as e:
-            raise NKITypeError(f"bad arguments for kernel '{k.fn.__name__}': {e}",
-                               loc=user_loc()) from None
+            raise NKITypeError(
+                f"bad arguments for kernel '{k.fn.__name__}': {e}", loc=user_loc()
+            ) from None
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
-            if isinstance(v, np.generic) or (hasattr(v, "__array__") and not _is_array(v)
-                                             and not np.isscalar(v)):
+            if isinstance(v, np.generic) or (
+                hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
+            ):
                 bound.arguments[name] = np.asarray(v)
         _check_grid(self.grid, cfg.target)
         ir = k.trace(self.grid, bound, cfg.target)
@@ -266,8 +285,9 @@ class Launch:
         outs = tuple(interpreter.output_array(arrays[n], ir.tensor(n).dtype) for n in ir.outputs)
         for name in ir.outputs:  # mutable parameters returned: update the caller's array too
             if name in ir.params:
-                bound.arguments[name][...] = interpreter.output_array(arrays[name],
-                                                                      ir.tensor(name).dtype)
+                bound.arguments[name][...] = interpreter.output_array(
+                    arrays[name], ir.tensor(name).dtype
+                )
         return outs[0] if len(outs) == 1 else outs
 
 

@@ -28,8 +28,7 @@ def _erf(x):
     a = np.abs(x64)
     t = 1.0 / (1.0 + 0.3275911 * a)
     y = 1.0 - (
-        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-        + 0.254829592
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
     ) * t * np.exp(-a * a)
     return (s * y).astype(np.float32)
 
@@ -155,17 +154,48 @@ def _add(op: Op) -> None:
 
 
 # ---- binary arithmetic -----------------------------------------------------------------------
-_add(Op("add", 2, np.add, (_V, _G, _S), "promote", True, reduce=np.sum, identity=0.0,
-        doc="x + y"))
-_add(Op("subtract", 2, np.subtract, (_V, _G), "promote", True,
-        doc="x - y"))
-_add(Op("multiply", 2, np.multiply, (_V, _G, _S), "promote", True, reduce=np.prod,
-        identity=1.0, doc="x * y"))
+_add(Op("add", 2, np.add, (_V, _G, _S), "promote", True, reduce=np.sum, identity=0.0, doc="x + y"))
+_add(Op("subtract", 2, np.subtract, (_V, _G), "promote", True, doc="x - y"))
+_add(
+    Op(
+        "multiply",
+        2,
+        np.multiply,
+        (_V, _G, _S),
+        "promote",
+        True,
+        reduce=np.prod,
+        identity=1.0,
+        doc="x * y",
+    )
+)
 _add(Op("divide", 2, _div, (_V,), "promote", doc="x / y"))
-_add(Op("maximum", 2, np.maximum, (_V, _G), "promote", True, reduce=np.max,
-        identity=-np.inf, doc="element-wise maximum"))
-_add(Op("minimum", 2, np.minimum, (_V, _G), "promote", True, reduce=np.min,
-        identity=np.inf, doc="element-wise minimum"))
+_add(
+    Op(
+        "maximum",
+        2,
+        np.maximum,
+        (_V, _G),
+        "promote",
+        True,
+        reduce=np.max,
+        identity=-np.inf,
+        doc="element-wise maximum",
+    )
+)
+_add(
+    Op(
+        "minimum",
+        2,
+        np.minimum,
+        (_V, _G),
+        "promote",
+        True,
+        reduce=np.min,
+        identity=np.inf,
+        doc="element-wise minimum",
+    )
+)
 _add(Op("power", 2, _power, (_G, _V), "promote", doc="x ** y"))
 _add(Op("fmod", 2, _fmod, (_V,), "promote", True, doc="remainder with the sign of x (C fmod)"))
 _add(Op("mod", 2, _mod, (_V,), "promote", True, doc="remainder with the sign of y (Python %)"))
@@ -179,25 +209,87 @@ for _n, _fn, _d in [
     ("less_equal", np.less_equal, "x <= y"),
 ]:
     _add(Op(_n, 2, _fn, (_V, _G), "bool", True, doc=_d + " (1 or 0)"))
-_add(Op("logical_and", 2, lambda a, b: np.logical_and(a != 0, b != 0), (_V, _G), "bool", True,
+_add(
+    Op(
+        "logical_and",
+        2,
+        lambda a, b: np.logical_and(a != 0, b != 0),
+        (_V, _G),
+        "bool",
+        True,
         reduce=lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims),
-        identity=1.0, doc="x and y"))
-_add(Op("logical_or", 2, lambda a, b: np.logical_or(a != 0, b != 0), (_V, _G), "bool", True,
+        identity=1.0,
+        doc="x and y",
+    )
+)
+_add(
+    Op(
+        "logical_or",
+        2,
+        lambda a, b: np.logical_or(a != 0, b != 0),
+        (_V, _G),
+        "bool",
+        True,
         reduce=lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims),
-        identity=0.0, doc="x or y"))
-_add(Op("logical_xor", 2, lambda a, b: np.logical_xor(a != 0, b != 0), (_V, _G), "bool", True,
+        identity=0.0,
+        doc="x or y",
+    )
+)
+_add(
+    Op(
+        "logical_xor",
+        2,
+        lambda a, b: np.logical_xor(a != 0, b != 0),
+        (_V, _G),
+        "bool",
+        True,
         reduce=lambda x, axis, keepdims: np.sum(x != 0, axis=axis, keepdims=keepdims) % 2,
-        identity=0.0, doc="x xor y"))
+        identity=0.0,
+        doc="x xor y",
+    )
+)
 # ---- bit-vector ops (integer dtypes only, Vector engine only) --------------------------------
-_add(Op("bitwise_and", 2, np.bitwise_and, (_V,), "promote", True, True,
-        reduce=np.bitwise_and.reduce, doc="x & y on bit patterns"))
-_add(Op("bitwise_or", 2, np.bitwise_or, (_V,), "promote", True, True,
-        reduce=np.bitwise_or.reduce, doc="x | y on bit patterns"))
-_add(Op("bitwise_xor", 2, np.bitwise_xor, (_V,), "promote", True, True,
-        reduce=np.bitwise_xor.reduce, doc="x ^ y on bit patterns"))
+_add(
+    Op(
+        "bitwise_and",
+        2,
+        np.bitwise_and,
+        (_V,),
+        "promote",
+        True,
+        True,
+        reduce=np.bitwise_and.reduce,
+        doc="x & y on bit patterns",
+    )
+)
+_add(
+    Op(
+        "bitwise_or",
+        2,
+        np.bitwise_or,
+        (_V,),
+        "promote",
+        True,
+        True,
+        reduce=np.bitwise_or.reduce,
+        doc="x | y on bit patterns",
+    )
+)
+_add(
+    Op(
+        "bitwise_xor",
+        2,
+        np.bitwise_xor,
+        (_V,),
+        "promote",
+        True,
+        True,
+        reduce=np.bitwise_xor.reduce,
+        doc="x ^ y on bit patterns",
+    )
+)
 _add(Op("left_shift", 2, _shift(np.left_shift), (_V,), "promote", True, True, doc="x << y"))
-_add(Op("right_shift", 2, _rshift, (_V,), "promote", True, True,
-        doc="x >> y (logical shift)"))
+_add(Op("right_shift", 2, _rshift, (_V,), "promote", True, True, doc="x >> y (logical shift)"))
 _add(Op("invert", 1, np.invert, (_V,), "same", True, True, doc="~x on bit patterns"))
 
 # ---- unary math (Scalar-engine activation functions where marked) ---------------------------
@@ -224,8 +316,14 @@ _U = [
     ("gelu", _gelu, (_S,), True, None, "x * Phi(x) (exact, erf-based)"),
     ("gelu_dx", _gelu_dx, (_S,), True, None, "derivative of gelu"),
     ("gelu_apprx_tanh", _gelu_tanh, (_S,), True, None, "tanh approximation of gelu"),
-    ("gelu_apprx_sigmoid", lambda x: _f(_f(x) * _sigmoid(np.float32(1.702) * _f(x))), (_S,),
-     True, None, "x * sigmoid(1.702 x)"),
+    (
+        "gelu_apprx_sigmoid",
+        lambda x: _f(_f(x) * _sigmoid(np.float32(1.702) * _f(x))),
+        (_S,),
+        True,
+        None,
+        "x * sigmoid(1.702 x)",
+    ),
     ("silu", lambda x: _f(_f(x) * _sigmoid(x)), (_S,), True, None, "x * sigmoid(x)"),
     ("silu_dx", _silu_dx, (_S,), True, None, "derivative of silu"),
     ("erf", _erf, (_S,), True, None, "error function"),

@@ -324,8 +324,14 @@ class NkiTensor(TileOps):
             )
         base = self.decl.alias_of or self.decl.name
         decl = TensorDecl(
-            st.fresh(f"{base}_r"), shape, self.decl.dtype, self.decl.buffer, "alias", 0,
-            user_loc(), base,
+            st.fresh(f"{base}_r"),
+            shape,
+            self.decl.dtype,
+            self.decl.buffer,
+            "alias",
+            0,
+            user_loc(),
+            base,
         )
         st.declare(decl)
         return NkiTensor(decl, self.scope)
@@ -432,10 +438,10 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
     keys = list(key) if isinstance(key, tuple) else [key]
     if any(k is Ellipsis for k in keys):
         i = keys.index(Ellipsis)
-        if Ellipsis in keys[i + 1:]:
+        if Ellipsis in keys[i + 1 :]:
             raise NKIIndexError("an index can only have a single ellipsis", loc=user_loc())
         n_fill = len(shape) - (len(keys) - 1)
-        keys = keys[:i] + [slice(None)] * max(n_fill, 0) + keys[i + 1:]
+        keys = keys[:i] + [slice(None)] * max(n_fill, 0) + keys[i + 1 :]
     if len(keys) > len(shape):
         raise NKIIndexError(
             f"too many indices for {what}: {len(keys)} indices for {len(shape)} dimensions "
@@ -479,8 +485,9 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affin
     if isinstance(k, DynSlice):
         start = _scalar_aff(k.start, what)
         if start is None:
-            raise NKIIndexError(f"nl.ds start must be an integer expression, got {k.start!r}",
-                                loc=user_loc())
+            raise NKIIndexError(
+                f"nl.ds start must be an integer expression, got {k.start!r}", loc=user_loc()
+            )
         return start, k.size, k.step
     step = 1 if k.step is None else _scalar_aff(k.step, what)
     if not isinstance(step, int):
@@ -691,8 +698,9 @@ def new_tensor(
             )
     for s in shape:
         if not isinstance(s, int) or s <= 0:
-            raise NKIShapeError(f"tensor dimensions must be positive integers, got {shape}",
-                                loc=loc)
+            raise NKIShapeError(
+                f"tensor dimensions must be positive integers, got {shape}", loc=loc
+            )
     prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
     nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))
     decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc)
@@ -769,8 +777,15 @@ def assign(
                 code="err_unsupported_memory",
                 loc=user_loc(),
             )
-        emit("memset", "memset", dst, (const_operand(value),), mask=mask, accumulate=accumulate,
-             api=api)
+        emit(
+            "memset",
+            "memset",
+            dst,
+            (const_operand(value),),
+            mask=mask,
+            accumulate=accumulate,
+            api=api,
+        )
         return
     raise NKITypeError(
         f"cannot assign a value of type {type(value).__name__} to a tile",
@@ -783,7 +798,7 @@ def check_broadcast_into(src: tuple[int, ...], dst: tuple[int, ...], api: str) -
     """Source tiles broadcast into destinations; the destination may not be smaller."""
     ok = len(src) <= len(dst) or all(s == 1 for s in src[: len(src) - len(dst)])
     if ok:
-        s2 = tuple(src[-len(dst):]) if len(src) >= len(dst) else (1,) * (len(dst) - len(src)) + src
+        s2 = tuple(src[-len(dst) :]) if len(src) >= len(dst) else (1,) * (len(dst) - len(src)) + src
         ok = all(a == b or a == 1 for a, b in zip(s2, dst))
     if not ok:
         raise NKIShapeError(
@@ -813,8 +828,9 @@ def _fuse_into(
         return False
     if st.tensors[dst.tensor].dtype != t.decl.dtype:
         return False
-    body[-2:] = [Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc,
-                       accumulate, last.api)]
+    body[-2:] = [
+        Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc, accumulate, last.api)
+    ]
     del st.tensors[t.name]
     st.written.pop(t.name, None)
     st.written.setdefault(dst.tensor, last.loc)  # type: ignore[arg-type]

@@ -33,10 +33,14 @@ def annotation_of(ann: Any) -> _TensorType | None:
         return ann
     if isinstance(ann, str):
         s = ann.replace(" ", "")
-        for prefix, base in (("nt.mutable_tensor", mutable_tensor), ("nt.tensor", tensor),
-                             ("mutable_tensor", mutable_tensor), ("tensor", tensor)):
+        for prefix, base in (
+            ("nt.mutable_tensor", mutable_tensor),
+            ("nt.tensor", tensor),
+            ("mutable_tensor", mutable_tensor),
+            ("tensor", tensor),
+        ):
             if s.startswith(prefix):
-                rest = s[len(prefix):]
+                rest = s[len(prefix) :]
                 if rest.startswith("[") and rest.endswith("]"):
                     try:
                         dims = tuple(int(x) for x in rest[1:-1].split(",") if x)

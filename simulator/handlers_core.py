@@ -27,8 +27,12 @@ def _copy(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access)
     vals = ctx.read(src, sel)
-    ctx.write(instr.dst, np.broadcast_to(vals, instr.dst.shape), sel,  # type: ignore[union-attr]
-              instr.accumulate)
+    ctx.write(
+        instr.dst,
+        np.broadcast_to(vals, instr.dst.shape),
+        sel,  # type: ignore[union-attr]
+        instr.accumulate,
+    )
 
 
 @handler("memset")
@@ -87,8 +91,11 @@ def _print(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]
     if isinstance(src, Access):
         vals = ctx.read(src)
-        shown = vals.astype(np.float32) if vals.dtype.kind == "V" or vals.dtype.itemsize < 4 and \
-            vals.dtype.kind == "f" else vals
+        shown = (
+            vals.astype(np.float32)
+            if vals.dtype.kind == "V" or vals.dtype.itemsize < 4 and vals.dtype.kind == "f"
+            else vals
+        )
     else:
         shown = src
     where = f" (instance {ctx.instance}, core {ctx.core})" if ctx.instance else ""

@@ -67,8 +67,9 @@ def _buffer_name(b: object) -> str:
     elif isinstance(b, str):
         name = b
     else:
-        raise NKITypeError(f"buffer must be nl.sbuf, nl.psum or an HBM buffer, got {b!r}",
-                           loc=user_loc())
+        raise NKITypeError(
+            f"buffer must be nl.sbuf, nl.psum or an HBM buffer, got {b!r}", loc=user_loc()
+        )
     if name == "hbm":
         name = "private_hbm"
     if name not in ("sbuf", "psum", "private_hbm", "shared_hbm"):
@@ -99,8 +100,11 @@ class nc:  # noqa: N801 - classic name
 
     def __init__(self, k: int) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise NKIError(f"nl.nc needs a positive integer number of cores, got {k!r}",
-                           code="err_invalid_grid", loc=user_loc())
+            raise NKIError(
+                f"nl.nc needs a positive integer number of cores, got {k!r}",
+                code="err_invalid_grid",
+                loc=user_loc(),
+            )
         self.k = k
 
     def __mul__(self, other: object) -> spmd_dim:
@@ -133,8 +137,9 @@ class spmd_dim:  # noqa: N801 - classic name
                     loc=user_loc(),
                 )
         if not flat:
-            raise NKIError("nl.spmd_dim needs at least one factor", code="err_invalid_grid",
-                           loc=user_loc())
+            raise NKIError(
+                "nl.spmd_dim needs at least one factor", code="err_invalid_grid", loc=user_loc()
+            )
         self.factors = tuple(flat)
 
     def __mul__(self, other: object) -> spmd_dim:
@@ -144,8 +149,11 @@ class spmd_dim:  # noqa: N801 - classic name
         return spmd_dim(other, self)
 
     def __repr__(self) -> str:
-        return "nl.spmd_dim(" + ", ".join(
-            f"nl.nc({k})" if c else str(k) for k, c in self.factors) + ")"
+        return (
+            "nl.spmd_dim("
+            + ", ".join(f"nl.nc({k})" if c else str(k) for k, c in self.factors)
+            + ")"
+        )
 
 
 def program_id(axis: int) -> Scalar:
@@ -178,8 +186,11 @@ def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
     n = 1
     for a in ax:
         if not 0 <= a < max(len(shape), 1):
-            raise NKIError(f"nl.num_programs axis {a} is out of range for grid {shape}",
-                           code="err_invalid_program_axis", loc=user_loc())
+            raise NKIError(
+                f"nl.num_programs axis {a} is out of range for grid {shape}",
+                code="err_invalid_program_axis",
+                loc=user_loc(),
+            )
         n *= shape[a] if shape else 1
     return n
 
@@ -269,12 +280,12 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw
             loc=user_loc(),
         )
     kind = "output" if buf == "shared_hbm" else "local"
-    return new_tensor(dims, dt, buf, name=name or None, par_dim=par, kind=kind,
-                      api="nl.ndarray")
+    return new_tensor(dims, dt, buf, name=name or None, par_dim=par, kind=kind, api="nl.ndarray")
 
 
-def full(shape: Any, fill_value: Any, dtype: Any, *, buffer: Any = None, name: str = "",
-         **_kw: Any) -> NkiTensor:
+def full(
+    shape: Any, fill_value: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw: Any
+) -> NkiTensor:
     """An on-chip tensor filled with ``fill_value`` (HBM tensors cannot have initial values)."""
     if _buffer_name(buffer) in HBM_BUFFERS:
         raise NKIMemoryError(
@@ -342,10 +353,17 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
             loc=user_loc(),
         )
     check_partitions(acc.shape, "load", "src")
-    out = result_tile(acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype,
-                      "sbuf", "nl.load")
-    emit("dma", "load", out.access_(), (acc,), mask=to_mask(mask, acc.shape, "nl.load"),
-         api="nl.load")
+    out = result_tile(
+        acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype, "sbuf", "nl.load"
+    )
+    emit(
+        "dma",
+        "load",
+        out.access_(),
+        (acc,),
+        mask=to_mask(mask, acc.shape, "nl.load"),
+        api="nl.load",
+    )
     return out
 
 
@@ -358,8 +376,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     require_buffer(vt, ("sbuf", "psum"), "store", "value")
     check_partitions(vacc.shape, "store", "value")
     check_broadcast_into(vacc.shape, dacc.shape, "store")
-    emit("dma", "store", dacc, (vacc,), mask=to_mask(mask, dacc.shape, "nl.store"),
-         api="nl.store")
+    emit("dma", "store", dacc, (vacc,), mask=to_mask(mask, dacc.shape, "nl.store"), api="nl.store")
 
 
 def copy(src: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
@@ -367,10 +384,17 @@ def copy(src: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTen
     acc, t = operand(src, "nl.copy", "src")
     require_buffer(t, ("sbuf", "psum"), "copy", "src")
     check_partitions(acc.shape, "copy", "src")
-    out = result_tile(acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype,
-                      "sbuf", "nl.copy")
-    emit("copy", "copy", out.access_(), (acc,), mask=to_mask(mask, acc.shape, "nl.copy"),
-         api="nl.copy")
+    out = result_tile(
+        acc.shape, dtypes.name_of(dtype) if dtype is not None else t.decl.dtype, "sbuf", "nl.copy"
+    )
+    emit(
+        "copy",
+        "copy",
+        out.access_(),
+        (acc,),
+        mask=to_mask(mask, acc.shape, "nl.copy"),
+        api="nl.copy",
+    )
     return out
 
 
@@ -378,11 +402,18 @@ def device_print(prefix: str, x: Any, **_kw: Any) -> None:
     """Print a tile's values when the simulator executes this point (per instance)."""
     if isinstance(x, TileOps):
         acc, _t = operand(x, "nl.device_print", "x")
-        emit("print", "print", None, (acc,), attrs=(("prefix", str(prefix)),),
-             api="nl.device_print")
+        emit(
+            "print", "print", None, (acc,), attrs=(("prefix", str(prefix)),), api="nl.device_print"
+        )
     else:
-        emit("print", "print", None, (const_operand(x),), attrs=(("prefix", str(prefix)),),
-             api="nl.device_print")
+        emit(
+            "print",
+            "print",
+            None,
+            (const_operand(x),),
+            attrs=(("prefix", str(prefix)),),
+            api="nl.device_print",
+        )
 
 
 # --------------------------------------------------------------------------------------------

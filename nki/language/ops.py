@@ -25,9 +25,7 @@ from ..tracer import (
 )
 
 
-def tile_operands(
-    args: tuple[Any, ...], api: str
-) -> tuple[list[Any], list[str], tuple[int, ...]]:
+def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str], tuple[int, ...]]:
     """Accesses / constants, their dtypes and the broadcast tile shape of an op's inputs."""
     srcs: list[Any] = []
     dts: list[str] = []
@@ -49,20 +47,23 @@ def tile_operands(
             srcs.append(acc)
             dts.append(t.decl.dtype)
             shape = acc.shape if shape is None else broadcast_shapes(shape, acc.shape)
-        elif isinstance(a, (int, float, bool)) or (hasattr(a, "dtype") and getattr(a, "shape",
-                                                                                     None) == ()):
+        elif isinstance(a, (int, float, bool)) or (
+            hasattr(a, "dtype") and getattr(a, "shape", None) == ()
+        ):
             srcs.append(const_operand(a))
             dts.append(dtypes.scalar_dtype(a))
         else:
             raise NKITypeError(
-                f"operand '{role}' of '{api}' must be a tile or a scalar, got "
-                f"{type(a).__name__}",
+                f"operand '{role}' of '{api}' must be a tile or a scalar, got {type(a).__name__}",
                 code="err_unsupported_operand",
                 loc=user_loc(),
             )
     if shape is None:
-        raise NKITypeError(f"'{api}' needs at least one tile operand (got only scalars)",
-                           code="err_unsupported_operand", loc=user_loc())
+        raise NKITypeError(
+            f"'{api}' needs at least one tile operand (got only scalars)",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
     check_partitions(shape, api, "result")
     return srcs, dts, shape
 

@@ -39,9 +39,11 @@ def main() -> int:
                 rows = {c: sorted({i[0] for i in run.instances_on(c)}) for c in range(2)}
                 ok &= match and run.num_cores == 2
                 layout = "spmd_dim(g, nc(2))" if interleaved else "spmd_dim(nc(2), g)"
-                print(f"{np.dtype(dtype).name:9s} {str(shape):12s} {layout}: "
-                      f"NKI and NumPy {'match' if match else 'DIFFER'}; grid rows on core 0: "
-                      f"{rows[0]}, on core 1: {rows[1]}")
+                print(
+                    f"{np.dtype(dtype).name:9s} {str(shape):12s} {layout}: "
+                    f"NKI and NumPy {'match' if match else 'DIFFER'}; grid rows on core 0: "
+                    f"{rows[0]}, on core 1: {rows[1]}"
+                )
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

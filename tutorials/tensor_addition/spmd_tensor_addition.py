@@ -53,8 +53,10 @@ def main() -> int:
             match = out.dtype == a.dtype and np.array_equal(out, expected(a, b))
             ok &= match
             name = np.dtype(dtype).name
-            print(f"{name:9s} {str(shape):12s} grid={tensor_add_tile.last_run.grid}: "
-                  f"NKI and NumPy {'match' if match else 'DIFFER'}")
+            print(
+                f"{name:9s} {str(shape):12s} grid={tensor_add_tile.last_run.grid}: "
+                f"NKI and NumPy {'match' if match else 'DIFFER'}"
+            )
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
