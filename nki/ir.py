@@ -427,7 +427,10 @@ class KernelIR:
                 elif isinstance(n, Alloc):
                     lines.append(f"{indent}{self.tensor(n.tensor)}")
                 else:
-                    lines.append(f"{indent}{n}")
+                    text = f"{indent}{n}"
+                    if n.loc is not None:  # where the instruction came from in the kernel
+                        text = f"{text:<72s}  # line {n.loc.line}"
+                    lines.append(text)
 
         rec(self.body, "  ")
         outs = ", ".join(self.outputs)

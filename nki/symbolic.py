@@ -54,8 +54,9 @@ class _Traced:
 
     def __index__(self) -> int:
         raise NKIControlFlowError(
-            f"{self._what} has no concrete integer value at trace time (it is symbolic); "
-            "it can only be used in affine index expressions",
+            f"{self._what} has no concrete integer value at trace time (it is symbolic), so it "
+            "cannot drive Python control flow or be converted with int() / used as a list "
+            "index / range() bound; use it in affine index expressions and masks instead",
             code="err_dynamic_control_flow_not_supported",
             loc=user_loc(),
         )

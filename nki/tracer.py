@@ -12,6 +12,7 @@ from typing import Any
 
 from . import dtypes
 from .errors import (
+    NKIControlFlowError,
     NKIError,
     NKIIndexError,
     NKIMemoryError,
@@ -214,7 +215,7 @@ class TileOps:
         return id(self)
 
     def __bool__(self) -> bool:
-        raise NKIError(
+        raise NKIControlFlowError(
             "the truth value of a tile is ambiguous and cannot drive Python control flow; "
             "use nl.where / masks, and '&', '|', '~' for element-wise logic",
             code="err_ambiguous_tensor_truth_value",
@@ -222,7 +223,7 @@ class TileOps:
         )
 
     def __iter__(self):
-        raise NKIError(
+        raise NKIControlFlowError(
             "a tile cannot be iterated in Python; index it with nl.arange / slices",
             code="err_ambiguous_tensor_truth_value",
             loc=user_loc(),

@@ -1,0 +1,170 @@
+"""Every index form of the classic API, checked against NumPy slicing of the same data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+
+
+def _rand(shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def test_integer_and_slice_indexing():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a[1, 128:256, 0:64])  # integer on a leading HBM dim, then slices
+        nl.store(out[:, :], value=t)
+        return out
+
+    a = _rand((3, 256, 100))
+    np.testing.assert_array_equal(k(a), a[1, 128:256, 0:64])
+
+
+def test_ellipsis_and_ds():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((2, 64, 32), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a[1, nl.ds(16, 64), ...])  # ... fills the remaining (free) axis
+        u = nl.load(a[0, nl.ds(0, 64), nl.ds(8, 32)])
+        assert t.shape == (64, 48) and u.shape == (64, 32)
+        nl.store(out[0, ...], value=t[:, 0:32])
+        nl.store(out[1, :, :], value=u)
+        return out
+
+    a = _rand((2, 128, 48))
+    got = k(a)
+    np.testing.assert_array_equal(got[0], a[1, 16:80, 0:32])
+    np.testing.assert_array_equal(got[1], a[0, 0:64, 8:40])
+
+
+def test_arange_affine_with_program_id_and_loop():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        ip = nl.arange(64)[:, None]
+        jf = nl.arange(32)[None, :]
+        for j in nl.affine_range(a.shape[1] // 32):
+            t = nl.load(a[i * 64 + ip, j * 32 + jf])
+            nl.store(out[i * 64 + ip, j * 32 + jf], value=t)
+        return out
+
+    a = _rand((128, 96))
+    np.testing.assert_array_equal(k[2](a), a)
+
+
+def test_strided_free_access():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 50), dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(50)[None, :]
+        t = nl.load(a[ip, 2 * jf + 1])  # odd columns
+        nl.store(out[ip, jf], value=t)
+        return out
+
+    a = _rand((128, 100))
+    np.testing.assert_array_equal(k(a), a[:, 1::2])
+
+
+def test_mgrid_unpacking_and_attributes():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        g = nl.mgrid[0:128, 0:64]
+        t = nl.load(a[i_p, i_f + 64])
+        nl.store(out[g.p, g.x], value=t)
+        return out
+
+    a = _rand((128, 128))
+    np.testing.assert_array_equal(k(a), a[:, 64:])
+
+
+def test_three_d_index_arrays():
+    # a (128, 4, 16) tile read from a (128, 64) tensor as four 16-wide groups
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 4, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None, None]
+        ig = nl.arange(4)[None, :, None]
+        ie = nl.arange(16)[None, None, :]
+        t = nl.load(a[ip, ig * 16 + ie])
+        nl.store(out[ip, ig, ie], value=t)
+        return out
+
+    a = _rand((128, 64))
+    np.testing.assert_array_equal(k(a), a.reshape(128, 4, 16))
+
+
+def test_block_dims_before_partition():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        buf = nl.ndarray((4, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        for b in nl.affine_range(4):
+            buf[b, ip, jf] = nl.load(a[b * 128 + ip, jf])
+        for b in nl.affine_range(4):
+            nl.store(out[b * 128 + ip, jf], value=nl.multiply(buf[b, ip, jf], 2.0))
+        return out
+
+    a = _rand((512, 64))
+    np.testing.assert_array_equal(k(a), a * 2)
+
+
+def test_assignment_broadcasts_from_source():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        col = nl.load(a[:, 0:1])  # (128, 1)
+        t = nl.ndarray((128, 64), dtype=a.dtype)
+        t[:, :] = col  # broadcast along the free axis
+        nl.store(out, value=t)
+        return out
+
+    a = _rand((128, 8))
+    np.testing.assert_array_equal(k(a), np.broadcast_to(a[:, :1], (128, 64)))
+
+
+@pytest.mark.parametrize("shape", [(250, 500), (128, 512), (300, 1000)])
+def test_masks_on_ragged_shapes(shape):
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        P, F = a.shape
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(512)[None, :]
+        for i in nl.affine_range((P + 127) // 128):
+            for j in nl.affine_range((F + 511) // 512):
+                m = (i * 128 + ip < P) & (j * 512 + jf < F)
+                x = nl.load(a[i * 128 + ip, j * 512 + jf], mask=m)
+                y = nl.load(b[i * 128 + ip, j * 512 + jf], mask=m)
+                z = nl.add(x, y, mask=m)
+                nl.store(out[i * 128 + ip, j * 512 + jf], value=z, mask=m)
+        return out
+
+    a, b = _rand(shape, 1), _rand(shape, 2)
+    np.testing.assert_array_equal(k(a, b), a + b)
+
+
+def test_masked_out_destination_untouched():
+    @nki.jit
+    def k(a, out):
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        t = nl.load(a[ip, jf])
+        nl.store(out[ip, jf], value=t, mask=(jf < 10) & (ip >= 100))
+
+    a = _rand((128, 64))
+    out = np.full((128, 64), -7.0, np.float32)
+    k(a, out)
+    ref = np.full((128, 64), -7.0, np.float32)
+    ref[100:, :10] = a[100:, :10]
+    np.testing.assert_array_equal(out, ref)
