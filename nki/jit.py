@@ -3,6 +3,7 @@ grids in the simulator."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any
@@ -193,7 +194,21 @@ class Kernel:
                     code="err_kernel_output_must_be_hbm",
                     loc=user_loc(),
                 )
-            names.append(r.decl.alias_of or r.name)
+            name = r.decl.alias_of or r.name
+            decl = st.tensors[name]
+            if decl.buffer == "private_hbm":
+                # private HBM is per instance: with one instance it is the output; with a grid
+                # every instance would return its own copy, which the hardware cannot do
+                if st.grid_shape and int(np.prod(st.grid_shape)) > 1:
+                    raise NKIError(
+                        f"kernel returns '{name}', allocated in private HBM (nl.hbm / "
+                        f"nl.private_hbm), from a launch grid of {st.grid_shape} instances; "
+                        "outputs shared by the grid must use buffer=nl.shared_hbm",
+                        code="err_output_tensor_must_be_shared_hbm",
+                        loc=decl.loc or user_loc(),
+                    )
+                st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
+            names.append(name)
         return tuple(names), True
 
     def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:

@@ -209,3 +209,18 @@ def test_tile_size_constants():
     assert nl.tile_size.psum_fmax == 512
     assert nl.tile_size.gemm_stationary_fmax == 128
     assert nl.tile_size.gemm_moving_fmax == 512
+
+
+def test_private_hbm_output_single_instance_and_grid_error():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        nl.store(out, value=nl.load(a))
+        return out
+
+    a = _rand((16, 8))
+    np.testing.assert_array_equal(k(a), a)
+    with pytest.raises(NKIError) as ei:
+        k[2](a)
+    assert ei.value.code == "err_output_tensor_must_be_shared_hbm"
+    assert ei.value.loc.line == inspect.getsourcelines(k.fn)[1] + 2
