@@ -96,6 +96,15 @@ class NkiDtype(str):
         return f"nl.{str(self)}"
 
 
+class Bfp16(NkiDtype):
+    """``nl.bfp16``: bfloat16, whose classic ``.min`` constant is the bit pattern 0xff80
+    (documented as the bf16 minimum; it decodes to -inf)."""
+
+    @property
+    def min(self):
+        return np.uint16(0xFF80).view(ml_dtypes.bfloat16)
+
+
 def _limits(name: str):
     info = INFO[name]
     if info.kind == "f":

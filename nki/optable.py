@@ -113,17 +113,22 @@ def _power(a, b):
 
 
 def _shift(fn):
+    """A shift on int64 values (the bare row function; ``apply`` gives width-aware bit-pattern
+    semantics). Negative / huge shift amounts are clamped to [0, 63]."""
+
     def run(a, b):
-        a64 = a.astype(np.int64)
-        b64 = np.clip(b.astype(np.int64), 0, 63)
+        a64 = np.asarray(a).astype(np.int64)
+        b64 = np.clip(np.asarray(b).astype(np.int64), 0, 63)
         return fn(a64, b64)
 
     return run
 
 
 def _rshift(a, b):
-    # logical shift on the operand's bit pattern: shift the unsigned view
-    return _shift(np.right_shift)(a, b)
+    # logical shift of the 64-bit pattern: -8 >> 1 is a large positive number, never -4
+    a64 = np.asarray(a).astype(np.int64).view(np.uint64)
+    b64 = np.clip(np.asarray(b).astype(np.int64), 0, 63).astype(np.uint64)
+    return np.right_shift(a64, b64).view(np.int64)
 
 
 @dataclass(frozen=True)
@@ -364,6 +369,45 @@ def result_dtype(op: Op, in_dtypes: list[str]) -> str:
     for d in in_dtypes[1:]:
         out = promote(out, d)
     return out
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def apply(op: Op, vals: list[object] | tuple[object, ...], bit_dtype: str | None = None):
+    """Run a row on compute values (fp32, or int64 for exact integer math).
+
+    Bit-vector rows (``bitwise_*``, shifts, ``invert``) act on the bit pattern of
+    ``bit_dtype`` (the promoted integer type of the operands): each operand is wrapped to that
+    width, the op runs on the unsigned pattern, and the result is reinterpreted as
+    ``bit_dtype``. So ``right_shift`` is a logical shift (``int8 -8 >> 1 == 124``),
+    ``left_shift`` / ``invert`` wrap instead of saturating, and shift amounts >= the width
+    give 0. Every other row simply calls ``op.fn``."""
+    if not op.bitvec or bit_dtype is None:
+        return op.fn(*vals)
+    from .dtypes import INFO, storage
+
+    info = INFO[bit_dtype]
+    if info.kind not in "iub":
+        return op.fn(*vals)
+    st = storage(bit_dtype) if info.kind != "b" else np.dtype(np.uint8)
+    ut = np.dtype(_UNSIGNED[st.itemsize])
+    bits = st.itemsize * 8
+
+    def pattern(v):
+        return np.asarray(v).astype(np.int64).astype(st).view(ut)
+
+    if op.name in ("left_shift", "right_shift"):
+        a = pattern(vals[0])
+        amount = np.asarray(vals[1]).astype(np.int64)
+        big = (amount >= bits) | (amount < 0)
+        sh = np.clip(amount, 0, bits - 1).astype(ut)
+        raw = np.left_shift(a, sh) if op.name == "left_shift" else np.right_shift(a, sh)
+        out = np.where(big, ut.type(0), raw).astype(ut)
+    else:
+        out = op.fn(*(pattern(v) for v in vals))
+        out = np.asarray(out).astype(ut)
+    return out.view(st).astype(np.int64)
 
 
 def lookup(op: object) -> Op:

@@ -5,6 +5,9 @@ exactly (int64) and saturated on write, as the GpSimd engine's native integer pa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import numpy as np
 
 from nki import dtypes
@@ -72,3 +75,34 @@ def fill_value(name: str) -> object:
     if kind == "b":
         return True
     return 4
+
+
+def operand_dtype(src: object, decl: Callable[[str], Any]) -> str | None:
+    """The NKI dtype of an instruction operand: a tile's declared dtype or a scalar's weak
+    type (Python int -> int32, float -> float32, bool -> uint8)."""
+    from nki.ir import Access, Const
+
+    if isinstance(src, Access):
+        return decl(src.tensor).dtype
+    if isinstance(src, Const):
+        try:
+            return dtypes.scalar_dtype(src.value)
+        except Exception:  # a non-numeric attribute smuggled as a Const
+            return None
+    return None
+
+
+def bit_dtype(srcs: Iterable[object], decl: Callable[[str], Any]) -> str | None:
+    """The integer type whose bit pattern a bit-vector op works on: the promoted type of its
+    integer operands (None when an operand is not integral)."""
+    out: str | None = None
+    for s in srcs:
+        d = operand_dtype(s, decl)
+        if d is None:
+            continue
+        if dtypes.is_float(d):
+            return None
+        out = d if out is None else dtypes.promote(out, d)
+    if out == "bool_":
+        out = "uint8"
+    return out

@@ -1,5 +1,6 @@
 """nki.language (``import nki.language as nl``): the classic NKI language surface."""
 
+from ..dtypes import Bfp16 as _Bfp16
 from ..dtypes import NkiDtype as _D
 from . import ops as _ops
 from .core import (
@@ -34,7 +35,19 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
+from .randomness import dropout, rand, random_seed
+from .reductions import all, max, mean, min, prod, sum, var  # noqa: A004 - classic names
+from .shaping import (
+    broadcast_to,
+    expand_dims,
+    gather_flattened,
+    rms_norm,
+    softmax,
+    static_cast,
+    where,
+)
 
 float32 = _D("float32")
 tfloat32 = _D("tfloat32")
@@ -51,7 +64,7 @@ uint16 = _D("uint16")
 uint32 = _D("uint32")
 bool_ = _D("bool_")
 fp32 = float32
-bfp16 = bfloat16
+bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
     "Buffer",
@@ -101,4 +114,24 @@ __all__ = [
     "fp32",
     "bfp16",
     *_ops.__all__,
+    "all",
+    "broadcast_to",
+    "dropout",
+    "expand_dims",
+    "gather_flattened",
+    "load_transpose2d",
+    "matmul",
+    "max",
+    "mean",
+    "min",
+    "prod",
+    "rand",
+    "random_seed",
+    "rms_norm",
+    "softmax",
+    "static_cast",
+    "sum",
+    "transpose",
+    "var",
+    "where",
 ]
