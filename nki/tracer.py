@@ -450,7 +450,7 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
             code="err_too_many_indices",
             loc=user_loc(),
         )
-    advanced = [k for k in keys if isinstance(k, Index)]
+    advanced = [k for k in keys if isinstance(k, (Index, TileOps, _Assigned))]
     if advanced:
         return _parse_advanced(keys, shape, what)
     keys += [slice(None)] * (len(shape) - len(keys))
@@ -545,13 +545,20 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
             loc=user_loc(),
         )
     rshape: tuple[int, ...] = ()
-    for k in keys:
-        if isinstance(k, Index):
+    tiles: dict[int, Access] = {}  # indirect indexing: dim -> SBUF tile of index values
+    for d, k in enumerate(keys):
+        if isinstance(k, (TileOps, _Assigned)):
+            tiles[d] = _index_tile(k, what)
+            rshape = broadcast_shapes(rshape, tiles[d].shape)
+        elif isinstance(k, Index):
             rshape = broadcast_shapes(rshape, k.shape)
     idx = []
     for d, k in enumerate(keys):
         if isinstance(k, Index):
             idx.append(expand_expr(k.expr, rshape))
+            continue
+        if d in tiles:
+            idx.append(IndexExpr(Affine(), (0,) * len(rshape), rshape))
             continue
         aff = _scalar_aff(k, what)
         if aff is None:
@@ -561,7 +568,23 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
                 loc=user_loc(),
             )
         idx.append(IndexExpr(aff, (0,) * len(rshape), rshape))
-    return Access("", rshape, tuple(idx))
+    return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
+
+
+def _index_tile(k: object, what: str) -> Access:
+    """An on-chip integer tile used as an index (indirect DMA): its values are the indices."""
+    if isinstance(k, _Assigned):
+        k = k.view
+    assert isinstance(k, TileOps)
+    t = k.tensor_()
+    if not t.decl.on_chip or not (dtypes.is_int(t.decl.dtype)):
+        raise NKIIndexError(
+            f"a tile used as an index of {what} must be an integer tile in SBUF/PSUM, got "
+            f"{t.decl.dtype} in {t.buffer} ('{t.name}')",
+            code="err_unsupported_index_expression",
+            loc=user_loc(),
+        )
+    return k.access_()
 
 
 def compose(outer: Access, sub: Access) -> Access:
@@ -578,7 +601,25 @@ def compose(outer: Access, sub: Access) -> Access:
             for j, sc in enumerate(se.coeffs):
                 coeffs[j] += c * sc
         out.append(IndexExpr(base, tuple(coeffs), sub.shape))
-    return Access(outer.tensor, sub.shape, tuple(out), outer.indirect)
+    return Access(outer.tensor, sub.shape, tuple(out), outer.indirect + _map_indirect(outer, sub))
+
+
+def _map_indirect(outer: Access, sub: Access) -> tuple[tuple[int, Access], ...]:
+    """Move a sub-access's indirect (tile-valued) indices from view axes to tensor dims. Only
+    the partition / first dimension of a tensor can be indexed by a tile."""
+    out = []
+    for a, ind in sub.indirect:
+        dims = [d for d, e in enumerate(outer.index) if e.coeffs[a] != 0]
+        d = dims[0] if len(dims) == 1 else (a if len(outer.index) == len(outer.shape) else -1)
+        if d != 0:
+            raise NKIIndexError(
+                f"indirect (tile-valued) indices are only supported on the partition / first "
+                f"dimension of tensor '{outer.tensor}', not on dimension {d}",
+                code="err_indirect_indices_free_dim",
+                loc=user_loc(),
+            )
+        out.append((d, ind))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ import numpy as np
 
 from nki import dtypes
 from nki.ir import Access, Const, Instr
-from nki.optable import OPS
+from nki.optable import OPS, apply
 
+from . import numerics
 from .interpreter import Ctx, handler
 
 
@@ -72,7 +73,9 @@ def _elementwise(instr: Instr, ctx: Ctx) -> None:
     for s in instr.srcs:
         v = ctx.value(s, _operand_sel(s, sel, instr), exact_int=exact)
         vals.append(v)
-    out = op.fn(*vals)
+    # bit-vector rows act on the operands' bit patterns (logical shifts, wrapping)
+    bits = numerics.bit_dtype(instr.srcs, ctx.decl) if op.bitvec else None
+    out = apply(op, vals, bits)
     ctx.write(instr.dst, out, sel, instr.accumulate)  # type: ignore[arg-type]
 
 
