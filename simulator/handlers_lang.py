@@ -53,20 +53,19 @@ def _reduce(instr: Instr, ctx: Ctx) -> None:
         else:
             out = fn(x, axis=axes)
     else:
-        n = np.sum(sel, axis=axes) if sel is not None else int(np.prod([x.shape[a] for a in axes]))
-        n = np.maximum(np.asarray(n, dtype=np.float32), np.float32(1))
         xf = x.astype(np.float32)
-        mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32)
-                / np.expand_dims(n, axes)).astype(np.float32)  # fmt: skip
+        if sel is not None:
+            n = np.maximum(np.sum(sel, axis=axes, keepdims=True), 1).astype(np.float32)
+        else:
+            n = np.float32(np.prod([x.shape[a] for a in axes]))
+        mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32) / n).astype(np.float32)
         if instr.op == "mean":
             out = mean
         else:
             d = xf - mean
             if sel is not None:
                 d = np.where(sel, d, np.float32(0))
-            out = np.sum(d * d, axis=axes, keepdims=True, dtype=np.float32) / np.expand_dims(
-                n, axes
-            )
+            out = np.sum(d * d, axis=axes, keepdims=True, dtype=np.float32) / n
         out = np.asarray(out, dtype=np.float32)
     out = np.asarray(out).reshape(instr.dst.shape)
     ctx.write(instr.dst, out, out_sel, instr.accumulate)

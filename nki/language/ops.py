@@ -81,7 +81,11 @@ def elementwise(op: Op, args: tuple[Any, ...], dtype: Any, mask: Any) -> NkiTens
                 )
     out_dt = dtypes.name_of(dtype) if dtype is not None else result_dtype(op, dts)
     out = result_tile(shape, out_dt, "sbuf", api)
-    emit("ew", op.name, out.access_(), tuple(srcs), mask=to_mask(mask, shape, api), api=api)
+    # bit-vector ops work on the bit pattern of the operands' promoted integer type (typed
+    # NumPy scalars keep their width, which a Const alone does not record)
+    attrs = (("bit_dtype", result_dtype(op, dts)),) if op.bitvec else ()
+    emit("ew", op.name, out.access_(), tuple(srcs), attrs=attrs,
+         mask=to_mask(mask, shape, api), api=api)  # fmt: skip
     return out
 
 

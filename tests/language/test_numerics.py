@@ -1,0 +1,186 @@
+"""Dtype promotion, rounding on write (bf16 / fp8 round-half-even), float -> int casts
+(round-half-even + saturation), nl.fp32.min constants and the fast-fp option."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.dtypes import promote
+
+PROMOTION = [  # the classic NKI table (nki.api.shared, "NKI Type Promotion")
+    ("float16", "bfloat16", "float32"),
+    ("float8_e4m3", "float8_e5m2", "bfloat16"),
+    ("float8_e4m3", "float16", "float16"),
+    ("float8_e4m3", "bfloat16", "bfloat16"),
+    ("float32", "tfloat32", "float32"),
+    ("int8", "uint8", "int16"),
+    ("int8", "uint16", "int32"),
+    ("int32", "uint32", "float32"),
+    ("int16", "int32", "int32"),
+    ("uint8", "uint16", "uint16"),
+    ("int32", "bfloat16", "bfloat16"),
+    ("uint8", "float8_e5m2", "float8_e5m2"),
+    ("float32", "bfloat16", "float32"),
+    ("bool_", "int8", "int16"),  # bool is treated as uint8
+]
+
+
+@pytest.mark.parametrize("a,b,want", PROMOTION)
+def test_promotion_table(a, b, want):
+    assert promote(a, b) == want
+    assert promote(b, a) == want
+
+
+def _binop_kernel(fn, *scalar):
+    @nki.jit
+    def kernel(a, b):
+        x = nl.load(a)
+        z = fn(x, *scalar) if scalar else fn(x, nl.load(b))
+        out = nl.ndarray(z.shape, z.dtype, buffer=nl.shared_hbm)
+        nl.store(out, z)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "da,db,want",
+    [("float16", "bfloat16", np.float32), ("int8", "uint8", np.int16),
+     ("int32", "uint32", np.float32), ("int8", "float16", np.float16)],
+)  # fmt: skip
+def test_promotion_end_to_end(da, db, want):
+    a = np.full((4, 8), 3, dtype=nl.__dict__[da].np)
+    b = np.full((4, 8), 2, dtype=nl.__dict__[db].np)
+    got = _binop_kernel(nl.add)(a, b)
+    assert got.dtype == np.dtype(want)
+    assert np.all(got.astype(np.float64) == 5)
+
+
+def test_python_scalars_are_weak_int32_and_fp32():
+    a8 = np.full((4, 8), 100, dtype=np.int8)
+    got = _binop_kernel(nl.add, 100)(a8, a8)  # int8 + int -> int32: no saturation at 127
+    assert got.dtype == np.int32 and np.all(got == 200)
+    h = np.full((4, 8), 1.0, dtype=np.float16)
+    got = _binop_kernel(nl.add, 1.2)(h, h)  # fp16 + float -> fp32
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, 2.2, rtol=1e-7)
+    got = _binop_kernel(nl.add, np.float16(1.2))(h, h)  # a typed scalar keeps its type
+    assert got.dtype == np.float16
+
+
+def test_dtype_override():
+    a = np.full((4, 8), 2.5, dtype=np.float32)
+    got = _binop_kernel(lambda x, y: nl.multiply(x, y, dtype=nl.int32))(a, a)
+    assert got.dtype == np.int32 and np.all(got == 6)  # 6.25 -> 6
+
+
+def _cast_kernel(dt):
+    @nki.jit
+    def kernel(a):
+        x = nl.load(a)
+        y = nl.copy(x, dtype=dt)
+        out = nl.ndarray(x.shape, dt, buffer=nl.shared_hbm)
+        nl.store(out, y)
+        return out
+
+    return kernel
+
+
+HALF_WAYS = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5]
+
+
+def test_float_to_int_rounds_half_even_and_saturates():
+    x = np.array([HALF_WAYS + [127.4, 127.6, 300.0, -300.0, np.nan, np.inf, -np.inf]],
+                 dtype=np.float32)  # fmt: skip
+    got = _cast_kernel(nl.int8)(x)
+    assert got.tolist() == [[0, 2, 2, 0, -2, -2, 4, 127, 127, 127, -128, 0, 127, -128]]
+    got = _cast_kernel(nl.uint8)(x)
+    assert got.tolist() == [[0, 2, 2, 0, 0, 0, 4, 127, 128, 255, 0, 0, 255, 0]]
+    big = np.array([[2.5, 3e9, -3e9, 2147483520.0]], dtype=np.float32)
+    got = _cast_kernel(nl.int32)(big)
+    assert got.tolist() == [[2, 2**31 - 1, -(2**31), 2147483520]]
+
+
+def test_int_to_narrower_int_saturates():
+    x = np.array([[1000, -1000, 5, 255, 256]], dtype=np.int32)
+    assert _cast_kernel(nl.int8)(x).tolist() == [[127, -128, 5, 127, 127]]
+    assert _cast_kernel(nl.uint8)(x).tolist() == [[255, 0, 5, 255, 255]]
+
+
+def test_bf16_rounds_half_to_even_on_write():
+    one = 1.0
+    x = np.array([[one + 2**-8, one + 3 * 2**-8, one + 2**-8 + 2**-20, -(one + 2**-8),
+                   65280.0 + 128.0]], dtype=np.float32)  # fmt: skip
+    got = _cast_kernel(nl.bfloat16)(x).astype(np.float64)
+    # halfway -> even mantissa; just above halfway -> up; sign symmetric
+    assert got.tolist() == [[1.0, 1.0 + 2**-6, 1.0 + 2**-7, -1.0, 65536.0]]
+
+
+@pytest.mark.parametrize(
+    "dt,vals,want",
+    [
+        ("float8_e4m3", [1.0625, 1.1875, 1.07, -1.0625], [1.0, 1.25, 1.125, -1.0]),
+        ("float8_e5m2", [1.125, 1.375, 1.13, -1.125], [1.0, 1.5, 1.25, -1.0]),
+    ],
+)
+def test_fp8_rounds_half_to_even_on_write(dt, vals, want):
+    x = np.array([vals], dtype=np.float32)
+    got = _cast_kernel(getattr(nl, dt))(x)
+    assert got.dtype == getattr(nl, dt).np
+    assert got.astype(np.float64).tolist() == [want]
+
+
+def test_engine_math_is_fp32_then_rounded():
+    # bf16 inputs: the product is formed in fp32 and rounded once on write
+    a = np.array([[1.0 + 2**-7]], dtype=ml_dtypes.bfloat16)
+    got = _binop_kernel(nl.multiply)(a, a)  # (1+2^-7)^2 = 1 + 2^-6 + 2^-14 -> 1 + 2^-6
+    assert got.dtype == ml_dtypes.bfloat16
+    assert float(got[0, 0]) == 1.0 + 2**-6
+
+
+def test_fp32_min_constants():
+    assert nl.fp32.min == np.float32(np.finfo(np.float32).min)
+    assert np.array(nl.fp32.min, dtype=np.float32).view(np.uint32) == 0xFF7FFFFF
+    assert np.array(nl.bfp16.min).view(np.uint16) == 0xFF80
+    assert nl.bfloat16 == np.dtype(ml_dtypes.bfloat16)
+    assert nl.int8.max == 127 and nl.uint16.max == 65535
+
+
+def _bf16_roundtrip_kernel(**jit_kw):
+    @nki.jit(**jit_kw)
+    def kernel(a):
+        x = nl.load(a)
+        t = nl.copy(x, dtype=nl.bfloat16)
+        y = nl.add(t, t, dtype=nl.float32)
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, y)
+        return out
+
+    return kernel
+
+
+def test_fast_fp_option_keeps_fp32_precision(monkeypatch):
+    x = np.array([[1.0 + 2**-12, 3.14159265]], dtype=np.float32)
+    precise = _bf16_roundtrip_kernel()(x)
+    np.testing.assert_array_equal(precise, 2 * x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    fast = _bf16_roundtrip_kernel(precise_fp=False)(x)
+    np.testing.assert_array_equal(fast, 2 * x)
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    np.testing.assert_array_equal(_bf16_roundtrip_kernel()(x), 2 * x)
+
+
+def test_fast_fp_output_is_still_the_declared_dtype():
+    @nki.jit(precise_fp=False)
+    def kernel(a):
+        x = nl.load(a)
+        out = nl.ndarray(x.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(x, dtype=nl.bfloat16))
+        return out
+
+    x = np.array([[1.0 + 2**-12]], dtype=np.float32)
+    got = kernel(x)
+    assert got.dtype == ml_dtypes.bfloat16 and float(got[0, 0]) == 1.0

@@ -1,0 +1,298 @@
+"""Every element-wise op of the table against an independent NumPy (float64) reference, for
+float32, bfloat16 and an integer dtype where the op allows it, with tile/tile, (P, 1) column
+and scalar broadcasting. Float results are checked to the tolerance their rounding implies;
+integer and bit-vector results are exact."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.optable import BINARY, OPS, UNARY
+
+P, F = 16, 24
+BF16 = ml_dtypes.bfloat16
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sig(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+REF_UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "abs": np.abs,
+    "negative": np.negative,
+    "sign": np.sign,
+    "ceil": np.ceil,
+    "floor": np.floor,
+    "trunc": np.trunc,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "arctan": np.arctan,
+    "tanh": np.tanh,
+    "sigmoid": _sig,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_dx": lambda x: (
+        0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    ),
+    "gelu_apprx_tanh": lambda x: (
+        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
+    "gelu_apprx_sigmoid": lambda x: x * _sig(1.702 * x),
+    "silu": lambda x: x * _sig(x),
+    "silu_dx": lambda x: _sig(x) * (1.0 + x * (1.0 - _sig(x))),
+    "erf": _erf,
+    "erf_dx": lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-x * x),
+    "softplus": _softplus,
+    "mish": lambda x: x * np.tanh(_softplus(x)),
+    "square": np.square,
+    "invert": np.invert,
+    "logical_not": lambda x: (x == 0).astype(np.uint8),
+}
+
+REF_BINARY = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "divide": np.true_divide,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "power": np.power,
+    "fmod": np.fmod,
+    "mod": np.mod,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "logical_and": lambda a, b: np.logical_and(a != 0, b != 0),
+    "logical_or": lambda a, b: np.logical_or(a != 0, b != 0),
+    "logical_xor": lambda a, b: np.logical_xor(a != 0, b != 0),
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}
+BOOL_RESULT = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+               "logical_and", "logical_or", "logical_xor", "logical_not"}  # fmt: skip
+INT_BINARY = {"add", "subtract", "multiply", "maximum", "minimum", "fmod", "mod", "divide",
+              *BOOL_RESULT - {"logical_not"}, "bitwise_and", "bitwise_or", "bitwise_xor",
+              "left_shift", "right_shift"}  # fmt: skip
+INT_UNARY = {"abs", "negative", "sign", "square", "invert", "logical_not"}
+BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert"}
+
+
+def test_reference_covers_the_table():
+    assert set(UNARY) == set(REF_UNARY)
+    assert set(BINARY) == set(REF_BINARY) | {"left_shift", "right_shift"}
+
+
+def _unary_input(name: str, rng: np.random.Generator) -> np.ndarray:
+    if name in ("log", "sqrt", "rsqrt"):
+        return rng.uniform(0.1, 5.0, (P, F))
+    if name == "reciprocal":
+        return rng.choice([-1.0, 1.0], (P, F)) * rng.uniform(0.2, 3.0, (P, F))
+    if name == "tan":
+        return rng.uniform(-1.2, 1.2, (P, F))
+    if name == "arctan":
+        return rng.uniform(-1.5, 1.5, (P, F))
+    return rng.uniform(-3.0, 3.0, (P, F))
+
+
+def _binary_inputs(name: str, rng: np.random.Generator, shape_b) -> tuple[np.ndarray, ...]:
+    a = rng.uniform(-3.0, 3.0, (P, F))
+    b = rng.uniform(-3.0, 3.0, shape_b)
+    if name == "power":
+        a = rng.uniform(0.5, 2.0, (P, F))
+        b = rng.uniform(-2.0, 2.0, shape_b)
+    elif name in ("divide", "fmod", "mod"):
+        b = rng.choice([-1.0, 1.0], shape_b) * rng.uniform(0.5, 3.0, shape_b)
+    elif name in BOOL_RESULT:
+        a, b = np.round(a * 2) / 2, np.round(b * 2) / 2  # plenty of equal pairs
+    return a, b
+
+
+def _run(fn, a, b=None, scalar=None, reverse=False):
+    @nki.jit
+    def kernel(a_in, b_in):
+        x = nl.load(a_in)
+        if scalar is not None:
+            z = fn(scalar, x) if reverse else fn(x, scalar)
+        elif b is not None:
+            z = fn(x, nl.load(b_in))
+        else:
+            z = fn(x)
+        out = nl.ndarray(z.shape, z.dtype, buffer=nl.shared_hbm)
+        nl.store(out, z)
+        return out
+
+    return kernel(a, a if b is None else b)
+
+
+def _expected(ref, dt, *args):
+    with np.errstate(all="ignore"):
+        return np.asarray(ref(*(np.asarray(x, dtype=np.float64) for x in args)))
+
+
+def _check_float(got, want, dt, name):
+    got = np.asarray(got, dtype=np.float64)
+    if name in BOOL_RESULT:
+        np.testing.assert_array_equal(got, want.astype(np.float64))
+        return
+    if dt == "bfloat16":
+        # the result is rounded to bf16 (8 significant bits): within one bf16 ulp
+        np.testing.assert_allclose(got, want, rtol=2.0**-7, atol=1e-6)
+    else:
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(set(UNARY) - {"invert"}))
+def test_unary_float(name, dt):
+    rng = np.random.default_rng(hash(name) % 2**32)
+    x = _unary_input(name, rng).astype(np.float32).astype(dt)
+    got = _run(getattr(nl, name), x)
+    want = _expected(REF_UNARY[name], dt, x)
+    if name in BOOL_RESULT:
+        assert got.dtype == np.uint8
+    else:
+        assert got.dtype == np.dtype(x.dtype)
+    _check_float(got, want, dt, name)
+
+
+@pytest.mark.parametrize("form", ["tile", "col", "scalar", "rscalar"])
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(set(BINARY) - {"left_shift", "right_shift"} - BITVEC))
+def test_binary_float(name, dt, form):
+    rng = np.random.default_rng(hash(name) % 2**32)
+    a, b = _binary_inputs(name, rng, (P, 1) if form == "col" else (P, F))
+    a = a.astype(np.float32).astype(dt)
+    b = b.astype(np.float32).astype(dt)
+    fn = getattr(nl, name)
+    if form in ("tile", "col"):
+        got = _run(fn, a, b)
+        want = _expected(REF_BINARY[name], dt, a, b)
+        out_dt = dt
+    else:
+        s = 1.5 if name != "power" else 0.5
+        rev = form == "rscalar"
+        if rev and name in ("power", "divide", "fmod", "mod"):
+            a = np.abs(a) + np.asarray(0.5, dtype=a.dtype)  # keep the divisor / base sane
+            a = a.astype(dt)
+        got = _run(fn, a, scalar=s, reverse=rev)
+        want = _expected(REF_BINARY[name], dt, *((s, a) if rev else (a, s)))
+        out_dt = "float32"  # a Python float is a weak fp32: bf16 (op) 1.5 -> fp32
+    if name in BOOL_RESULT:
+        assert got.dtype == np.uint8
+    else:
+        assert got.dtype == nl.float32.np if out_dt == "float32" else got.dtype == BF16
+        assert got.shape == (P, F)
+    _check_float(got, want, out_dt, name)
+
+
+def _int_ref(name, a, b, dt):
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    info = np.iinfo(dt)
+    if name == "divide":  # fp32 divide, then round-half-even into the int type
+        r = np.rint(a64.astype(np.float64) / b64)
+    elif name in ("left_shift", "right_shift"):
+        bits = np.dtype(dt).itemsize * 8
+        u = {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+        pat = a.astype(dt).view(u).astype(np.uint64)
+        sh = b64.astype(np.uint64)
+        r = (pat << sh) if name == "left_shift" else (pat >> sh)
+        r = np.where(b64 >= bits, 0, r & (2**bits - 1)).astype(np.uint64).astype(u).view(dt)
+        return r
+    else:
+        r = REF_BINARY[name](a64, b64)
+    if name in BOOL_RESULT:
+        return np.asarray(r).astype(np.uint8)
+    return np.clip(r, info.min, info.max).astype(dt)
+
+
+@pytest.mark.parametrize("form", ["tile", "col", "scalar"])
+@pytest.mark.parametrize("name", sorted(INT_BINARY))
+def test_binary_int32_exact(name, form):
+    rng = np.random.default_rng(7)
+    a = rng.integers(-1000, 1000, (P, F)).astype(np.int32)
+    shape_b = (P, 1) if form == "col" else (P, F)
+    b = rng.integers(-1000, 1000, shape_b).astype(np.int32)
+    if name in ("divide", "fmod", "mod"):
+        b = np.where(b == 0, 7, b).astype(np.int32)
+    if name in ("left_shift", "right_shift"):
+        b = rng.integers(0, 34, shape_b).astype(np.int32)  # includes shifts >= 32
+    if name in BOOL_RESULT:
+        a, b = a % 5, b % 5
+    fn = getattr(nl, name)
+    if form == "scalar":
+        s = 3
+        got = _run(fn, a, scalar=s)
+        want = _int_ref(name, a, np.full((P, F), s, np.int32), np.int32)
+    else:
+        got = _run(fn, a, b)
+        want = _int_ref(name, a, np.broadcast_to(b, (P, F)), np.int32)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(INT_UNARY))
+def test_unary_int32_exact(name):
+    a = np.random.default_rng(3).integers(-1000, 1000, (P, F)).astype(np.int32)
+    a[0, :3] = [0, -1, 1]
+    got = _run(getattr(nl, name), a)
+    want = REF_UNARY[name](a.astype(np.int64))
+    want = want.astype(np.uint8) if name in BOOL_RESULT else want.astype(np.int32)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_right_shift_is_logical_on_the_bit_pattern():
+    a = np.array([[-8, -1, 64, 127]], dtype=np.int8)
+    got = _run(nl.right_shift, a, scalar=np.int8(1))
+    np.testing.assert_array_equal(got, np.array([[124, 127, 32, 63]], dtype=np.int8))
+    a32 = np.array([[-8, -(2**31)]], dtype=np.int32)
+    got = _run(nl.right_shift, a32, scalar=4)
+    assert got.tolist() == [[(2**32 - 8) >> 4, 2**31 >> 4]]
+
+
+def test_left_shift_and_invert_wrap_instead_of_saturating():
+    a = np.array([[64, 1, -1]], dtype=np.int8)
+    np.testing.assert_array_equal(
+        _run(nl.left_shift, a, scalar=np.int8(1)), np.array([[-128, 2, -2]], dtype=np.int8)
+    )
+    u = np.array([[5, 0, 255]], dtype=np.uint8)
+    np.testing.assert_array_equal(_run(nl.invert, u), np.array([[250, 255, 0]], dtype=np.uint8))
+
+
+def test_bitvec_op_on_float_is_a_clear_error():
+    with pytest.raises(nki.errors.NKITypeError) as ei:
+        _run(nl.bitwise_and, np.ones((P, F), np.float32), np.ones((P, F), np.float32))
+    assert ei.value.code == "err_bitvec_op_requires_integer_dtype"
+
+
+def test_python_operators_map_to_ops():
+    a = np.random.default_rng(0).uniform(1, 2, (P, F)).astype(np.float32)
+    got = _run(lambda x, y: (x + y) * y - x / y, a, a)
+    np.testing.assert_allclose(got, (a + a) * a - a / a, rtol=1e-6)
+
+
+def test_every_row_has_engines_and_doc():
+    for op in OPS.values():
+        assert op.engines and op.doc, op.name
+        assert getattr(nl, op.name, None) is not None or op.name == "copy"

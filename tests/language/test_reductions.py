@@ -1,0 +1,122 @@
+"""Free-axis reductions against NumPy, the (P,) broadcast rule, keepdims, masks and the
+partition-axis error."""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.errors import NKIShapeError
+
+REF = {
+    "sum": np.sum,
+    "max": np.max,
+    "min": np.min,
+    "mean": np.mean,
+    "prod": np.prod,
+    "all": lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims),
+    "var": np.var,
+}
+
+
+def _reduce_kernel(name, axis, keepdims):
+    @nki.jit
+    def kernel(a):
+        x = nl.load(a)
+        r = getattr(nl, name)(x, axis=axis, keepdims=keepdims)
+        shape = r.shape if len(r.shape) > 1 else (r.shape[0], 1)
+        out = nl.ndarray(shape, r.dtype, buffer=nl.shared_hbm)
+        nl.store(out, r)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [1, [1, 2], 2, -1])
+@pytest.mark.parametrize("dt", ["float32", "bfloat16", "int32"])
+@pytest.mark.parametrize("name", sorted(REF))
+def test_reduction_matches_numpy(name, dt, axis, keepdims):
+    rng = np.random.default_rng(1)
+    if dt == "int32":
+        x = rng.integers(-4, 5, (8, 4, 6)).astype(np.int32)
+        if name == "prod":
+            x = rng.integers(1, 3, (8, 4, 6)).astype(np.int32)
+    else:
+        x = rng.uniform(0.5, 1.5, (8, 4, 6)).astype(np.float32).astype(dt)
+    got = _reduce_kernel(name, axis, keepdims)(x)
+    ax = tuple(a % 3 for a in (axis if isinstance(axis, list) else [axis]))
+    want = REF[name](x.astype(np.float64), axis=ax, keepdims=keepdims)
+    want = want.reshape(got.shape)
+    if dt == "int32" and name in ("sum", "max", "min", "prod"):
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    elif name == "all":
+        assert got.dtype == np.uint8
+        np.testing.assert_array_equal(got, want.astype(np.uint8))
+    else:
+        tol = 2.0**-7 if dt == "bfloat16" else 1e-5  # one bf16 ulp of the rounded result
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=1e-6)
+
+
+def test_row_reduction_is_a_partition_vector_that_broadcasts():
+    @nki.jit
+    def kernel(a):
+        x = nl.load(a)
+        m = nl.max(x, axis=1)
+        assert m.shape == (128,)
+        y = nl.exp(nl.subtract(x, m))
+        s = nl.sum(y, axis=1)
+        z = nl.divide(y, s)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, z)
+        return out
+
+    x = np.random.default_rng(0).normal(size=(128, 512)).astype(np.float32)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(kernel(x), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-8)
+
+
+def test_masked_reduction_only_reads_selected_elements():
+    @nki.jit
+    def kernel(a):
+        i_p = nl.arange(8)[:, None]
+        i_f = nl.arange(16)[None, :]
+        x = nl.load(a)
+        out = nl.ndarray((8, 1), nl.float32, buffer=nl.shared_hbm)
+        r = nl.zeros((8, 1), nl.float32)
+        r[...] = nl.sum(x[i_p, i_f], axis=1, keepdims=True, mask=(i_f < 10))
+        nl.store(out, r)
+        return out
+
+    x = np.arange(128, dtype=np.float32).reshape(8, 16)
+    np.testing.assert_array_equal(kernel(x)[:, 0], x[:, :10].sum(1))
+
+
+def test_partition_axis_reduction_is_rejected():
+    @nki.jit
+    def kernel(a):
+        x = nl.load(a)
+        s = nl.sum(x, axis=0)
+        out = nl.ndarray((1, 8), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, s)
+        return out
+
+    line = inspect.getsourcelines(kernel.fn)[1] + 3
+    with pytest.raises(NKIShapeError) as ei:
+        kernel(np.zeros((4, 8), np.float32))
+    assert ei.value.code == "err_unsupported_reduction_axis"
+    assert "partition axis" in str(ei.value)
+    assert ei.value.loc.line == line
+
+
+def test_mean_of_bf16_is_fp32_math():
+    x = np.full((2, 256), 1.0 + 2**-7, dtype=ml_dtypes.bfloat16)
+    x[:, 1::2] = 1.0
+    got = _reduce_kernel("mean", 1, True)(x)
+    assert float(got[0, 0]) == float(ml_dtypes.bfloat16(1.0 + 2**-8))
