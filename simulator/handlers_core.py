@@ -74,7 +74,9 @@ def _elementwise(instr: Instr, ctx: Ctx) -> None:
         v = ctx.value(s, _operand_sel(s, sel, instr), exact_int=exact)
         vals.append(v)
     # bit-vector rows act on the operands' bit patterns (logical shifts, wrapping)
-    bits = numerics.bit_dtype(instr.srcs, ctx.decl) if op.bitvec else None
+    bits = (
+        (instr.attr("bit_dtype") or numerics.bit_dtype(instr.srcs, ctx.decl)) if op.bitvec else None
+    )
     out = apply(op, vals, bits)
     ctx.write(instr.dst, out, sel, instr.accumulate)  # type: ignore[arg-type]
 
