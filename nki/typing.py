@@ -49,3 +49,103 @@ def annotation_of(ann: Any) -> _TensorType | None:
                     return base[dims]
                 return base
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Annotated locals: ``x: nt.tensor[128, 512] = nl.load(...)`` checked while the kernel traces
+# --------------------------------------------------------------------------------------------
+
+
+def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
+    """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
+    name -> (annotation, line of the assignment)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return {}
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return {}
+    out: dict[str, tuple[_TensorType, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            ann = _eval_annotation(node.annotation, fn)
+            if ann is not None and ann.shape is not None:
+                out[node.target.id] = (ann, first + node.lineno - 1)
+    return out
+
+
+def _eval_annotation(expr: Any, fn: Any) -> _TensorType | None:
+    import ast
+
+    try:
+        value = eval(  # noqa: S307 - the kernel's own annotation, in the kernel's globals
+            compile(ast.Expression(expr), "<annotation>", "eval"), dict(fn.__globals__)
+        )
+    except Exception:
+        return annotation_of(ast.unparse(expr))
+    return annotation_of(value)
+
+
+class local_shape_checks:  # noqa: N801 - used as a context manager
+    """While tracing ``fn``, check each annotated local (``x: nt.tensor[128, 512] = ...``)
+    right after its assignment runs: a tile of another shape raises NKIShapeError
+    ``err_annotation_shape_mismatch`` at the assignment line. Costs nothing for kernels
+    without such annotations (no trace hook is installed)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.anns = _local_annotations(fn)
+        self._old: Any = None
+
+    def __enter__(self) -> local_shape_checks:
+        import sys
+
+        if not self.anns:
+            return self
+        code = self.fn.__code__
+        pending: dict[int, str] = {line: name for name, (_a, line) in self.anns.items()}
+        last: list[int | None] = [None]
+
+        def local(frame: Any, event: str, arg: Any):
+            if event in ("line", "return"):
+                prev = last[0]
+                if prev in pending:  # the annotated assignment at `prev` has just run
+                    self._check(frame, pending[prev], prev)
+                last[0] = frame.f_lineno if event == "line" else None
+            return local
+
+        def glob(frame: Any, event: str, arg: Any):
+            if event == "call" and frame.f_code is code:
+                return local
+            return None
+
+        self._old = sys.gettrace()
+        sys.settrace(glob)
+        return self
+
+    def _check(self, frame: Any, name: str, line: int) -> None:
+        from .errors import NKIShapeError, SrcLoc
+
+        ann, _ = self.anns[name]
+        value = frame.f_locals.get(name)
+        shape = getattr(value, "shape", None)
+        if shape is None or ann.shape is None:
+            return
+        if tuple(shape) != tuple(ann.shape):
+            raise NKIShapeError(
+                f"local '{name}' is annotated {ann} but holds a tile of shape {tuple(shape)}",
+                code="err_annotation_shape_mismatch",
+                loc=SrcLoc(frame.f_code.co_filename, line, 0, frame.f_code.co_name),
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        import sys
+
+        if self.anns:
+            sys.settrace(self._old)

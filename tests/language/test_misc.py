@@ -258,3 +258,59 @@ def test_legacy_kernel_writes_its_output_parameter():
     out = np.zeros_like(a)
     assert legacy(a, out) is None
     assert np.all(out == 6)
+
+
+@nki.jit
+def annotated_locals(a):
+    x: nt.tensor[128, 512] = nl.load(a)
+    y: nt.tensor[128, 256] = nl.load(a[:, 0:256])
+    return _out(nl.add(x[:, 0:256], y))
+
+
+def test_local_shape_annotations_are_checked():
+    x = np.ones((128, 512), np.float32)
+    np.testing.assert_array_equal(annotated_locals(x), 2 * x[:, :256])
+
+    @nki.jit
+    def wrong(a):
+        x: nt.tensor[128, 256] = nl.load(a)
+        return _out(x)
+
+    line = inspect.getsourcelines(wrong.fn)[1] + 2
+    with pytest.raises(NKIShapeError) as ei:
+        wrong(x)
+    assert ei.value.code == "err_annotation_shape_mismatch"
+    assert ei.value.loc.line == line
+    assert "'x'" in str(ei.value) and "(128, 512)" in str(ei.value)
+
+
+def test_mutable_parameter_must_be_returned():
+    @nki.jit
+    def not_returned(a: nt.mutable_tensor):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(a, nl.load(a))
+        nl.store(out, nl.load(a))
+        return out
+
+    line = inspect.getsourcelines(not_returned.fn)[1] + 3
+    with pytest.raises(NKIError) as ei:
+        not_returned(np.zeros((4, 4), np.float32))
+    assert ei.value.code == "err_mutable_parameter_not_returned"
+    assert ei.value.loc.line == line
+
+
+def test_indirect_store_scatters_rows():
+    @nki.jit
+    def scatter(data: nt.mutable_tensor, idx, vals):
+        i_p = nl.arange(4)[:, None]
+        i_f = nl.arange(8)[None, :]
+        it = nl.load(idx)
+        nl.store(data[it[i_p, 0], i_f], nl.load(vals))
+        return data
+
+    d = np.zeros((10, 8), np.float32)
+    vals = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = scatter(d, np.array([[1], [3], [5], [9]], np.int32), vals)
+    want = np.zeros((10, 8), np.float32)
+    want[[1, 3, 5, 9]] = vals
+    np.testing.assert_array_equal(out, want)
