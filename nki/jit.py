@@ -163,9 +163,20 @@ class Kernel:
                 st.params.append(name)
                 call_args[name] = NkiTensor(decl, ())
             b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
-            ret = self.fn(*b2.args, **b2.kwargs)
+            from .typing import local_shape_checks
+
+            with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
+                ret = self.fn(*b2.args, **b2.kwargs)
             outputs, returns = self._outputs(st, ret)
         self._check_param_writes(st, returns, mutable)
+        for name in sorted(mutable):  # an in/out parameter must come back to the caller
+            if returns and name in _written_bases(st) and name not in outputs:
+                raise NKIError(
+                    f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
+                    "kernel does not return it; add it to the returned tensors",
+                    code="err_mutable_parameter_not_returned",
+                    loc=_written_bases(st)[name],
+                )
         tensors = tuple(st.tensors.values())
         return KernelIR(
             self.fn.__name__,
