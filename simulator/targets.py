@@ -54,3 +54,101 @@ def target_name(name: str) -> str:
 
 def get_target(name: str) -> Target:
     return TARGETS[target_name(name)]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-target nki.isa rules (engine / ALU op / dtype acceptance, Tensor-engine limits)
+# --------------------------------------------------------------------------------------------
+
+MATMUL_IN_DTYPES = (
+    "float8_e4m3",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "bfloat16",
+    "float16",
+    "tfloat32",
+    "float32",
+)
+FP8_DTYPES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
+
+
+@dataclass(frozen=True)
+class IsaRules:
+    """What one NeuronCore generation's engines accept (see nki-api.md sections 1.11, 1.12, 3).
+
+    Each field is consulted by exactly one check in ``nki/isa/rules.py``."""
+
+    matmul_moving_fmax: int  # moving free size (PSUM columns) per nc_matmul
+    matmul_out_dtypes: tuple[str, ...]  # PSUM result dtypes nc_matmul may write
+    matmul_tile_sizes: tuple[int, ...]  # legal PE-array tile_size entries
+    matmul_transpose_mode: bool  # nc_matmul(is_transpose=True): bit-exact PE transpose
+    matmul_perf_modes: tuple[str, ...]  # accepted nc_matmul perf_mode values
+    pe_transpose_bit_exact: bool  # Tensor-engine nc_transpose keeps NaN / Inf exactly
+    tensor_transpose_max: tuple[int, int]  # nc_transpose on the Tensor engine (P, F)
+    vector_transpose_max: tuple[int, int]  # nc_transpose on the Vector engine (P, F)
+    scalar_alu_pairs: tuple[tuple[str, str | None], ...]  # tensor_scalar on the Scalar engine
+    activation_reduce_ops: tuple[str, ...]  # activation(reduce_op=...) accumulator ops
+    scalar_copy_exact: bool  # Scalar-engine tensor_copy is bit-exact (else via fp32)
+    hwdge: bool  # dma_copy(dge_mode=hwdge) available
+    only_from_here: tuple[str, ...] = ()  # instructions introduced with this generation
+
+
+_PERF = ("double_row_gen3", "double_row")
+ISA_RULES: dict[str, IsaRules] = {
+    "trn1": IsaRules(
+        matmul_moving_fmax=512,
+        matmul_out_dtypes=("float32",),
+        matmul_tile_sizes=(64, 128),
+        matmul_transpose_mode=False,
+        matmul_perf_modes=(),
+        pe_transpose_bit_exact=False,
+        tensor_transpose_max=(128, 128),
+        vector_transpose_max=(32, 32),
+        scalar_alu_pairs=(),
+        activation_reduce_ops=("add",),
+        scalar_copy_exact=False,
+        hwdge=False,
+    ),
+    "trn2": IsaRules(
+        matmul_moving_fmax=512,
+        matmul_out_dtypes=("float32",),
+        matmul_tile_sizes=(32, 64, 128),
+        matmul_transpose_mode=True,
+        matmul_perf_modes=_PERF,
+        pe_transpose_bit_exact=True,
+        tensor_transpose_max=(128, 128),
+        vector_transpose_max=(32, 32),
+        scalar_alu_pairs=(("multiply", "add"), ("multiply", None), ("add", None)),
+        activation_reduce_ops=("add", "maximum", "minimum"),
+        scalar_copy_exact=True,
+        hwdge=True,
+        only_from_here=("range_select",),
+    ),
+    "trn3": IsaRules(
+        matmul_moving_fmax=4096,
+        matmul_out_dtypes=("float32", "bfloat16"),
+        matmul_tile_sizes=(32, 64, 128),
+        matmul_transpose_mode=True,
+        matmul_perf_modes=_PERF,
+        pe_transpose_bit_exact=True,
+        tensor_transpose_max=(128, 128),
+        vector_transpose_max=(32, 32),
+        scalar_alu_pairs=(("multiply", "add"), ("multiply", None), ("add", None)),
+        activation_reduce_ops=("add", "maximum", "minimum"),
+        scalar_copy_exact=True,
+        hwdge=True,
+    ),
+}
+
+
+def isa_rules(name: str) -> IsaRules:
+    """The nki.isa rule row of a target (``trn1|gen2``, ``trn2|gen3``, ``trn3|gen4``)."""
+    return ISA_RULES[target_name(name)]
+
+
+def first_target_with(instruction: str) -> str | None:
+    """The oldest target on which an instruction listed in ``only_from_here`` exists."""
+    for name in ("trn1", "trn2", "trn3"):
+        if instruction in ISA_RULES[name].only_from_here:
+            return name
+    return None

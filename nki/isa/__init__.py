@@ -1,0 +1,87 @@
+"""nki.isa (``import nki.isa as nisa``): the classic NKI instruction set.
+
+Calls take input tiles and return a new tile (classic semantics); ``mask=`` and ``dtype=`` work
+as in the classic API. Each instruction checks its engine / dtype / size / buffer rules for the
+target being traced (``simulator.targets.ISA_RULES``) and records one IR instruction executed by
+``simulator/handlers_isa.py``."""
+
+from .dma import dma_copy, dma_transpose
+from .enums import (
+    dge_mode,
+    engine,
+    get_nc_version,
+    gpsimd_engine,
+    matmul_perf_mode,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+    scalar_engine,
+    tensor_engine,
+    unknown_engine,
+    vector_engine,
+)
+from .gpsimd import affine_select, iota, local_gather, memset, tensor_partition_reduce
+from .scalar import activation, activation_reduce
+from .tensor_ops import nc_matmul, nc_transpose
+from .vector import (
+    bn_aggr,
+    bn_stats,
+    dropout,
+    max8,
+    nc_find_index8,
+    nc_match_replace8,
+    nc_stream_shuffle,
+    reciprocal,
+    scalar_tensor_tensor,
+    select_reduce,
+    tensor_copy,
+    tensor_copy_predicated,
+    tensor_reduce,
+    tensor_scalar,
+    tensor_scalar_reduce,
+    tensor_tensor,
+    tensor_tensor_scan,
+)
+
+__all__ = [
+    "activation",
+    "activation_reduce",
+    "affine_select",
+    "bn_aggr",
+    "bn_stats",
+    "dge_mode",
+    "dma_copy",
+    "dma_transpose",
+    "dropout",
+    "engine",
+    "get_nc_version",
+    "gpsimd_engine",
+    "iota",
+    "local_gather",
+    "matmul_perf_mode",
+    "max8",
+    "memset",
+    "nc_find_index8",
+    "nc_match_replace8",
+    "nc_matmul",
+    "nc_stream_shuffle",
+    "nc_transpose",
+    "nc_version",
+    "oob_mode",
+    "reciprocal",
+    "reduce_cmd",
+    "scalar_engine",
+    "scalar_tensor_tensor",
+    "select_reduce",
+    "tensor_copy",
+    "tensor_copy_predicated",
+    "tensor_engine",
+    "tensor_partition_reduce",
+    "tensor_reduce",
+    "tensor_scalar",
+    "tensor_scalar_reduce",
+    "tensor_tensor",
+    "tensor_tensor_scan",
+    "unknown_engine",
+    "vector_engine",
+]

@@ -1,0 +1,143 @@
+"""dma_copy (casting, accumulate-on-write, out-of-bounds modes, DGE rules) and dma_transpose."""
+
+import numpy as np
+import pytest
+
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError, NKIIndexError, NKIMemoryError, NKIUnsupportedError
+
+from .util import BF16, expect_error, f32, rand, run
+
+
+def k_copy_cast(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_dma_copy_casts():
+    x = rand((64, 80))
+    np.testing.assert_array_equal(f32(run(k_copy_cast, x)), f32(x.astype(BF16)))
+
+
+def k_rmw(acc, x):
+    t = nl.load(x)
+    nisa.dma_copy(dst=acc[0:64, 0:32], src=t, dst_rmw_op=np.add)
+    nisa.dma_copy(dst=acc[0:64, 0:32], src=t, dst_rmw_op=nl.add)
+    return None
+
+
+@pytest.mark.parametrize("dt", [np.float32, BF16])
+def test_dma_copy_dst_rmw_add(dt):
+    acc = rand((64, 48), dt)
+    x = rand((64, 32), dt)
+    before = f32(acc).copy()
+    run(k_rmw, acc, x)
+    want = before.copy()
+    want[:, :32] = f32((f32(before[:, :32]) + f32(x)).astype(dt))
+    want[:, :32] = f32((want[:, :32] + f32(x)).astype(dt))
+    np.testing.assert_allclose(f32(acc), want, rtol=1e-2 if dt == BF16 else 1e-6)
+
+
+def k_gather(table, idx, mode):
+    out = nl.ndarray((idx.shape[0], table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+    ix = nl.load(idx)
+    t = nl.ndarray((idx.shape[0], table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+    t[...] = 0.0
+    i_f = nl.arange(table.shape[1])[None, :]
+    nisa.dma_copy(dst=t, src=table[ix, i_f], oob_mode=mode)  # ERR
+    nl.store(out, t)
+    return out
+
+
+def test_dma_copy_oob_modes():
+    table = rand((10, 16))
+    idx = np.array([[3], [12], [0], [9], [-1], [5]], np.int32)
+    got = run(k_gather, table, idx, nisa.oob_mode.skip)
+    want = np.zeros((6, 16), np.float32)
+    for r, i in enumerate(idx[:, 0]):
+        if 0 <= i < 10:
+            want[r] = table[i]
+    np.testing.assert_array_equal(got, want)
+    expect_error(
+        k_gather,
+        table,
+        idx,
+        nisa.oob_mode.error,
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        fragments=["12", "10"],
+    )
+
+
+def k_hwdge(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, dge_mode=nisa.dge_mode.hwdge)  # ERR
+    nl.store(out, t)
+    return out
+
+
+def test_hwdge_trn2_only():
+    x = rand((8, 8))
+    np.testing.assert_array_equal(run(k_hwdge, x, target="trn2"), x)
+    expect_error(
+        k_hwdge,
+        x,
+        target="trn1",
+        cls=NKIUnsupportedError,
+        code="err_unsupported_dge_mode",
+        fragments=["hwdge", "trn1"],
+    )
+
+
+def k_bad_rmw(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, dst_rmw_op=np.multiply)  # ERR
+    return None
+
+
+def k_psum_dma(x):
+    ps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
+    nisa.dma_copy(dst=ps, src=x)  # ERR
+    return None
+
+
+def k_count(x):
+    t = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)  # ERR
+    return None
+
+
+def test_dma_copy_rules():
+    x = rand((8, 8))
+    expect_error(
+        k_bad_rmw, x, cls=NKIError, code="err_unsupported_op", fragments=["dst_rmw_op", "multiply"]
+    )
+    expect_error(
+        k_psum_dma,
+        x,
+        cls=NKIMemoryError,
+        code="err_unsupported_memory",
+        fragments=["'dst'", "psum"],
+    )
+    expect_error(
+        k_count, x, cls=NKIError, code="err_dma_element_count_mismatch", fragments=["64", "32"]
+    )
+
+
+def k_dma_t(x):
+    t = nisa.dma_transpose(x)
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(48, 96), (4, 6, 8)])
+def test_dma_transpose(shape):
+    x = rand(shape, BF16)
+    got = run(k_dma_t, x)
+    np.testing.assert_array_equal(f32(got), np.transpose(f32(x), tuple(range(len(shape)))[::-1]))
