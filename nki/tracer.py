@@ -406,6 +406,16 @@ class _Assigned:
     def __setitem__(self, key: object, value: object) -> None:
         self.view[key] = value  # type: ignore[index]
 
+    # a second ``t += x`` on the same name keeps accumulating in place (psum += nc_matmul(...))
+    def __iadd__(self, o):
+        return self.view._rmw(o, "add")  # type: ignore[attr-defined]
+
+    def __isub__(self, o):
+        return self.view._rmw(o, "subtract")  # type: ignore[attr-defined]
+
+    def __imul__(self, o):
+        return self.view._rmw(o, "multiply")  # type: ignore[attr-defined]
+
 
 def _prod(shape: tuple[int, ...]) -> int:
     n = 1

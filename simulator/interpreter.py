@@ -202,7 +202,8 @@ class Ctx:
     def _fancy(self, acc: Access, sel: np.ndarray | None) -> tuple[np.ndarray, ...]:
         idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
         for dim, ind in acc.indirect:
-            vals = self.read(ind, sel).astype(np.int64)
+            isel = sel if sel is not None and ind.shape == sel.shape else None  # (P,1) index tiles
+            vals = self.read(ind, isel).astype(np.int64)
             idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
         self._check_bounds(acc, idx, sel)
         full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
