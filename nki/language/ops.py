@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKIMemoryError, NKITypeError, user_loc
+from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
+from ..ir import Access
 from ..optable import OPS, Op, result_dtype
 from ..symbolic import broadcast_shapes
 from ..tracer import (
@@ -23,13 +24,17 @@ from ..tracer import (
     result_tile,
     to_mask,
 )
+from .reductions import expand_access
 
 
 def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str], tuple[int, ...]]:
-    """Accesses / constants, their dtypes and the broadcast tile shape of an op's inputs."""
+    """Accesses / constants, their dtypes and the broadcast tile shape of an op's inputs.
+
+    Tiles broadcast NumPy-style, except that a tile of lower rank is aligned on the partition
+    axis (its missing trailing axes become extent 1): a ``(P,)`` reduction result or a
+    ``(P, 1)`` column broadcasts along every free axis of a ``(P, A, B)`` tile."""
     srcs: list[Any] = []
     dts: list[str] = []
-    shape: tuple[int, ...] | None = None
     for i, a in enumerate(args):
         role = f"x{i}" if len(args) > 2 else ("x", "y")[i]
         if isinstance(a, _Assigned):
@@ -46,7 +51,6 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
             check_partitions(acc.shape, api, role)
             srcs.append(acc)
             dts.append(t.decl.dtype)
-            shape = acc.shape if shape is None else broadcast_shapes(shape, acc.shape)
         elif isinstance(a, (int, float, bool)) or (
             hasattr(a, "dtype") and getattr(a, "shape", None) == ()
         ):
@@ -58,12 +62,32 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
                 code="err_unsupported_operand",
                 loc=user_loc(),
             )
-    if shape is None:
+    tiles = [s for s in srcs if isinstance(s, Access)]
+    if not tiles:
         raise NKITypeError(
             f"'{api}' needs at least one tile operand (got only scalars)",
             code="err_unsupported_operand",
             loc=user_loc(),
         )
+    rank = max(len(t.shape) for t in tiles)
+    srcs = [
+        expand_access(s, rank - len(s.shape))
+        if isinstance(s, Access) and 0 < len(s.shape) < rank
+        else s
+        for s in srcs
+    ]
+    shape: tuple[int, ...] = ()
+    for s in srcs:
+        if isinstance(s, Access):
+            try:
+                shape = broadcast_shapes(shape, s.shape)
+            except NKIError:
+                shapes = [list(x.shape) for x in srcs if isinstance(x, Access)]
+                raise NKIShapeError(
+                    f"operands of '{api}' with shapes {shapes} cannot be broadcast together",
+                    code="err_broadcast_shape_mismatch",
+                    loc=user_loc(),
+                ) from None
     check_partitions(shape, api, "result")
     return srcs, dts, shape
 

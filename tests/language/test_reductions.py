@@ -120,3 +120,32 @@ def test_mean_of_bf16_is_fp32_math():
     x[:, 1::2] = 1.0
     got = _reduce_kernel("mean", 1, True)(x)
     assert float(got[0, 0]) == float(ml_dtypes.bfloat16(1.0 + 2**-8))
+
+
+def test_partition_vector_broadcasts_over_every_free_axis_of_a_3d_tile():
+    @nki.jit
+    def kernel(a, c):
+        x = nl.load(a)  # (P, 4, 6)
+        m = nl.max(x, axis=[1, 2])  # (P,)
+        col = nl.load(c)  # (P, 1)
+        z = nl.add(nl.subtract(x, m), col)
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, z)
+        return out
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 4, 6)).astype(np.float32)
+    c = rng.standard_normal((8, 1)).astype(np.float32)
+    want = x - x.max(axis=(1, 2), keepdims=True) + c[:, :, None]
+    np.testing.assert_allclose(kernel(x, c), want, rtol=1e-6)
+
+
+def test_incompatible_tile_shapes_name_the_op():
+    @nki.jit
+    def kernel(a, b):
+        nl.add(nl.load(a), nl.load(b))
+
+    with pytest.raises(NKIShapeError) as ei:
+        kernel(np.zeros((8, 4), np.float32), np.zeros((8, 6), np.float32))
+    assert ei.value.code == "err_broadcast_shape_mismatch"
+    assert "nl.add" in str(ei.value) and "[8, 4]" in str(ei.value)
