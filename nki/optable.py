@@ -358,11 +358,11 @@ BITVEC = tuple(n for n, o in OPS.items() if o.bitvec)
 
 
 def result_dtype(op: Op, in_dtypes: list[str]) -> str:
-    """Result dtype by the row's rule: promote the inputs, keep the input's, or 0/1 (uint8)."""
+    """Result dtype by the row's rule: promote the inputs, keep the input's, or bool (0/1)."""
     from .dtypes import promote
 
     if op.result == "bool":
-        return "uint8"
+        return "bool_"  # classic comparisons / logic default to dtype=bool (stored as 1 byte)
     if op.result == "same":
         return in_dtypes[0]
     out = in_dtypes[0]

@@ -114,7 +114,7 @@ def reduce(
     if dtype is not None:
         out_dt = dtypes.name_of(dtype)
     elif rule == "bool":
-        out_dt = "uint8"
+        out_dt = "bool_"
     elif rule == "float" and not dtypes.is_float(in_dt):
         out_dt = "float32"
     else:
@@ -158,7 +158,7 @@ def _make(name: str):
     what = {
         "mean": "arithmetic mean (fp32 math; integer inputs give float32)",
         "var": "population variance (fp32 math; integer inputs give float32)",
-        "all": "1 where every element is non-zero, else 0 (uint8)",
+        "all": "True where every element is non-zero (dtype bool)",
     }.get(name, f"{name} (fp32 math, exact for integers)")
     fn.__doc__ = (
         f"``nl.{name}(x, axis, *, dtype=None, mask=None, keepdims=False)``: {what} over the "

@@ -63,7 +63,7 @@ REF_UNARY = {
     "mish": lambda x: x * np.tanh(_softplus(x)),
     "square": np.square,
     "invert": np.invert,
-    "logical_not": lambda x: (x == 0).astype(np.uint8),
+    "logical_not": lambda x: (x == 0).astype(np.bool_),
 }
 
 REF_BINARY = {
@@ -170,7 +170,7 @@ def test_unary_float(name, dt):
     got = _run(getattr(nl, name), x)
     want = _expected(REF_UNARY[name], dt, x)
     if name in BOOL_RESULT:
-        assert got.dtype == np.uint8
+        assert got.dtype == np.bool_
     else:
         assert got.dtype == np.dtype(x.dtype)
     _check_float(got, want, dt, name)
@@ -199,7 +199,7 @@ def test_binary_float(name, dt, form):
         want = _expected(REF_BINARY[name], dt, *((s, a) if rev else (a, s)))
         out_dt = "float32"  # a Python float is a weak fp32: bf16 (op) 1.5 -> fp32
     if name in BOOL_RESULT:
-        assert got.dtype == np.uint8
+        assert got.dtype == np.bool_
     else:
         assert got.dtype == nl.float32.np if out_dt == "float32" else got.dtype == BF16
         assert got.shape == (P, F)
@@ -222,7 +222,7 @@ def _int_ref(name, a, b, dt):
     else:
         r = REF_BINARY[name](a64, b64)
     if name in BOOL_RESULT:
-        return np.asarray(r).astype(np.uint8)
+        return np.asarray(r).astype(np.bool_)
     return np.clip(r, info.min, info.max).astype(dt)
 
 
@@ -257,7 +257,7 @@ def test_unary_int32_exact(name):
     a[0, :3] = [0, -1, 1]
     got = _run(getattr(nl, name), a)
     want = REF_UNARY[name](a.astype(np.int64))
-    want = want.astype(np.uint8) if name in BOOL_RESULT else want.astype(np.int32)
+    want = want.astype(np.bool_) if name in BOOL_RESULT else want.astype(np.int32)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
 

@@ -57,8 +57,8 @@ def test_reduction_matches_numpy(name, dt, axis, keepdims):
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, want)
     elif name == "all":
-        assert got.dtype == np.uint8
-        np.testing.assert_array_equal(got, want.astype(np.uint8))
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, want.astype(np.bool_))
     else:
         tol = 2.0**-7 if dt == "bfloat16" else 1e-5  # one bf16 ulp of the rounded result
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=1e-6)
