@@ -130,8 +130,8 @@ def _regs(ctx: Ctx, engine: str, cmd: str, op: str, partial: np.ndarray | None, 
     key = f"accumulators.{engine}"
     ident = OPS[op].identity if OPS[op].identity is not None else 0.0
     regs = ctx.state.get(key)
-    if regs is None:
-        regs = np.full(128, ident, dtype=np.float32)
+    if regs is None:  # never reset: undefined on hardware, NaN here so it shows
+        regs = np.full(128, np.nan, dtype=np.float32)
     regs = regs.copy()
     if cmd == "reset":
         regs[:] = ident
@@ -348,10 +348,31 @@ def _select_reduce(instr: Instr, ctx: Ctx) -> None:
         keep = ~keep
     t = _tile(ctx, on_true, p, False)  # type: ignore[arg-type]
     r = np.where(keep, t, _operand(ctx, on_false, p)).astype(np.float32)
-    if instr.attr("reduce_res") is not None or instr.attr("reduce_cmd") != "idle":
-        cmd = instr.attr("reduce_cmd")
-        partial = M.free_reduce("maximum", r) if cmd != "reset" else None
-        _write_res(ctx, instr, "reduce_res", _regs(ctx, "vector", cmd, "maximum", partial, p))
+    _vector_accumulate(instr, ctx, r, p)
+    _store(instr, ctx, r)
+
+
+def _vector_accumulate(instr: Instr, ctx: Ctx, r: np.ndarray, p: int) -> None:
+    cmd = instr.attr("reduce_cmd", "idle")
+    if instr.attr("reduce_res") is None and cmd == "idle":
+        return
+    partial = (
+        M.free_reduce("maximum", r) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
+    )
+    _write_res(ctx, instr, "reduce_res", _regs(ctx, "vector", cmd, "maximum", partial, p))
+
+
+@isa("range_select")
+def _range_select(instr: Instr, ctx: Ctx) -> None:
+    src, b0, b1, fill = instr.srcs
+    p = src.shape[0]  # type: ignore[union-attr]
+    x = _tile(ctx, src, p, False)  # type: ignore[arg-type]
+    j = np.arange(x.shape[1], dtype=np.float32)[None, :] + np.float32(instr.attr("range_start"))
+    keep = np.asarray(M.apply(instr.attr("comp_op0"), j, _operand(ctx, b0, p))) & np.asarray(
+        M.apply(instr.attr("comp_op1"), j, _operand(ctx, b1, p))
+    )
+    r = np.where(keep, x, np.float32(fill.value)).astype(np.float32)  # type: ignore[union-attr]
+    _vector_accumulate(instr, ctx, r, p)
     _store(instr, ctx, r)
 
 

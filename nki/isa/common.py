@@ -56,9 +56,10 @@ def is_tile(x: object) -> bool:
 
 
 def tile(
-    x: object, api: str, role: str, buffers: tuple[str, ...] = ON_CHIP
+    x: object, api: str, role: str, buffers: tuple[str, ...] = ON_CHIP, *, compute: bool = True
 ) -> tuple[Access, NkiTensor]:
-    """A tile operand: in one of ``buffers``, at most 128 partitions."""
+    """A tile operand: in one of ``buffers``, at most 128 partitions; for compute engines
+    (``compute``) a compile-time start partition must follow the quadrant rule."""
     acc, t = operand(x, api, role)
     require_buffer(t, buffers, api, role)
     if t.decl.on_chip:
@@ -70,7 +71,28 @@ def tile(
             code="err_insufficient_rank",
             loc=user_loc(),
         )
+    if compute and t.decl.on_chip:
+        check_start_partition(acc, t, api, role)
     return acc, t
+
+
+def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> None:
+    """Compute engines address partitions in 32-partition quadrants: an access of more than 64
+    partitions starts at 0, of 33..64 at 0 or 64, of up to 32 at 0, 32, 64 or 96. Only starts
+    known at trace time are checked (loop-dependent starts are left to the hardware)."""
+    e = acc.index[t.decl.par_dim]
+    if not e.base.is_const:
+        return
+    start, n = e.base.const, acc.shape[0]
+    allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+    if start not in allowed:
+        raise NKIShapeError(
+            f"operand '{role}' of '{api}' accesses {n} partitions starting at partition {start} "
+            f"of '{t.name}'; compute engines need a start partition in {list(allowed)} for an "
+            f"access of {n} partitions",
+            code="err_unsupported_start_partition",
+            loc=user_loc(),
+        )
 
 
 def dt(t: NkiTensor) -> str:

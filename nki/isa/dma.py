@@ -36,8 +36,8 @@ def dma_copy(
     Example: ``nisa.dma_copy(dst=out_hbm[0:128, 0:512], src=tile_sb, dst_rmw_op=np.add)``.
     """
     api = "nisa.dma_copy"
-    dacc, dtt = tile(dst, api, "dst", _DMA_BUFFERS)
-    sacc, stt = tile(src, api, "src", _DMA_BUFFERS)
+    dacc, dtt = tile(dst, api, "dst", _DMA_BUFFERS, compute=False)
+    sacc, stt = tile(src, api, "src", _DMA_BUFFERS, compute=False)
     if prod(dacc.shape) != prod(sacc.shape):
         raise NKIShapeError(
             f"'src'{list(sacc.shape)} ({prod(sacc.shape)} elements) and 'dst'"
@@ -88,7 +88,7 @@ def dma_transpose(
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """
     api = "nisa.dma_transpose"
-    sacc, st = tile(src, api, "src", _DMA_BUFFERS)
+    sacc, st = tile(src, api, "src", _DMA_BUFFERS, compute=False)
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
     got = tuple(int(a) for a in axes) if axes is not None else want

@@ -43,9 +43,10 @@ def activation(
     ``scale`` is a compile-time scalar or a (P, 1) float32 tile; ``bias`` a (P, 1) tile of
     float32 / float16 / bfloat16 (or a scalar). With ``reduce_op`` the activated values are also
     reduced along the free axes into the engine's 128 per-partition accumulator registers as
-    ``reduce_cmd`` says (reset / reduce / reset_reduce; ``idle`` with a ``reduce_res`` given
-    acts as reset_reduce); ``reduce_res`` (P, 1) receives the registers. NeuronCore-v2 only
-    accumulates with add.
+    ``reduce_cmd`` says (idle: untouched; reset: to the op's identity; reduce: fold in;
+    reset_reduce: reset then fold in); ``reduce_res`` (P, 1), if given, receives the registers.
+    Registers never reset hold NaN here (their hardware content is undefined). NeuronCore-v2
+    only accumulates with add.
 
     Example: ``e = nisa.activation(nl.exp, x, bias=neg_max, scale=1.0)``.
     """
@@ -150,8 +151,6 @@ def _activation(
                 )
             attrs["reduce_res"] = racc
             outputs.append(racc)
-            if cmd == _reduce_cmd.idle:
-                attrs["reduce_cmd"] = "reset_reduce"
     out = out_tile(dacc.shape, out_dtype(dtype, dt(dtile)), api)
     emit_isa(
         "activation",

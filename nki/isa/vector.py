@@ -518,7 +518,9 @@ def select_reduce(
     **_kw: Any,
 ) -> None:
     """``dst = where(predicate, on_true, on_false)`` (predicate inverted by ``reverse_pred``)
-    on the Vector engine, optionally max-reducing each partition into ``reduce_res`` (P, 1).
+    on the Vector engine. The per-partition max of the result is folded into the Vector
+    engine's accumulator registers as ``reduce_cmd`` says (idle: untouched; reset; reduce;
+    reset_reduce), and ``reduce_res`` (P, 1), if given, receives the registers.
 
     ``predicate``: int8 / uint8 / int16 / uint16; ``on_true``: any dtype but tfloat32 / int32 /
     uint32; ``on_false``: a float32 scalar or a (P, 1) vector; ``on_true`` and ``predicate``
@@ -563,8 +565,6 @@ def select_reduce(
             )
         attrs["reduce_res"] = racc
         outputs.append(racc)
-        if cmd == _reduce_cmd.idle:
-            attrs["reduce_cmd"] = "reset_reduce"
     emit_isa("select_reduce", dacc, (pacc, tacc, fop), attrs, mask=mask, outputs=tuple(outputs))
 
 
@@ -737,8 +737,8 @@ def nc_stream_shuffle(
     Example: ``nisa.nc_stream_shuffle(src=x, dst=y, shuffle_mask=list(range(31, -1, -1)))``.
     """
     api = "nisa.nc_stream_shuffle"
-    sacc, st = tile(src, api, "src")
-    dacc, dtt = tile(dst, api, "dst")
+    sacc, st = tile(src, api, "src", compute=False)
+    dacc, dtt = tile(dst, api, "dst", compute=False)
     same_elements(sacc.shape, dacc.shape, api, "src", "dst")
     if dt(st) != dt(dtt):
         raise NKITypeError(
@@ -813,4 +813,87 @@ def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None, **_kw:
         )
     out = out_tile(acc.shape, odt, api)
     emit_isa("dropout", out.access_(), (acc, pop), {"engine": "vector"}, mask=mask)
+    return out
+
+
+_CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+
+
+def range_select(
+    *,
+    on_true_tile: Any,
+    comp_op0: Any,
+    comp_op1: Any,
+    bound0: Any,
+    bound1: Any,
+    reduce_cmd: Any = _reduce_cmd.idle,
+    reduce_res: Any = None,
+    reduce_op: Any = None,
+    range_start: Any = 0,
+    on_false_value: Any = None,
+    mask: Any = None,
+    dtype: Any = None,
+    **_kw: Any,
+) -> NkiTensor:
+    """Keep the elements whose free index ``j + range_start`` satisfies both
+    ``comp_op0(j + range_start, bound0)`` and ``comp_op1(j + range_start, bound1)`` (bounds:
+    (P, 1) tiles or scalars), ``on_false_value`` (default: the most negative float32) elsewhere;
+    the per-partition max is folded into the Vector accumulators (``reduce_cmd``) and read into
+    ``reduce_res``. NeuronCore-v3 (trn2) and newer only.
+
+    Example: ``y = nisa.range_select(on_true_tile=s, comp_op0=nl.greater_equal,
+    comp_op1=nl.less, bound0=lo, bound1=hi, reduce_res=m,
+    reduce_cmd=nisa.reduce_cmd.reset_reduce)``.
+    """
+    api = "nisa.range_select"
+    from .rules import check_available
+
+    check_available("range_select", api)
+    acc, t = tile(on_true_tile, api, "on_true_tile")
+    parts = acc.shape[0]
+    ops = []
+    for role, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
+        fn = alu_op(op, api, role)
+        if fn.name not in _CMP_OPS:
+            raise NKIError(
+                f"'{role}'={fn.name} of '{api}' must be a comparison ({', '.join(_CMP_OPS)})",
+                code="err_unsupported_op",
+                loc=user_loc(),
+            )
+        ops.append(fn.name)
+    b0, _ = scalar_or_vector(bound0, parts, api, "bound0")
+    b1, _ = scalar_or_vector(bound1, parts, api, "bound1")
+    rop = _reducer(
+        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
+    )
+    cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
+    fill = float(dtypes.dtype("float32").min) if on_false_value is None else on_false_value
+    if is_tile(fill) or isinstance(fill, bool) or not isinstance(fill, (int, float)):
+        raise NKITypeError(
+            f"'on_false_value' of '{api}' must be a float scalar, got {type(fill).__name__}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+    attrs: dict[str, Any] = {
+        "engine": "vector",
+        "comp_op0": ops[0],
+        "comp_op1": ops[1],
+        "range_start": int(range_start),
+        "reduce_op": rop.name,
+        "reduce_cmd": cmd.name,
+    }
+    outputs = []
+    if reduce_res is not None:
+        racc, _rt = _res_vector(reduce_res, parts, api, "reduce_res")
+        attrs["reduce_res"] = racc
+        outputs.append(racc)
+    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
+    emit_isa(
+        "range_select",
+        out.access_(),
+        (acc, b0, b1, Const(float(fill))),
+        attrs,
+        mask=mask,
+        outputs=tuple(outputs),
+    )
     return out

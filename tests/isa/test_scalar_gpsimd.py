@@ -79,10 +79,29 @@ def test_activation_reduce_cmd_accumulates():
     np.testing.assert_allclose(got[:, 0], x.sum(1) + (x * x).sum(1), rtol=1e-5, atol=1e-5)
 
 
+def k_act_idle(x, reset_first):
+    """reduce_cmd=idle leaves the registers alone: reduce_res reads what is there."""
+    red = _out((x.shape[0], 1), nl.float32)
+    acc = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    t = nl.load(x)
+    if reset_first:
+        nisa.activation(nl.copy, t, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(nl.exp, t, reduce_op=nl.add, reduce_res=acc)  # default reduce_cmd=idle
+    nl.store(red, acc)
+    return red
+
+
+def test_activation_idle_reads_registers():
+    x = rand((8, 4))
+    np.testing.assert_allclose(run(k_act_idle, x, True)[:, 0], x.sum(1), rtol=1e-6, atol=1e-6)
+    assert np.isnan(run(k_act_idle, x, False)).all()  # never reset: undefined -> NaN
+
+
 def k_act_max(x):
     red = _out((x.shape[0], 1), nl.float32)
     acc = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(nl.exp, nl.load(x), reduce_op=nl.max, reduce_res=acc)  # ERR
+    rr = nisa.reduce_cmd.reset_reduce
+    nisa.activation(nl.exp, nl.load(x), reduce_op=nl.max, reduce_res=acc, reduce_cmd=rr)  # ERR
     nl.store(red, acc)
     return red
 
