@@ -190,3 +190,40 @@ def _dropout(instr: Instr, ctx: Ctx) -> None:
     u = _rng(ctx).random(xa.shape, dtype=np.float32)
     out = np.where(u < rate, np.zeros((), dtype=x.dtype), x)
     ctx.write(instr.dst, out, ctx.mask(instr), instr.accumulate)
+
+
+@handler("const")
+def _const(instr: Instr, ctx: Ctx) -> None:
+    """nl.shared_constant: write the compile-time data (rounded to the tensor's dtype)."""
+    c = instr.srcs[0]
+    assert isinstance(c, Const) and instr.dst is not None
+    dt, shape, raw = c.value
+    data = np.frombuffer(raw, dtype=np.dtype(dt)).reshape(shape)
+    if data.dtype.kind == "f":
+        data = data.astype(np.float32)  # engines / DMA see fp32 values
+    ctx.write(instr.dst, data)
+
+
+@handler("atomic_rmw")
+def _atomic_rmw(instr: Instr, ctx: Ctx) -> None:
+    """nl.atomic_rmw: dst = op(dst, value) element by element; repeated destination elements
+    (an indirect index naming a row twice) receive every update, in tile order."""
+    from nki.language.hbm_ops import ATOMIC_UFUNCS
+
+    dst, src = instr.dst, instr.srcs[0]
+    assert isinstance(dst, Access) and isinstance(src, Access)
+    sel = ctx.mask(instr)
+    decl = ctx.decl(dst.tensor)
+    arr = ctx.array(dst.tensor)
+    exact = _is_int_access(src, ctx) and (dtypes.is_int(decl.dtype) or dtypes.is_bool(decl.dtype))
+    vals = np.broadcast_to(numerics.to_compute(ctx.read(src), exact_int=exact), dst.shape)
+    idx = ctx._fancy(dst, sel)
+    if sel is not None:
+        idx = tuple(i[sel] for i in idx)
+        vals = vals[sel]
+    # work on the touched elements only: gather, apply with ufunc.at, round once, scatter
+    flat = np.ravel_multi_index(idx, arr.shape)
+    uniq, inv = np.unique(np.ravel(flat), return_inverse=True)
+    cur = numerics.to_compute(arr.reshape(-1)[uniq], exact_int=exact).copy()
+    ATOMIC_UFUNCS[instr.op].at(cur, inv, np.ravel(vals).astype(cur.dtype))
+    arr.reshape(-1)[uniq] = numerics.cast(cur, decl.dtype, ctx.config.precise_fp)

@@ -35,6 +35,7 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
 from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
 from .randomness import dropout, rand, random_seed
@@ -115,6 +116,7 @@ __all__ = [
     "bfp16",
     *_ops.__all__,
     "all",
+    "atomic_rmw",
     "broadcast_to",
     "dropout",
     "expand_dims",
@@ -128,6 +130,8 @@ __all__ = [
     "rand",
     "random_seed",
     "rms_norm",
+    "shared_constant",
+    "shared_identity_matrix",
     "softmax",
     "static_cast",
     "sum",

@@ -314,3 +314,58 @@ def test_indirect_store_scatters_rows():
     want = np.zeros((10, 8), np.float32)
     want[[1, 3, 5, 9]] = vals
     np.testing.assert_array_equal(out, want)
+
+
+def test_atomic_rmw_scatter_add_keeps_every_duplicate_update():
+    @nki.jit
+    def scatter_add(grad, idx, table: nt.mutable_tensor):
+        i_p = nl.arange(grad.shape[0])[:, None]
+        i_f = nl.arange(grad.shape[1])[None, :]
+        it = nl.load(idx)
+        nl.atomic_rmw(table[it[i_p, 0], i_f], nl.load(grad), op=np.add)
+        return table
+
+    rng = np.random.default_rng(8)
+    grad = rng.integers(-5, 5, (128, 16)).astype(np.float32)
+    idx = rng.integers(0, 10, (128, 1)).astype(np.int32)  # many repeated rows
+    table = np.ones((10, 16), np.float32)
+    out = scatter_add(grad, idx, table)
+    want = np.ones((10, 16), np.float32)
+    np.add.at(want, idx[:, 0], grad)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_atomic_rmw_max_and_bad_op():
+    @nki.jit
+    def rmw_max(v, dst: nt.mutable_tensor):
+        nl.atomic_rmw(dst, nl.load(v), nl.maximum)
+        return dst
+
+    v = np.array([[1, 5, -2]], np.int32)
+    d = np.array([[3, 3, 3]], np.int32)
+    assert rmw_max(v, d).tolist() == [[3, 5, 3]]
+
+    @nki.jit
+    def bad(v, dst: nt.mutable_tensor):
+        nl.atomic_rmw(dst, nl.load(v), np.divide)
+        return dst
+
+    with pytest.raises(NKITypeError) as ei:
+        bad(v, d)
+    assert ei.value.code == "err_unsupported_op"
+
+
+def test_shared_constant_and_identity_matrix():
+    @nki.jit
+    def kernel(a):
+        ident = nl.shared_identity_matrix(n=64, dtype=nl.bfloat16)
+        c = nl.shared_constant(np.linspace(0, 1, 8).reshape(2, 4))
+        x = nl.load(a)  # (64, 32)
+        r = nl.matmul(nl.load(ident), x, transpose_x=True)  # identity.T @ x = x
+        return _out(r), _out(nl.load(c))
+
+    a = np.random.default_rng(9).standard_normal((64, 32)).astype(ml_dtypes.bfloat16)
+    r, c = kernel(a)
+    np.testing.assert_array_equal(r, a.astype(np.float32))
+    assert c.dtype == np.float32
+    np.testing.assert_array_equal(c, np.linspace(0, 1, 8).reshape(2, 4).astype(np.float32))

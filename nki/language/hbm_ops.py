@@ -1,0 +1,93 @@
+"""HBM-side helpers of nki.language: compile-time constant tensors (``nl.shared_constant``,
+``nl.shared_identity_matrix``) and ``nl.atomic_rmw`` (read-modify-write of HBM data, e.g. a
+scatter-add through an indirect index)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
+from ..ir import HBM_BUFFERS, Const
+from ..optable import lookup
+from ..tracer import (
+    NkiTensor,
+    _Assigned,
+    check_broadcast_into,
+    emit,
+    new_tensor,
+    operand,
+    require_buffer,
+    state,
+    to_mask,
+)
+
+# ops atomic_rmw can apply: their NumPy ufunc applies repeated indices one after another
+ATOMIC_UFUNCS = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}
+
+
+def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
+    """A shared-HBM tensor holding a compile-time constant (a NumPy array, converted to
+    ``dtype`` if given; 64-bit arrays are narrowed to 32 bits). Create it at kernel top level
+    and ``nl.load`` it like any HBM tensor."""
+    api = "nl.shared_constant"
+    st = state(api)
+    arr = np.asarray(constant)
+    if arr.ndim == 0:
+        raise NKIShapeError(f"'{api}' needs an array, got a scalar", loc=user_loc())
+    if dtype is None:
+        narrow = {"f": np.float32, "i": np.int32, "u": np.uint32, "b": np.bool_}
+        dt = dtypes.name_of(narrow[arr.dtype.kind] if arr.dtype.itemsize > 4 else arr.dtype)
+    else:
+        dt = dtypes.name_of(dtype)
+    if st.loops:
+        raise NKIError(
+            f"'{api}' creates a shared_hbm tensor and must be called at kernel top level, not "
+            "inside a loop",
+            code="err_shared_hbm_must_in_kernel_level",
+            loc=user_loc(),
+        )
+    t = new_tensor(tuple(int(s) for s in arr.shape), dt, "shared_hbm", kind="local", api=api)
+    data = np.ascontiguousarray(arr.astype(np.float64 if arr.dtype.kind == "f" else np.int64))
+    value = (str(data.dtype), tuple(data.shape), data.tobytes())  # hashable, exact
+    emit("const", "shared_constant", t.access_(), (Const(value),), api=api)
+    return t
+
+
+def shared_identity_matrix(n: int, dtype: Any = "uint8", **_kw: Any) -> NkiTensor:
+    """An ``(n, n)`` identity matrix as a shared-HBM constant (see ``shared_constant``)."""
+    return shared_constant(np.identity(int(n)), dtype=dtype)
+
+
+def atomic_rmw(dst: Any, value: Any, op: Any, *, mask: Any = None, **_kw: Any) -> None:
+    """``dst = op(dst, value)`` on HBM, atomically per element: when an indirect index names
+    the same row several times every update is applied (a scatter-add keeps all of them).
+    ``op`` is an add/subtract/multiply/max/min or bitwise op (``nl.add``, ``np.add``...)."""
+    api = "nl.atomic_rmw"
+    row = lookup(op)
+    if row.name not in ATOMIC_UFUNCS:
+        raise NKITypeError(
+            f"'{api}' supports op in {sorted(ATOMIC_UFUNCS)}, got {row.name}",
+            code="err_unsupported_op",
+            loc=user_loc(),
+        )
+    dacc, dt = operand(dst.view if isinstance(dst, _Assigned) else dst, api, "dst")
+    require_buffer(dt, HBM_BUFFERS, api, "dst")
+    vacc, vt = operand(value.view if isinstance(value, _Assigned) else value, api, "value")
+    require_buffer(vt, ("sbuf", "psum"), api, "value")
+    check_broadcast_into(vacc.shape, dacc.shape, api)
+    emit("atomic_rmw", row.name, dacc, (vacc,), mask=to_mask(mask, dacc.shape, api), api=api)
+
+
+__all__ = ["atomic_rmw", "shared_constant", "shared_identity_matrix"]
