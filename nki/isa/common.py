@@ -4,11 +4,12 @@ rule checks in ``rules.py``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
-from ..ir import Access, Const
+from ..ir import Access, Const, Mask
 from ..optable import Op, lookup
 from ..tracer import (
     NkiTensor,
@@ -188,6 +189,31 @@ def out_tile(shape: tuple[int, ...], dtype: str, api: str, buffer: str = "sbuf")
     return result_tile(tuple(shape), dtype, buffer, api)
 
 
+@dataclass(frozen=True, repr=False)
+class AttrAccess(Access):
+    """An access stored in an instruction's attrs (a secondary output such as ``reduce_res``);
+    prints like an access in IR listings."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True, repr=False)
+class AttrMask(Mask):
+    """A predicate stored in attrs (affine_select); prints like a mask in IR listings."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _readable(v: Any) -> Any:
+    if isinstance(v, Access) and not isinstance(v, AttrAccess):
+        return AttrAccess(v.tensor, v.shape, v.index, v.indirect)
+    if isinstance(v, Mask) and not isinstance(v, AttrMask):
+        return AttrMask(v.conds)
+    return v
+
+
 def emit_isa(
     name: str,
     dst: Access | None,
@@ -204,7 +230,8 @@ def emit_isa(
     api = api or f"nisa.{name}"
     shape = mask_shape if mask_shape is not None else (dst.shape if dst is not None else ())
     m = to_mask(mask, shape, api)
-    emit("isa", name, dst, tuple(srcs), attrs=tuple(attrs.items()), mask=m, api=api)
+    items = tuple((k, _readable(v)) for k, v in attrs.items())
+    emit("isa", name, dst, tuple(srcs), attrs=items, mask=m, api=api)
     st = state(api)
     loc = user_loc()
     for acc in outputs:
