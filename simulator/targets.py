@@ -91,6 +91,7 @@ class IsaRules:
     scalar_copy_exact: bool  # Scalar-engine tensor_copy is bit-exact (else via fp32)
     hwdge: bool  # dma_copy(dge_mode=hwdge) available
     only_from_here: tuple[str, ...] = ()  # instructions introduced with this generation
+    activation_no_bias: tuple[str, ...] = ()  # activation functions that cannot take a bias
 
 
 _PERF = ("double_row_gen3", "double_row")
@@ -108,6 +109,7 @@ ISA_RULES: dict[str, IsaRules] = {
         activation_reduce_ops=("add",),
         scalar_copy_exact=False,
         hwdge=False,
+        activation_no_bias=("reciprocal",),
     ),
     "trn2": IsaRules(
         matmul_moving_fmax=512,

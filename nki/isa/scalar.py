@@ -14,7 +14,9 @@ from .common import (
     is_tile,
     out_dtype,
     out_tile,
+    rules,
     scalar_or_vector,
+    target,
     tile,
 )
 from .enums import enum_value
@@ -126,6 +128,14 @@ def _activation(
         )
     if bias is None:
         bop: Any = Const(0.0)
+    elif fn.name in rules().activation_no_bias:
+        t = target()
+        raise NKIError(
+            f"'{api}' with op={fn.name} cannot take a bias on {t.name} (NeuronCore-v{t.gen}); "
+            "add the bias with a separate instruction",
+            code="err_activation_bias_unsupported",
+            loc=user_loc(),
+        )
     else:
         bop, bdt = scalar_or_vector(bias, parts, api, "bias")
         if is_tile(bias) and bdt not in _BIAS_DTYPES:

@@ -119,6 +119,26 @@ def test_activation_reduce_op_trn1_vs_trn2():
     )
 
 
+def k_recip_bias(x, bias):
+    out = _out(x.shape, x.dtype)
+    nl.store(out, nisa.activation(nl.reciprocal, nl.load(x), bias=nl.load(bias)))  # ERR
+    return out
+
+
+def test_reciprocal_activation_bias_trn2_only():
+    x, b = rand((16, 8), lo=1, hi=2), rand((16, 1))
+    close(run(k_recip_bias, x, b, target="trn2"), 1.0 / (x + b))
+    expect_error(
+        k_recip_bias,
+        x,
+        b,
+        target="trn1",
+        cls=NKIError,
+        code="err_activation_bias_unsupported",
+        fragments=["reciprocal", "trn1"],
+    )
+
+
 def k_act_bad_bias(x, bias):
     out = _out(x.shape, x.dtype)
     nl.store(out, nisa.activation(nl.exp, nl.load(x), bias=nl.load(bias)))  # ERR
