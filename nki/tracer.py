@@ -231,7 +231,14 @@ class TileOps:
 
     # --- in-place updates: t[...] += v, psum += nl.matmul(...) -------------------------------
     def _rmw(self, value: object, op: str):
-        assign(self.access_(), value, accumulate=op, api=f"{op} (in-place)")
+        # ``psum += nl.matmul(...)``: an op result nobody else holds is computed straight into
+        # the target with accumulation (no temporary tile, as the compiler does)
+        # (compute instructions only: a DMA result is still copied in by an engine)
+        fusable = isinstance(value, NkiTensor) and sys.getrefcount(value) <= _FUSE_REFS + 1
+        if fusable:
+            body = state().bodies[-1]
+            fusable = bool(body) and isinstance(body[-1], Instr) and body[-1].kind != "dma"
+        assign(self.access_(), value, accumulate=op, api=f"{op} (in-place)", fusable=fusable)
         return _Assigned(self)
 
     def __iadd__(self, o):
