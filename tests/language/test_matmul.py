@@ -154,3 +154,14 @@ def test_tiled_matmul_tutorial_1024x512x1024_bf16():
         np.float32
     )
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_psum_accumulate_is_one_instruction_without_a_temporary():
+    a_t = np.ones((256, 128), np.float32)
+    b = np.ones((256, 512), np.float32)
+    k_loop_matmul(a_t, b)
+    ir = k_loop_matmul.last_ir
+    mms = [i for i, _ in ir.instructions() if i.kind == "matmul"]
+    assert len(mms) == 1 and mms[0].accumulate == "add"
+    psum_tiles = [t for t in ir.tensors if t.buffer == "psum"]
+    assert len(psum_tiles) == 1  # only the accumulator: no per-iteration temporary
