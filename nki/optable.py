@@ -479,3 +479,21 @@ _NUMPY_NAMES: dict[object, str] = {
     np.square: "square",
     np.reciprocal: "reciprocal",
 }
+
+
+def markdown() -> str:
+    """The op table as a Markdown table (name, kind, engines, integer semantics, doc); the
+    README's op list is generated from this."""
+    rows = ["| op | kind | engines | integers | meaning |", "|---|---|---|---|---|"]
+    for op in OPS.values():
+        if op.name == "copy":
+            continue
+        kind = "binary" if op.arity == 2 else "unary"
+        if op.activation:
+            kind += ", activation"
+        if op.reduce is not None:
+            kind += ", reducer"
+        ints = "bit pattern" if op.bitvec else ("exact" if op.exact_int else "via fp32")
+        rng = f" (valid input range {op.domain[0]:.3g}..{op.domain[1]:.3g})" if op.domain else ""
+        rows.append(f"| `{op.name}` | {kind} | {', '.join(op.engines)} | {ints} | {op.doc}{rng} |")
+    return "\n".join(rows)

@@ -8,6 +8,8 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nki
 import nki.language as nl
@@ -149,3 +151,34 @@ def test_incompatible_tile_shapes_name_the_op():
         kernel(np.zeros((8, 4), np.float32), np.zeros((8, 6), np.float32))
     assert ei.value.code == "err_broadcast_shape_mismatch"
     assert "nl.add" in str(ei.value) and "[8, 4]" in str(ei.value)
+
+
+def test_op_table_markdown_lists_every_row():
+    from nki.optable import OPS, markdown
+
+    text = markdown()
+    for name in OPS:
+        if name != "copy":
+            assert f"| `{name}` |" in text
+
+
+_PROP_KERNELS: dict = {}
+
+
+@given(
+    name=st.sampled_from(["sum", "max", "min", "mean", "prod"]),
+    p=st.integers(1, 128),
+    a=st.integers(1, 6),
+    b=st.integers(1, 9),
+    axes=st.sampled_from([(1,), (2,), (1, 2)]),
+    keepdims=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_reduction_property(name, p, a, b, axes, keepdims, seed):
+    key = (name, axes, keepdims)
+    if key not in _PROP_KERNELS:
+        _PROP_KERNELS[key] = _reduce_kernel(name, list(axes), keepdims)
+    x = np.random.default_rng(seed).uniform(0.5, 1.5, (p, a, b)).astype(np.float32)
+    got = _PROP_KERNELS[key](x)
+    want = REF[name](x.astype(np.float64), axis=axes, keepdims=keepdims).reshape(got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
