@@ -22,21 +22,19 @@ from .enums import (
 )
 from .gpsimd import affine_select, iota, local_gather, memset, tensor_partition_reduce
 from .scalar import activation, activation_reduce
-from .tensor_ops import nc_matmul, nc_transpose
-from .vector import (
-    bn_aggr,
-    bn_stats,
+from .search import bn_aggr, bn_stats, max8, nc_find_index8, nc_match_replace8
+from .selection import (
     dropout,
-    max8,
-    nc_find_index8,
-    nc_match_replace8,
     nc_stream_shuffle,
     range_select,
     reciprocal,
-    scalar_tensor_tensor,
     select_reduce,
     tensor_copy,
     tensor_copy_predicated,
+)
+from .tensor_ops import nc_matmul, nc_transpose
+from .vector import (
+    scalar_tensor_tensor,
     tensor_reduce,
     tensor_scalar,
     tensor_scalar_reduce,

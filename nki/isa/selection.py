@@ -1,0 +1,354 @@
+"""Vector-engine copies and selection: tensor_copy (any engine), tensor_copy_predicated,
+select_reduce, range_select, plus nc_stream_shuffle, reciprocal and dropout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import dtypes
+from ..errors import NKIError, NKITypeError, user_loc
+from ..ir import Const
+from ..tracer import NkiTensor
+from .common import (
+    alu_op,
+    dt,
+    emit_isa,
+    is_tile,
+    not_both_psum,
+    out_dtype,
+    out_tile,
+    same_elements,
+    scalar_or_vector,
+    tile,
+)
+from .enums import engine_name, enum_value
+from .enums import reduce_cmd as _reduce_cmd
+from .rules import check_dtype_in, check_gpsimd_memory
+from .vector import _reducer, _res_vector
+
+# --------------------------------------------------------------------------------------------
+# copies and selection
+# --------------------------------------------------------------------------------------------
+
+
+def tensor_copy(
+    src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+) -> NkiTensor:
+    """Copy an on-chip tile on the Vector (default), Scalar or GpSimd engine. Vector / GpSimd
+    copy bit-exactly when the dtypes match and cast through fp32 otherwise; the Scalar engine
+    of NeuronCore-v2 always casts through fp32 (lossy for large int32). GpSimd cannot access
+    PSUM.
+
+    Example: ``y = nisa.tensor_copy(x_psum, dtype=nl.bfloat16)``.
+    """
+    api = "nisa.tensor_copy"
+    acc, t = tile(src, api, "src")
+    eng = engine_name(engine)
+    eng = "vector" if eng == "unknown" else eng
+    if eng not in ("vector", "scalar", "gpsimd"):
+        raise NKIError(
+            f"'{api}' runs on the Vector, Scalar or GpSimd engine, not {eng}",
+            code="err_unsupported_engine_for_op",
+            loc=user_loc(),
+        )
+    check_gpsimd_memory(eng, {"src": t}, api)
+    from .common import rules
+
+    exact = eng != "scalar" or rules().scalar_copy_exact
+    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
+    emit_isa("tensor_copy", out.access_(), (acc,), {"engine": eng, "exact": exact}, mask=mask)
+    return out
+
+
+_PRED_DTYPES = ("uint8", "uint16", "uint32", "bool_")
+
+
+def tensor_copy_predicated(
+    *,
+    src: Any,
+    dst: Any,
+    predicate: Any,
+    reverse_pred: bool = False,
+    mask: Any = None,
+    dtype: Any = None,
+    **_kw: Any,
+) -> None:
+    """Copy ``src`` (a tile, or a scalar) into ``dst`` where ``predicate`` is non-zero (zero
+    with ``reverse_pred``); other ``dst`` elements are left unchanged. ``src``, ``dst`` and
+    ``predicate`` share partitions and elements per partition; ``predicate`` is uint8 / uint16 /
+    uint32; ``src`` and ``dst`` have the same dtype; ``src`` and ``predicate`` cannot both be in
+    PSUM.
+
+    Example: ``nisa.tensor_copy_predicated(src=x, dst=y, predicate=keep)``.
+    """
+    api = "nisa.tensor_copy_predicated"
+    dacc, dt_ = tile(dst, api, "dst")
+    pacc, pt = tile(predicate, api, "predicate")
+    same_elements(dacc.shape, pacc.shape, api, "dst", "predicate")
+    check_dtype_in(dt(pt), _PRED_DTYPES, api, "predicate")
+    if is_tile(src):
+        sacc, st = tile(src, api, "src")
+        same_elements(sacc.shape, dacc.shape, api, "src", "dst")
+        not_both_psum(st, pt, api, "src", "predicate")
+        if dt(st) != dt(dt_):
+            raise NKITypeError(
+                f"'src' ({dt(st)}) and 'dst' ({dt(dt_)}) of '{api}' must have the same dtype",
+                code="err_dtype_mismatch",
+                loc=user_loc(),
+            )
+        s: Any = sacc
+    else:
+        s, _ = scalar_or_vector(src, dacc.shape[0], api, "src")
+    emit_isa(
+        "tensor_copy_predicated",
+        dacc,
+        (s, pacc),
+        {"engine": "vector", "reverse_pred": bool(reverse_pred)},
+        mask=mask,
+    )
+
+
+_SEL_PRED_DTYPES = ("int8", "uint8", "int16", "uint16", "bool_")
+
+
+def select_reduce(
+    *,
+    dst: Any,
+    predicate: Any,
+    on_true: Any,
+    on_false: Any,
+    reduce_res: Any = None,
+    reduce_cmd: Any = _reduce_cmd.idle,
+    reduce_op: Any = None,
+    reverse_pred: bool = False,
+    mask: Any = None,
+    dtype: Any = None,
+    **_kw: Any,
+) -> None:
+    """``dst = where(predicate, on_true, on_false)`` (predicate inverted by ``reverse_pred``)
+    on the Vector engine. The per-partition max of the result is folded into the Vector
+    engine's accumulator registers as ``reduce_cmd`` says (idle: untouched; reset; reduce;
+    reset_reduce), and ``reduce_res`` (P, 1), if given, receives the registers.
+
+    ``predicate``: int8 / uint8 / int16 / uint16; ``on_true``: any dtype but tfloat32 / int32 /
+    uint32; ``on_false``: a float32 scalar or a (P, 1) vector; ``on_true`` and ``predicate``
+    cannot both be in PSUM; ``reduce_op`` must be max.
+
+    Example: ``nisa.select_reduce(dst=y, predicate=p, on_true=x, on_false=-1e9,
+    reduce_res=m)``.
+    """
+    api = "nisa.select_reduce"
+    dacc, _dt = tile(dst, api, "dst")
+    pacc, pt = tile(predicate, api, "predicate")
+    tacc, tt = tile(on_true, api, "on_true")
+    same_elements(tacc.shape, dacc.shape, api, "on_true", "dst")
+    same_elements(tacc.shape, pacc.shape, api, "on_true", "predicate")
+    check_dtype_in(dt(pt), _SEL_PRED_DTYPES, api, "predicate")
+    if dt(tt) in ("tfloat32", "int32", "uint32"):
+        raise NKITypeError(
+            f"'on_true' of '{api}' cannot be {dt(tt)} (tfloat32 / int32 / uint32 unsupported)",
+            code="err_unsupported_dtype",
+            loc=user_loc(),
+        )
+    not_both_psum(tt, pt, api, "on_true", "predicate")
+    fop, _ = scalar_or_vector(on_false, tacc.shape[0], api, "on_false")
+    rop = _reducer(
+        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
+    )
+    cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
+    attrs: dict[str, Any] = {
+        "engine": "vector",
+        "reverse_pred": bool(reverse_pred),
+        "reduce_op": rop.name,
+        "reduce_cmd": cmd.name,
+    }
+    outputs = []
+    if reduce_res is not None:
+        racc, rt = _res_vector(reduce_res, tacc.shape[0], api, "reduce_res")
+        if not dtypes.is_float(dt(rt)):
+            raise NKITypeError(
+                f"'reduce_res' of '{api}' must have a float dtype, got {dt(rt)}",
+                code="err_unsupported_dtype",
+                loc=user_loc(),
+            )
+        attrs["reduce_res"] = racc
+        outputs.append(racc)
+    emit_isa("select_reduce", dacc, (pacc, tacc, fop), attrs, mask=mask, outputs=tuple(outputs))
+
+
+_CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+
+
+def range_select(
+    *,
+    on_true_tile: Any,
+    comp_op0: Any,
+    comp_op1: Any,
+    bound0: Any,
+    bound1: Any,
+    reduce_cmd: Any = _reduce_cmd.idle,
+    reduce_res: Any = None,
+    reduce_op: Any = None,
+    range_start: Any = 0,
+    on_false_value: Any = None,
+    mask: Any = None,
+    dtype: Any = None,
+    **_kw: Any,
+) -> NkiTensor:
+    """Keep the elements whose free index ``j + range_start`` satisfies both
+    ``comp_op0(j + range_start, bound0)`` and ``comp_op1(j + range_start, bound1)`` (bounds:
+    (P, 1) tiles or scalars), ``on_false_value`` (default: the most negative float32) elsewhere;
+    the per-partition max is folded into the Vector accumulators (``reduce_cmd``) and read into
+    ``reduce_res``. NeuronCore-v3 (trn2) and newer only.
+
+    Example: ``y = nisa.range_select(on_true_tile=s, comp_op0=nl.greater_equal,
+    comp_op1=nl.less, bound0=lo, bound1=hi, reduce_res=m,
+    reduce_cmd=nisa.reduce_cmd.reset_reduce)``.
+    """
+    api = "nisa.range_select"
+    from .rules import check_available
+
+    check_available("range_select", api)
+    acc, t = tile(on_true_tile, api, "on_true_tile")
+    parts = acc.shape[0]
+    ops = []
+    for role, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
+        fn = alu_op(op, api, role)
+        if fn.name not in _CMP_OPS:
+            raise NKIError(
+                f"'{role}'={fn.name} of '{api}' must be a comparison ({', '.join(_CMP_OPS)})",
+                code="err_unsupported_op",
+                loc=user_loc(),
+            )
+        ops.append(fn.name)
+    b0, _ = scalar_or_vector(bound0, parts, api, "bound0")
+    b1, _ = scalar_or_vector(bound1, parts, api, "bound1")
+    rop = _reducer(
+        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
+    )
+    cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
+    fill = float(dtypes.dtype("float32").min) if on_false_value is None else on_false_value
+    if is_tile(fill) or isinstance(fill, bool) or not isinstance(fill, (int, float)):
+        raise NKITypeError(
+            f"'on_false_value' of '{api}' must be a float scalar, got {type(fill).__name__}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+    attrs: dict[str, Any] = {
+        "engine": "vector",
+        "comp_op0": ops[0],
+        "comp_op1": ops[1],
+        "range_start": int(range_start),
+        "reduce_op": rop.name,
+        "reduce_cmd": cmd.name,
+    }
+    outputs = []
+    if reduce_res is not None:
+        racc, _rt = _res_vector(reduce_res, parts, api, "reduce_res")
+        attrs["reduce_res"] = racc
+        outputs.append(racc)
+    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
+    emit_isa(
+        "range_select",
+        out.access_(),
+        (acc, b0, b1, Const(float(fill))),
+        attrs,
+        mask=mask,
+        outputs=tuple(outputs),
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# partition shuffle, reciprocal, dropout
+# --------------------------------------------------------------------------------------------
+
+
+def nc_stream_shuffle(
+    src: Any, dst: Any, shuffle_mask: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any
+) -> None:
+    """Cross-partition move within each 32-partition quadrant: destination partition ``i`` of a
+    quadrant copies source partition ``shuffle_mask[i]`` of the same quadrant; 255 leaves it
+    unchanged. ``shuffle_mask`` has 32 entries; ``src`` and ``dst`` have the same dtype,
+    partition count and elements per partition. In-place (src is dst) is allowed.
+
+    Example: ``nisa.nc_stream_shuffle(src=x, dst=y, shuffle_mask=list(range(31, -1, -1)))``.
+    """
+    api = "nisa.nc_stream_shuffle"
+    sacc, st = tile(src, api, "src", compute=False)
+    dacc, dtt = tile(dst, api, "dst", compute=False)
+    same_elements(sacc.shape, dacc.shape, api, "src", "dst")
+    if dt(st) != dt(dtt):
+        raise NKITypeError(
+            f"'src' ({dt(st)}) and 'dst' ({dt(dtt)}) of '{api}' must have the same dtype",
+            code="err_dtype_mismatch",
+            loc=user_loc(),
+        )
+    try:
+        m = tuple(int(v) for v in shuffle_mask)
+    except (TypeError, ValueError):
+        m = ()
+    parts = sacc.shape[0]
+    if len(m) != 32 or any(not (0 <= v < 32 or v == 255) for v in m):
+        raise NKIError(
+            f"'shuffle_mask' of '{api}' must be 32 integers in [0, 32) or 255; got "
+            f"{shuffle_mask!r}",
+            code="err_invalid_shuffle_mask",
+            loc=user_loc(),
+        )
+    if parts % 32 and any(v != 255 and v >= parts for v in m[:parts]):
+        raise NKIError(
+            f"'shuffle_mask' of '{api}' reads partitions beyond the {parts} partitions of "
+            f"'src'{list(sacc.shape)}",
+            code="err_invalid_shuffle_mask",
+            loc=user_loc(),
+        )
+    del dtype
+    emit_isa("nc_stream_shuffle", dacc, (sacc,), {"engine": "vector", "shuffle": m}, mask=mask)
+
+
+def reciprocal(data: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
+    """``1 / data`` element-wise in fp32 (Vector engine).
+
+    Example: ``r = nisa.reciprocal(x)``.
+    """
+    api = "nisa.reciprocal"
+    acc, t = tile(data, api, "data")
+    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
+    emit_isa("reciprocal", out.access_(), (acc,), {"engine": "vector"}, mask=mask)
+    return out
+
+
+def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+    """Zero each element with probability ``prob`` (a scalar or a (P, 1) tile per partition);
+    kept elements are unchanged (no rescaling). Integer data needs a float32 ``prob`` and keeps
+    its dtype. The random stream is per instance, seeded from SimConfig.shuffle_seed (or 0).
+
+    Example: ``y = nisa.dropout(x, prob=0.1)``.
+    """
+    api = "nisa.dropout"
+    acc, t = tile(data, api, "data")
+    pop, pdt = scalar_or_vector(prob, acc.shape[0], api, "prob")
+    odt = out_dtype(dtype, dt(t))
+    if dtypes.is_int(dt(t)):
+        if is_tile(prob) and pdt != "float32":
+            raise NKITypeError(
+                f"'prob' of '{api}' must be float32 for integer data ({dt(t)}); got {pdt}",
+                code="err_invalid_operand_dtype",
+                loc=user_loc(),
+            )
+        if odt != dt(t):
+            raise NKITypeError(
+                f"output dtype {odt} of '{api}' must equal the integer data dtype {dt(t)}",
+                code="err_dtype_mismatch",
+                loc=user_loc(),
+            )
+    elif is_tile(prob) and not dtypes.is_float(pdt):
+        raise NKITypeError(
+            f"'prob' of '{api}' must be a float tile, got {pdt}",
+            code="err_invalid_operand_dtype",
+            loc=user_loc(),
+        )
+    out = out_tile(acc.shape, odt, api)
+    emit_isa("dropout", out.access_(), (acc, pop), {"engine": "vector"}, mask=mask)
+    return out
