@@ -182,3 +182,42 @@ def test_reduction_property(name, p, a, b, axes, keepdims, seed):
     got = _PROP_KERNELS[key](x)
     want = REF[name](x.astype(np.float64), axis=axes, keepdims=keepdims).reshape(got.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_pooling_reduces_non_contiguous_axes_of_a_5d_index():
+    """2x2 max pooling the way classic kernels write it: one 5-D affine view of the input
+    tile, then nl.max over the two window axes [2, 4]."""
+
+    @nki.jit
+    def maxpool(a):
+        p, h, w = a.shape
+        ho, wo = h // 2, w // 2
+        out = nl.ndarray((p, ho, wo), a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        i0, i1, i2, i3, i4 = nl.mgrid[0:p, 0:ho, 0:2, 0:wo, 0:2]
+        r = nl.max(x[i0, 2 * i1 + i2, 2 * i3 + i4], axis=[2, 4])
+        nl.store(out, r)
+        return out
+
+    x = np.random.default_rng(4).standard_normal((128, 30, 14)).astype(np.float32)
+    want = x.reshape(128, 15, 2, 7, 2).max(axis=(2, 4))
+    np.testing.assert_array_equal(maxpool(x), want)
+
+
+def test_sliding_window_max_with_a_partition_mask():
+    @nki.jit
+    def window_max(a):
+        h, w = a.shape
+        k = 3
+        out = nl.ndarray((h, w - k + 1), a.dtype, buffer=nl.shared_hbm)
+        i_h, i_w = nl.mgrid[0:128, 0:w]
+        x = nl.load(a[i_h, i_w], mask=(i_h < h))
+        i_h, i_w, i_k = nl.mgrid[0:128, 0 : w - k + 1, 0:k]
+        r = nl.max(x[i_h, i_w + i_k], axis=[2], mask=(i_h < h))
+        i_h, i_w = nl.mgrid[0:128, 0 : w - k + 1]
+        nl.store(out[i_h, i_w], value=r, mask=(i_h < h))
+        return out
+
+    x = np.random.default_rng(5).standard_normal((100, 20)).astype(np.float32)
+    want = np.stack([x[:, j : j + 3].max(1) for j in range(18)], axis=1)
+    np.testing.assert_array_equal(window_max(x), want)
