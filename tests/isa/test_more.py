@@ -75,7 +75,7 @@ def k_masked(x, y):
 @pytest.mark.parametrize("dt", [np.float32, BF16])
 def test_mask_limits_computed_partitions(dt):
     x, y = rand((64, 16), dt), rand((64, 16), dt)
-    got = f32(run(k_masked, x, y))
+    got = f32(run(k_masked, x, y, jit_opts={"checks": "static"}))  # reads the unwritten rows
     close(got[:48], f32(x)[:48] + f32(y)[:48], dt)
     assert np.isnan(got[48:]).all()  # never computed: the fresh tile's NaN fill shows through
 

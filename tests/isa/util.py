@@ -14,9 +14,10 @@ BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(1234)
 
 
-def run(fn, *args, target: str = "trn2", **kw):
-    """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs."""
-    return nki.jit(fn, platform_target=target)(*args, **kw)
+def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
+    """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs (``jit_opts``: simulator
+    options such as ``precise_fp`` / ``checks`` for this kernel)."""
+    return nki.jit(fn, platform_target=target, **(jit_opts or {}))(*args, **kw)
 
 
 def line_of(fn, marker: str = "# ERR") -> int:
