@@ -242,10 +242,13 @@ def _tensor_scalar(instr: Instr, ctx: Ctx) -> None:
     p = data.shape[0]  # type: ignore[union-attr]
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     bv = OPS[op0].bitvec
-    x = _tile(ctx, data, p, bv)  # type: ignore[arg-type]
-    r = M.apply(op0, x, _operand(ctx, o0, p, bv), instr.attr("reverse0"))
+    # GpSimd's native integer path: integer-only arithmetic is exact (no fp32 detour)
+    ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
+    ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
+    x = _tile(ctx, data, p, bv, ex)  # type: ignore[arg-type]
+    r = M.apply(op0, x, _operand(ctx, o0, p, bv, ex), instr.attr("reverse0"))
     if op1 is not None:
-        r = M.apply(op1, r, _operand(ctx, o1, p, bv), instr.attr("reverse1"))
+        r = M.apply(op1, r, _operand(ctx, o1, p, bv, ex), instr.attr("reverse1"))
     _store(instr, ctx, r, bv)
 
 

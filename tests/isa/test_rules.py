@@ -102,6 +102,22 @@ def test_gpsimd_int32_add_is_exact():
     )
 
 
+def k_ts_gp(x, engine):
+    out = _out(x.shape, x.dtype)
+    nl.store(
+        out, nisa.tensor_scalar(nl.load(x), np.add, 1, op1=np.multiply, operand1=3, engine=engine)
+    )
+    return out
+
+
+def test_gpsimd_tensor_scalar_int_exact():
+    x = np.full((4, 4), 2**24 + 1, np.int32)
+    np.testing.assert_array_equal(run(k_ts_gp, x, nisa.gpsimd_engine), (x + 1) * 3)
+    vec = run(k_ts_gp, x, nisa.vector_engine)
+    want = ((x.astype(np.float32) + 1) * 3).astype(np.int64).astype(np.int32)
+    np.testing.assert_array_equal(vec, want)
+
+
 def k_tt_psum(x):
     out = _out(x.shape, x.dtype)
     a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
