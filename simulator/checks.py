@@ -1,4 +1,10 @@
-"""Static checks on the kernel IR (run at trace time over every path, before execution)."""
+"""Static checks on the kernel IR (run at trace time over every path, before execution).
+
+The tracer already rejects per-instruction rule breaks while it records them (partition and
+free-size limits, partition mismatches, operands in the wrong memory, immutable parameters...).
+The analyses here need the whole kernel: static out-of-bounds over loop and grid ranges, SBUF /
+PSUM capacity from live allocations, loop-carried HBM writes in ``affine_range`` and races
+between SPMD instances."""
 
 from __future__ import annotations
 
@@ -6,9 +12,25 @@ from nki.ir import KernelIR
 
 from .config import SimConfig
 
+# (id(ir), target) of kernels already checked; the IR is kept alive so ids are not reused
+_CHECKED: dict[tuple[int, str], KernelIR] = {}
+
 
 def static_checks(ir: KernelIR, config: SimConfig) -> None:
-    """Run every static analysis on ``ir``; raises the first NKIError found."""
-    from .bounds import check_bounds
+    """Run every static analysis on ``ir``; raises the first NKIError found.
 
+    Results are cached per traced IR and target (the IR itself is cached per signature)."""
+    from .bounds import check_bounds
+    from .capacity import check_capacity
+    from .races import check_loop_carried, check_spmd_races
+
+    key = (id(ir), config.target)
+    if _CHECKED.get(key) is ir:
+        return
     check_bounds(ir)
+    check_capacity(ir, config.target)
+    check_loop_carried(ir)
+    check_spmd_races(ir)
+    if len(_CHECKED) > 512:
+        _CHECKED.clear()
+    _CHECKED[key] = ir

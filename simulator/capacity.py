@@ -1,0 +1,157 @@
+"""SBUF / PSUM capacity per core, from the live on-chip allocations of a traced kernel.
+
+The real compiler allocates every on-chip tile in the SBUF or PSUM of the core that runs the
+kernel; when the tiles live at one point do not fit, it fails (``[GCA035] ... couldn't be
+allocated in SB``) and the official simulator says nothing. Here a tile is *live* from its
+``Alloc`` to its last use in program order; a use inside a loop that does not contain the
+``Alloc`` keeps the tile live until that loop ends (every iteration may read it). At every
+allocation point the bytes per partition of the live tiles must fit the target's usable size.
+
+PSUM rules (NeuronCore-v2..v4): each PSUM tile (each block of a blocked PSUM tensor) must fit in
+one 2 KiB bank per partition, and the live PSUM tiles must fit the 16 KiB (8 banks) per
+partition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nki import dtypes
+from nki.errors import NKIMemoryError, SrcLoc
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
+
+from .targets import Target, get_target, isa_rules
+
+
+def bytes_per_partition(decl: TensorDecl) -> int:
+    """Bytes one partition holds for an on-chip tensor: every dim but the partition dim."""
+    n = 1
+    for d, size in enumerate(decl.shape):
+        if d != decl.par_dim:
+            n *= size
+    return n * dtypes.itemsize(str(decl.dtype))
+
+
+def block_bytes(decl: TensorDecl) -> int:
+    """Bytes per partition of one block (the dims after the partition dim)."""
+    n = 1
+    for size in decl.shape[decl.par_dim + 1 :]:
+        n *= size
+    return n * dtypes.itemsize(str(decl.dtype))
+
+
+@dataclass
+class _Live:
+    decl: TensorDecl
+    start: int
+    end: int
+    loc: SrcLoc | None
+
+
+def _uses(instr: Instr) -> set[str]:
+    names: set[str] = set()
+
+    def add(a: object) -> None:
+        if isinstance(a, Access):
+            names.add(a.tensor)
+            for _, ind in a.indirect:
+                add(ind)
+
+    add(instr.dst)
+    for s in instr.srcs:
+        add(s)
+    for _, v in instr.attrs:
+        add(v)
+    return names
+
+
+def live_ranges(ir: KernelIR) -> list[_Live]:
+    """Program-order live range [alloc, last use] of every on-chip allocation."""
+    alloc_pos: dict[str, tuple[int, tuple[int, ...]]] = {}
+    live: dict[str, _Live] = {}
+    pos = 0
+
+    def base(name: str) -> str:
+        d = ir.tensor(name)
+        return d.alias_of if d.alias_of else name
+
+    def rec(nodes: tuple[Node, ...], loop_stack: list[tuple[int, list[str]]]) -> None:
+        nonlocal pos
+        for n in nodes:
+            pos += 1
+            if isinstance(n, Alloc):
+                d = ir.tensor(n.tensor)
+                if d.on_chip and d.alias_of is None:
+                    ids = tuple(id_ for id_, _ in loop_stack)
+                    alloc_pos[d.name] = (pos, ids)
+                    live[d.name] = _Live(d, pos, pos, n.loc or d.loc)
+            elif isinstance(n, Instr):
+                for name in _uses(n):
+                    b = base(name)
+                    if b not in live:
+                        continue
+                    end = pos
+                    a_ids = alloc_pos[b][1]
+                    # used inside loops the alloc is outside of: live until the outermost ends
+                    for lid, ends in loop_stack:
+                        if lid not in a_ids:
+                            ends.append(b)
+                            break
+                    live[b].end = max(live[b].end, end)
+            elif isinstance(n, Loop):
+                pending: list[str] = []
+                loop_stack.append((id(n), pending))
+                rec(n.body, loop_stack)
+                loop_stack.pop()
+                for b in pending:
+                    live[b].end = max(live[b].end, pos)  # pos is now the loop's end
+
+    rec(ir.body, [])
+    return list(live.values())
+
+
+def _fmt(lv: _Live) -> str:
+    at = f" (allocated at line {lv.loc.line})" if lv.loc is not None else ""
+    return f"'{lv.decl.name}' {lv.decl.buffer} {lv.decl.dtype}{list(lv.decl.shape)}: {bytes_per_partition(lv.decl)} B{at}"
+
+
+def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
+    """SBUF and PSUM bytes per partition of the live tiles fit the core; PSUM tiles fit a bank.
+
+    Raises :class:`NKIMemoryError` (``err_sbuf_capacity_exceeded`` / ``err_psum_capacity_exceeded``
+    / ``err_psum_tile_exceeds_bank``) naming the bytes requested, available and the live tiles."""
+    t = target if isinstance(target, Target) else get_target(target or ir.target)
+    ranges = live_ranges(ir)
+    # NeuronCore-v4 matmuls may write across banks (moving free up to the whole PSUM)
+    moving = isa_rules(t.name).matmul_moving_fmax
+    tile_cap = t.psum_bank_bytes if moving * 4 <= t.psum_bank_bytes else t.psum_bytes_per_partition
+    for lv in ranges:
+        if lv.decl.buffer == "psum" and block_bytes(lv.decl) > tile_cap:
+            raise NKIMemoryError(
+                f"PSUM tile '{lv.decl.name}' {lv.decl.dtype}{list(lv.decl.shape)} needs "
+                f"{block_bytes(lv.decl)} bytes per partition, but a PSUM tile on {t.name} must fit "
+                f"in {tile_cap} bytes per partition (one {t.psum_bank_bytes}-byte bank: at most "
+                f"{t.psum_bank_bytes // 4} fp32 elements; trn3 matmuls may span the whole PSUM)",
+                code="err_psum_tile_exceeds_bank",
+                loc=lv.loc,
+            )
+    for buf, cap, code in (
+        ("sbuf", t.sbuf_usable_per_partition, "err_sbuf_capacity_exceeded"),
+        ("psum", t.psum_bytes_per_partition, "err_psum_capacity_exceeded"),
+    ):
+        mine = sorted((lv for lv in ranges if lv.decl.buffer == buf), key=lambda lv: lv.start)
+        for lv in mine:
+            alive = [o for o in mine if o.start <= lv.start <= o.end]
+            total = sum(bytes_per_partition(o.decl) for o in alive)
+            if total > cap:
+                listing = "; ".join(_fmt(o) for o in alive)
+                extra = (
+                    f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
+                )
+                raise NKIMemoryError(
+                    f"{buf.upper()} capacity exceeded on {t.name}: allocating '{lv.decl.name}' "
+                    f"brings the live tiles to {total} bytes per partition requested, but only "
+                    f"{cap} bytes per partition are available{extra}; live allocations: "
+                    f"{listing}",
+                    code=code,
+                    loc=lv.loc,
+                )
