@@ -140,7 +140,9 @@ def test_ir_is_cached_per_signature():
     assert k.trace_count == 2
     k(a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16))
     assert k.trace_count == 3
-    k[2](a, b)  # a grid is part of the signature
+    # a grid is part of the signature (every instance writes all of out: an SPMD race, which
+    # the static checks report, so they are off here)
+    k[2].run_numpy(a, b, _config=k.config(checks="none"))
     assert k.trace_count == 4
     k(a, b)
     assert k.trace_count == 4
