@@ -111,7 +111,8 @@ def live_ranges(ir: KernelIR) -> list[_Live]:
 
 def _fmt(lv: _Live) -> str:
     at = f" (allocated at line {lv.loc.line})" if lv.loc is not None else ""
-    return f"'{lv.decl.name}' {lv.decl.buffer} {lv.decl.dtype}{list(lv.decl.shape)}: {bytes_per_partition(lv.decl)} B{at}"
+    d = lv.decl
+    return f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)}: {bytes_per_partition(d)} B{at}"
 
 
 def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
@@ -144,9 +145,7 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
             total = sum(bytes_per_partition(o.decl) for o in alive)
             if total > cap:
                 listing = "; ".join(_fmt(o) for o in alive)
-                extra = (
-                    f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
-                )
+                extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
                 raise NKIMemoryError(
                     f"{buf.upper()} capacity exceeded on {t.name}: allocating '{lv.decl.name}' "
                     f"brings the live tiles to {total} bytes per partition requested, but only "

@@ -1,0 +1,364 @@
+"""Whole-kernel static checks: out-of-bounds over loop/grid ranges, SBUF/PSUM capacity with
+liveness, PSUM banks, affine_range loop-carried HBM writes and SPMD races."""
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError
+
+from .util import expect, line_of, rand
+
+
+def k_oob_static(a):
+    out = nl.ndarray((128, 4096), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:4096]
+    t = nl.load(a[ip, jf])  # ERR
+    nl.store(out, t)
+    return out
+
+
+def test_static_oob():
+    expect(
+        k_oob_static,
+        rand((128, 4000)),
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["dimension 1", "[0, 4095]", "4000"],
+    )
+
+
+def k_oob_loop(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:8]
+    for i in nl.affine_range(4):
+        t = nl.load(a[i * 128 + ip, jf])  # ERR
+        nl.store(out[i * 128 + ip, jf], t)
+    return out
+
+
+def k_masked_loop(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:8]
+    for i in nl.affine_range(4):
+        t = nl.load(a[i * 128 + ip, jf], mask=(i * 128 + ip < a.shape[0]))
+        nl.store(out[i * 128 + ip, jf], t, mask=(i * 128 + ip < a.shape[0]))
+    return out
+
+
+def test_oob_over_loop_range_and_masked_access_is_legal():
+    a = rand((500, 8))
+    expect(
+        k_oob_loop,
+        a,
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["[0, 511]", "500"],
+    )
+    np.testing.assert_array_equal(nki.jit(k_masked_loop)(a), a)
+
+
+def k_oob_grid(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.store(out[i * 64 : i * 64 + 64, :], nl.load(a[i * 64 : i * 64 + 64, :]))  # ERR
+    return out
+
+
+def test_oob_over_grid_range():
+    # 3 instances x 64 rows = 192 > 128: only the last instance is out of bounds, found statically
+    expect(
+        k_oob_grid,
+        rand((128, 4)),
+        grid=3,
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["[0, 191]", "128"],
+    )
+
+
+# ---- capacity -------------------------------------------------------------------------------
+
+
+def k_sbuf_200k(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    big = nl.ndarray((128, 40960), dtype=nl.float32, buffer=nl.sbuf)  # ERR
+    small = nl.ndarray((128, 10240), dtype=nl.float32, buffer=nl.sbuf)
+    big[:, 0:8] = nl.load(a)
+    small[:, 0:8] = nl.load(a)
+    nl.store(out, nl.add(big[:, 0:8], small[:, 0:8]))
+    return out
+
+
+def test_sbuf_200k_fits_trn2_not_trn1():
+    a = rand((128, 8))
+    # 40960*4 + 10240*4 = 204800 B = 200 KiB per partition
+    np.testing.assert_allclose(nki.jit(k_sbuf_200k, platform_target="trn2")(a), 2 * a)
+    e = expect(
+        k_sbuf_200k,
+        a,
+        platform_target="trn1",
+        cls=NKIMemoryError,
+        code="err_sbuf_capacity_exceeded",
+        marker="small = nl.ndarray",
+        values=[
+            "204800 bytes per partition requested",
+            "180224",
+            "trn1",
+            "[128, 40960]: 163840 B",
+            "[128, 10240]: 40960 B",
+            f"line {line_of(k_sbuf_200k)}",
+        ],
+    )
+    assert "live allocations" in str(e)
+
+
+def k_sbuf_liveness(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    first = nl.ndarray((128, 40960), dtype=nl.float32, buffer=nl.sbuf)
+    first[:, 0:8] = nl.load(a)
+    nl.store(out, first[:, 0:8])
+    second = nl.ndarray((128, 40960), dtype=nl.float32, buffer=nl.sbuf)  # first is dead here
+    second[:, 0:8] = nl.load(a)
+    nl.store(out, second[:, 0:8])
+    return out
+
+
+def test_dead_tiles_do_not_count():
+    a = rand((128, 8))
+    np.testing.assert_array_equal(nki.jit(k_sbuf_liveness, platform_target="trn1")(a), a)
+
+
+def k_sbuf_loop_live(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
+    for _i in nl.affine_range(2):
+        tmp = nl.ndarray((128, 20000), dtype=nl.float32, buffer=nl.sbuf)  # ERR
+        tmp[:, 0:8] = nl.load(a)
+        acc[:, 0:8] = nl.add(acc[:, 0:8], tmp[:, 0:8])
+    nl.store(out, acc[:, 0:8])
+    return out
+
+
+def test_tile_used_in_loop_is_live_through_the_loop():
+    expect(
+        k_sbuf_loop_live,
+        rand((128, 8)),
+        platform_target="trn1",
+        cls=NKIMemoryError,
+        code="err_sbuf_capacity_exceeded",
+        values=["200000", "180224", "[128, 30000]: 120000 B", "[128, 20000]: 80000 B"],
+    )
+
+
+def k_psum_nine(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    accs = []
+    for _ in range(9):
+        acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)  # ERR
+        acc += nl.matmul(x, y, transpose_x=True)
+        accs.append(acc)
+    total = nl.copy(accs[0])
+    for acc in accs[1:]:
+        total = nl.add(total, acc)
+    nl.store(out, total)
+    return out
+
+
+def test_nine_live_full_bank_psum_accumulators_fail():
+    e = expect(
+        k_psum_nine,
+        rand((128, 128)),
+        rand((128, 512)),
+        cls=NKIMemoryError,
+        code="err_psum_capacity_exceeded",
+        values=["18432", "16384", "8 banks"],
+    )
+    assert str(e).count("float32[128, 512]: 2048 B") == 9
+
+
+def k_psum_eight(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    accs = []
+    for _ in range(8):
+        acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        acc += nl.matmul(x, y, transpose_x=True)
+        accs.append(acc)
+    total = nl.copy(accs[0])
+    for acc in accs[1:]:
+        total = nl.add(total, acc)
+    nl.store(out, total)
+    return out
+
+
+def test_eight_live_psum_accumulators_fit():
+    a, b = rand((128, 128)), rand((128, 512), 1)
+    got = nki.jit(k_psum_eight)(a, b)
+    np.testing.assert_allclose(got, 8 * (a.T @ b), rtol=1e-4, atol=1e-3)
+
+
+def k_psum_wide_matmul(a, b):
+    out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.zeros((128, 1024), dtype=nl.float32, buffer=nl.psum)  # ERR
+    x = nl.load(a)
+    res[:, 0:512] += nl.matmul(x, nl.load(b[:, 0:512]), transpose_x=True)
+    res[:, 512:1024] += nl.matmul(x, nl.load(b[:, 512:1024]), transpose_x=True)
+    nl.store(out, nl.copy(res))
+    return out
+
+
+def test_psum_tile_wider_than_a_bank_fails():
+    e = expect(
+        k_psum_wide_matmul,
+        rand((128, 128)),
+        rand((128, 1024)),
+        cls=Exception,
+        code="err_psum_tile_exceeds_bank",
+        values=["4096", "2048", "512 fp32"],
+    )
+    assert isinstance(e, NKIMemoryError)
+
+
+def k_psum_wide_alloc(a):
+    out = nl.ndarray((128, 600), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.zeros((128, 600), dtype=nl.float32, buffer=nl.psum)  # ERR
+    nl.store(out, nl.copy(res))
+    return out
+
+
+def test_psum_tile_bank_rule_on_allocation():
+    expect(
+        k_psum_wide_alloc,
+        rand((128, 8)),
+        cls=NKIMemoryError,
+        code="err_psum_tile_exceeds_bank",
+        values=["2400", "2048"],
+    )
+
+
+# ---- loop-carried dependencies and races -----------------------------------------------------
+
+
+def k_loop_carried(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):  # LOOP
+        t = nl.load(a[i * 128 : (i + 1) * 128, :])
+        nl.store(out, t)  # ERR
+    return out
+
+
+def k_loop_sequential(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.sequential_range(4):
+        t = nl.load(a[i * 128 : (i + 1) * 128, :])
+        nl.store(out, t)
+    return out
+
+
+def test_loop_carried_hbm_write_in_affine_range():
+    a = rand((512, 8))
+    e = expect(
+        k_loop_carried,
+        a,
+        cls=NKIDependencyError,
+        code="err_unexpected_output_dependencies",
+        values=["iterations 0 and 1", "range(0, 4, 1)", "affine_range", "sequential_range"],
+    )
+    assert [r.line for _, r in e.related] == [line_of(k_loop_carried, "# LOOP")]
+    assert f":{line_of(k_loop_carried, '# LOOP')}:" in str(e)
+    np.testing.assert_array_equal(nki.jit(k_loop_sequential)(a), a[384:])
+
+
+def k_loop_overlap_two_writes(a):
+    out = nl.ndarray((256, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):  # LOOP
+        t = nl.load(a[i * 128 : (i + 1) * 128, :])
+        nl.store(out[i * 128 : (i + 1) * 128, :], t)  # ERR
+        nl.store(out[128:256, :], t)  # OTHER
+    return out
+
+
+def test_loop_carried_between_two_statements_names_both():
+    e = expect(
+        k_loop_overlap_two_writes,
+        rand((256, 8)),
+        cls=NKIDependencyError,
+        code="err_unexpected_output_dependencies",
+    )
+    lines = [r.line for _, r in e.related]
+    assert lines == [
+        line_of(k_loop_overlap_two_writes, "# OTHER"),
+        line_of(k_loop_overlap_two_writes, "# LOOP"),
+    ]
+
+
+def k_loop_interleaved(a):
+    # iteration i writes columns i, i+2, i+4, ...: disjoint, legal
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:4]
+    for i in nl.affine_range(2):
+        nl.store(out[ip, 2 * jf + i], nl.load(a[ip, 2 * jf + i]))
+    return out
+
+
+def test_disjoint_strided_iterations_are_legal():
+    a = rand((128, 8))
+    np.testing.assert_array_equal(nki.jit(k_loop_interleaved)(a), a)
+
+
+def k_race(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.store(out, nl.load(a[i * 128 : (i + 1) * 128, :]))  # ERR
+    return out
+
+
+def k_no_race(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.store(out[i * 128 : (i + 1) * 128, :], nl.load(a[i * 128 : (i + 1) * 128, :]))
+    return out
+
+
+def test_spmd_race_reports_both_instances():
+    a = rand((256, 8))
+    e = expect(
+        k_race,
+        a,
+        grid=2,
+        cls=NKIDependencyError,
+        code="err_spmd_write_race",
+        values=["(0,) and (1,)", "'hbm"],
+    )
+    assert [r.line for _, r in e.related] == [line_of(k_race)]
+    np.testing.assert_array_equal(nki.jit(k_no_race)[2](a), a)
+
+
+def k_race_2d(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.program_id(1)  # the second axis is not used: instances (i, 0) and (i, 1) collide
+    nl.store(out[i * 64 : i * 64 + 64, :], nl.load(a[i * 64 : i * 64 + 64, :]))  # ERR
+    return out
+
+
+def test_spmd_race_on_second_grid_axis():
+    expect(
+        k_race_2d,
+        rand((128, 8)),
+        grid=(2, 2),
+        cls=NKIDependencyError,
+        code="err_spmd_write_race",
+        values=["(0, 0) and (0, 1)"],
+    )
+
+
+@pytest.mark.parametrize("checks", ["none"])
+def test_checks_none_skips_static_analyses(checks):
+    a = rand((512, 8))
+    np.testing.assert_array_equal(nki.jit(k_loop_carried, checks=checks)(a), a[384:])
