@@ -96,6 +96,23 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return Launch(self, Grid(()))(*args, **kwargs)
 
+    def configure(self, **overrides: Any) -> Kernel:
+        """This kernel with other simulator settings for the calls made through it
+        (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``), e.g.
+        ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
+        import copy
+
+        bad = set(overrides) - {"target", *_CONFIG_KEYS}
+        if bad:
+            raise NKIError(f"unknown simulator setting(s) {sorted(bad)}", code="err_invalid_config")
+        k = copy.copy(self)
+        over = dict(overrides)
+        if "target" in over:
+            k.platform_target = over.pop("target")
+        k.config_overrides = {**self.config_overrides, **over}
+        k.config()  # validate now
+        return k
+
     def config(self, **overrides: Any):
         from simulator.config import SimConfig
 
