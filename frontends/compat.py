@@ -1,0 +1,115 @@
+"""Opt-in module aliases so classic NKI code runs unmodified on nki-sim.
+
+``install()`` registers ``neuronxcc``, ``neuronxcc.nki`` (-> ``nki``), ``neuronxcc.nki.language``,
+``neuronxcc.nki.isa``, ``neuronxcc.nki.typing``, ``torch_neuronx`` (``nki_jit``, also as
+``torch_neuronx.xla_impl.ops.nki_jit``) and ``jax_neuronx`` (``nki_call``). torch / jax are
+imported only when ``torch_neuronx.nki_jit`` / ``jax_neuronx.nki_call`` is first used.
+
+Run a classic script with the aliases in place::
+
+    python -m frontends.compat script.py [args...]
+    nki-compat script.py [args...]
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+import types
+from typing import Any
+
+__all__ = ["install", "uninstall", "main"]
+
+_saved: dict[str, Any] = {}
+
+
+def _lazy_module(name: str, attrs: dict[str, tuple[str, str]]) -> types.ModuleType:
+    """A module whose attributes are imported on first access (``attr -> (module, name)``)."""
+    mod = types.ModuleType(name, f"nki-sim compatibility alias ({name})")
+
+    def __getattr__(attr: str) -> Any:
+        if attr in attrs:
+            import importlib
+
+            m, a = attrs[attr]
+            return getattr(importlib.import_module(m), a)
+        raise AttributeError(f"module {name!r} (nki-sim alias) has no attribute {attr!r}")
+
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    mod.__all__ = list(attrs)  # type: ignore[attr-defined]
+    return mod
+
+
+def _aliases() -> dict[str, types.ModuleType]:
+    import nki
+    import nki.isa
+    import nki.language
+    import nki.typing
+
+    neuronxcc = types.ModuleType("neuronxcc", "nki-sim compatibility alias (neuronxcc)")
+    neuronxcc.__path__ = []  # a package, so 'import neuronxcc.nki' is allowed
+    neuronxcc.nki = nki  # type: ignore[attr-defined]
+    tn = _lazy_module("torch_neuronx", {"nki_jit": ("frontends.torch", "nki_jit")})
+    tn.__path__ = []  # type: ignore[attr-defined]
+    xla_impl = types.ModuleType("torch_neuronx.xla_impl")
+    xla_impl.__path__ = []  # type: ignore[attr-defined]
+    ops = _lazy_module("torch_neuronx.xla_impl.ops", {"nki_jit": ("frontends.torch", "nki_jit")})
+    xla_impl.ops = ops  # type: ignore[attr-defined]
+    tn.xla_impl = xla_impl  # type: ignore[attr-defined]
+    jn = _lazy_module("jax_neuronx", {"nki_call": ("frontends.jax", "nki_call")})
+    return {
+        "neuronxcc": neuronxcc,
+        "neuronxcc.nki": nki,
+        "neuronxcc.nki.language": nki.language,
+        "neuronxcc.nki.isa": nki.isa,
+        "neuronxcc.nki.typing": nki.typing,
+        "torch_neuronx": tn,
+        "torch_neuronx.xla_impl": xla_impl,
+        "torch_neuronx.xla_impl.ops": ops,
+        "jax_neuronx": jn,
+    }
+
+
+def install() -> list[str]:
+    """Register the classic module names in ``sys.modules`` (replacing any real ones until
+    :func:`uninstall`). Returns the names installed."""
+    aliases = _aliases()
+    for name, mod in aliases.items():
+        if name not in _saved:
+            _saved[name] = sys.modules.get(name)
+        sys.modules[name] = mod
+    return list(aliases)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (restores modules that were there before)."""
+    for name, prev in _saved.items():
+        if prev is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = prev
+    _saved.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nki-compat script.py [args]``: run a classic NKI script with the aliases installed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m frontends.compat script.py [args...]", file=sys.stderr)
+        return 2
+    script = argv[0]
+    install()
+    import os
+
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""PyTorch frontend: launch NKI kernels on CPU torch tensors, differentiate through them with
+``torch.autograd``, and register them as ``torch.library`` custom ops (eager and
+``torch.compile(fullgraph=True)``).
+
+* :func:`nki_jit` (also a decorator) - ``kernel(a, b)`` returning torch tensors, or the legacy
+  ``kernel[gx, gy](a, b, out)`` writing into ``out``. Any ``@nki.jit`` kernel accepts torch
+  tensors too; this just spells the classic ``torch_neuronx.nki_jit``.
+* :func:`autograd_function` - a ``torch.autograd.Function`` from a forward kernel and a
+  backward (kernel or Python function).
+* :func:`custom_op` - the same pair as a ``torch.library`` custom op with a fake (meta)
+  implementation derived by tracing the kernel, and autograd.
+
+Conversions are zero-copy where dtype and layout allow (contiguous tensors, bfloat16 included,
+are viewed as NumPy arrays; returned arrays are wrapped without a copy); non-contiguous tensors
+are copied first (and copied back if the kernel writes them), never misread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from nki.errors import NKIError, NKITypeError
+from nki.jit import Kernel, Launch
+
+from . import common
+from .common import OutSpec, as_tuple, boundary_loc, placeholder, unsupported_dtype
+from .pair import KernelPair, is_kernel
+
+__all__ = [
+    "nki_jit",
+    "autograd_function",
+    "custom_op",
+    "to_numpy",
+    "from_numpy",
+    "launch",
+    "KernelPair",
+]
+
+# torch dtype -> (NumPy dtype, integer torch dtype of the same width used to view the bits, if
+# NumPy cannot see the torch dtype directly)
+_DTYPES: dict[torch.dtype, tuple[np.dtype, torch.dtype | None]] = {
+    torch.float32: (np.dtype(np.float32), None),
+    torch.float16: (np.dtype(np.float16), None),
+    torch.bfloat16: (np.dtype(ml_dtypes.bfloat16), torch.int16),
+    torch.float8_e4m3fn: (np.dtype(ml_dtypes.float8_e4m3fn), torch.uint8),
+    torch.float8_e5m2: (np.dtype(ml_dtypes.float8_e5m2), torch.uint8),
+    torch.int8: (np.dtype(np.int8), None),
+    torch.int16: (np.dtype(np.int16), None),
+    torch.int32: (np.dtype(np.int32), None),
+    torch.uint8: (np.dtype(np.uint8), None),
+    torch.uint16: (np.dtype(np.uint16), None),
+    torch.uint32: (np.dtype(np.uint32), None),
+    torch.bool: (np.dtype(np.bool_), None),
+}
+_BY_NP: dict[np.dtype, torch.dtype] = {npd: td for td, (npd, _) in _DTYPES.items()}
+
+
+def _np_dtype(t: torch.Tensor, what: str) -> tuple[np.dtype, torch.dtype | None]:
+    entry = _DTYPES.get(t.dtype)
+    if entry is None:
+        raise unsupported_dtype(what, "torch", str(t.dtype))
+    return entry  # type: ignore[return-value]
+
+
+def torch_dtype(np_dtype: Any) -> torch.dtype:
+    """The torch dtype of a kernel output's NumPy dtype."""
+    d = np.dtype(np_dtype)
+    if d not in _BY_NP:
+        raise NKITypeError(
+            f"kernel output dtype {d.name} has no PyTorch equivalent (torch has float8_e4m3fn "
+            "and float8_e5m2, not IEEE float8_e4m3); return another dtype",
+            code="err_unsupported_dtype",
+            loc=boundary_loc(),
+        )
+    return _BY_NP[d]
+
+
+def check_tensor(t: torch.Tensor, what: str) -> np.dtype:
+    """A kernel argument must be a CPU tensor of an NKI dtype (no float64 / complex / int64)."""
+    if t.device.type != "cpu":
+        raise NKIError(
+            f"{what} is a tensor on device '{t.device}'; the NKI simulator runs on the CPU - "
+            "move it with .cpu() first",
+            code="err_unsupported_device",
+            loc=boundary_loc(),
+        )
+    return _np_dtype(t, what)[0]
+
+
+def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory (no copy for contiguous tensors; bfloat16 and
+    float8 are viewed through their bits). Non-contiguous tensors are copied to contiguous
+    memory first, so strides are never misread."""
+    check_tensor(t, what)
+    npd, bits = _np_dtype(t, what)
+    src = t.detach()
+    if not src.is_contiguous():
+        src = src.contiguous()
+    if bits is not None:
+        return src.view(bits).numpy().view(npd)
+    return src.numpy()
+
+
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A torch tensor sharing ``a``'s memory (copied only if ``a`` is read-only)."""
+    td = torch_dtype(a.dtype)
+    if not a.flags.writeable or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a).copy()
+    bits = _DTYPES[td][1]
+    if bits is not None:
+        return torch.from_numpy(a.view(_DTYPES[bits][0])).view(td)
+    return torch.from_numpy(a)
+
+
+# --------------------------------------------------------------------------------------------
+# Launching
+# --------------------------------------------------------------------------------------------
+
+
+def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
+    """Run a kernel launch on torch tensors (CPU); returns torch tensors (``None`` for legacy
+    kernels, which write into the output tensors passed in)."""
+    name = common.kernel_name(k)
+    bound = common.bind(k, tuple(args), dict(kwargs), api=f"kernel '{name}'")
+    copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
+    for pname, v in list(bound.arguments.items()):
+        if isinstance(v, torch.Tensor):
+            arr = to_numpy(v, f"argument '{pname}' of kernel '{name}'")
+            if not v.is_contiguous():
+                copies[pname] = (v, arr)
+            bound.arguments[pname] = arr
+        elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
+            bound.arguments[pname] = type(v)(
+                to_numpy(x, f"argument '{pname}' of kernel '{name}'")
+                if isinstance(x, torch.Tensor)
+                else x
+                for x in v
+            )
+    res = common.run(k, bound.args, bound.kwargs)
+    ir = k.kernel.last_ir
+    for pname in ir.outputs if ir is not None else ():
+        if pname in copies:  # the kernel wrote a non-contiguous tensor: write it back
+            orig, arr = copies[pname]
+            with torch.no_grad():
+                orig.copy_(from_numpy(np.array(arr)))
+    if res is None:
+        return None
+    if isinstance(res, tuple):
+        return tuple(from_numpy(r) for r in res)
+    return from_numpy(res)
+
+
+def nki_jit(kernel: Any = None, **kwargs: Any) -> Any:
+    """Classic ``torch_neuronx.nki_jit``: make ``kernel`` callable with CPU torch tensors.
+
+    Works as ``nki_jit(fn)``, ``@nki_jit`` and ``@nki_jit(platform_target='trn2')``. The result
+    is an ``@nki.jit`` kernel: ``k(a, b)`` returns torch tensors for kernels that return their
+    outputs; ``k[gx, gy](a, b, out)`` runs a legacy kernel that writes into ``out`` (in place).
+    Tensors must be on the CPU with an NKI dtype (float32, bfloat16, float16, float8, int8-32,
+    uint8-32, bool)."""
+    if kernel is None:
+        return lambda f: nki_jit(f, **kwargs)
+    if isinstance(kernel, (Kernel, Launch)) and not kwargs:
+        return kernel
+    fn = kernel.fn if isinstance(kernel, Kernel) else kernel
+    return Kernel(fn, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------
+
+
+def _forward(pair: KernelPair, inputs: tuple) -> Any:
+    return launch(pair.forward_launch(inputs), inputs, {})
+
+
+def _backward(pair: KernelPair, inputs: tuple, outputs: tuple, grads: tuple) -> tuple:
+    if pair.backward is None:
+        raise NKIError(
+            f"'{pair.name}' was declared without a backward; pass backward= (an NKI kernel or a "
+            "function of the inputs and output gradients) to differentiate through it",
+            code="err_invalid_argument",
+            loc=boundary_loc(),
+        )
+    args = pair.backward_args(inputs, outputs, grads)
+    if is_kernel(pair.backward):
+        res = launch(pair.backward_launch(args), args, {})
+    else:
+        res = pair.backward(*args)
+    return pair.check_grads(res, len(inputs))
+
+
+def autograd_function(
+    forward: Any,
+    backward: Any = None,
+    *,
+    grid: Any = None,
+    backward_grid: Any = None,
+    save_outputs: bool = False,
+) -> type[torch.autograd.Function]:
+    """A ``torch.autograd.Function`` whose forward runs the NKI kernel ``forward`` and whose
+    backward runs ``backward`` (see :class:`frontends.pair.KernelPair` for the conventions;
+    ``forward`` may be a ready KernelPair). Call it as ``Fn.apply(a, b)``.
+
+    Backward receives ``(*inputs, *grad_outputs)`` and returns one gradient per input."""
+    pair = KernelPair.of(
+        forward,
+        backward,
+        grid=grid,
+        backward_grid=backward_grid,
+        save_outputs=save_outputs,
+    )
+
+    def fwd(ctx: Any, *inputs: torch.Tensor) -> Any:
+        outs = _forward(pair, inputs)
+        saved = tuple(inputs) + (as_tuple(outs) if pair.save_outputs else ())
+        ctx.save_for_backward(*saved)
+        ctx.n_inputs = len(inputs)
+        return outs
+
+    def bwd(ctx: Any, *grads: torch.Tensor) -> Any:
+        saved = ctx.saved_tensors
+        n = ctx.n_inputs
+        return _backward(pair, tuple(saved[:n]), tuple(saved[n:]), grads)
+
+    name = f"{pair.name}_nki_function"
+    return type(
+        name,
+        (torch.autograd.Function,),
+        {"forward": staticmethod(fwd), "backward": staticmethod(bwd), "pair": pair},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# torch.library custom op
+# --------------------------------------------------------------------------------------------
+
+
+def _fake_outputs(k: Launch, inputs: tuple, api: str) -> tuple[OutSpec, ...]:
+    """Output shapes/dtypes of ``k`` on tensors ``inputs`` (fake or real) by tracing it."""
+    ph = []
+    for i, t in enumerate(inputs):
+        npd = _np_dtype(t, f"input {i} of {api}")[0]  # fake/meta tensors: any device
+        ph.append(placeholder(tuple(int(s) for s in t.shape), npd))
+    return common.trace_signature(k, tuple(ph), {}, api=api).outputs
+
+
+def _tensor_params(k: Any) -> list[str]:
+    import inspect
+
+    fn = (k.kernel if isinstance(k, Launch) else k).fn
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+
+
+def _schema(names: list[str], n_out: int) -> str:
+    ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
+    return "(" + ", ".join(f"Tensor {n}" for n in names) + ") -> " + ret
+
+
+def _define(qualname: str, names: list[str], n_out: int, run: Any, outs_of: Any) -> Any:
+    def impl(*tensors: torch.Tensor) -> Any:
+        res = run(tensors)
+        res_t = as_tuple(res)
+        if len(res_t) != n_out:
+            raise NKIError(
+                f"custom op {qualname} was declared with {n_out} output(s) but its kernel "
+                f"returned {len(res_t)}; pass num_outputs={len(res_t)}",
+                code="err_out_shape_mismatch",
+                loc=boundary_loc(),
+            )
+        return res_t[0] if n_out == 1 else res_t
+
+    def fake(*tensors: torch.Tensor) -> Any:
+        specs = outs_of(tensors)
+        if len(specs) != n_out:
+            raise NKIError(
+                f"custom op {qualname} was declared with {n_out} output(s) but its kernel "
+                f"returns {len(specs)}; pass num_outputs={len(specs)}",
+                code="err_out_shape_mismatch",
+                loc=boundary_loc(),
+            )
+        outs = tuple(tensors[0].new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in specs)
+        return outs[0] if n_out == 1 else outs
+
+    op = torch.library.custom_op(qualname, impl, mutates_args=(), schema=_schema(names, n_out))
+    op.register_fake(fake)
+    return op
+
+
+def custom_op(
+    qualname: str,
+    forward: Any,
+    backward: Any = None,
+    *,
+    grid: Any = None,
+    backward_grid: Any = None,
+    save_outputs: bool = False,
+    num_outputs: int = 1,
+) -> Any:
+    """Register the NKI kernel ``forward`` as the ``torch.library`` custom op ``qualname``
+    (``"namespace::name"``), with a fake implementation (output shapes/dtypes come from tracing
+    the kernel, so it also works on fake/meta tensors) and, if ``backward`` is given, autograd.
+
+    The op's arguments are the kernel's parameters without defaults, all tensors; it returns
+    ``num_outputs`` tensors. A kernel ``backward`` becomes a second custom op
+    ``qualname + "_backward"``, so forward and backward both work inside
+    ``torch.compile(fullgraph=True)``; a Python ``backward`` must use traceable torch ops (or
+    custom ops) to be compiled. Returns the op (callable like a function)."""
+    pair = KernelPair.of(
+        forward,
+        backward,
+        grid=grid,
+        backward_grid=backward_grid,
+        save_outputs=save_outputs,
+        num_outputs=num_outputs,
+    )
+    names = _tensor_params(pair.forward)
+    if not names:
+        raise NKITypeError(
+            f"custom op {qualname}: kernel '{pair.name}' has no tensor parameters",
+            code="err_invalid_argument",
+            loc=boundary_loc(),
+        )
+    op = _define(
+        qualname,
+        names,
+        num_outputs,
+        lambda ts: _forward(pair, ts),
+        lambda ts: _fake_outputs(pair.forward_launch(ts), ts, f"custom op {qualname}"),
+    )
+    if pair.backward is None:
+        return op
+    n_in = len(names)
+    bwd_op = None
+    if is_kernel(pair.backward):
+        out_names = [f"out{i}" for i in range(num_outputs)] if save_outputs else []
+        bnames = names + out_names + [f"grad{i}" for i in range(num_outputs)]
+        bname = qualname + "_backward"
+
+        def run_bwd(ts: tuple) -> Any:
+            return launch(pair.backward_launch(ts), ts, {})
+
+        bwd_op = _define(
+            bname,
+            bnames,
+            n_in,
+            run_bwd,
+            lambda ts: _fake_outputs(pair.backward_launch(ts), ts, f"custom op {bname}"),
+        )
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        saved = tuple(inputs) + (as_tuple(output) if save_outputs else ())
+        ctx.save_for_backward(*saved)
+
+    def backward_fn(ctx: Any, *grads: torch.Tensor) -> Any:
+        saved = ctx.saved_tensors
+        args = pair.backward_args(saved[:n_in], saved[n_in:], grads)
+        res = bwd_op(*args) if bwd_op is not None else pair.backward(*args)
+        return pair.check_grads(res, n_in)
+
+    op.register_autograd(backward_fn, setup_context=setup_context)
+    return op

@@ -1,0 +1,44 @@
+"""Kernels shared by the frontend tests."""
+
+import nki
+import nki.language as nl
+
+
+@nki.jit
+def mul(a, b):
+    """c = a * b for a [P<=128, F] tile."""
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(a.shape[0])[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    nl.store(c[ip, jf], value=nl.multiply(nl.load(a[ip, jf]), nl.load(b[ip, jf])))
+    return c
+
+
+@nki.jit
+def mul_bwd(a, b, g):
+    """(g * b, g * a): the gradients of a * b."""
+    ga = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    gb = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(a.shape[0])[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    gt = nl.load(g[ip, jf])
+    nl.store(ga[ip, jf], value=nl.multiply(gt, nl.load(b[ip, jf])))
+    nl.store(gb[ip, jf], value=nl.multiply(gt, nl.load(a[ip, jf])))
+    return ga, gb
+
+
+@nki.jit
+def add_rows(a, b):
+    """Grid over row tiles of 128: c = a + b."""
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    nl.store(c[ip, jf], value=nl.load(a[ip, jf]) + nl.load(b[ip, jf]))
+    return c
+
+
+def add_rows_legacy(a, b, c):
+    """Legacy convention: the output is the last parameter."""
+    ip = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    nl.store(c[ip, jf], value=nl.load(a[ip, jf]) + nl.load(b[ip, jf]))

@@ -1,0 +1,89 @@
+"""JAX frontend: nki_call eagerly / under jit / vmap, custom_vjp gradients, boundary errors."""
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from fe_kernels import add_rows, add_rows_legacy, mul, mul_bwd  # noqa: E402
+
+from frontends import jax as fj  # noqa: E402
+from nki.errors import NKIError, NKIShapeError, NKITypeError  # noqa: E402
+
+DTYPES = [jnp.float32, jnp.bfloat16]
+
+
+def _arr(shape, dt, seed):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_nki_call_eager_jit_legacy(dt):
+    a, b = _arr((256, 64), dt, 0), _arr((256, 64), dt, 1)
+    sds = jax.ShapeDtypeStruct(a.shape, a.dtype)
+    out = fj.nki_call(add_rows, a, b, grid=(2,), out_shape=sds)
+    assert out.dtype == dt and np.array_equal(out, a + b)
+    jitted = jax.jit(lambda x, y: fj.nki_call(add_rows, x, y, grid=(2,), out_shape=sds) * x)
+    assert np.array_equal(jitted(a, b), (a + b) * a)
+    legacy = fj.nki_call(add_rows_legacy, a, b, grid=(2,), out_shape=sds)
+    assert np.array_equal(legacy, a + b)
+    # an @nki.jit kernel called directly with jax arrays (out_shape found by tracing)
+    assert np.array_equal(jax.jit(lambda x, y: add_rows[2](x, y))(a, b), a + b)
+
+
+def test_nki_call_vmap():
+    x = _arr((3, 128, 32), jnp.float32, 2)
+    y = _arr((128, 32), jnp.float32, 3)
+    f = jax.vmap(lambda p, q: fj.nki_call(mul, p, q), in_axes=(0, None))
+    assert np.array_equal(f(x, y), x * y)
+    g = jax.jit(jax.vmap(lambda p, q: fj.nki_call(mul, p, q), in_axes=(2, 2), out_axes=2))
+    z = jnp.moveaxis(x, 0, 2)
+    assert np.array_equal(g(z, z), z * z)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_custom_vjp_grad_matches_native(dt):
+    f = fj.custom_vjp(mul, mul_bwd)
+    a, b = _arr((128, 64), dt, 4), _arr((128, 64), dt, 5)
+
+    def loss(a, b):
+        return jnp.sum(jnp.sin(f(a, b) + a))
+
+    def ref(a, b):
+        return jnp.sum(jnp.sin(a * b + a))
+
+    assert np.array_equal(loss(a, b), ref(a, b))
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(a, b)
+    want = jax.grad(ref, argnums=(0, 1))(a, b)
+    for g, w in zip(got, want):
+        assert g.dtype == dt and np.array_equal(g, w)
+
+
+def test_custom_vjp_python_backward():
+    f = fj.custom_vjp(add_rows, lambda a, b, g: (g, None), grid=lambda a, b: (a.shape[0] // 128,))
+    a, b = _arr((256, 8), jnp.float32, 6), _arr((256, 8), jnp.float32, 7)
+    ga, gb = jax.grad(lambda a, b: jnp.sum(f(a, b) * 3.0), argnums=(0, 1))(a, b)
+    assert np.array_equal(ga, jnp.full_like(a, 3.0)) and np.array_equal(gb, jnp.zeros_like(b))
+
+
+def test_boundary_errors():
+    a = _arr((128, 8), jnp.float32, 8)
+    with pytest.raises(NKIShapeError) as e:
+        fj.nki_call(mul, a, a, out_shape=jax.ShapeDtypeStruct((128, 4), jnp.float32))
+    assert e.value.code == "err_out_shape_mismatch" and "[128, 4]" in str(e.value)
+    assert e.value.loc.file == __file__
+    with pytest.raises(NKIShapeError, match="bfloat16"):
+        fj.nki_call(mul, a, a, out_shape=jax.ShapeDtypeStruct((128, 8), jnp.bfloat16))
+    with pytest.raises(NKIShapeError, match="declares 2 output"):
+        sds = jax.ShapeDtypeStruct((128, 8), jnp.float32)
+        fj.nki_call(mul, a, a, out_shape=(sds, sds))
+    for grid in (2, (0,), (2, -1), (1.5,), (True,), ()):
+        with pytest.raises(NKIError) as e:
+            fj.nki_call(add_rows, a, a, grid=grid)
+        assert e.value.code == "err_invalid_grid" and "tuple of positive ints" in str(e.value)
+    c = a.astype(jnp.complex64)
+    with pytest.raises(NKITypeError) as e:
+        fj.nki_call(mul, c, c)
+    assert e.value.code == "err_unsupported_dtype" and "complex64" in str(e.value)
+    with pytest.raises(NKIError, match="custom_vjp"):
+        jax.grad(lambda x: jnp.sum(fj.nki_call(mul, x, x)))(a)
