@@ -1,19 +1,13 @@
-"""Shared test setup: hypothesis profiles (deterministic 'ci' profile under CI)."""
+"""Shared test setup. The hypothesis profiles (``ci`` / ``dev`` / ``thorough``, chosen by
+NKI_HYPOTHESIS_PROFILE) and the ``nki_target`` fixture come from the nki.testing pytest plugin,
+which pip installs as the ``nki_testing`` pytest11 entry point. If the package was installed
+without it (or plugin autoloading is off), register it here."""
 
-import os
+import importlib
 
-from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    database=None,
-    deadline=None,
-    print_blob=True,
-    max_examples=25,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile("dev", max_examples=10, deadline=None)
-settings.register_profile("thorough", max_examples=300, deadline=None)
-_default = "ci" if os.environ.get("CI") else "dev"
-settings.load_profile(os.environ.get("NKI_HYPOTHESIS_PROFILE", _default))
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("nki_testing"):
+        plugin = importlib.import_module("nki.testing.pytest_plugin")
+        if not config.pluginmanager.is_registered(plugin):
+            config.pluginmanager.register(plugin, "nki_testing")

@@ -1,0 +1,142 @@
+"""Per-dtype tolerances and ``assert_allclose`` with a report of the worst element.
+
+Policy: a result is compared to a reference computed from the same (already rounded) inputs.
+``rtol`` is ``2 ** -mantissa_bits`` of the result dtype: two roundings of the format (e.g. the
+engine's write plus one intermediate), so a correct kernel passes, while a kernel that computes
+in a *narrower* format than its output fails (bf16 arithmetic breaks the fp32 tolerance, fp8
+breaks the bf16 one, bf16 breaks the fp16 one). ``atol`` equals ``rtol`` for the low-precision
+formats (errors relative to values of order 1, which covers cancellation in intermediate
+roundings) and is 1e-5 for fp32. fp32 uses ``rtol=1e-5`` (about 80 ulp) to allow a different
+summation order or a different accurate implementation of a function. Integers and bool are
+exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dt
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # dtype: (rtol, atol)
+    "float32": (1e-5, 1e-5),
+    "tfloat32": (2.0**-10, 2.0**-10),
+    "float16": (2.0**-10, 2.0**-10),
+    "bfloat16": (2.0**-7, 2.0**-7),
+    "float8_e4m3": (2.0**-3, 2.0**-3),
+    "float8_e4m3fn": (2.0**-3, 2.0**-3),
+    "float8_e5m2": (2.0**-2, 2.0**-2),
+}
+
+
+def tolerance(dtype: Any) -> tuple[float, float]:
+    """``(rtol, atol)`` for results of ``dtype``: see the module docstring; ``(0, 0)`` (exact)
+    for integer and bool dtypes. Example: ``tolerance("bfloat16") == (2**-7, 2**-7)``."""
+    name = _dt.name_of(dtype)
+    return TOLERANCES.get(name, (0.0, 0.0))
+
+
+def _fmt_index(flat: int, shape: tuple[int, ...]) -> str:
+    if not shape:
+        return "()"
+    return str(tuple(int(i) for i in np.unravel_index(flat, shape)))
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """NumPy view of a NumPy / torch / jax array (bfloat16 included)."""
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        t = x.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            import ml_dtypes
+
+            return t.float().numpy().astype(ml_dtypes.bfloat16)
+        return t.numpy()
+    return np.asarray(x)
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def compare(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = True,
+) -> str | None:
+    """``None`` when ``actual`` matches ``expected`` within tolerance, else the failure report
+    (the text ``assert_allclose`` raises). Same arguments as ``assert_allclose``."""
+    a = _as_numpy(actual)
+    e = _as_numpy(expected)
+    name = _dt.name_of(dtype if dtype is not None else a.dtype)
+    d_rtol, d_atol = tolerance(name)
+    rtol = d_rtol if rtol is None else float(rtol)
+    atol = d_atol if atol is None else float(atol)
+    head = f"dtype {name}, rtol={rtol:.3g}, atol={atol:.3g}"
+    if a.shape != e.shape:
+        return f"Arrays differ in shape: actual {a.shape} vs expected {e.shape} ({head})"
+    if a.size == 0:
+        return None
+    af = _f64(a).ravel()
+    ef = _f64(e).ravel()
+    with np.errstate(all="ignore"):
+        diff = np.abs(af - ef)
+        rel = diff / np.abs(ef)
+        an, en = np.isnan(af), np.isnan(ef)
+        same_inf = (af == ef) & np.isinf(ef)
+        bound = atol + rtol * np.abs(ef)
+        bad = ~(diff <= bound) & ~same_inf
+        if equal_nan:
+            bad &= ~(an & en)
+        # how far past the bound each element is; NaN / inf mismatches are the worst
+        excess = np.where(np.isfinite(diff), diff - bound, np.inf)
+    nbad = int(bad.sum())
+    if nbad == 0:
+        return None
+    excess = np.where(bad, excess, -np.inf)
+    w = int(np.argmax(excess))
+    finite = bad & np.isfinite(diff)
+    lines = [
+        f"Arrays not close ({head}): {nbad} of {a.size} elements differ "
+        f"({100.0 * nbad / a.size:.3g}%)",
+        f"  worst element at index {_fmt_index(w, a.shape)}: actual {float(af[w])!r}, "
+        f"expected {float(ef[w])!r} (abs error {diff[w]:.6g}, rel error {rel[w]:.6g})",
+    ]
+    if finite.any():
+        ia = int(np.argmax(np.where(finite, diff, -1.0)))
+        rr = np.where(finite & np.isfinite(rel), rel, -1.0)
+        ir = int(np.argmax(rr))
+        lines.append(f"  max abs error {diff[ia]:.6g} at index {_fmt_index(ia, a.shape)}")
+        if rr[ir] >= 0:
+            lines.append(f"  max rel error {rel[ir]:.6g} at index {_fmt_index(ir, a.shape)}")
+    nan_mis = int((an != en).sum())
+    if nan_mis:
+        lines.append(f"  NaN in one array but not the other at {nan_mis} element(s)")
+    return "\n".join(lines)
+
+
+def assert_allclose(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = True,
+) -> None:
+    """Assert ``|actual - expected| <= atol + rtol * |expected|`` element-wise.
+
+    Tolerances default to those of ``dtype`` (default: ``actual``'s dtype; see ``tolerance``);
+    integer and bool results must be exact. Infinities must match exactly and NaNs must sit in
+    the same places (``equal_nan``). Shapes must be equal. Accepts NumPy, torch and jax arrays.
+    The ``AssertionError`` reports how many elements differ, the worst element's index and both
+    values with its absolute and relative error, and the max absolute and relative errors.
+    Example: ``assert_allclose(kernel(a), a + 1, dtype="bfloat16")``."""
+    msg = compare(actual, expected, dtype=dtype, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    if msg is not None:
+        raise AssertionError(msg)
