@@ -488,8 +488,10 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
                 code="err_unsupported_index_expression",
                 loc=user_loc(),
             )
-        if aff.is_const and aff.const < 0:
-            aff = Affine.constant(aff.const + n)  # Python-style negative integer index
+        if not isinstance(k, Scalar) and aff.is_const and -n <= aff.const < 0:
+            # Python-style negative index, only for literal ints: an index *expression* that
+            # folds to a negative constant (e.g. `ip - 1` over a 1-row arange) is out of bounds.
+            aff = Affine.constant(aff.const + n)
         parts.append((aff, None, 0))
     rshape = tuple(out_shape)
     idx = []
@@ -519,6 +521,13 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affin
     if start is None or stop is None:
         raise NKIIndexError(f"unsupported slice bounds {k!r} on {what}", loc=user_loc())
     if start.is_const and stop.is_const:
+        if 0 <= start.const < stop.const and stop.const > n:  # no silent clipping (issue 5)
+            raise NKIIndexError(
+                f"out-of-bound access for {what} on dimension {d}: index range "
+                f"[{start.const}, {stop.const - 1}] exceeds the dimension size of {n}",
+                code="err_tensor_access_out_of_bound",
+                loc=user_loc(),
+            )
         s0, s1, _ = slice(start.const, stop.const, step).indices(n)
         return Affine.constant(s0), max(0, len(range(s0, s1, step))), step
     extent = stop + start.scale(-1)
@@ -584,6 +593,8 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
                 code="err_unsupported_index_expression",
                 loc=user_loc(),
             )
+        if not isinstance(k, Scalar) and aff.is_const and -shape[d] <= aff.const < 0:
+            aff = Affine.constant(aff.const + shape[d])  # literal negative int: Python meaning
         idx.append(IndexExpr(aff, (0,) * len(rshape), rshape))
     return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
 
@@ -606,8 +617,30 @@ def _index_tile(k: object, what: str) -> Access:
 
 def compose(outer: Access, sub: Access) -> Access:
     """Index a view: substitute the sub-access's expressions for the view's tile axes."""
+    # View axes of extent 1 carry no coefficient, so an index along them would vanish here; in a
+    # whole-tensor view axis a *is* tensor dimension a (stride 1), elsewhere it must be 0.
+    identity = len(outer.index) == len(outer.shape) and all(
+        e.base.is_const
+        and e.base.const == 0
+        and all(c == (d == a) for a, c in enumerate(e.coeffs) if c)
+        for d, e in enumerate(outer.index)
+    )
+    lost: dict[int, int] = {}
+    for a, n in enumerate(outer.shape):
+        se = sub.index[a]
+        if n != 1 or (se.base.is_const and se.base.const == 0 and not any(se.coeffs)):
+            continue
+        if identity:
+            lost[a] = 1
+            continue
+        raise NKIIndexError(
+            f"out-of-bound access for tensor '{outer.tensor}': index {se} on a view axis of size 1 "
+            f"(view shape {outer.shape}, axis {a}) must be 0",
+            code="err_tensor_access_out_of_bound",
+            loc=user_loc(),
+        )
     out = []
-    for e in outer.index:
+    for d, e in enumerate(outer.index):
         base = e.base
         coeffs = [0] * len(sub.shape)
         for a, c in enumerate(e.coeffs):
@@ -617,6 +650,10 @@ def compose(outer: Access, sub: Access) -> Access:
             base = base + se.base.scale(c)
             for j, sc in enumerate(se.coeffs):
                 coeffs[j] += c * sc
+        if d in lost:
+            se = sub.index[d]
+            base = base + se.base
+            coeffs = [x + y for x, y in zip(coeffs, se.coeffs)]
         out.append(IndexExpr(base, tuple(coeffs), sub.shape))
     return Access(outer.tensor, sub.shape, tuple(out), outer.indirect + _map_indirect(outer, sub))
 

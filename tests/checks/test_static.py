@@ -362,3 +362,86 @@ def test_spmd_race_on_second_grid_axis():
 def test_checks_none_skips_static_analyses(checks):
     a = rand((512, 8))
     np.testing.assert_array_equal(nki.jit(k_loop_carried, checks=checks)(a), a[384:])
+
+
+def k_slice_past_end(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a[0:128, :]))  # ERR
+    return out
+
+
+def test_constant_slice_past_the_end_is_not_clipped():
+    expect(
+        k_slice_past_end,
+        rand((100, 8)),
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["[0, 127]", "100", "dimension 0"],
+    )
+
+
+def k_expr_below_zero_on_unit_dim(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:1, 0:8]
+    t = nl.load(a[ip - 1, jf])  # ERR
+    nl.store(out[ip, jf], t)
+    return out
+
+
+def k_literal_negative_index(a):
+    out = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a[-1:, :]))
+    out2 = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_f = nl.arange(8)[None, :]
+    nl.store(out2, nl.load(a[-2, i_f]))
+    return out, out2
+
+
+def test_index_expression_on_a_size_one_dimension_is_not_wrapped_or_dropped():
+    # `ip - 1` folds to the constant -1 on a 1-row tensor: out of bounds, not Python's a[-1]
+    expect(
+        k_expr_below_zero_on_unit_dim,
+        rand((1, 8)),
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["[-1, -1]", "dimension 0", "size of 1"],
+    )
+    a = rand((5, 8))
+    got, got2 = nki.jit(k_literal_negative_index)(a)  # literal negative ints keep Python meaning
+    np.testing.assert_array_equal(got, a[-1:])
+    np.testing.assert_array_equal(got2, a[-2:-1])
+
+
+def k_nested_view_unit_axis(a):
+    out = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    v = a[2:3, 0:8]
+    w = v[:, 0:8]
+    t = nl.load(w[3:4, 0:8])  # ERR
+    nl.store(out, t)
+    return out
+
+
+def k_nested_view_unit_axis_int(a):
+    out = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    w = a[2:3, 0:8][:, 0:8]
+    i_f = nl.arange(8)[None, :]
+    t = nl.load(w[1, i_f])  # ERR
+    nl.store(out, t)
+    return out
+
+
+def test_index_into_a_size_one_view_axis_is_out_of_bounds():
+    expect(
+        k_nested_view_unit_axis,
+        rand((8, 8)),
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["[3, 3]", "size of 1"],
+    )
+    expect(
+        k_nested_view_unit_axis_int,
+        rand((8, 8)),
+        cls=NKIIndexError,
+        code="err_tensor_access_out_of_bound",
+        values=["index 1 on a view axis of size 1", "(1, 8)"],
+    )
