@@ -75,7 +75,10 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> tuple[tuple[int, ...], int
 
 
 def _value(a: np.ndarray, idx: tuple[int, ...]) -> str:
-    return repr(a[idx].item() if a.dtype.kind not in "V" else float(a[idx]))
+    v = a[idx]
+    if a.dtype.kind in "fV":
+        return f"{float(v):.8g}"
+    return repr(v.item())
 
 
 def assert_order_independent(

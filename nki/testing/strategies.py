@@ -268,11 +268,19 @@ def _elements(name: str, lo: float, hi: float) -> st.SearchStrategy[Any]:
 def _finish(vals: np.ndarray, name: str, lo: float, hi: float) -> np.ndarray:
     sd = _dt.storage(name)
     if _dt.is_float(name):
-        out = vals.astype(np.float32).astype(sd)
-        # rounding into a narrow format may step just outside [lo, hi]: clip in that format
+        pre = vals.astype(np.float32)
+        out = pre.astype(sd)
+        # rounding into a narrow format may step just outside [lo, hi]: clip those back in
+        # that format (special values, drawn outside the range on purpose, are kept)
         f = out.astype(np.float32)
-        ok = np.isnan(f) | np.isinf(f) | ((f >= lo) & (f <= hi))
-        return np.where(ok, out, np.clip(f, lo, hi).astype(sd)).astype(sd)
+        with np.errstate(invalid="ignore"):
+            stepped = (pre >= lo) & (pre <= hi) & ((f < lo) | (f > hi))
+        if not stepped.any():
+            return out
+        inside = np.clip(f, lo, hi).astype(sd).astype(np.float32)
+        # the clipped value may round outside again: step one value inwards in that case
+        inside = np.where(inside > hi, np.nextafter(inside, -np.inf), inside)
+        return np.where(stepped, inside.astype(sd), out).astype(sd)
     return vals.astype(sd)
 
 

@@ -56,6 +56,12 @@ def _as_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _num(v: float, arr: np.ndarray) -> str:
+    if arr.dtype.kind in "iub" and np.isfinite(v):
+        return str(int(v))
+    return f"{float(v):.8g}"
+
+
 def _f64(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
@@ -88,9 +94,10 @@ def compare(
         diff = np.abs(af - ef)
         rel = diff / np.abs(ef)
         an, en = np.isnan(af), np.isnan(ef)
-        same_inf = (af == ef) & np.isinf(ef)
         bound = atol + rtol * np.abs(ef)
-        bad = ~(diff <= bound) & ~same_inf
+        bad = ~(diff <= bound)
+        # an infinity on either side must be matched exactly (inf - x is never "close")
+        bad = np.where(np.isinf(af) | np.isinf(ef), af != ef, bad)
         if equal_nan:
             bad &= ~(an & en)
         # how far past the bound each element is; NaN / inf mismatches are the worst
@@ -100,12 +107,12 @@ def compare(
         return None
     excess = np.where(bad, excess, -np.inf)
     w = int(np.argmax(excess))
-    finite = bad & np.isfinite(diff)
+    finite = np.isfinite(diff)  # max errors over every comparable element
     lines = [
         f"Arrays not close ({head}): {nbad} of {a.size} elements differ "
         f"({100.0 * nbad / a.size:.3g}%)",
-        f"  worst element at index {_fmt_index(w, a.shape)}: actual {float(af[w])!r}, "
-        f"expected {float(ef[w])!r} (abs error {diff[w]:.6g}, rel error {rel[w]:.6g})",
+        f"  worst element at index {_fmt_index(w, a.shape)}: actual {_num(af[w], a)}, "
+        f"expected {_num(ef[w], e)} (abs error {diff[w]:.6g}, rel error {rel[w]:.6g})",
     ]
     if finite.any():
         ia = int(np.argmax(np.where(finite, diff, -1.0)))
