@@ -53,7 +53,10 @@ def _describe_array(name: str, a: np.ndarray) -> str:
         return f"{head} = {np.array2string(np.asarray(vals), separator=', ')}"
     with np.errstate(all="ignore"):
         f = a.astype(np.float64)
-    return f"{head} (values in [{np.nanmin(f):.4g}, {np.nanmax(f):.4g}])"
+    lo, hi = np.nanmin(f), np.nanmax(f)
+    if lo == hi:
+        return f"{head} (all {lo:.4g})"
+    return f"{head} (values in [{lo:.4g}, {hi:.4g}])"
 
 
 @dataclass
