@@ -123,7 +123,8 @@ def test_grid_and_shapes_from_the_grid():
     def rows_x3(a):
         out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
         i = nl.program_id(0)
-        nl.store(out[i * 16 : (i + 1) * 16, :], nl.multiply(nl.load(a[i * 16 : (i + 1) * 16, :]), 3))
+        rows = nl.ds(i * 16, 16)
+        nl.store(out[rows, :], nl.multiply(nl.load(a[rows, :]), 3))
         return out
 
     n = check_kernel(
