@@ -103,9 +103,9 @@ def assert_order_independent(
     the same HBM element) are raised as an ``NKIError`` at the offending line before anything
     runs. What it cannot see -- a read of HBM another instance writes, data-dependent
     (indirect) or masked writes -- shows up here as differing outputs. ``checks="none"``
-    skips the static analysis (compare orders only); ``checks="full"`` also reports reads of
-    memory no one has written yet, which a shuffled order turns into an error: a run that raises
-    in one order but not in the default order is reported as order dependence too.
+    skips the static analysis (compare orders only); ``checks="full"`` adds the run-time checks
+    (e.g. reads of uninitialised on-chip memory). A run that raises an ``NKIError`` in a
+    shuffled order but not in the default order is reported as order dependence too.
 
     Raises ``OrderDependenceError`` naming the seeds that disagree, the output, the index of
     the first differing element, both values and the instance orders of the two runs.

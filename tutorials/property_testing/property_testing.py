@@ -80,7 +80,8 @@ def block_cumsum_racy(x):
     mine = nl.load(x[i * TILE_P + i_p, i_f])
     nl.store(out[i * TILE_P + i_p, i_f], mine)  # block 0 is x[0]
     prev = nl.load(out[(i - 1) * TILE_P + i_p, i_f], mask=(i > 0))  # instance i - 1's result
-    nl.store(out[i * TILE_P + i_p, i_f], nl.add(mine, prev), mask=(i > 0))
+    total = nl.add(mine, prev, mask=(i > 0))
+    nl.store(out[i * TILE_P + i_p, i_f], total, mask=(i > 0))
     return out
 
 
