@@ -52,15 +52,27 @@ def pytest_generate_tests(metafunc: Any) -> None:
     metafunc.parametrize("nki_target", targets, indirect=True, ids=list(targets))
 
 
+def _param(request: Any) -> str | None:
+    callspec = getattr(request.node, "callspec", None)
+    return None if callspec is None else callspec.params.get("nki_target")
+
+
+@pytest.fixture(autouse=True)
+def _nki_target_env(request: Any, monkeypatch: Any) -> None:
+    """Point the simulator's default target at the test's target (marker or fixture)."""
+    name = _param(request)
+    if name is not None:
+        for var in _ENV:
+            monkeypatch.setenv(var, name)
+
+
 @pytest.fixture
-def nki_target(request: Any, monkeypatch: Any) -> str:
+def nki_target(request: Any) -> str:
     """The NKI target this test runs on (``trn1``, ``trn2`` or ``trn3``); the simulator's
     default target is set to it for the test."""
-    name = getattr(request, "param", None)
+    name = _param(request)
     if name is None:
         from simulator.config import SimConfig
 
         return SimConfig.from_env().target
-    for var in _ENV:
-        monkeypatch.setenv(var, name)
     return name
