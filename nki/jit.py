@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,9 @@ from .tracer import NkiTensor, TraceState, new_trace, tracing
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
+
+
+MAX_GRID_INSTANCES = 1 << 20
 
 
 def parse_grid(grid: object) -> Grid:
@@ -39,7 +43,19 @@ def parse_grid(grid: object) -> Grid:
                 code="err_invalid_grid",
                 loc=user_loc(),
             )
-    return Grid(tuple(dims))
+    g = Grid(tuple(dims))
+    n = math.prod(g.shape)
+    if n > MAX_GRID_INSTANCES:
+        # every instance is simulated one after another: a grid this large would run for hours
+        # and its instance list alone could exhaust host memory
+        raise NKIError(
+            f"launch grid {grid!r} has {n} instances; the simulator runs at most "
+            f"{MAX_GRID_INSTANCES} instances per launch (give each instance a bigger tile, or "
+            "loop inside the kernel with nl.affine_range)",
+            code="err_invalid_grid",
+            loc=user_loc(),
+        )
+    return g
 
 
 def _is_array(x: object) -> bool:
@@ -129,7 +145,7 @@ class Kernel:
         key_parts = [repr(grid), target]
         for name, v in bound.arguments.items():
             if _is_array(v):
-                key_parts.append((name, "T", v.shape, dtypes.name_of(v.dtype)))
+                key_parts.append((name, "T", v.shape, self._param_dtype(name, v)))
             else:
                 key_parts.append((name, "S", _static_key(v)))
         key = tuple(key_parts)
@@ -140,6 +156,18 @@ class Kernel:
             self.trace_count += 1
         self.last_ir = ir
         return ir
+
+    def _param_dtype(self, name: str, v: np.ndarray) -> str:
+        try:
+            return dtypes.name_of(v.dtype)
+        except NKITypeError as e:
+            code = self.fn.__code__
+            raise NKITypeError(
+                f"argument '{name}' of kernel '{self.fn.__name__}' has dtype {v.dtype}, which "
+                f"NKI does not support: {e.message}",
+                code="err_unsupported_dtype",
+                loc=SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__),
+            ) from None
 
     def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
         from simulator.targets import get_target
@@ -294,6 +322,7 @@ class Launch:
 
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
         from simulator import interpreter
+        from simulator.capacity import check_hbm
         from simulator.checks import static_checks
 
         k = self.kernel
@@ -314,6 +343,8 @@ class Launch:
         ir = k.trace(self.grid, bound, cfg.target)
         if cfg.checks != "none":
             static_checks(ir, cfg)
+        else:
+            check_hbm(ir, cfg.target)  # always: an oversized HBM tensor would exhaust the host
         inputs = {}
         for name in ir.params:
             v = bound.arguments[name]

@@ -154,3 +154,31 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                     code=code,
                     loc=lv.loc,
                 )
+
+
+def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
+    """The HBM tensors a kernel creates fit the chip's HBM (32 / 96 / 144 GiB on trn1/2/3).
+
+    Shared-HBM tensors exist once per launch, private-HBM tensors once per grid instance.
+    Raises :class:`NKIMemoryError` ``err_hbm_capacity_exceeded`` at the allocation that
+    overflows, with the bytes requested and available."""
+    t = target if isinstance(target, Target) else get_target(target or ir.target)
+    copies = 1
+    for n in ir.grid.shape:
+        copies *= n
+    total = 0
+    for d in ir.tensors:
+        if d.on_chip or d.kind == "param" or d.alias_of is not None:
+            continue
+        size = dtypes.INFO[d.dtype].bits // 8
+        for n in d.shape:
+            size *= n
+        total += size if d.buffer == "shared_hbm" else size * copies
+        if total > t.hbm_bytes:
+            raise NKIMemoryError(
+                f"HBM capacity exceeded on {t.name}: tensor '{d.name}' {d.dtype}{list(d.shape)} "
+                f"brings the kernel's HBM tensors to {total} bytes requested, but the device has "
+                f"{t.hbm_bytes} bytes of HBM",
+                code="err_hbm_capacity_exceeded",
+                loc=d.loc,
+            )

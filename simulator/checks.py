@@ -21,7 +21,7 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
 
     Results are cached per traced IR and target (the IR itself is cached per signature)."""
     from .bounds import check_bounds
-    from .capacity import check_capacity
+    from .capacity import check_capacity, check_hbm
     from .races import check_loop_carried, check_spmd_races
 
     key = (id(ir), config.target)
@@ -29,6 +29,7 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
         return
     check_bounds(ir)
     check_capacity(ir, config.target)
+    check_hbm(ir, config.target)
     check_loop_carried(ir)
     check_spmd_races(ir)
     if len(_CHECKED) > 512:

@@ -7,6 +7,7 @@ instruction kind (see ``handlers_*.py``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from nki import dtypes
-from nki.errors import NKIError, NKIIndexError, NKIRuntimeError
+from nki.errors import NKIError, NKIIndexError, NKIMemoryError, NKIRuntimeError
 from nki.ir import (
     Access,
     Alloc,
@@ -148,8 +149,7 @@ class Ctx:
     def allocate(self, decl: TensorDecl) -> None:
         if decl.buffer == "shared_hbm" and decl.name in self.arrays:
             return  # shared across instances: allocated once per launch
-        sd = numerics.storage_dtype(decl.dtype, self.config.precise_fp)
-        self.arrays[decl.name] = np.full(decl.shape, numerics.fill_value(decl.dtype), dtype=sd)
+        self.arrays[decl.name] = host_array(decl, self.config)
         if self.full_checks and decl.on_chip:
             self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
 
@@ -351,6 +351,39 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
         ) from e
 
 
+def host_array(decl: TensorDecl, config: SimConfig) -> np.ndarray:
+    """Fresh storage for a tensor, filled with the uninitialised-memory sentinel. Running out
+    of host memory is reported at the tensor's declaration, not as a bare MemoryError."""
+    sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
+    nbytes = sd.itemsize * math.prod(decl.shape)
+    err = None
+    if nbytes > (256 << 20) and nbytes > _host_available_bytes():
+        err = "more than the host's available memory"  # filling it would invoke the OOM killer
+    else:
+        try:
+            return np.full(decl.shape, numerics.fill_value(decl.dtype), dtype=sd)
+        except MemoryError:
+            err = "MemoryError"
+    raise NKIMemoryError(
+        f"the simulator cannot allocate {nbytes} bytes of host memory for {decl.buffer} "
+        f"tensor '{decl.name}' {decl.dtype}{list(decl.shape)} ({err})",
+        code="err_host_memory_exhausted",
+        loc=decl.loc,
+    )
+
+
+def _host_available_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); elsewhere, no limit is assumed."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
 def run(
     ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
 ) -> tuple[dict[str, np.ndarray], RunInfo]:
@@ -360,8 +393,7 @@ def run(
     shared: dict[str, np.ndarray] = dict(inputs)
     for d in ir.tensors:
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
-            sd = numerics.storage_dtype(d.dtype, config.precise_fp)
-            shared[d.name] = np.full(d.shape, numerics.fill_value(d.dtype), dtype=sd)
+            shared[d.name] = host_array(d, config)
     grid = ir.grid
     instances = list(grid.instances()) if grid.dims else [()]
     info = RunInfo(grid.shape, num_cores=max(1, grid.num_cores), target=ir.target)

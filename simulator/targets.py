@@ -24,6 +24,7 @@ class Target:
     gemm_moving_fmax: int
     max_lnc: int  # logical NeuronCore size: physical cores one kernel launch may span
     bn_stats_fmax: int = 512
+    hbm_bytes: int = 32 << 30  # device HBM of one chip (shared by its cores)
 
     @property
     def nc_version(self) -> str:
@@ -32,8 +33,12 @@ class Target:
 
 TARGETS: dict[str, Target] = {
     "trn1": Target("trn1", 2, 128, 192 * 1024, 180224, 16 * 1024, 8, 2048, 128, 512, 1),
-    "trn2": Target("trn2", 3, 128, 224 * 1024, 212984, 16 * 1024, 8, 2048, 128, 512, 2),
-    "trn3": Target("trn3", 4, 128, 256 * 1024, 245752, 16 * 1024, 8, 2048, 128, 512, 2),
+    "trn2": Target(
+        "trn2", 3, 128, 224 * 1024, 212984, 16 * 1024, 8, 2048, 128, 512, 2, hbm_bytes=96 << 30
+    ),
+    "trn3": Target(
+        "trn3", 4, 128, 256 * 1024, 245752, 16 * 1024, 8, 2048, 128, 512, 2, hbm_bytes=144 << 30
+    ),
 }
 _ALIASES = {"gen2": "trn1", "inf2": "trn1", "gen3": "trn2", "gen4": "trn3"}
 DEFAULT_TARGET = "trn2"

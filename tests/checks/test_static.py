@@ -445,3 +445,22 @@ def test_index_into_a_size_one_view_axis_is_out_of_bounds():
         code="err_tensor_access_out_of_bound",
         values=["index 1 on a view axis of size 1", "(1, 8)"],
     )
+
+
+def k_huge_hbm(a):
+    out = nl.ndarray((1 << 20, 1 << 20), dtype=nl.float32, buffer=nl.shared_hbm)  # ERR
+    nl.store(out[0:128, 0:8], nl.load(a))
+    return out
+
+
+@pytest.mark.parametrize("checks", ["static", "none"])
+def test_hbm_capacity_of_the_device(checks):
+    # 4 TiB of HBM on a 96 GiB trn2 device: a located error, never a host MemoryError / OOM kill
+    expect(
+        k_huge_hbm,
+        rand((128, 8)),
+        cls=NKIMemoryError,
+        code="err_hbm_capacity_exceeded",
+        values=["4398046511104 bytes", str(96 << 30), "'hbm0'"],
+        checks=checks,
+    )

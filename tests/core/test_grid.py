@@ -107,3 +107,20 @@ def test_sbuf_is_per_core_hbm_shared():
     got = k[nl.spmd_dim(1, nl.nc(2))](a)  # extent 1 * 2 = 2 instances
     np.testing.assert_array_equal(got, a + a)
     assert k.last_run.placement == {(0,): 0, (1,): 1}
+
+
+def test_grid_larger_than_the_simulator_runs_is_a_clear_error():
+    from nki.errors import NKIError
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(NKIError) as ei:
+        k[10**9](a)  # would need ~10**9 simulated instances
+    assert ei.value.code == "err_invalid_grid"
+    assert "1000000000 instances" in str(ei.value) and "1048576" in str(ei.value)
+    assert ei.value.loc.file == __file__

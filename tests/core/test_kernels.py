@@ -226,3 +226,20 @@ def test_private_hbm_output_single_instance_and_grid_error():
         k[2](a)
     assert ei.value.code == "err_output_tensor_must_be_shared_hbm"
     assert ei.value.loc.line == inspect.getsourcelines(k.fn)[1] + 2
+
+
+def test_float64_argument_is_rejected_naming_the_parameter_and_kernel():
+    from nki.errors import NKITypeError
+
+    @nki.jit
+    def copy64(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    with pytest.raises(NKITypeError) as ei:
+        copy64(np.ones((4, 4), np.float64))
+    e = ei.value
+    assert e.code == "err_unsupported_dtype"
+    assert "argument 'a' of kernel 'copy64'" in str(e) and "float64" in str(e)
+    assert e.loc.file == __file__
