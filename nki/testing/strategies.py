@@ -262,7 +262,13 @@ def _elements(name: str, lo: float, hi: float) -> st.SearchStrategy[Any]:
         return st.booleans()
     if info.kind in "iu":
         return st.integers(int(lo), int(hi))
-    return st.floats(lo, hi, width=32, allow_nan=False, allow_infinity=False)
+    # bounds rounded inwards to float32 (hypothesis needs them representable at width 32)
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    if lo32 < lo:
+        lo32 = np.nextafter(lo32, np.float32(np.inf))
+    if hi32 > hi:
+        hi32 = np.nextafter(hi32, np.float32(-np.inf))
+    return st.floats(float(lo32), float(hi32), width=32, allow_nan=False, allow_infinity=False)
 
 
 def _finish(vals: np.ndarray, name: str, lo: float, hi: float) -> np.ndarray:
