@@ -4,6 +4,7 @@
 with ``@nki.jit`` and call it with NumPy arrays."""
 
 from . import errors, language, typing
+from .classic import benchmark, profile, trace  # classic tooling entry points
 from .errors import NKIError
 from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
 from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.tensor)
@@ -15,6 +16,9 @@ __all__ = [
     "simulate_kernel",
     "simulate",
     "baremetal",
+    "benchmark",
+    "profile",
+    "trace",
     "Kernel",
     "Launch",
     "NKIError",

@@ -250,6 +250,38 @@ class TileOps:
     def __imul__(self, o):
         return self._rmw(o, "multiply")
 
+    # --- classic tensor methods (nki.tensor) ---------------------------------------------------
+    def broadcast_to(self, shape: tuple[int, ...]):
+        """``t.broadcast_to(shape)``: ``nl.broadcast_to(t, shape)`` (NumPy broadcast rules; a
+        one-partition tile is repeated across partitions)."""
+        from .language import shaping
+
+        return shaping.broadcast_to(self, shape)
+
+    def astype(self, dtype: object):
+        """``t.astype(dtype)``: a copy of the tile converted to ``dtype``."""
+        from .language import core
+
+        return core.copy(self, dtype=dtype)
+
+    def expand_dims(self, axis: object):
+        """``t.expand_dims(axis)``: ``nl.expand_dims(t, axis)`` (trailing axes only)."""
+        from .language import shaping
+
+        return shaping.expand_dims(self, axis)
+
+    def assert_shape(self, shape: tuple[int, ...]):
+        """``t.assert_shape(shape)``: trace-time check that the tile has ``shape``; returns it."""
+        want = tuple(int(s) for s in shape)
+        if tuple(self.shape) != want:  # type: ignore[attr-defined]
+            raise NKIShapeError(
+                f"assert_shape failed: tensor has shape {list(self.shape)}, "  # type: ignore
+                f"expected {list(want)}",
+                code="err_assert_shape",
+                loc=user_loc(),
+            )
+        return self
+
     # --- shared accessors --------------------------------------------------------------------
     @property
     def ndim(self) -> int:
@@ -340,6 +372,37 @@ class NkiTensor(TileOps):
             0,
             user_loc(),
             base,
+        )
+        st.declare(decl)
+        return NkiTensor(decl, self.scope)
+
+    def view(self, dtype: object) -> NkiTensor:
+        """``t.view(dtype)``: the same HBM bytes reinterpreted as ``dtype`` (no conversion). With
+        a different element size the last dimension is rescaled (its bytes must divide evenly)."""
+        st = state("tensor.view")
+        new_dt = dtypes.name_of(dtype)
+        if self.decl.buffer not in HBM_BUFFERS:
+            raise NKIMemoryError(
+                f"view(dtype) is supported for HBM tensors; '{self.name}' is in {self.decl.buffer}",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        old_size, new_size = dtypes.itemsize(self.decl.dtype), dtypes.itemsize(new_dt)
+        shape = tuple(self.shape)
+        if old_size != new_size:
+            last = shape[-1] * old_size
+            if last % new_size:
+                raise NKIShapeError(
+                    f"cannot view tensor '{self.name}' {self.decl.dtype}{list(shape)} as "
+                    f"{new_dt}: the last dimension's {last} bytes are not a multiple of "
+                    f"{new_size}",
+                    code="err_reshape_size_mismatch",
+                    loc=user_loc(),
+                )
+            shape = shape[:-1] + (last // new_size,)
+        base = self.decl.alias_of or self.decl.name
+        decl = TensorDecl(
+            st.fresh(f"{base}_v"), shape, new_dt, self.decl.buffer, "alias", 0, user_loc(), base
         )
         st.declare(decl)
         return NkiTensor(decl, self.scope)
@@ -698,7 +761,7 @@ def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
     if isinstance(x, TileOps):
         t = x.tensor_()
         check_scope(t, state(api))
-        return x.access_(), t
+        return as_2d(x.access_(), t), t
     if isinstance(x, (Index, Scalar)):
         raise NKITypeError(
             f"operand '{role}' of '{api}' is an index expression, not a tile; "
@@ -711,6 +774,31 @@ def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
         code="err_unsupported_operand",
         loc=user_loc(),
     )
+
+
+def as_2d(acc: Access, t: NkiTensor | TensorDecl) -> Access:
+    """Classic NKI treats a rank-0/1 access as a 2-D tile: ``t[0:128, j]`` (one element per
+    partition, e.g. a column of a statistics tile or a slice of a per-channel vector) is a
+    ``(P, 1)`` tile, and ``t[i, 0:512]`` (one row: the partition / first dimension fixed) is
+    a ``(1, F)`` tile. Which one is decided by the tensor dimension the remaining axis runs
+    along. Indirect accesses are left alone."""
+    if len(acc.shape) >= 2 or acc.indirect:
+        return acc
+    if not acc.shape:
+        shape: tuple[int, ...] = (1, 1)
+        idx = tuple(IndexExpr(e.base, (0, 0), shape) for e in acc.index)
+        return Access(acc.tensor, shape, idx)
+    n = acc.shape[0]
+    decl = t.decl if isinstance(t, NkiTensor) else t
+    pdim = decl.par_dim if decl.on_chip else 0
+    dims = [d for d, e in enumerate(acc.index) if e.coeffs[0]]
+    along_free = n > 1 and bool(dims) and pdim not in dims
+    shape = (1, n) if along_free else (n, 1)
+    idx = tuple(
+        IndexExpr(e.base, (0, e.coeffs[0]) if along_free else (e.coeffs[0], 0), shape)
+        for e in acc.index
+    )
+    return Access(acc.tensor, shape, idx)
 
 
 def require_buffer(t: NkiTensor, allowed: tuple[str, ...], api: str, role: str) -> None:
@@ -844,6 +932,7 @@ def assign(
     """``dst = value`` / ``dst op= value``: write a tile, view or scalar into an access."""
     st = state(api)
     dtensor = st.tensors[dst.tensor]
+    dst = as_2d(dst, dtensor)
     if isinstance(value, _Assigned):
         value = value.view
     if isinstance(value, (Index, Scalar)):
@@ -923,6 +1012,10 @@ def _fuse_into(
     if last.dst.shape != dst.shape or any(_reads(s, t.name) for s in last.srcs):
         return False
     if st.tensors[dst.tensor].dtype != t.decl.dtype:
+        return False
+    if last.attr("staged") and st.tensors[dst.tensor].buffer != t.decl.buffer:
+        # an instruction whose engine the compiler picks (nc_transpose without engine=) assigned
+        # to a tile in another buffer: it is staged in its own buffer and copied, not fused
         return False
     body[-2:] = [
         Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc, accumulate, last.api)

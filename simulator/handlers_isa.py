@@ -382,7 +382,20 @@ def _range_select(instr: Instr, ctx: Ctx) -> None:
 @isa("bn_stats")
 def _bn_stats(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]
-    _store(instr, ctx, M.bn_stats(_tile(ctx, src, src.shape[0], False)))  # type: ignore
+    p = src.shape[0]  # type: ignore[union-attr]
+    m = ctx.mask(instr, src.shape)  # type: ignore[union-attr]
+    if m is None:
+        _store(instr, ctx, M.bn_stats(_tile(ctx, src, p, False)))  # type: ignore
+        return
+    # the mask selects input elements: masked-out ones are neither read nor counted
+    keep = np.broadcast_to(m, src.shape).reshape(p, -1)  # type: ignore[union-attr]
+    x = numerics.to_compute(ctx.read(src, np.broadcast_to(m, src.shape))).reshape(p, -1)  # type: ignore
+    rows = keep.any(axis=1) | bool((keep == keep[:1]).all())  # partition-masked rows unwritten
+    vals = M.bn_stats(x, keep)
+    dst = instr.dst
+    assert dst is not None
+    sel = np.broadcast_to(rows.reshape((p,) + (1,) * (len(dst.shape) - 1)), dst.shape)
+    ctx.write(dst, vals.reshape(dst.shape), sel, instr.accumulate)
 
 
 @isa("bn_aggr")

@@ -142,7 +142,11 @@ class Ctx:
             d = self.decl(name)
             if d.alias_of is None:
                 raise NKIRuntimeError(f"tensor '{name}' is used before it is allocated")
-            a = self.array(d.alias_of).reshape(d.shape)
+            a = self.array(d.alias_of)
+            sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
+            if a.dtype != sd:  # tensor.view(dtype): the same bytes as another type
+                a = a.reshape(-1).view(sd)
+            a = a.reshape(d.shape)
             self.arrays[name] = a
         return a
 

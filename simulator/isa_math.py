@@ -75,10 +75,25 @@ def _stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cnt, mean, m2
 
 
-def bn_stats(x2d: np.ndarray) -> np.ndarray:
-    """(P, F) -> (P, 6): (count, mean, var*count) of even then odd free positions."""
-    ce, me, ve = _stats(x2d[:, 0::2])
-    co, mo, vo = _stats(x2d[:, 1::2])
+def _masked_stats(x: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, ...]:
+    cnt = np.sum(keep, axis=1).astype(np.float32)
+    safe = np.where(cnt > 0, cnt, 1).astype(np.float32)
+    xz = np.where(keep, x, np.float32(0))
+    mean = (np.sum(xz, axis=1, dtype=np.float32) / safe).astype(np.float32)
+    dev = np.where(keep, x - mean[:, None], np.float32(0))
+    m2 = np.sum(np.square(dev), axis=1, dtype=np.float32)
+    return cnt, mean, m2
+
+
+def bn_stats(x2d: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """(P, F) -> (P, 6): (count, mean, var*count) of even then odd free positions. With
+    ``keep`` (a mask over the input) only the kept elements are counted."""
+    if keep is None:
+        ce, me, ve = _stats(x2d[:, 0::2])
+        co, mo, vo = _stats(x2d[:, 1::2])
+    else:
+        ce, me, ve = _masked_stats(x2d[:, 0::2], keep[:, 0::2])
+        co, mo, vo = _masked_stats(x2d[:, 1::2], keep[:, 1::2])
     return np.stack([ce, me, ve, co, mo, vo], axis=1)
 
 

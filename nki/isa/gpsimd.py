@@ -12,7 +12,7 @@ from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, const_operand
 from .common import alu_op, check_bitvec_dtypes, dt, emit_isa, free_size, out_dtype, out_tile, tile
 from .enums import engine_name
-from .rules import check_dtype_in, check_gpsimd_memory
+from .rules import check_dtype_in
 
 
 def iota(expr: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
@@ -94,13 +94,14 @@ def affine_select(
     """``pred ? on_true_tile : on_false_value`` element-wise on GpSimd, where ``pred`` is an
     affine predicate over ``nl.arange`` indices computed on the fly (e.g. the causal mask
     ``i_q >= i_k``, or an affine expression meaning ``expr > 0``) and ``on_false_value`` a
-    float32 scalar. ``on_true_tile`` is in SBUF (GpSimd cannot read PSUM).
+    float32 scalar. ``on_true_tile`` may be an SBUF or a PSUM tile (classic kernels, e.g. the
+    AWS attention tutorials, select straight from a matmul's PSUM result; the compiler stages it
+    for the GpSimd engine); the result is an SBUF tile and may not be written into PSUM.
 
     Example: ``masked = nisa.affine_select(i_q[:, None] >= i_k[None, :], scores, -9984.0)``.
     """
     api = "nisa.affine_select"
     acc, t = tile(on_true_tile, api, "on_true_tile")
-    check_gpsimd_memory("gpsimd", {"on_true_tile": t}, api)
     shape = acc.shape
     if isinstance(pred, Pred):
         conds = pred.conds

@@ -30,6 +30,8 @@ def bn_stats(data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> N
     """Per-partition statistics of up to 512 elements (``nl.tile_size.bn_stats_fmax``): six
     values per partition, (count, mean, variance * count) of the even-indexed and then of the
     odd-indexed elements of the flattened free axis, in fp32. Combine with ``bn_aggr``.
+    ``mask`` selects *input* elements (e.g. ``j * 512 + i_f < n`` for a ragged last chunk):
+    masked-out elements are not read and not counted.
 
     Example: ``stats = nisa.bn_stats(x)`` -> (P, 6).
     """
@@ -46,7 +48,10 @@ def bn_stats(data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> N
             loc=user_loc(),
         )
     out = out_tile((acc.shape[0], 6), out_dtype(dtype, dt(t)), api)
-    emit_isa("bn_stats", out.access_(), (acc,), {"engine": "vector"}, mask=mask)
+    # the mask selects input elements (e.g. the valid columns of a ragged last chunk)
+    emit_isa(
+        "bn_stats", out.access_(), (acc,), {"engine": "vector"}, mask=mask, mask_shape=acc.shape
+    )
     return out
 
 

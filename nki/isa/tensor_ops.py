@@ -238,5 +238,9 @@ def nc_transpose(
         check_dtype_in(t.decl.dtype, _in_dtypes(), api, "data", "err_unsupported_matmul_dtype")
     out = out_tile((f, p), odt, api, buffer)
     attrs = {"engine": eng, "exact": eng == "vector" or r.pe_transpose_bit_exact}
+    if engine_name(engine) == "unknown":
+        # engine left to the compiler: ``sbuf_t[...] = nisa.nc_transpose(x)`` is realised as a
+        # Tensor-engine transpose into PSUM plus a copy (as in the AWS attention tutorials)
+        attrs["staged"] = True
     emit_isa("nc_transpose", out.access_(), (acc,), attrs, mask=mask, api=api)
     return out

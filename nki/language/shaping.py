@@ -69,7 +69,7 @@ def expand_dims(data: Any, axis: Any) -> View:
     data = _unwrap(data)
     acc, t = operand(data, api, "data")
     axes = sorted(axis) if isinstance(axis, (list, tuple)) else [axis]
-    nd = len(acc.shape)
+    nd = len(getattr(data, "shape", acc.shape))  # a (P,) partition vector counts as 1-D
     want = list(range(nd, nd + len(axes)))
     got = [a + nd + len(axes) if a < 0 else a for a in axes]
     if got != want:
@@ -79,7 +79,7 @@ def expand_dims(data: Any, axis: Any) -> View:
             code="err_expand_dims_non_trailing_axis",
             loc=user_loc(),
         )
-    return View(t, expand_access(acc, len(axes)))
+    return View(t, expand_access(acc, nd + len(axes) - len(acc.shape)))
 
 
 def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:

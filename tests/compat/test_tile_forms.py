@@ -1,0 +1,145 @@
+"""Classic tile forms that real kernels rely on: one-element-per-partition accesses used as
+(P, 1) tiles, tile methods (broadcast_to, astype, expand_dims, assert_shape), HBM views with
+another dtype. Each kernel is compared with NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIShapeError
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return RNG.random(shape, dtype=np.float32)
+
+
+@nki.jit
+def column_stats(x):
+    # per-row mean and variance stored from single columns of the (P, 2) aggregate
+    mean_out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    var_out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    mv = nisa.bn_aggr(nisa.bn_stats(nl.load(x)))
+    nl.store(mean_out, mv[:, 0])
+    nl.store(var_out, mv[:, 1])
+    return mean_out, var_out
+
+
+def test_store_column_of_tile_into_p_by_1():
+    x = rand(64, 100)
+    mean, var = column_stats(x)
+    np.testing.assert_allclose(mean, x.mean(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(var, x.var(1, keepdims=True), rtol=1e-4)
+
+
+@nki.jit
+def scale_by_column(x, w, j):
+    # w[:, j] loaded from HBM is one value per partition: a (P, 1) activation scale
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    w_j = nl.load(w[0 : x.shape[0], j])
+    nl.store(out, nisa.activation(op=nl.copy, data=nl.load(x), scale=w_j))
+    return out
+
+
+def test_hbm_column_load_is_a_partition_vector():
+    x, w = rand(96, 40), rand(96, 5)
+    np.testing.assert_allclose(scale_by_column(x, w, 3), x * w[:, 3:4], rtol=1e-6)
+
+
+@nki.jit
+def chained_scan(a, b):
+    # the second half of a scan starts from the last column of the first half
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    h = a.shape[1] // 2
+    c = nl.ndarray(a.shape, dtype=nl.float32)
+    c[:, 0:h] = nisa.tensor_tensor_scan(ta[:, 0:h], tb[:, 0:h], 0.0, np.multiply, np.add)
+    carry = nl.zeros((a.shape[0], 1), dtype=nl.float32)
+    carry[...] = c[:, h - 1]
+    c[:, h : 2 * h] = nisa.tensor_tensor_scan(
+        ta[:, h : 2 * h], tb[:, h : 2 * h], carry, np.multiply, np.add
+    )
+    nl.store(out, c)
+    return out
+
+
+def test_scan_initial_from_a_column():
+    a, b = rand(32, 16) * 0.9, rand(32, 16)
+    want = np.zeros_like(a)
+    prev = np.zeros(32, np.float32)
+    for i in range(16):
+        prev = a[:, i] * prev + b[:, i]
+        want[:, i] = prev
+    np.testing.assert_allclose(chained_scan(a, b), want, rtol=1e-5)
+
+
+@nki.jit
+def row_broadcast(x, g):
+    # a (1, F) row of a 2-D HBM tensor, repeated over the partitions with .broadcast_to
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    row = nl.load(g[1, 0 : x.shape[1]])
+    nl.store(out, nl.load(x) * row.broadcast_to(x.shape))
+    return out
+
+
+def test_row_access_and_broadcast_to_method():
+    x, g = rand(128, 24), rand(3, 24)
+    np.testing.assert_allclose(row_broadcast(x, g), x * g[1][None, :], rtol=1e-6)
+
+
+@nki.jit
+def tile_methods(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.load(x).assert_shape(x.shape)
+    s = nl.sum(t, axis=1).expand_dims(1)  # (P,) -> (P, 1)
+    nl.store(out, (t - s).astype(nl.bfloat16))
+    return out
+
+
+def test_astype_expand_dims_assert_shape():
+    x = rand(16, 8)
+    got = tile_methods(x).astype(np.float32)
+    want = x - x.sum(1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_assert_shape_mismatch_is_an_error():
+    @nki.jit
+    def bad(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x).assert_shape((8, 8)))
+        return out
+
+    with pytest.raises(NKIShapeError, match="assert_shape"):
+        bad(rand(16, 8))
+
+
+@nki.jit
+def bits_of(x):
+    # reinterpret float32 HBM data as int32 (no conversion)
+    out = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x.view(nl.int32)))
+    return out
+
+
+def test_hbm_view_reinterprets_bytes():
+    x = rand(8, 16) - 0.5
+    np.testing.assert_array_equal(bits_of(x), x.view(np.int32))
+
+
+@nki.jit
+def halves(x):
+    # int32 viewed as int16: the last dimension doubles
+    out = nl.ndarray((x.shape[0], 2 * x.shape[1]), dtype=nl.int16, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x.view(nl.int16)))
+    return out
+
+
+def test_hbm_view_with_smaller_elements():
+    x = RNG.integers(-(2**30), 2**30, size=(4, 6)).astype(np.int32)
+    np.testing.assert_array_equal(halves(x), x.view(np.int16))
