@@ -20,6 +20,12 @@ from nki.testing import load_profile, profile_name
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _env(**extra: str) -> dict[str, str]:
+    """Environment of a fresh pytest session that autoloads entry-point plugins."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    return dict(env, PYTHONPATH=str(ROOT), **extra)
+
+
 @nki.jit
 def copy_kernel(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
@@ -94,7 +100,7 @@ def test_plugin_in_a_fresh_pytest_session(tmp_path):
             """
         )
     )
-    env = dict(os.environ, NKI_HYPOTHESIS_PROFILE="ci", PYTHONPATH=str(ROOT))
+    env = _env(NKI_HYPOTHESIS_PROFILE="ci")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", str(tmp_path)],
         capture_output=True,
@@ -120,7 +126,7 @@ def test_unknown_target_in_marker_is_a_usage_error(tmp_path):
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=_env(),
         cwd=tmp_path,
         timeout=120,
     )
