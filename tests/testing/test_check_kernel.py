@@ -16,6 +16,7 @@ from nki.testing import (
     ToolkitUsageError,
     check_kernel,
     dtypes,
+    grid_size,
     grids,
     tile_shapes,
 )
@@ -130,11 +131,30 @@ def test_grid_and_shapes_from_the_grid():
     n = check_kernel(
         rows_x3,
         lambda a: 3 * a,
-        shapes=lambda g: [(16 * g[0], 5)],
-        grid=grids(max_ndim=1, max_instances=3),
-        max_examples=6,
+        shapes=lambda g: [(16 * grid_size(g), 5)],
+        grid=grids(max_ndim=1, max_instances=4, cores=True, target="trn2"),
+        target="trn2",
+        max_examples=8,
     )
-    assert n == 6
+    assert n == 8
+    # a grid placed on two physical cores is drawn and run
+    seen = []
+
+    def ref(a):
+        seen.append(a.shape[0] // 16)
+        return 3 * a
+
+    check_kernel(
+        rows_x3,
+        ref,
+        shapes=lambda g: [(16 * grid_size(g), 5)],
+        grid=grids(max_ndim=1, min_instances=2, max_instances=2, cores=True, target="trn2").filter(
+            lambda g: "nc(2)" in repr(g)
+        ),
+        target="trn2",
+        max_examples=3,
+    )
+    assert seen and set(seen) == {2}
 
 
 def test_kernel_errors_are_reported_with_the_example():
