@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from .. import dtypes as _dt
 from ..errors import NKIError
-from .order import as_tuple, configured, describe_difference, resolve_launch
+from .order import describe_difference, resolve_launch, run
 from .strategies import SMALL_ARRAY, arrays
 from .tolerance import _as_numpy, compare
 
@@ -149,7 +149,9 @@ def check_kernel(
     * ``rtol`` / ``atol``: override the per-dtype tolerances (see ``tolerance``).
     * ``target`` / ``checks``: simulator settings for the kernel (default: its own / env).
     * ``shuffle_seeds``: also run every example in these seeded instance / ``affine_range``
-      orders and require bit-identical results (see ``assert_order_independent``).
+      orders and require bit-identical results (see ``assert_order_independent``). The
+      comparison with the reference runs in order; a shuffle seed set on the kernel
+      (``nki.jit(shuffle_seed=)``) or in ``NKI_SIM_SHUFFLE_SEED`` is added to these seeds.
     * ``max_examples``: overrides the active hypothesis profile's count (see ``profiles``).
 
     Constraints checked before drawing: the number of shapes / dtypes / value functions must
@@ -227,13 +229,18 @@ def check_kernel(
             ins.append(a)
         return KernelExample(g, tuple(names[: len(ins)]), tuple(ins))
 
+    shuffle_seeds = [int(s) for s in shuffle_seeds]
+    configured_seed = base.kernel.config().shuffle_seed  # jit(shuffle_seed=) or the environment
+    if configured_seed is not None and configured_seed not in shuffle_seeds:
+        shuffle_seeds.append(configured_seed)
     count = [0]
 
     def run_one(ex: KernelExample) -> None:
         count[0] += 1
-        launch = configured(resolve_launch(base, ex.grid), target=target, checks=checks)
+        launch = resolve_launch(base, ex.grid)
         try:
-            got = as_tuple(launch(*(a.copy() for a in ex.inputs)))
+            # in order (the shuffled orders come below), even under NKI_SIM_SHUFFLE_SEED
+            got, base_order = run(launch, ex.inputs, checks=checks, target=target)
         except NKIError as e:
             raise KernelCheckError(f"the kernel raised on:\n    {ex!r}\n{e}") from None
         if not got:
@@ -259,17 +266,14 @@ def check_kernel(
                 raise KernelCheckError(
                     f"{which} of the kernel and the reference differ on:\n    {ex!r}\n{msg}"
                 )
-        base_order = list(getattr(launch.kernel.last_run, "order", []))
         for s in shuffle_seeds:
-            run = configured(launch, shuffle_seed=int(s))
             try:
-                outs = as_tuple(run(*(a.copy() for a in ex.inputs)))
+                outs, order = run(launch, ex.inputs, seed=int(s), checks=checks, target=target)
             except NKIError as e:
                 raise KernelCheckError(
                     f"order dependence: shuffle seed {s} raised an error the default order does "
                     f"not, on:\n    {ex!r}\n{e}"
                 ) from None
-            order = list(getattr(run.kernel.last_run, "order", []))
             d = describe_difference(got, outs, int(s), base_order, order)
             if d is not None:
                 raise KernelCheckError(

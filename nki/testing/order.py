@@ -5,13 +5,15 @@ dependency in an ``affine_range`` loop."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import NKIError
-from ..jit import Kernel, Launch, _as_launch, parse_grid
+from ..errors import NKIError, user_facing
+from ..jit import Launch, _as_launch, parse_grid
+from .tolerance import _as_numpy
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4, 5)
 
@@ -33,13 +35,33 @@ def resolve_launch(kernel: Any, grid: Any = None) -> Launch:
     return Launch(launch.kernel, parse_grid(grid))
 
 
-def configured(launch: Launch, **settings: Any) -> Launch:
-    """The same launch with other simulator settings (``None`` values are left as they are)."""
-    over = {k: v for k, v in settings.items() if v is not None}
-    if not over:
-        return launch
-    k: Kernel = launch.kernel.configure(**over)
-    return Launch(k, launch.grid)
+def run(
+    launch: Launch,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    seed: int | None = None,
+    checks: str | None = None,
+    target: str | None = None,
+) -> tuple[tuple[np.ndarray, ...], list[Any]]:
+    """Run ``launch`` on copies of ``args`` with simulator settings taken from the kernel and the
+    environment, except: ``seed`` is *the* shuffle seed (``None`` runs instances and iterations
+    in order, even when ``NKI_SIM_SHUFFLE_SEED`` is set), ``checks`` / ``target`` override when
+    given. Returns the outputs and the instance order."""
+    k = launch.kernel
+    cfg = k.config(checks=checks, target=target)
+    cfg = dataclasses.replace(cfg, shuffle_seed=seed)
+    ins = [_as_numpy(a) if _foreign(a) else a for a in _copies(tuple(args))]
+    kw = {n: _as_numpy(v) if _foreign(v) else v for n, v in _copies(dict(kwargs or {})).items()}
+    try:
+        out = launch.run_numpy(*ins, _config=cfg, **kw)
+    except NKIError as e:
+        raise user_facing(e) from None
+    return as_tuple(out), list(getattr(k.last_run, "order", []))
+
+
+def _foreign(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] in ("torch", "jax", "jaxlib")
 
 
 def as_tuple(out: Any) -> tuple[np.ndarray, ...]:
@@ -90,10 +112,12 @@ def assert_order_independent(
     target: str | None = None,
     **kwargs: Any,
 ) -> Any:
-    """Run ``kernel(*args, **kwargs)`` in its default order and once per shuffle seed (SPMD
-    instances and ``affine_range`` iterations in a seeded random order, ``SimConfig.
+    """Run ``kernel(*args, **kwargs)`` in the default order (instances in grid order, loop
+    iterations in sequence, whatever ``NKI_SIM_SHUFFLE_SEED`` says) and once per shuffle seed
+    (SPMD instances and ``affine_range`` iterations in a seeded random order, ``SimConfig.
     shuffle_seed``), and assert that every run gives bit-identical outputs (NaNs compare equal).
-    Returns the default-order outputs.
+    Returns the default-order outputs. A shuffle seed set on the kernel
+    (``nki.jit(shuffle_seed=)``) or in ``NKI_SIM_SHUFFLE_SEED`` is added to ``seeds``.
 
     ``kernel`` is an ``@nki.jit`` kernel, a plain kernel function or a launch ``k[grid]``;
     ``grid`` launches a bare kernel over that grid. The arguments are copied for every run.
@@ -112,21 +136,20 @@ def assert_order_independent(
     Example: ``assert_order_independent(kernel, a, grid=(4,), seeds=range(8))``."""
     launch = resolve_launch(kernel, grid)
     seeds = [int(s) for s in seeds]
+    configured_seed = launch.kernel.config().shuffle_seed  # jit(shuffle_seed=) or environment
+    if configured_seed is not None and configured_seed not in seeds:
+        seeds.append(configured_seed)
     if not seeds:
         raise ValueError("assert_order_independent needs at least one shuffle seed")
-    base_launch = configured(launch, checks=checks, target=target)
-    base = as_tuple(base_launch(*_copies(args), **_copies(kwargs)))
-    base_order = list(getattr(base_launch.kernel.last_run, "order", []))
+    base, base_order = run(launch, args, kwargs, checks=checks, target=target)
     failures = []
     agree = []
     for s in seeds:
-        run = configured(launch, checks=checks, target=target, shuffle_seed=s)
         try:
-            outs = as_tuple(run(*_copies(args), **_copies(kwargs)))
+            outs, order = run(launch, args, kwargs, seed=s, checks=checks, target=target)
         except NKIError as e:
             failures.append(f"seed {s} raised an error the default order does not:\n{e}")
             continue
-        order = list(getattr(run.kernel.last_run, "order", []))
         diff = describe_difference(base, outs, s, base_order, order)
         if diff is None:
             agree.append(s)
