@@ -42,6 +42,7 @@ def _lazy_module(name: str, attrs: dict[str, tuple[str, str]]) -> types.ModuleTy
 
 def _aliases() -> dict[str, types.ModuleType]:
     import nki
+    import nki.compiler
     import nki.isa
     import nki.language
     import nki.typing
@@ -63,6 +64,7 @@ def _aliases() -> dict[str, types.ModuleType]:
         "neuronxcc.nki.language": nki.language,
         "neuronxcc.nki.isa": nki.isa,
         "neuronxcc.nki.typing": nki.typing,
+        "neuronxcc.nki.compiler": nki.compiler,
         "torch_neuronx": tn,
         "torch_neuronx.xla_impl": xla_impl,
         "torch_neuronx.xla_impl.ops": ops,

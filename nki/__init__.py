@@ -30,8 +30,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name == "isa":
+    if name in ("isa", "compiler"):
         import importlib
 
-        return importlib.import_module("nki.isa")
+        return importlib.import_module(f"nki.{name}")
     raise AttributeError(f"module 'nki' has no attribute {name!r}")

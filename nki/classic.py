@@ -23,7 +23,14 @@ import numpy as np
 from . import dtypes
 from .jit import Kernel, Launch, parse_grid
 
-__all__ = ["trace", "benchmark", "profile", "BenchmarkResult", "materialize_placeholder"]
+__all__ = [
+    "trace",
+    "benchmark",
+    "profile",
+    "BenchmarkResult",
+    "materialize_placeholder",
+    "onchip_return",
+]
 
 
 def trace(func: Any = None, **kwargs: Any) -> Any:
@@ -50,6 +57,24 @@ def materialize_placeholder(arg: Any, rng: np.random.Generator) -> Any:
     if dtypes.is_float(name):
         return rng.random(shape, dtype=np.float32).astype(dtypes.storage(name))
     return rng.integers(0, 8, size=shape).astype(dtypes.storage(name))
+
+
+def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
+    """A kernel that returns an SBUF/PSUM tile (allowed by the classic simulator, e.g. the
+    ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
+    the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
+    single-instance launch; other returns are left for the caller to reject."""
+    from .ir import Access
+    from .tracer import NkiTensor, as_2d, emit, new_tensor
+
+    if not isinstance(r, NkiTensor) or not r.decl.on_chip:
+        return r
+    if grid_shape and int(np.prod(grid_shape)) > 1:
+        return r
+    src: Access = as_2d(r.access_(), r)
+    out = new_tensor(tuple(src.shape), r.decl.dtype, "shared_hbm", api="kernel return")
+    emit("dma", "store", out.access_(), (src,), api="kernel return")
+    return out
 
 
 class _Latency:

@@ -240,6 +240,9 @@ class Kernel:
             written = [p for p in st.params if p in _written_bases(st)]
             return tuple(written), False
         items = ret if isinstance(ret, (tuple, list)) else (ret,)
+        from .classic import onchip_return  # classic simulator: a returned tile is its value
+
+        items = tuple(onchip_return(r, st.grid_shape) for r in items)
         names = []
         for r in items:
             if not isinstance(r, NkiTensor) or r.buffer not in ("shared_hbm", "private_hbm"):

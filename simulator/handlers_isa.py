@@ -404,6 +404,13 @@ def _bn_aggr(instr: Instr, ctx: Ctx) -> None:
     _store(instr, ctx, M.bn_aggr(_tile(ctx, src, src.shape[0], False)))  # type: ignore
 
 
+@isa("sequence_bounds")
+def _sequence_bounds(instr: Instr, ctx: Ctx) -> None:
+    src = instr.srcs[0]
+    ids = numerics.to_compute(ctx.read(src), exact_int=True).reshape(-1)  # type: ignore
+    _store(instr, ctx, M.sequence_bounds(ids)[None])
+
+
 @isa("max8")
 def _max8(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]

@@ -145,3 +145,18 @@ def match_replace8(data: np.ndarray, vals: np.ndarray, imm: float, sentinel: int
                 out[r, j] = imm
                 idx[r, i] = j
     return out, idx
+
+
+def sequence_bounds(ids: np.ndarray) -> np.ndarray:
+    """(n,) segment ids -> (2, n): start and exclusive end of each element's run of equal ids;
+    id 0 (padding) gives start n, end -1."""
+    n = ids.shape[0]
+    start = np.empty(n, dtype=np.float64)
+    end = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        start[i] = i if i == 0 or ids[i] != ids[i - 1] else start[i - 1]
+    for i in range(n - 1, -1, -1):
+        end[i] = i + 1 if i == n - 1 or ids[i] != ids[i + 1] else end[i + 1]
+    pad = ids == 0
+    start[pad], end[pad] = n, -1
+    return np.stack([start, end])

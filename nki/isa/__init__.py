@@ -20,7 +20,14 @@ from .enums import (
     unknown_engine,
     vector_engine,
 )
-from .gpsimd import affine_select, iota, local_gather, memset, tensor_partition_reduce
+from .gpsimd import (
+    affine_select,
+    iota,
+    local_gather,
+    memset,
+    sequence_bounds,
+    tensor_partition_reduce,
+)
 from .scalar import activation, activation_reduce
 from .search import bn_aggr, bn_stats, max8, nc_find_index8, nc_match_replace8
 from .selection import (
@@ -73,6 +80,7 @@ __all__ = [
     "scalar_engine",
     "scalar_tensor_tensor",
     "select_reduce",
+    "sequence_bounds",
     "tensor_copy",
     "tensor_copy_predicated",
     "tensor_engine",

@@ -238,3 +238,28 @@ def local_gather(
     attrs = {"engine": "gpsimd", "n_elem": int(num_elem_per_idx), "n_valid": nvalid}
     emit_isa("local_gather", out.access_(), (sacc, iacc), attrs, mask=mask)
     return out
+
+
+def sequence_bounds(*, segment_ids: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
+    """Segment boundaries on GpSimd: for a ``(1, n)`` tile of non-negative segment ids, a
+    ``(1, 2, n)`` tile holding for every element the start index (``[:, 0, :]``) and the end
+    index, exclusive (``[:, 1, :]``) of the run of equal ids it belongs to. Id 0 is padding: its
+    elements get start ``n`` and end ``-1``. The partition dimension must be 1; input and output
+    dtypes float32 or int32 (output defaults to the input dtype).
+
+    Example: ids ``[[0, 1, 1, 2]]`` -> ``[[[4, 1, 1, 3], [-1, 3, 3, 4]]]``.
+    """
+    api = "nisa.sequence_bounds"
+    acc, t = tile(segment_ids, api, "segment_ids")
+    if acc.shape[0] != 1:
+        raise NKIShapeError(
+            f"'segment_ids'{list(acc.shape)} of '{api}' must have a partition dimension of 1",
+            code="err_num_partition_mismatch",
+            loc=user_loc(),
+        )
+    check_dtype_in(dt(t), ("float32", "int32"), api, "segment_ids", "err_unsupported_dtype")
+    odt = out_dtype(dtype, dt(t))
+    check_dtype_in(odt, ("float32", "int32"), api, "dtype", "err_unsupported_dtype")
+    out = out_tile((1, 2, free_size(acc.shape)), odt, api)
+    emit_isa("sequence_bounds", out.access_(), (acc,), {"engine": "gpsimd"})
+    return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import Const
@@ -228,6 +230,8 @@ def range_select(
     )
     cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
     fill = float(dtypes.dtype("float32").min) if on_false_value is None else on_false_value
+    if isinstance(fill, np.generic) and fill.dtype.kind in "fiu":
+        fill = fill.item()  # NumPy scalars such as nl.fp32.min
     if is_tile(fill) or isinstance(fill, bool) or not isinstance(fill, (int, float)):
         raise NKITypeError(
             f"'on_false_value' of '{api}' must be a float scalar, got {type(fill).__name__}",

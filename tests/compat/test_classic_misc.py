@@ -1,0 +1,118 @@
+"""More classic surface: nki.compiler direct-allocation buffers and decorators, kernels that
+return an on-chip tile, NumPy scalar constants (nl.fp32.min) as ISA immediates,
+nisa.sequence_bounds. Compared with NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.compiler as ncc
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError
+
+RNG = np.random.default_rng(5)
+
+
+@ncc.enable_stack_allocator
+@ncc.skip_middle_end_transformations
+@nki.jit
+def staged_scale(x):
+    # explicitly allocated buffers: a modulo-allocated SBUF block tensor and a PSUM tile
+    n = x.shape[0] // 128
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray(
+        (n, nl.par_dim(128), x.shape[1]),
+        dtype=x.dtype,
+        buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)),
+    )
+    acc = nl.ndarray((128, x.shape[1]), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=1))
+    auto = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=ncc.sbuf.auto_alloc())
+    for i in nl.affine_range(n):
+        buf[i] = nl.load(x[i * 128 : (i + 1) * 128, :])
+        acc[...] = nl.multiply(buf[i], 3.0)
+        auto[...] = nl.copy(acc)
+        nl.store(out[i * 128 : (i + 1) * 128, :], auto)
+    return out
+
+
+def test_direct_allocation_buffers_compute_like_automatic_ones():
+    x = RNG.random((384, 32), dtype=np.float32)
+    np.testing.assert_allclose(staged_scale(x), 3 * x, rtol=1e-6)
+
+
+def test_direct_allocation_arguments_are_validated():
+    with pytest.raises(NKIError, match="num_free_tiles"):
+        ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(0,))
+    with pytest.raises(NKIError, match="callable"):
+        ncc.sbuf.alloc(42)
+
+
+@nki.jit
+def transposed_tile(a):
+    # returns an SBUF tile: its value is the kernel's result
+    return nisa.dma_transpose(a)
+
+
+def test_returning_an_sbuf_tile_returns_its_value():
+    a = RNG.random((32, 96), dtype=np.float32)
+    np.testing.assert_array_equal(transposed_tile(a), a.T)
+
+
+@nki.jit
+def window_max(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    lo = nl.zeros((x.shape[0], 1), dtype=nl.float32)
+    hi = nl.full((x.shape[0], 1), 10.0, dtype=nl.float32)
+    res = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
+    nisa.range_select(
+        on_true_tile=t,
+        comp_op0=np.greater_equal,
+        comp_op1=np.less,
+        bound0=lo,
+        bound1=hi,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        reduce_res=res,
+        reduce_op=np.max,
+        range_start=0,
+        on_false_value=nl.fp32.min,  # a NumPy float32 scalar
+    )
+    nl.store(out, res)
+    return out
+
+
+def test_numpy_scalar_on_false_value():
+    x = RNG.random((16, 40), dtype=np.float32)
+    np.testing.assert_allclose(window_max(x), x[:, :10].max(1, keepdims=True))
+
+
+@nki.jit
+def bounds(ids):
+    out = nl.ndarray((1, 2, ids.shape[1]), dtype=ids.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.sequence_bounds(segment_ids=nl.load(ids)))
+    return out
+
+
+def _bounds_ref(ids):
+    n = len(ids)
+    start, end = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        j = i
+        while j > 0 and ids[j - 1] == ids[i]:
+            j -= 1
+        k = i
+        while k < n - 1 and ids[k + 1] == ids[i]:
+            k += 1
+        start[i], end[i] = (n, -1) if ids[i] == 0 else (j, k + 1)
+    return np.stack([start, end])[None]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_sequence_bounds(dtype):
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3, 5]], dtype=dtype)
+    got = bounds(ids)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, _bounds_ref(ids[0]).astype(dtype))
