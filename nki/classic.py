@@ -15,6 +15,7 @@ shape and dtype.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -30,7 +31,48 @@ __all__ = [
     "BenchmarkResult",
     "materialize_placeholder",
     "onchip_return",
+    "classic_control_flow",
+    "set_classic_control_flow",
+    "trace_with_unrolling",
 ]
+
+
+_CLASSIC_CONTROL_FLOW = [os.environ.get("NKI_CLASSIC_CONTROL_FLOW", "0") == "1"]
+
+
+def classic_control_flow() -> bool:
+    """Whether Python ``if`` on loop-iterator predicates is allowed (classic-compiler mode)."""
+    return _CLASSIC_CONTROL_FLOW[-1]
+
+
+def set_classic_control_flow(on: bool) -> None:
+    """Classic-compiler mode for Python ``if`` on loop iterators (``if i * 128 >= j * 512:``,
+    as in AWS's flash-attention kernels): a condition that holds for every iteration (or for
+    none) is decided at trace time; one that varies makes the loops involved unroll (the
+    kernel is retraced with them unrolled, so the ``if`` sees concrete iterators). Off by
+    default (such an ``if`` is an NKIControlFlowError); ``frontends.compat.install()`` and
+    ``NKI_CLASSIC_CONTROL_FLOW=1`` turn it on. Conditions on tile indices or program ids stay
+    errors."""
+    _CLASSIC_CONTROL_FLOW[-1] = bool(on)
+
+
+def trace_with_unrolling(do_trace: Any) -> Any:
+    """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
+    iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
+    at least one new call site)."""
+    from .tracer import UNROLL_SITES, NeedsUnroll
+
+    sites: frozenset[tuple[str, int, int]] = frozenset()
+    while True:
+        UNROLL_SITES.append(sites)
+        try:
+            return do_trace()
+        except NeedsUnroll as e:
+            if e.sites <= sites:
+                raise
+            sites = sites | e.sites
+        finally:
+            UNROLL_SITES.pop()
 
 
 def trace(func: Any = None, **kwargs: Any) -> Any:

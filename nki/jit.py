@@ -151,7 +151,9 @@ class Kernel:
         key = tuple(key_parts)
         ir = self._cache.get(key)
         if ir is None:
-            ir = self._trace(grid, bound, target)
+            from .classic import trace_with_unrolling  # classic `if` on loop iterators
+
+            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
             self._cache[key] = ir
             self.trace_count += 1
         self.last_ir = ir

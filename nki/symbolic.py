@@ -307,6 +307,12 @@ class Pred(_Traced):
 
     __ror__ = __or__
 
+    def __bool__(self) -> bool:
+        # classic kernels write ``if i * 128 >= j * 512:`` on loop iterators (nki.classic)
+        from .tracer import decide_condition
+
+        return decide_condition(self)
+
     def __invert__(self) -> Pred:
         flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
         if len(self.conds) != 1:

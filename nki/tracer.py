@@ -59,6 +59,11 @@ class TraceState:
         self.written: dict[str, SrcLoc] = {}
         self.params: list[str] = []
         self._next_id = 0
+        # classic ``if`` on loop iterators: inclusive range and call site of every symbolic loop,
+        # and the call sites to unroll in this trace (see nki.classic.trace_with_unrolling)
+        self.loop_ranges: dict[LoopSym, tuple[int, int]] = {}
+        self.loop_sites: dict[LoopSym, tuple[str, int, int]] = {}
+        self.unroll_sites: frozenset[tuple[str, int, int]] = UNROLL_SITES[-1]
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -75,6 +80,59 @@ class TraceState:
 
 
 _STATE: list[TraceState] = []
+UNROLL_SITES: list[frozenset[tuple[str, int, int]]] = [frozenset()]
+
+
+class NeedsUnroll(NKIControlFlowError):
+    """Python ``if`` on a predicate over loop iterators that holds for some iterations only.
+    In classic mode the trace is restarted with the loops at ``sites`` unrolled."""
+
+    def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.sites = sites
+
+
+def decide_condition(pred: Any) -> bool:
+    """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
+
+    Only in classic mode (``nki.classic.classic_control_flow``): a predicate over loop
+    iterators alone that is true (false) for every iteration is True (False); one that varies
+    raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
+    program ids, strict mode) is the usual control-flow error."""
+    from . import classic
+
+    st = state("control flow")
+    syms = {s for c in pred.conds for s in c.expr.base.symbols()}
+    static = all(not any(c.expr.coeffs) for c in pred.conds)
+    loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
+    msg = (
+        "Python control flow (if / while / and / or / not) cannot depend on a mask predicate; "
+        "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
+        "nl.affine_range / nl.sequential_range for loops"
+    )
+    if not (classic.classic_control_flow() and static and loops_only):
+        raise NKIControlFlowError(msg, loc=user_loc())
+    verdicts = []
+    for c in pred.conds:
+        lo, hi = c.expr.base.bounds(st.loop_ranges)
+        true_all = {
+            "<": hi < 0, "<=": hi <= 0, ">": lo > 0, ">=": lo >= 0,
+            "==": lo == hi == 0, "!=": hi < 0 or lo > 0,
+        }[c.op]  # fmt: skip
+        false_all = {
+            "<": lo >= 0, "<=": lo > 0, ">": hi <= 0, ">=": hi < 0,
+            "==": hi < 0 or lo > 0, "!=": lo == hi == 0,
+        }[c.op]  # fmt: skip
+        verdicts.append(True if true_all else False if false_all else None)
+    if False in verdicts:
+        return False
+    if all(v is True for v in verdicts):
+        return True
+    sites = frozenset(
+        st.loop_sites[s] for c, v in zip(pred.conds, verdicts) if v is None
+        for s in c.expr.base.symbols()
+    )  # fmt: skip
+    raise NeedsUnroll(msg + " (the condition varies across loop iterations)", sites, loc=user_loc())
 
 
 def state(api: str = "this call") -> TraceState:
@@ -113,8 +171,15 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
+    site = (loc.file, loc.line, loc.col)
+    if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
+        yield from range(start, stop, step)  # type: ignore[misc]
+        return
     sym = LoopSym(st._next_id, kind)
     st._next_id += 1
+    r = range(start, stop, step)
+    st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
+    st.loop_sites[sym] = site
     st.bodies.append([])
     st.loops.append(sym)
     st.loop_kinds.append(kind)
@@ -447,7 +512,10 @@ class View(TileOps):
 
     def __getitem__(self, key: object) -> View:
         sub = parse_subscript(key, self.acc.shape, f"tensor '{self.base.name}'")
-        return View(self.base, compose(self.acc, sub))
+        acc = compose(self.acc, sub)
+        if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
+            acc = as_2d(acc, self.base)
+        return View(self.base, acc)
 
     def __setitem__(self, key: object, value: object) -> None:
         if isinstance(value, _Assigned):

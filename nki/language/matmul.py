@@ -106,8 +106,10 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
 
 
 def transpose(x: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
-    """Swap the partition and free axes of a 2-D tile (each dim <= 128); the result is a PSUM
-    tile (the Tensor Engine transposes through PSUM), bit-exact, cast to ``dtype`` if given."""
+    """Swap the partition and free axes of a 2-D tile (each dim <= 128), bit-exact, cast to
+    ``dtype`` if given. The result is an SBUF tile: the compiler runs the transpose through PSUM
+    and copies it back, so it can feed ``nl.matmul`` directly (as in the AWS attention
+    tutorial)."""
     api = "nl.transpose"
     acc, t = _tile2d(x, api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
@@ -121,7 +123,7 @@ def transpose(x: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> Nki
             )
     out_shape = (acc.shape[1], acc.shape[0])
     out_dt = dtypes.name_of(dtype) if dtype is not None else t.decl.dtype
-    out = result_tile(out_shape, out_dt, "psum", api)
+    out = result_tile(out_shape, out_dt, "sbuf", api)
     emit("transpose", "transpose", out.access_(), (acc,), mask=to_mask(mask, out_shape, api),
          api=api)  # fmt: skip
     return out

@@ -143,3 +143,42 @@ def halves(x):
 def test_hbm_view_with_smaller_elements():
     x = RNG.integers(-(2**30), 2**30, size=(4, 6)).astype(np.int32)
     np.testing.assert_array_equal(halves(x), x.view(np.int16))
+
+
+@nki.jit
+def transpose_then_matmul(a, b):
+    # nl.transpose's result feeds nl.matmul directly (language-level ops place their tiles)
+    out = nl.ndarray((a.shape[0], b.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+    b_t = nl.transpose(nl.load(b))  # (K, N)
+    nl.store(out, nl.copy(nl.matmul(nl.load(a), b_t)))
+    return out
+
+
+def test_transpose_result_feeds_matmul():
+    a, b = rand(64, 32), rand(48, 32)
+    np.testing.assert_allclose(transpose_then_matmul(a, b), a @ b.T, rtol=1e-5)
+
+
+def _update_column(col, t):
+    # a helper that writes column 0 of the (P, 1) view it is given
+    col[:, 0] = nl.add(col[:, 0], nl.sum(t, axis=1))
+
+
+@nki.jit
+def column_views(x):
+    # acc[:, j] is a (P, 1) view; indexing it again with [:, 0] addresses the same column
+    out = nl.ndarray((x.shape[0], 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((x.shape[0], 3), dtype=nl.float32)
+    t = nl.load(x)
+    for j in range(3):
+        _update_column(acc[:, j], t)
+        _update_column(acc[:, j], t * float(j))
+    nl.store(out, acc)
+    return out
+
+
+def test_column_view_of_a_column_view():
+    x = rand(32, 10)
+    s = x.sum(1)
+    want = np.stack([s * (1 + j) for j in range(3)], axis=1)
+    np.testing.assert_allclose(column_views(x), want, rtol=1e-5)

@@ -1,0 +1,101 @@
+"""Classic-compiler mode: Python ``if`` on loop-iterator predicates (as in AWS's flash
+attention kernels) is decided at trace time when it holds for all or no iterations, and makes
+the loops involved unroll when it varies. Off by default; on under the compat aliases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.classic import classic_control_flow, set_classic_control_flow
+from nki.errors import NKIControlFlowError
+
+
+@pytest.fixture
+def classic():
+    before = classic_control_flow()
+    set_classic_control_flow(True)
+    yield
+    set_classic_control_flow(before)
+
+
+def lower_blocks(x):
+    # keep the 32x32 blocks on or below the block diagonal, zero the others
+    n = x.shape[0] // 32
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        for j in nl.affine_range(n):
+            t = nl.ndarray((32, 32), dtype=x.dtype)
+            if i >= j:  # varies with (i, j): both loops unroll
+                t[...] = nl.load(x[i * 32 : (i + 1) * 32, j * 32 : (j + 1) * 32])
+            else:
+                t[...] = 0.0
+            nl.store(out[i * 32 : (i + 1) * 32, j * 32 : (j + 1) * 32], t)
+    return out
+
+
+def test_if_on_loop_iterators_unrolls_in_classic_mode(classic):
+    x = np.random.default_rng(0).random((96, 96), dtype=np.float32)
+    want = x * np.kron(np.tril(np.ones((3, 3))), np.ones((32, 32)))
+    k = nki.jit(lower_blocks)
+    np.testing.assert_array_equal(k(x), want)
+    ir = str(k.last_ir)
+    assert "affine_range" not in ir  # both loops were unrolled
+    assert ir.count("= memset.memset(") == 3  # the 3 blocks above the diagonal
+
+
+def always_true(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 32):
+        t = nl.load(x[i * 32 : (i + 1) * 32, :])
+        if i < x.shape[0] // 32:  # true for every iteration: decided without unrolling
+            t[...] = nl.multiply(t, 2.0)
+        if i * 32 >= x.shape[0]:  # never true
+            t[...] = 0.0
+        nl.store(out[i * 32 : (i + 1) * 32, :], t)
+    return out
+
+
+def test_uniform_condition_is_decided_at_trace_time(classic):
+    x = np.random.default_rng(1).random((64, 8), dtype=np.float32)
+    k = nki.jit(always_true)
+    np.testing.assert_allclose(k(x), 2 * x)
+    ir = str(k.last_ir)
+    assert "affine_range(0, 2)" in ir  # the loop stayed a loop
+    assert "memset" not in ir  # the never-true branch was dropped
+
+
+def test_strict_mode_rejects_if_on_loop_iterators():
+    before = classic_control_flow()
+    set_classic_control_flow(False)
+    try:
+        with pytest.raises(NKIControlFlowError):
+            nki.jit(lower_blocks)(np.zeros((64, 64), np.float32))
+    finally:
+        set_classic_control_flow(before)
+
+
+def test_if_on_tile_indices_stays_an_error(classic):
+    def bad(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(x.shape[0])[:, None]
+        if i_p < 4:
+            nl.store(out, nl.load(x))
+        return out
+
+    with pytest.raises(NKIControlFlowError):
+        nki.jit(bad)(np.zeros((8, 8), np.float32))
+
+
+def test_compat_install_turns_classic_mode_on():
+    import frontends.compat as compat
+
+    before = classic_control_flow()
+    compat.install()
+    try:
+        assert classic_control_flow()
+    finally:
+        compat.uninstall()
+    assert classic_control_flow() == before
