@@ -10,7 +10,7 @@ Environment variables (read when no explicit value is given):
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
-* ``NKI_SIM_BACKEND``: ``numpy`` (default) or ``auto``.
+* ``NKI_SIM_BACKEND``: ``numpy`` (default), ``numba`` or ``auto`` (see ``numba_backend``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nki.errors import NKIError
 from .targets import DEFAULT_TARGET, target_name
 
 CHECK_LEVELS = ("none", "static", "full")
-BACKENDS = ("numpy", "auto")
+BACKENDS = ("numpy", "numba", "auto")
 
 
 @dataclass(frozen=True)

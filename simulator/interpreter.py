@@ -57,6 +57,7 @@ class RunInfo:
     order: list[tuple[int, ...]] = field(default_factory=list)
     num_cores: int = 1
     target: str = ""
+    backend: str = "numpy"  # which executor ran the launch: "numpy" or "numba"
 
     def instances_on(self, core: int) -> list[tuple[int, ...]]:
         return [i for i in self.order if self.placement[i] == core]
@@ -410,6 +411,13 @@ def run(
         core = grid.core_of(inst) if grid.dims else 0
         info.placement[inst] = core
         by_core.setdefault(core, []).append(inst)
+    if config.backend != "numpy":  # compiled loop nests when they apply (numba_backend.py)
+        from .numba_backend import maybe_run
+
+        order = [inst for core in sorted(by_core) for inst in by_core[core]]
+        if maybe_run(ir, shared, config, order):
+            info.order, info.backend = order, "numba"
+            return shared, info
     for core in sorted(by_core):
         for inst in by_core[core]:
             ctx = Ctx(ir, config, shared, inst, core, rng)

@@ -1,0 +1,301 @@
+"""The Numba backend: runs a traced kernel as one compiled loop nest instead of walking its IR.
+
+``SimConfig.backend`` selects it:
+
+* ``"numpy"`` (default): always the reference interpreter.
+* ``"numba"``: compile the kernel when it is in the supported subset; otherwise warn once per
+  traced kernel and reason (:class:`BackendFallbackWarning`) and run the interpreter.
+* ``"auto"``: compile when the kernel is in the subset and runs enough instructions
+  (grid size x loop trip counts >= ``AUTO_MIN_WORK``) for the compile time to pay off, or when
+  its code is already compiled in this process; otherwise the interpreter, silently.
+
+Results are those of the interpreter, bit for bit (see ``numba_codegen``); whatever cannot be
+compiled that way is not compiled. Settings that need the interpreter's bookkeeping always use
+it: ``checks="full"`` (uninitialised-read tracking) and ``shuffle_seed`` (shuffled order).
+
+Compiled code is cached in memory per traced kernel and on disk: the generated module is written
+to ``$NKI_SIM_CACHE_DIR`` (default ``~/.cache/nki-sim``) under a hash of its source (which is a
+function of the IR) and compiled with numba's ``cache=True`` next to it, so a new process loads
+it instead of compiling again. ``kernel.last_run.backend`` says which backend ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nki.errors import NKIError
+from nki.ir import KernelIR
+
+from . import numerics
+from .config import SimConfig
+from .numba_codegen import Plan, Unsupported, generate
+from .numba_rt import ew_numpy
+
+# instruction executions per launch from which "auto" compiles a kernel it has not compiled yet
+AUTO_MIN_WORK = 2000
+_VERSION = "1"  # bump when the generated code changes meaning
+
+
+class BackendFallbackWarning(UserWarning):
+    """``backend="numba"`` was asked for a kernel it cannot compile; the interpreter ran it."""
+
+
+# id(ir) -> (ir, precise_fp, plan or None, reason); the IR is kept alive so ids are not reused
+_PLANS: dict[int, tuple[KernelIR, bool, Plan | None, str]] = {}
+_FUNCS: dict[str, Any] = {}  # source hash -> compiled numba dispatcher
+_WARNED: set[tuple[int, str]] = set()
+
+
+def cache_dir() -> Path:
+    """Where generated modules (and numba's cache files next to them) are kept."""
+    d = os.environ.get("NKI_SIM_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "nki-sim"
+    )
+    return Path(d) / "numba"
+
+
+def plan(ir: KernelIR, config: SimConfig) -> tuple[Plan | None, str]:
+    """The generated code for ``ir`` (cached per traced kernel), or None and the reason."""
+    hit = _PLANS.get(id(ir))
+    if hit is not None and hit[0] is ir and hit[1] == config.precise_fp:
+        return hit[2], hit[3]
+    try:
+        p: Plan | None = generate(ir, config)
+        reason = ""
+    except Unsupported as e:
+        p, reason = None, str(e)
+    if len(_PLANS) > 512:
+        _PLANS.clear()
+    _PLANS[id(ir)] = (ir, config.precise_fp, p, reason)
+    return p, reason
+
+
+def unsupported_reason(ir: KernelIR, config: SimConfig) -> str | None:
+    """Why ``ir`` cannot run on the Numba backend under ``config`` (None when it can)."""
+    if config.checks == "full":
+        return "checks='full' tracks uninitialised reads in the interpreter"
+    if config.shuffle_seed is not None:
+        return "shuffle_seed reorders instances / iterations in the interpreter"
+    if config.checks == "none":
+        # compiled code does not bounds-check unmasked accesses: they must be proven in bounds
+        from .bounds import check_bounds
+
+        try:
+            check_bounds(ir)
+        except NKIError:
+            return "an unmasked access fails the static bounds check"
+    p, reason = plan(ir, config)
+    return None if p is not None else reason
+
+
+def _source_key(p: Plan) -> str:
+    import numba
+
+    text = f"{_VERSION}\n{numba.__version__}\n{np.__version__}\n{p.source}"
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _writable_dir() -> Path:
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".probe"
+        probe.write_text("")
+        probe.unlink()
+        return d
+    except OSError:
+        d = Path(tempfile.gettempdir()) / "nki-sim-numba"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+
+def compiled(p: Plan) -> Any:
+    """The numba dispatcher for a plan: from memory, from the disk cache, or compiled now."""
+    key = _source_key(p)
+    fn = _FUNCS.get(key)
+    if fn is not None:
+        return fn
+    d = _writable_dir()
+    path = d / f"nki_{key}.py"
+    if not path.exists() or path.read_text() != p.source:
+        tmp = d / f".nki_{key}.{os.getpid()}.tmp"
+        tmp.write_text(p.source)
+        os.replace(tmp, path)  # atomic: concurrent processes see a whole file
+    name = f"nki_sim_generated_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    fn = getattr(mod, p.func)
+    _FUNCS[key] = fn
+    return fn
+
+
+def is_compiled(p: Plan) -> bool:
+    return _source_key(p) in _FUNCS
+
+
+def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
+    """(use numba, reason when not) for ``config.backend``."""
+    if config.backend == "numpy":
+        return False, "backend='numpy'"
+    reason = unsupported_reason(ir, config)
+    if reason is not None:
+        return False, reason
+    if config.backend == "numba":
+        return True, ""
+    p, _ = plan(ir, config)
+    assert p is not None
+    if p.native_work * 2 < p.work:
+        return False, "most instructions would run on the interpreter anyway"
+    if p.work >= AUTO_MIN_WORK or is_compiled(p):
+        return True, ""
+    return False, f"too little work for compiling to pay off ({p.work} < {AUTO_MIN_WORK})"
+
+
+class _Host:
+    """Runs hosted instructions (the ones not compiled natively) with the interpreter's handlers,
+    on the compiled kernel's arrays, with per-instance engine state like the interpreter's."""
+
+    def __init__(self, ir: KernelIR, config: SimConfig, p: Plan) -> None:
+        self.ir, self.config, self.plan = ir, config, p
+        self.states: dict[tuple[int, ...], dict[str, Any]] = {}
+        self.arrays: dict[str, np.ndarray] = {}  # tensors and scratch buffers by name
+        self.env = np.zeros(64, dtype=np.int64)  # symbol values at a call back
+        self.error: BaseException | None = None
+
+    def storage(self, name: str, a: np.ndarray) -> np.ndarray:
+        sd = numerics.storage_dtype(self.ir.tensor(name).dtype, self.config.precise_fp)
+        return a if a.dtype == sd else a.view(sd)
+
+    def run_instr(self, index: int, env_vals: tuple) -> None:
+        """Instruction ``index`` with the interpreter's handler, symbols set to ``env_vals``."""
+        from nki.ir import PidSym
+
+        from .interpreter import Ctx, _exec_instr
+
+        instr, syms, names = self.plan.instrs[index]
+        env = dict(zip(syms, (int(v) for v in env_vals)))
+        ndim = len(self.ir.grid.shape)
+        inst = tuple(env[PidSym(a)] for a in range(ndim))
+        core = self.ir.grid.core_of(inst) if self.ir.grid.dims else 0
+        ctx = Ctx(self.ir, self.config, {}, inst, core, None)
+        ctx.arrays = {n: self.storage(n, self.arrays[n]) for n in names}
+        ctx.env = env
+        ctx.state = self.states.setdefault(inst, {})
+        _exec_instr(instr, ctx)
+
+    def callback(self, kind: int, index: int) -> int:
+        """Entry point from compiled code: 0 done, 2 raised (the error is kept in ``error``)."""
+        try:
+            if kind == 0:
+                syms = self.plan.instrs[index][1]
+                self.run_instr(index, tuple(self.env[: len(syms)]))
+            else:
+                op, shape, operands, res = self.plan.ew_calls[index]
+                vals = [self.arrays[o] if isinstance(o, str) else np.float32(o) for o in operands]
+                self.arrays[res][...] = ew_numpy(op, shape, *vals)
+        except BaseException as e:  # noqa: BLE001 - re-raised by run() after the call returns
+            self.error = e
+            return 2
+        return 0
+
+
+def _array_args(
+    ir: KernelIR, p: Plan, shared: dict[str, np.ndarray], precise: bool
+) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """The compiled function's array arguments (in the views numba sees) and, by tensor name,
+    the same arrays."""
+    out, by_name = [], {}
+    for b in p.args:
+        if b.tensor is None:  # scratch
+            out.append(np.empty(b.shape, dtype=b.dtype))
+            by_name[b.arg] = out[-1]
+            continue
+        d = ir.tensor(b.tensor)
+        root = d.alias_of or d.name
+        sd = numerics.storage_dtype(d.dtype, precise)
+        if ir.tensor(root).buffer == "shared_hbm":
+            a = shared[root]
+            if d.alias_of is not None:  # reshape / dtype view of a shared tensor
+                if a.dtype != sd:
+                    a = a.reshape(-1).view(sd)
+                a = a.reshape(d.shape)
+        else:  # per-instance tensor: filled by its Alloc inside the compiled code
+            a = np.empty(d.shape, dtype=sd)
+        if not a.flags.c_contiguous:
+            raise Unsupported(f"non-contiguous storage for '{b.tensor}'")
+        out.append(a.view(b.dtype))
+        by_name[b.tensor] = out[-1]
+    return out, by_name
+
+
+def run(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
+) -> None:
+    """Run ``ir`` compiled over the instances in ``order``, updating ``shared`` (parameters and
+    the launch's shared HBM tensors, already allocated). Errors are the interpreter's: a
+    hosted instruction raises its own; a masked access found out of bounds before an
+    instruction runs is handed, with the state at that point, to the interpreter's handler."""
+    from .numba_rt import CALLBACK
+
+    p, _ = plan(ir, config)
+    assert p is not None
+    fn = compiled(p)
+    host = _Host(ir, config, p)
+    ndim = len(ir.grid.shape)
+    order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
+    args, host.arrays = _array_args(ir, p, shared, config.precise_fp)
+    err = np.zeros(64, dtype=np.int64)
+    cb = CALLBACK(host.callback)
+    rc = fn(*args, order_arr, err, host.env, cb)
+    if rc == 2:
+        assert host.error is not None
+        raise host.error
+    if rc == 1:
+        instr, syms, _ = p.instrs[int(err[0])]
+        host.run_instr(int(err[0]), tuple(int(v) for v in err[1 : 1 + len(syms)]))
+        raise NKIError(  # the handler accepted what compiled code rejected: a backend bug
+            f"internal error: the Numba backend stopped at '{instr}' but the interpreter "
+            "ran it; please report this kernel",
+            code="err_internal",
+            loc=instr.loc,
+        )
+
+
+def maybe_run(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
+) -> bool:
+    """The interpreter's dispatch hook: True when the Numba backend ran the kernel, False when
+    the caller must interpret it."""
+    use, reason = choose(ir, config)
+    if use:
+        try:
+            run(ir, shared, config, order)
+            return True
+        except NKIError:
+            raise
+        except Unsupported as e:
+            reason = str(e)
+        except Exception as e:  # numba typing / compile failure: never a different result
+            reason = f"numba could not compile it ({type(e).__name__}: {str(e)[:200]})"
+            _PLANS[id(ir)] = (ir, config.precise_fp, None, reason)
+    if config.backend == "numba" and (id(ir), reason) not in _WARNED and reason:
+        _WARNED.add((id(ir), reason))
+        warnings.warn(
+            f"nki-sim: backend='numba' cannot compile kernel '{ir.name}' ({reason}); "
+            "running it on the NumPy interpreter",
+            BackendFallbackWarning,
+            stacklevel=2,
+        )
+    return False

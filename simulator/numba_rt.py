@@ -1,0 +1,165 @@
+"""Run-time helpers for the code the Numba backend generates (imported by every generated
+module, so they must live in an importable module for numba's on-disk cache).
+
+* ``f32_bits`` / ``bits_f32``: reinterpret a float32 as its uint32 pattern and back.
+* ``to_bf16`` / ``from_bf16``: fp32 -> bfloat16 bits, round-to-nearest-even, bit-identical to
+  ``ml_dtypes`` (NaN keeps its sign and becomes the quiet NaN ``0x7FC0``); bfloat16 bits ->
+  fp32 (exact).
+* ``fmax`` / ``fmin``: ``np.maximum`` / ``np.minimum`` on fp32 (NaN propagates).
+* ``pairwise_sum``: NumPy's pairwise summation of fp32 values, so ``reduce.sum`` gives the
+  interpreter's ``np.sum`` result bit for bit.
+* ``ew_numpy``: runs an op-table row with NumPy (called back from compiled code through
+  ``CALLBACK``), for the ops whose NumPy results numba's libm does not reproduce bit for bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def f32_bits(typingctx, x):  # type: ignore[no-untyped-def]
+    """The uint32 bit pattern of a float32."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, u):  # type: ignore[no-untyped-def]
+    """The float32 whose bit pattern is the uint32 ``u``."""
+    if u != types.uint32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llir.FloatType())
+
+    return types.float32(types.uint32), codegen
+
+
+@njit(inline="always", cache=True)
+def to_bf16(v: float) -> int:
+    u = f32_bits(np.float32(v))
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+    lsb = (u >> np.uint32(16)) & np.uint32(1)
+    return np.uint16((u + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
+
+
+@njit(inline="always", cache=True)
+def from_bf16(b: int) -> float:
+    return bits_f32(np.uint32(np.uint32(b) << np.uint32(16)))
+
+
+@njit(inline="always", cache=True)
+def fmax(a: float, b: float) -> float:
+    return a if (a > b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def fmin(a: float, b: float) -> float:
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def fsign(a: float) -> float:
+    """``np.sign`` on fp32: -1, 0 (also for -0.0) or 1; NaN stays NaN."""
+    if a > 0:
+        return np.float32(1.0)
+    if a < 0:
+        return np.float32(-1.0)
+    if a != a:
+        return a
+    return np.float32(0.0)
+
+
+@njit(inline="always", cache=True)
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """NumPy's sum of at most 128 fp32 values: sequential below 8, else 8 accumulators."""
+    if n < 8:
+        res = np.float32(0.0)
+        for i in range(n):
+            res = np.float32(res + a[lo + i])
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    stop = n - (n % 8)
+    while i < stop:
+        r0 = np.float32(r0 + a[lo + i])
+        r1 = np.float32(r1 + a[lo + i + 1])
+        r2 = np.float32(r2 + a[lo + i + 2])
+        r3 = np.float32(r3 + a[lo + i + 3])
+        r4 = np.float32(r4 + a[lo + i + 4])
+        r5 = np.float32(r5 + a[lo + i + 5])
+        r6 = np.float32(r6 + a[lo + i + 6])
+        r7 = np.float32(r7 + a[lo + i + 7])
+        i += 8
+    res = np.float32(
+        np.float32(np.float32(r0 + r1) + np.float32(r2 + r3))
+        + np.float32(np.float32(r4 + r5) + np.float32(r6 + r7))
+    )
+    while i < n:
+        res = np.float32(res + a[lo + i])
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
+    """NumPy's pairwise fp32 sum of ``a[lo:lo+n]``: blocks of <= 128 summed by ``_block_sum``,
+    longer ranges split at ``n // 2`` rounded down to a multiple of 8. Written with an explicit
+    stack (numba's disk cache cannot hold recursive functions)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
+    sl = np.empty(64, np.int64)
+    sn = np.empty(64, np.int64)
+    ss = np.empty(64, np.int64)
+    sv = np.empty(64, np.float32)
+    top = 0
+    sl[0], sn[0], ss[0] = lo, n, 0
+    while True:
+        if sn[top] > 128:  # split: evaluate the left half first
+            h = sn[top] // 2
+            h -= h % 8
+            ss[top] = 1
+            top += 1
+            sl[top], sn[top], ss[top] = sl[top - 1], h, 0
+            continue
+        val = _block_sum(a, sl[top], sn[top])
+        while True:  # hand the value up until a frame still needs its right half
+            top -= 1
+            if top < 0:
+                return val
+            if ss[top] == 1:
+                sv[top] = val
+                ss[top] = 2
+                h = sn[top] // 2
+                h -= h % 8
+                top += 1
+                sl[top], sn[top], ss[top] = sl[top - 1] + h, sn[top - 1] - h, 0
+                break
+            val = np.float32(sv[top] + val)
+
+
+def ew_numpy(name: str, shape: tuple[int, ...], *vals: object) -> np.ndarray:
+    """Apply op-table row ``name`` with NumPy to fp32 operands, exactly as the interpreter does;
+    the result broadcast to ``shape`` as a contiguous fp32 array."""
+    from nki.optable import OPS
+
+    with np.errstate(all="ignore"):
+        out = np.asarray(OPS[name].fn(*vals))
+    return np.ascontiguousarray(np.broadcast_to(out, shape).astype(np.float32))
+
+
+# the compiled kernel's call back into Python: (kind, instruction index) -> status
+CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)

@@ -1,0 +1,302 @@
+"""The Numba backend gives the interpreter's results bit for bit (and NumPy's within the usual
+fp32 / bf16 tolerance), reports which backend ran, falls back when it must, and raises the
+interpreter's errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIIndexError, NKIRuntimeError
+from simulator import numba_backend
+from simulator.config import SimConfig
+from simulator.numba_codegen import NATIVE
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view({2: np.uint16, 4: np.uint32, 1: np.uint8}[x.dtype.itemsize])
+
+
+LAST: dict[str, object] = {}
+
+
+def run_both(kernel, grid, *args):
+    """Interpreter and Numba results of one launch; asserts the Numba backend really ran."""
+    k_np = kernel.configure(backend="numpy", checks="static")
+    k_nb = kernel.configure(backend="numba", checks="static")
+    l_np = k_np[grid] if grid else k_np
+    l_nb = k_nb[grid] if grid else k_nb
+    ref = l_np(*args)
+    got = l_nb(*args)
+    assert k_np.last_run.backend == "numpy"
+    assert k_nb.last_run.backend == "numba"
+    LAST["ir"] = k_nb.last_ir
+    return ref, got
+
+
+def assert_same(ref: np.ndarray, got: np.ndarray) -> None:
+    assert ref.dtype == got.dtype and ref.shape == got.shape
+    np.testing.assert_array_equal(_bits(got), _bits(ref))
+
+
+# --------------------------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------------------------
+
+
+@nki.jit
+def add_2d(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    rows, cols = slice(i * 128, (i + 1) * 128), slice(j * 64, (j + 1) * 64)
+    nl.store(out[rows, cols], value=nl.add(nl.load(a[rows, cols]), nl.load(b[rows, cols])))
+    return out
+
+
+@nki.jit
+def ragged_ops(a, s):
+    """affine_range over ragged (masked) row tiles: transcendental and exact ops, a (P, 1)
+    broadcast operand, where, free-axis reductions, memset + accumulate, copies."""
+    n, m = a.shape
+    out = nl.ndarray((n, m), dtype=a.dtype, buffer=nl.shared_hbm)
+    red = nl.ndarray((n, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.arange(128)[:, None], nl.arange(m)[None, :]
+    j1 = nl.arange(1)[None, :]
+    for t in nl.affine_range((n + 127) // 128):
+        ok = t * 128 + ip < n
+        x = nl.load(a[t * 128 + ip, jf], mask=ok)
+        w = nl.load(s[t * 128 + ip, j1], mask=ok)  # (P, 1) scale
+        e = nl.multiply(nl.exp(x), w)  # tensor_scalar-like broadcast
+        z = nl.where(nl.greater(e, 1.0), nl.tanh(x), nl.subtract(e, x))
+        acc = nl.zeros((128, m), dtype=nl.float32)
+        acc[...] += z
+        acc[...] += nl.sqrt(nl.abs(x))
+        nl.store(out[t * 128 + ip, jf], value=acc, mask=ok)
+        nl.store(red[t * 128 + ip, j1], value=nl.sum(acc, axis=1), mask=ok)
+        nl.store(red[t * 128 + ip, j1 + 1], value=nl.max(x, axis=1), mask=ok)
+        nl.store(red[t * 128 + ip, j1 + 2], value=nl.min(x, axis=1), mask=ok)
+    return out, red
+
+
+def ragged_ref(a, s):
+    """NumPy model of ``ragged_ops``: tiles keep the input dtype (rounded after every op)."""
+
+    def r(v):
+        return np.asarray(v, np.float32).astype(a.dtype).astype(np.float32)
+
+    x, w = a.astype(np.float32), s.astype(np.float32)
+    e = r(r(np.exp(x)) * w)
+    z = np.where(e > 1.0, r(np.tanh(x)), r(e - x))
+    acc = z + r(np.sqrt(r(np.abs(x))))
+    red = np.stack([acc.sum(axis=1), x.max(axis=1), x.min(axis=1)], axis=1)
+    return acc, red
+
+
+@nki.jit
+def op_sweep(x, y):
+    """Every natively compiled op-table row, on special values."""
+    names = list(NATIVE)
+    out = nl.ndarray((len(names), x.shape[0], x.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.load(y)
+    for k, name in enumerate(names):
+        fn = getattr(nl, name)
+        r = fn(a, b) if name in nisa_binary() else fn(a)
+        nl.store(out[k], value=r)  # 0 / 1 results are bool tiles: the store casts
+    return out
+
+
+def nisa_binary() -> set[str]:
+    from nki.optable import OPS
+
+    return {n for n in NATIVE if OPS[n].arity == 2}
+
+
+@nki.jit
+def matmul_acc(a, b):
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    ps = nl.zeros((a.shape[1], b.shape[1]), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[k * 128 : (k + 1) * 128, :])
+        y = nl.load(b[k * 128 : (k + 1) * 128, :])
+        ps += nisa.nc_matmul(x, y)
+    nl.store(out, value=nl.copy(ps))
+    return out
+
+
+@nki.jit
+def masked_oob(a):
+    out = nl.ndarray((256, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    for t in nl.sequential_range(2):
+        x = nl.load(a[t * 100 + ip, jf], mask=(ip < 120))  # t=1 reads rows 200..219 of 200
+        nl.store(out[t * 128 + ip, jf], value=x, mask=(ip < 120))
+    return out
+
+
+@nki.jit
+def bad_transpose(a, b):
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    p = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+    p[...] = nisa.nc_matmul(nl.load(a), nl.load(b), is_transpose=True)
+    nl.store(out, value=nl.copy(p))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_tensor_add_grid(dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 128)).astype(dtype)
+    b = rng.standard_normal((256, 128)).astype(dtype)
+    ref, got = run_both(add_2d, (2, 2), a, b)
+    assert_same(ref, got)
+    expect = (a.astype(np.float32) + b.astype(np.float32)).astype(dtype)
+    np.testing.assert_array_equal(_bits(got), _bits(expect))  # one rounding, like NumPy
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_ragged_tiles_transcendentals_reductions(dtype):
+    rng = np.random.default_rng(1)
+    n, m = 300, 48  # 3 tiles of 128 rows, the last one masked
+    a = rng.standard_normal((n, m)).astype(dtype)
+    s = rng.uniform(0.5, 2.0, (n, 1)).astype(dtype)
+    (r_out, r_red), (g_out, g_red) = run_both(ragged_ops, None, a, s)
+    assert_same(r_out, g_out)
+    assert_same(r_red, g_red)
+    e_out, e_red = ragged_ref(a, s)
+    tol = 1e-5 if dtype == np.float32 else 2e-2
+    np.testing.assert_allclose(g_out.astype(np.float32), e_out, rtol=tol, atol=tol)
+    np.testing.assert_allclose(g_red[:, 1:], e_red[:, 1:], rtol=0, atol=0)  # max / min exact
+    np.testing.assert_allclose(g_red[:, 0], e_red[:, 0], rtol=tol * 10, atol=tol * 10)
+
+
+def test_native_ops_bit_exact_on_special_values():
+    special = np.array(
+        [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3e38, 7.0],
+        dtype=np.float32,
+    )
+    x = np.repeat(special[None, :], len(special), axis=0)
+    y = x.T.copy()  # every pair of special values
+    ref, got = run_both(op_sweep, None, x, y)
+    assert np.array_equal(ref, got, equal_nan=True)
+    # the sign of zero too, except np.maximum / np.minimum / relu of (+0, -0) pairs, which
+    # SIMD NumPy resolves either way
+    names = list(NATIVE)
+    for k, name in enumerate(names):
+        if name in ("maximum", "minimum", "relu"):
+            continue
+        assert np.array_equal(np.signbit(ref[k]), np.signbit(got[k])), name
+
+
+def test_matmul_accumulate_runs_hosted():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((384, 128)).astype(np.float32)
+    b = rng.standard_normal((384, 96)).astype(np.float32)
+    ref, got = run_both(matmul_acc, None, a, b)
+    assert_same(ref, got)
+    np.testing.assert_allclose(got, a.T @ b, rtol=1e-4, atol=1e-4)
+    p, _ = numba_backend.plan(LAST["ir"], SimConfig())
+    assert p is not None and p.hosted_ops == ["isa.nc_matmul"]
+
+
+def test_masked_out_of_bounds_error_matches_interpreter():
+    a = np.zeros((200, 64), dtype=np.float32)
+    msgs = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(NKIIndexError) as ei:
+            masked_oob.configure(backend=backend)(a)
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1]
+    assert "index range [100, 219]" in msgs[1] and "line" not in msgs[1][:0]
+
+
+def test_hosted_instruction_error_matches_interpreter():
+    a = np.ones((128, 128), dtype=np.float32)
+    msgs = []
+    for backend in ("numpy", "numba"):
+        with pytest.raises(NKIRuntimeError) as ei:
+            bad_transpose.configure(backend=backend)(a, a)
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1] and "identity" in msgs[0]
+
+
+@pytest.mark.parametrize(
+    "setting", [{"checks": "full"}, {"shuffle_seed": 3}], ids=["checks_full", "shuffle"]
+)
+def test_numba_falls_back_with_a_warning(setting):
+    a = np.ones((256, 128), dtype=np.float32)
+    k = add_2d.configure(backend="numba", **setting)
+    with pytest.warns(numba_backend.BackendFallbackWarning, match="NumPy interpreter"):
+        out = k[2, 2](a, a)
+    assert k.last_run.backend == "numpy"
+    np.testing.assert_array_equal(out, a + a)
+
+
+def test_auto_picks_by_work(monkeypatch):
+    a = np.ones((256, 128), dtype=np.float32)
+    k = add_2d.configure(backend="auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # auto never warns
+        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK", 10**9)
+        monkeypatch.setattr(numba_backend, "_FUNCS", {})
+        k[2, 2](a, a)
+        assert k.last_run.backend == "numpy"
+        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK", 1)
+        k[2, 2](a, a)
+        assert k.last_run.backend == "numba"
+        kf = k.configure(checks="full")
+        kf[2, 2](a, a)
+        assert kf.last_run.backend == "numpy"
+
+
+def test_disk_cache_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(numba_backend, "_FUNCS", {})
+    a = np.ones((256, 128), dtype=np.float32)
+    k = add_2d.configure(backend="numba")
+    k[2, 2](a, a)
+    files = list((tmp_path / "numba").glob("nki_*.py"))
+    assert len(files) == 1 and "@njit(cache=True" in files[0].read_text()
+    assert list((tmp_path / "numba" / "__pycache__").glob("nki_*.nbi"))
+
+
+def test_config_accepts_numba():
+    assert SimConfig(backend="numba").backend == "numba"
+    assert SimConfig.from_env({"NKI_SIM_BACKEND": "numba"}).backend == "numba"
+
+
+def test_pairwise_sum_and_bf16_rounding_helpers():
+    from numba import njit
+
+    from simulator.numba_rt import pairwise_sum, to_bf16
+
+    rng = np.random.default_rng(3)
+    for n in [1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 4099]:
+        x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(np.float32)
+        assert pairwise_sum(x, 0, n) == np.sum(x), n
+
+    @njit
+    def round_all(x, out):
+        for i in range(x.shape[0]):
+            out[i] = to_bf16(x[i])
+
+    bits = rng.integers(0, 2**32, 1 << 16, dtype=np.uint64).astype(np.uint32)
+    bits[:6] = [0x7F800000, 0xFF800000, 0x7FC00001, 0xFFA00000, 0x3F808000, 0x3F818000]
+    x = bits.view(np.float32)
+    out = np.empty(x.shape, np.uint16)
+    round_all(x, out)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out, x.astype(BF16).view(np.uint16))
