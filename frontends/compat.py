@@ -76,10 +76,10 @@ def install() -> list[str]:
     """Register the classic module names in ``sys.modules`` (replacing any real ones until
     :func:`uninstall`). Returns the names installed."""
     aliases = _aliases()
-    from nki.classic import classic_control_flow, set_classic_control_flow
+    from nki.classic import classic_mode, set_classic_mode
 
-    _saved.setdefault("<classic_control_flow>", classic_control_flow())
-    set_classic_control_flow(True)  # classic compiler: `if` on loop iterators is allowed
+    _saved.setdefault("<classic_mode>", classic_mode())
+    set_classic_mode(True)  # classic compiler behaviours (nki.classic.set_classic_mode)
     for name, mod in aliases.items():
         if name not in _saved:
             _saved[name] = sys.modules.get(name)
@@ -90,10 +90,10 @@ def install() -> list[str]:
 def uninstall() -> None:
     """Undo :func:`install` (restores modules that were there before)."""
     for name, prev in _saved.items():
-        if name == "<classic_control_flow>":
-            from nki.classic import set_classic_control_flow
+        if name == "<classic_mode>":
+            from nki.classic import set_classic_mode
 
-            set_classic_control_flow(bool(prev))
+            set_classic_mode(bool(prev))
         elif prev is None:
             sys.modules.pop(name, None)
         else:

@@ -31,29 +31,37 @@ __all__ = [
     "BenchmarkResult",
     "materialize_placeholder",
     "onchip_return",
-    "classic_control_flow",
-    "set_classic_control_flow",
+    "classic_mode",
+    "set_classic_mode",
     "trace_with_unrolling",
 ]
 
 
-_CLASSIC_CONTROL_FLOW = [os.environ.get("NKI_CLASSIC_CONTROL_FLOW", "0") == "1"]
+_CLASSIC_MODE = [os.environ.get("NKI_CLASSIC", "0") == "1"]
 
 
-def classic_control_flow() -> bool:
-    """Whether Python ``if`` on loop-iterator predicates is allowed (classic-compiler mode)."""
-    return _CLASSIC_CONTROL_FLOW[-1]
+def classic_mode() -> bool:
+    """Whether classic-compiler behaviours are on (see :func:`set_classic_mode`)."""
+    return _CLASSIC_MODE[-1]
 
 
-def set_classic_control_flow(on: bool) -> None:
-    """Classic-compiler mode for Python ``if`` on loop iterators (``if i * 128 >= j * 512:``,
-    as in AWS's flash-attention kernels): a condition that holds for every iteration (or for
-    none) is decided at trace time; one that varies makes the loops involved unroll (the
-    kernel is retraced with them unrolled, so the ``if`` sees concrete iterators). Off by
-    default (such an ``if`` is an NKIControlFlowError); ``frontends.compat.install()`` and
-    ``NKI_CLASSIC_CONTROL_FLOW=1`` turn it on. Conditions on tile indices or program ids stay
-    errors."""
-    _CLASSIC_CONTROL_FLOW[-1] = bool(on)
+def set_classic_mode(on: bool) -> None:
+    """Classic-compiler mode: behaviours of the classic NKI compiler that real kernels (AWS's
+    flash attention and allocated kernels) rely on, but that nki-sim otherwise reports as
+    errors:
+
+    * Python ``if`` on loop iterators (``if i * 128 >= j * 512:``): a condition that holds for
+      every iteration (or for none) is decided at trace time; one that varies makes the loops
+      involved unroll (the kernel is retraced with them unrolled, so the ``if`` sees concrete
+      iterators). Conditions on tile indices or program ids stay errors.
+    * ``psum += matmul(...)`` into a PSUM tile that was allocated but not initialised starts a
+      PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
+      reading uninitialised memory.
+
+    Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
+    and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
+    mode it was traced with."""
+    _CLASSIC_MODE[-1] = bool(on)
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

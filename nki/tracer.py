@@ -95,7 +95,7 @@ class NeedsUnroll(NKIControlFlowError):
 def decide_condition(pred: Any) -> bool:
     """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
 
-    Only in classic mode (``nki.classic.classic_control_flow``): a predicate over loop
+    Only in classic mode (``nki.classic.classic_mode``): a predicate over loop
     iterators alone that is true (false) for every iteration is True (False); one that varies
     raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
     program ids, strict mode) is the usual control-flow error."""
@@ -110,7 +110,7 @@ def decide_condition(pred: Any) -> bool:
         "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
         "nl.affine_range / nl.sequential_range for loops"
     )
-    if not (classic.classic_control_flow() and static and loops_only):
+    if not (classic.classic_mode() and static and loops_only):
         raise NKIControlFlowError(msg, loc=user_loc())
     verdicts = []
     for c in pred.conds:

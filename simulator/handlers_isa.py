@@ -114,6 +114,41 @@ def _store(instr: Instr, ctx: Ctx, values: np.ndarray, bitvec: bool = False) -> 
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
 
+def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:
+    """Write a Tensor-engine result. In classic mode (attr ``psum_group``, see
+    ``nki.classic.set_classic_mode``) ``psum += matmul(...)`` is a PSUM accumulation group: the
+    first matmul to reach a PSUM element since its tile was allocated starts the group (it
+    overwrites, as the compiler sets the hardware's start flag), later ones accumulate. So
+    ``acc = nl.ndarray(..., buffer=nl.psum)`` followed by ``acc += nc_matmul(...)`` sums the
+    products, as in AWS's allocated kernels. Elements another engine has written (real data)
+    accumulate onto that data. Otherwise accumulating reads the tile as it is."""
+    dst = instr.dst
+    assert dst is not None
+    vals = np.asarray(values).reshape(dst.shape)
+    sel = ctx.mask(instr)
+    group = instr.attr("psum_group", False)
+    if not group or instr.accumulate != "add" or ctx.decl(dst.tensor).buffer != "psum":
+        ctx.write(dst, vals, sel, instr.accumulate)
+        return
+    arr = ctx.array(dst.tensor)
+    key = f"psum_group.{dst.tensor}"
+    entry = ctx.state.get(key)
+    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
+        entry = (arr, np.zeros(arr.shape, dtype=bool))
+        ctx.state[key] = entry
+    started = entry[1]
+    want = np.ones(dst.shape, dtype=bool) if sel is None else np.broadcast_to(sel, dst.shape)
+    idx = ctx._fancy(dst, want)
+    untouched = ~started[idx] & np.isnan(arr[idx].astype(np.float32))
+    first = want & untouched
+    if first.any():
+        ctx.write(dst, vals, first, None)
+    rest = want & ~untouched
+    if rest.any():
+        ctx.write(dst, vals, rest, "add")
+    started[tuple(i[want] for i in idx)] = True
+
+
 def _all_int(ctx: Ctx, *accs) -> bool:
     for a in accs:
         if isinstance(a, Access):
@@ -167,7 +202,7 @@ def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
                 "values are not the identity",
                 code="err_matmul_transpose_needs_identity",
             )
-        _store(instr, ctx, s_raw.reshape(k, -1).T)
+        matmul_write(instr, ctx, s_raw.reshape(k, -1).T)
         return
     s = numerics.to_compute(s_raw)
     m = numerics.to_compute(m_raw)
@@ -176,7 +211,7 @@ def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
     else:
         k = s.shape[0]
         out = np.matmul(s.reshape(k, -1).T, m.reshape(k, -1), dtype=np.float32)
-    _store(instr, ctx, out)
+    matmul_write(instr, ctx, out)
 
 
 @isa("nc_transpose")

@@ -81,7 +81,9 @@ def _matmul(instr: Instr, ctx: Ctx) -> None:
     if not instr.attr("transpose_x", False):
         x = x.T  # the compiler inserts a (bit-exact) PE transpose
     out = np.matmul(x.T.astype(np.float32), y.astype(np.float32)).astype(np.float32)
-    ctx.write(instr.dst, out, ctx.mask(instr), instr.accumulate)
+    from .handlers_isa import matmul_write  # psum += matmul: PSUM accumulation groups
+
+    matmul_write(instr, ctx, out)
 
 
 @handler("transpose")

@@ -139,6 +139,10 @@ def nc_matmul(
         )
     out = out_tile(out_shape, odt, api, "psum")
     attrs = {"engine": "tensor", "transpose": bool(is_transpose), "perf_mode": perf}
+    from ..classic import classic_mode
+
+    if classic_mode():  # psum += nc_matmul(...) on a fresh PSUM tile starts the group
+        attrs["psum_group"] = True
     emit_isa("nc_matmul", out.access_(), (sacc, macc), attrs, mask=mask, api=api)
     return out
 

@@ -50,6 +50,26 @@ from .shaping import (
     where,
 )
 
+
+def finfo(dtype: object):
+    """Machine limits of a float dtype (``nl.finfo(nl.bfloat16).min``): NumPy's ``finfo``,
+    through ml_dtypes for bfloat16 / fp8."""
+    import ml_dtypes
+
+    from ..dtypes import name_of, storage
+
+    return ml_dtypes.finfo(storage(name_of(dtype)))
+
+
+def iinfo(dtype: object):
+    """Machine limits of an integer dtype (``nl.iinfo(nl.int32).max``): NumPy's ``iinfo``."""
+    import numpy as np
+
+    from ..dtypes import name_of, storage
+
+    return np.iinfo(storage(name_of(dtype)))
+
+
 float32 = _D("float32")
 tfloat32 = _D("tfloat32")
 bfloat16 = _D("bfloat16")
@@ -68,6 +88,8 @@ fp32 = float32
 bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
+    "finfo",
+    "iinfo",
     "Buffer",
     "affine_range",
     "arange",

@@ -98,11 +98,18 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
         "matmul",
         out.access_(),
         (xa, ya),
-        attrs=(("transpose_x", bool(transpose_x)),),
+        attrs=(("transpose_x", bool(transpose_x)),) + _classic_group(),
         mask=to_mask(mask, out_shape, api),
         api=api,
     )
     return out
+
+
+def _classic_group() -> tuple[tuple[str, Any], ...]:
+    """Classic mode: ``psum += nl.matmul(...)`` on a fresh PSUM tile starts the group."""
+    from ..classic import classic_mode
+
+    return (("psum_group", True),) if classic_mode() else ()
 
 
 def transpose(x: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:

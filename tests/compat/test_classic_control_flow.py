@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
-from nki.classic import classic_control_flow, set_classic_control_flow
+from nki.classic import classic_mode, set_classic_mode
 from nki.errors import NKIControlFlowError
 
 
 @pytest.fixture
 def classic():
-    before = classic_control_flow()
-    set_classic_control_flow(True)
+    before = classic_mode()
+    set_classic_mode(True)
     yield
-    set_classic_control_flow(before)
+    set_classic_mode(before)
 
 
 def lower_blocks(x):
@@ -68,13 +69,13 @@ def test_uniform_condition_is_decided_at_trace_time(classic):
 
 
 def test_strict_mode_rejects_if_on_loop_iterators():
-    before = classic_control_flow()
-    set_classic_control_flow(False)
+    before = classic_mode()
+    set_classic_mode(False)
     try:
         with pytest.raises(NKIControlFlowError):
             nki.jit(lower_blocks)(np.zeros((64, 64), np.float32))
     finally:
-        set_classic_control_flow(before)
+        set_classic_mode(before)
 
 
 def test_if_on_tile_indices_stays_an_error(classic):
@@ -92,10 +93,51 @@ def test_if_on_tile_indices_stays_an_error(classic):
 def test_compat_install_turns_classic_mode_on():
     import frontends.compat as compat
 
-    before = classic_control_flow()
+    before = classic_mode()
     compat.install()
     try:
-        assert classic_control_flow()
+        assert classic_mode()
     finally:
         compat.uninstall()
-    assert classic_control_flow() == before
+    assert classic_mode() == before
+
+
+def psum_group(a, b):
+    # accumulate straight into an allocated (uninitialised) PSUM tile, as AWS's allocated
+    # kernels do; the first matmul starts the accumulation group
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(a.shape[0] // 128):
+        acc += nisa.nc_matmul(
+            nl.load(a[k * 128 : (k + 1) * 128, :]), nl.load(b[k * 128 : (k + 1) * 128, :])
+        )
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def psum_group_on_data(a, b):
+    # a PSUM tile that holds data accumulates onto it (only untouched elements start a group)
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    acc[...] = nl.full((a.shape[1], b.shape[1]), 1.5, dtype=nl.float32)
+    acc += nl.matmul(nl.load(a), nl.load(b), transpose_x=True)
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_psum_accumulation_group_in_classic_mode(classic):
+    rng = np.random.default_rng(3)
+    a, b = rng.random((256, 64), dtype=np.float32), rng.random((256, 96), dtype=np.float32)
+    np.testing.assert_allclose(nki.jit(psum_group)(a, b), a.T @ b, rtol=1e-5)
+    a2, b2 = a[:128], b[:128]
+    np.testing.assert_allclose(nki.jit(psum_group_on_data)(a2, b2), a2.T @ b2 + 1.5, rtol=1e-5)
+
+
+def test_fresh_psum_accumulate_reads_uninitialised_memory_in_strict_mode():
+    before = classic_mode()
+    set_classic_mode(False)
+    try:
+        a = np.ones((128, 8), np.float32)
+        assert np.isnan(nki.jit(psum_group)(a, a)).all()  # NaN sentinel of fresh PSUM
+    finally:
+        set_classic_mode(before)

@@ -116,3 +116,12 @@ def test_sequence_bounds(dtype):
     got = bounds(ids)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, _bounds_ref(ids[0]).astype(dtype))
+
+
+def test_finfo_iinfo():
+    import ml_dtypes
+
+    assert nl.finfo(nl.bfloat16).max == ml_dtypes.finfo(ml_dtypes.bfloat16).max
+    assert nl.finfo(nl.bfloat16).bits == 16
+    assert nl.finfo(nl.float32).min == np.finfo(np.float32).min
+    assert nl.iinfo(nl.int8).max == 127 and nl.iinfo(nl.uint16).max == 65535
