@@ -584,6 +584,10 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
 
     The returned Access has tensor '' (it indexes the *view*); ``compose`` maps it onto the
     underlying tensor."""
+    from .symbolic import MGrid
+
+    if isinstance(key, MGrid):  # t[nl.mgrid[0:128, 0:512]]: the grid's axes, one per dim
+        key = tuple(key)
     keys = list(key) if isinstance(key, tuple) else [key]
     if any(k is Ellipsis for k in keys):
         i = keys.index(Ellipsis)

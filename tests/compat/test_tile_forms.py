@@ -182,3 +182,17 @@ def test_column_view_of_a_column_view():
     s = x.sum(1)
     want = np.stack([s * (1 + j) for j in range(3)], axis=1)
     np.testing.assert_allclose(column_views(x), want, rtol=1e-5)
+
+
+@nki.jit
+def mgrid_as_subscript(x):
+    # t[nl.mgrid[0:P, 0:F]]: an mgrid object indexes every dimension at once
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x[nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]])
+    nl.store(out[nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]], value=nl.negative(t))
+    return out
+
+
+def test_mgrid_object_as_subscript():
+    x = rand(24, 40)
+    np.testing.assert_array_equal(mgrid_as_subscript(x), -x)
