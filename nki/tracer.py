@@ -410,9 +410,12 @@ class NkiTensor(TileOps):
         assign(self[key].access_(), value, api="assignment", fusable=fusable)
 
     def reshape(self, shape: tuple[int, ...]) -> NkiTensor:
-        """A view of the same HBM storage with another shape (same number of elements)."""
+        """A view of the same HBM storage with another shape (same number of elements). For an
+        on-chip tile see :func:`reshape_tile` (the partition dimension stays)."""
         st = state("tensor.reshape")
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if self.decl.on_chip:
+            return reshape_tile(self, shape)
         n_old = _prod(self.shape)
         if _prod(shape) != n_old:
             raise NKIShapeError(
@@ -523,8 +526,38 @@ class View(TileOps):
         fusable = isinstance(value, NkiTensor) and sys.getrefcount(value) <= _FUSE_REFS
         assign(self[key].access_(), value, api="assignment", fusable=fusable)
 
+    def reshape(self, shape: tuple[int, ...]) -> NkiTensor:
+        """``tile[...].reshape(shape)``: see :func:`reshape_tile`."""
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        return reshape_tile(self, shape)
+
     def __repr__(self) -> str:
         return f"<view {self.acc} {self.base.decl.dtype}{list(self.shape)}>"
+
+
+def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:
+    """``tile.reshape(shape)`` on an on-chip tile: the same elements per partition in another
+    free-dimension shape (row-major), e.g. ``(P, A, B)`` -> ``(P, A * B)``. The partition
+    dimension must stay the same. The result is a new tile holding the reshaped values (reads
+    see the data; writing the result does not write the original tile)."""
+    api = "tile.reshape"
+    acc, t = operand(x, api, "tile")
+    if not t.decl.on_chip:
+        raise NKIMemoryError(
+            f"'{api}' of a view of HBM tensor '{t.name}': reshape the tensor itself",
+            code="err_unsupported_memory",
+            loc=user_loc(),
+        )
+    if _prod(shape) != _prod(acc.shape) or not shape or shape[0] != acc.shape[0]:
+        raise NKIShapeError(
+            f"cannot reshape tile of shape {list(acc.shape)} to {list(shape)}: the partition "
+            "dimension must stay and the number of elements must match",
+            code="err_reshape_size_mismatch",
+            loc=user_loc(),
+        )
+    out = new_tensor(shape, t.decl.dtype, t.decl.buffer, temp=True, api=api)
+    emit("reshape", "reshape", out.access_(), (acc,), api=api)
+    return out
 
 
 class _Assigned:

@@ -86,6 +86,15 @@ def _matmul(instr: Instr, ctx: Ctx) -> None:
     matmul_write(instr, ctx, out)
 
 
+@handler("reshape")
+def _reshape(instr: Instr, ctx: Ctx) -> None:
+    """tile.reshape: the same values per partition, row-major, in the destination's shape."""
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = np.ascontiguousarray(ctx.read(src)).reshape(instr.dst.shape)
+    ctx.write(instr.dst, vals, ctx.mask(instr), instr.accumulate)
+
+
 @handler("transpose")
 def _transpose(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]

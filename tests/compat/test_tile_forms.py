@@ -196,3 +196,42 @@ def mgrid_as_subscript(x):
 def test_mgrid_object_as_subscript():
     x = rand(24, 40)
     np.testing.assert_array_equal(mgrid_as_subscript(x), -x)
+
+
+@nki.jit
+def tile_reshapes(x):
+    # (P, A, B) -> (P, A*B) on a loaded tile, and back on an SBUF buffer at the store
+    p, a, b = x.shape
+    out = nl.ndarray((p, a * b), dtype=x.dtype, buffer=nl.shared_hbm)
+    out3 = nl.ndarray((p, b, a), dtype=x.dtype, buffer=nl.shared_hbm)
+    flat = nl.load(x).reshape((p, a * b))
+    nl.store(out, flat)
+    tr = nl.ndarray((p, b * a), dtype=x.dtype)
+    i_p, i_a, i_b = nl.mgrid[0:p, 0:a, 0:b]
+    tr[i_p, i_b * a + i_a] = nl.copy(flat[i_p, i_a * b + i_b])
+    nl.store(out3, tr.reshape((p, b, a)))
+    return out, out3
+
+
+def test_tile_reshape():
+    x = rand(16, 3, 5)
+    flat, tr = tile_reshapes(x)
+    np.testing.assert_array_equal(flat, x.reshape(16, 15))
+    np.testing.assert_array_equal(tr, x.transpose(0, 2, 1))
+
+
+def test_tile_reshape_must_keep_partitions():
+    @nki.jit
+    def bad(x):
+        out = nl.ndarray((8, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x).reshape((8, 8)))
+        return out
+
+    with pytest.raises(NKIShapeError, match="partition"):
+        bad(rand(16, 4))
+
+
+def test_sizeinbytes():
+    from nki.language.constants import sizeinbytes
+
+    assert [sizeinbytes(d) for d in (nl.float32, nl.bfloat16, nl.int8)] == [4, 2, 1]
