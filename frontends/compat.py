@@ -80,6 +80,13 @@ def install() -> list[str]:
 
     _saved.setdefault("<classic_mode>", classic_mode())
     set_classic_mode(True)  # classic compiler behaviours (nki.classic.set_classic_mode)
+    # the classic simulator computes bfloat16 / fp8 in fp32 precision (documented known issue);
+    # classic scripts' own checks assume it, so do the same unless NKI_PRECISE_FP is set
+    import os
+
+    if "NKI_PRECISE_FP" not in os.environ:
+        _saved.setdefault("<precise_fp>", None)
+        os.environ["NKI_PRECISE_FP"] = "0"
     for name, mod in aliases.items():
         if name not in _saved:
             _saved[name] = sys.modules.get(name)
@@ -94,6 +101,10 @@ def uninstall() -> None:
             from nki.classic import set_classic_mode
 
             set_classic_mode(bool(prev))
+        elif name == "<precise_fp>":
+            import os
+
+            os.environ.pop("NKI_PRECISE_FP", None)
         elif prev is None:
             sys.modules.pop(name, None)
         else:

@@ -90,16 +90,45 @@ def test_if_on_tile_indices_stays_an_error(classic):
         nki.jit(bad)(np.zeros((8, 8), np.float32))
 
 
-def test_compat_install_turns_classic_mode_on():
+def test_compat_install_turns_classic_mode_on(monkeypatch):
+    import os
+
     import frontends.compat as compat
 
+    monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
     before = classic_mode()
     compat.install()
     try:
         assert classic_mode()
+        # like the classic simulator, low-precision types are computed in fp32 precision
+        assert os.environ["NKI_PRECISE_FP"] == "0"
+        k = nki.jit(bf16_out)
+        x = np.full((4, 4), 1.001, np.float32)  # not representable in bfloat16
+        np.testing.assert_array_equal(k(x), x)
     finally:
         compat.uninstall()
     assert classic_mode() == before
+    assert "NKI_PRECISE_FP" not in os.environ
+    assert not np.array_equal(nki.jit(bf16_out)(x), x)  # precise again: rounded to bf16
+
+
+def test_compat_install_keeps_an_explicit_precise_fp(monkeypatch):
+    import os
+
+    import frontends.compat as compat
+
+    monkeypatch.setenv("NKI_PRECISE_FP", "1")
+    compat.install()
+    try:
+        assert os.environ["NKI_PRECISE_FP"] == "1"
+    finally:
+        compat.uninstall()
+
+
+def bf16_out(x):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.load(x), dtype=nl.bfloat16))
+    return out
 
 
 def psum_group(a, b):
