@@ -36,6 +36,7 @@ from .core import (
     zeros_like,
 )
 from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
+from .loop_reduce import loop_reduce
 from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
 from .randomness import dropout, rand, random_seed
@@ -88,6 +89,7 @@ fp32 = float32
 bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
+    "loop_reduce",
     "finfo",
     "iinfo",
     "Buffer",
