@@ -211,9 +211,13 @@ class TileOps:
         return ops
 
     def __add__(self, o):
+        if isinstance(o, (Index, Scalar)):  # idx_tile[0, j] + i_f: a dynamic index
+            return DynOffset(self, o)
         return self._nl().add(self, o)
 
     def __radd__(self, o):
+        if isinstance(o, (Index, Scalar)):
+            return DynOffset(self, o)
         return self._nl().add(o, self)
 
     def __sub__(self, o):
@@ -588,6 +592,25 @@ class _Assigned:
         return self.view._rmw(o, "multiply")  # type: ignore[attr-defined]
 
 
+class DynOffset:
+    """``tile[0, j] + i_f``: an index whose start is a value read at run time from a
+    one-element SBUF tile (a dynamic offset, as used with ``nisa.tensor_copy_dynamic_src``),
+    plus an affine part (``nl.arange`` axes, loop iterators, integers)."""
+
+    __slots__ = ("tile", "part")
+
+    def __init__(self, tile: Any, part: Any) -> None:
+        self.tile = tile
+        self.part = part
+
+    def __add__(self, o: object) -> DynOffset:
+        if isinstance(o, (Index, Scalar, int)) and not isinstance(o, bool):
+            return DynOffset(self.tile, self.part + o)
+        return NotImplemented
+
+    __radd__ = __add__
+
+
 def _prod(shape: tuple[int, ...]) -> int:
     n = 1
     for s in shape:
@@ -635,7 +658,7 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
             code="err_too_many_indices",
             loc=user_loc(),
         )
-    advanced = [k for k in keys if isinstance(k, (Index, TileOps, _Assigned))]
+    advanced = [k for k in keys if isinstance(k, (Index, TileOps, _Assigned, DynOffset))]
     if advanced:
         return _parse_advanced(keys, shape, what)
     keys += [slice(None)] * (len(shape) - len(keys))
@@ -740,16 +763,31 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
         )
     rshape: tuple[int, ...] = ()
     tiles: dict[int, Access] = {}  # indirect indexing: dim -> SBUF tile of index values
+    dyn: dict[int, Any] = {}  # dynamic offsets: dim -> affine part (Index / Scalar / int)
     for d, k in enumerate(keys):
-        if isinstance(k, (TileOps, _Assigned)):
+        if isinstance(k, DynOffset):
+            tiles[d] = _index_tile(k.tile, what)
+            dyn[d] = k.part
+            if isinstance(k.part, Index):
+                rshape = broadcast_shapes(rshape, k.part.shape)
+        elif isinstance(k, (TileOps, _Assigned)):
             tiles[d] = _index_tile(k, what)
-            rshape = broadcast_shapes(rshape, tiles[d].shape)
+            if _prod(tiles[d].shape) != 1:  # a one-element tile is a dynamic scalar offset
+                rshape = broadcast_shapes(rshape, tiles[d].shape)
         elif isinstance(k, Index):
             rshape = broadcast_shapes(rshape, k.shape)
     idx = []
     for d, k in enumerate(keys):
         if isinstance(k, Index):
             idx.append(expand_expr(k.expr, rshape))
+            continue
+        if d in dyn:
+            part = dyn[d]
+            if isinstance(part, Index):
+                idx.append(expand_expr(part.expr, rshape))
+            else:
+                base = part.aff if isinstance(part, Scalar) else Affine.constant(int(part))
+                idx.append(IndexExpr(base, (0,) * len(rshape), rshape))
             continue
         if d in tiles:
             idx.append(IndexExpr(Affine(), (0,) * len(rshape), rshape))
@@ -833,6 +871,9 @@ def _map_indirect(outer: Access, sub: Access) -> tuple[tuple[int, Access], ...]:
     for a, ind in sub.indirect:
         dims = [d for d, e in enumerate(outer.index) if e.coeffs[a] != 0]
         d = dims[0] if len(dims) == 1 else (a if len(outer.index) == len(outer.shape) else -1)
+        if d > 0 and _prod(ind.shape) == 1:  # a dynamic scalar offset may index any dim
+            out.append((d, ind))
+            continue
         if d != 0:
             raise NKIIndexError(
                 f"indirect (tile-valued) indices are only supported on the partition / first "

@@ -37,6 +37,8 @@ from .selection import (
     reciprocal,
     select_reduce,
     tensor_copy,
+    tensor_copy_dynamic_dst,
+    tensor_copy_dynamic_src,
     tensor_copy_predicated,
 )
 from .tensor_ops import nc_matmul, nc_transpose
@@ -82,6 +84,8 @@ __all__ = [
     "select_reduce",
     "sequence_bounds",
     "tensor_copy",
+    "tensor_copy_dynamic_dst",
+    "tensor_copy_dynamic_src",
     "tensor_copy_predicated",
     "tensor_engine",
     "tensor_partition_reduce",

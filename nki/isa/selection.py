@@ -62,6 +62,30 @@ def tensor_copy(
     return out
 
 
+def tensor_copy_dynamic_src(
+    src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+) -> NkiTensor:
+    """``nisa.tensor_copy`` whose source address is decided at run time: ``src`` is indexed
+    with a value read from a one-element SBUF tile (``t[i_p, idx_tile[0, j] + i_f]``). The
+    offset is bounds-checked when the copy runs.
+
+    Example: ``out[i_p, j] = nisa.tensor_copy_dynamic_src(x[i_p, idx[0, j] + i_f])``.
+    """
+    return tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
+
+
+def tensor_copy_dynamic_dst(
+    *, dst: Any, src: Any, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+) -> None:
+    """``nisa.tensor_copy`` into a destination whose address is decided at run time: ``dst``
+    is indexed with a value read from a one-element SBUF tile (``t[i_p, idx[0, j] + i_f]``)."""
+    from ..tracer import assign, operand
+
+    res = tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
+    dacc, _ = operand(dst, "nisa.tensor_copy_dynamic_dst", "dst")
+    assign(dacc, res, api="nisa.tensor_copy_dynamic_dst")
+
+
 _PRED_DTYPES = ("uint8", "uint16", "uint32", "bool_")
 
 
