@@ -1087,6 +1087,18 @@ def assign(
             code="err_cannot_assign_to_index",
             loc=user_loc(),
         )
+    if isinstance(value, NkiTensor) and accumulate is None:
+        from .language.loop_reduce import results
+
+        lr = results(st).get(value.name)
+        if lr is not None:  # dst = nl.loop_reduce(x, op, ...): dst accumulates
+            op, xacc, lmask, update = lr
+            body = st.bodies[-1]
+            if body and body[-1] is update:  # the stand-alone accumulator is not needed
+                body.pop()
+            check_broadcast_into(xacc.shape, dst.shape, api)
+            emit("ew", op, dst, (dst, xacc), mask=mask or lmask, api=api)
+            return
     if isinstance(value, TileOps):
         src, t = operand(value, api, "value")
         check_broadcast_into(src.shape, dst.shape, api)

@@ -18,12 +18,13 @@ def loop_reduce(
     x: Any, op: Any, loop_indices: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any
 ) -> NkiTensor:
     """Reduce ``x`` with ``op`` (add, multiply, maximum, minimum) across the iterations of the
-    loops whose iterators are in ``loop_indices``: the result is an accumulator tile that lives
-    outside the outermost of those loops, starts at the op's identity (0 for add, -inf for
-    max, ...) and is updated ``acc = op(acc, x)`` on every iteration, so after the loops it
-    holds the reduction over all of them (``b = nl.loop_reduce(a, np.add, [k])`` inside
-    ``for k in nl.affine_range(n)`` sums ``a`` over ``k``). With no symbolic loop index the
-    result is ``op(identity, x)``, i.e. ``x`` in ``dtype``.
+    loops whose iterators are in ``loop_indices``. The destination is the accumulator: when
+    the result is assigned into a tile (``acc_t[i] = nl.loop_reduce(a, np.add, [k])``) each
+    iteration performs ``acc_t[i] = op(acc_t[i], a)``. When it is only bound to a name
+    (``b = nl.loop_reduce(a, np.add, [k])`` inside ``for k in nl.affine_range(n)``) the result
+    is an accumulator tile living outside the outermost of those loops, starting at the op's
+    identity (0 for add, -inf for max, ...), so after the loops it holds the reduction over all
+    of them.
 
     Example: ``m = nl.loop_reduce(t, op=np.max, loop_indices=[i], dtype=nl.float32)``."""
     api = "nl.loop_reduce"
@@ -67,6 +68,16 @@ def loop_reduce(
     st.written.setdefault(name, loc)
     from ..tracer import to_mask
 
-    emit("ew", row.name, acc.access_(), (acc.access_(), acc_x), mask=to_mask(mask, shape, api),
-         api=api)  # fmt: skip
+    m = to_mask(mask, shape, api)
+    instr = emit("ew", row.name, acc.access_(), (acc.access_(), acc_x), mask=m, api=api)
+    # ``dst[...] = nl.loop_reduce(x, ...)``: the destination itself is the accumulator
+    # (dst = op(dst, x)); tracer.assign looks this up
+    results(st)[name] = (row.name, acc_x, m, instr)
     return acc
+
+
+def results(st: Any) -> dict[str, tuple[str, Any, Any, Any]]:
+    """This trace's loop_reduce results: tile name -> (op, source access, mask, update)."""
+    if not hasattr(st, "loop_reduce_results"):
+        st.loop_reduce_results = {}
+    return st.loop_reduce_results

@@ -38,3 +38,25 @@ def test_loop_reduce(n_inner):
     np.testing.assert_allclose(s, blocks.sum((0, 1)), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(m, blocks.max((0, 1)))
     np.testing.assert_array_equal(mn, blocks.min(1))
+
+
+@nki.jit
+def reduce_into_buffer(x):
+    # buf[b] = nl.loop_reduce(t, ...) inside a loop over k: buf[b] accumulates over k, per b
+    nb, nk = 2, 3
+    out = nl.ndarray((nb, 128, x.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    buf = nl.zeros((nb, nl.par_dim(128), x.shape[1]), dtype=nl.float32)
+    for k in nl.affine_range(nk):
+        for b in nl.affine_range(nb):
+            r = (k * nb + b) * 128
+            t = nl.load(x[r : r + 128, :])
+            buf[b, :, :] = nl.loop_reduce(t, op=np.add, loop_indices=(k,), dtype=nl.float32)
+    for b in nl.affine_range(nb):
+        nl.store(out[b], buf[b])
+    return out
+
+
+def test_loop_reduce_accumulates_into_its_destination():
+    x = np.random.default_rng(7).random((6 * 128, 8), dtype=np.float32)
+    want = x.reshape(3, 2, 128, 8).sum(0)
+    np.testing.assert_allclose(reduce_into_buffer(x), want, rtol=1e-5)
