@@ -5,13 +5,18 @@
 * ``"numpy"`` (default): always the reference interpreter.
 * ``"numba"``: compile the kernel when it is in the supported subset; otherwise warn once per
   traced kernel and reason (:class:`BackendFallbackWarning`) and run the interpreter.
-* ``"auto"``: compile when the kernel is in the subset and runs enough instructions
-  (grid size x loop trip counts >= ``AUTO_MIN_WORK``) for the compile time to pay off, or when
-  its code is already compiled in this process; otherwise the interpreter, silently.
+* ``"auto"``: compile when the kernel is in the subset, at least half of its instruction
+  executions compile natively, and it runs enough instructions (grid size x loop trip counts
+  >= ``AUTO_MIN_WORK_COLD``, or ``AUTO_MIN_WORK`` when its code is in the disk cache) for the
+  compile time to pay off, or when it is already compiled in this process; otherwise the
+  interpreter, silently.
 
-Results are those of the interpreter, bit for bit (see ``numba_codegen``); whatever cannot be
-compiled that way is not compiled. Settings that need the interpreter's bookkeeping always use
-it: ``checks="full"`` (uninitialised-read tracking) and ``shuffle_seed`` (shuffled order).
+Results are those of the interpreter, bit for bit (see ``numba_codegen``): instructions that
+cannot be compiled that way run the interpreter's own handler from inside the compiled code
+("hosted"). Settings that need the interpreter's bookkeeping always use it:
+``checks="full"`` (uninitialised-read tracking) and ``shuffle_seed`` (shuffled order); with
+``checks="none"`` the kernel must still pass the static bounds check (compiled code does not
+bounds-check unmasked accesses).
 
 Compiled code is cached in memory per traced kernel and on disk: the generated module is written
 to ``$NKI_SIM_CACHE_DIR`` (default ``~/.cache/nki-sim``) under a hash of its source (which is a
@@ -40,8 +45,10 @@ from .config import SimConfig
 from .numba_codegen import Plan, Unsupported, generate
 from .numba_rt import ew_numpy
 
-# instruction executions per launch from which "auto" compiles a kernel it has not compiled yet
-AUTO_MIN_WORK = 2000
+# instruction executions per launch from which "auto" uses the Numba backend: the interpreter
+# takes ~100-250 us per execution, a cold compile 1-10 s, loading from the disk cache ~0.2-1 s
+AUTO_MIN_WORK = 1000  # the compiled code is in the disk cache
+AUTO_MIN_WORK_COLD = 30000  # it must be compiled first
 _VERSION = "1"  # bump when the generated code changes meaning
 
 
@@ -142,7 +149,13 @@ def compiled(p: Plan) -> Any:
 
 
 def is_compiled(p: Plan) -> bool:
+    """Compiled (or loaded) in this process."""
     return _source_key(p) in _FUNCS
+
+
+def on_disk(p: Plan) -> bool:
+    """The generated module is in the disk cache (numba's cache files sit next to it)."""
+    return (cache_dir() / f"nki_{_source_key(p)}.py").exists()
 
 
 def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
@@ -158,9 +171,11 @@ def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
     assert p is not None
     if p.native_work * 2 < p.work:
         return False, "most instructions would run on the interpreter anyway"
-    if p.work >= AUTO_MIN_WORK or is_compiled(p):
+    if is_compiled(p) or p.work >= AUTO_MIN_WORK_COLD:
         return True, ""
-    return False, f"too little work for compiling to pay off ({p.work} < {AUTO_MIN_WORK})"
+    if p.work >= AUTO_MIN_WORK and on_disk(p):
+        return True, ""
+    return False, f"too little work for compiling to pay off ({p.work} instruction executions)"
 
 
 class _Host:

@@ -1,16 +1,23 @@
 """IR -> Python source of one ``@numba.njit`` function (the Numba backend's code generator).
 
 The generated function takes every tensor as an array argument (bfloat16 storage as ``uint16``
-bits, bool as ``uint8``), the SPMD instance order and preallocated scratch buffers; it loops over
-the instances, keeps ``affine_range`` / ``sequential_range`` loops as loops and turns each
-instruction into a loop nest over its tile. It returns 0, or 1 when a masked access would go out
-of bounds (the caller then re-runs the kernel on the interpreter, which reports the error).
+bits, bool as ``uint8``), the SPMD instance order, preallocated scratch buffers and a call-back
+into Python; it loops over the instances, keeps ``affine_range`` / ``sequential_range`` loops as
+loops, refills per-instance tiles at their ``Alloc`` (NaN, unless the next instruction
+overwrites the whole tile) and turns each instruction into a loop nest over its tile.
 
-Only a subset compiles (see ``generate``); anything else raises :class:`Unsupported` and the
-kernel runs on the NumPy interpreter. Every compiled instruction reproduces the interpreter
-bit for bit: fp32 math with one rounding per op, round-to-nearest-even on write to bfloat16,
-NumPy's pairwise order for sums, and NumPy itself (a call back into Python) for the
-transcendental op-table rows whose results numba's libm does not reproduce exactly.
+Compiled natively (bit-identical to the interpreter): DMA / copy with affine, masked or
+broadcast accesses (no indirect DMA), memset, the exact op-table rows in ``NATIVE`` (fp32 math,
+one rounding), ``nl.where``, ``sum`` / ``max`` / ``min`` over trailing free axes (NumPy's
+pairwise summation order), with ``+=``-style accumulation, on fp32 / bfloat16 / bool tiles.
+The other op-table rows (exp, tanh, gelu, ...) gather their operands and call NumPy back
+(numba's libm differs from NumPy's SIMD functions by 1-3 ulp). Every other instruction (matmul,
+nki.isa, gathers, integer / fp8 tiles...) is *hosted*: compiled code calls the interpreter's own
+handler for it, on the same arrays.
+
+The function returns 0; 1 when a masked access would leave its tensor (checked before the
+instruction writes anything; the caller re-runs that instruction on the interpreter, which
+raises the exact error); 2 when a call-back raised (the caller re-raises it).
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from . import numerics
 
 
 class Unsupported(Exception):
-    """The kernel uses something the Numba backend does not compile (the reason is the text)."""
+    """Something the Numba backend does not compile natively (the reason is the text): an
+    instruction raising it is hosted; a kernel-level one sends the kernel to the interpreter."""
 
 
 # op-table rows computed natively in fp32: each is exact IEEE arithmetic (one rounding), so the
@@ -398,15 +406,16 @@ class _Gen:
         self.cur = len(self.instrs)
         names = tuple(dict.fromkeys(a.tensor for a in _accesses((ins.dst, ins.srcs, ins.attrs))))
         self.instrs.append((ins, tuple(self.scope), names))
-        mark = (len(self.lines), dict(self.args), self.uid)
+        mark = (len(self.lines), dict(self.args), self.uid, self.depth)
         self.emit(f"# {str(ins)[:90]}")
         try:
             self.native(ins)
             self.native_work += trips
             full = self.covers(ins)
-        except Unsupported:
+        except Unsupported:  # undo what was generated, host the instruction instead
             self.lines = self.lines[: mark[0]]
-            self.args, self.uid = mark[1], mark[2]
+            self.args, self.uid, self.depth = mark[1], mark[2], mark[3]
+            self.ew_calls.pop(self.cur, None)
             self.host(ins, names)
             full = None
         for n in names:  # a tile's first use decides whether its NaN fill is needed

@@ -133,6 +133,18 @@ def matmul_acc(a, b):
 
 
 @nki.jit
+def int_tiles(a, x):
+    """int32 tiles (saturating integer semantics) are hosted, fp32 work around them native."""
+    out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    fout = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.full(a.shape, 7, dtype=nl.int32)
+    t[...] = nl.add(nl.load(a), t)
+    nl.store(out, value=t)
+    nl.store(fout, value=nl.multiply(nl.load(x), 2.0))
+    return out, fout
+
+
+@nki.jit
 def masked_oob(a):
     out = nl.ndarray((256, 64), dtype=a.dtype, buffer=nl.shared_hbm)
     ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
@@ -212,6 +224,17 @@ def test_matmul_accumulate_runs_hosted():
     assert p is not None and p.hosted_ops == ["isa.nc_matmul"]
 
 
+def test_integer_tiles_are_hosted():
+    a = np.array([[2**31 - 3] * 64, [-(2**31)] * 64] * 64, dtype=np.int32)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    (r_i, r_f), (g_i, g_f) = run_both(int_tiles, None, a, x)
+    assert_same(r_i, g_i)
+    assert_same(r_f, g_f)
+    assert g_i[0, 0] == 2**31 - 1 and g_i[1, 0] == -(2**31) + 7  # saturates, no wrap-around
+    p, _ = numba_backend.plan(LAST["ir"], SimConfig())
+    assert p is not None and p.hosted_ops and p.native_work > 0
+
+
 def test_masked_out_of_bounds_error_matches_interpreter():
     a = np.zeros((200, 64), dtype=np.float32)
     msgs = []
@@ -251,10 +274,11 @@ def test_auto_picks_by_work(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # auto never warns
         monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK", 10**9)
+        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK_COLD", 10**9)
         monkeypatch.setattr(numba_backend, "_FUNCS", {})
         k[2, 2](a, a)
         assert k.last_run.backend == "numpy"
-        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK", 1)
+        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK_COLD", 1)
         k[2, 2](a, a)
         assert k.last_run.backend == "numba"
         kf = k.configure(checks="full")
