@@ -39,11 +39,11 @@ import numpy as np
 
 from nki.errors import NKIError
 from nki.ir import KernelIR
+from nki.optable import OPS
 
 from . import numerics
 from .config import SimConfig
 from .numba_codegen import Plan, Unsupported, generate
-from .numba_rt import ew_numpy
 
 # instruction executions per launch from which "auto" uses the Numba backend: the interpreter
 # takes ~100-250 us per execution, a cold compile 1-10 s, loading from the disk cache ~0.2-1 s
@@ -219,7 +219,8 @@ class _Host:
             else:
                 op, shape, operands, res = self.plan.ew_calls[index]
                 vals = [self.arrays[o] if isinstance(o, str) else np.float32(o) for o in operands]
-                self.arrays[res][...] = ew_numpy(op, shape, *vals)
+                with np.errstate(all="ignore"):  # the assignment broadcasts and casts to fp32
+                    self.arrays[res][...] = OPS[op].fn(*vals)
         except BaseException as e:  # noqa: BLE001 - re-raised by run() after the call returns
             self.error = e
             return 2

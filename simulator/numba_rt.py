@@ -8,8 +8,9 @@ module, so they must live in an importable module for numba's on-disk cache).
 * ``fmax`` / ``fmin``: ``np.maximum`` / ``np.minimum`` on fp32 (NaN propagates).
 * ``pairwise_sum``: NumPy's pairwise summation of fp32 values, so ``reduce.sum`` gives the
   interpreter's ``np.sum`` result bit for bit.
-* ``ew_numpy``: runs an op-table row with NumPy (called back from compiled code through
-  ``CALLBACK``), for the ops whose NumPy results numba's libm does not reproduce bit for bit.
+* ``CALLBACK``: the ctypes type of the call back into Python that compiled code uses for
+  hosted instructions and for the op-table rows whose NumPy results numba's libm does not
+  reproduce bit for bit.
 """
 
 from __future__ import annotations
@@ -149,16 +150,6 @@ def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
                 sl[top], sn[top], ss[top] = sl[top - 1] + h, sn[top - 1] - h, 0
                 break
             val = np.float32(sv[top] + val)
-
-
-def ew_numpy(name: str, shape: tuple[int, ...], *vals: object) -> np.ndarray:
-    """Apply op-table row ``name`` with NumPy to fp32 operands, exactly as the interpreter does;
-    the result broadcast to ``shape`` as a contiguous fp32 array."""
-    from nki.optable import OPS
-
-    with np.errstate(all="ignore"):
-        out = np.asarray(OPS[name].fn(*vals))
-    return np.ascontiguousarray(np.broadcast_to(out, shape).astype(np.float32))
 
 
 # the compiled kernel's call back into Python: (kind, instruction index) -> status

@@ -268,6 +268,16 @@ def test_numba_falls_back_with_a_warning(setting):
     np.testing.assert_array_equal(out, a + a)
 
 
+def test_unchecked_out_of_bounds_kernel_is_never_compiled():
+    """checks='none' skips the static bounds check; compiled code does not bounds-check, so a
+    kernel failing it runs on the interpreter, which reports the access."""
+    a = np.ones((200, 128), dtype=np.float32)  # add_2d[2, 2] reads rows up to 255
+    k = add_2d.configure(backend="numba", checks="none")
+    with pytest.warns(numba_backend.BackendFallbackWarning, match="static bounds check"):
+        with pytest.raises(NKIIndexError, match="out-of-bound"):
+            k[2, 2](a, a)
+
+
 def test_auto_picks_by_work(monkeypatch):
     a = np.ones((256, 128), dtype=np.float32)
     k = add_2d.configure(backend="auto")
