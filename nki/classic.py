@@ -57,11 +57,28 @@ def set_classic_mode(on: bool) -> None:
     * ``psum += matmul(...)`` into a PSUM tile that was allocated but not initialised starts a
       PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
       reading uninitialised memory.
+    * a matmul operand that lives in PSUM (``nc_transpose`` result) is copied to SBUF first.
 
     Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
     and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
     mode it was traced with."""
     _CLASSIC_MODE[-1] = bool(on)
+
+
+def stage_psum_operand(x: Any, api: str) -> Any:
+    """Classic mode: a Tensor-engine operand that lives in PSUM (e.g. an ``nc_transpose``
+    result fed straight to ``nc_matmul``, as in AWS's flash-attention backward kernel) is
+    copied to SBUF first, as the classic compiler does; anything else is returned as is."""
+    from .tracer import NkiTensor, TileOps, _Assigned, emit, operand, result_tile
+
+    if not classic_mode() or not isinstance(x, (TileOps, _Assigned)):
+        return x
+    acc, t = operand(x.view if isinstance(x, _Assigned) else x, api, "operand")
+    if t.decl.buffer != "psum":
+        return x
+    staged: NkiTensor = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
+    emit("copy", "copy", staged.access_(), (acc,), api=api)
+    return staged
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

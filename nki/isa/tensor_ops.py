@@ -49,6 +49,10 @@ def nc_matmul(
     """
     api = "nisa.nc_matmul"
     r = rules()
+    from ..classic import stage_psum_operand  # classic mode: PSUM operands staged in SBUF
+
+    stationary = stage_psum_operand(stationary, api)
+    moving = stage_psum_operand(moving, api)
     sacc, st = tile(stationary, api, "stationary", ("sbuf",))
     macc, mt = tile(moving, api, "moving", ("sbuf",))
     for role, t in (("stationary", st), ("moving", mt)):

@@ -65,6 +65,9 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
     Example: ``acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)``;
     ``acc += nl.matmul(a_t, b, transpose_x=True)``."""
     api = "nl.matmul"
+    from ..classic import stage_psum_operand  # classic mode: PSUM operands staged in SBUF
+
+    x, y = stage_psum_operand(x, api), stage_psum_operand(y, api)
     xa, xt = _tile2d(x, api, "x")
     ya, yt = _tile2d(y, api, "y")
     require_buffer(xt, ("sbuf",), api, "x")

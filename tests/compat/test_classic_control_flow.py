@@ -170,3 +170,30 @@ def test_fresh_psum_accumulate_reads_uninitialised_memory_in_strict_mode():
         assert np.isnan(nki.jit(psum_group)(a, a)).all()  # NaN sentinel of fresh PSUM
     finally:
         set_classic_mode(before)
+
+
+def transposed_matmul(a, b):
+    # nc_transpose's PSUM result fed straight to nc_matmul (AWS flash backward does this)
+    out = nl.ndarray((a.shape[0], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    a_t = nisa.nc_transpose(nl.load(a))  # (K, M) in PSUM
+    nl.store(out, nl.copy(nisa.nc_matmul(a_t, nl.load(b))))
+    return out
+
+
+def test_psum_matmul_operand_is_staged_in_classic_mode(classic):
+    rng = np.random.default_rng(4)
+    a, b = rng.random((64, 96), dtype=np.float32), rng.random((96, 32), dtype=np.float32)
+    # a_t = a.T (96, 64) in PSUM; nc_matmul(a_t, b) = a_t.T @ b = a @ b
+    np.testing.assert_allclose(nki.jit(transposed_matmul)(a, b), a @ b, rtol=1e-5)
+
+
+def test_psum_matmul_operand_is_an_error_in_strict_mode():
+    from nki.errors import NKIMemoryError
+
+    before = classic_mode()
+    set_classic_mode(False)
+    try:
+        with pytest.raises(NKIMemoryError, match="psum"):
+            nki.jit(transposed_matmul)(np.ones((32, 64), np.float32), np.ones((64, 8), np.float32))
+    finally:
+        set_classic_mode(before)
