@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..tracer import (
@@ -84,8 +86,18 @@ def expand_dims(data: Any, axis: Any) -> View:
 
 def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
     """A copy of ``x`` converted to ``dtype`` (value conversion: floats round to nearest even,
-    float -> int rounds to nearest even and saturates)."""
+    float -> int rounds to nearest even and saturates). Outside a kernel, on a NumPy array
+    (as classic test scripts use it to prepare inputs), it returns the converted array."""
     api = "nl.static_cast"
+    from ..tracer import tracing
+
+    if not tracing() and isinstance(x, np.ndarray):
+        from simulator import numerics
+
+        name = dtypes.name_of(dtype)
+        return numerics.cast(np.asarray(x, dtype=np.float64), name, True).astype(
+            dtypes.storage(name)
+        )
     acc, t = operand(_unwrap(x), api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
     out = result_tile(acc.shape, dtypes.name_of(dtype), "sbuf", api)

@@ -125,3 +125,14 @@ def test_finfo_iinfo():
     assert nl.finfo(nl.bfloat16).bits == 16
     assert nl.finfo(nl.float32).min == np.finfo(np.float32).min
     assert nl.iinfo(nl.int8).max == 127 and nl.iinfo(nl.uint16).max == 65535
+
+
+def test_static_cast_outside_a_kernel_converts_numpy_arrays():
+    import ml_dtypes
+
+    x = np.array([[1.0009, -2.5, 300.7, np.nan]])
+    b = nl.static_cast(x, nl.bfloat16)
+    assert b.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(b.astype(np.float32)[0, :3], [1.0, -2.5, 300.0])
+    i = nl.static_cast(x, nl.int8)  # round to nearest even, saturate, NaN -> 0
+    np.testing.assert_array_equal(i, [[1, -2, 127, 0]])
