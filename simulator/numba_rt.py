@@ -47,7 +47,7 @@ def bits_f32(typingctx, u):  # type: ignore[no-untyped-def]
     return types.float32(types.uint32), codegen
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def to_bf16(v: float) -> int:
     u = f32_bits(np.float32(v))
     if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
@@ -56,22 +56,22 @@ def to_bf16(v: float) -> int:
     return np.uint16((u + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def from_bf16(b: int) -> float:
     return bits_f32(np.uint32(np.uint32(b) << np.uint32(16)))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fmax(a: float, b: float) -> float:
     return a if (a > b or a != a) else b
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fmin(a: float, b: float) -> float:
     return a if (a < b or a != a) else b
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fsign(a: float) -> float:
     """``np.sign`` on fp32: -1, 0 (also for -0.0) or 1; NaN stays NaN."""
     if a > 0:
@@ -83,7 +83,7 @@ def fsign(a: float) -> float:
     return np.float32(0.0)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
     """NumPy's sum of at most 128 fp32 values: sequential below 8, else 8 accumulators."""
     if n < 8:
