@@ -307,6 +307,41 @@ def test_disk_cache_files(tmp_path, monkeypatch):
     assert list((tmp_path / "numba" / "__pycache__").glob("nki_*.nbi"))
 
 
+_CACHE_SCRIPT = """
+import numpy as np, nki, nki.language as nl
+from simulator import numba_backend
+
+@nki.jit(backend="numba")
+def add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.add(nl.load(a), nl.load(b)))
+    return out
+
+a = np.ones((128, 32), dtype=np.float32)
+assert (add(a, a) == 2).all() and add.last_run.backend == "numba"
+(fn,) = numba_backend._FUNCS.values()
+print(len(fn.stats.cache_hits), len(fn.stats.cache_misses))
+"""
+
+
+def test_second_process_loads_compiled_code_from_disk(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NKI_SIM_CACHE_DIR": str(tmp_path)}
+    script = tmp_path / "k.py"
+    script.write_text(_CACHE_SCRIPT)
+    runs = [
+        subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.split() == ["0", "1"]  # compiled
+    assert runs[1].stdout.split() == ["1", "0"]  # loaded from the disk cache
+
+
 def test_config_accepts_numba():
     assert SimConfig(backend="numba").backend == "numba"
     assert SimConfig.from_env({"NKI_SIM_BACKEND": "numba"}).backend == "numba"
