@@ -188,10 +188,21 @@ class _Host:
         self.arrays: dict[str, np.ndarray] = {}  # tensors and scratch buffers by name
         self.env = np.zeros(64, dtype=np.int64)  # symbol values at a call back
         self.error: BaseException | None = None
+        self.epoch = np.zeros(max(1, len(p.alloc_slots)), dtype=np.int64)
+        self.views: dict[str, tuple[int, np.ndarray]] = {}
 
     def storage(self, name: str, a: np.ndarray) -> np.ndarray:
+        """The tensor in its storage dtype: one array object per allocation of the tensor, as
+        in the interpreter (handlers may key per-allocation state on the object)."""
+        slot = self.plan.alloc_slots.get(name)
+        epoch = int(self.epoch[slot]) if slot is not None else -1
+        hit = self.views.get(name)
+        if hit is not None and hit[0] == epoch:
+            return hit[1]
         sd = numerics.storage_dtype(self.ir.tensor(name).dtype, self.config.precise_fp)
-        return a if a.dtype == sd else a.view(sd)
+        v = a.view(sd)  # a new ndarray object on the same memory
+        self.views[name] = (epoch, v)
+        return v
 
     def run_instr(self, index: int, env_vals: tuple) -> None:
         """Instruction ``index`` with the interpreter's handler, symbols set to ``env_vals``."""
@@ -274,7 +285,7 @@ def run(
     args, host.arrays = _array_args(ir, p, shared, config.precise_fp)
     err = np.zeros(64, dtype=np.int64)
     cb = CALLBACK(host.callback)
-    rc = fn(*args, order_arr, err, host.env, cb)
+    rc = fn(*args, order_arr, err, host.env, host.epoch, cb)
     if rc == 2:
         assert host.error is not None
         raise host.error

@@ -130,6 +130,7 @@ class Plan:
     hosted_ops: list[str] = field(default_factory=list)  # "kind.op" run by the interpreter
     # instruction index -> (op, tile shape, operands: scratch names / fp32 constants, result)
     ew_calls: dict[int, tuple] = field(default_factory=dict)
+    alloc_slots: dict[str, int] = field(default_factory=dict)  # tensor -> allocation counter
 
 
 def _ident(name: str) -> str:
@@ -219,6 +220,7 @@ class _Gen:
         self.hosted: list[str] = []
         self.cur = 0  # index of the instruction being generated
         self.ew_calls: dict[int, tuple] = {}
+        self.alloc_slots: dict[str, int] = {}  # per-instance tensor -> its EPOCH counter
         self.pending: dict[str, int] = {}  # tile -> line of its NaN fill, until first used
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -382,6 +384,10 @@ class _Gen:
             raise Unsupported(f"tensors of dtype {d.dtype}")
         else:
             lit = f"np.{vd.name}({int(fill)})"
+        # count allocations: hosted handlers that track a tile per allocation (classic PSUM
+        # accumulation groups) must see a new array object after each one
+        slot = self.alloc_slots.setdefault(d.name, len(self.alloc_slots))
+        self.emit(f"EPOCH[{slot}] += 1")
         # the fill is dropped when the next instruction using the tile overwrites all of it
         self.pending[d.name] = len(self.lines)
         self.emit(f"{self.arg(d.name)}[...] = {lit}")
@@ -762,7 +768,7 @@ def generate(ir: KernelIR, config, func: str = "nki_kernel") -> Plan:
         g.emit(f"pid{a} = order[k, {a}]")
     g.nodes(ir.body, 1)
     args = list(g.args.values())
-    sig = ", ".join([b.arg for b in args] + ["order", "ERR", "ENV", "CB"])
+    sig = ", ".join([b.arg for b in args] + ["order", "ERR", "ENV", "EPOCH", "CB"])
     head = [
         f"# nki-sim Numba backend: kernel {ir.name}, IR {key}",
         "import numpy as np",
@@ -778,5 +784,14 @@ def generate(ir: KernelIR, config, func: str = "nki_kernel") -> Plan:
     src = "\n".join(head + g.lines + ["    return 0", ""])
     grid = int(np.prod(ir.grid.shape)) if ir.grid.dims else 1
     return Plan(
-        src, func, key, args, g.work * grid, g.native_work * grid, g.instrs, g.hosted, g.ew_calls
+        src,
+        func,
+        key,
+        args,
+        g.work * grid,
+        g.native_work * grid,
+        g.instrs,
+        g.hosted,
+        g.ew_calls,
+        g.alloc_slots,
     )

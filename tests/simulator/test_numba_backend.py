@@ -144,6 +144,20 @@ def int_tiles(a, x):
     return out, fout
 
 
+def psum_groups(a, b):
+    """Classic mode: a PSUM tile allocated per row block; `+=` matmuls form a group that the
+    first product starts (overwrites), also when a product is NaN (inf * 0)."""
+    out = nl.ndarray((2 * 128, b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        acc = nl.ndarray((128, b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(a.shape[0] // 128):
+            x = nl.load(a[k * 128 : (k + 1) * 128, i * 128 : (i + 1) * 128])
+            y = nl.load(b[k * 128 : (k + 1) * 128, :])
+            acc += nisa.nc_matmul(x, y)
+        nl.store(out[i * 128 : (i + 1) * 128, :], value=nl.copy(acc))
+    return out
+
+
 @nki.jit
 def masked_oob(a):
     out = nl.ndarray((256, 64), dtype=a.dtype, buffer=nl.shared_hbm)
@@ -233,6 +247,25 @@ def test_integer_tiles_are_hosted():
     assert g_i[0, 0] == 2**31 - 1 and g_i[1, 0] == -(2**31) + 7  # saturates, no wrap-around
     p, _ = numba_backend.plan(LAST["ir"], SimConfig())
     assert p is not None and p.hosted_ops and p.native_work > 0
+
+
+def test_classic_psum_groups_restart_at_each_allocation():
+    from nki.classic import classic_mode, set_classic_mode
+
+    before = classic_mode()
+    set_classic_mode(True)
+    try:
+        kernel = nki.jit(psum_groups)
+        rng = np.random.default_rng(4)
+        a = rng.standard_normal((256, 256)).astype(np.float32)
+        b = rng.standard_normal((256, 64)).astype(np.float32)
+        a[0, 3] = np.inf  # the first product of row 3 is NaN where b[0] has a zero
+        b[0, :8] = 0.0
+        ref, got = run_both(kernel, None, a, b)
+    finally:
+        set_classic_mode(before)
+    assert_same(ref, got)
+    assert np.isnan(got[3, :8]).all() and np.isfinite(got[128:]).all()
 
 
 def test_masked_out_of_bounds_error_matches_interpreter():
