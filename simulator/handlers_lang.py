@@ -33,8 +33,9 @@ def _reduce(instr: Instr, ctx: Ctx) -> None:
     assert isinstance(src, Access) and instr.dst is not None
     axes = tuple(instr.attr("axes"))
     exact = instr.op in _REDUCE_ROW and _is_int_access(src, ctx)
-    x = numerics.to_compute(ctx.read(src), exact_int=exact)
     sel = ctx.mask(instr, src.shape)
+    # masked-off lanes are not read (under checks=full they may be uninitialised)
+    x = numerics.to_compute(ctx.read(src, sel), exact_int=exact)
     out_sel = None
     if sel is not None:
         # masked-out inputs do not take part: replace them with the reduction's identity

@@ -128,10 +128,18 @@ class Ctx:
         self.rng = rng
         self.env: dict[Sym, int] = {PidSym(a): i for a, i in enumerate(instance)}
         self.full_checks = config.checks == "full"
-        # full checks: which on-chip elements have been written (uninitialised-read detection)
-        self.shadow: dict[str, np.ndarray] = {}
+        # full checks: which elements of on-chip and kernel-created HBM tensors have been
+        # written (uninitialised-read detection); shared-HBM maps are shared by all instances
+        self.shadow: dict[str, np.ndarray] = dict(shadow_shared or {})
         self.state: dict[str, Any] = {}  # per-instance engine state (rng, accumulators...)
         self.instr: Instr | None = None
+        # Per-element on-chip instructions (elementwise ops, copies, SBUF->SBUF DMA) may compute
+        # on uninitialised lanes (e.g. the masked-off rows of a ragged tile): like valgrind's
+        # memcheck, their results are marked uninitialised ("poisoned") instead of reported,
+        # and the report comes when such data is used for real (stored to HBM, reduced, ...).
+        self.propagate = False
+        self.poison: np.ndarray | None = None
+        self.poison_origin: dict[str, Any] = {}  # tensor -> SrcLoc that first computed poison
 
     # ---- memory ---------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -155,7 +163,7 @@ class Ctx:
         if decl.buffer == "shared_hbm" and decl.name in self.arrays:
             return  # shared across instances: allocated once per launch
         self.arrays[decl.name] = host_array(decl, self.config)
-        if self.full_checks and decl.on_chip:
+        if self.full_checks and decl.alias_of is None:
             self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
 
     # ---- accesses -------------------------------------------------------------------------
@@ -186,6 +194,8 @@ class Ctx:
         return tuple(out)
 
     def _check_bounds(self, acc: Access, idx: list[Any], sel: np.ndarray | None) -> None:
+        if sel is not None and not sel.any():
+            return  # fully masked off: nothing is read or written
         shape = self.array(acc.tensor).shape
         for dim, (v, n) in enumerate(zip(idx, shape)):
             if isinstance(v, (int, np.integer)):
@@ -234,13 +244,28 @@ class Ctx:
 
     def _check_init(self, acc: Access, written: np.ndarray, sel: np.ndarray | None) -> None:
         ok = written if sel is None else (written | ~sel)
-        if not ok.all():
-            pos = tuple(int(i) for i in np.argwhere(~ok)[0])
-            raise NKIRuntimeError(
-                f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile "
-                f"{acc} was never written before this instruction reads it",
-                code="err_uninitialized_read",
-            )
+        if ok.all():
+            return
+        if self.propagate and self.instr is not None:
+            try:
+                bad = np.broadcast_to(~ok, self.instr.dst.shape)  # type: ignore[union-attr]
+            except ValueError:
+                bad = None
+            if bad is not None:
+                self.poison = bad if self.poison is None else (self.poison | bad)
+                return
+        pos = tuple(int(i) for i in np.argwhere(~ok)[0])
+        origin = self.poison_origin.get(acc.tensor)
+        how = (
+            f"holds a value computed from uninitialised memory at line {origin.line}"
+            if origin is not None
+            else "was never written before this instruction reads it"
+        )
+        raise NKIRuntimeError(
+            f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile {acc} {how}",
+            code="err_uninitialized_read",
+            related=(("computed from uninitialised memory", origin),) if origin else (),
+        )
 
     def write(
         self,
@@ -269,18 +294,26 @@ class Ctx:
             target_shape = arr[basic].shape
             arr[basic] = np.reshape(stored, target_shape)
             if acc.tensor in self.shadow:
-                self.shadow[acc.tensor][basic] = True
+                self.shadow[acc.tensor][basic] = self._written(acc).reshape(target_shape)
             return
         idx = self._fancy(acc, sel)
         if sel is None:
             arr[idx] = stored
             if acc.tensor in self.shadow:
-                self.shadow[acc.tensor][idx] = True
+                self.shadow[acc.tensor][idx] = self._written(acc)
         else:
             sidx = tuple(i[sel] for i in idx)
             arr[sidx] = np.broadcast_to(stored, acc.shape)[sel]
             if acc.tensor in self.shadow:
-                self.shadow[acc.tensor][sidx] = True
+                self.shadow[acc.tensor][sidx] = self._written(acc)[sel]
+
+    def _written(self, acc: Access) -> np.ndarray:
+        """Shadow values for a write: initialised except where the sources were poisoned."""
+        if self.poison is None or self.poison.shape != acc.shape:
+            return np.ones(acc.shape, dtype=bool)
+        if self.poison.any() and self.instr is not None and self.instr.loc is not None:
+            self.poison_origin.setdefault(acc.tensor, self.instr.loc)
+        return ~self.poison
 
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
         if instr.mask is None:
@@ -338,6 +371,9 @@ def _exec(nodes: tuple[Node, ...], ctx: Ctx) -> None:
 def _exec_instr(instr: Instr, ctx: Ctx) -> None:
     fn = HANDLERS.get(instr.kind)
     ctx.instr = instr
+    if ctx.full_checks:
+        ctx.poison = None
+        ctx.propagate = instr.kind in _PER_ELEMENT and _on_chip_dst(instr, ctx)
     try:
         if fn is None:
             raise NKIRuntimeError(f"no executor for instruction kind '{instr.kind}'")
@@ -354,6 +390,16 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
             instance=ctx.instance,
             core=ctx.core,
         ) from e
+
+
+_PER_ELEMENT = ("ew", "copy", "dma")  # each result element depends on the same-position inputs
+
+
+def _on_chip_dst(instr: Instr, ctx: Ctx) -> bool:
+    dst = instr.dst
+    if not isinstance(dst, Access) or not ctx.decl(dst.tensor).on_chip:
+        return False
+    return all(not isinstance(s, Access) or ctx.decl(s.tensor).on_chip for s in instr.srcs)
 
 
 def host_array(decl: TensorDecl, config: SimConfig) -> np.ndarray:
@@ -399,6 +445,11 @@ def run(
     for d in ir.tensors:
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
             shared[d.name] = host_array(d, config)
+    shadow_shared = {
+        n: np.zeros(a.shape, dtype=bool)
+        for n, a in shared.items()
+        if config.checks == "full" and n not in inputs
+    }
     grid = ir.grid
     instances = list(grid.instances()) if grid.dims else [()]
     info = RunInfo(grid.shape, num_cores=max(1, grid.num_cores), target=ir.target)
@@ -420,7 +471,7 @@ def run(
             return shared, info
     for core in sorted(by_core):
         for inst in by_core[core]:
-            ctx = Ctx(ir, config, shared, inst, core, rng)
+            ctx = Ctx(ir, config, shared, inst, core, rng, shadow_shared)
             info.order.append(inst)
             _exec(ir.body, ctx)
     return shared, info

@@ -15,8 +15,8 @@ def k_uninit(a):
     out = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
     t[:, 0:8] = nl.load(a)  # columns 8..15 are never written
-    u = nl.exp(t)  # ERR
-    nl.store(out, u)
+    u = nl.exp(t)  # computing on garbage lanes is harmless until the garbage is used
+    nl.store(out, u)  # ERR
     return out
 
 
@@ -27,9 +27,10 @@ def test_uninitialised_read_reported_at_reading_line_with_instance_and_core():
         checks="full",
         cls=NKIRuntimeError,
         code="err_uninitialized_read",
-        values=["uninitialised", "(0, 8)"],
+        values=["uninitialised", "(0, 8)", f"at line {line_of(k_uninit, '# computing')}"],
     )
     assert e.instance == () and e.core == 0
+    assert e.related and e.related[0][1].line == line_of(k_uninit, "# computing")
     assert "physical core 0" in str(e)
 
 
@@ -157,7 +158,8 @@ def test_env_var_applies_to_a_call(monkeypatch):
     nki.jit(k_uninit)(rand((128, 8)))
 
 
-def test_config_per_call():
+def test_config_per_call(monkeypatch):
+    monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)  # the kernel's default: static
     k = nki.jit(k_uninit)
     a = rand((128, 8))
     with pytest.raises(NKIRuntimeError) as ei:
@@ -167,3 +169,98 @@ def test_config_per_call():
     assert k.configure(target="trn1", shuffle_seed=2).config().target == "trn1"
     with pytest.raises(NKIError):
         k.configure(checks="paranoid")
+
+
+def k_reads_previous_block(x):
+    # instance i adds the last row written by instance i-1 (an HBM read-after-write between
+    # instances: correct only if instances run in order, which the hardware does not promise)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    ip, jf = nl.mgrid[0:128, 0:4]
+    t = nl.load(x[i * 128 + ip, jf])
+    prev = nl.load(out[i * 128 - 1 + 0 * ip, jf], mask=(i > 0))  # ERR
+    nl.store(out[i * 128 + ip, jf], nl.add(t, prev, mask=(i > 0)), mask=(i > 0))
+    nl.store(out[i * 128 + ip, jf], t, mask=(i < 1))
+    return out
+
+
+def test_uninitialised_hbm_read_between_instances_is_caught_when_the_order_changes():
+    x = rand((512, 4))
+    k = nki.jit(k_reads_previous_block, checks="full")
+    got = k[4](x)  # in launch order every read follows the write it needs
+    ref = x.copy()
+    for b in range(1, 4):
+        ref[b * 128 : (b + 1) * 128] += ref[b * 128 - 1]
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    e = expect(
+        k_reads_previous_block,
+        x,
+        grid=4,
+        checks="full",
+        shuffle_seed=3,
+        cls=NKIRuntimeError,
+        code="err_uninitialized_read",
+        values=["uninitialised", "grid instance"],
+    )
+    assert e.instance is not None and e.instance[0] > 0
+
+
+def k_reads_own_output(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[:, 0:4], nl.load(a[:, 0:4]))
+    t = nl.load(out)  # ERR
+    nl.store(out, nl.exp(t))
+    return out
+
+
+def test_reading_unwritten_output_hbm_is_an_uninitialised_read():
+    expect(
+        k_reads_own_output,
+        rand((128, 8)),
+        checks="full",
+        cls=NKIRuntimeError,
+        code="err_uninitialized_read",
+        values=["'hbm", "(0, 4)"],
+    )
+
+
+def k_ragged_masked_loads_unmasked_compute(a, b):
+    # the classic pattern: only loads and stores are masked; the add also runs on the garbage
+    # rows of the last tile, which are never stored
+    n, m = a.shape
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:m]
+    for t in nl.affine_range((n + 127) // 128):
+        rows = t * 128 + ip
+        x = nl.load(a[rows, jf], mask=(rows < n))
+        y = nl.load(b[rows, jf], mask=(rows < n))
+        z = nl.multiply(nl.add(x, y), 2.0)
+        nl.store(out[rows, jf], z, mask=(rows < n))
+    return out
+
+
+def test_full_checks_accept_compute_on_masked_off_lanes_that_are_never_stored():
+    a, b = rand((200, 8)), rand((200, 8), seed=1)
+    got = nki.jit(k_ragged_masked_loads_unmasked_compute, checks="full")(a, b)
+    np.testing.assert_allclose(got, (a + b) * 2, rtol=1e-6)
+
+
+def k_reduce_over_garbage(a):
+    out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:16]
+    x = nl.load(a[ip, jf], mask=(jf < 8))  # columns 8..15 stay uninitialised
+    y = nl.exp(x)
+    s = nl.sum(y, axis=1, keepdims=True)  # ERR
+    nl.store(out, s)
+    return out
+
+
+def test_reduction_over_poisoned_lanes_is_reported_at_the_reduction():
+    expect(
+        k_reduce_over_garbage,
+        rand((128, 16)),
+        checks="full",
+        cls=NKIRuntimeError,
+        code="err_uninitialized_read",
+        values=["computed from uninitialised memory"],
+    )

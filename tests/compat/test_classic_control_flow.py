@@ -11,7 +11,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.classic import classic_mode, set_classic_mode
-from nki.errors import NKIControlFlowError
+from nki.errors import NKIControlFlowError, NKIRuntimeError
 
 
 @pytest.fixture
@@ -167,7 +167,12 @@ def test_fresh_psum_accumulate_reads_uninitialised_memory_in_strict_mode():
     set_classic_mode(False)
     try:
         a = np.ones((128, 8), np.float32)
-        assert np.isnan(nki.jit(psum_group)(a, a)).all()  # NaN sentinel of fresh PSUM
+        k = nki.jit(psum_group)
+        assert np.isnan(k.configure(checks="static")(a, a)).all()  # NaN sentinel of fresh PSUM
+        with pytest.raises(NKIRuntimeError) as ei:  # and checks=full names the accumulation
+            k.configure(checks="full")(a, a)
+        assert ei.value.code == "err_uninitialized_read"
+        assert ei.value.loc.line == psum_group.__code__.co_firstlineno + 6
     finally:
         set_classic_mode(before)
 

@@ -18,6 +18,14 @@ from simulator import numba_backend
 from simulator.config import SimConfig
 from simulator.numba_codegen import NATIVE
 
+
+@pytest.fixture(autouse=True)
+def _compiled_path(monkeypatch):
+    # checks=full and shuffled orders always run in the interpreter; these tests are about the
+    # compiled path, so they do not inherit those settings from the environment
+    monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)
+    monkeypatch.delenv("NKI_SIM_SHUFFLE_SEED", raising=False)
+
 BF16 = ml_dtypes.bfloat16
 
 
