@@ -26,6 +26,7 @@ def _compiled_path(monkeypatch):
     monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)
     monkeypatch.delenv("NKI_SIM_SHUFFLE_SEED", raising=False)
 
+
 BF16 = ml_dtypes.bfloat16
 
 
