@@ -6,8 +6,6 @@ are also tested in their reduction form (nisa.tensor_reduce over the free axis).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import settings
@@ -17,80 +15,16 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki import dtypes as ndt
-from nki.optable import OPS
+from nki.optable import BINARY, OPS, UNARY
 from nki.testing import arrays, check_kernel, dtypes, tile_shapes
+from nki.testing.reference import NUMPY_OPS
 
 FLOATS = dtypes(include=["float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"])
 INTS = dtypes(kinds=("int", "uint"))
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _sig(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _softplus(x):
-    return np.logaddexp(0.0, x)
-
-
-_SQ2PI = math.sqrt(2.0 / math.pi)
-UNARY_REF = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "reciprocal": lambda x: 1.0 / x,
-    "abs": np.abs,
-    "negative": np.negative,
-    "sign": np.sign,
-    "ceil": np.ceil,
-    "floor": np.floor,
-    "trunc": np.trunc,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "arctan": np.arctan,
-    "tanh": np.tanh,
-    "sigmoid": _sig,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "gelu_dx": lambda x: (
-        0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-    ),
-    "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(_SQ2PI * (x + 0.044715 * x**3))),
-    "gelu_apprx_sigmoid": lambda x: x * _sig(1.702 * x),
-    "silu": lambda x: x * _sig(x),
-    "silu_dx": lambda x: _sig(x) * (1.0 + x * (1.0 - _sig(x))),
-    "erf": _erf,
-    "erf_dx": lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-x * x),
-    "softplus": _softplus,
-    "mish": lambda x: x * np.tanh(_softplus(x)),
-    "square": np.square,
-    "copy": lambda x: x,
-    "logical_not": lambda x: x == 0,
-}
-BINARY_REF = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "divide": np.true_divide,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "power": np.power,
-    "fmod": np.fmod,
-    "mod": np.mod,
-    "equal": np.equal,
-    "not_equal": np.not_equal,
-    "greater": np.greater,
-    "greater_equal": np.greater_equal,
-    "less": np.less,
-    "less_equal": np.less_equal,
-    "logical_and": lambda a, b: (a != 0) & (b != 0),
-    "logical_or": lambda a, b: (a != 0) | (b != 0),
-    "logical_xor": lambda a, b: (a != 0) ^ (b != 0),
-}
-BITVEC_REF = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-              "bitwise_xor": np.bitwise_xor, "invert": np.invert}  # fmt: skip
+_BITVEC = ("bitwise_and", "bitwise_or", "bitwise_xor", "invert")
+UNARY_REF = {n: NUMPY_OPS[n] for n in UNARY if n not in _BITVEC} | {"copy": NUMPY_OPS["copy"]}
+BINARY_REF = {n: NUMPY_OPS[n] for n in BINARY if n in NUMPY_OPS and n not in _BITVEC}
+BITVEC_REF = {n: NUMPY_OPS[n] for n in _BITVEC}
 SHIFTS = ("left_shift", "right_shift")
 # integer semantics defined by the row: exact (saturating) integer math, or fp32 then rint
 INT_OK = {n for n, op in OPS.items() if op.exact_int and not op.bitvec} | {"divide"}
