@@ -8,7 +8,7 @@ instruction kind (see ``handlers_*.py``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,17 +352,24 @@ def _slice_ends(basic: tuple[Any, ...]) -> Iterable[Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _exec(nodes: tuple[Node, ...], ctx: Ctx) -> None:
+def _exec(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
+    """Run ``nodes`` for one instance. A generator: it stops at each collective instruction
+    (``nl.all_reduce``) after reading its input, until ``_run_instances`` has combined the
+    inputs of every instance of the group, then writes the result and goes on."""
     for n in nodes:
         if isinstance(n, Instr):
             _exec_instr(n, ctx)
+            if n.kind in COLLECTIVES:
+                yield n
+                _exec_instr(n, ctx)
         elif isinstance(n, Loop):
             it: Iterable[int] = range(n.start, n.stop, n.step)
-            if ctx.rng is not None and n.kind == "affine":
+            if ctx.rng is not None and n.kind == "affine" and not _has_collective(n):
+                # (iterations holding a collective keep their order: instances meet there)
                 it = [int(v) for v in ctx.rng.permutation(np.array(list(it), dtype=np.int64))]
             for v in it:
                 ctx.env[n.sym] = v
-                _exec(n.body, ctx)
+                yield from _exec(n.body, ctx)
             ctx.env.pop(n.sym, None)
         elif isinstance(n, Alloc):
             ctx.allocate(ctx.decl(n.tensor))
@@ -469,12 +476,61 @@ def run(
         if maybe_run(ir, shared, config, order):
             info.order, info.backend = order, "numba"
             return shared, info
-    for core in sorted(by_core):
-        for inst in by_core[core]:
-            ctx = Ctx(ir, config, shared, inst, core, rng, shadow_shared)
-            info.order.append(inst)
-            _exec(ir.body, ctx)
+    order = [(inst, core) for core in sorted(by_core) for inst in by_core[core]]
+
+    def make_ctx(inst: tuple[int, ...], core: int) -> Ctx:
+        return Ctx(ir, config, shared, inst, core, rng, shadow_shared)
+
+    _run_instances(ir, order, make_ctx, info)
     return shared, info
+
+
+COLLECTIVES = ("all_reduce",)
+_HAS_COLLECTIVE: dict[int, tuple[Loop, bool]] = {}
+
+
+def _has_collective(loop: Loop) -> bool:
+    hit = _HAS_COLLECTIVE.get(id(loop))
+    if hit is None or hit[0] is not loop:
+        found = any(isinstance(n, Instr) and n.kind in COLLECTIVES for n in _nodes(loop.body))
+        hit = _HAS_COLLECTIVE[id(loop)] = (loop, found)
+    return hit[1]
+
+
+def _nodes(nodes: tuple[Node, ...]) -> Iterator[Node]:
+    for n in nodes:
+        yield n
+        if isinstance(n, Loop):
+            yield from _nodes(n.body)
+
+
+def _run_instances(
+    ir: KernelIR,
+    order: list[tuple[tuple[int, ...], int]],
+    make_ctx: Callable[[tuple[int, ...], int], Ctx],
+    info: RunInfo,
+) -> None:
+    """Run the instances in ``order``: each until it ends or reaches a collective, then the
+    collectives of every group, then on again. Without collectives each instance runs to the
+    end before the next starts."""
+    running: dict[tuple[int, ...], Iterator[Instr]] = {}
+    ctxs: dict[tuple[int, ...], Ctx] = {}
+    for inst, core in order:
+        ctxs[inst] = make_ctx(inst, core)
+        running[inst] = _exec(ir.body, ctxs[inst])
+        info.order.append(inst)
+    while running:
+        waiting: dict[tuple[int, ...], Instr] = {}
+        for inst in list(running):
+            at = next(running[inst], None)
+            if at is None:
+                del running[inst]
+            else:
+                waiting[inst] = at
+        if waiting:
+            from .collectives import combine
+
+            combine(waiting, ctxs, ir.grid.shape)
 
 
 _LOADED = False
@@ -483,7 +539,7 @@ _LOADED = False
 def _ensure_handlers() -> None:
     global _LOADED
     if not _LOADED:
-        from . import handlers_core  # noqa: F401
+        from . import collectives, handlers_core  # noqa: F401
 
         try:
             from . import handlers_lang  # noqa: F401

@@ -3,6 +3,7 @@
 from ..dtypes import Bfp16 as _Bfp16
 from ..dtypes import NkiDtype as _D
 from . import ops as _ops
+from .collectives import all_reduce
 from .core import (
     Buffer,
     affine_range,
@@ -90,6 +91,7 @@ bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
     "loop_reduce",
+    "all_reduce",
     "finfo",
     "iinfo",
     "Buffer",

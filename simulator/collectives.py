@@ -1,0 +1,102 @@
+"""Collectives between SPMD instances (``nl.all_reduce``).
+
+An instance that reaches a collective reads its input and stops (``interpreter._exec`` is a
+generator); when every running instance has stopped or ended, ``combine`` reduces the inputs of
+each group (the instances that differ only along the collective's program axes) and the
+instances go on, each writing the group's result into its own tile."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from nki.errors import NKIRuntimeError
+from nki.ir import Access, Instr, LoopSym
+from nki.optable import OPS
+
+from . import numerics
+from .interpreter import Ctx, handler
+from .isa_math import apply
+
+
+def _key(instr: Instr) -> tuple[str, int]:
+    return ("all_reduce", id(instr))
+
+
+@handler("all_reduce")
+def _all_reduce(instr: Instr, ctx: Ctx) -> None:
+    """First call: this instance's input (fp32, or exact int64 for integer tiles). Second
+    call, after ``combine``: write the group's result."""
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    sel = ctx.mask(instr, src.shape)
+    result = ctx.state.pop(_key(instr) + ("result",), None)
+    if result is not None:
+        ctx.write(instr.dst, result, sel, None)
+        return
+    d = ctx.decl(src.tensor).dtype
+    exact = OPS[instr.op].exact_int and (d.startswith(("int", "uint")) or d == "bool")
+    x = numerics.to_compute(ctx.read(src, sel), exact_int=exact)
+    ident = OPS[instr.op].identity
+    if sel is not None:  # masked-off lanes take no part
+        x = np.where(sel, x, np.asarray(ident, dtype=x.dtype))
+    ctx.state[_key(instr)] = x
+
+
+def combine(
+    waiting: dict[tuple[int, ...], Instr], ctxs: dict[tuple[int, ...], Ctx], grid: tuple[int, ...]
+) -> None:
+    """Reduce the inputs of every group of instances stopped at the same collective (in the
+    order of their grid coordinates) and hand each member the result."""
+    groups: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}
+    for inst, instr in waiting.items():
+        axes = instr.attr("axes")
+        rest = tuple(v for a, v in enumerate(inst) if a not in axes)
+        iters = tuple(sorted((str(s), v) for s, v in ctxs[inst].env.items()
+                             if isinstance(s, LoopSym)))  # fmt: skip
+        groups.setdefault((id(instr), rest, iters), []).append(inst)
+    for members in groups.values():
+        members.sort()
+        instr = waiting[members[0]]
+        axes = instr.attr("axes")
+        size = math.prod(grid[a] for a in axes) if grid else 1
+        if len(members) != size:
+            _mismatch(instr, members, axes, grid, waiting)
+        acc = ctxs[members[0]].state.pop(_key(instr))
+        for m in members[1:]:
+            acc = apply(instr.op, acc, ctxs[m].state.pop(_key(instr)))
+        for m in members:
+            ctxs[m].state[_key(instr) + ("result",)] = acc
+
+
+def _mismatch(
+    instr: Instr,
+    members: list[tuple[int, ...]],
+    axes: tuple[int, ...],
+    grid: tuple[int, ...],
+    waiting: dict[tuple[int, ...], Instr],
+) -> None:
+    here = set(members)
+    first = members[0]
+    group = [
+        inst
+        for inst in np.ndindex(*grid)
+        if all(inst[a] == first[a] for a in range(len(grid)) if a not in axes)
+    ]
+    missing = [g for g in group if g not in here]
+    elsewhere = [
+        f"{g} at line {waiting[g].loc.line if waiting[g].loc else '?'}"
+        for g in missing
+        if g in waiting
+    ]
+    raise NKIRuntimeError(
+        f"'{instr.api or 'nl.all_reduce'}' over program axes {list(axes)}: instances {members} "
+        f"reached it but {missing} of the same group did not"
+        + (f" (waiting at another collective: {', '.join(elsewhere)})" if elsewhere else "")
+        + "; every instance of the group must execute the same collectives in the same order",
+        code="err_collective_mismatch",
+        loc=instr.loc,
+        instance=first,
+    )
