@@ -105,7 +105,8 @@ def test_collective_in_a_loop_with_a_masked_ragged_tile_and_shuffled_orders():
     np.testing.assert_array_equal(running_total.configure(checks="full")[3](x), base)
 
 
-def test_instances_on_two_cores_and_the_numba_backend_fallback():
+def test_instances_on_two_cores_and_the_numba_backend_fallback(monkeypatch):
+    monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)  # checks=full has its own fallback
     x = np.random.default_rng(4).standard_normal((4 * 128, 2 * 64)).astype(np.float32)
     k = _reducer(np.maximum, 1)
     launch = k[nl.spmd_dim(2, nl.nc(2)), 2]  # grid (4, 2), axis 0 spread over two cores
