@@ -1,5 +1,6 @@
-"""Timing harness: runs each benchmark kernel in the simulator and the same computation in plain
-NumPy, prints medians and the slowdown ratio, and writes the figures to a JSON file.
+"""Timing harness: runs each benchmark kernel in the simulator, the same computation in plain
+NumPy and, when JAX is installed, the same kernel in JAX Pallas' interpret mode (a peer kernel
+interpreter); prints medians and the slowdown ratio, and writes the figures to a JSON file.
 
 Run: python benchmarks/run.py [--repeat 7] [--out benchmarks/results.json]
 
@@ -54,6 +55,32 @@ def _median(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def _pallas_peers(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], object]]:
+    """The same kernels in JAX Pallas' interpret mode (a peer kernel interpreter on CPU), if
+    JAX is installed: name -> callable returning a NumPy array."""
+    try:
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import pallas as pl
+    except ImportError:
+        return {}
+
+    def add_body(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    def exp_body(x_ref, o_ref):
+        o_ref[...] = jnp.exp(x_ref[...])
+
+    out = jax.ShapeDtypeStruct(a.shape, jnp.float32)
+    tile = pl.BlockSpec((128, 512), lambda i, j: (i, j))
+    rows = pl.BlockSpec((128, a.shape[1]), lambda i: (i, 0))
+    add = jax.jit(pl.pallas_call(add_body, out_shape=out, grid=(8, 4), in_specs=[tile, tile],
+                                 out_specs=tile, interpret=True))  # fmt: skip
+    exp = jax.jit(pl.pallas_call(exp_body, out_shape=out, grid=(a.shape[0] // 128,),
+                                 in_specs=[rows], out_specs=rows, interpret=True))  # fmt: skip
+    return {"tensor_add": lambda: np.asarray(add(a, b)), "exp": lambda: np.asarray(exp(a))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
@@ -62,16 +89,27 @@ def main() -> int:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1024, 2048)).astype(np.float32)
     b = rng.standard_normal((1024, 2048)).astype(np.float32)
+    peers = _pallas_peers(a, b)
     cases = [
-        ("tensor_add grid 8x4 (1024x2048 fp32)", lambda: tensor_add[8, 4](a, b), lambda: a + b),
-        ("exp affine_range x8 (1024x2048 fp32)", lambda: row_loop_exp(a), lambda: np.exp(a)),
-    ]
+        ("tensor_add grid 8x4 (1024x2048 fp32)", lambda: tensor_add[8, 4](a, b), lambda: a + b,
+         peers.get("tensor_add")),
+        ("exp affine_range x8 (1024x2048 fp32)", lambda: row_loop_exp(a), lambda: np.exp(a),
+         peers.get("exp")),
+    ]  # fmt: skip
     rows = []
-    for name, sim, ref in cases:
+    for name, sim, ref, peer in cases:
+        want = ref()
+        assert np.allclose(sim(), want, rtol=1e-6), name  # every contender computes the same
         t_sim, t_np = _median(sim, args.repeat), _median(ref, args.repeat)
-        rows.append({"case": name, "sim_s": t_sim, "numpy_s": t_np, "ratio": t_sim / t_np})
+        row = {"case": name, "sim_s": t_sim, "numpy_s": t_np, "ratio": t_sim / t_np}
         ratio = t_sim / t_np
-        print(f"{name:42s} sim {t_sim * 1e3:8.2f} ms  numpy {t_np * 1e3:7.2f} ms  x{ratio:6.1f}")
+        line = f"{name:38s} sim {t_sim * 1e3:7.2f} ms  numpy {t_np * 1e3:6.2f} ms  x{ratio:5.1f}"
+        if peer is not None:
+            assert np.allclose(peer(), want, rtol=1e-6), name
+            row["pallas_interpret_s"] = t_peer = _median(peer, args.repeat)
+            line += f"  pallas(interpret) {t_peer * 1e3:7.2f} ms"
+        rows.append(row)
+        print(line)
     Path(args.out).write_text(
         json.dumps({"python": platform.python_version(), "results": rows}, indent=2)
     )

@@ -10,7 +10,7 @@ Environment variables (read when no explicit value is given):
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
-* ``NKI_SIM_BACKEND``: ``numpy`` (default), ``numba`` or ``auto`` (see ``numba_backend``).
+* ``NKI_SIM_BACKEND``: ``auto`` (default), ``numpy`` or ``numba`` (see ``numba_backend``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class SimConfig:
     precise_fp: bool = True
     checks: str = "static"
     shuffle_seed: int | None = None
-    backend: str = "numpy"
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", target_name(self.target))
@@ -62,5 +62,5 @@ class SimConfig:
             precise_fp=precise,
             checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),
             shuffle_seed=seed_val,
-            backend=env.get("NKI_SIM_BACKEND", "numpy").strip().lower(),
+            backend=env.get("NKI_SIM_BACKEND", "auto").strip().lower(),
         )

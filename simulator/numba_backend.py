@@ -2,13 +2,12 @@
 
 ``SimConfig.backend`` selects it:
 
-* ``"numpy"`` (default): always the reference interpreter.
+* ``"numpy"``: always the reference interpreter.
 * ``"numba"``: compile the kernel when it is in the supported subset; otherwise warn once per
   traced kernel and reason (:class:`BackendFallbackWarning`) and run the interpreter.
-* ``"auto"``: compile when the kernel is in the subset, at least half of its instruction
-  executions compile natively, and it runs enough instructions (grid size x loop trip counts
-  >= ``AUTO_MIN_WORK_COLD``, or ``AUTO_MIN_WORK`` when its code is in the disk cache) for the
-  compile time to pay off, or when it is already compiled in this process; otherwise the
+* ``"auto"`` (default): compile when the kernel is in the supported subset and a cost model
+  (``estimate``) says the compiled run plus the compile (or disk-cache load) beats the
+  interpreter for this launch: many small tiles pay off, a few big ones do not; otherwise the
   interpreter, silently.
 
 Results are those of the interpreter, bit for bit (see ``numba_codegen``): instructions that
@@ -45,10 +44,16 @@ from . import numerics
 from .config import SimConfig
 from .numba_codegen import Plan, Unsupported, generate
 
-# instruction executions per launch from which "auto" uses the Numba backend: the interpreter
-# takes ~100-250 us per execution, a cold compile 1-10 s, loading from the disk cache ~0.2-1 s
-AUTO_MIN_WORK = 1000  # the compiled code is in the disk cache
-AUTO_MIN_WORK_COLD = 30000  # it must be compiled first
+# The cost model "auto" decides by, in seconds, measured on the 2-core development machine
+# (benchmarks/numba_vs_numpy.py and a compile-time sweep over kernel sizes). The interpreter pays
+# a fixed cost per instruction execution and vectorised NumPy per element; compiled loops pay
+# per element only (they do not vectorise across bfloat16 rounding, so big tiles favour NumPy).
+INTERP_PER_EXEC = 50e-6
+INTERP_PER_ELEMENT = 0.5e-9
+NUMBA_PER_ELEMENT = 2.5e-9
+COMPILE_BASE = 0.9  # a cold compile: ~0.9 s + 0.002 s x (instructions)^2 (6 -> 0.85 s, 82 -> 14 s)
+COMPILE_PER_INSTR2 = 0.002
+DISK_LOAD = 0.3  # loading the compiled kernel from the disk cache
 _VERSION = "1"  # bump when the generated code changes meaning
 
 
@@ -80,6 +85,8 @@ def plan(ir: KernelIR, config: SimConfig) -> tuple[Plan | None, str]:
         reason = ""
     except Unsupported as e:
         p, reason = None, str(e)
+    except Exception as e:  # a code generator bug must not stop the kernel: interpret it
+        p, reason = None, f"code generation failed ({type(e).__name__}: {str(e)[:200]})"
     if len(_PLANS) > 512:
         _PLANS.clear()
     _PLANS[id(ir)] = (ir, config.precise_fp, p, reason)
@@ -169,13 +176,31 @@ def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
         return True, ""
     p, _ = plan(ir, config)
     assert p is not None
-    if p.native_work * 2 < p.work:
-        return False, "most instructions would run on the interpreter anyway"
-    if is_compiled(p) or p.work >= AUTO_MIN_WORK_COLD:
+    interp, compiled = estimate(p)
+    why = f"compiling does not pay off: interpreter ~{interp:.3g} s, compiled ~{compiled:.3g} s"
+    if compiled >= interp:
+        return False, why
+    setup = setup_cost(p)  # looked up only when it can matter (it imports numba)
+    if compiled + setup < interp:
         return True, ""
-    if p.work >= AUTO_MIN_WORK and on_disk(p):
-        return True, ""
-    return False, f"too little work for compiling to pay off ({p.work} instruction executions)"
+    return False, f"{why} + {setup:.3g} s to compile or load"
+
+
+def estimate(p: Plan) -> tuple[float, float]:
+    """(interpreter seconds, compiled seconds) for one launch of the natively compiled part of
+    ``p`` (hosted instructions cost the same either way)."""
+    interp = p.native_work * INTERP_PER_EXEC + p.native_elements * INTERP_PER_ELEMENT
+    return interp, p.native_elements * NUMBA_PER_ELEMENT
+
+
+def setup_cost(p: Plan) -> float:
+    """Seconds before the compiled kernel can run: 0 when compiled in this process, a disk-cache
+    load, or a cold compile growing with the square of the instruction count."""
+    if is_compiled(p):
+        return 0.0
+    if on_disk(p):
+        return DISK_LOAD
+    return COMPILE_BASE + COMPILE_PER_INSTR2 * len(p.instrs) ** 2
 
 
 class _Host:
@@ -305,7 +330,12 @@ def maybe_run(
 ) -> bool:
     """The interpreter's dispatch hook: True when the Numba backend ran the kernel, False when
     the caller must interpret it."""
-    use, reason = choose(ir, config)
+    try:
+        use, reason = choose(ir, config)
+    except NKIError:
+        raise
+    except Exception as e:  # e.g. numba missing or broken: the interpreter still runs the kernel
+        use, reason = False, f"the Numba backend is unavailable ({type(e).__name__}: {e})"
     if use:
         try:
             run(ir, shared, config, order)

@@ -126,6 +126,7 @@ class Plan:
     args: list[Buffer]
     work: int  # instruction executions per launch (grid x loop trip counts)
     native_work: int  # of which compiled natively (the rest run the interpreter's handlers)
+    native_elements: int  # tile elements those native executions compute, per launch
     instrs: list[tuple[Instr, tuple[Sym, ...], tuple[str, ...]]] = field(default_factory=list)
     hosted_ops: list[str] = field(default_factory=list)  # "kind.op" run by the interpreter
     # instruction index -> (op, tile shape, operands: scratch names / fp32 constants, result)
@@ -214,6 +215,7 @@ class _Gen:
         self.uid = 0
         self.work = 0
         self.native_work = 0
+        self.native_elements = 0
         self.scope: list[Sym] = [PidSym(a) for a in range(len(ir.grid.shape))]
         self.ranges: dict = {PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)}
         self.instrs: list[tuple[Instr, tuple[Sym, ...], tuple[str, ...]]] = []
@@ -417,6 +419,7 @@ class _Gen:
         try:
             self.native(ins)
             self.native_work += trips
+            self.native_elements += trips * (math.prod(ins.dst.shape) if ins.dst else 1)
             full = self.covers(ins)
         except Unsupported:  # undo what was generated, host the instruction instead
             self.lines = self.lines[: mark[0]]
@@ -792,6 +795,7 @@ def generate(ir: KernelIR, config, func: str = "nki_kernel") -> Plan:
         args,
         g.work * grid,
         g.native_work * grid,
+        g.native_elements * grid,
         g.instrs,
         g.hosted,
         g.ew_calls,

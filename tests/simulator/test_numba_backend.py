@@ -320,22 +320,42 @@ def test_unchecked_out_of_bounds_kernel_is_never_compiled():
             k[2, 2](a, a)
 
 
-def test_auto_picks_by_work(monkeypatch):
+def test_auto_decides_by_the_cost_model(monkeypatch, tmp_path):
+    monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))  # not compiled yet, not on disk
+    monkeypatch.setattr(numba_backend, "_FUNCS", {})
     a = np.ones((256, 128), dtype=np.float32)
     k = add_2d.configure(backend="auto")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # auto never warns
-        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK", 10**9)
-        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK_COLD", 10**9)
-        monkeypatch.setattr(numba_backend, "_FUNCS", {})
-        k[2, 2](a, a)
+        k[2, 2](a, a)  # 4 instances x (2 loads, add, store) of 128 x 64 tiles: a compile
         assert k.last_run.backend == "numpy"
-        monkeypatch.setattr(numba_backend, "AUTO_MIN_WORK_COLD", 1)
+        p, _ = numba_backend.plan(k.last_ir, k.config())
+        assert (p.work, p.native_work, p.native_elements) == (16, 16, 16 * 128 * 64)
+        interp, compiled = numba_backend.estimate(p)
+        assert interp == pytest.approx(16 * 50e-6 + 16 * 128 * 64 * 0.5e-9)
+        assert compiled == pytest.approx(16 * 128 * 64 * 2.5e-9)
+        monkeypatch.setattr(numba_backend, "INTERP_PER_EXEC", 1.0)  # a very slow interpreter
         k[2, 2](a, a)
         assert k.last_run.backend == "numba"
         kf = k.configure(checks="full")
         kf[2, 2](a, a)
         assert kf.last_run.backend == "numpy"
+    # big tiles: compiled element loops lose to vectorised NumPy whatever the compile cost
+    monkeypatch.setattr(numba_backend, "INTERP_PER_EXEC", 50e-6)
+    monkeypatch.setattr(numba_backend, "COMPILE_BASE", 0.0)
+    monkeypatch.setattr(numba_backend, "COMPILE_PER_INSTR2", 0.0)
+
+    @nki.jit(backend="auto")
+    def add_big(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.load(a), nl.load(b)))
+        return out
+
+    big = np.ones((128, 8192), dtype=np.float32)
+    np.testing.assert_array_equal(add_big(big, big), big + big)
+    assert add_big.last_run.backend == "numpy"
+    use, why = numba_backend.choose(add_big.last_ir, add_big.config())
+    assert not use and "does not pay off" in why
 
 
 def test_disk_cache_files(tmp_path, monkeypatch):
