@@ -384,6 +384,7 @@ def tensor_tensor_scan(
     ``r[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])``,
     ``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` (fp32 math). ``reverse0``
     swaps op0's operands, ``reverse1`` op1's. ``initial``: a scalar or (P, 1) tile.
+    ``data0`` and ``data1`` cannot both be in PSUM.
 
     Example: ``r = nisa.tensor_tensor_scan(a, b, 0.0, np.multiply, np.add)`` (linear recurrence).
     """
@@ -391,6 +392,7 @@ def tensor_tensor_scan(
     a0, t0 = tile(data0, api, "data0")
     a1, t1 = tile(data1, api, "data1")
     same_elements(a0.shape, a1.shape, api, "data0", "data1")
+    not_both_psum(t0, t1, api, "data0", "data1")
     f0 = _binary(op0, api, "op0")
     f1 = _binary(op1, api, "op1")
     for role, f in (("op0", f0), ("op1", f1)):
