@@ -190,8 +190,25 @@ def _write_res(ctx: Ctx, instr: Instr, key: str, values: np.ndarray) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_tile_position(instr: Instr, ctx: Ctx) -> None:
+    """A loop-dependent ``tile_position`` must be aligned to ``tile_size`` and inside the
+    128x128 PE array at every iteration (constant positions were checked at trace time)."""
+    pos = instr.attr("tile_position")
+    if pos is None:
+        return
+    for what, aff, size in zip(("row", "column"), pos, instr.attr("tile_size")):
+        p = aff.evaluate(ctx.env)
+        if p % size or not 0 <= p <= 128 - size:
+            raise NKIRuntimeError(
+                f"nisa.nc_matmul: tile_position {what} {aff} = {p} must be a multiple of the "
+                f"tile size {size} within the 128x128 PE array (position + size <= 128)",
+                code="err_invalid_tile_position",
+            )
+
+
 @isa("nc_matmul")
 def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
+    _check_tile_position(instr, ctx)
     sacc, macc = instr.srcs
     s_raw, m_raw = ctx.read(sacc), ctx.read(macc)  # type: ignore[arg-type]
     if instr.attr("transpose"):

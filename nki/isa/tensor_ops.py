@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
-from ..tracer import NkiTensor
+from ..ir import Affine
+from ..symbolic import Scalar
+from ..tracer import NkiTensor, state
 from .common import emit_isa, free_size, out_dtype, out_tile, rules, target, tile
 from .enums import engine_name
 from .rules import check_dtype_in
@@ -112,7 +116,7 @@ def nc_matmul(
             code="err_size_of_dimension_exceed_arch_limit",
             loc=user_loc(),
         )
-    _check_tiling(tile_position, tile_size, sshape[0], m_free, api)
+    tiling = _check_tiling(tile_position, tile_size, sshape[0], m_free, perf, api)
     if is_transpose:
         if not r.matmul_transpose_mode:
             raise NKIUnsupportedError(
@@ -142,7 +146,11 @@ def nc_matmul(
             loc=user_loc(),
         )
     out = out_tile(out_shape, odt, api, "psum")
-    attrs = {"engine": "tensor", "transpose": bool(is_transpose), "perf_mode": perf}
+    attrs: dict[str, Any] = {"engine": "tensor", "transpose": bool(is_transpose), "perf_mode": perf}
+    if tiling is not None and not all(a.is_const for a in tiling):
+        # loop-dependent PE tile: alignment checked per iteration by the executor
+        attrs["tile_position"] = tiling
+        attrs["tile_size"] = (int(tile_size[0]), int(tile_size[1]))
     from ..classic import classic_mode
 
     if classic_mode():  # psum += nc_matmul(...) on a fresh PSUM tile starts the group
@@ -157,11 +165,16 @@ def _in_dtypes() -> tuple[str, ...]:
     return MATMUL_IN_DTYPES
 
 
-def _check_tiling(position: Any, size: Any, k: int, m: int, api: str) -> None:
-    """PE-array tiling: sizes from the target's list, positions aligned to the sizes, and the
-    operands must fit the tile (row = contraction, column = stationary free)."""
+def _check_tiling(
+    position: Any, size: Any, k: int, m: int, perf: str, api: str
+) -> tuple[Affine, Affine] | None:
+    """PE-array tiling: sizes from the target's list, positions aligned to the sizes and inside
+    the 128x128 array, and the operands must fit the tile (row = contraction, column =
+    stationary free). Positions may be affine in loop iterators / program ids (as in the AWS
+    ``nc_matmul`` example): those are checked over the loop ranges here and exactly, per
+    iteration, when the instruction runs (the returned affine (row, column) positions)."""
     if not position and not size:
-        return
+        return None
     if len(tuple(position)) != 2 or len(tuple(size)) != 2:
         raise NKIError(
             f"tile_position and tile_size of '{api}' must both be (row, column) pairs; got "
@@ -170,18 +183,22 @@ def _check_tiling(position: Any, size: Any, k: int, m: int, api: str) -> None:
             loc=user_loc(),
         )
     ok = rules().matmul_tile_sizes
+    pos: list[Affine] = []
     for what, s, p, need in (("row", size[0], position[0], k), ("column", size[1], position[1], m)):
-        if s not in ok:
+        if isinstance(s, Scalar) or s not in ok:
             raise NKIError(
                 f"tile_size {what} {s} of '{api}' is not supported on {target().name}; "
-                f"supported sizes: {list(ok)}",
+                f"supported sizes: {list(ok)} (compile-time integers)",
                 code="err_invalid_tile_position",
                 loc=user_loc(),
             )
-        if p % s or p + s > 128:
+        aff = p.aff if isinstance(p, Scalar) else Affine.constant(_static_position(p, what, api))
+        lo, hi = _position_bounds(aff)
+        if (aff.is_const and aff.const % s) or lo < 0 or hi + s > 128:
+            shown = aff.const if aff.is_const else f"{aff} (in [{lo}, {hi}])"
             raise NKIError(
-                f"tile_position {what} {p} of '{api}' must be a multiple of the tile size {s} "
-                f"within the 128x128 PE array",
+                f"tile_position {what} {shown} of '{api}' must be a multiple of the tile size {s} "
+                f"within the 128x128 PE array (position + size <= 128)",
                 code="err_invalid_tile_position",
                 loc=user_loc(),
             )
@@ -191,6 +208,35 @@ def _check_tiling(position: Any, size: Any, k: int, m: int, api: str) -> None:
                 code="err_invalid_tile_position",
                 loc=user_loc(),
             )
+        pos.append(aff)
+    if perf != "none" and size[1] != 128:
+        raise NKIError(
+            f"perf_mode={perf!r} of '{api}' cannot be combined with PE column tiling "
+            f"(tile_size column {size[1]}); use a column size of 128",
+            code="err_invalid_tile_position",
+            loc=user_loc(),
+        )
+    return (pos[0], pos[1])
+
+
+def _static_position(p: Any, what: str, api: str) -> int:
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+        raise NKIError(
+            f"tile_position {what} of '{api}' must be an integer or an affine expression of loop "
+            f"iterators / program ids; got {p!r}",
+            code="err_invalid_tile_position",
+            loc=user_loc(),
+        )
+    return int(p)
+
+
+def _position_bounds(aff: Affine) -> tuple[int, int]:
+    """(min, max) of a position over the enclosing loops' ranges (program ids unbounded here:
+    their values are checked when the instruction runs)."""
+    ranges = state("nisa.nc_matmul").loop_ranges
+    if any(s not in ranges for s in aff.symbols()):
+        return aff.const, aff.const
+    return aff.bounds(ranges)
 
 
 def nc_transpose(

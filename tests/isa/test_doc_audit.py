@@ -6,7 +6,7 @@ import numpy as np
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIMemoryError
+from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError
 
 from .util import close, expect_error, rand, run
 
@@ -51,4 +51,87 @@ def test_scan_operands_not_both_psum():
         cls=NKIMemoryError,
         code="err_unsupported_memory",
         fragments=["'data0'", "'data1'", "nisa.tensor_tensor_scan", "PSUM"],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# nc_matmul tiling: positions may be affine in loop iterators; double_row excludes column tiling
+# --------------------------------------------------------------------------------------------
+
+
+def k_mm_tile_loop(g, h, step):
+    out = _out((g.shape[0], g.shape[2], h.shape[2]))
+    for i in nl.affine_range(g.shape[0]):
+        gi, hi = nl.load(g[i]), nl.load(h[i])
+        r = nisa.nc_matmul(gi, hi, tile_position=(i * step, 0), tile_size=(64, 128))  # ERR
+        nl.store(out[i], r)
+    return out
+
+
+def test_matmul_tile_position_affine_in_loop_iterator():
+    g, h = rand((2, 64, 48)), rand((2, 64, 256))
+    got = run(k_mm_tile_loop, g, h, 64)
+    want = np.einsum("bkm,bkn->bmn", g.astype(np.float64), h.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_tile_position_misaligned_at_run_time():
+    g, h = rand((2, 64, 48)), rand((2, 64, 256))
+    # i * 32 stays inside the array (max 32 + 64 <= 128) but is not a multiple of 64 at i = 1
+    expect_error(
+        k_mm_tile_loop,
+        g,
+        h,
+        32,
+        cls=NKIRuntimeError,
+        code="err_invalid_tile_position",
+        fragments=["tile_position row", "= 32", "multiple of the tile size 64"],
+    )
+
+
+def k_mm_tile_loop4(g, h):
+    out = _out((g.shape[0], g.shape[2], h.shape[2]))
+    for i in nl.affine_range(g.shape[0]):
+        gi, hi = nl.load(g[i]), nl.load(h[i])
+        r = nisa.nc_matmul(gi, hi, tile_position=(i * 64, 0), tile_size=(64, 128))  # ERR
+        nl.store(out[i], r)
+    return out
+
+
+def test_matmul_tile_position_outside_pe_array_at_trace_time():
+    g, h = rand((3, 64, 48)), rand((3, 64, 128))
+    expect_error(
+        k_mm_tile_loop4,
+        g,
+        h,
+        cls=NKIError,
+        code="err_invalid_tile_position",
+        fragments=["tile_position row", "in [0, 128]", "position + size <= 128"],
+    )
+
+
+def k_mm_double_row_cols(a, b, cols):
+    out = _out((a.shape[2], b.shape[2]))
+    sa, sb, mode = nl.load(a), nl.load(b), "double_row_gen3"
+    p = nisa.nc_matmul(sa, sb, perf_mode=mode, tile_position=(0, 0), tile_size=(128, cols))  # ERR
+    nl.store(out, nisa.tensor_copy(p))
+    return out
+
+
+def test_double_row_cannot_use_column_tiling():
+    import ml_dtypes
+
+    a = rand((128, 2, 32), ml_dtypes.float8_e4m3)
+    b = rand((128, 2, 64), ml_dtypes.float8_e4m3)
+    got = run(k_mm_double_row_cols, a, b, 128)
+    want = np.einsum("kim,kin->mn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    expect_error(
+        k_mm_double_row_cols,
+        a,
+        b,
+        64,
+        cls=NKIError,
+        code="err_invalid_tile_position",
+        fragments=["double_row_gen3", "column tiling", "column 64"],
     )
