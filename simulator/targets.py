@@ -97,6 +97,7 @@ class IsaRules:
     hwdge: bool  # dma_copy(dge_mode=hwdge) available
     only_from_here: tuple[str, ...] = ()  # instructions introduced with this generation
     activation_no_bias: tuple[str, ...] = ()  # activation functions that cannot take a bias
+    activation_scalar_bias: bool = True  # activation(bias=<scalar>) (v2: (P, 1) vectors only)
 
 
 _PERF = ("double_row_gen3", "double_row")
@@ -115,6 +116,7 @@ ISA_RULES: dict[str, IsaRules] = {
         scalar_copy_exact=False,
         hwdge=False,
         activation_no_bias=("reciprocal",),
+        activation_scalar_bias=False,
     ),
     "trn2": IsaRules(
         matmul_moving_fmax=512,

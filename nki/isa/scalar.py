@@ -43,12 +43,12 @@ def activation(
     the data's dtype).
 
     ``scale`` is a compile-time scalar or a (P, 1) float32 tile; ``bias`` a (P, 1) tile of
-    float32 / float16 / bfloat16 (or a scalar). With ``reduce_op`` the activated values are also
-    reduced along the free axes into the engine's 128 per-partition accumulator registers as
-    ``reduce_cmd`` says (idle: untouched; reset: to the op's identity; reduce: fold in;
-    reset_reduce: reset then fold in); ``reduce_res`` (P, 1), if given, receives the registers.
-    Registers never reset hold NaN here (their hardware content is undefined). NeuronCore-v2
-    only accumulates with add.
+    float32 / float16 / bfloat16 (or, from NeuronCore-v3, a scalar). With ``reduce_op`` the
+    activated values are also reduced along the free axes into the engine's 128 per-partition
+    accumulator registers as ``reduce_cmd`` says (idle: untouched; reset: to the op's
+    identity; reduce: fold in; reset_reduce: reset then fold in); ``reduce_res`` (P, 1), if
+    given, receives the registers. Registers never reset hold NaN here (their hardware content
+    is undefined). NeuronCore-v2 only accumulates with add.
 
     Example: ``e = nisa.activation(nl.exp, x, bias=neg_max, scale=1.0)``.
     """
@@ -134,6 +134,14 @@ def _activation(
             f"'{api}' with op={fn.name} cannot take a bias on {t.name} (NeuronCore-v{t.gen}); "
             "add the bias with a separate instruction",
             code="err_activation_bias_unsupported",
+            loc=user_loc(),
+        )
+    elif not is_tile(bias) and not rules().activation_scalar_bias:
+        t = target()
+        raise NKITypeError(
+            f"'bias' of '{api}' must be a ({parts}, 1) vector on {t.name} "
+            f"(NeuronCore-v{t.gen}); a scalar bias ({bias!r}) needs NeuronCore-v3 (trn2) or newer",
+            code="err_activation_bias_invalid_type",
             loc=user_loc(),
         )
     else:

@@ -6,7 +6,7 @@ import numpy as np
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError
+from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError, NKITypeError
 
 from .util import close, expect_error, rand, run
 
@@ -134,4 +134,29 @@ def test_double_row_cannot_use_column_tiling():
         cls=NKIError,
         code="err_invalid_tile_position",
         fragments=["double_row_gen3", "column tiling", "column 64"],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# activation: a scalar bias needs NeuronCore-v3; NeuronCore-v2 takes (P, 1) vectors only
+# --------------------------------------------------------------------------------------------
+
+
+def k_act_scalar_bias(x):
+    out = _out(x.shape)
+    nl.store(out, nisa.activation(nl.exp, nl.load(x), bias=0.25, scale=2.0))  # ERR
+    return out
+
+
+def test_activation_scalar_bias_trn2_only():
+    x = rand((32, 40), lo=-1.0, hi=1.0)
+    got = run(k_act_scalar_bias, x, target="trn2")
+    close(got, np.exp(x * np.float32(2.0) + np.float32(0.25)), rtol=1e-5)
+    expect_error(
+        k_act_scalar_bias,
+        x,
+        target="trn1",
+        cls=NKITypeError,
+        code="err_activation_bias_invalid_type",
+        fragments=["'bias'", "nisa.activation", "(32, 1) vector", "trn1", "0.25"],
     )
