@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Access, Const, Mask
@@ -101,7 +103,26 @@ def dt(t: NkiTensor) -> str:
 
 
 def out_dtype(dtype: object, default: str) -> str:
-    return dtypes.name_of(dtype) if dtype is not None else default
+    return dtype_name(dtype) if dtype is not None else default
+
+
+def dtype_name(dtype: object) -> str:
+    """``dtypes.name_of`` with the kernel's line on the error for an unsupported dtype."""
+    try:
+        return dtypes.name_of(dtype)
+    except NKIError as e:
+        raise NKITypeError(e.message, code=e.code, loc=user_loc()) from None
+
+
+def static_int(x: object, api: str, role: str) -> int:
+    """A compile-time integer argument (Python or NumPy int)."""
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise NKITypeError(
+            f"'{role}' of '{api}' must be a compile-time integer, got {x!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    return int(x)
 
 
 def widest(names: list[str]) -> str:

@@ -91,7 +91,10 @@ def dma_transpose(
     sacc, st = tile(src, api, "src", _DMA_BUFFERS, compute=False)
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
-    got = tuple(int(a) for a in axes) if axes is not None else want
+    try:
+        got = tuple(int(a) for a in axes) if axes is not None else want
+    except (TypeError, ValueError):
+        got = None
     if want is None or got != want:
         raise NKIError(
             f"'{api}' supports axes {_TRANSPOSE_AXES} by rank; got a rank-{rank} 'src' with "

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import dtypes
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Cond, Mask
 from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, const_operand
-from .common import alu_op, check_bitvec_dtypes, dt, emit_isa, free_size, out_dtype, out_tile, tile
+from .common import (
+    alu_op,
+    check_bitvec_dtypes,
+    dt,
+    dtype_name,
+    emit_isa,
+    free_size,
+    out_dtype,
+    out_tile,
+    static_int,
+    tile,
+)
 from .enums import engine_name
 from .rules import check_dtype_in
 
@@ -44,7 +54,7 @@ def iota(expr: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
             code="err_insufficient_rank",
             loc=user_loc(),
         )
-    out = out_tile(shape, dtypes.name_of(dtype), api)
+    out = out_tile(shape, dtype_name(dtype), api)
     emit_isa(
         "iota", out.access_(), (expand_expr(expr.expr, shape),), {"engine": "gpsimd"}, mask=mask
     )
@@ -60,7 +70,8 @@ def memset(
     Example: ``z = nisa.memset((128, 512), 0.0, nl.float32)``.
     """
     api = "nisa.memset"
-    shp = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    shp = tuple(static_int(s, api, "shape") for s in dims)
     eng = engine_name(engine)
     eng = "vector" if eng == "unknown" else eng
     if eng not in ("vector", "gpsimd"):
@@ -77,7 +88,7 @@ def memset(
             code="err_unsupported_operand",
             loc=user_loc(),
         )
-    out = out_tile(shp, dtypes.name_of(dtype), api)
+    out = out_tile(shp, dtype_name(dtype), api)
     emit_isa("memset", out.access_(), (const_operand(value),), {"engine": eng}, mask=mask)
     return out
 

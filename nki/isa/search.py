@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..tracer import NkiTensor, const_operand
@@ -147,9 +149,9 @@ def nc_match_replace8(
     same_partitions(acc.shape, vacc.shape, api, "data", "vals")
     _elements_between(acc.shape, 8, 16384, api, "data")
     _elements_between(vacc.shape, 8, 8, api, "vals")
-    if is_tile(imm):
+    if is_tile(imm) or isinstance(imm, bool) or not isinstance(imm, (int, float, np.number)):
         raise NKITypeError(
-            f"'imm' of '{api}' must be a compile-time scalar",
+            f"'imm' of '{api}' must be a compile-time float scalar, got {imm!r}",
             code="err_unsupported_operand",
             loc=user_loc(),
         )

@@ -21,6 +21,7 @@ from .common import (
     out_tile,
     same_elements,
     scalar_or_vector,
+    static_int,
     tile,
 )
 from .enums import engine_name, enum_value
@@ -266,7 +267,7 @@ def range_select(
         "engine": "vector",
         "comp_op0": ops[0],
         "comp_op1": ops[1],
-        "range_start": int(range_start),
+        "range_start": static_int(range_start, api, "range_start"),
         "reduce_op": rop.name,
         "reduce_cmd": cmd.name,
     }

@@ -160,3 +160,45 @@ def test_activation_scalar_bias_trn2_only():
         code="err_activation_bias_invalid_type",
         fragments=["'bias'", "nisa.activation", "(32, 1) vector", "trn1", "0.25"],
     )
+
+
+# --------------------------------------------------------------------------------------------
+# bad compile-time arguments: located NKIErrors, not bare Python exceptions
+# --------------------------------------------------------------------------------------------
+
+
+def k_bad_arg(x, which):
+    out = _out((8, 8))
+    t = nl.load(x)
+    lt = np.less
+    if which == "memset_shape":
+        r = nisa.memset((8, "8"), 0.0, nl.float32)  # E_memset_shape
+    elif which == "memset_dtype":
+        r = nisa.memset((8, 8), 0.0, "float31")  # E_memset_dtype
+    elif which == "iota_dtype":
+        r = nisa.iota(nl.arange(8)[:, None] + nl.arange(8)[None, :], "int33")  # E_iota_dtype
+    elif which == "range_start":
+        r = nisa.range_select(  # E_range_start
+            on_true_tile=t, comp_op0=lt, comp_op1=lt, bound0=1.0, bound1=2.0, range_start="3"
+        )
+    elif which == "imm":
+        r = nisa.nc_match_replace8(data=t, vals=t, imm="-inf")  # E_imm
+    else:
+        r = nisa.dma_transpose(t, axes="ab")  # E_axes
+    nl.store(out, r)
+    return out
+
+
+def test_bad_compile_time_arguments_are_located():
+    x = rand((8, 8))
+    for which, cls, code, frags in (
+        ("memset_shape", NKITypeError, "err_invalid_argument", ["'shape'", "nisa.memset", "'8'"]),
+        ("memset_dtype", NKITypeError, "err_unsupported_dtype", ["'float31'"]),
+        ("iota_dtype", NKITypeError, "err_unsupported_dtype", ["'int33'"]),
+        ("range_start", NKITypeError, "err_invalid_argument", ["'range_start'", "'3'"]),
+        ("imm", NKITypeError, "err_unsupported_operand", ["'imm'", "nc_match_replace8", "-inf"]),
+        ("axes", NKIError, "err_unsupported_transpose_axes", ["axes='ab'"]),
+    ):
+        expect_error(
+            k_bad_arg, x, which, cls=cls, code=code, fragments=frags, marker=f"# E_{which}"
+        )
