@@ -336,15 +336,26 @@ def nc_stream_shuffle(
     emit_isa("nc_stream_shuffle", dacc, (sacc,), {"engine": "vector", "shuffle": m}, mask=mask)
 
 
-def reciprocal(data: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
-    """``1 / data`` element-wise in fp32 (Vector engine).
+def reciprocal(
+    data: Any, *, dtype: Any = None, mask: Any = None, engine: Any = None, **_kw: Any
+) -> NkiTensor:
+    """``1 / data`` element-wise in fp32 on the Vector engine (default; more precise) or the
+    Scalar engine (``engine=nisa.scalar_engine``); no other engine runs it.
 
     Example: ``r = nisa.reciprocal(x)``.
     """
     api = "nisa.reciprocal"
     acc, t = tile(data, api, "data")
+    eng = engine_name(engine)
+    eng = "vector" if eng == "unknown" else eng
+    if eng not in ("vector", "scalar"):
+        raise NKIError(
+            f"'{api}' runs on the Vector or Scalar engine, not {eng}",
+            code="err_unsupported_engine_for_op",
+            loc=user_loc(),
+        )
     out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
-    emit_isa("reciprocal", out.access_(), (acc,), {"engine": "vector"}, mask=mask)
+    emit_isa("reciprocal", out.access_(), (acc,), {"engine": eng}, mask=mask)
     return out
 
 

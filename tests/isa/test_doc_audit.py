@@ -202,3 +202,28 @@ def test_bad_compile_time_arguments_are_located():
         expect_error(
             k_bad_arg, x, which, cls=cls, code=code, fragments=frags, marker=f"# E_{which}"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# reciprocal: engine= selects the Vector (default) or Scalar engine, nothing else
+# --------------------------------------------------------------------------------------------
+
+
+def k_recip_engine(x, engine):
+    out = _out(x.shape)
+    nl.store(out, nisa.reciprocal(nl.load(x), engine=engine))  # ERR
+    return out
+
+
+def test_reciprocal_engine_choice():
+    x = rand((16, 24), lo=0.5, hi=4.0)
+    for eng in (nisa.vector_engine, nisa.scalar_engine, nisa.unknown_engine):
+        close(run(k_recip_engine, x, eng), np.float32(1.0) / x)
+    expect_error(
+        k_recip_engine,
+        x,
+        nisa.gpsimd_engine,
+        cls=NKIError,
+        code="err_unsupported_engine_for_op",
+        fragments=["nisa.reciprocal", "Vector or Scalar", "gpsimd"],
+    )
