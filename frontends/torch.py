@@ -175,8 +175,21 @@ def nki_jit(kernel: Any = None, **kwargs: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _forward(pair: KernelPair, inputs: tuple) -> Any:
-    return launch(pair.forward_launch(inputs), inputs, {})
+def _forward(pair: KernelPair, inputs: tuple, statics: dict[str, Any] | None = None) -> Any:
+    return launch(pair.forward_launch(inputs), inputs, statics or {})
+
+
+def _accepted(fn: Any, names: list[str]) -> list[str]:
+    """The names among ``names`` that the Python function ``fn`` takes as keyword arguments."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return list(names)
+    return [n for n in names if n in params and params[n].kind != params[n].POSITIONAL_ONLY]
 
 
 def _backward(pair: KernelPair, inputs: tuple, outputs: tuple, grads: tuple) -> tuple:
@@ -241,13 +254,15 @@ def autograd_function(
 # --------------------------------------------------------------------------------------------
 
 
-def _fake_outputs(k: Launch, inputs: tuple, api: str) -> tuple[OutSpec, ...]:
+def _fake_outputs(
+    k: Launch, inputs: tuple, api: str, statics: dict[str, Any] | None = None
+) -> tuple[OutSpec, ...]:
     """Output shapes/dtypes of ``k`` on tensors ``inputs`` (fake or real) by tracing it."""
     ph = []
     for i, t in enumerate(inputs):
         npd = _np_dtype(t, f"input {i} of {api}")[0]  # fake/meta tensors: any device
         ph.append(placeholder(tuple(int(s) for s in t.shape), npd))
-    return common.trace_signature(k, tuple(ph), {}, api=api).outputs
+    return common.trace_signature(k, tuple(ph), dict(statics or {}), api=api).outputs
 
 
 def _tensor_params(k: Any) -> list[str]:
@@ -261,14 +276,46 @@ def _tensor_params(k: Any) -> list[str]:
     ]
 
 
-def _schema(names: list[str], n_out: int) -> str:
+_SCHEMA_TYPES = {bool: "bool", int: "int", float: "float"}
+
+
+def _static_params(k: Any) -> dict[str, Any]:
+    """The kernel's scalar parameters with defaults (``eps=1e-5``, ``n=4``, ``causal=False``):
+    they become optional ``float`` / ``int`` / ``bool`` arguments of the custom op."""
+    import inspect
+
+    fn = (k.kernel if isinstance(k, Launch) else k).fn
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and type(p.default) in _SCHEMA_TYPES
+    }
+
+
+def _schema(names: list[str], n_out: int, statics: dict[str, Any] | None = None) -> str:
     ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
-    return "(" + ", ".join(f"Tensor {n}" for n in names) + ") -> " + ret
+    args = [f"Tensor {n}" for n in names]
+    args += [f"{_SCHEMA_TYPES[type(v)]} {n}={v!r}" for n, v in (statics or {}).items()]
+    return "(" + ", ".join(args) + ") -> " + ret
 
 
-def _define(qualname: str, names: list[str], n_out: int, run: Any, outs_of: Any) -> Any:
-    def impl(*tensors: torch.Tensor) -> Any:
-        res = run(tensors)
+def _define(
+    qualname: str,
+    names: list[str],
+    n_out: int,
+    run: Any,
+    outs_of: Any,
+    statics: dict[str, Any] | None = None,
+) -> Any:
+    """A custom op ``(tensors..., statics...) -> outputs``; ``run`` / ``outs_of`` get the
+    tensors and a dict of the static values."""
+    n_t, keys = len(names), list(statics or {})
+
+    def split(args: tuple) -> tuple[tuple, dict[str, Any]]:
+        return args[:n_t], dict(zip(keys, args[n_t:]))
+
+    def impl(*args: Any) -> Any:
+        res = run(*split(args))
         res_t = as_tuple(res)
         if len(res_t) != n_out:
             raise NKIError(
@@ -279,8 +326,9 @@ def _define(qualname: str, names: list[str], n_out: int, run: Any, outs_of: Any)
             )
         return res_t[0] if n_out == 1 else res_t
 
-    def fake(*tensors: torch.Tensor) -> Any:
-        specs = outs_of(tensors)
+    def fake(*args: Any) -> Any:
+        tensors, kw = split(args)
+        specs = outs_of(tensors, kw)
         if len(specs) != n_out:
             raise NKIError(
                 f"custom op {qualname} was declared with {n_out} output(s) but its kernel "
@@ -291,7 +339,9 @@ def _define(qualname: str, names: list[str], n_out: int, run: Any, outs_of: Any)
         outs = tuple(tensors[0].new_empty(s.shape, dtype=torch_dtype(s.dtype)) for s in specs)
         return outs[0] if n_out == 1 else outs
 
-    op = torch.library.custom_op(qualname, impl, mutates_args=(), schema=_schema(names, n_out))
+    op = torch.library.custom_op(
+        qualname, impl, mutates_args=(), schema=_schema(names, n_out, statics)
+    )
     op.register_fake(fake)
     return op
 
@@ -310,8 +360,11 @@ def custom_op(
     (``"namespace::name"``), with a fake implementation (output shapes/dtypes come from tracing
     the kernel, so it also works on fake/meta tensors) and, if ``backward`` is given, autograd.
 
-    The op's arguments are the kernel's parameters without defaults, all tensors; it returns
-    ``num_outputs`` tensors. A kernel ``backward`` becomes a second custom op
+    The op's arguments are the kernel's parameters without defaults, all tensors, then its
+    scalar parameters with defaults (``eps=1e-5``: ``float``, ``int`` or ``bool``, optional,
+    passed positionally or by name); it returns ``num_outputs`` tensors. A kernel backward is
+    given the scalar arguments it declares (by name); a Python backward gets them as keyword
+    arguments if it accepts them. A kernel ``backward`` becomes a second custom op
     ``qualname + "_backward"``, so forward and backward both work inside
     ``torch.compile(fullgraph=True)``; a Python ``backward`` must use traceable torch ops (or
     custom ops) to be compiled. Returns the op (callable like a function)."""
@@ -330,42 +383,52 @@ def custom_op(
             code="err_invalid_argument",
             loc=boundary_loc(),
         )
+    statics = _static_params(pair.forward)
     op = _define(
         qualname,
         names,
         num_outputs,
-        lambda ts: _forward(pair, ts),
-        lambda ts: _fake_outputs(pair.forward_launch(ts), ts, f"custom op {qualname}"),
+        lambda ts, kw: _forward(pair, ts, kw),
+        lambda ts, kw: _fake_outputs(pair.forward_launch(ts), ts, f"custom op {qualname}", kw),
+        statics,
     )
     if pair.backward is None:
         return op
     n_in = len(names)
     bwd_op = None
+    b_statics: dict[str, Any] = {}
     if is_kernel(pair.backward):
         out_names = [f"out{i}" for i in range(num_outputs)] if save_outputs else []
         bnames = names + out_names + [f"grad{i}" for i in range(num_outputs)]
         bname = qualname + "_backward"
+        b_statics = {n: v for n, v in _static_params(pair.backward).items() if n in statics}
 
-        def run_bwd(ts: tuple) -> Any:
-            return launch(pair.backward_launch(ts), ts, {})
+        def run_bwd(ts: tuple, kw: dict[str, Any]) -> Any:
+            return launch(pair.backward_launch(ts), ts, kw)
 
         bwd_op = _define(
             bname,
             bnames,
             n_in,
             run_bwd,
-            lambda ts: _fake_outputs(pair.backward_launch(ts), ts, f"custom op {bname}"),
+            lambda ts, kw: _fake_outputs(pair.backward_launch(ts), ts, f"custom op {bname}", kw),
+            b_statics,
         )
+    py_statics = [] if bwd_op is not None else _accepted(pair.backward, list(statics))
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        saved = tuple(inputs) + (as_tuple(output) if save_outputs else ())
+        saved = tuple(inputs[:n_in]) + (as_tuple(output) if save_outputs else ())
         ctx.save_for_backward(*saved)
+        ctx.statics = dict(zip(statics, inputs[n_in:]))
 
     def backward_fn(ctx: Any, *grads: torch.Tensor) -> Any:
         saved = ctx.saved_tensors
         args = pair.backward_args(saved[:n_in], saved[n_in:], grads)
-        res = bwd_op(*args) if bwd_op is not None else pair.backward(*args)
-        return pair.check_grads(res, n_in)
+        if bwd_op is not None:
+            res = bwd_op(*args, **{n: ctx.statics[n] for n in b_statics})
+        else:
+            res = pair.backward(*args, **{n: ctx.statics[n] for n in py_statics})
+        return pair.check_grads(res, n_in) + (None,) * len(statics)
 
     op.register_autograd(backward_fn, setup_context=setup_context)
     return op

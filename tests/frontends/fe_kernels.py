@@ -42,3 +42,23 @@ def add_rows_legacy(a, b, c):
     ip = nl.program_id(0) * 128 + nl.arange(128)[:, None]
     jf = nl.arange(a.shape[1])[None, :]
     nl.store(c[ip, jf], value=nl.load(a[ip, jf]) + nl.load(b[ip, jf]))
+
+
+@nki.jit
+def axpy(a, b, alpha=1.0, negate=False):
+    """alpha * a + b (negated when ``negate``): scalar parameters with defaults."""
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    r = nl.add(nl.multiply(nl.load(a), alpha), nl.load(b))
+    nl.store(c, value=nl.negative(r) if negate else r)
+    return c
+
+
+@nki.jit
+def axpy_bwd(a, b, g, alpha=1.0):
+    """(alpha * g, g): the gradients of alpha * a + b."""
+    ga = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    gb = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    gt = nl.load(g)
+    nl.store(ga, value=nl.multiply(gt, alpha))
+    nl.store(gb, value=nl.copy(gt))
+    return ga, gb

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fe_kernels import add_rows, add_rows_legacy, mul, mul_bwd  # noqa: E402
+from fe_kernels import add_rows, add_rows_legacy, axpy, axpy_bwd, mul, mul_bwd  # noqa: E402
 
 from frontends import KernelPair  # noqa: E402
 from frontends import torch as ft  # noqa: E402
@@ -99,6 +99,33 @@ def test_autograd_function_python_backward_and_arity_error():
     x = torch.randn(8, 8, requires_grad=True)
     with pytest.raises(NKITypeError, match="returned 1 gradient"):
         G.apply(x, x).sum().backward()
+
+
+def test_custom_op_scalar_arguments():
+    """Scalar kernel parameters with defaults are optional float/int/bool op arguments, passed
+    to the forward kernel and to the backward (a kernel or a Python function)."""
+    fwd = ft.custom_op("nkisim_tests::axpy", axpy, axpy_bwd)
+    py = ft.custom_op("nkisim_tests::axpy_py", axpy, lambda a, b, g, alpha=1.0: (alpha * g, g))
+    a, b = torch.randn(128, 16), torch.randn(128, 16)
+    schema = str(fwd._opoverload._schema)
+    assert "Tensor b, float alpha=1." in schema and "bool negate=False" in schema, schema
+    torch.testing.assert_close(fwd(a, b), a + b)
+    torch.testing.assert_close(fwd(a, b, 2.5), 2.5 * a + b)
+    torch.testing.assert_close(fwd(a, b, alpha=0.5, negate=True), -(0.5 * a + b))
+    for op in (fwd, py):
+        x = a.clone().requires_grad_()
+        y = b.clone().requires_grad_()
+
+        def f(x, y, op=op):
+            return (op(x, y, alpha=3.0) * y).sum()
+
+        for fn in (f, torch.compile(f, fullgraph=True)):
+            x.grad = y.grad = None
+            fn(x, y).backward()
+            torch.testing.assert_close(x.grad, 3.0 * b)  # d/dx sum((3x + y) y) = 3y
+            torch.testing.assert_close(y.grad, 3.0 * a + 2.0 * b, rtol=1e-5, atol=1e-5)
+    m = fwd(torch.empty(128, 16, device="meta"), torch.empty(128, 16, device="meta"), 2.0)
+    assert m.shape == (128, 16) and m.device.type == "meta"
 
 
 def test_custom_op_eager_and_compiled():
