@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from . import dtypes
 from .errors import (
     NKIControlFlowError,
@@ -27,6 +29,7 @@ from .ir import (
     Access,
     Affine,
     Alloc,
+    Cond,
     Const,
     IndexExpr,
     Instr,
@@ -802,7 +805,30 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
         if not isinstance(k, Scalar) and aff.is_const and -shape[d] <= aff.const < 0:
             aff = Affine.constant(aff.const + shape[d])  # literal negative int: Python meaning
         idx.append(IndexExpr(aff, (0,) * len(rshape), rshape))
+    if len(rshape) > len(shape) and not tiles:
+        rshape, idx = _drop_unreferenced(rshape, idx, [k for k in keys if isinstance(k, Index)])
     return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
+
+
+def _drop_unreferenced(
+    rshape: tuple[int, ...], idx: list[IndexExpr], keys: list[Index]
+) -> tuple[tuple[int, ...], list[IndexExpr]]:
+    """``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:512]`` then ``t[iw, iy]``: a tile over the grid
+    axes the indices use, [1, 512] (classic NKI; the tutorials' layernorm and rmsnorm rely on
+    it), not over every axis of the mgrid. Only axes that no index refers to and along which
+    every index is dense (an mgrid axis, not a broadcast) are dropped."""
+    n = len(rshape)
+    shapes = [(1,) * (n - len(k.shape)) + tuple(k.shape) for k in keys]  # NumPy alignment
+    keep = [
+        a
+        for a in range(n)
+        if any(e.coeffs[a] for e in idx) or any(ks[a] != rshape[a] for ks in shapes)
+    ]
+    if len(keep) == len(rshape) or not keep:
+        return rshape, idx
+    new_shape = tuple(rshape[a] for a in keep)
+    new_idx = [IndexExpr(e.base, tuple(e.coeffs[a] for a in keep), new_shape) for e in idx]
+    return new_shape, new_idx
 
 
 def _index_tile(k: object, what: str) -> Access:
@@ -972,8 +998,10 @@ def check_partitions(shape: tuple[int, ...], api: str, role: str) -> None:
 
 
 def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
-    if mask is None or mask is True:
+    if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
+    if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
+        return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
     if not isinstance(mask, Pred):
         raise NKIError(
             f"mask= of '{api}' must be an affine predicate built from comparisons of nl.arange "
@@ -1104,6 +1132,8 @@ def assign(
         check_broadcast_into(src.shape, dst.shape, api)
         if fusable and _fuse_into(st, t, dst, accumulate, mask):
             return
+        if mask is None and fusable and src.shape == dst.shape:
+            mask = _producer_mask(st, t, dst)
         emit("copy", "copy", dst, (src,), mask=mask, accumulate=accumulate, api=api)
         return
     if isinstance(value, (int, float, bool)) or hasattr(value, "dtype"):
@@ -1165,7 +1195,9 @@ def _fuse_into(
         return False
     if alloc.tensor != t.name or last.dst is None or last.dst.tensor != t.name:
         return False
-    if last.mask is not None or last.accumulate is not None:
+    if last.accumulate is not None:
+        return False
+    if last.mask is not None and mask is not None and last.mask != mask:
         return False
     if last.dst.shape != dst.shape or any(_reads(s, t.name) for s in last.srcs):
         return False
@@ -1175,6 +1207,8 @@ def _fuse_into(
         # an instruction whose engine the compiler picks (nc_transpose without engine=) assigned
         # to a tile in another buffer: it is staged in its own buffer and copied, not fused
         return False
+    # a masked op writes only its selected lanes of the target (the rest keep their values)
+    mask = mask if mask is not None else last.mask
     body[-2:] = [
         Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc, accumulate, last.api)
     ]
@@ -1182,6 +1216,18 @@ def _fuse_into(
     st.written.pop(t.name, None)
     st.written.setdefault(dst.tensor, last.loc)  # type: ignore[arg-type]
     return True
+
+
+def _producer_mask(st: TraceState, t: NkiTensor, dst: Access) -> Mask | None:
+    """``t[...] = nl.op(..., mask=m)`` that could not be fused (e.g. another dtype): the copy
+    takes the op's mask, so the lanes the op left unwritten do not overwrite the target."""
+    body = st.bodies[-1]
+    last = body[-1] if body else None
+    if not t.temp or not isinstance(last, Instr) or last.mask is None or last.dst is None:
+        return None
+    if last.dst.tensor != t.name or last.dst.shape != dst.shape:
+        return None
+    return last.mask
 
 
 def _reads(src: object, name: str) -> bool:

@@ -137,9 +137,10 @@ class Ctx:
         # on uninitialised lanes (e.g. the masked-off rows of a ragged tile): like valgrind's
         # memcheck, their results are marked uninitialised ("poisoned") instead of reported,
         # and the report comes when such data is used for real (stored to HBM, reduced, ...).
-        self.propagate = False
+        self.propagate = ""  # the current instruction's poison rule (see _poison_rule)
         self.poison: np.ndarray | None = None
-        self.poison_origin: dict[str, Any] = {}  # tensor -> SrcLoc that first computed poison
+        self.poison_root: Any = None  # where the current instruction's poison came from
+        self.poison_origin: dict[str, Any] = {}  # tensor -> SrcLoc where its poison came from
 
     # ---- memory ---------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -246,14 +247,12 @@ class Ctx:
         ok = written if sel is None else (written | ~sel)
         if ok.all():
             return
-        if self.propagate and self.instr is not None:
-            try:
-                bad = np.broadcast_to(~ok, self.instr.dst.shape)  # type: ignore[union-attr]
-            except ValueError:
-                bad = None
-            if bad is not None:
-                self.poison = bad if self.poison is None else (self.poison | bad)
-                return
+        bad = self._propagated(acc, ~ok) if self.propagate else None
+        if bad is not None:
+            self.poison = bad if self.poison is None else (self.poison | bad)
+            if self.poison_root is None:
+                self.poison_root = self.poison_origin.get(acc.tensor) or self.instr.loc
+            return
         pos = tuple(int(i) for i in np.argwhere(~ok)[0])
         origin = self.poison_origin.get(acc.tensor)
         how = (
@@ -311,9 +310,49 @@ class Ctx:
         """Shadow values for a write: initialised except where the sources were poisoned."""
         if self.poison is None or self.poison.shape != acc.shape:
             return np.ones(acc.shape, dtype=bool)
-        if self.poison.any() and self.instr is not None and self.instr.loc is not None:
-            self.poison_origin.setdefault(acc.tensor, self.instr.loc)
+        if self.poison.any() and self.poison_root is not None:
+            self.poison_origin.setdefault(acc.tensor, self.poison_root)
         return ~self.poison
+
+    def _propagated(self, acc: Access, bad: np.ndarray) -> np.ndarray | None:
+        """The destination elements that a read with uninitialised elements ``bad`` poisons
+        under the current instruction's rule, or None when the read must be reported."""
+        instr, rule = self.instr, self.propagate
+        if instr is None or instr.dst is None:
+            return None
+        shape = tuple(instr.dst.shape)
+        if acc == instr.dst or rule == "element":  # (an accumulating read of the destination)
+            try:
+                return np.broadcast_to(bad, shape)
+            except ValueError:
+                return None
+        if rule == "row":  # per partition: output row p depends on input row p only
+            if bad.ndim == 0 or not shape:
+                return None
+            rows = bad.reshape(bad.shape[0], -1).any(axis=1)
+            if bad.shape[0] != shape[0]:
+                if bad.shape[0] != 1:
+                    return None
+                rows = np.full(shape[0], rows[0])
+            return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+        if rule == "transpose" and bad.ndim == 2 and bad.T.shape == shape:
+            return bad.T
+        if rule == "matmul" and len(shape) == 2 and bad.ndim == 2:
+            # out[m, n] = sum_k x[k, m] * y[k, n]: a bad element of the contraction (partition)
+            # axis of an operand column poisons that output row (stationary) or column (moving)
+            which = next((i for i, s in enumerate(instr.srcs) if s is acc), None)
+            if which is None:
+                which = next((i for i, s in enumerate(instr.srcs) if s == acc), None)
+            transposed = instr.kind == "isa" or instr.attr("transpose_x", False)
+            if which == 0:
+                rows = bad.any(axis=0) if transposed else bad.any(axis=1)
+                if rows.shape == (shape[0],):
+                    return np.broadcast_to(rows[:, None], shape)
+            elif which == 1:
+                cols = bad.any(axis=0)
+                if cols.shape == (shape[1],):
+                    return np.broadcast_to(cols[None, :], shape)
+        return None
 
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
         if instr.mask is None:
@@ -379,8 +418,8 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
     fn = HANDLERS.get(instr.kind)
     ctx.instr = instr
     if ctx.full_checks:
-        ctx.poison = None
-        ctx.propagate = instr.kind in _PER_ELEMENT and _on_chip_dst(instr, ctx)
+        ctx.poison = ctx.poison_root = None
+        ctx.propagate = _poison_rule(instr, ctx)
     try:
         if fn is None:
             raise NKIRuntimeError(f"no executor for instruction kind '{instr.kind}'")
@@ -399,7 +438,33 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
         ) from e
 
 
-_PER_ELEMENT = ("ew", "copy", "dma")  # each result element depends on the same-position inputs
+# How uninitialised ("poisoned") input elements reach the result, per instruction, for
+# instructions whose operands and result are on chip (writes to HBM report instead):
+# "element": the same position (broadcast); "row": the whole result row of the partition;
+# "matmul": the output rows / columns of the operand columns; "transpose": the mirror element.
+_ELEMENT_KINDS = ("ew", "copy", "dma", "select", "dropout")
+_ROW_KINDS = ("reduce", "softmax", "rms_norm")
+_ISA_ELEMENT = ("tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "activation",
+                "tensor_copy", "tensor_copy_predicated", "reciprocal", "affine_select",
+                "dropout")  # fmt: skip
+_ISA_ROW = ("activation_reduce", "tensor_scalar_reduce", "tensor_reduce", "tensor_tensor_scan",
+            "select_reduce", "bn_stats", "bn_aggr", "max8", "nc_find_index8",
+            "nc_match_replace8", "range_select")  # fmt: skip
+
+
+def _poison_rule(instr: Instr, ctx: Ctx) -> str:
+    if not _on_chip_dst(instr, ctx):
+        return ""
+    k, op = instr.kind, instr.op
+    if k in _ELEMENT_KINDS or (k == "isa" and op in _ISA_ELEMENT):
+        return "element"
+    if k in _ROW_KINDS or (k == "isa" and op in _ISA_ROW):
+        return "row"
+    if k == "matmul" or (k == "isa" and op == "nc_matmul" and not instr.attr("transpose")):
+        return "matmul"
+    if k == "transpose" or (k == "isa" and op == "nc_transpose"):
+        return "transpose"
+    return ""
 
 
 def _on_chip_dst(instr: Instr, ctx: Ctx) -> bool:

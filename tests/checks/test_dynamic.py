@@ -64,20 +64,22 @@ def test_uninitialised_read_in_grid_names_the_instance_and_core():
 def k_psum_accumulate_fresh(a, b):
     out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
-    acc += nl.matmul(nl.load(a), nl.load(b), transpose_x=True)  # ERR
-    nl.store(out, nl.copy(acc))
+    acc += nl.matmul(nl.load(a), nl.load(b), transpose_x=True)  # accumulates onto garbage
+    nl.store(out, nl.copy(acc))  # ERR
     return out
 
 
 def test_accumulating_into_fresh_psum_is_an_uninitialised_read():
-    expect(
+    e = expect(
         k_psum_accumulate_fresh,
         rand((128, 128)),
         rand((128, 64)),
         checks="full",
         cls=NKIRuntimeError,
         code="err_uninitialized_read",
+        values=[f"at line {line_of(k_psum_accumulate_fresh, '# accumulates')}"],
     )
+    assert e.related[0][1].line == line_of(k_psum_accumulate_fresh, "# accumulates")
 
 
 # ---- shuffled order -------------------------------------------------------------------------
@@ -249,18 +251,80 @@ def k_reduce_over_garbage(a):
     out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
     ip, jf = nl.mgrid[0:128, 0:16]
     x = nl.load(a[ip, jf], mask=(jf < 8))  # columns 8..15 stay uninitialised
-    y = nl.exp(x)
-    s = nl.sum(y, axis=1, keepdims=True)  # ERR
-    nl.store(out, s)
+    y = nl.exp(x)  # computes on the garbage lanes
+    s = nl.sum(y, axis=1, keepdims=True)  # every row sums some garbage
+    nl.store(out, s)  # ERR
     return out
 
 
-def test_reduction_over_poisoned_lanes_is_reported_at_the_reduction():
+def test_reduction_over_poisoned_lanes_is_reported_where_the_sums_are_stored():
     expect(
         k_reduce_over_garbage,
         rand((128, 16)),
         checks="full",
         cls=NKIRuntimeError,
         code="err_uninitialized_read",
-        values=["computed from uninitialised memory"],
+        values=[
+            f"from uninitialised memory at line {line_of(k_reduce_over_garbage, '# computes')}"
+        ],
+    )
+
+
+def k_ragged_row_softmax(a):
+    # the last rows of the tile are never loaded: exp and the row sums compute garbage there,
+    # but each row's sum depends on that row only and the garbage rows are never stored
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0 : a.shape[1]]
+    t = nl.load(a[ip, jf], mask=(ip < a.shape[0]))
+    e = nl.exp(t)
+    s = nl.sum(e, axis=[1])
+    nl.store(out[ip, jf], value=e / s, mask=(ip < a.shape[0]))
+    return out
+
+
+def k_narrow_matmul(x, w):
+    # columns >= N of the moving tile are never loaded; output column j uses moving column j
+    # only, and those columns are never stored
+    n = w.shape[1]
+    out = nl.ndarray((128, n), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:512]
+    wt = nl.ndarray((128, 512), dtype=w.dtype, buffer=nl.sbuf)
+    wt[ip, jf] = nl.load(w[ip, jf], mask=(jf < n))
+    ps = nl.matmul(nl.load(x), wt, transpose_x=True)
+    nl.store(out[ip, jf], value=nl.copy(ps, dtype=x.dtype), mask=(jf < n))
+    return out
+
+
+def k_narrow_contraction(x, w):
+    # rows >= 100 of both operands (the contraction axis) are never loaded: every output
+    # element sums garbage products
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:128]
+    xt = nl.load(x[ip, jf], mask=(ip < 100))
+    ip2, jf2 = nl.mgrid[0:128, 0:64]
+    wt = nl.load(w[ip2, jf2], mask=(ip2 < 100))
+    ps = nl.matmul(xt, wt, transpose_x=True)  # sums garbage products
+    nl.store(out, ps)  # ERR
+    return out
+
+
+def test_garbage_rows_and_columns_that_never_reach_hbm_pass_full_checks():
+    a = rand((100, 64))
+    got = nki.jit(k_ragged_row_softmax, checks="full")(a)
+    e = np.exp(a.astype(np.float64))
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    x, w = rand((128, 128), seed=1), rand((128, 384), seed=2)
+    got = nki.jit(k_narrow_matmul, checks="full")(x, w)
+    np.testing.assert_allclose(got, x.T.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_garbage_on_the_contraction_axis_is_reported():
+    expect(
+        k_narrow_contraction,
+        rand((128, 128)),
+        rand((128, 64)),
+        checks="full",
+        cls=NKIRuntimeError,
+        code="err_uninitialized_read",
+        values=[f"at line {line_of(k_narrow_contraction, '# sums garbage')}"],
     )

@@ -162,6 +162,26 @@ def test_psum_accumulation_group_in_classic_mode(classic):
     np.testing.assert_allclose(nki.jit(psum_group_on_data)(a2, b2), a2.T @ b2 + 1.5, rtol=1e-5)
 
 
+def psum_group_masked(a, b):
+    # the accumulation group with a mask= on the matmul (AWS's allocated kernels pass one)
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(a.shape[0] // 128):
+        acc += nisa.nc_matmul(
+            nl.load(a[k * 128 : (k + 1) * 128, :]),
+            nl.load(b[k * 128 : (k + 1) * 128, :]),
+            mask=(k < a.shape[0] // 128),
+        )
+    nl.store(out, nl.copy(acc))
+    return out
+
+
+def test_psum_accumulation_group_with_a_mask_in_classic_mode(classic):
+    rng = np.random.default_rng(5)
+    a, b = rng.random((256, 64), dtype=np.float32), rng.random((256, 96), dtype=np.float32)
+    np.testing.assert_allclose(nki.jit(psum_group_masked)(a, b), a.T @ b, rtol=1e-5)
+
+
 def test_fresh_psum_accumulate_reads_uninitialised_memory_in_strict_mode():
     before = classic_mode()
     set_classic_mode(False)
@@ -172,7 +192,9 @@ def test_fresh_psum_accumulate_reads_uninitialised_memory_in_strict_mode():
         with pytest.raises(NKIRuntimeError) as ei:  # and checks=full names the accumulation
             k.configure(checks="full")(a, a)
         assert ei.value.code == "err_uninitialized_read"
-        assert ei.value.loc.line == psum_group.__code__.co_firstlineno + 6
+        first = psum_group.__code__.co_firstlineno
+        assert ei.value.loc.line == first + 9  # reported where the sums are stored
+        assert f"computed from uninitialised memory at line {first + 6}" in str(ei.value)
     finally:
         set_classic_mode(before)
 

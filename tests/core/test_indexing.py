@@ -154,6 +154,48 @@ def test_masks_on_ragged_shapes(shape):
     np.testing.assert_array_equal(k(a, b), a + b)
 
 
+@pytest.mark.parametrize("out_dtype", [nl.float32, nl.bfloat16])
+def test_masked_op_assigned_into_a_tile_keeps_the_masked_out_elements(out_dtype):
+    """``t[...] = nl.add(t, u, mask=m)``: the op writes only the selected lanes of ``t`` (the
+    compiler fuses the op into the assignment), whether or not the dtypes match; mask=False
+    writes nothing."""
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        t = nl.ndarray(a.shape, dtype=out_dtype, buffer=nl.sbuf)
+        t[...] = nl.load(a)
+        t[...] = nl.add(t, nl.load(b), mask=(ip < 64), dtype=nl.float32)
+        t[...] = nl.multiply(t, 100.0, mask=False)
+        nl.store(out, t)
+        return out
+
+    a, b = _rand((128, 32), 1), _rand((128, 32), 2)
+    want = a.copy()
+    want[:64] += b[:64]
+    tol = 1e-6 if out_dtype == nl.float32 else 2e-2
+    for checks in ("static", "full"):
+        np.testing.assert_allclose(k.configure(checks=checks)(a, b), want, rtol=tol, atol=tol)
+
+
+def test_unused_axis_of_a_3d_mgrid_is_not_a_tile_dimension():
+    """``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:N]`` and ``x[iw, iy]`` is a [1, N] tile (the
+    classic layernorm / rmsnorm tutorials broadcast such a row of weights)."""
+
+    @nki.jit
+    def k(g):
+        out = nl.ndarray((128, g.shape[0]), dtype=g.dtype, buffer=nl.shared_hbm)
+        ix, iw, iy = nl.mgrid[0:128, 0:1, 0 : g.shape[0]]
+        row = nl.load(g.reshape((1, g.shape[0]))[iw, iy])
+        assert row.shape == (1, g.shape[0])
+        nl.store(out, row.broadcast_to((128, g.shape[0])))
+        return out
+
+    g = _rand((96,), 3)
+    np.testing.assert_array_equal(k(g), np.broadcast_to(g, (128, 96)))
+
+
 def test_masked_out_destination_untouched():
     @nki.jit
     def k(a, out):
