@@ -68,9 +68,21 @@ class _Traced:
 
 
 def _non_affine(op: str, a: object, b: object) -> NKIError:
+    if op in ("//", "%"):
+        from .tracer import unroll_for_division
+
+        unroll = unroll_for_division(op, a, b)
+        if unroll is not None:
+            return unroll
+    hint = (
+        "; to divide a loop iterator, loop with nl.static_range (or turn on classic mode, "
+        "NKI_CLASSIC=1, which unrolls such loops)"
+        if op in ("//", "%") and isinstance(a, Scalar)
+        else ""
+    )
     return NKIIndexError(
         f"index expression '{_desc(a)} {op} {_desc(b)}' is not affine; NKI index expressions "
-        "must be of the form start + stride * index with integer strides",
+        f"must be of the form start + stride * index with integer strides{hint}",
         code="err_unsupported_index_expression",
         loc=user_loc(),
     )

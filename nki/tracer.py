@@ -5,6 +5,7 @@ Every ``nl.*`` / ``nisa.*`` call checks its operands here and records one IR ins
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -93,6 +94,27 @@ class NeedsUnroll(NKIControlFlowError):
     def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
         super().__init__(message, **kw)
         self.sites = sites
+
+
+def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
+    """Classic mode: ``i % 2`` or ``i // 4`` on loop iterators (AWS's ``nc_matmul`` example
+    computes ``tile_position`` this way) is not affine, so the loops of those iterators are
+    unrolled and the trace restarts with the iterators as plain ints. None otherwise (the
+    caller reports the expression as non-affine)."""
+    from . import classic
+
+    if not classic.classic_mode() or not isinstance(a, Scalar):
+        return None
+    if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+        return None
+    st = state(f"'{op}' on a loop iterator")
+    syms = a.aff.symbols()
+    if not syms or not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
+        return None
+    sites = frozenset(st.loop_sites[s] for s in syms)  # type: ignore[index]
+    return NeedsUnroll(
+        f"'{op} {b}' on a loop iterator is not affine; the loop is unrolled", sites, loc=user_loc()
+    )
 
 
 def decide_condition(pred: Any) -> bool:
@@ -764,21 +786,25 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
             code="err_unsupported_mixing_basic_advanced_tensor_indexing",
             loc=user_loc(),
         )
-    rshape: tuple[int, ...] = ()
     tiles: dict[int, Access] = {}  # indirect indexing: dim -> SBUF tile of index values
     dyn: dict[int, Any] = {}  # dynamic offsets: dim -> affine part (Index / Scalar / int)
     for d, k in enumerate(keys):
         if isinstance(k, DynOffset):
             tiles[d] = _index_tile(k.tile, what)
             dyn[d] = k.part
-            if isinstance(k.part, Index):
-                rshape = broadcast_shapes(rshape, k.part.shape)
         elif isinstance(k, (TileOps, _Assigned)):
             tiles[d] = _index_tile(k, what)
-            if _prod(tiles[d].shape) != 1:  # a one-element tile is a dynamic scalar offset
-                rshape = broadcast_shapes(rshape, tiles[d].shape)
-        elif isinstance(k, Index):
-            rshape = broadcast_shapes(rshape, k.shape)
+    try:
+        rshape = _index_shape(keys, tiles, dyn)
+    except NKIIndexError:
+        # indices from different nl.mgrid calls (``t[i_p, j * 6 + i_f]`` with i_p from a 3-D
+        # and i_f from a 2-D mgrid): each index is an iterator over the axes it uses, so
+        # broadcast them over those axes only (the unused ones are dropped below)
+        sparse = [_sparse(k) if isinstance(k, Index) else k for k in keys]
+        if not tiles and any(s is not k for s, k in zip(sparse, keys)):
+            rshape, keys = _index_shape(sparse, tiles, dyn), sparse
+        else:
+            raise
     idx = []
     for d, k in enumerate(keys):
         if isinstance(k, Index):
@@ -810,6 +836,27 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
     return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
 
 
+def _index_shape(keys: list[object], tiles: dict[int, Access], dyn: dict[int, Any]) -> tuple:
+    """The broadcast shape of a subscript's index arrays (the tile shape)."""
+    rshape: tuple[int, ...] = ()
+    for d, k in enumerate(keys):
+        if isinstance(dyn.get(d), Index):
+            rshape = broadcast_shapes(rshape, dyn[d].shape)
+        elif d in tiles and d not in dyn:
+            if _prod(tiles[d].shape) != 1:  # a one-element tile is a dynamic scalar offset
+                rshape = broadcast_shapes(rshape, tiles[d].shape)
+        elif isinstance(k, Index):
+            rshape = broadcast_shapes(rshape, k.shape)
+    return rshape
+
+
+def _sparse(k: Index) -> Index:
+    """``k`` with extent 1 on the axes it does not vary along (an mgrid index is dense)."""
+    e = k.expr
+    shape = tuple(n if c else 1 for c, n in zip(e.coeffs, e.shape))
+    return k if shape == e.shape else Index(IndexExpr(e.base, e.coeffs, shape))
+
+
 def _drop_unreferenced(
     rshape: tuple[int, ...], idx: list[IndexExpr], keys: list[Index]
 ) -> tuple[tuple[int, ...], list[IndexExpr]]:
@@ -819,10 +866,9 @@ def _drop_unreferenced(
     every index is dense (an mgrid axis, not a broadcast) are dropped."""
     n = len(rshape)
     shapes = [(1,) * (n - len(k.shape)) + tuple(k.shape) for k in keys]  # NumPy alignment
+    coeffs = [(0,) * (n - len(k.shape)) + tuple(k.expr.coeffs) for k in keys]
     keep = [
-        a
-        for a in range(n)
-        if any(e.coeffs[a] for e in idx) or any(ks[a] != rshape[a] for ks in shapes)
+        a for a in range(n) if any(c[a] for c in coeffs) or any(ks[a] != rshape[a] for ks in shapes)
     ]
     if len(keep) == len(rshape) or not keep:
         return rshape, idx
@@ -1010,6 +1056,7 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
             code="err_unsupported_expression_in_mask",
             loc=user_loc(),
         )
+    mask = Pred(tuple(_fit_mask_rank(c, tuple(tile_shape)) for c in mask.conds))
     for c in mask.conds:
         try:
             bs = broadcast_shapes(c.expr.shape, tile_shape)
@@ -1023,6 +1070,53 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
                 loc=user_loc(),
             )
     return Mask(tuple(mask.conds))
+
+
+def _fit_mask_rank(c: Cond, tile_shape: tuple[int, ...]) -> Cond:
+    """A mask built from a higher-rank ``nl.mgrid`` than the tile it masks (the tile dropped
+    the mgrid axes its indices do not use): drop axes the condition does not depend on, the
+    same ones when the shapes say which."""
+    e = c.expr
+    extra = len(e.shape) - len(tile_shape)
+    if extra <= 0:
+        return _align_mask(c, tile_shape) if extra == 0 else c
+    free = [a for a in range(len(e.shape)) if not e.coeffs[a]]
+    fits = []
+    for drop in itertools.combinations(free, extra):
+        keep = [a for a in range(len(e.shape)) if a not in drop]
+        shape = tuple(e.shape[a] for a in keep)
+        if _fits(shape, tile_shape):
+            fits.append((shape != tile_shape, keep, shape))
+    if not fits:
+        return c  # reported as a shape mismatch by the caller
+    _, keep, shape = min(fits)
+    return Cond(IndexExpr(e.base, tuple(e.coeffs[a] for a in keep), shape), c.op)
+
+
+def _fits(shape: tuple[int, ...], tile_shape: tuple[int, ...]) -> bool:
+    try:
+        return broadcast_shapes(shape, tile_shape) == tile_shape
+    except NKIIndexError:
+        return False
+
+
+def _align_mask(c: Cond, tile_shape: tuple[int, ...]) -> Cond:
+    """A mask from another ``nl.mgrid`` than the tile's indices (``i_f_bn`` of a (512, 6)
+    mgrid masking a (128, 512) tile): place each axis the condition uses on the tile axis of
+    the same extent, in order. Unchanged when it already broadcasts or no placement fits."""
+    e = c.expr
+    if _fits(e.shape, tile_shape):
+        return c
+    used = [a for a, k in enumerate(e.coeffs) if k]
+    coeffs, shape, at = [0] * len(tile_shape), [1] * len(tile_shape), 0
+    for a in used:
+        while at < len(tile_shape) and tile_shape[at] != e.shape[a]:
+            at += 1
+        if at == len(tile_shape):
+            return c
+        coeffs[at], shape[at] = e.coeffs[a], e.shape[a]
+        at += 1
+    return Cond(IndexExpr(e.base, tuple(coeffs), tuple(shape)), c.op)
 
 
 def new_tensor(

@@ -4,6 +4,8 @@ the loops involved unroll when it varies. Off by default; on under the compat al
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.classic import classic_mode, set_classic_mode
-from nki.errors import NKIControlFlowError, NKIRuntimeError
+from nki.errors import NKIControlFlowError, NKIError, NKIRuntimeError
 
 
 @pytest.fixture
@@ -224,3 +226,42 @@ def test_psum_matmul_operand_is_an_error_in_strict_mode():
             nki.jit(transposed_matmul)(np.ones((32, 64), np.float32), np.ones((64, 8), np.float32))
     finally:
         set_classic_mode(before)
+
+
+def quadrant_matmuls(a, b):
+    # each iteration places its 64x64 product in a quadrant of the PE array chosen with i % 2,
+    # as AWS's nc_matmul tiling example does
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        ps = nisa.nc_matmul(
+            nl.load(a[i * 64 : (i + 1) * 64, 0:64]),
+            nl.load(b[i * 64 : (i + 1) * 64, 0:64]),
+            tile_position=((i % 2) * 64, (i % 2) * 64),  # ERR
+            tile_size=(64, 64),
+        )
+        nl.store(out[i * 64 : (i + 1) * 64, :], nl.copy(ps))
+    return out
+
+
+def test_division_of_a_loop_iterator_unrolls_the_loop_in_classic_mode(classic):
+    rng = np.random.default_rng(6)
+    a, b = rng.random((128, 64), dtype=np.float32), rng.random((128, 64), dtype=np.float32)
+    want = np.concatenate([a[:64].T @ b[:64], a[64:].T @ b[64:]])
+    np.testing.assert_allclose(nki.jit(quadrant_matmuls)(a, b), want, rtol=1e-5)
+
+
+def test_division_of_a_loop_iterator_is_an_error_in_strict_mode():
+    before = classic_mode()
+    set_classic_mode(False)
+    try:
+        with pytest.raises(NKIError) as ei:
+            nki.jit(quadrant_matmuls)(
+                np.ones((128, 64), np.float32), np.ones((128, 64), np.float32)
+            )
+    finally:
+        set_classic_mode(before)
+    e = ei.value
+    assert e.code == "err_unsupported_index_expression" and "'Scalar % 2'" in str(e)
+    assert "nl.static_range" in str(e) and "NKI_CLASSIC=1" in str(e)
+    lines, start = inspect.getsourcelines(quadrant_matmuls)
+    assert e.loc.line == start + next(i for i, t in enumerate(lines) if "# ERR" in t)

@@ -196,6 +196,54 @@ def test_unused_axis_of_a_3d_mgrid_is_not_a_tile_dimension():
     np.testing.assert_array_equal(k(g), np.broadcast_to(g, (128, 96)))
 
 
+def test_ragged_rows_with_a_3d_mgrid_and_its_mask():
+    """Row tiles indexed with two axes of a 3-D mgrid and masked with the third's sibling:
+    the mask follows the tile's axes (classic rmsnorm tutorial pattern)."""
+
+    @nki.jit
+    def k(a, g):
+        n, m = a.shape
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ix, iw, iy = nl.mgrid[0:128, 0:1, 0:m]
+        gt = nl.load(g.reshape((1, m))[iw, iy]).broadcast_to((128, m))
+        for i in nl.affine_range((n + 127) // 128):
+            t = nl.load(a[i * 128 + ix, iy], mask=(i * 128 + ix < n))
+            nl.store(out[i * 128 + ix, iy], value=nl.multiply(t, gt), mask=(i * 128 + ix < n))
+        return out
+
+    a, g = _rand((200, 48), 4), _rand((48,), 5)
+    for checks in ("static", "full"):
+        np.testing.assert_allclose(k.configure(checks=checks)(a, g), a * g, rtol=1e-6)
+
+
+def test_indices_and_masks_from_different_mgrids():
+    """``s[i_p, j * 6 + i_s]`` with i_p from a 3-D mgrid and i_s from a 2-D one, and a mask
+    from the 2-D mgrid on a tile indexed by both (classic layernorm tutorial, bn_stats over
+    chunks of a ragged row)."""
+    import nki.isa as nisa
+
+    @nki.jit
+    def k(a):
+        m = a.shape[1]
+        out = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f, _unused = nl.mgrid[0:128, 0:m, 0:1]
+        x = nl.load(a[i_p, i_f])
+        i_c, i_s = nl.mgrid[0:512, 0:6]
+        chunks = (m + 511) // 512
+        stats = nl.ndarray((128, 6 * chunks), dtype=nl.float32)
+        for j in nl.affine_range(chunks):
+            stats[i_p, j * 6 + i_s] = nisa.bn_stats(
+                x[i_p, j * 512 + i_c], mask=(j * 512 + i_c < m), dtype=nl.float32
+            )
+        nl.store(out, nisa.bn_aggr(stats))
+        return out
+
+    a = _rand((128, 700), 6)
+    got = k(a)
+    np.testing.assert_allclose(got[:, 0], a.mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:, 1], a.var(axis=1), rtol=1e-4, atol=1e-6)
+
+
 def test_masked_out_destination_untouched():
     @nki.jit
     def k(a, out):
