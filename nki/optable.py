@@ -429,6 +429,22 @@ def lookup(op: object) -> Op:
     return OPS[name]
 
 
+def lookup_reducer(op: object, api: str) -> Op:
+    """``lookup`` for calls that fold values with ``op`` (loop and cross-instance reductions):
+    the row must have an identity (add, multiply, maximum, minimum, ...)."""
+    row = lookup(op)
+    if row.identity is None:
+        from .errors import NKITypeError, user_loc
+
+        raise NKITypeError(
+            f"'{api}' needs a reduction operator (add, multiply, maximum, minimum, ...); "
+            f"{row.name} has no identity",
+            code="err_unsupported_op",
+            loc=user_loc(),
+        )
+    return row
+
+
 _NUMPY_NAMES: dict[object, str] = {
     np.add: "add",
     np.subtract: "subtract",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKIError, NKITypeError, user_loc
-from ..optable import lookup
+from ..errors import NKIError, user_loc
+from ..optable import lookup_reducer
 from ..tracer import NkiTensor, emit, operand, require_buffer, result_tile, state, to_mask
 
 __all__ = ["all_reduce"]
@@ -36,14 +36,7 @@ def all_reduce(
     ``program_axes`` are distinct axes of the launch grid."""
     api = "nl.all_reduce"
     st = state(api)
-    row = lookup(op)
-    if row.identity is None:
-        raise NKITypeError(
-            f"'{api}' needs a reduction operator (add, multiply, maximum, minimum, ...); "
-            f"{row.name} has no identity",
-            code="err_unsupported_op",
-            loc=user_loc(),
-        )
+    row = lookup_reducer(op, api)
     acc_x, tx = operand(x, api, "x")
     require_buffer(tx, ("sbuf", "psum"), api, "x")
     axes = _program_axes(program_axes, tuple(st.grid_shape), api)

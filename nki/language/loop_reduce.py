@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKITypeError, user_loc
+from ..errors import user_loc
 from ..ir import Alloc, Const, LoopSym, TensorDecl
-from ..optable import lookup
+from ..optable import lookup_reducer
 from ..symbolic import Scalar
 from ..tracer import NkiTensor, _Assigned, emit, operand, state
 
@@ -29,14 +29,7 @@ def loop_reduce(
     Example: ``m = nl.loop_reduce(t, op=np.max, loop_indices=[i], dtype=nl.float32)``."""
     api = "nl.loop_reduce"
     st = state(api)
-    row = lookup(op)
-    if row.identity is None:
-        raise NKITypeError(
-            f"'{api}' needs a reduction operator (add, multiply, maximum, minimum, ...); "
-            f"{row.name} has no identity",
-            code="err_unsupported_op",
-            loc=user_loc(),
-        )
+    row = lookup_reducer(op, api)
     if isinstance(x, _Assigned):
         x = x.view
     acc_x, tx = operand(x, api, "x")
