@@ -14,6 +14,7 @@ The decorators ``skip_middle_end_transformations``, ``enable_stack_allocator`` a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -121,6 +122,82 @@ class Memory(Buffer):
 
 sbuf = Memory("sbuf")
 psum = Memory("psum")
+
+PSUM_BANK_BYTES = 2048
+
+
+def _call_placement(func: Callable[..., Any], idx: tuple[int, ...], pdim: int, fdim: int) -> Any:
+    """The classic compiler passes ``idx``, ``pdim_size`` and ``fdim_size`` by name (kernels
+    bind other parameters first with ``functools.partial``); plain positional functions work
+    too."""
+    import inspect
+
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if all(n in params for n in ("idx", "pdim_size", "fdim_size")):
+        return func(idx=idx, pdim_size=pdim, fdim_size=fdim)
+    return func(idx, pdim, fdim)
+
+
+def placement_of(
+    buffer: AllocatedBuffer, shape: tuple[int, ...], par_dim: int, dtype: str
+) -> tuple[int, ...]:
+    """Where a directly allocated tensor lives: the PSUM banks it uses, or the SBUF byte range
+    ``(start, end)`` per partition. ``mod_alloc`` puts logical tile ``i`` in slot
+    ``i % num_*_tiles`` (so fewer slots than tiles reuse memory on purpose); ``alloc(func)``
+    asks ``func(block_index, pdim_size, fdim_size)`` for each block's (bank,) partition and
+    byte address."""
+    from . import dtypes
+
+    blocks = shape[:par_dim]
+    per_block = dtypes.itemsize(dtype)
+    for n in shape[par_dim + 1 :]:
+        per_block *= n
+    nblocks = 1
+    for n in blocks:
+        nblocks *= n
+    how, spec = buffer.allocation
+    if how == "mod_alloc":
+        tiles = spec["num_bank_tiles"] if buffer.name == "psum" else spec["num_free_tiles"]
+        slots = nblocks
+        if tiles:
+            slots = 1
+            for n in tiles:
+                slots *= n
+            slots = min(slots, nblocks)
+        if buffer.name == "psum":
+            banks_per_tile = max(1, -(-per_block // PSUM_BANK_BYTES))
+            first = spec["base_bank"]
+            return tuple(range(first, first + slots * banks_per_tile))
+        return (spec["base_addr"], spec["base_addr"] + slots * per_block)
+    func = spec
+    places = []
+    for idx in itertools.product(*(range(n) for n in blocks)):
+        try:
+            got = _call_placement(func, tuple(idx), shape[par_dim], per_block)
+        except Exception as e:
+            raise NKITypeError(
+                f"ncc.{buffer.name}.alloc: the placement function failed for block {idx}: "
+                f"{type(e).__name__}: {e}",
+                code="err_invalid_allocation",
+                loc=user_loc(),
+            ) from None
+        got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        if not got or not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
+            raise NKITypeError(
+                f"ncc.{buffer.name}.alloc: the placement function must return ints "
+                f"({'bank, partition, address' if buffer.name == 'psum' else 'partition, address'}"
+                f"), got {got!r} for block {idx}",
+                code="err_invalid_allocation",
+                loc=user_loc(),
+            )
+        places.append(got)
+    if buffer.name == "psum":
+        return tuple(sorted({p[0] for p in places}))
+    addrs = [p[-1] for p in places]
+    return (min(addrs), max(addrs) + per_block)
 
 
 def _passthrough(func: Any = None, **_kw: Any) -> Any:

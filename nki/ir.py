@@ -167,6 +167,9 @@ class TensorDecl:
     par_dim: int = 0
     loc: SrcLoc | None = None
     alias_of: str | None = None  # reshape views of another tensor (same storage)
+    # direct allocation (nki.compiler ``alloc`` / ``mod_alloc``): the PSUM banks or the SBUF
+    # byte range [start, end) per partition the kernel placed the tensor at; None = automatic
+    placement: tuple[int, ...] | None = None
 
     @property
     def on_chip(self) -> bool:

@@ -831,8 +831,12 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
         if not isinstance(k, Scalar) and aff.is_const and -shape[d] <= aff.const < 0:
             aff = Affine.constant(aff.const + shape[d])  # literal negative int: Python meaning
         idx.append(IndexExpr(aff, (0,) * len(rshape), rshape))
-    if len(rshape) > len(shape) and not tiles:
-        rshape, idx = _drop_unreferenced(rshape, idx, [k for k in keys if isinstance(k, Index)])
+    if not tiles:
+        # more grid axes than tensor dims: drop every unused mgrid axis; otherwise only unused
+        # axes of extent > 1 (``t[i_p, 2]``), as extent-1 axes carry no coefficient to tell
+        rshape, idx = _drop_unreferenced(
+            rshape, idx, [k for k in keys if isinstance(k, Index)], len(rshape) <= len(shape)
+        )
     return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
 
 
@@ -858,7 +862,7 @@ def _sparse(k: Index) -> Index:
 
 
 def _drop_unreferenced(
-    rshape: tuple[int, ...], idx: list[IndexExpr], keys: list[Index]
+    rshape: tuple[int, ...], idx: list[IndexExpr], keys: list[Index], wide_only: bool = False
 ) -> tuple[tuple[int, ...], list[IndexExpr]]:
     """``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:512]`` then ``t[iw, iy]``: a tile over the grid
     axes the indices use, [1, 512] (classic NKI; the tutorials' layernorm and rmsnorm rely on
@@ -868,7 +872,11 @@ def _drop_unreferenced(
     shapes = [(1,) * (n - len(k.shape)) + tuple(k.shape) for k in keys]  # NumPy alignment
     coeffs = [(0,) * (n - len(k.shape)) + tuple(k.expr.coeffs) for k in keys]
     keep = [
-        a for a in range(n) if any(c[a] for c in coeffs) or any(ks[a] != rshape[a] for ks in shapes)
+        a
+        for a in range(n)
+        if any(c[a] for c in coeffs)
+        or any(ks[a] != rshape[a] for ks in shapes)
+        or (wide_only and rshape[a] == 1)
     ]
     if len(keep) == len(rshape) or not keep:
         return rshape, idx
@@ -933,10 +941,13 @@ def compose(outer: Access, sub: Access) -> Access:
             base = base + se.base
             coeffs = [x + y for x, y in zip(coeffs, se.coeffs)]
         out.append(IndexExpr(base, tuple(coeffs), sub.shape))
-    return Access(outer.tensor, sub.shape, tuple(out), outer.indirect + _map_indirect(outer, sub))
+    indirect = outer.indirect + _map_indirect(outer, sub, out)
+    return Access(outer.tensor, sub.shape, tuple(out), indirect)
 
 
-def _map_indirect(outer: Access, sub: Access) -> tuple[tuple[int, Access], ...]:
+def _map_indirect(
+    outer: Access, sub: Access, composed: list[IndexExpr]
+) -> tuple[tuple[int, Access], ...]:
     """Move a sub-access's indirect (tile-valued) indices from view axes to tensor dims. Only
     the partition / first dimension of a tensor can be indexed by a tile."""
     out = []
@@ -944,6 +955,11 @@ def _map_indirect(outer: Access, sub: Access) -> tuple[tuple[int, Access], ...]:
         dims = [d for d, e in enumerate(outer.index) if e.coeffs[a] != 0]
         d = dims[0] if len(dims) == 1 else (a if len(outer.index) == len(outer.shape) else -1)
         if d > 0 and _prod(ind.shape) == 1:  # a dynamic scalar offset may index any dim
+            out.append((d, ind))
+            continue
+        if d > 0 and not any(any(e.coeffs) for e in composed[:d]):
+            # ``kv[0, idx_tile[i_p, 0], i_f]``: the leading dims are fixed, so the tile indexes
+            # the first dimension of the sub-tensor ``kv[0]``
             out.append((d, ind))
             continue
         if d != 0:
@@ -1129,6 +1145,7 @@ def new_tensor(
     kind: str = "local",
     temp: bool = False,
     api: str = "",
+    placement: tuple[int, ...] | None = None,
 ) -> NkiTensor:
     st = state(api or "tensor creation")
     loc = user_loc()
@@ -1155,7 +1172,7 @@ def new_tensor(
             )
     prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
     nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))
-    decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc)
+    decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc, placement=placement)
     st.declare(decl)
     st.append(Alloc(nm, loc))
     return NkiTensor(decl, tuple(st.loops), temp=temp)

@@ -135,11 +135,17 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 code="err_psum_tile_exceeds_bank",
                 loc=lv.loc,
             )
+    _check_placements(ranges, t)
     for buf, cap, code in (
         ("sbuf", t.sbuf_usable_per_partition, "err_sbuf_capacity_exceeded"),
         ("psum", t.psum_bytes_per_partition, "err_psum_capacity_exceeded"),
     ):
-        mine = sorted((lv for lv in ranges if lv.decl.buffer == buf), key=lambda lv: lv.start)
+        # directly allocated tensors are placed by the kernel (and may share memory on
+        # purpose); the automatic allocations are summed
+        mine = sorted(
+            (lv for lv in ranges if lv.decl.buffer == buf and lv.decl.placement is None),
+            key=lambda lv: lv.start,
+        )
         for lv in mine:
             alive = [o for o in mine if o.start <= lv.start <= o.end]
             total = sum(bytes_per_partition(o.decl) for o in alive)
@@ -154,6 +160,30 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                     code=code,
                     loc=lv.loc,
                 )
+
+
+def _check_placements(ranges: list[_Live], t: Target) -> None:
+    """Directly allocated tensors lie inside the memory: PSUM banks 0..banks-1, SBUF byte
+    ranges within the usable bytes per partition."""
+    for lv in ranges:
+        d, place = lv.decl, lv.decl.placement
+        if place is None:
+            continue
+        if d.buffer == "psum" and (min(place) < 0 or max(place) >= t.psum_banks):
+            raise NKIMemoryError(
+                f"PSUM tensor '{d.name}' {d.dtype}{list(d.shape)} is placed on banks "
+                f"{list(place)}, but {t.name} has banks 0..{t.psum_banks - 1}",
+                code="err_psum_capacity_exceeded",
+                loc=lv.loc,
+            )
+        if d.buffer == "sbuf" and (place[0] < 0 or place[1] > t.sbuf_usable_per_partition):
+            raise NKIMemoryError(
+                f"SBUF tensor '{d.name}' {d.dtype}{list(d.shape)} is placed at bytes "
+                f"[{place[0]}, {place[1]}) of each partition, but only "
+                f"{t.sbuf_usable_per_partition} bytes per partition are usable on {t.name}",
+                code="err_sbuf_capacity_exceeded",
+                loc=lv.loc,
+            )
 
 
 def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:

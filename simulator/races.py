@@ -113,6 +113,8 @@ def _is_candidate(ir: KernelIR, instr: Instr, shared_only: bool) -> bool:
     dst = instr.dst
     if not isinstance(dst, Access) or dst.indirect or instr.accumulate is not None:
         return False
+    if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
+        return False
     d = ir.tensor(dst.tensor)
     base = ir.tensor(d.alias_of) if d.alias_of else d
     if base.buffer not in HBM_BUFFERS:

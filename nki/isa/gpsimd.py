@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
-from ..ir import Cond, Mask
+from ..ir import Affine, Cond, IndexExpr, Mask
 from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, const_operand
 from .common import (
@@ -28,15 +28,14 @@ from .rules import check_dtype_in
 def iota(expr: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
     """Materialise an affine ``nl.arange`` expression as values in a new SBUF tile (int32 math,
     cast to ``dtype``), e.g. ``nisa.iota(i_p * 512 + i_f, nl.int32)``. Loop iterators and program
-    ids may appear in the expression. The expression must be at least 2-D (partition, free).
+    ids may appear in the expression. The expression must be at least 2-D (partition, free);
+    a scalar expression (``nisa.iota(nl.program_id(1), nl.int32)``, as vLLM's paged attention
+    writes) gives a [1, 1] tile.
     """
     api = "nisa.iota"
-    if isinstance(expr, Scalar):
-        raise NKIError(
-            f"'expr' of '{api}' needs nl.arange axes (a tile shape), got the scalar {expr!r}",
-            code="err_insufficient_rank",
-            loc=user_loc(),
-        )
+    if isinstance(expr, (Scalar, int)) and not isinstance(expr, bool):
+        aff = expr.aff if isinstance(expr, Scalar) else Affine.constant(int(expr))
+        expr = Index(IndexExpr(aff, (0, 0), (1, 1)))
     if not isinstance(expr, Index):
         raise NKITypeError(
             f"'expr' of '{api}' must be an affine expression of nl.arange / nl.mgrid indices, "
@@ -212,9 +211,11 @@ def local_gather(
     """Gather within each group of 16 partitions (one GpSimd core each). Per group, the uint16
     ``index`` values of its 16 partitions are flattened partition-first; the first
     ``num_valid_indices`` are element offsets into each partition's flattened free axis, from
-    which ``num_elem_per_idx`` (1, 2, 4, 8, 16 or 32) contiguous elements are read. Result:
-    (P, num_valid_indices, num_elem_per_idx), same dtype. Out-of-range offsets are undefined
-    on hardware and an error here.
+    which ``num_elem_per_idx`` (1, 2, 4, 8, 16 or 32) contiguous elements are read. Result,
+    same dtype: (P, F, 16, num_elem_per_idx) when every index of a (P, F) index tile is valid
+    (gathered element ``[:, f, q, :]`` comes from index ``[group + q, f]``), otherwise
+    (P, num_valid_indices, num_elem_per_idx) in the flattened order. Out-of-range offsets are
+    undefined on hardware and an error here.
 
     Example: ``g = nisa.local_gather(src, idx, num_elem_per_idx=4, num_valid_indices=64)``.
     """
@@ -245,7 +246,14 @@ def local_gather(
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    out = out_tile((p, nvalid, int(num_elem_per_idx)), dt(st), api)
+    n = int(num_elem_per_idx)
+    if nvalid == per_core and len(iacc.shape) == 2:
+        # every index of a (P, F) index tile: the result keeps that layout, index column f and
+        # partition q of the group at [:, f, q, :] (the SDK's own example stores it so)
+        shape: tuple[int, ...] = (p, iacc.shape[1], 16, n)
+    else:
+        shape = (p, nvalid, n)
+    out = out_tile(shape, dt(st), api)
     attrs = {"engine": "gpsimd", "n_elem": int(num_elem_per_idx), "n_valid": nvalid}
     emit_isa("local_gather", out.access_(), (sacc, iacc), attrs, mask=mask)
     return out

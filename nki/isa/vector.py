@@ -21,6 +21,7 @@ from .common import (
     out_dtype,
     out_tile,
     same_elements,
+    same_partitions,
     scalar_or_vector,
     tile,
     widest,
@@ -89,16 +90,21 @@ def tensor_tensor(
 ) -> NkiTensor:
     """``op(data1, data2)`` element-wise (Vector engine by default; GpSimd with engine=).
 
-    Both tiles need the same partition count and elements per partition and cannot both be in
-    PSUM. Arithmetic ops compute in fp32; bit-vector ops need integer dtypes and run on the
-    Vector engine on raw bits. Default dtype: the wider input.
+    Both tiles need the same partition count and elements per partition (or one of them is a
+    (P, 1) column, broadcast along the free axis, as AWS's double-row matmul sample scales its
+    rows) and cannot both be in PSUM. Arithmetic ops compute in fp32; bit-vector ops need
+    integer dtypes and run on the Vector engine on raw bits. Default dtype: the wider input.
 
     Example: ``z = nisa.tensor_tensor(x, y, op=nl.add)``.
     """
     api = "nisa.tensor_tensor"
     a1, t1 = tile(data1, api, "data1")
     a2, t2 = tile(data2, api, "data2")
-    same_elements(a1.shape, a2.shape, api, "data1", "data2")
+    column = free_size(a2.shape) == 1 or free_size(a1.shape) == 1
+    if column:
+        same_partitions(a1.shape, a2.shape, api, "data1", "data2")
+    else:
+        same_elements(a1.shape, a2.shape, api, "data1", "data2")
     fn = _binary(op, api, "op")
     eng = engine_name(engine)
     eng = _default_engine([fn]) if eng == "unknown" else eng
@@ -107,7 +113,8 @@ def tensor_tensor(
     check_gpsimd_memory(eng, {"data1": t1, "data2": t2}, api)
     odt = out_dtype(dtype, widest([dt(t1), dt(t2)]))
     check_bitvec_dtypes(fn, [dt(t1), dt(t2), odt], api, "op")
-    out = out_tile(a1.shape, odt, api)
+    shape = a2.shape if free_size(a1.shape) < free_size(a2.shape) else a1.shape
+    out = out_tile(shape, odt, api)
     emit_isa("tensor_tensor", out.access_(), (a1, a2), {"engine": eng, "op": fn.name}, mask=mask)
     return out
 

@@ -280,7 +280,21 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw
             loc=user_loc(),
         )
     kind = "output" if buf == "shared_hbm" else "local"
-    return new_tensor(dims, dt, buf, name=name or None, par_dim=par, kind=kind, api="nl.ndarray")
+    placement = None
+    if getattr(buffer, "allocation", None) is not None and buf in ("sbuf", "psum"):
+        from ..compiler import placement_of
+
+        placement = placement_of(buffer, dims, par, dt)
+    return new_tensor(
+        dims,
+        dt,
+        buf,
+        name=name or None,
+        par_dim=par,
+        kind=kind,
+        api="nl.ndarray",
+        placement=placement,
+    )
 
 
 def full(

@@ -244,6 +244,72 @@ def test_indices_and_masks_from_different_mgrids():
     np.testing.assert_allclose(got[:, 1], a.var(axis=1), rtol=1e-4, atol=1e-6)
 
 
+def test_constant_leading_index_then_tile_valued_rows():
+    """``kv[1, idx[i_p, 0], i_f]`` (vLLM's KV-cache load): the constant selects a sub-tensor and
+    the tile of indices picks its rows, directly or through the view ``kv[1]``."""
+
+    @nki.jit
+    def k(kv, idx):
+        out = nl.ndarray((2, 16, kv.shape[2]), dtype=kv.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(16)[:, None]
+        i_f = nl.arange(kv.shape[2])[None, :]
+        rows = nl.load(idx)
+        nl.store(out[0], nl.load(kv[1, rows[i_p, 0], i_f]))
+        nl.store(out[1], nl.load(kv[0][rows[i_p, 0], i_f]))
+        return out
+
+    kv = _rand((2, 64, 24), 7)
+    idx = np.random.default_rng(8).permutation(64)[:16].astype(np.int32).reshape(16, 1)
+    got = k(kv, idx)
+    np.testing.assert_array_equal(got[0], kv[1, idx[:, 0]])
+    np.testing.assert_array_equal(got[1], kv[0, idx[:, 0]])
+
+
+def test_constant_index_with_a_2d_mgrid_is_a_column():
+    """``t[i_p, 2]`` with i_p from ``nl.mgrid[0:128, 0:4]`` is a [128, 1] column (the mgrid's
+    free axis is not used), as with ``nl.arange(128)[:, None]``."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+        i_p, _ = nl.mgrid[0:128, 0:4]
+        t = nl.load(a)
+        col = t[i_p, 2]
+        assert tuple(col.shape) == (128, 1)
+        nl.store(out, nl.copy(col))
+        return out
+
+    a = _rand((128, 4), 9)
+    np.testing.assert_array_equal(k(a), a[:, 2:3])
+
+
+def test_extent_one_mgrid_axes_stay_tile_dimensions():
+    """Axes of extent 1 of an mgrid that indexes a tensor of the same rank stay: a [1, 2, N]
+    tile indexed by a 3-D mgrid with one partition, and ``t[ix, j, iz]`` for a column j of a
+    [P, 8, 4] tile written from a [P, 1, 4] value."""
+
+    @nki.jit
+    def k(a, b):
+        out1 = nl.ndarray((1, 2, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        ix, iy, iz = nl.mgrid[0:1, 0:2, 0 : a.shape[1]]
+        t = nl.ndarray((1, 2, a.shape[1]), dtype=a.dtype)
+        t[ix, iy, iz] = nl.load(a.reshape((1, 1, a.shape[1]))).broadcast_to((1, 2, a.shape[1]))
+        nl.store(out1, t)
+        out2 = nl.ndarray((128, 8, 4), dtype=b.dtype, buffer=nl.shared_hbm)
+        jx, jy, jz = nl.mgrid[0:128, 0:1, 0:4]
+        src = nl.load(b)  # (128, 8, 4)
+        dst = nl.ndarray((128, 8, 4), dtype=b.dtype)
+        for j in nl.affine_range(8):
+            dst[jx, j, jz] = nl.copy(src[jx, 7 - j, jz])
+        nl.store(out2, dst)
+        return out1, out2
+
+    a, b = _rand((1, 16), 11), _rand((128, 8, 4), 12)
+    o1, o2 = k(a, b)
+    np.testing.assert_array_equal(o1, np.broadcast_to(a[:, None, :], (1, 2, 16)))
+    np.testing.assert_array_equal(o2, b[:, ::-1, :])
+
+
 def test_masked_out_destination_untouched():
     @nki.jit
     def k(a, out):

@@ -118,8 +118,11 @@ def test_local_gather_bf16_all_indices():
     idx = np.random.default_rng(4).integers(0, 5, size=(16, 2)).astype(np.uint16) * 2
     got = run(k_gather_bf16, src, idx)
     ind = idx.flatten(order="F")
-    want = np.stack([src[:, i : i + 2] for i in ind], axis=1)
-    np.testing.assert_array_equal(f32(got), f32(want))
+    want = np.stack([src[:, i : i + 2] for i in ind], axis=1)  # (P, 32, 2), partition-first
+    # every index valid: the (P, F, 16, n) layout, element [:, f, q] from index [q, f]
+    assert got.shape == (16, 2, 16, 2)
+    np.testing.assert_array_equal(f32(got).reshape(16, 32, 2), f32(want))
+    np.testing.assert_array_equal(f32(got)[:, 1, 3], f32(src[:, idx[3, 1] : idx[3, 1] + 2]))
 
 
 def k_dma_t32(x):

@@ -159,6 +159,19 @@ def test_tensor_tensor_memory_and_shape_rules():
         code="err_free_size_mismatch",
         fragments=["[8, 8] (8)", "[8, 9] (9)"],
     )
+    # a (P, 1) column broadcasts along the free axis, on either side
+    col = np.random.default_rng(3).uniform(0.5, 1.5, (8, 1)).astype(np.float32)
+    got = run(k_tt_column, x, col)
+    np.testing.assert_allclose(got[0], x * col, rtol=1e-6)
+    np.testing.assert_allclose(got[1], col - x, rtol=1e-6)
+
+
+def k_tt_column(x, c):
+    out = nl.ndarray((2,) + x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    xt, ct = nl.load(x), nl.load(c)
+    nl.store(out[0], nisa.tensor_tensor(xt, ct, op=nl.multiply))
+    nl.store(out[1], nisa.tensor_tensor(ct, xt, op=nl.subtract))
+    return out
 
 
 def k_ts_mixed(x):

@@ -191,6 +191,25 @@ def test_iota(dt):
     np.testing.assert_array_equal(f32(got), f32(want.astype(dt.np)))
 
 
+def k_iota_pid(x):
+    # a scalar expression (a program id plus a loop iterator) gives a [1, 1] tile, as vLLM's
+    # paged attention builds its head index
+    out = nl.ndarray((4, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    for j in nl.affine_range(3):
+        t = nisa.iota(10 * i + j, dtype=nl.int32).reshape((1, 1))
+        nl.store(out[i : i + 1, j : j + 1], t)
+    return out
+
+
+def test_iota_of_a_scalar_expression():
+    import nki
+
+    got = nki.jit(k_iota_pid)[4](np.zeros((1, 1), np.float32))
+    want = 10 * np.arange(4)[:, None] + np.arange(3)[None, :]
+    np.testing.assert_array_equal(got, want)
+
+
 def k_memset(v, dtype):
     out = _out((32, 16), dtype)
     nl.store(out, nisa.memset((32, 16), v, dtype))

@@ -355,6 +355,22 @@ def test_atomic_rmw_max_and_bad_op():
     assert ei.value.code == "err_unsupported_op"
 
 
+def test_shared_constant_in_a_grid_is_not_a_race():
+    """Every instance of a launch sees the same compile-time constant (no write to race on)."""
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ident = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+        i = nl.program_id(0)
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.copy(nl.matmul(nl.load(ident), x)))
+        return out
+
+    a = np.random.default_rng(10).standard_normal((256, 32)).astype(np.float32)
+    np.testing.assert_allclose(kernel[2](a), a, rtol=1e-6)
+
+
 def test_shared_constant_and_identity_matrix():
     @nki.jit
     def kernel(a):
