@@ -3,10 +3,12 @@ direct-allocation buffers and compiler decorators.
 
 ``ncc.sbuf`` / ``ncc.psum`` (and their ``auto_alloc()``) are the ordinary SBUF / PSUM buffers.
 ``ncc.sbuf.alloc(func)``, ``ncc.sbuf.mod_alloc(base_addr=..., ...)`` and the PSUM versions
-choose the physical place of each logical tile on hardware. The simulator accepts them and
-validates their arguments, but gives every tensor its own storage: placement (and the memory
-sharing that modulo allocation implies) is not simulated, so a correct kernel computes the
-same result, while reusing a tile whose physical slot was already recycled is not detected.
+choose the physical place of each logical tile on hardware. The simulator validates their
+arguments and checks the placement against the memory (PSUM banks, SBUF bytes per partition;
+such tensors are not added to the automatic allocations' total, as kernels overlap them on
+purpose), but gives every tensor its own storage: the memory sharing that placement implies
+is not simulated, so a correct kernel computes the same result, while reusing a tile whose
+physical slot was already recycled is not detected.
 
 The decorators ``skip_middle_end_transformations``, ``enable_stack_allocator`` and
 ``force_auto_alloc`` only steer the compiler; here they return the kernel unchanged.
