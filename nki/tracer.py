@@ -236,12 +236,12 @@ class TileOps:
         return ops
 
     def __add__(self, o):
-        if isinstance(o, (Index, Scalar)):  # idx_tile[0, j] + i_f: a dynamic index
+        if _dynamic_index(self, o):  # idx_tile[0, j] + i_f: a dynamic index
             return DynOffset(self, o)
         return self._nl().add(self, o)
 
     def __radd__(self, o):
-        if isinstance(o, (Index, Scalar)):
+        if _dynamic_index(self, o):
             return DynOffset(self, o)
         return self._nl().add(o, self)
 
@@ -617,16 +617,48 @@ class _Assigned:
         return self.view._rmw(o, "multiply")  # type: ignore[attr-defined]
 
 
+def _forward_operator(name: str) -> Any:
+    def op(self: _Assigned, *args: Any) -> Any:
+        return getattr(self.view, name)(*args)
+
+    op.__name__ = name
+    return op
+
+
+# ``acc += x`` rebinds ``acc`` to an _Assigned; Python looks operators up on the class, so
+# ``acc / 128``, ``acc * s``, ``-acc``, ``acc < 0`` ... must be forwarded explicitly
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__neg__", "__pow__", "__lt__", "__le__", "__gt__",
+              "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__xor__", "__invert__",
+              "__lshift__", "__rshift__", "__bool__", "__iter__"):  # fmt: skip
+    setattr(_Assigned, _name, _forward_operator(_name))
+_Assigned.__hash__ = object.__hash__  # type: ignore[assignment]
+
+
+def _dynamic_index(t: Any, o: object) -> bool:
+    """``tile + i_f`` / ``one_element_tile + i`` may be an index with a run-time start (see
+    DynOffset); a bigger tile plus a loop iterator is plain arithmetic."""
+    if isinstance(o, Index):
+        return True
+    return isinstance(o, Scalar) and _prod(tuple(t.shape)) == 1
+
+
 class DynOffset:
     """``tile[0, j] + i_f``: an index whose start is a value read at run time from a
     one-element SBUF tile (a dynamic offset, as used with ``nisa.tensor_copy_dynamic_src``),
-    plus an affine part (``nl.arange`` axes, loop iterators, integers)."""
+    plus an affine part (``nl.arange`` axes, loop iterators, integers). Used as a value
+    instead of an index, it is the element-wise sum (``as_value``)."""
 
     __slots__ = ("tile", "part")
 
     def __init__(self, tile: Any, part: Any) -> None:
         self.tile = tile
         self.part = part
+
+    def as_value(self) -> Any:
+        from .language import ops
+
+        return ops.add(self.tile, self.part)
 
     def __add__(self, o: object) -> DynOffset:
         if isinstance(o, (Index, Scalar, int)) and not isinstance(o, bool):
@@ -990,6 +1022,8 @@ def check_scope(t: NkiTensor, st: TraceState) -> None:
 
 def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
     """A tile / view argument as an Access (scope-checked)."""
+    if isinstance(x, DynOffset):
+        x = x.as_value()
     if isinstance(x, _Assigned):
         x = x.view
     if isinstance(x, TileOps):
@@ -1015,7 +1049,8 @@ def as_2d(acc: Access, t: NkiTensor | TensorDecl) -> Access:
     partition, e.g. a column of a statistics tile or a slice of a per-channel vector) is a
     ``(P, 1)`` tile, and ``t[i, 0:512]`` (one row: the partition / first dimension fixed) is
     a ``(1, F)`` tile. Which one is decided by the tensor dimension the remaining axis runs
-    along. Indirect accesses are left alone."""
+    along (for HBM tensors: a row only along the last dimension). Indirect accesses are left
+    alone."""
     if len(acc.shape) >= 2 or acc.indirect:
         return acc
     if not acc.shape:
@@ -1024,9 +1059,12 @@ def as_2d(acc: Access, t: NkiTensor | TensorDecl) -> Access:
         return Access(acc.tensor, shape, idx)
     n = acc.shape[0]
     decl = t.decl if isinstance(t, NkiTensor) else t
-    pdim = decl.par_dim if decl.on_chip else 0
     dims = [d for d, e in enumerate(acc.index) if e.coeffs[0]]
-    along_free = n > 1 and bool(dims) and pdim not in dims
+    if decl.on_chip:
+        along_free = n > 1 and bool(dims) and decl.par_dim not in dims
+    else:  # HBM: a run along the last dim is a row (x[i, 0:512]); along another, a column
+        # of one element per partition (F[j, 0:128, 1], integer indices dropping their dims)
+        along_free = n > 1 and bool(dims) and dims[-1] == len(decl.shape) - 1 and 0 not in dims
     shape = (1, n) if along_free else (n, 1)
     idx = tuple(
         IndexExpr(e.base, (0, e.coeffs[0]) if along_free else (e.coeffs[0], 0), shape)

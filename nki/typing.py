@@ -18,6 +18,15 @@ class _TensorType:
         shape = shape if isinstance(shape, tuple) else (shape,)
         return _TensorType(self.mutable, tuple(shape))
 
+    def __instancecheck__(self, obj: Any) -> bool:
+        """``isinstance(x, nt.tensor)``: x is a kernel tensor or tile (kernels check their
+        arguments so), of the annotated shape if one is given."""
+        from .tracer import TileOps
+
+        if not isinstance(obj, TileOps):
+            return False
+        return self.shape is None or tuple(obj.shape) == tuple(self.shape)
+
     def __repr__(self) -> str:
         base = "nt.mutable_tensor" if self.mutable else "nt.tensor"
         return base + (f"[{', '.join(map(str, self.shape))}]" if self.shape else "")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
+from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Const
 from ..optable import lookup
 from ..tracer import (
@@ -39,8 +39,8 @@ ATOMIC_UFUNCS = {
 
 def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
     """A shared-HBM tensor holding a compile-time constant (a NumPy array, converted to
-    ``dtype`` if given; 64-bit arrays are narrowed to 32 bits). Create it at kernel top level
-    and ``nl.load`` it like any HBM tensor."""
+    ``dtype`` if given; 64-bit arrays are narrowed to 32 bits), ``nl.load``-ed like any HBM
+    tensor. Made inside a loop, it still exists once for the whole kernel."""
     api = "nl.shared_constant"
     st = state(api)
     arr = np.asarray(constant)
@@ -51,17 +51,14 @@ def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
         dt = dtypes.name_of(narrow[arr.dtype.kind] if arr.dtype.itemsize > 4 else arr.dtype)
     else:
         dt = dtypes.name_of(dtype)
-    if st.loops:
-        raise NKIError(
-            f"'{api}' creates a shared_hbm tensor and must be called at kernel top level, not "
-            "inside a loop",
-            code="err_shared_hbm_must_in_kernel_level",
-            loc=user_loc(),
-        )
     t = new_tensor(tuple(int(s) for s in arr.shape), dt, "shared_hbm", kind="local", api=api)
     data = np.ascontiguousarray(arr.astype(np.float64 if arr.dtype.kind == "f" else np.int64))
     value = (str(data.dtype), tuple(data.shape), data.tobytes())  # hashable, exact
     emit("const", "shared_constant", t.access_(), (Const(value),), api=api)
+    if st.loops:  # compile-time data: one copy for the kernel, even when made inside a loop
+        body = st.bodies[-1]
+        st.bodies[0].extend(body[-2:])  # its allocation and its fill
+        del body[-2:]
     return t
 
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
-from ..ir import Access
+from ..ir import Access, IndexExpr
 from ..optable import OPS, Op, result_dtype
-from ..symbolic import broadcast_shapes
+from ..symbolic import Index, Scalar, broadcast_shapes
 from ..tracer import (
+    DynOffset,
     NkiTensor,
     TileOps,
     _Assigned,
@@ -37,6 +38,8 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
     dts: list[str] = []
     for i, a in enumerate(args):
         role = f"x{i}" if len(args) > 2 else ("x", "y")[i]
+        if isinstance(a, DynOffset):
+            a = a.as_value()
         if isinstance(a, _Assigned):
             a = a.view
         if isinstance(a, TileOps):
@@ -56,6 +59,16 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
         ):
             srcs.append(const_operand(a))
             dts.append(dtypes.scalar_dtype(a))
+        elif isinstance(a, Scalar):  # a loop iterator / program id expression: an integer
+            srcs.append(IndexExpr(a.aff, (), ()))
+            dts.append(dtypes.scalar_dtype(0))
+        elif isinstance(a, Index):
+            raise NKITypeError(
+                f"operand '{role}' of '{api}' is an nl.arange / nl.mgrid index, not a tile; "
+                "materialise index values with nisa.iota",
+                code="err_unsupported_operand",
+                loc=user_loc(),
+            )
         else:
             raise NKITypeError(
                 f"operand '{role}' of '{api}' must be a tile or a scalar, got {type(a).__name__}",

@@ -310,6 +310,29 @@ def test_extent_one_mgrid_axes_stay_tile_dimensions():
     np.testing.assert_array_equal(o2, b[:, ::-1, :])
 
 
+def test_integer_indices_of_hbm_drop_their_dims():
+    """``F[j, 0:128, 1]`` of a 3-D HBM tensor loads one element per partition (a [128, 1]
+    tile); ``x[i, 0:512]`` along the last dim stays a [1, 512] row."""
+
+    @nki.jit
+    def k(f, x):
+        out1 = nl.ndarray((128, 4), dtype=f.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), dtype=f.dtype)
+        for j in nl.affine_range(4):
+            t[:, j] = nl.load(f[j, 0:128, 1])
+        nl.store(out1, t)
+        out2 = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        row = nl.load(x[2, 0 : x.shape[1]])
+        assert tuple(row.shape) == (1, x.shape[1])
+        nl.store(out2, row)
+        return out1, out2
+
+    f, x = _rand((4, 128, 3), 13), _rand((4, 40), 14)
+    o1, o2 = k(f, x)
+    np.testing.assert_array_equal(o1, f[:, :, 1].T)
+    np.testing.assert_array_equal(o2, x[2:3])
+
+
 def test_masked_out_destination_untouched():
     @nki.jit
     def k(a, out):

@@ -385,3 +385,73 @@ def test_shared_constant_and_identity_matrix():
     np.testing.assert_array_equal(r, a.astype(np.float32))
     assert c.dtype == np.float32
     np.testing.assert_array_equal(c, np.linspace(0, 1, 8).reshape(2, 4).astype(np.float32))
+
+
+def test_tile_plus_loop_iterator_is_arithmetic():
+    """``t + i * 8`` (and ``nl.add(t, i * 8)``) inside an affine loop adds the iterator's value
+    element-wise; only a one-element tile plus an index is a dynamic index."""
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 3, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for i in nl.affine_range(3):
+            u = t + i * 8
+            nl.store(out[:, i, :], nl.subtract(nl.add(u, i), i * 2))
+        return out
+
+    x = np.random.default_rng(11).standard_normal((128, 8)).astype(np.float32)
+    want = np.stack([x + 8 * i + i - 2 * i for i in range(3)], axis=1)
+    np.testing.assert_allclose(kernel(x), want, rtol=1e-6)
+
+
+def test_isinstance_nt_tensor_on_kernel_arguments():
+    """Kernels check their arguments with ``isinstance(x, nt.tensor)`` (optionally a shape)."""
+
+    @nki.jit
+    def kernel(x):
+        assert isinstance(x, nt.tensor) and isinstance(x, nt.tensor[128, 4])
+        assert not isinstance(x, nt.tensor[64, 4]) and not isinstance(3, nt.tensor)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        assert isinstance(t, nt.tensor)
+        nl.store(out, t)
+        return out
+
+    x = np.ones((128, 4), np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
+
+
+def test_operators_after_an_in_place_update():
+    """``acc += ...`` rebinds ``acc``; ``acc / n``, ``acc * s``, ``-acc`` still work."""
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.psum)
+        for h in nl.affine_range(2):
+            acc += nl.sum(nl.load(x[:, h * 64 : (h + 1) * 64]), axis=[1], keepdims=True)
+        res = nl.ndarray((128, 3), dtype=nl.float32)
+        res[:, 0:1] = acc / 128
+        res[:, 1:2] = acc * 2.0
+        res[:, 2:3] = -acc
+        nl.store(out, res)
+        return out
+
+    x = np.random.default_rng(12).standard_normal((128, 128)).astype(np.float32)
+    s = x.astype(np.float64).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(kernel(x), np.hstack([s / 128, 2 * s, -s]), rtol=1e-5, atol=1e-5)
+
+
+def test_shared_constant_made_inside_a_loop():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 2, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        for e in nl.affine_range(2):
+            c = nl.shared_constant(np.arange(1024).reshape(128, 8), dtype=nl.float32)
+            nl.store(out[:, e, :], nl.add(nl.load(x[:, e, :]), nl.load(c)))
+        return out
+
+    x = np.random.default_rng(13).standard_normal((128, 2, 8)).astype(np.float32)
+    want = x + np.arange(1024, dtype=np.float32).reshape(128, 1, 8)
+    np.testing.assert_allclose(kernel(x), want, rtol=1e-6)
