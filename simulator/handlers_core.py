@@ -17,8 +17,12 @@ from .interpreter import Ctx, handler
 def _dma(instr: Instr, ctx: Ctx) -> None:
     """nl.load / nl.store / DMA copies: move a tile, casting to the destination dtype."""
     sel = ctx.mask(instr)
-    vals = ctx.read(instr.srcs[0], sel)  # type: ignore[arg-type]
-    ctx.write(instr.dst, vals, sel, instr.accumulate)  # type: ignore[arg-type]
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = ctx.read(src, sel)
+    if instr.accumulate is None:
+        vals = numerics.dma_bits(vals, ctx.decl(src.tensor).dtype, ctx.decl(instr.dst.tensor).dtype)
+    ctx.write(instr.dst, vals, sel, instr.accumulate)
 
 
 @handler("copy")

@@ -109,8 +109,13 @@ def _dma_copy(instr: Instr, ctx: Ctx) -> None:
         sel = ok if sel is None else sel & ok
         ssel = sel if src.shape == dst.shape else None
     raw = ctx.read(src, ssel)
-    vals = raw if _dtype(ctx, src) == _dtype(ctx, dst) else numerics.to_compute(raw)
-    ctx.write(dst, vals.reshape(dst.shape), sel, instr.attr("rmw") or instr.accumulate)
+    rmw = instr.attr("rmw") or instr.accumulate
+    same_bits = numerics.dma_bits(raw, _dtype(ctx, src), _dtype(ctx, dst)) if not rmw else raw
+    if same_bits is not raw:
+        vals = same_bits
+    else:
+        vals = raw if _dtype(ctx, src) == _dtype(ctx, dst) else numerics.to_compute(raw)
+    ctx.write(dst, vals.reshape(dst.shape), sel, rmw)
 
 
 @isa("dma_transpose")

@@ -184,3 +184,27 @@ def test_fast_fp_output_is_still_the_declared_dtype():
     x = np.array([[1.0 + 2**-12]], dtype=np.float32)
     got = kernel(x)
     assert got.dtype == ml_dtypes.bfloat16 and float(got[0, 0]) == 1.0
+
+
+def test_dma_between_same_width_integers_copies_bits():
+    """A DMA (nl.load / nl.store / nisa.dma_copy) between int32 and uint32 (or 16- / 8-bit
+    pairs) copies the bit pattern: nc_find_index8's all-ones "not found" lands as -1 in an
+    int32 output. A narrowing integer conversion still saturates."""
+    import nki.isa as nisa
+
+    @nki.jit
+    def kernel(x):
+        a = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        b = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        c = nl.ndarray(x.shape, dtype=nl.int16, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(a, t)
+        nisa.dma_copy(dst=b, src=t)
+        nl.store(c, t)
+        return a, b, c
+
+    x = np.array([[0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 70000]] * 2, dtype=np.uint32)
+    a, b, c = kernel(x)
+    np.testing.assert_array_equal(a, x.view(np.int32))
+    np.testing.assert_array_equal(b, x.view(np.int32))
+    np.testing.assert_array_equal(c, np.clip(x.astype(np.int64), -32768, 32767).astype(np.int16))
