@@ -217,7 +217,8 @@ class Kernel:
             outputs, returns = self._outputs(st, ret)
         self._check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
-            if returns and name in _written_bases(st) and name not in outputs:
+            bases = {st.tensors[o].alias_of or o for o in outputs}
+            if returns and name in _written_bases(st) and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
                     "kernel does not return it; add it to the returned tensors",
@@ -269,7 +270,8 @@ class Kernel:
                         loc=decl.loc or user_loc(),
                     )
                 st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
-            names.append(name)
+            # a returned reshape / view keeps its own shape (its storage is the base tensor's)
+            names.append(r.name if r.decl.alias_of else name)
         return tuple(names), True
 
     def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:
@@ -361,8 +363,14 @@ class Launch:
                 user = bound.arguments[name]
                 user[...] = interpreter.output_array(arrays[name], ir.tensor(name).dtype)
             return None
-        outs = tuple(interpreter.output_array(arrays[n], ir.tensor(n).dtype) for n in ir.outputs)
-        for name in ir.outputs:  # mutable parameters returned: update the caller's array too
+        outs = tuple(
+            interpreter.output_array(
+                interpreter.output_view(arrays, ir, n, cfg.precise_fp), ir.tensor(n).dtype
+            )
+            for n in ir.outputs
+        )
+        for n in ir.outputs:  # mutable parameters returned: update the caller's array too
+            name = ir.tensor(n).alias_of or n
             if name in ir.params:
                 bound.arguments[name][...] = interpreter.output_array(
                     arrays[name], ir.tensor(name).dtype

@@ -567,8 +567,9 @@ class View(TileOps):
 def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:
     """``tile.reshape(shape)`` on an on-chip tile: the same elements per partition in another
     free-dimension shape (row-major), e.g. ``(P, A, B)`` -> ``(P, A * B)``. The partition
-    dimension must stay the same. The result is a new tile holding the reshaped values (reads
-    see the data; writing the result does not write the original tile)."""
+    dimension must stay the same. Reshaping a whole tile gives a view of the same memory
+    (writes through it land in the tile, as in NKI); a reshaped slice or a tile with block
+    dimensions before its partition dimension is a new tile holding a copy of the values."""
     api = "tile.reshape"
     acc, t = operand(x, api, "tile")
     if not t.decl.on_chip:
@@ -584,6 +585,14 @@ def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:
             code="err_reshape_size_mismatch",
             loc=user_loc(),
         )
+    if isinstance(x, NkiTensor) and t.decl.par_dim == 0:
+        st = state(api)
+        base = t.decl.alias_of or t.name
+        decl = TensorDecl(
+            st.fresh(f"{base}_r"), shape, t.decl.dtype, t.decl.buffer, "alias", 0, user_loc(), base
+        )
+        st.declare(decl)
+        return NkiTensor(decl, t.scope)
     out = new_tensor(shape, t.decl.dtype, t.decl.buffer, temp=True, api=api)
     emit("reshape", "reshape", out.access_(), (acc,), api=api)
     return out

@@ -152,12 +152,10 @@ class Ctx:
             d = self.decl(name)
             if d.alias_of is None:
                 raise NKIRuntimeError(f"tensor '{name}' is used before it is allocated")
-            a = self.array(d.alias_of)
-            sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
-            if a.dtype != sd:  # tensor.view(dtype): the same bytes as another type
-                a = a.reshape(-1).view(sd)
-            a = a.reshape(d.shape)
+            a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
             self.arrays[name] = a
+            if d.alias_of in self.shadow and d.on_chip:  # a reshaped tile shares its shadow
+                self.shadow[name] = self.shadow[d.alias_of].reshape(d.shape)
         return a
 
     def allocate(self, decl: TensorDecl) -> None:
@@ -166,6 +164,20 @@ class Ctx:
         self.arrays[decl.name] = host_array(decl, self.config)
         if self.full_checks and decl.alias_of is None:
             self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
+        if decl.on_chip:  # reshaped views of the tile follow its new storage
+            for alias in self._aliases().get(decl.name, ()):
+                self.arrays.pop(alias, None)
+                self.shadow.pop(alias, None)
+
+    def _aliases(self) -> dict[str, list[str]]:
+        got = self.state.get("aliases")
+        if got is None:
+            got = {}
+            for d in self.ir.tensors:
+                if d.alias_of is not None and d.on_chip:
+                    got.setdefault(d.alias_of, []).append(d.name)
+            self.state["aliases"] = got
+        return got
 
     # ---- accesses -------------------------------------------------------------------------
     def _basic(self, acc: Access) -> tuple[Any, ...] | None:
@@ -623,6 +635,26 @@ def storage_input(arr: np.ndarray, dtype_name: str, config: SimConfig) -> np.nda
     """Copy a user's array into simulator storage for an HBM parameter."""
     sd = numerics.storage_dtype(dtype_name, config.precise_fp)
     return np.array(arr, dtype=sd, copy=True, order="C")
+
+
+def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:
+    """The storage of an alias tensor (``t.reshape(shape)`` / ``t.view(dtype)``): the same
+    memory as ``base`` in the alias's shape and type."""
+    sd = numerics.storage_dtype(decl.dtype, precise_fp)
+    if base.dtype != sd:  # tensor.view(dtype): the same bytes as another type
+        base = base.reshape(-1).view(sd)
+    return base.reshape(decl.shape)
+
+
+def output_view(
+    arrays: dict[str, np.ndarray], ir: KernelIR, name: str, precise_fp: bool
+) -> np.ndarray:
+    """A returned tensor's storage; a returned reshape / dtype view of a tensor keeps its own
+    shape and type."""
+    d = ir.tensor(name)
+    if d.alias_of is None:
+        return arrays[name]
+    return alias_array(arrays[d.alias_of], d, precise_fp)
 
 
 def output_array(a: np.ndarray, dtype_name: str) -> np.ndarray:

@@ -220,6 +220,49 @@ def test_tile_reshape():
     np.testing.assert_array_equal(tr, x.transpose(0, 2, 1))
 
 
+@nki.jit
+def write_through_reshape(a):
+    # a reshaped tile is a view: writing it writes the tile, and it sees later writes to the
+    # tile (NxD's paged-attention kernels write through such views); per loop iteration too
+    out = nl.ndarray((2, 128, 2, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        t = nl.ndarray((nl.par_dim(128), 2, 4), dtype=a.dtype, buffer=nl.sbuf)
+        flat = t.reshape((128, 8))
+        flat[...] = nl.load(a)
+        t[:, 1, :] = nl.multiply(t[:, 1, :], i + 2)
+        nl.store(out[i], value=flat.reshape((128, 2, 4)))
+    return out
+
+
+def test_writes_through_a_reshaped_tile_land_in_the_tile():
+    a = rand(128, 8)
+    want = np.stack([a.reshape(128, 2, 4).copy() for _ in range(2)])
+    want[0, :, 1, :] *= 2
+    want[1, :, 1, :] *= 3
+    for checks in ("static", "full"):
+        np.testing.assert_allclose(
+            write_through_reshape.configure(checks=checks)(a), want, rtol=1e-6
+        )
+
+
+@nki.jit
+def returns_reshaped(a):
+    # the caller receives the shape of the returned view, not of the tensor behind it
+    out = nl.ndarray((2, 128, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    a3 = a.reshape((2, 128, 4))
+    for m in nl.affine_range(2):
+        nl.store(out[m], value=nl.load(a3[m]))
+    return out.reshape((1024,)), out.reshape((256, 4)).view(nl.int32)
+
+
+def test_returned_reshape_keeps_its_shape():
+    a = np.arange(1024, dtype=np.float32)
+    flat, bits = returns_reshaped(a)
+    assert flat.shape == (1024,) and bits.shape == (256, 4) and bits.dtype == np.int32
+    np.testing.assert_array_equal(flat, a)
+    np.testing.assert_array_equal(bits, a.reshape(256, 4).view(np.int32))
+
+
 def test_tile_reshape_must_keep_partitions():
     @nki.jit
     def bad(x):
