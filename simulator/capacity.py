@@ -109,10 +109,69 @@ def live_ranges(ir: KernelIR) -> list[_Live]:
     return list(live.values())
 
 
-def _fmt(lv: _Live) -> str:
+def _accesses(instr: Instr) -> list[Access]:
+    out: list[Access] = []
+    for a in (instr.dst, *instr.srcs, *(v for _, v in instr.attrs)):
+        if isinstance(a, Access):
+            out.append(a)
+            out.extend(ind for _, ind in a.indirect)
+    return out
+
+
+def physical_bytes(ir: KernelIR) -> dict[str, int]:
+    """Bytes per partition the compiler must reserve for blocked on-chip tensors whose blocks
+    are used one loop iteration at a time: ``buf[i]`` of ``nl.ndarray((n, par_dim(P), F))``
+    indexed only by the iterator ``i`` of a loop inside the tensor's scope needs one block per
+    iteration, not n (the block dimension counts logical tiles, not physical ones). Only
+    block dims indexed everywhere by the same ``c * i + k`` qualify; other tensors are absent
+    (they need their full size)."""
+    uses: dict[str, list[tuple[Access, tuple[Loop, ...]]]] = {}
+    alloc_loops: dict[str, tuple[Loop, ...]] = {}
+
+    def rec(nodes: tuple[Node, ...], loops: tuple[Loop, ...]) -> None:
+        for n in nodes:
+            if isinstance(n, Alloc):
+                alloc_loops[n.tensor] = loops
+            elif isinstance(n, Loop):
+                rec(n.body, loops + (n,))
+            elif isinstance(n, Instr):
+                for a in _accesses(n):
+                    uses.setdefault(a.tensor, []).append((a, loops))
+
+    rec(ir.body, ())
+    out: dict[str, int] = {}
+    for d in ir.tensors:
+        if not d.on_chip or d.par_dim == 0 or d.alias_of is not None or d.name not in uses:
+            continue
+        accs = uses[d.name]
+        outer = alloc_loops.get(d.name, ())
+        common = [lp for lp in accs[0][1] if all(lp in loops for _, loops in accs)]
+        inner = [lp for lp in common if lp not in outer]
+        nblocks = 1
+        for n in d.shape[: d.par_dim]:
+            nblocks *= n
+        per_iteration, used = nblocks, set()
+        for b in range(d.par_dim):
+            bases = {a.index[b].base for a, _ in accs}
+            if len(bases) != 1 or any(any(a.index[b].coeffs) for a, _ in accs):
+                continue
+            syms = [s for s, c in bases.pop().terms if c]
+            if len(syms) != 1 or syms[0] in used or d.shape[b] <= 1:
+                continue
+            if any(lp.sym == syms[0] for lp in inner):
+                used.add(syms[0])
+                per_iteration //= d.shape[b]
+        if used:
+            out[d.name] = block_bytes(d) * per_iteration
+    return out
+
+
+def _fmt(lv: _Live, physical: dict[str, int]) -> str:
     at = f" (allocated at line {lv.loc.line})" if lv.loc is not None else ""
     d = lv.decl
-    return f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)}: {bytes_per_partition(d)} B{at}"
+    size = physical.get(d.name)
+    per = f" ({size} B: blocks used one loop iteration at a time)" if size is not None else ""
+    return f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)}: {bytes_per_partition(d)} B{per}{at}"
 
 
 def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
@@ -136,6 +195,7 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 loc=lv.loc,
             )
     _check_placements(ranges, t)
+    physical = physical_bytes(ir)
     for buf, cap, code in (
         ("sbuf", t.sbuf_usable_per_partition, "err_sbuf_capacity_exceeded"),
         ("psum", t.psum_bytes_per_partition, "err_psum_capacity_exceeded"),
@@ -148,9 +208,9 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
         )
         for lv in mine:
             alive = [o for o in mine if o.start <= lv.start <= o.end]
-            total = sum(bytes_per_partition(o.decl) for o in alive)
+            total = sum(physical.get(o.decl.name, bytes_per_partition(o.decl)) for o in alive)
             if total > cap:
-                listing = "; ".join(_fmt(o) for o in alive)
+                listing = "; ".join(_fmt(o, physical) for o in alive)
                 extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
                 raise NKIMemoryError(
                     f"{buf.upper()} capacity exceeded on {t.name}: allocating '{lv.decl.name}' "

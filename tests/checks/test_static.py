@@ -152,6 +152,40 @@ def test_tile_used_in_loop_is_live_through_the_loop():
     )
 
 
+def k_blocks_per_iteration(a):
+    # 64 logical blocks of 4 KiB (256 KiB per partition) but each is used only in its own
+    # iteration: the compiler needs one block at a time
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((64, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(64):
+        buf[i] = nl.load(a[:, i * 1024 : (i + 1) * 1024])
+        nl.store(out[:, i * 1024 : (i + 1) * 1024], value=nl.multiply(buf[i], 2.0))
+    return out
+
+
+def k_blocks_across_loops(a):
+    # the same blocks written in one loop and read in another: all of them live in between
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((64, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)  # ERR
+    for i in nl.affine_range(64):
+        buf[i] = nl.load(a[:, i * 1024 : (i + 1) * 1024])
+    for i in nl.affine_range(64):
+        nl.store(out[:, i * 1024 : (i + 1) * 1024], value=nl.multiply(buf[i], 2.0))
+    return out
+
+
+def test_block_tensor_capacity_counts_the_blocks_live_at_once():
+    a = rand((128, 64 * 1024))
+    np.testing.assert_allclose(nki.jit(k_blocks_per_iteration)(a), 2 * a, rtol=1e-6)
+    expect(
+        k_blocks_across_loops,
+        a,
+        cls=NKIMemoryError,
+        code="err_sbuf_capacity_exceeded",
+        values=["262144 bytes per partition requested", "212984", "[64, 128, 1024]: 262144 B"],
+    )
+
+
 def k_psum_nine(a, b):
     out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     x = nl.load(a)
