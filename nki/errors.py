@@ -31,6 +31,7 @@ __all__ = [
     "NKIDependencyError",
     "NKIRuntimeError",
     "NKIUnsupportedError",
+    "NKIAttributeError",
     "SrcLoc",
 ]
 
@@ -186,6 +187,13 @@ class NKIRuntimeError(NKIError):
 
 class NKIUnsupportedError(NKIError):
     """A feature of the real NKI this simulator does not provide (yet)."""
+
+
+class NKIAttributeError(NKITypeError, AttributeError):
+    """A tile or tensor attribute NKI does not have (``t.as_tile()``). Also an AttributeError,
+    so ``hasattr`` / ``getattr(x, name, default)`` keep working on tiles."""
+
+    default_code = "err_unsupported_attribute"
 
 
 # --------------------------------------------------------------------------------------------

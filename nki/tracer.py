@@ -230,6 +230,18 @@ class TileOps:
 
     __slots__ = ()
 
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes tiles do not have: name the API, not a Python internal
+        if name.startswith("_") or name in ("shape", "dtype"):
+            raise AttributeError(name)
+        from .errors import NKIAttributeError
+
+        raise NKIAttributeError(
+            f"NKI tiles and tensors have no attribute '{name}' ({type(self).__name__} "
+            f"{list(getattr(self, 'shape', ()))}); see the README's list of tile methods",
+            loc=user_loc(),
+        )
+
     def _nl(self):
         from .language import ops
 

@@ -5,7 +5,7 @@ import numpy as np
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIError, NKIMemoryError, NKIShapeError
+from nki.errors import NKIAttributeError, NKIError, NKIMemoryError, NKIShapeError
 
 from .util import expect, line_of, rand
 
@@ -161,3 +161,21 @@ def test_error_message_has_source_line_caret_and_traceback_ends_in_kernel():
         assert tb.tb_frame.f_code.co_filename == __file__ and tb.tb_lineno == line
     else:
         raise AssertionError("no error")
+
+
+def k_unknown_tile_method(a):
+    out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.store(out, t[:, 0].as_tile())  # ERR
+    return out
+
+
+def test_unknown_tile_attribute_is_a_located_nki_error():
+    e = expect(
+        k_unknown_tile_method,
+        rand((128, 4)),
+        cls=NKIAttributeError,
+        code="err_unsupported_attribute",
+        values=["no attribute 'as_tile'", "[128, 1]"],
+    )
+    assert isinstance(e, AttributeError)  # hasattr / getattr(default) still work on tiles
