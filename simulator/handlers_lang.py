@@ -223,12 +223,18 @@ def _atomic_rmw(instr: Instr, ctx: Ctx) -> None:
     from nki.language.hbm_ops import ATOMIC_UFUNCS
 
     dst, src = instr.dst, instr.srcs[0]
-    assert isinstance(dst, Access) and isinstance(src, Access)
+    assert isinstance(dst, Access)
     sel = ctx.mask(instr)
     decl = ctx.decl(dst.tensor)
     arr = ctx.array(dst.tensor)
-    exact = _is_int_access(src, ctx) and (dtypes.is_int(decl.dtype) or dtypes.is_bool(decl.dtype))
-    vals = np.broadcast_to(numerics.to_compute(ctx.read(src), exact_int=exact), dst.shape)
+    int_dst = dtypes.is_int(decl.dtype) or dtypes.is_bool(decl.dtype)
+    if isinstance(src, Const):  # a scalar value
+        exact = int_dst and isinstance(src.value, int)
+        value = np.asarray(src.value, dtype=np.int64 if exact else np.float32)
+    else:
+        exact = _is_int_access(src, ctx) and int_dst
+        value = numerics.to_compute(ctx.read(src), exact_int=exact)
+    vals = np.broadcast_to(value, dst.shape)
     idx = ctx._fancy(dst, sel)
     if sel is not None:
         idx = tuple(i[sel] for i in idx)

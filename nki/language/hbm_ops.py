@@ -81,10 +81,14 @@ def atomic_rmw(dst: Any, value: Any, op: Any, *, mask: Any = None, **_kw: Any) -
         )
     dacc, dt = operand(dst.view if isinstance(dst, _Assigned) else dst, api, "dst")
     require_buffer(dt, HBM_BUFFERS, api, "dst")
-    vacc, vt = operand(value.view if isinstance(value, _Assigned) else value, api, "value")
-    require_buffer(vt, ("sbuf", "psum"), api, "value")
-    check_broadcast_into(vacc.shape, dacc.shape, api)
-    emit("atomic_rmw", row.name, dacc, (vacc,), mask=to_mask(mask, dacc.shape, api), api=api)
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        src: Any = Const(value.item() if isinstance(value, np.number) else value)  # a scalar
+    else:
+        vacc, vt = operand(value.view if isinstance(value, _Assigned) else value, api, "value")
+        require_buffer(vt, ("sbuf", "psum"), api, "value")
+        check_broadcast_into(vacc.shape, dacc.shape, api)
+        src = vacc
+    emit("atomic_rmw", row.name, dacc, (src,), mask=to_mask(mask, dacc.shape, api), api=api)
 
 
 __all__ = ["atomic_rmw", "shared_constant", "shared_identity_matrix"]

@@ -91,13 +91,17 @@ def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTenso
     api = "nl.static_cast"
     from ..tracer import tracing
 
-    if not tracing() and isinstance(x, np.ndarray):
+    scalar = isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
+    if scalar or (not tracing() and isinstance(x, np.ndarray)):
+        # a NumPy array outside a kernel, or a scalar anywhere: converted now, by the same
+        # rules (a scalar becomes a typed NumPy scalar usable as an operand)
         from simulator import numerics
 
         name = dtypes.name_of(dtype)
-        return numerics.cast(np.asarray(x, dtype=np.float64), name, True).astype(
+        got = numerics.cast(np.asarray(x, dtype=np.float64), name, True).astype(
             dtypes.storage(name)
         )
+        return got[()] if scalar else got
     acc, t = operand(_unwrap(x), api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
     out = result_tile(acc.shape, dtypes.name_of(dtype), "sbuf", api)

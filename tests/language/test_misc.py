@@ -455,3 +455,28 @@ def test_shared_constant_made_inside_a_loop():
     x = np.random.default_rng(13).standard_normal((128, 2, 8)).astype(np.float32)
     want = x + np.arange(1024, dtype=np.float32).reshape(128, 1, 8)
     np.testing.assert_allclose(kernel(x), want, rtol=1e-6)
+
+
+def test_scalar_forms_of_static_cast_and_atomic_rmw():
+    """``nl.static_cast`` of a scalar converts it (float -> int rounds to nearest even, as for
+    tiles); ``nl.atomic_rmw`` takes a scalar value and applies it once per index, repeats
+    included."""
+
+    @nki.jit
+    def kernel(a, idx, dst: nt.mutable_tensor):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        n = nl.static_cast(3.7, nl.int32)
+        nl.store(out, nl.load(a) + n)
+        i_f = nl.arange(dst.shape[1])[None, :]
+        nl.atomic_rmw(dst[nl.load(idx), i_f], value=2.0, op=np.add)
+        return out, dst
+
+    a = np.zeros((4, 3), np.float32)
+    idx = np.array([[1], [1], [3]], np.int32)
+    dst = np.zeros((4, 2), np.float32)
+    out, got = kernel(a, idx, dst)
+    np.testing.assert_array_equal(out, a + 4)
+    want = np.zeros((4, 2), np.float32)
+    np.add.at(want, idx[:, 0], 2.0)
+    np.testing.assert_array_equal(got, want)
+    assert nl.static_cast(2.5, nl.int32) == 2 and nl.static_cast(-1.5, nl.int8) == -2
