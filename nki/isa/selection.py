@@ -204,6 +204,8 @@ def select_reduce(
 
 
 _CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+# range_select's documented comparisons (no not_equal)
+_RANGE_CMP_OPS = ("equal", "less", "less_equal", "greater", "greater_equal")
 
 
 def range_select(
@@ -237,19 +239,25 @@ def range_select(
 
     check_available("range_select", api)
     acc, t = tile(on_true_tile, api, "on_true_tile")
+    if not dtypes.is_float(dt(t)):
+        raise NKITypeError(
+            f"'on_true_tile' of '{api}' must have a floating-point dtype, got {dt(t)}",
+            code="err_unsupported_dtype",
+            loc=user_loc(),
+        )
     parts = acc.shape[0]
     ops = []
     for role, op in (("comp_op0", comp_op0), ("comp_op1", comp_op1)):
         fn = alu_op(op, api, role)
-        if fn.name not in _CMP_OPS:
+        if fn.name not in _RANGE_CMP_OPS:
             raise NKIError(
-                f"'{role}'={fn.name} of '{api}' must be a comparison ({', '.join(_CMP_OPS)})",
+                f"'{role}'={fn.name} of '{api}' must be one of {', '.join(_RANGE_CMP_OPS)}",
                 code="err_unsupported_op",
                 loc=user_loc(),
             )
         ops.append(fn.name)
-    b0, _ = scalar_or_vector(bound0, parts, api, "bound0")
-    b1, _ = scalar_or_vector(bound1, parts, api, "bound1")
+    b0, _ = scalar_or_vector(bound0, parts, api, "bound0", fp32_only=True)
+    b1, _ = scalar_or_vector(bound1, parts, api, "bound1", fp32_only=True)
     rop = _reducer(
         reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
     )
@@ -261,6 +269,14 @@ def range_select(
         raise NKITypeError(
             f"'on_false_value' of '{api}' must be a float scalar, got {type(fill).__name__}",
             code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+    fp32_min = float(np.finfo(np.float32).min)
+    if float(fill) != fp32_min:
+        raise NKIError(
+            f"'on_false_value'={fill} of '{api}' must be the float32 minimum ({fp32_min}, "
+            "nl.fp32.min): the hardware fills rejected elements with that bit pattern",
+            code="err_invalid_argument",
             loc=user_loc(),
         )
     attrs: dict[str, Any] = {

@@ -6,7 +6,7 @@ import pytest
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIShapeError, NKIUnsupportedError
+from nki.errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError
 
 from .util import BF16, close, expect_error, f32, rand, run
 
@@ -26,7 +26,7 @@ def k_range(x, lo, hi, start):
         bound0=nl.load(lo),
         bound1=nl.load(hi),
         range_start=start,
-        on_false_value=-50.0,
+        on_false_value=nl.fp32.min,
         reduce_res=m,
         reduce_cmd=nisa.reduce_cmd.reset_reduce,
     )
@@ -42,9 +42,41 @@ def test_range_select_trn2(dt):
     hi = lo + 10
     got, red = run(k_range, x, lo, hi, 5)
     j = np.arange(40)[None, :] + 5
-    want = np.where((j >= lo) & (j < hi), f32(x), -50.0)
-    np.testing.assert_array_equal(f32(got), want)
+    want = np.where((j >= lo) & (j < hi), f32(x), np.finfo(np.float32).min)
+    np.testing.assert_array_equal(f32(got), f32(want.astype(dt)))  # fp32.min -> -inf in bf16
     np.testing.assert_array_equal(red, want.max(axis=1, keepdims=True))
+
+
+def k_range_bad(x, lo, which):
+    t, b = nl.load(x), nl.load(lo)
+    kw = dict(on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b, bound1=4.0)
+    if which == "op":
+        kw["comp_op1"] = nl.not_equal
+    elif which == "fill":
+        kw["on_false_value"] = -50.0
+    elif which == "bound":
+        kw["bound0"] = nl.load(lo, dtype=nl.bfloat16)
+    else:
+        kw["on_true_tile"] = nl.load(x, dtype=nl.int32)
+    r = nisa.range_select(**kw)  # ERR
+    out = _out(x.shape, nl.float32)
+    nl.store(out, r)
+    return out
+
+
+@pytest.mark.parametrize(
+    "which, cls, code, frags",
+    [
+        ("op", NKIError, "err_unsupported_op", ["'comp_op1'=not_equal", "greater_equal"]),
+        ("fill", NKIError, "err_invalid_argument", ["'on_false_value'=-50.0", "nl.fp32.min"]),
+        ("bound", NKITypeError, "err_invalid_operand_dtype", ["'bound0'", "bfloat16"]),
+        ("data", NKITypeError, "err_unsupported_dtype", ["'on_true_tile'", "int32"]),
+    ],
+)
+def test_range_select_documented_constraints(which, cls, code, frags):
+    x = rand((16, 40))
+    lo = np.zeros((16, 1), np.float32)
+    expect_error(k_range_bad, x, lo, which, cls=cls, code=code, fragments=frags)
 
 
 def test_range_select_is_trn2_only():
