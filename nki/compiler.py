@@ -20,6 +20,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .errors import NKITypeError, user_loc
 from .language.core import Buffer
 
@@ -187,6 +189,7 @@ def placement_of(
                 loc=user_loc(),
             ) from None
         got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        got = tuple(int(v) if isinstance(v, np.integer) else v for v in got)
         if not got or not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
             raise NKITypeError(
                 f"ncc.{buffer.name}.alloc: the placement function must return ints "
