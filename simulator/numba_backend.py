@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from nki.errors import NKIError
+from nki.errors import NKIError, user_stacklevel
 from nki.ir import KernelIR
 from nki.optable import OPS
 
@@ -353,6 +353,6 @@ def maybe_run(
             f"nki-sim: backend='numba' cannot compile kernel '{ir.name}' ({reason}); "
             "running it on the NumPy interpreter",
             BackendFallbackWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     return False

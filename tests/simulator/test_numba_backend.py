@@ -304,8 +304,9 @@ def test_hosted_instruction_error_matches_interpreter():
 def test_numba_falls_back_with_a_warning(setting):
     a = np.ones((256, 128), dtype=np.float32)
     k = add_2d.configure(backend="numba", **setting)
-    with pytest.warns(numba_backend.BackendFallbackWarning, match="NumPy interpreter"):
+    with pytest.warns(numba_backend.BackendFallbackWarning, match="NumPy interpreter") as w:
         out = k[2, 2](a, a)
+    assert w[0].filename == __file__  # the warning points at the caller, not at nki-sim
     assert k.last_run.backend == "numpy"
     np.testing.assert_array_equal(out, a + a)
 
