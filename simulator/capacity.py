@@ -47,21 +47,24 @@ class _Live:
     loc: SrcLoc | None
 
 
-def _uses(instr: Instr) -> set[str]:
-    names: set[str] = set()
+def _accesses(instr: Instr) -> list[Access]:
+    """Every access an instruction makes (destination, sources, accesses in its attributes and
+    the index tiles of indirect accesses)."""
+    out: list[Access] = []
 
     def add(a: object) -> None:
         if isinstance(a, Access):
-            names.add(a.tensor)
+            out.append(a)
             for _, ind in a.indirect:
                 add(ind)
 
-    add(instr.dst)
-    for s in instr.srcs:
-        add(s)
-    for _, v in instr.attrs:
-        add(v)
-    return names
+    for a in (instr.dst, *instr.srcs, *(v for _, v in instr.attrs)):
+        add(a)
+    return out
+
+
+def _uses(instr: Instr) -> set[str]:
+    return {a.tensor for a in _accesses(instr)}
 
 
 def live_ranges(ir: KernelIR) -> list[_Live]:
@@ -107,15 +110,6 @@ def live_ranges(ir: KernelIR) -> list[_Live]:
 
     rec(ir.body, [])
     return list(live.values())
-
-
-def _accesses(instr: Instr) -> list[Access]:
-    out: list[Access] = []
-    for a in (instr.dst, *instr.srcs, *(v for _, v in instr.attrs)):
-        if isinstance(a, Access):
-            out.append(a)
-            out.extend(ind for _, ind in a.indirect)
-    return out
 
 
 def physical_bytes(ir: KernelIR) -> dict[str, int]:

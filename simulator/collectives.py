@@ -17,6 +17,7 @@ from nki.ir import Access, Instr, LoopSym
 from nki.optable import OPS
 
 from . import numerics
+from .handlers_lang import _is_int_access
 from .interpreter import Ctx, handler
 from .isa_math import apply
 
@@ -36,8 +37,7 @@ def _all_reduce(instr: Instr, ctx: Ctx) -> None:
     if result is not None:
         ctx.write(instr.dst, result, sel, None)
         return
-    d = ctx.decl(src.tensor).dtype
-    exact = OPS[instr.op].exact_int and (d.startswith(("int", "uint")) or d == "bool")
+    exact = OPS[instr.op].exact_int and _is_int_access(src, ctx)
     x = numerics.to_compute(ctx.read(src, sel), exact_int=exact)
     ident = OPS[instr.op].identity
     if sel is not None:  # masked-off lanes take no part

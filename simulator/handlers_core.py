@@ -20,8 +20,9 @@ def _dma(instr: Instr, ctx: Ctx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
     vals = ctx.read(src, sel)
-    if instr.accumulate is None:
-        vals = numerics.dma_bits(vals, ctx.decl(src.tensor).dtype, ctx.decl(instr.dst.tensor).dtype)
+    dst_dtype = ctx.decl(instr.dst.tensor).dtype
+    if instr.accumulate is None and numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
+        vals = vals.view(numerics.storage_dtype(dst_dtype))
     ctx.write(instr.dst, vals, sel, instr.accumulate)
 
 

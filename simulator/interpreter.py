@@ -133,10 +133,12 @@ class Ctx:
         self.shadow: dict[str, np.ndarray] = dict(shadow_shared or {})
         self.state: dict[str, Any] = {}  # per-instance engine state (rng, accumulators...)
         self.instr: Instr | None = None
-        # Per-element on-chip instructions (elementwise ops, copies, SBUF->SBUF DMA) may compute
-        # on uninitialised lanes (e.g. the masked-off rows of a ragged tile): like valgrind's
-        # memcheck, their results are marked uninitialised ("poisoned") instead of reported,
-        # and the report comes when such data is used for real (stored to HBM, reduced, ...).
+        self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
+        # On-chip instructions may compute on uninitialised lanes (e.g. the masked-off rows of
+        # a ragged tile): like valgrind's memcheck, their results are marked uninitialised
+        # ("poisoned", per element / row / matmul row or column, see _poison_rule) instead of
+        # reported, and the report comes when such data reaches HBM or an instruction without
+        # a propagation rule.
         self.propagate = ""  # the current instruction's poison rule (see _poison_rule)
         self.poison: np.ndarray | None = None
         self.poison_root: Any = None  # where the current instruction's poison came from
@@ -415,7 +417,7 @@ def _exec(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
                 _exec_instr(n, ctx)
         elif isinstance(n, Loop):
             it: Iterable[int] = range(n.start, n.stop, n.step)
-            if ctx.rng is not None and n.kind == "affine" and not _has_collective(n):
+            if ctx.rng is not None and n.kind == "affine" and id(n) not in ctx.collective_loops:
                 # (iterations holding a collective keep their order: instances meet there)
                 it = [int(v) for v in ctx.rng.permutation(np.array(list(it), dtype=np.int64))]
             for v in it:
@@ -555,30 +557,28 @@ def run(
             return shared, info
     order = [(inst, core) for core in sorted(by_core) for inst in by_core[core]]
 
+    collective_loops = _collective_loops(ir) if rng is not None else frozenset()
+
     def make_ctx(inst: tuple[int, ...], core: int) -> Ctx:
-        return Ctx(ir, config, shared, inst, core, rng, shadow_shared)
+        ctx = Ctx(ir, config, shared, inst, core, rng, shadow_shared)
+        ctx.collective_loops = collective_loops
+        return ctx
 
     _run_instances(ir, order, make_ctx, info)
     return shared, info
 
 
 COLLECTIVES = ("all_reduce",)
-_HAS_COLLECTIVE: dict[int, tuple[Loop, bool]] = {}
 
 
-def _has_collective(loop: Loop) -> bool:
-    hit = _HAS_COLLECTIVE.get(id(loop))
-    if hit is None or hit[0] is not loop:
-        found = any(isinstance(n, Instr) and n.kind in COLLECTIVES for n in _nodes(loop.body))
-        hit = _HAS_COLLECTIVE[id(loop)] = (loop, found)
-    return hit[1]
-
-
-def _nodes(nodes: tuple[Node, ...]) -> Iterator[Node]:
-    for n in nodes:
-        yield n
-        if isinstance(n, Loop):
-            yield from _nodes(n.body)
+def _collective_loops(ir: KernelIR) -> frozenset[int]:
+    """ids of the loops that hold a collective (their iterations keep their order)."""
+    return frozenset(
+        id(lp)
+        for n, loops in ir.walk()
+        if isinstance(n, Instr) and n.kind in COLLECTIVES
+        for lp in loops
+    )
 
 
 def _run_instances(

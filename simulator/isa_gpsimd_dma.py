@@ -110,11 +110,13 @@ def _dma_copy(instr: Instr, ctx: Ctx) -> None:
         ssel = sel if src.shape == dst.shape else None
     raw = ctx.read(src, ssel)
     rmw = instr.attr("rmw") or instr.accumulate
-    same_bits = numerics.dma_bits(raw, _dtype(ctx, src), _dtype(ctx, dst)) if not rmw else raw
-    if same_bits is not raw:
-        vals = same_bits
+    sdt, ddt = _dtype(ctx, src), _dtype(ctx, dst)
+    if sdt == ddt:
+        vals = raw
+    elif not rmw and numerics.dma_copies_bits(sdt, ddt):
+        vals = raw.view(numerics.storage_dtype(ddt))
     else:
-        vals = raw if _dtype(ctx, src) == _dtype(ctx, dst) else numerics.to_compute(raw)
+        vals = numerics.to_compute(raw)
     ctx.write(dst, vals.reshape(dst.shape), sel, rmw)
 
 

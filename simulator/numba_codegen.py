@@ -764,7 +764,9 @@ def ir_key(ir: KernelIR, config) -> str:
 def generate(ir: KernelIR, config, func: str = "nki_kernel") -> Plan:
     """Python source of one njit function for ``ir``; raises :class:`Unsupported` when the
     kernel cannot run this way at all."""
-    if any(ins.kind == "all_reduce" for ins, _ in ir.instructions()):
+    from .interpreter import COLLECTIVES
+
+    if any(ins.kind in COLLECTIVES for ins, _ in ir.instructions()):
         raise Unsupported("collectives (nl.all_reduce): instances wait for each other")
     key = ir_key(ir, config)
     g = _Gen(ir, config, key)

@@ -56,14 +56,12 @@ def cast(x: np.ndarray, name: str, precise_fp: bool = True) -> np.ndarray:
     return x.astype(target)
 
 
-def dma_bits(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+def dma_copies_bits(src: str, dst: str) -> bool:
     """A DMA between integer types of the same width copies the bits (an int32 tile of -1
     lands as 0xFFFFFFFF in uint32 and back; AWS's find-index kernel stores nc_find_index8's
-    all-ones "not found" into int32 as -1). Other conversions go through ``cast``."""
+    all-ones "not found" into int32 as -1); other conversions go through ``cast``."""
     a, b = dtypes.INFO[src], dtypes.INFO[dst]
-    if a.kind in "iu" and b.kind in "iu" and a.kind != b.kind and a.bits == b.bits:
-        return np.asarray(x).view(storage_dtype(dst))
-    return x
+    return a.kind in "iu" and b.kind in "iu" and a.kind != b.kind and a.bits == b.bits
 
 
 def round_tf32(x: np.ndarray) -> np.ndarray:
