@@ -265,13 +265,18 @@ def _fake_outputs(
     return common.trace_signature(k, tuple(ph), dict(statics or {}), api=api).outputs
 
 
-def _tensor_params(k: Any) -> list[str]:
+def _kernel_params(k: Any) -> list[Any]:
+    """The parameters (``inspect.Parameter``) of a kernel or launch's Python function."""
     import inspect
 
     fn = (k.kernel if isinstance(k, Launch) else k).fn
+    return list(inspect.signature(fn).parameters.values())
+
+
+def _tensor_params(k: Any) -> list[str]:
     return [
         p.name
-        for p in inspect.signature(fn).parameters.values()
+        for p in _kernel_params(k)
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
 
@@ -282,12 +287,9 @@ _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float"}
 def _static_params(k: Any) -> dict[str, Any]:
     """The kernel's scalar parameters with defaults (``eps=1e-5``, ``n=4``, ``causal=False``):
     they become optional ``float`` / ``int`` / ``bool`` arguments of the custom op."""
-    import inspect
-
-    fn = (k.kernel if isinstance(k, Launch) else k).fn
     return {
         p.name: p.default
-        for p in inspect.signature(fn).parameters.values()
+        for p in _kernel_params(k)
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and type(p.default) in _SCHEMA_TYPES
     }
 
