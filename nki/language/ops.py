@@ -63,12 +63,7 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
             srcs.append(IndexExpr(a.aff, (), ()))
             dts.append(dtypes.scalar_dtype(0))
         elif isinstance(a, Index):
-            raise NKITypeError(
-                f"operand '{role}' of '{api}' is an nl.arange / nl.mgrid index, not a tile; "
-                "materialise index values with nisa.iota",
-                code="err_unsupported_operand",
-                loc=user_loc(),
-            )
+            operand(a, api, role)  # raises: an index is not a tile (materialise it with iota)
         else:
             raise NKITypeError(
                 f"operand '{role}' of '{api}' must be a tile or a scalar, got {type(a).__name__}",
