@@ -172,7 +172,7 @@ class Kernel:
             ) from None
 
     def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
-        from simulator.targets import get_target
+        from nki.targets import get_target
 
         from .typing import annotation_of
 
@@ -379,7 +379,7 @@ class Launch:
 
 
 def _check_grid(grid: Grid, target_name: str) -> None:
-    from simulator.targets import get_target
+    from nki.targets import get_target
 
     t = get_target(target_name)
     if grid.num_cores > t.max_lnc:

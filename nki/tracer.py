@@ -54,7 +54,7 @@ class TraceState:
 
     def __init__(self, name: str, target: Any, grid_shape: tuple[int, ...]) -> None:
         self.name = name
-        self.target = target  # simulator.targets.Target
+        self.target = target  # nki.targets.Target
         self.grid_shape = grid_shape
         self.tensors: dict[str, TensorDecl] = {}
         self.bodies: list[list[Node]] = [[]]

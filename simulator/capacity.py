@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from nki import dtypes
 from nki.errors import NKIMemoryError, SrcLoc
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
-
-from .targets import Target, get_target, isa_rules
+from nki.targets import Target, get_target, isa_rules
 
 
 def bytes_per_partition(decl: TensorDecl) -> int:

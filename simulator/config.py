@@ -19,8 +19,7 @@ import os
 from dataclasses import dataclass, replace
 
 from nki.errors import NKIError
-
-from .targets import DEFAULT_TARGET, target_name
+from nki.targets import DEFAULT_TARGET, target_name
 
 CHECK_LEVELS = ("none", "static", "full")
 BACKENDS = ("numpy", "numba", "auto")

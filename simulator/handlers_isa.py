@@ -14,11 +14,11 @@ from nki import dtypes
 from nki.errors import NKIMemoryError, NKIRuntimeError
 from nki.ir import HBM_BUFFERS, Access, Const, Instr
 from nki.optable import OPS
+from nki.targets import isa_rules
 
 from . import isa_math as M
 from . import numerics
 from .interpreter import Ctx, handler
-from .targets import isa_rules
 
 ISA: dict[str, Callable[[Instr, Ctx], None]] = {}
 

@@ -31,13 +31,13 @@ ON_CHIP = ("sbuf", "psum")
 
 
 def target():
-    """The ``simulator.targets.Target`` being traced."""
+    """The ``nki.targets.Target`` being traced."""
     return state("nki.isa").target
 
 
 def rules():
     """The ``IsaRules`` row of the target being traced."""
-    from simulator.targets import isa_rules
+    from nki.targets import isa_rules
 
     return isa_rules(target().name)
 

@@ -116,7 +116,7 @@ def get_nc_version() -> nc_version:
 
     if _STATE:
         return nc_version(_STATE[-1].target.gen)
+    from nki.targets import get_target
     from simulator.config import SimConfig
-    from simulator.targets import get_target
 
     return nc_version(get_target(SimConfig.from_env().target).gen)

@@ -1,5 +1,5 @@
 """Engine rules of the nki.isa instruction set, driven by the per-target table
-``simulator.targets.ISA_RULES`` and the op table's engine column.
+``nki.targets.ISA_RULES`` and the op table's engine column.
 
 Every violation raises an NKIError naming the instruction, the operand, the limit / values and
 (through ``user_loc``) the kernel's line."""
@@ -83,7 +83,7 @@ def check_activation_reduce_op(op: Op, api: str) -> None:
 
 def check_available(instruction: str, api: str) -> None:
     """Instructions introduced with a later NeuronCore generation."""
-    from simulator.targets import TARGETS, first_target_with
+    from nki.targets import TARGETS, first_target_with
 
     first = first_target_with(instruction)
     if first is not None and target().gen < TARGETS[first].gen:

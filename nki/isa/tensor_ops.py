@@ -71,7 +71,7 @@ def nc_matmul(
                 code="err_unsupported_perf_mode",
                 loc=user_loc(),
             )
-        from simulator.targets import FP8_DTYPES
+        from nki.targets import FP8_DTYPES
 
         for role, t in (("stationary", st), ("moving", mt)):
             check_dtype_in(t.decl.dtype, FP8_DTYPES, f"{api}(perf_mode={perf})", role)
@@ -160,7 +160,7 @@ def nc_matmul(
 
 
 def _in_dtypes() -> tuple[str, ...]:
-    from simulator.targets import MATMUL_IN_DTYPES
+    from nki.targets import MATMUL_IN_DTYPES
 
     return MATMUL_IN_DTYPES
 

@@ -41,8 +41,8 @@ SMALL_ARRAY = 64  # arrays up to this many elements are printed in full in repor
 
 
 def _target(target: str | None):
+    from nki.targets import get_target, isa_rules
     from simulator.config import SimConfig
-    from simulator.targets import get_target, isa_rules
 
     name = target if target is not None else SimConfig.from_env().target
     return get_target(name), isa_rules(name)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from nki import dtypes as ndt
+from nki.targets import TARGETS
 from nki.testing import (
     arrays,
     dtypes,
@@ -23,7 +24,6 @@ from nki.testing import (
     special_values,
     tile_shapes,
 )
-from simulator.targets import TARGETS
 
 FIND = settings(database=None, max_examples=1000, derandomize=True)  # find() searches this long
 

@@ -1,7 +1,7 @@
 """Per-target hardware facts: one table, one row per NeuronCore generation.
 
 Sources: the NKI architecture guides for NeuronCore-v2/v3/v4 and the direct-allocation guide
-(see ../shared/reference/hardware-and-testing.md and nki-api.md section 3)."""
+(Trainium / Trainium2 / Trainium3 architecture pages of the NKI documentation)."""
 
 from __future__ import annotations
 
