@@ -3,9 +3,41 @@ backend in ``frontends/torch_backend.py``, and usable on their own with NumPy ar
 tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
 from .elementwise import BINARY_KERNELS, GRAD_KERNELS, SCALAR_KERNELS, UNARY_KERNELS, where_kernel
+from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
 from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
+from .norm import (
+    layer_norm_backward_kernel,
+    layer_norm_kernel,
+    rms_norm_backward_kernel,
+    rms_norm_kernel,
+)
+from .reduce import (
+    amax_kernel,
+    cumsum_kernel,
+    log_softmax_backward_kernel,
+    log_softmax_kernel,
+    mean_kernel,
+    softmax_backward_kernel,
+    softmax_kernel,
+    sum_kernel,
+)
 
 __all__ = [
+    "amax_kernel",
+    "cumsum_kernel",
+    "embedding_backward_kernel",
+    "embedding_kernel",
+    "layer_norm_backward_kernel",
+    "layer_norm_kernel",
+    "log_softmax_backward_kernel",
+    "log_softmax_kernel",
+    "mean_kernel",
+    "rms_norm_backward_kernel",
+    "rms_norm_kernel",
+    "softmax_backward_kernel",
+    "softmax_kernel",
+    "sum_kernel",
+    "transpose_kernel",
     "BINARY_KERNELS",
     "GRAD_KERNELS",
     "SCALAR_KERNELS",
