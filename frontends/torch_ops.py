@@ -129,6 +129,10 @@ def _binary_call(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
     if _is_scalar(x) and isinstance(y, torch.Tensor) and y.dim() > 0:
         _float(y)
         return run(K.SCALAR_KERNELS[op], _rows(y), s=float(x), reverse=True).reshape(y.shape)
+    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype != y.dtype:
+        if x.dtype in FLOATS and y.dtype in FLOATS:  # torch's promotion (bf16 * fp32 -> fp32)
+            dt = torch.promote_types(x.dtype, y.dtype)
+            x, y = x.to(dt), y.to(dt)
     _float(x, y)
     shape = torch.broadcast_shapes(x.shape, y.shape)
     if x.shape != shape and commutative:

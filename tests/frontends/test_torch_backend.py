@@ -1,0 +1,159 @@
+"""torch.compile(backend="nki"): models train like eager torch with their ops as NKI kernels;
+the report, user kernels, guards and the cross-process IR cache."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import frontends.torch as ft
+import nki
+import nki.language as nl
+from frontends import torch_backend as tb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tutorials" / "torch_backend"))
+from models import MLP, Block, train_side_by_side  # noqa: E402
+
+# the ops whose every call must run as an NKI kernel in the example models
+MUST_BE_NKI = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::_softmax",
+    "aten::_softmax_backward_data",
+    "aten::silu",
+    "aten::silu_backward",
+    "aten::rsqrt",
+    "aten::mean",
+    "aten::embedding",
+    "aten::embedding_dense_backward",
+}
+# (output, gradient) tolerances relative to the reference's scale
+TOLS = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 5e-2)}
+
+
+def _new_reports(before: int) -> list:
+    return tb.reports()[before:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_mlp_trains_like_eager_with_every_op_as_a_kernel(dtype):
+    torch.manual_seed(0)
+    before = len(tb.reports())
+    model = MLP(64, 128, 16).to(dtype)
+    out_tol, grad_tol = TOLS[dtype]
+    for _, out_diff, grad_diff in train_side_by_side(
+        model, lambda s: torch.randn(32, 64, generator=torch.Generator().manual_seed(s)).to(dtype)
+    ):
+        assert out_diff <= out_tol and grad_diff <= grad_tol, (out_diff, grad_diff)
+    reps = _new_reports(before)
+    assert {r.name.split()[0] for r in reps} == {"forward", "backward"}
+    for r in reps:
+        assert r.fallbacks == {}, str(r)
+    fwd = next(r for r in reps if r.name.startswith("forward"))
+    assert fwd.ran_as_nki("aten::addmm") and fwd.ran_as_nki("aten::silu")
+    assert fwd.kernel_calls["addmm_kernel"] == 2 * fwd.runs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_transformer_block_trains_like_eager(dtype):
+    torch.manual_seed(1)
+    before = len(tb.reports())
+    model = Block(vocab=50, d=64, heads=4, hidden=128).to(dtype)
+    out_tol, grad_tol = TOLS[dtype]
+    for _, out_diff, grad_diff in train_side_by_side(
+        model, lambda s: torch.randint(0, 50, (2, 16)), steps=2
+    ):
+        assert out_diff <= out_tol and grad_diff <= grad_tol, (out_diff, grad_diff)
+    reps = _new_reports(before)
+    seen = set()
+    for r in reps:
+        for op in MUST_BE_NKI & {s.op for s in r.ops.values()}:
+            assert r.ran_as_nki(op), str(r)
+            seen.add(op)
+        # only dtype conversions (bf16 rms_norm upcasts) and building the constant causal
+        # mask may run on the CPU
+        allowed = {"aten::_to_copy", "aten::ones", "aten::tril", "aten::bitwise_not"}
+        assert set(r.fallbacks) <= allowed, str(r)
+    assert seen == MUST_BE_NKI
+
+
+@nki.jit
+def double_gelu(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.multiply(nl.gelu(nl.load(x)), 2.0))
+    return out
+
+
+def test_user_kernel_overrides_builtin_and_guard_falls_back():
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    tb.register_kernel(
+        "aten::gelu", double_gelu, guard=lambda x, *a, **k: None if x.dim() == 2 else "not 2-D"
+    )
+    try:
+        x = torch.randn(8, 32)
+        got = torch.compile(lambda t: F.gelu(t), backend="nki")(x)
+        torch.testing.assert_close(got, 2 * F.gelu(x))  # the user kernel ran, not the built-in
+        x3 = torch.randn(2, 8, 32)
+        got3 = torch.compile(lambda t: F.gelu(t) + 1, backend="nki")(x3)
+        torch.testing.assert_close(got3, F.gelu(x3) + 1)  # guard failed: built-in kernel
+    finally:
+        tb.unregister_kernel("aten::gelu")
+    first, second = _new_reports(before)
+    assert first.ran_as_nki("aten::gelu") and "double_gelu" in first.kernel_calls
+    assert second.ran_as_nki("aten::gelu") and "gelu_kernel" in second.kernel_calls
+
+
+def test_report_names_fallback_reasons():
+    before = len(tb.reports())
+    x = torch.randn(4, 6)
+    torch.compile(lambda t: torch.sin(t) + t.sum(0), backend="nki")(x)
+    (rep,) = _new_reports(before)
+    assert rep.fallbacks["aten::sin"] == "no kernel"
+    assert rep.ran_as_nki("aten::add")
+    xi = torch.arange(6, dtype=torch.int32)
+    before = len(tb.reports())
+    torch.compile(lambda t: t * 3, backend="nki")(xi)
+    (rep,) = _new_reports(before)
+    assert rep.fallbacks["aten::mul"].startswith("guard failed: dtype torch.int32")
+    assert "aten::sin" in str(_new_reports(before - 1)[0])
+
+
+def test_traced_kernels_are_cached_across_processes(tmp_path):
+    import subprocess
+
+    code = (
+        "import torch, frontends.torch as ft, nki.kernels as K\n"
+        f"ft.init_backend(cache_dir={str(tmp_path)!r})\n"
+        "f = torch.compile(lambda a, b: a @ b, backend='nki')\n"
+        "f(torch.ones(8, 4), torch.ones(4, 3))\n"
+        "print(K.matmul_kernel.trace_count)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+        )
+        for _ in range(2)
+    ]
+    assert [r.stdout.split()[-1] for r in runs] == ["1", "0"], [r.stderr[-2000:] for r in runs]
+    assert list(tmp_path.glob("matmul_kernel-*.pkl"))
+
+
+def test_readme_op_table_is_the_registry():
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = text.index("<!-- torch-backend-ops:begin")
+    body = text[text.index("\n", start) + 1 : text.index("<!-- torch-backend-ops:end -->")]
+    assert body.strip() == tb.registry_table().strip()
+
+
+def test_init_backend_rejects_unknown_log_level():
+    with pytest.raises(ValueError, match="log_level"):
+        ft.init_backend(log_level="LOUD")
+    ft.init_backend()
