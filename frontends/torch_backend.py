@@ -377,6 +377,19 @@ def _custom_nki_op(name: str) -> bool:
     return name in torch_frontend.NKI_CUSTOM_OPS
 
 
+def _like(res: Any, val: Any) -> Any:
+    """``res`` with the strides the traced graph expects (``val``, the node's fake value): later
+    view ops of the graph rely on the layout the eager op produces."""
+    if isinstance(res, (tuple, list)) and isinstance(val, (tuple, list)):
+        return type(res)(_like(r, v) for r, v in zip(res, val))
+    if isinstance(res, torch.Tensor) and isinstance(val, torch.Tensor):
+        if tuple(res.shape) == tuple(val.shape) and res.stride() != val.stride():
+            out = torch.empty_strided(val.shape, val.stride(), dtype=res.dtype)
+            out.copy_(res)
+            return out
+    return res
+
+
 class _Interpreter(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, report: GraphReport) -> None:
         super().__init__(gm)
@@ -417,7 +430,7 @@ class _Interpreter(torch.fx.Interpreter):
                         reason = f"guard failed: {g}; built-in: {g2}"
             else:
                 self.report.record(name, "nki", tuple(run.used), s=time.perf_counter() - t0)
-                return res
+                return _like(res, n.meta.get("val"))
         self.report.record(name, "cpu", reason=reason)
         return n.target(*args, **kwargs)
 

@@ -395,3 +395,78 @@ def _embedding_bwd(run: Any, g: Any, idx: Any, num: int, padding_idx: int, scale
         _indices(idx, num),
         num_weights=int(num),
     )
+
+
+# ---- attention --------------------------------------------------------------------------------
+
+_SDPA = f"{_FLOAT_DOC}; q, k, v (..., S, D) of one shape, D <= 128, no dropout, no attn_mask"
+
+
+def _sdpa_guard(q: Any, k: Any, v: Any, dropout_p: float, attn_mask: Any) -> float:
+    _float(q, k, v)
+    if dropout_p != 0.0 or attn_mask is not None:
+        raise Guard("dropout or attn_mask")
+    if not (q.shape == k.shape == v.shape) or q.dim() < 2 or q.shape[-1] > 128:
+        raise Guard(f"shapes q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)}")
+    return q.shape[-1] ** -0.5
+
+
+def _bhsd(t: Any) -> Any:
+    return t.contiguous().reshape(-1, t.shape[-2], t.shape[-1])
+
+
+@builtin("aten::_scaled_dot_product_flash_attention_for_cpu", ("attention_kernel",), _SDPA)
+def _sdpa(
+    run: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Any = None,
+    scale: Any = None,
+) -> Any:
+    default = _sdpa_guard(q, k, v, dropout_p, attn_mask)
+    sc = float(default if scale is None else scale)
+    out, lse = run(
+        K.attention_kernel, _bhsd(q), _bhsd(k), _bhsd(v), scale=sc, causal=bool(is_causal)
+    )
+    return out.reshape(q.shape), lse.reshape(q.shape[:-1])
+
+
+@builtin(
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    ("attention_backward_kernel",),
+    _SDPA,
+)
+def _sdpa_bwd(
+    run: Any,
+    g: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    lse: Any,
+    dropout_p: float,
+    is_causal: bool,
+    *,
+    attn_mask: Any = None,
+    scale: Any = None,
+) -> Any:
+    default = _sdpa_guard(q, k, v, dropout_p, attn_mask)
+    _float(g, out)
+    sc = float(default if scale is None else scale)
+    lse3 = lse.float().contiguous().reshape(-1, q.shape[-2], 1)
+    dq, dk, dv = run(
+        K.attention_backward_kernel,
+        _bhsd(g),
+        _bhsd(q),
+        _bhsd(k),
+        _bhsd(v),
+        _bhsd(out),
+        lse3,
+        scale=sc,
+        causal=bool(is_causal),
+    )
+    return dq.reshape(q.shape), dk.reshape(q.shape), dv.reshape(q.shape)

@@ -2,6 +2,7 @@
 backend in ``frontends/torch_backend.py``, and usable on their own with NumPy arrays or torch
 tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
+from .attention import attention_backward_kernel, attention_kernel
 from .elementwise import BINARY_KERNELS, GRAD_KERNELS, SCALAR_KERNELS, UNARY_KERNELS, where_kernel
 from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
 from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
@@ -23,6 +24,8 @@ from .reduce import (
 )
 
 __all__ = [
+    "attention_backward_kernel",
+    "attention_kernel",
     "amax_kernel",
     "cumsum_kernel",
     "embedding_backward_kernel",

@@ -19,18 +19,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tutorials" / "torc
 from models import MLP, Block, train_side_by_side  # noqa: E402
 
 # the ops whose every call must run as an NKI kernel in the example models
-MUST_BE_NKI = {
+COMMON = {
     "aten::mm",
     "aten::addmm",
-    "aten::bmm",
-    "aten::_softmax",
-    "aten::_softmax_backward_data",
     "aten::silu",
     "aten::silu_backward",
     "aten::rsqrt",
     "aten::mean",
     "aten::embedding",
     "aten::embedding_dense_backward",
+}
+MANUAL_ATTENTION = {"aten::bmm", "aten::_softmax", "aten::_softmax_backward_data"}
+SDPA = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
 }
 # (output, gradient) tolerances relative to the reference's scale
 TOLS = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 5e-2)}
@@ -59,11 +61,16 @@ def test_mlp_trains_like_eager_with_every_op_as_a_kernel(dtype):
     assert fwd.kernel_calls["addmm_kernel"] == 2 * fwd.runs
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_transformer_block_trains_like_eager(dtype):
+@pytest.mark.parametrize(
+    "dtype, sdpa",
+    [(torch.float32, False), (torch.bfloat16, True), (torch.bfloat16, False)],
+    ids=["fp32-manual-attention", "bf16-sdpa", "bf16-manual-attention"],
+)
+def test_transformer_block_trains_like_eager(dtype, sdpa):
     torch.manual_seed(1)
     before = len(tb.reports())
-    model = Block(vocab=50, d=64, heads=4, hidden=128).to(dtype)
+    model = Block(vocab=50, d=64, heads=4, hidden=128, sdpa=sdpa).to(dtype)
+    must = COMMON | (SDPA if sdpa else MANUAL_ATTENTION)
     out_tol, grad_tol = TOLS[dtype]
     for _, out_diff, grad_diff in train_side_by_side(
         model, lambda s: torch.randint(0, 50, (2, 16)), steps=2
@@ -72,14 +79,14 @@ def test_transformer_block_trains_like_eager(dtype):
     reps = _new_reports(before)
     seen = set()
     for r in reps:
-        for op in MUST_BE_NKI & {s.op for s in r.ops.values()}:
+        for op in must & {s.op for s in r.ops.values()}:
             assert r.ran_as_nki(op), str(r)
             seen.add(op)
         # only dtype conversions (bf16 rms_norm upcasts) and building the constant causal
         # mask may run on the CPU
         allowed = {"aten::_to_copy", "aten::ones", "aten::tril", "aten::bitwise_not"}
         assert set(r.fallbacks) <= allowed, str(r)
-    assert seen == MUST_BE_NKI
+    assert seen == must
 
 
 @nki.jit

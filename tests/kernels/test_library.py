@@ -250,3 +250,25 @@ def test_embedding_kernels_match_torch(n, v, d, dtype, seed):
 def test_transpose_kernel_is_exact(b, r, c, dtype, seed):
     x = torch.randn(b, r, c, generator=torch.Generator().manual_seed(seed)).to(dtype)
     assert torch.equal(full(K.transpose_kernel)(x), x.transpose(1, 2))
+
+
+@given(
+    bh=st.sampled_from([1, 2]),
+    s=st.sampled_from([1, 16, 130]),
+    d=st.sampled_from([8, 32]),
+    causal=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 999),
+)
+def test_flash_attention_kernels_match_torch_sdpa(bh, s, d, causal, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, g = (torch.randn(bh, s, d, generator=gen).to(dtype) for _ in range(4))
+    qf, kf, vf = (t.float().requires_grad_(True) for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal)
+    ref.backward(g.float())
+    sc = d**-0.5
+    out, lse = full(K.attention_kernel)(q, k, v, scale=sc, causal=causal)
+    close(out, ref.detach().to(dtype), dtype, 2)
+    grads = full(K.attention_backward_kernel)(g, q, k, v, out, lse, scale=sc, causal=causal)
+    for got, want in zip(grads, (qf.grad, kf.grad, vf.grad)):
+        close(got, want.to(dtype), dtype, 4 * s**0.5)

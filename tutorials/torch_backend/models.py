@@ -23,12 +23,16 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Embedding, then one pre-norm transformer block: rms_norm, causal self-attention
-    (q @ k^T, softmax, @ v as batched matmuls), residual, rms_norm, SiLU MLP, residual."""
+    """Embedding, then one pre-norm transformer block: rms_norm, causal self-attention,
+    residual, rms_norm, SiLU MLP, residual. Attention is ``F.scaled_dot_product_attention``
+    (``sdpa=True``) or written out (q @ k^T, masked_fill, softmax, @ v)."""
 
-    def __init__(self, vocab: int = 50, d: int = 64, heads: int = 4, hidden: int = 128) -> None:
+    def __init__(
+        self, vocab: int = 50, d: int = 64, heads: int = 4, hidden: int = 128, sdpa: bool = True
+    ) -> None:
         super().__init__()
         self.heads = heads
+        self.sdpa = sdpa
         self.emb = nn.Embedding(vocab, d)
         self.norm1 = nn.RMSNorm(d, eps=1e-6)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
@@ -43,10 +47,14 @@ class Block(nn.Module):
         d = x.shape[-1]
         hd = d // self.heads
         q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
-        scores = (q @ k.transpose(-1, -2)) * hd**-0.5
-        causal = torch.ones(s, s, dtype=torch.bool).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+        if self.sdpa:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) * hd**-0.5
+            causal = torch.ones(s, s, dtype=torch.bool).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+            a = scores.softmax(-1) @ v
+        a = a.transpose(1, 2).reshape(b, s, d)
         x = x + self.proj(a)
         return x + self.down(F.silu(self.up(self.norm2(x))))
 
