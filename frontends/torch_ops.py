@@ -239,6 +239,19 @@ def _masked_fill(run: Any, x: Any, mask: Any, value: Any) -> Any:
     return run(K.where_kernel, m2, fill, _rows(x)).reshape(x.shape)
 
 
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@builtin("aten::_to_copy", ("cast_kernel",), f"{_EW}; a float dtype change on the CPU device")
+def _to_copy(run: Any, x: Any, *, dtype: Any = None, device: Any = None, **kw: Any) -> Any:
+    _float(x)
+    if dtype not in _DTYPE_NAMES or (device is not None and torch.device(device).type != "cpu"):
+        raise Guard(f"dtype {dtype}, device {device}")
+    if kw.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
+        raise Guard(f"memory_format {kw['memory_format']}")
+    return run(K.cast_kernel, _rows(x), dtype=_DTYPE_NAMES[dtype]).reshape(x.shape)
+
+
 # ---- reductions, softmax ----------------------------------------------------------------------
 
 

@@ -3,7 +3,14 @@ backend in ``frontends/torch_backend.py``, and usable on their own with NumPy ar
 tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
 from .attention import attention_backward_kernel, attention_kernel
-from .elementwise import BINARY_KERNELS, GRAD_KERNELS, SCALAR_KERNELS, UNARY_KERNELS, where_kernel
+from .elementwise import (
+    BINARY_KERNELS,
+    GRAD_KERNELS,
+    SCALAR_KERNELS,
+    UNARY_KERNELS,
+    cast_kernel,
+    where_kernel,
+)
 from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
 from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
 from .norm import (
@@ -24,6 +31,7 @@ from .reduce import (
 )
 
 __all__ = [
+    "cast_kernel",
     "attention_backward_kernel",
     "attention_kernel",
     "amax_kernel",

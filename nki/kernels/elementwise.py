@@ -211,6 +211,20 @@ def where_kernel(cond, x, y):
     return out
 
 
+@nki.jit
+def cast_kernel(x, dtype="float32"):
+    """out[N, D] = x converted to ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``),
+    rounded to nearest-even once.
+
+    Shapes: x (N, D), any N, D <= 4096. Dtypes: x float32, bfloat16 or float16."""
+    n, d = x.shape
+    out_dtype = getattr(nl, dtype)
+    out = nl.ndarray((n, d), dtype=out_dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(row_tiles(n)):
+        store_rows(out, t, n, d, nl.copy(load_rows(x, t, n, d), dtype=out_dtype))
+    return out
+
+
 UNARY_KERNELS: dict[str, Any] = {op: _unary(op) for op in UNARY}
 BINARY_KERNELS: dict[str, Any] = {op: _binary(op) for op in BINARY}
 SCALAR_KERNELS: dict[str, Any] = {op: _scalar(op) for op in BINARY}
