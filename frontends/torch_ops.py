@@ -483,3 +483,81 @@ def _sdpa_bwd(
         causal=bool(is_causal),
     )
     return dq.reshape(q.shape), dk.reshape(q.shape), dv.reshape(q.shape)
+
+
+# ---- convolution, pooling ---------------------------------------------------------------------
+
+
+def _pair(v: Any) -> tuple:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return tuple(v * 2 if len(v) == 1 else v)
+
+
+@builtin(
+    "aten::convolution",
+    ("conv2d_kernel",),
+    f"{_FLOAT_DOC}; 2-D NCHW, square stride and padding, no dilation/groups, OW <= 512",
+)
+def _convolution(
+    run: Any,
+    x: Any,
+    w: Any,
+    b: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: bool,
+    output_padding: Any,
+    groups: int,
+) -> Any:
+    if b is None:
+        b = torch.zeros(w.shape[0], dtype=w.dtype)
+    _float(x, w, b)
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    if x.dim() != 4 or transposed or groups != 1 or set(_pair(dilation)) != {1}:
+        raise Guard("not a plain 2-D convolution")
+    if sh != sw or ph != pw:
+        raise Guard(f"stride {(sh, sw)} / padding {(ph, pw)} differ per axis")
+    if (x.shape[3] + 2 * pw - w.shape[3]) // sw + 1 > 512:
+        raise Guard("output width > 512")
+    return run(
+        K.conv2d_kernel,
+        x.contiguous(),
+        w.contiguous(),
+        b.reshape(-1, 1).contiguous(),
+        stride=int(sh),
+        padding=int(ph),
+    )
+
+
+@builtin(
+    "aten::avg_pool2d",
+    ("avg_pool2d_kernel",),
+    f"{_FLOAT_DOC}; square window, stride and padding, count_include_pad, no ceil_mode",
+)
+def _avg_pool2d(
+    run: Any,
+    x: Any,
+    kernel: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: Any = None,
+) -> Any:
+    _float(x)
+    (kh, kw), (ph, pw) = _pair(kernel), _pair(padding)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    if kh != kw or sh != sw or ph != pw or ceil_mode or not count_include_pad:
+        raise Guard("non-square window/stride/padding, ceil_mode or count_include_pad=False")
+    if divisor_override is not None or x.dim() != 4:
+        raise Guard("divisor_override or not NCHW")
+    n, c, h, wd = x.shape
+    out = run(
+        K.avg_pool2d_kernel,
+        x.contiguous().reshape(n * c, h, wd),
+        kernel=int(kh),
+        stride=int(sh),
+        padding=int(ph),
+    )
+    return out.reshape(n, c, out.shape[1], out.shape[2])

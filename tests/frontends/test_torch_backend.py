@@ -130,6 +130,21 @@ def test_report_names_fallback_reasons():
     assert "aten::sin" in str(_new_reports(before - 1)[0])
 
 
+def test_convolution_and_pooling_run_as_kernels():
+    torch.manual_seed(2)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU(), torch.nn.AvgPool2d(2)
+    )
+    x = torch.randn(2, 3, 8, 8)
+    before = len(tb.reports())
+    with torch.no_grad():
+        got = torch.compile(net, backend="nki")(x)
+        torch.testing.assert_close(got, net(x), rtol=1e-5, atol=1e-5)
+    (rep,) = _new_reports(before)
+    for op in ("aten::convolution", "aten::relu", "aten::avg_pool2d"):
+        assert rep.ran_as_nki(op), str(rep)
+
+
 def test_traced_kernels_are_cached_across_processes(tmp_path):
     import subprocess
 

@@ -294,3 +294,42 @@ def test_flash_attention_kernels_match_torch_sdpa(bh, s, d, causal, dtype, seed)
     grads = full(K.attention_backward_kernel)(g, q, k, v, out, lse, scale=sc, causal=causal)
     for got, want in zip(grads, (qf.grad, kf.grad, vf.grad)):
         close(got, want.to(dtype), dtype, 4 * s**0.5)
+
+
+@FEW
+@given(
+    n=st.sampled_from([1, 2]),
+    ci=st.sampled_from([1, 3]),
+    co=st.sampled_from([2, 5]),
+    h=st.sampled_from([5, 8]),
+    k=st.sampled_from([1, 3]),
+    stride=st.sampled_from([1, 2]),
+    dtype=DTYPES,
+    seed=st.integers(0, 999),
+)
+def test_conv2d_kernel_matches_torch(n, ci, co, h, k, stride, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, ci, h, h, generator=gen).to(dtype)
+    w = torch.randn(co, ci, k, k, generator=gen).to(dtype)
+    b = torch.randn(co, generator=gen).to(dtype)
+    pad = k // 2
+    got = full(K.conv2d_kernel)(x, w, b[:, None], stride=stride, padding=pad)
+    want = F.conv2d(x.float(), w.float(), b.float(), stride=stride, padding=pad)
+    close(got, want.to(dtype), dtype, 2 * (ci * k * k) ** 0.5)
+
+
+@FEW
+@given(
+    m=st.sampled_from([1, 6, 130]),
+    h=st.sampled_from([4, 7]),
+    window=st.sampled_from([(2, 2, 0), (3, 2, 1), (3, 1, 1)]),
+    dtype=DTYPES,
+    seed=st.integers(0, 999),
+)
+def test_pool2d_kernels_match_torch(m, h, window, dtype, seed):
+    k, s, p = window
+    x = torch.randn(m, h, h, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    got = full(K.max_pool2d_kernel)(x, kernel=k, stride=s, padding=p)
+    assert torch.equal(got, F.max_pool2d(x[None], k, s, p)[0])
+    got = full(K.avg_pool2d_kernel)(x, kernel=k, stride=s, padding=p)
+    close(got, F.avg_pool2d(x.float()[None], k, s, p)[0].to(dtype), dtype)

@@ -1,0 +1,112 @@
+"""2-D convolution (NCHW, implicit GEMM on the Tensor engine) and max / average pooling.
+
+conv2d: for each image and output row, the products over input channels (the contraction,
+on the partition axis, 128 at a time) and the KH x KW kernel offsets accumulate into one fp32
+PSUM tile of (output channels, output width); each offset reads a shifted, strided window of
+the input under a mask, so padding reads nothing and contributes zeros.
+
+pool2d: one image plane per partition (N*C planes, 128 per tile), each kernel offset a strided
+3-D load of the plane, combined on the Vector engine."""
+
+from __future__ import annotations
+
+import nki
+import nki.language as nl
+
+from ._tiles import P, row_tiles
+
+F32 = nl.float32
+NEG = -3.0e38
+
+
+@nki.jit
+def conv2d_kernel(x, w, b, stride=1, padding=0):
+    """out[N, Co, OH, OW] = conv2d(x[N, Ci, H, W], w[Co, Ci, KH, KW]) + b[Co, 1].
+
+    OH = (H + 2*padding - KH) // stride + 1 (OW likewise). Limits: OW <= 512 (one PSUM bank
+    per output row), any N, Ci, Co (tiled by 128), stride >= 1, padding >= 0, dilation 1,
+    groups 1. Dtypes: float32, bfloat16 or float16, all the same; fp32 accumulation."""
+    n, ci, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    oh = (h + 2 * padding - kh) // stride + 1
+    ow = (wd + 2 * padding - kw) // stride + 1
+    out = nl.ndarray((n, co, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None]
+    i_o = nl.arange(P)[None, :]
+    i_w = nl.arange(ow)[None, :]
+    i_1 = nl.arange(1)[None, :]
+    for img in nl.affine_range(n):
+        for ct in nl.affine_range(row_tiles(co)):
+            ochan = ct * P + i_p
+            bias = nl.load(b[ochan, i_1], mask=ochan < co)
+            for r in nl.affine_range(oh):
+                acc = nl.zeros((P, ow), F32, buffer=nl.psum)
+                for it in nl.affine_range(row_tiles(ci)):
+                    ichan = it * P + i_p
+                    for dy in nl.static_range(kh):
+                        for dx in nl.static_range(kw):
+                            w_t = nl.zeros((P, P), w.dtype, buffer=nl.sbuf)
+                            w_t[i_p, i_o] = nl.load(
+                                w[ct * P + i_o, ichan, dy, dx],
+                                mask=(ichan < ci) & (ct * P + i_o < co),
+                            )
+                            row = r * stride + dy - padding
+                            col = i_w * stride + dx - padding
+                            x_t = nl.zeros((P, ow), x.dtype, buffer=nl.sbuf)
+                            x_t[i_p, i_w] = nl.load(
+                                x[img, ichan, row, col],
+                                mask=(ichan < ci)
+                                & (row >= 0)
+                                & (row < h)
+                                & (col >= 0)
+                                & (col < wd),
+                            )
+                            acc += nl.matmul(w_t, x_t, transpose_x=True)
+                res = nl.add(acc, bias, dtype=x.dtype)
+                nl.store(out[img, ochan, r, i_w], res, mask=ochan < co)
+    return out
+
+
+def _pool(x, kernel, stride, padding, is_max):
+    m, h, wd = x.shape
+    oh = (h + 2 * padding - kernel) // stride + 1
+    ow = (wd + 2 * padding - kernel) // stride + 1
+    out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None, None]
+    i_h = nl.arange(oh)[None, :, None]
+    i_w = nl.arange(ow)[None, None, :]
+    for t in nl.affine_range(row_tiles(m)):
+        planes = t * P + i_p
+        acc = nl.full((P, oh, ow), NEG if is_max else 0.0, F32, buffer=nl.sbuf)
+        for dy in nl.static_range(kernel):
+            for dx in nl.static_range(kernel):
+                row = i_h * stride + dy - padding
+                col = i_w * stride + dx - padding
+                win = nl.full((P, oh, ow), NEG if is_max else 0.0, x.dtype, buffer=nl.sbuf)
+                win[i_p, i_h, i_w] = nl.load(
+                    x[planes, row, col],
+                    mask=(planes < m) & (row >= 0) & (row < h) & (col >= 0) & (col < wd),
+                )
+                if is_max:
+                    acc[i_p, i_h, i_w] = nl.maximum(acc, win, dtype=F32)
+                else:
+                    acc[i_p, i_h, i_w] = nl.add(acc, win, dtype=F32)
+        res = acc if is_max else nl.multiply(acc, 1.0 / (kernel * kernel), dtype=F32)
+        nl.store(out[planes, i_h, i_w], nl.copy(res, dtype=x.dtype), mask=planes < m)
+    return out
+
+
+@nki.jit
+def max_pool2d_kernel(x, kernel=2, stride=2, padding=0):
+    """out[M, OH, OW] = max over each kernel x kernel window of the planes x[M, H, W] (M = N*C;
+    padding never wins). Limits: OH * OW <= 4096, padding <= kernel // 2. Dtypes: float32,
+    bfloat16, float16 (exact)."""
+    return _pool(x, kernel, stride, padding, True)
+
+
+@nki.jit
+def avg_pool2d_kernel(x, kernel=2, stride=2, padding=0):
+    """out[M, OH, OW] = mean over each kernel x kernel window of x[M, H, W] (M = N*C; padding
+    counts as zeros, torch's count_include_pad=True). Limits: OH * OW <= 4096. Dtypes:
+    float32, bfloat16, float16 (fp32 sums)."""
+    return _pool(x, kernel, stride, padding, False)
