@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from nki.errors import NKITypeError
 from nki.jit import Kernel, Launch
 
 log = logging.getLogger("nki.torch_backend")
@@ -134,28 +135,33 @@ def register_kernel(
     if given, gets the op's arguments and returns ``None`` when the kernel applies or a reason
     string (reported) when the call must fall back to the built-in kernel or the CPU."""
     name = _op_name(op)
-    if isinstance(kernel, (Kernel, Launch)) or (
-        callable(kernel) and not hasattr(kernel, "_opoverload") and not _is_custom_op(kernel)
-    ):
-        k = kernel if isinstance(kernel, (Kernel, Launch)) else Kernel(kernel)
-
-        def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
-            if guard is not None and (why := guard(*args, **kwargs)):
-                raise Guard(why)
-            tensors = [a.contiguous() for a in args if isinstance(a, torch.Tensor)]
-            return run(k, *tensors)
-
-        label = _kernel_name(k)
-    else:
+    if _is_custom_op(kernel):
         op_obj = kernel
 
         def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
             if guard is not None and (why := guard(*args, **kwargs)):
                 raise Guard(why)
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            return run(op_obj, *tensors)
+            return run(op_obj, *[a for a in args if isinstance(a, torch.Tensor)])
 
-        label = str(getattr(kernel, "_qualname", getattr(kernel, "__name__", kernel)))
+        label = str(getattr(kernel, "_name", kernel))
+    elif isinstance(kernel, (Kernel, Launch)) or callable(kernel):
+        k = kernel if isinstance(kernel, (Kernel, Launch)) else Kernel(kernel)
+
+        def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
+            if guard is not None and (why := guard(*args, **kwargs)):
+                raise Guard(why)
+            return run(k, *[a.contiguous() for a in args if isinstance(a, torch.Tensor)])
+
+        label = _kernel_name(k)
+    else:
+        from .common import boundary_loc
+
+        raise NKITypeError(
+            f"register_kernel({op!r}, ...): expected an NKI kernel (an @nki.jit kernel or a "
+            f"kernel function) or a frontends.torch custom op, got {type(kernel).__name__}",
+            code="err_invalid_argument",
+            loc=boundary_loc(),
+        )
     _USER[name] = Entry(name, adapter, (label,), user=True, doc="user kernel")
 
 
@@ -356,7 +362,7 @@ class _Run:
             dt = time.perf_counter() - t0
             if base.trace_count != traced:
                 _save_cache(base)
-        else:  # a torch.library custom op running an NKI kernel
+        else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
             res = k(*args, **kwargs)
             dt = time.perf_counter() - t0

@@ -14,6 +14,7 @@ import frontends.torch as ft
 import nki
 import nki.language as nl
 from frontends import torch_backend as tb
+from nki.errors import NKIError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tutorials" / "torch_backend"))
 from models import MLP, Block, train_side_by_side  # noqa: E402
@@ -113,6 +114,28 @@ def test_user_kernel_overrides_builtin_and_guard_falls_back():
     first, second = _new_reports(before)
     assert first.ran_as_nki("aten::gelu") and "double_gelu" in first.kernel_calls
     assert second.ran_as_nki("aten::gelu") and "gelu_kernel" in second.kernel_calls
+
+
+def test_custom_op_from_the_frontend_overrides_builtin_and_is_reported_as_a_kernel():
+    torch._dynamo.reset()
+    op = ft.custom_op("nkibackendtest::double_gelu", double_gelu)
+    before = len(tb.reports())
+    tb.register_kernel("aten::gelu", op)
+    try:
+        x = torch.randn(8, 32)
+        got = torch.compile(lambda t: F.gelu(t) + op(t), backend="nki")(x)
+    finally:
+        tb.unregister_kernel("aten::gelu")
+    torch.testing.assert_close(got, 4 * F.gelu(x))
+    (rep,) = _new_reports(before)
+    assert rep.ran_as_nki("aten::gelu")  # through the registered custom op
+    assert rep.ran_as_nki("nkibackendtest::double_gelu")  # the custom op in the graph
+
+
+def test_register_kernel_rejects_a_non_kernel_at_the_callers_line():
+    with pytest.raises(NKIError, match="expected an NKI kernel") as e:
+        tb.register_kernel("aten::gelu", 42)
+    assert e.value.loc.line > 0 and e.value.loc.file.endswith("test_torch_backend.py")
 
 
 def test_report_names_fallback_reasons():
