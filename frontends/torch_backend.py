@@ -252,10 +252,12 @@ class GraphReport:
             f"{c.get('nki', 0)} op call(s) as NKI kernels, {c.get('cpu', 0)} on the CPU, "
             f"{c.get('view', 0)} views"
         ]
-        for s in sorted(self.ops.values(), key=lambda s: (s.status, s.op)):
-            what = {"nki": ", ".join(s.kernels), "cpu": s.reason, "view": "view"}[s.status]
-            t = f"  {s.seconds * 1e3:8.1f} ms" if s.status == "nki" else ""
-            lines.append(f"  {s.status:4s} {s.op:55s} x{s.count:<4d} {what}{t}")
+        rows = sorted(self.ops.values(), key=lambda s: (s.status, s.op))
+        width = max((len(s.op) for s in rows), default=0)
+        for s in rows:
+            what = {"nki": ", ".join(s.kernels), "cpu": s.reason, "view": ""}[s.status]
+            t = f"{s.seconds * 1e3:8.1f} ms  " if s.status == "nki" else " " * 13
+            lines.append(f"  {s.status:4s} {s.op:{width}s} x{s.count:<4d} {t}{what}".rstrip())
         for k in sorted(self.kernel_seconds):
             lines.append(
                 f"  kernel {k}: {self.kernel_calls[k]} launch(es), "
