@@ -3,6 +3,7 @@ the report, user kernels, guards and the cross-process IR cache."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -151,6 +152,33 @@ def test_report_names_fallback_reasons():
     (rep,) = _new_reports(before)
     assert rep.fallbacks["aten::mul"].startswith("guard failed: dtype torch.int32")
     assert "aten::sin" in str(_new_reports(before - 1)[0])
+
+
+def test_layer_norm_gelu_log_softmax_forward_and_backward_run_as_kernels():
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(32, 48),
+        torch.nn.LayerNorm(48),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(48, 10),
+        torch.nn.LogSoftmax(-1),
+    )
+    twin = copy.deepcopy(net)
+    x = torch.randn(20, 32)
+    before = len(tb.reports())
+    torch.compile(net, backend="nki")(x).sum().backward()
+    twin(x).sum().backward()
+    for p, q in zip(net.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    fwd, bwd = _new_reports(before)
+    for op in ("aten::native_layer_norm", "aten::gelu", "aten::_log_softmax"):
+        assert fwd.ran_as_nki(op), str(fwd)
+    for op in (
+        "aten::native_layer_norm_backward",
+        "aten::gelu_backward",
+        "aten::_log_softmax_backward_data",
+    ):
+        assert bwd.ran_as_nki(op), str(bwd)
 
 
 def test_convolution_and_pooling_run_as_kernels():
