@@ -466,6 +466,9 @@ def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """The ``"nki"`` torch.compile backend (aot_autograd with NKI-kernel graph runners)."""
     from torch._dynamo.backends.common import aot_autograd
 
+    from .torch_ops import rewrite_rms_norm
+
+    rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"))(
         gm, example_inputs
     )

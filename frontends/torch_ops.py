@@ -366,14 +366,6 @@ def _layer_norm_bwd(
     )
 
 
-@builtin("aten::_fused_rms_norm", ("rms_norm_kernel",), f"{_EW}; last dim")
-def _rms_norm(run: Any, x: Any, shape: Any, w: Any, eps: Any) -> Any:
-    w2, _ = _norm_params(x, shape, w, None)
-    eps = torch.finfo(x.dtype).eps if eps is None else float(eps)
-    y, rstd = run(K.rms_norm_kernel, _rows(x), w2, eps=eps)
-    return y.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
-
-
 # ---- embedding --------------------------------------------------------------------------------
 
 
@@ -561,3 +553,109 @@ def _avg_pool2d(
         padding=int(ph),
     )
     return out.reshape(n, c, out.shape[1], out.shape[2])
+
+
+# ---- fused rms_norm ---------------------------------------------------------------------------
+# torch.rms_norm is decomposed before aot_autograd sees it (pow, mean, rsqrt, mul). The backend
+# rewrites it in the captured graph into these custom ops, whose forward and backward run the
+# fused kernels (their CPU implementations below are the fallback when a guard fails).
+
+
+@torch.library.custom_op("nki::rms_norm", mutates_args=())
+def rms_norm_op(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * w.float()).to(x.dtype), rstd
+
+
+@rms_norm_op.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), x.new_empty(x.shape[:-1] + (1,), dtype=torch.float32)
+
+
+@torch.library.custom_op("nki::rms_norm_backward", mutates_args=())
+def rms_norm_backward_op(
+    g: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    gf, xf, wf = g.float(), x.float(), w.float()
+    xhat = xf * rstd
+    gw = gf * wf
+    dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdim=True))
+    dw = (gf * xhat).reshape(-1, x.shape[-1]).sum(0)
+    return dx.to(x.dtype), dw.to(w.dtype)
+
+
+@rms_norm_backward_op.register_fake
+def _(g: Any, x: Any, w: Any, rstd: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(w)
+
+
+def _rms_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, w, _ = inputs
+    ctx.save_for_backward(x, w, output[1])
+
+
+def _rms_backward(ctx: Any, g: torch.Tensor, _g_rstd: Any) -> tuple:
+    x, w, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_backward_op(g.contiguous(), x, w, rstd)
+    return dx, dw, None
+
+
+rms_norm_op.register_autograd(_rms_backward, setup_context=_rms_setup)
+
+
+def fused_rms_norm(x: torch.Tensor, shape: Any, w: Any = None, eps: Any = None) -> torch.Tensor:
+    """torch.rms_norm over the last dim with a weight, as the nki::rms_norm custom op."""
+    e = torch.finfo(x.dtype).eps if eps is None else float(eps)
+    return rms_norm_op(x, w, e)[0]
+
+
+def rewrite_rms_norm(gm: torch.fx.GraphModule) -> None:
+    """Replace torch.rms_norm calls over the last dim with a weight by :func:`fused_rms_norm`
+    in a Dynamo graph (before aot_autograd decomposes them)."""
+    changed = False
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in (torch.rms_norm, F_rms_norm()):
+            continue
+        args = list(n.args) + [None] * (4 - len(n.args))
+        shape = n.kwargs.get("normalized_shape", args[1])
+        w = n.kwargs.get("weight", args[2])
+        eps = n.kwargs.get("eps", args[3])
+        if w is None or not isinstance(shape, (list, tuple)) or len(shape) != 1:
+            continue
+        n.target = fused_rms_norm
+        n.args, n.kwargs = (args[0], tuple(shape), w, eps), {}
+        changed = True
+    if changed:
+        gm.recompile()
+
+
+def F_rms_norm() -> Any:  # noqa: N802
+    import torch.nn.functional as F
+
+    return F.rms_norm
+
+
+_RMS = f"{_FLOAT_DOC}; weight given; last dim <= {FREE_MAX} (backward <= 512)"
+
+
+@builtin("nki::rms_norm", ("rms_norm_kernel",), _RMS)
+def _nki_rms_norm(run: Any, x: Any, w: Any, eps: float) -> Any:
+    _float(x, w)
+    d = x.shape[-1]
+    y, rstd = run(K.rms_norm_kernel, _rows(x), w.reshape(1, d).contiguous(), eps=float(eps))
+    return y.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))
+
+
+@builtin("nki::rms_norm_backward", ("rms_norm_backward_kernel",), _RMS)
+def _nki_rms_norm_bwd(run: Any, g: Any, x: Any, w: Any, rstd: Any) -> Any:
+    _float(g, x, w)
+    d = x.shape[-1]
+    dx, dw = run(
+        K.rms_norm_backward_kernel,
+        _rows(g, 512),
+        _rows(x, 512),
+        w.reshape(1, d).contiguous(),
+        rstd.float().reshape(-1, 1).contiguous(),
+    )
+    return dx.reshape(x.shape), dw.reshape(d)

@@ -26,8 +26,8 @@ COMMON = {
     "aten::addmm",
     "aten::silu",
     "aten::silu_backward",
-    "aten::rsqrt",
-    "aten::mean",
+    "nki::rms_norm",
+    "nki::rms_norm_backward",
     "aten::embedding",
     "aten::embedding_dense_backward",
 }
