@@ -659,3 +659,36 @@ def _nki_rms_norm_bwd(run: Any, g: Any, x: Any, w: Any, rstd: Any) -> Any:
         rstd.float().reshape(-1, 1).contiguous(),
     )
     return dx.reshape(x.shape), dw.reshape(d)
+
+
+@builtin(
+    "aten::max_pool2d_with_indices",
+    ("max_pool2d_indices_kernel",),
+    f"{_FLOAT_DOC}; square window, stride and padding, no dilation, no ceil_mode",
+)
+def _max_pool2d(
+    run: Any,
+    x: Any,
+    kernel: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
+    _float(x)
+    (kh, kw), (ph, pw) = _pair(kernel), _pair(padding)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    if kh != kw or sh != sw or ph != pw or ceil_mode or set(_pair(dilation)) != {1}:
+        raise Guard("non-square window/stride/padding, dilation or ceil_mode")
+    if x.dim() != 4 or x.shape[2] * x.shape[3] >= 2**24:
+        raise Guard("not NCHW or planes of 2**24 elements or more")
+    n, c, h, wd = x.shape
+    out, idx = run(
+        K.max_pool2d_indices_kernel,
+        x.contiguous().reshape(n * c, h, wd),
+        kernel=int(kh),
+        stride=int(sh),
+        padding=int(ph),
+    )
+    shape = (n, c, out.shape[1], out.shape[2])
+    return out.reshape(shape), idx.to(torch.int64).reshape(shape)

@@ -3,7 +3,7 @@ backend in ``frontends/torch_backend.py``, and usable on their own with NumPy ar
 tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
 from .attention import attention_backward_kernel, attention_kernel
-from .conv import avg_pool2d_kernel, conv2d_kernel, max_pool2d_kernel
+from .conv import avg_pool2d_kernel, conv2d_kernel, max_pool2d_indices_kernel, max_pool2d_kernel
 from .elementwise import (
     BINARY_KERNELS,
     GRAD_KERNELS,
@@ -34,6 +34,7 @@ from .reduce import (
 __all__ = [
     "avg_pool2d_kernel",
     "conv2d_kernel",
+    "max_pool2d_indices_kernel",
     "max_pool2d_kernel",
     "cast_kernel",
     "attention_backward_kernel",

@@ -11,6 +11,7 @@ pool2d: one image plane per partition (N*C planes, 128 per tile), each kernel of
 from __future__ import annotations
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 
 from ._tiles import P, row_tiles
@@ -110,3 +111,39 @@ def avg_pool2d_kernel(x, kernel=2, stride=2, padding=0):
     counts as zeros, torch's count_include_pad=True). Limits: OH * OW <= 4096. Dtypes:
     float32, bfloat16, float16 (fp32 sums)."""
     return _pool(x, kernel, stride, padding, False)
+
+
+@nki.jit
+def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0):
+    """(out, idx)[M, OH, OW]: :func:`max_pool2d_kernel` plus, for each output, the flat index
+    row * W + col of the first maximum in its window (int32; torch's max_pool2d_with_indices,
+    whose backward scatters through these indices). Limits: OH * OW <= 4096,
+    padding <= kernel // 2, H * W < 2**24. Dtypes: float32, bfloat16, float16."""
+    m, h, wd = x.shape
+    oh = (h + 2 * padding - kernel) // stride + 1
+    ow = (wd + 2 * padding - kernel) // stride + 1
+    out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((m, oh, ow), dtype=nl.int32, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None, None]
+    i_h = nl.arange(oh)[None, :, None]
+    i_w = nl.arange(ow)[None, None, :]
+    for t in nl.affine_range(row_tiles(m)):
+        planes = t * P + i_p
+        best = nl.full((P, oh, ow), NEG, F32, buffer=nl.sbuf)
+        arg = nl.zeros((P, oh, ow), F32, buffer=nl.sbuf)
+        for dy in nl.static_range(kernel):
+            for dx in nl.static_range(kernel):
+                row = i_h * stride + dy - padding
+                col = i_w * stride + dx - padding
+                win = nl.full((P, oh, ow), NEG, x.dtype, buffer=nl.sbuf)
+                win[i_p, i_h, i_w] = nl.load(
+                    x[planes, row, col],
+                    mask=(planes < m) & (row >= 0) & (row < h) & (col >= 0) & (col < wd),
+                )
+                cand = nisa.iota(row * wd + col + 0 * i_p, dtype=F32)
+                better = nl.greater(win, best, dtype=F32)  # strict: the first maximum wins
+                arg[i_p, i_h, i_w] = nl.where(better, cand, arg, dtype=F32)
+                best[i_p, i_h, i_w] = nl.maximum(best, win, dtype=F32)
+        nl.store(out[planes, i_h, i_w], nl.copy(best, dtype=x.dtype), mask=planes < m)
+        nl.store(idx[planes, i_h, i_w], nl.copy(arg, dtype=nl.int32), mask=planes < m)
+    return out, idx

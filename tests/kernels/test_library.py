@@ -330,6 +330,9 @@ def test_pool2d_kernels_match_torch(m, h, window, dtype, seed):
     k, s, p = window
     x = torch.randn(m, h, h, generator=torch.Generator().manual_seed(seed)).to(dtype)
     got = full(K.max_pool2d_kernel)(x, kernel=k, stride=s, padding=p)
-    assert torch.equal(got, F.max_pool2d(x[None], k, s, p)[0])
+    want, want_idx = F.max_pool2d(x[None], k, s, p, return_indices=True)
+    assert torch.equal(got, want[0])
+    got, idx = full(K.max_pool2d_indices_kernel)(x, kernel=k, stride=s, padding=p)
+    assert torch.equal(got, want[0]) and torch.equal(idx.long(), want_idx[0])
     got = full(K.avg_pool2d_kernel)(x, kernel=k, stride=s, padding=p)
     close(got, F.avg_pool2d(x.float()[None], k, s, p)[0].to(dtype), dtype)
