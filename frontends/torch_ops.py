@@ -522,10 +522,17 @@ def _convolution(
     )
 
 
+def _pool_size(h: int, w: int, k: int, s: int, p: int) -> None:
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    if oh * ow > 4096:
+        raise Guard(f"output plane {oh}x{ow} > 4096 elements")
+
+
 @builtin(
     "aten::avg_pool2d",
     ("avg_pool2d_kernel",),
-    f"{_FLOAT_DOC}; square window, stride and padding, count_include_pad, no ceil_mode",
+    f"{_FLOAT_DOC}; square window, stride and padding, count_include_pad, no ceil_mode, "
+    "output planes <= 4096 elements",
 )
 def _avg_pool2d(
     run: Any,
@@ -545,6 +552,7 @@ def _avg_pool2d(
     if divisor_override is not None or x.dim() != 4:
         raise Guard("divisor_override or not NCHW")
     n, c, h, wd = x.shape
+    _pool_size(h, wd, kh, sh, ph)
     out = run(
         K.avg_pool2d_kernel,
         x.contiguous().reshape(n * c, h, wd),
@@ -664,7 +672,8 @@ def _nki_rms_norm_bwd(run: Any, g: Any, x: Any, w: Any, rstd: Any) -> Any:
 @builtin(
     "aten::max_pool2d_with_indices",
     ("max_pool2d_indices_kernel",),
-    f"{_FLOAT_DOC}; square window, stride and padding, no dilation, no ceil_mode",
+    f"{_FLOAT_DOC}; square window, stride and padding, no dilation, no ceil_mode, "
+    "output planes <= 4096 elements",
 )
 def _max_pool2d(
     run: Any,
@@ -683,6 +692,9 @@ def _max_pool2d(
     if x.dim() != 4 or x.shape[2] * x.shape[3] >= 2**24:
         raise Guard("not NCHW or planes of 2**24 elements or more")
     n, c, h, wd = x.shape
+    _pool_size(h, wd, kh, sh, ph)
+    if ph > kh // 2:
+        raise Guard(f"padding {ph} > kernel // 2")
     out, idx = run(
         K.max_pool2d_indices_kernel,
         x.contiguous().reshape(n * c, h, wd),
