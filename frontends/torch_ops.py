@@ -704,3 +704,48 @@ def _max_pool2d(
     )
     shape = (n, c, out.shape[1], out.shape[2])
     return out.reshape(shape), idx.to(torch.int64).reshape(shape)
+
+
+@builtin(
+    "aten::convolution_backward",
+    ("conv2d_input_grad_kernel", "conv2d_weight_grad_kernel", "sum_kernel"),
+    f"{_FLOAT_DOC}; as aten::convolution, and H <= 64, OW <= 128, Co <= 128, Ci <= 512",
+)
+def _convolution_bwd(
+    run: Any,
+    g: Any,
+    x: Any,
+    w: Any,
+    bias_sizes: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: bool,
+    output_padding: Any,
+    groups: int,
+    mask: Any,
+) -> Any:
+    _float(g, x, w)
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    if x.dim() != 4 or transposed or groups != 1 or set(_pair(dilation)) != {1}:
+        raise Guard("not a plain 2-D convolution")
+    if sh != sw or ph != pw:
+        raise Guard(f"stride {(sh, sw)} / padding {(ph, pw)} differ per axis")
+    n, ci, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    if h > 64 or g.shape[3] > 128 or co > 128 or ci > 512:
+        raise Guard(f"input {tuple(x.shape)}, weight {tuple(w.shape)} beyond the kernels' limits")
+    g = g.contiguous()
+    gx = gw = gb = None
+    if mask[0]:
+        gx = run(K.conv2d_input_grad_kernel, g, w.contiguous(), h=h, wd=wd, stride=sh, padding=ph)
+    if mask[1]:
+        gw = run(
+            K.conv2d_weight_grad_kernel, g, x.contiguous(), kh=kh, kw=kw, stride=sh, padding=ph
+        )
+    if mask[2]:
+        per_channel = g.transpose(0, 1).reshape(co, -1)  # (Co, N*OH*OW), a layout copy
+        if per_channel.shape[1] > FREE_MAX:
+            raise Guard(f"bias gradient over {per_channel.shape[1]} > {FREE_MAX} positions")
+        gb = run(K.sum_kernel, per_channel.contiguous()).reshape(co)
+    return gx, gw, gb

@@ -3,7 +3,14 @@ backend in ``frontends/torch_backend.py``, and usable on their own with NumPy ar
 tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
 from .attention import attention_backward_kernel, attention_kernel
-from .conv import avg_pool2d_kernel, conv2d_kernel, max_pool2d_indices_kernel, max_pool2d_kernel
+from .conv import (
+    avg_pool2d_kernel,
+    conv2d_input_grad_kernel,
+    conv2d_kernel,
+    conv2d_weight_grad_kernel,
+    max_pool2d_indices_kernel,
+    max_pool2d_kernel,
+)
 from .elementwise import (
     BINARY_KERNELS,
     GRAD_KERNELS,
@@ -33,7 +40,9 @@ from .reduce import (
 
 __all__ = [
     "avg_pool2d_kernel",
+    "conv2d_input_grad_kernel",
     "conv2d_kernel",
+    "conv2d_weight_grad_kernel",
     "max_pool2d_indices_kernel",
     "max_pool2d_kernel",
     "cast_kernel",

@@ -147,3 +147,89 @@ def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0):
         nl.store(out[planes, i_h, i_w], nl.copy(best, dtype=x.dtype), mask=planes < m)
         nl.store(idx[planes, i_h, i_w], nl.copy(arg, dtype=nl.int32), mask=planes < m)
     return out, idx
+
+
+@nki.jit
+def conv2d_input_grad_kernel(g, w, h=1, wd=1, stride=1, padding=0):
+    """dx[N, Ci, H, W] of :func:`conv2d_kernel` from the output gradient g[N, Co, OH, OW]:
+    dx[n, ci, y, x] = sum over co, dy, dx of g[n, co, r, c] w[co, ci, dy, dx] where
+    y = r*stride + dy - padding, x = c*stride + dx - padding. Input rows are unrolled
+    (nl.static_range) and columns split by their phase modulo the stride, so every gathered
+    output position is an affine index; co is the contraction (partitions, 128 per tile), the
+    (dy, dx) offsets accumulate in the same PSUM tile.
+
+    Limits: ceil(W / stride) <= 512, H small (rows are unrolled), any N, Ci, Co. Dtypes:
+    float32, bfloat16 or float16; fp32 accumulation."""
+    n, co, oh, ow = g.shape
+    _, ci, kh, kw = w.shape
+    dx_out = nl.ndarray((n, ci, h, wd), dtype=g.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None]
+    i_o = nl.arange(P)[None, :]
+    for img in nl.affine_range(n):
+        for it in nl.affine_range(row_tiles(ci)):
+            ichan = it * P + i_p
+            for y in nl.static_range(h):
+                for px in nl.static_range(stride):
+                    wp = (wd - px + stride - 1) // stride  # columns x = stride*j + px
+                    if wp <= 0:
+                        continue
+                    i_j = nl.arange(wp)[None, :]
+                    acc = nl.zeros((P, wp), F32, buffer=nl.psum)
+                    for ot in nl.affine_range(row_tiles(co)):
+                        ochan = ot * P + i_p
+                        for dy in nl.static_range(kh):
+                            for dxx in nl.static_range(kw):
+                                ry, cx = y + padding - dy, px + padding - dxx
+                                if ry % stride or cx % stride or not 0 <= ry // stride < oh:
+                                    continue
+                                w_t = nl.zeros((P, P), w.dtype, buffer=nl.sbuf)
+                                w_t[i_p, i_o] = nl.load(
+                                    w[ochan, it * P + i_o, dy, dxx],
+                                    mask=(ochan < co) & (it * P + i_o < ci),
+                                )
+                                col = i_j + cx // stride
+                                g_t = nl.zeros((P, wp), g.dtype, buffer=nl.sbuf)
+                                g_t[i_p, i_j] = nl.load(
+                                    g[img, ochan, ry // stride, col],
+                                    mask=(ochan < co) & (col >= 0) & (col < ow),
+                                )
+                                acc += nl.matmul(w_t, g_t, transpose_x=True)
+                    nl.store(
+                        dx_out[img, ichan, y, i_j * stride + px],
+                        nl.copy(acc, dtype=g.dtype),
+                        mask=ichan < ci,
+                    )
+    return dx_out
+
+
+@nki.jit
+def conv2d_weight_grad_kernel(g, x, kh=1, kw=1, stride=1, padding=0):
+    """dw[Co, Ci, KH, KW] of :func:`conv2d_kernel`: the sum over images n and output rows r of
+    g[n, :, r, :] @ window(x)^T, contracting the output columns (OW <= 128, on partitions)
+    with fp32 PSUM accumulation over n and r.
+
+    Limits: OW <= 128, Co <= 128, Ci <= 512 (one PSUM tile per kernel offset). Dtypes:
+    float32, bfloat16 or float16 (dw in g's dtype)."""
+    n, co, oh, ow = g.shape
+    _, ci, h, wd = x.shape
+    dw = nl.ndarray((co, ci, kh, kw), dtype=g.dtype, buffer=nl.shared_hbm)
+    i_c = nl.arange(ow)[:, None]  # output columns on partitions
+    i_co = nl.arange(co)[None, :]
+    i_ci = nl.arange(ci)[None, :]
+    i_po = nl.arange(co)[:, None]
+    for dy in nl.static_range(kh):
+        for dxx in nl.static_range(kw):
+            acc = nl.zeros((co, ci), F32, buffer=nl.psum)
+            for img in nl.affine_range(n):
+                for r in nl.affine_range(oh):
+                    g_t = nl.load(g[img, i_co, r, i_c])  # (OW, Co)
+                    row = r * stride + dy - padding
+                    col = i_c * stride + dxx - padding
+                    x_t = nl.zeros((ow, ci), x.dtype, buffer=nl.sbuf)
+                    x_t[i_c, i_ci] = nl.load(
+                        x[img, i_ci, row, col],
+                        mask=(row >= 0) & (row < h) & (col >= 0) & (col < wd),
+                    )
+                    acc += nl.matmul(g_t, x_t, transpose_x=True)
+            nl.store(dw[i_po, i_ci, dy, dxx], nl.copy(acc, dtype=g.dtype))
+    return dw

@@ -314,8 +314,15 @@ def test_conv2d_kernel_matches_torch(n, ci, co, h, k, stride, dtype, seed):
     b = torch.randn(co, generator=gen).to(dtype)
     pad = k // 2
     got = full(K.conv2d_kernel)(x, w, b[:, None], stride=stride, padding=pad)
-    want = F.conv2d(x.float(), w.float(), b.float(), stride=stride, padding=pad)
-    close(got, want.to(dtype), dtype, 2 * (ci * k * k) ** 0.5)
+    xf, wf = x.float().requires_grad_(True), w.float().requires_grad_(True)
+    want = F.conv2d(xf, wf, b.float(), stride=stride, padding=pad)
+    close(got, want.detach().to(dtype), dtype, 2 * (ci * k * k) ** 0.5)
+    g = torch.randn(want.shape, generator=gen).to(dtype)
+    want.backward(g.float())
+    gx = full(K.conv2d_input_grad_kernel)(g, w, h=h, wd=h, stride=stride, padding=pad)
+    close(gx, xf.grad.to(dtype), dtype, 2 * (co * k * k) ** 0.5)
+    gw = full(K.conv2d_weight_grad_kernel)(g, x, kh=k, kw=k, stride=stride, padding=pad)
+    close(gw, wf.grad.to(dtype), dtype, 2 * (n * h * h) ** 0.5)
 
 
 @FEW
