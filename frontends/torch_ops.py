@@ -749,3 +749,66 @@ def _convolution_bwd(
             raise Guard(f"bias gradient over {per_channel.shape[1]} > {FREE_MAX} positions")
         gb = run(K.sum_kernel, per_channel.contiguous()).reshape(co)
     return gx, gw, gb
+
+
+def _pool_bwd_args(x: Any, kernel: Any, stride: Any, padding: Any) -> tuple[int, int, int]:
+    (kh, kw), (ph, pw) = _pair(kernel), _pair(padding)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    if kh != kw or sh != sw or ph != pw or x.dim() != 4:
+        raise Guard("non-square window/stride/padding or not NCHW")
+    if x.shape[2] > 64 or x.shape[3] > FREE_MAX:
+        raise Guard(f"input plane {tuple(x.shape[2:])}: rows > 64 or columns > {FREE_MAX}")
+    return int(kh), int(sh), int(ph)
+
+
+@builtin(
+    "aten::max_pool2d_with_indices_backward",
+    ("max_pool2d_backward_kernel",),
+    f"{_FLOAT_DOC}; as the forward, and H <= 64",
+)
+def _max_pool2d_bwd(
+    run: Any,
+    g: Any,
+    x: Any,
+    kernel: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    idx: Any,
+) -> Any:
+    _float(g, x)
+    k, s, p = _pool_bwd_args(x, kernel, stride, padding)
+    if ceil_mode or set(_pair(dilation)) != {1}:
+        raise Guard("dilation or ceil_mode")
+    n, c, h, wd = x.shape
+    gm = g.contiguous().reshape(n * c, g.shape[2], g.shape[3])
+    im = idx.to(torch.int32).contiguous().reshape(gm.shape)
+    out = run(K.max_pool2d_backward_kernel, gm, im, h=h, wd=wd, kernel=k, stride=s, padding=p)
+    return out.reshape(x.shape)
+
+
+@builtin(
+    "aten::avg_pool2d_backward",
+    ("avg_pool2d_backward_kernel",),
+    f"{_FLOAT_DOC}; as the forward, and H <= 64",
+)
+def _avg_pool2d_bwd(
+    run: Any,
+    g: Any,
+    x: Any,
+    kernel: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Any,
+) -> Any:
+    _float(g, x)
+    k, s, p = _pool_bwd_args(x, kernel, stride, padding)
+    if ceil_mode or not count_include_pad or divisor_override is not None:
+        raise Guard("ceil_mode, count_include_pad=False or divisor_override")
+    n, c, h, wd = x.shape
+    gm = g.contiguous().reshape(n * c, g.shape[2], g.shape[3])
+    out = run(K.avg_pool2d_backward_kernel, gm, h=h, wd=wd, kernel=k, stride=s, padding=p)
+    return out.reshape(x.shape)

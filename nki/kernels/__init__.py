@@ -4,10 +4,12 @@ tensors). Each kernel's docstring states its shapes, dtypes and limits."""
 
 from .attention import attention_backward_kernel, attention_kernel
 from .conv import (
+    avg_pool2d_backward_kernel,
     avg_pool2d_kernel,
     conv2d_input_grad_kernel,
     conv2d_kernel,
     conv2d_weight_grad_kernel,
+    max_pool2d_backward_kernel,
     max_pool2d_indices_kernel,
     max_pool2d_kernel,
 )
@@ -39,10 +41,12 @@ from .reduce import (
 )
 
 __all__ = [
+    "avg_pool2d_backward_kernel",
     "avg_pool2d_kernel",
     "conv2d_input_grad_kernel",
     "conv2d_kernel",
     "conv2d_weight_grad_kernel",
+    "max_pool2d_backward_kernel",
     "max_pool2d_indices_kernel",
     "max_pool2d_kernel",
     "cast_kernel",

@@ -233,3 +233,59 @@ def conv2d_weight_grad_kernel(g, x, kh=1, kw=1, stride=1, padding=0):
                     acc += nl.matmul(g_t, x_t, transpose_x=True)
             nl.store(dw[i_po, i_ci, dy, dxx], nl.copy(acc, dtype=g.dtype))
     return dw
+
+
+def _pool_backward(g, idx, h, wd, kernel, stride, padding, is_max):
+    m, oh, ow = g.shape
+    dx = nl.ndarray((m, h, wd), dtype=g.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(P)[:, None]
+    for t in nl.affine_range(row_tiles(m)):
+        planes = t * P + i_p
+        for y in nl.static_range(h):
+            for px in nl.static_range(stride):
+                wp = (wd - px + stride - 1) // stride  # columns x = stride*j + px
+                if wp <= 0:
+                    continue
+                i_j = nl.arange(wp)[None, :]
+                acc = nl.zeros((P, wp), F32, buffer=nl.sbuf)
+                for dy in nl.static_range(kernel):
+                    for dxx in nl.static_range(kernel):
+                        ry, cx = y + padding - dy, px + padding - dxx
+                        if ry % stride or cx % stride or not 0 <= ry // stride < oh:
+                            continue
+                        col = i_j + cx // stride
+                        ok = (planes < m) & (col >= 0) & (col < ow)
+                        g_t = nl.zeros((P, wp), F32, buffer=nl.sbuf)
+                        g_t[i_p, i_j] = nl.load(g[planes, ry // stride, col], mask=ok)
+                        if is_max:  # the window's gradient goes to its argmax only
+                            i_t = nl.zeros((P, wp), F32, buffer=nl.sbuf)
+                            i_t[i_p, i_j] = nl.load(idx[planes, ry // stride, col], mask=ok)
+                            here = nisa.iota(y * wd + i_j * stride + px + 0 * i_p, dtype=F32)
+                            hit = nl.equal(i_t, here, dtype=F32)
+                            contrib = nl.multiply(g_t, hit, dtype=F32)
+                        else:
+                            contrib = nl.multiply(g_t, 1.0 / (kernel * kernel), dtype=F32)
+                        acc[i_p, i_j] = nl.add(acc, contrib, dtype=F32)
+                nl.store(
+                    dx[planes, y, i_j * stride + px], nl.copy(acc, dtype=g.dtype), mask=planes < m
+                )
+    return dx
+
+
+@nki.jit
+def max_pool2d_backward_kernel(g, idx, h=1, wd=1, kernel=2, stride=2, padding=0):
+    """dx[M, H, W] of :func:`max_pool2d_indices_kernel`: each output gradient g[M, OH, OW]
+    goes to the input position idx names (a gather per input position over the windows that
+    contain it; input rows unrolled, columns split by phase modulo the stride).
+
+    Limits: H small (rows unrolled), W <= 4096. Dtypes: g float32, bfloat16 or float16, idx
+    int32; fp32 sums."""
+    return _pool_backward(g, idx, h, wd, kernel, stride, padding, True)
+
+
+@nki.jit
+def avg_pool2d_backward_kernel(g, h=1, wd=1, kernel=2, stride=2, padding=0):
+    """dx[M, H, W] of :func:`avg_pool2d_kernel` (count_include_pad): every input position
+    gets g / kernel**2 from each window containing it. Limits and dtypes as
+    :func:`max_pool2d_backward_kernel`."""
+    return _pool_backward(g, None, h, wd, kernel, stride, padding, False)

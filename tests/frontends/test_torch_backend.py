@@ -181,7 +181,7 @@ def test_layer_norm_gelu_log_softmax_forward_and_backward_run_as_kernels():
         assert bwd.ran_as_nki(op), str(bwd)
 
 
-def test_cnn_trains_with_convolution_fwd_bwd_and_pooling_as_kernels():
+def test_cnn_trains_with_convolution_and_pooling_fwd_bwd_as_kernels():
     torch.manual_seed(2)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, stride=2, padding=1),
@@ -205,9 +205,14 @@ def test_cnn_trains_with_convolution_fwd_bwd_and_pooling_as_kernels():
         assert fwd.ran_as_nki(op), str(fwd)
     assert fwd.ran_as_nki("aten::avg_pool2d"), str(fwd)
     assert fwd.fallbacks == {}, str(fwd)
-    assert bwd.ran_as_nki("aten::convolution_backward"), str(bwd)
-    # the pooling backward ops have no kernels yet: they run on the CPU, reported
-    assert bwd.fallbacks.get("aten::max_pool2d_with_indices_backward") == "no kernel", str(bwd)
+    for op in (
+        "aten::convolution_backward",
+        "aten::max_pool2d_with_indices_backward",
+        "aten::avg_pool2d_backward",
+        "aten::threshold_backward",
+    ):
+        assert bwd.ran_as_nki(op), str(bwd)
+    assert bwd.fallbacks == {}, str(bwd)
 
 
 def test_traced_kernels_are_cached_across_processes(tmp_path):

@@ -343,3 +343,12 @@ def test_pool2d_kernels_match_torch(m, h, window, dtype, seed):
     assert torch.equal(got, want[0]) and torch.equal(idx.long(), want_idx[0])
     got = full(K.avg_pool2d_kernel)(x, kernel=k, stride=s, padding=p)
     close(got, F.avg_pool2d(x.float()[None], k, s, p)[0].to(dtype), dtype)
+    g = torch.randn(want.shape[1:], generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    for pool, kernel, extra in (
+        (lambda t: F.max_pool2d(t, k, s, p), K.max_pool2d_backward_kernel, (idx,)),
+        (lambda t: F.avg_pool2d(t, k, s, p), K.avg_pool2d_backward_kernel, ()),
+    ):
+        xf = x.float()[None].requires_grad_(True)
+        pool(xf).backward(g.float()[None])
+        got = full(kernel)(g, *extra, h=h, wd=h, kernel=k, stride=s, padding=p)
+        close(got, xf.grad[0].to(dtype), dtype, k)
