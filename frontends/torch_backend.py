@@ -350,7 +350,7 @@ class _Run:
         if isinstance(k, (Kernel, Launch)):
             base = k.kernel if isinstance(k, Launch) else k
             _load_cache(base)
-            traced = base.trace_count
+            traced = len(base._cache)  # configure() copies share this dict
             over = {}
             if OPTIONS.target is not None:
                 over["target"] = OPTIONS.target
@@ -362,7 +362,7 @@ class _Run:
             t0 = time.perf_counter()
             res = runner(*args, **kwargs)
             dt = time.perf_counter() - t0
-            if base.trace_count != traced:
+            if len(base._cache) != traced:
                 _save_cache(base)
         else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
