@@ -143,7 +143,7 @@ def register_kernel(
                 raise Guard(why)
             return run(op_obj, *[a for a in args if isinstance(a, torch.Tensor)])
 
-        label = str(getattr(kernel, "_name", kernel))
+        label = _kernel_name(kernel)
     elif isinstance(kernel, (Kernel, Launch)) or callable(kernel):
         k = kernel if isinstance(kernel, (Kernel, Launch)) else Kernel(kernel)
 
@@ -282,8 +282,9 @@ _loaded: dict[tuple[str, int], str] = {}  # (cache_dir, id(kernel)) -> file
 
 
 def _kernel_name(k: Any) -> str:
+    """A kernel's function name, or a custom op's qualified name."""
     k = k.kernel if isinstance(k, Launch) else k
-    return k.fn.__name__ if isinstance(k, Kernel) else str(k)
+    return k.fn.__name__ if isinstance(k, Kernel) else str(getattr(k, "_qualname", k))
 
 
 def _cache_file(k: Kernel) -> str:

@@ -130,6 +130,7 @@ def test_custom_op_from_the_frontend_overrides_builtin_and_is_reported_as_a_kern
     torch.testing.assert_close(got, 4 * F.gelu(x))
     (rep,) = _new_reports(before)
     assert rep.ran_as_nki("aten::gelu")  # through the registered custom op
+    assert rep.kernel_calls["nkibackendtest::double_gelu"] == 1
     assert rep.ran_as_nki("nkibackendtest::double_gelu")  # the custom op in the graph
 
 
