@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 import nki.kernels as K
 from nki.kernels._tiles import FREE_MAX
@@ -623,7 +624,7 @@ def rewrite_rms_norm(gm: torch.fx.GraphModule) -> None:
     in a Dynamo graph (before aot_autograd decomposes them)."""
     changed = False
     for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target not in (torch.rms_norm, F_rms_norm()):
+        if n.op != "call_function" or n.target not in (torch.rms_norm, F.rms_norm):
             continue
         args = list(n.args) + [None] * (4 - len(n.args))
         shape = n.kwargs.get("normalized_shape", args[1])
@@ -636,12 +637,6 @@ def rewrite_rms_norm(gm: torch.fx.GraphModule) -> None:
         changed = True
     if changed:
         gm.recompile()
-
-
-def F_rms_norm() -> Any:  # noqa: N802
-    import torch.nn.functional as F
-
-    return F.rms_norm
 
 
 _RMS = f"{_FLOAT_DOC}; weight given; last dim <= {FREE_MAX} (backward <= 512)"
