@@ -352,3 +352,13 @@ def test_pool2d_kernels_match_torch(m, h, window, dtype, seed):
         pool(xf).backward(g.float()[None])
         got = full(kernel)(g, *extra, h=h, wd=h, kernel=k, stride=s, padding=p)
         close(got, xf.grad[0].to(dtype), dtype, k)
+
+
+def test_library_kernel_errors_point_at_the_library_kernel_line():
+    from nki.errors import NKIError
+
+    x = torch.zeros(4, 100_000)  # far beyond the documented D <= 4096: SBUF overflows
+    with pytest.raises(NKIError) as e:
+        K.softmax_kernel(x)
+    assert e.value.code == "err_sbuf_capacity_exceeded"
+    assert "/nki/kernels/" in e.value.loc.file, e.value.loc
