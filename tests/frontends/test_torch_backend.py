@@ -253,6 +253,20 @@ def test_readme_op_table_is_the_registry():
     assert body.strip() == tb.registry_table().strip()
 
 
+def test_readme_quick_start_runs(tmp_path, capsys):
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## PyTorch models on NKI kernels") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    try:
+        exec(code.replace("/tmp/nki-cache", str(tmp_path)), {})
+    finally:
+        ft.init_backend()
+    out = capsys.readouterr().out
+    assert "nki backend report: backward graph" in out and "matmul_kernel" in out
+
+
 def test_init_backend_rejects_unknown_log_level():
     with pytest.raises(ValueError, match="log_level"):
         ft.init_backend(log_level="LOUD")
