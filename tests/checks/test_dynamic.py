@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from helpers import expect, line_of
+from helpers import randn as rand
 
 import nki
 import nki.language as nl
 from nki.errors import NKIError, NKIRuntimeError
 from simulator.config import SimConfig
-
-from .util import expect, line_of, rand
 
 
 def k_uninit(a):

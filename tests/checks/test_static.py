@@ -3,12 +3,12 @@ liveness, PSUM banks, affine_range loop-carried HBM writes and SPMD races."""
 
 import numpy as np
 import pytest
+from helpers import expect, line_of
+from helpers import randn as rand
 
 import nki
 import nki.language as nl
 from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError
-
-from .util import expect, line_of, rand
 
 
 def k_oob_static(a):

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import randn as _rand
 
 import nki
 import nki.language as nl
-
-
-def _rand(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 def test_integer_and_slice_indexing():

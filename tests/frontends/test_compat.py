@@ -6,11 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 pytest.importorskip("torch")
 pytest.importorskip("jax")
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_classic_script_runs_unmodified():

@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers import BF16, expect_error, f32, rand, run
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIIndexError, NKIMemoryError, NKIUnsupportedError
-
-from .util import BF16, expect_error, f32, rand, run
 
 
 def k_copy_cast(x):

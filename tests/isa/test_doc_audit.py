@@ -3,17 +3,12 @@ checks real values against an independent NumPy formulation of the documented se
 located error for a documented restriction."""
 
 import numpy as np
+from helpers import close, expect_error, rand, run
+from helpers import hbm_out as _out
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError, NKITypeError
-
-from .util import close, expect_error, rand, run
-
-
-def _out(shape, dtype=np.float32):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
-
 
 # --------------------------------------------------------------------------------------------
 # tensor_tensor_scan: "data0 and data1 cannot both reside in PSUM"

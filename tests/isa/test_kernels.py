@@ -4,13 +4,11 @@ NumPy, on every target."""
 
 import importlib.util
 import math
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT
 
 
 def _load(rel: str):

@@ -3,16 +3,12 @@ not exercised elsewhere."""
 
 import numpy as np
 import pytest
+from helpers import BF16, close, expect_error, f32, rand, run
+from helpers import hbm_out as _out
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError
-
-from .util import BF16, close, expect_error, f32, rand, run
-
-
-def _out(shape, dtype):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
 
 
 def k_range(x, lo, hi, start):

@@ -1,13 +1,12 @@
 """Property tests: random shapes, ops and operand orders against NumPy."""
 
 import numpy as np
+from helpers import run
 from hypothesis import given
 from hypothesis import strategies as st
 
 import nki.isa as nisa
 import nki.language as nl
-
-from .util import run
 
 OPS = {
     "add": (np.add, np.add),

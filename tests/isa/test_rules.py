@@ -3,16 +3,12 @@ the kernel's own line; and verdicts that differ between trn1 and trn2."""
 
 import numpy as np
 import pytest
+from helpers import expect_error, rand, run
+from helpers import hbm_out as _out
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, NKIUnsupportedError
-
-from .util import expect_error, rand, run
-
-
-def _out(shape, dtype):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
 
 
 def k_ts_scalar(x, op0, op1):

@@ -2,18 +2,14 @@
 
 import numpy as np
 import pytest
+from helpers import BF16, close, expect_error, f32, rand, run
+from helpers import hbm_out as _out
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIMemoryError, NKITypeError
 
-from .util import BF16, close, expect_error, f32, rand, run
-
 DTS = [np.float32, BF16]
-
-
-def _out(shape, dtype):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
 
 
 def k_act(x, bias, scale_vec, op):

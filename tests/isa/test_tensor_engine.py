@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers import BF16, close, expect_error, f32, rand, run
 
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, NKIUnsupportedError
-
-from .util import BF16, close, expect_error, f32, rand, run
 
 
 def mm(a, b):

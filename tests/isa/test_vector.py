@@ -2,17 +2,13 @@
 
 import numpy as np
 import pytest
+from helpers import BF16, close, f32, rand, run
+from helpers import hbm_out as _out
 
 import nki.isa as nisa
 import nki.language as nl
 
-from .util import BF16, close, f32, rand, run
-
 DTS = [np.float32, BF16]
-
-
-def _out(shape, dtype):
-    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
 
 
 def k_tensor_tensor(x, y, op):

@@ -6,15 +6,13 @@ from __future__ import annotations
 import inspect
 import warnings
 
-import ml_dtypes
 import numpy as np
 import pytest
+from helpers import BF16
 
 import nki
 import nki.language as nl
 from nki.errors import NKIError
-
-BF16 = ml_dtypes.bfloat16
 
 
 def _blocks(x, grid):

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import ROOT
 
 import nki
 import nki.language as nl
 from nki.errors import NKIMemoryError, NKIShapeError, NKITypeError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @nki.jit

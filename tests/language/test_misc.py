@@ -8,18 +8,13 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import stored as _out
 
 import nki
 import nki.language as nl
 import nki.typing as nt
 from nki.errors import NKIError, NKIIndexError, NKIShapeError, NKITypeError
 from nki.optable import lookup
-
-
-def _out(r):
-    o = nl.ndarray(r.shape, r.dtype, buffer=nl.shared_hbm)
-    nl.store(o, r)
-    return o
 
 
 def test_where_with_tiles_and_scalars():

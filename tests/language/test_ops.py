@@ -5,9 +5,9 @@ integer and bit-vector results are exact."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
+from helpers import BF16
 
 import nki
 import nki.language as nl
@@ -15,7 +15,6 @@ from nki.optable import BINARY, OPS, UNARY
 from nki.testing.reference import NUMPY_OPS
 
 P, F = 16, 24
-BF16 = ml_dtypes.bfloat16
 REF_UNARY = {n: NUMPY_OPS[n] for n in UNARY}
 REF_BINARY = {n: NUMPY_OPS[n] for n in BINARY if n not in ("left_shift", "right_shift")}
 BOOL_RESULT = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",

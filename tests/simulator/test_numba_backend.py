@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import warnings
 
-import ml_dtypes
 import numpy as np
 import pytest
+from helpers import BF16
 
 import nki
 import nki.isa as nisa
@@ -25,9 +25,6 @@ def _compiled_path(monkeypatch):
     # compiled path, so they do not inherit those settings from the environment
     monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)
     monkeypatch.delenv("NKI_SIM_SHUFFLE_SEED", raising=False)
-
-
-BF16 = ml_dtypes.bfloat16
 
 
 def _bits(x: np.ndarray) -> np.ndarray:

@@ -7,17 +7,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT
 from hypothesis import settings
 
 import nki
 import nki.language as nl
 from nki.testing import load_profile, profile_name
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra: str) -> dict[str, str]:
