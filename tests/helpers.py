@@ -21,6 +21,7 @@ from nki.errors import NKIError
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(1234)
+DTS = [np.float32, BF16]  # the float dtypes every instruction test covers
 
 
 def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):

@@ -2,13 +2,14 @@
 
 import numpy as np
 import pytest
-from helpers import expect, line_of
-from helpers import randn as rand
 
 import nki
 import nki.language as nl
 from nki.errors import NKIError, NKIRuntimeError
 from simulator.config import SimConfig
+
+from helpers import expect, line_of
+from helpers import randn as rand
 
 
 def k_uninit(a):

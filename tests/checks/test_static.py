@@ -3,12 +3,13 @@ liveness, PSUM banks, affine_range loop-carried HBM writes and SPMD races."""
 
 import numpy as np
 import pytest
-from helpers import expect, line_of
-from helpers import randn as rand
 
 import nki
 import nki.language as nl
 from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError
+
+from helpers import expect, line_of
+from helpers import randn as rand
 
 
 def k_oob_static(a):

@@ -1,13 +1,14 @@
 """Rules the tracer enforces per instruction: limits, partition mismatch, memory, immutability."""
 
 import numpy as np
-from helpers import expect, line_of
-from helpers import randn as rand
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIAttributeError, NKIError, NKIMemoryError, NKIShapeError
+
+from helpers import expect, line_of
+from helpers import randn as rand
 
 
 def k_partitions(a):

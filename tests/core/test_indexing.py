@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import randn as _rand
 
 import nki
 import nki.language as nl
+
+from helpers import randn as _rand
 
 
 def test_integer_and_slice_indexing():

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import ROOT
 
 pytest.importorskip("torch")

@@ -8,11 +8,12 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import BF16
 
 import nki
 import nki.language as nl
 from nki.errors import NKIError
+
+from helpers import BF16
 
 
 def _blocks(x, grid):

@@ -9,11 +9,12 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ROOT
 
 import nki
 import nki.language as nl
 from nki.errors import NKIMemoryError, NKIShapeError, NKITypeError
+
+from helpers import ROOT
 
 
 @nki.jit

@@ -8,13 +8,14 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import stored as _out
 
 import nki
 import nki.language as nl
 import nki.typing as nt
 from nki.errors import NKIError, NKIIndexError, NKIShapeError, NKITypeError
 from nki.optable import lookup
+
+from helpers import stored as _out
 
 
 def test_where_with_tiles_and_scalars():

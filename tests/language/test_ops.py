@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import BF16
 
 import nki
 import nki.language as nl
 from nki.optable import BINARY, OPS, UNARY
 from nki.testing.reference import NUMPY_OPS
+
+from helpers import BF16
 
 P, F = 16, 24
 REF_UNARY = {n: NUMPY_OPS[n] for n in UNARY}

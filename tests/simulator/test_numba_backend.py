@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import BF16
 
 import nki
 import nki.isa as nisa
@@ -17,6 +16,8 @@ from nki.errors import NKIIndexError, NKIRuntimeError
 from simulator import numba_backend
 from simulator.config import SimConfig
 from simulator.numba_codegen import NATIVE
+
+from helpers import BF16
 
 
 @pytest.fixture(autouse=True)

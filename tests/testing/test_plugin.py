@@ -10,12 +10,13 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import ROOT
 from hypothesis import settings
 
 import nki
 import nki.language as nl
 from nki.testing import load_profile, profile_name
+
+from helpers import ROOT
 
 
 def _env(**extra: str) -> dict[str, str]:

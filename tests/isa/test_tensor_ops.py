@@ -1,12 +1,22 @@
-"""nc_matmul and nc_transpose against NumPy, and their Tensor-engine rules per target."""
+"""Tensor-engine instructions: nisa.nc_matmul (values, PSUM accumulation, transpose
+mode, tiling, double row, dtype and memory rules) and nisa.nc_transpose on both engines."""
 
 import numpy as np
 import pytest
-from helpers import BF16, close, expect_error, f32, rand, run
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, NKIUnsupportedError
+from nki.errors import (
+    NKIError,
+    NKIMemoryError,
+    NKIRuntimeError,
+    NKIShapeError,
+    NKITypeError,
+    NKIUnsupportedError,
+)
+
+from helpers import BF16, close, expect_error, f32, rand, run
+from helpers import hbm_out as _out
 
 
 def mm(a, b):
@@ -42,33 +52,6 @@ def test_psum_accumulation_over_k_tiles(dt):
     out = run(mm_accumulate, a, b)
     ref = f32(a).astype(np.float64).T @ f32(b).astype(np.float64)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
-
-
-def transpose_k(x, engine):
-    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
-    t = nisa.nc_transpose(nl.load(x), engine=engine)
-    nl.store(out, nisa.tensor_copy(t))
-    return out
-
-
-@pytest.mark.parametrize("dt", [np.float32, BF16])
-@pytest.mark.parametrize(
-    "engine,shape", [(nisa.tensor_engine, (96, 128)), (nisa.vector_engine, (32, 20))]
-)
-def test_transpose_both_engines(dt, engine, shape):
-    x = rand(shape, dt)
-    out = run(transpose_k, x, engine)
-    np.testing.assert_array_equal(f32(out), f32(x).T)
-
-
-def test_pe_transpose_nan_exact_on_trn2_not_on_trn1():
-    x = rand((64, 64))
-    x[3, 5] = np.nan
-    exact = run(transpose_k, x, nisa.tensor_engine, target="trn2")
-    np.testing.assert_array_equal(exact, x.T)
-    lossy = run(transpose_k, x, nisa.tensor_engine, target="trn1")
-    # matmul with an identity: the NaN spreads over its whole output row on NeuronCore-v2
-    assert np.isnan(lossy[5]).all() and not np.isnan(np.delete(lossy, 5, axis=0)).any()
 
 
 def mm_transpose(x, ident):
@@ -243,6 +226,62 @@ def test_tile_size_32_only_from_trn2():
     )
 
 
+# --------------------------------------------------------------------------------------------
+# nc_matmul tiling: positions may be affine in loop iterators; double_row excludes column tiling
+# --------------------------------------------------------------------------------------------
+
+
+def k_mm_tile_loop(g, h, step):
+    out = _out((g.shape[0], g.shape[2], h.shape[2]))
+    for i in nl.affine_range(g.shape[0]):
+        gi, hi = nl.load(g[i]), nl.load(h[i])
+        r = nisa.nc_matmul(gi, hi, tile_position=(i * step, 0), tile_size=(64, 128))  # ERR
+        nl.store(out[i], r)
+    return out
+
+
+def test_matmul_tile_position_affine_in_loop_iterator():
+    g, h = rand((2, 64, 48)), rand((2, 64, 256))
+    got = run(k_mm_tile_loop, g, h, 64)
+    want = np.einsum("bkm,bkn->bmn", g.astype(np.float64), h.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_tile_position_misaligned_at_run_time():
+    g, h = rand((2, 64, 48)), rand((2, 64, 256))
+    # i * 32 stays inside the array (max 32 + 64 <= 128) but is not a multiple of 64 at i = 1
+    expect_error(
+        k_mm_tile_loop,
+        g,
+        h,
+        32,
+        cls=NKIRuntimeError,
+        code="err_invalid_tile_position",
+        fragments=["tile_position row", "= 32", "multiple of the tile size 64"],
+    )
+
+
+def k_mm_tile_loop4(g, h):
+    out = _out((g.shape[0], g.shape[2], h.shape[2]))
+    for i in nl.affine_range(g.shape[0]):
+        gi, hi = nl.load(g[i]), nl.load(h[i])
+        r = nisa.nc_matmul(gi, hi, tile_position=(i * 64, 0), tile_size=(64, 128))  # ERR
+        nl.store(out[i], r)
+    return out
+
+
+def test_matmul_tile_position_outside_pe_array_at_trace_time():
+    g, h = rand((3, 64, 48)), rand((3, 64, 128))
+    expect_error(
+        k_mm_tile_loop4,
+        g,
+        h,
+        cls=NKIError,
+        code="err_invalid_tile_position",
+        fragments=["tile_position row", "in [0, 128]", "position + size <= 128"],
+    )
+
+
 def mm_double_row(a, b):
     out = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
     p = nisa.nc_matmul(nl.load(a), nl.load(b), perf_mode="double_row_gen3")  # ERR
@@ -269,6 +308,60 @@ def test_double_row_fp8_trn2_only():
     )
 
 
+def k_mm_double_row_cols(a, b, cols):
+    out = _out((a.shape[2], b.shape[2]))
+    sa, sb, mode = nl.load(a), nl.load(b), "double_row_gen3"
+    p = nisa.nc_matmul(sa, sb, perf_mode=mode, tile_position=(0, 0), tile_size=(128, cols))  # ERR
+    nl.store(out, nisa.tensor_copy(p))
+    return out
+
+
+def test_double_row_cannot_use_column_tiling():
+    import ml_dtypes
+
+    a = rand((128, 2, 32), ml_dtypes.float8_e4m3)
+    b = rand((128, 2, 64), ml_dtypes.float8_e4m3)
+    got = run(k_mm_double_row_cols, a, b, 128)
+    want = np.einsum("kim,kin->mn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    expect_error(
+        k_mm_double_row_cols,
+        a,
+        b,
+        64,
+        cls=NKIError,
+        code="err_invalid_tile_position",
+        fragments=["double_row_gen3", "column tiling", "column 64"],
+    )
+
+
+def transpose_k(x, engine):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nisa.nc_transpose(nl.load(x), engine=engine)
+    nl.store(out, nisa.tensor_copy(t))
+    return out
+
+
+@pytest.mark.parametrize("dt", [np.float32, BF16])
+@pytest.mark.parametrize(
+    "engine,shape", [(nisa.tensor_engine, (96, 128)), (nisa.vector_engine, (32, 20))]
+)
+def test_transpose_both_engines(dt, engine, shape):
+    x = rand(shape, dt)
+    out = run(transpose_k, x, engine)
+    np.testing.assert_array_equal(f32(out), f32(x).T)
+
+
+def test_pe_transpose_nan_exact_on_trn2_not_on_trn1():
+    x = rand((64, 64))
+    x[3, 5] = np.nan
+    exact = run(transpose_k, x, nisa.tensor_engine, target="trn2")
+    np.testing.assert_array_equal(exact, x.T)
+    lossy = run(transpose_k, x, nisa.tensor_engine, target="trn1")
+    # matmul with an identity: the NaN spreads over its whole output row on NeuronCore-v2
+    assert np.isnan(lossy[5]).all() and not np.isnan(np.delete(lossy, 5, axis=0)).any()
+
+
 def transpose_big(x):
     out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
     t = nisa.nc_transpose(nl.load(x), engine=nisa.vector_engine)  # ERR
@@ -283,4 +376,20 @@ def test_vector_transpose_limit():
         cls=NKIShapeError,
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["64", "32", "vector engine", "nisa.nc_transpose"],
+    )
+
+
+def k_part_limit(x):
+    out = _out((x.shape[1], x.shape[0]), x.dtype)
+    nl.store(out, nisa.nc_transpose(nl.load(x[0:128, 0:200]), engine=nisa.tensor_engine))  # ERR
+    return out
+
+
+def test_tensor_transpose_free_limit():
+    expect_error(
+        k_part_limit,
+        rand((128, 200)),
+        cls=NKIShapeError,
+        code="err_size_of_dimension_exceed_arch_limit",
+        fragments=["200", "128", "tensor engine"],
     )
