@@ -1,9 +1,10 @@
-"""GpSimd instructions: nisa.iota, memset, affine_select, tensor_partition_reduce and
-local_gather, against NumPy."""
+"""GpSimd instructions: nisa.iota, memset, affine_select, tensor_partition_reduce,
+local_gather and sequence_bounds, against NumPy."""
 
 import numpy as np
 import pytest
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 
@@ -141,3 +142,32 @@ def test_local_gather_bf16_all_indices():
     assert got.shape == (16, 2, 16, 2)
     np.testing.assert_array_equal(f32(got).reshape(16, 32, 2), f32(want))
     np.testing.assert_array_equal(f32(got)[:, 1, 3], f32(src[:, idx[3, 1] : idx[3, 1] + 2]))
+
+
+def _bounds_ref(ids):
+    n = len(ids)
+    start, end = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        j = i
+        while j > 0 and ids[j - 1] == ids[i]:
+            j -= 1
+        k = i
+        while k < n - 1 and ids[k + 1] == ids[i]:
+            k += 1
+        start[i], end[i] = (n, -1) if ids[i] == 0 else (j, k + 1)
+    return np.stack([start, end])[None]
+
+
+@nki.jit
+def bounds(ids):
+    out = nl.ndarray((1, 2, ids.shape[1]), dtype=ids.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nisa.sequence_bounds(segment_ids=nl.load(ids)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_sequence_bounds(dtype):
+    ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3, 5]], dtype=dtype)
+    got = bounds(ids)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, _bounds_ref(ids[0]).astype(dtype))
