@@ -171,3 +171,25 @@ def test_sequence_bounds(dtype):
     got = bounds(ids)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, _bounds_ref(ids[0]).astype(dtype))
+
+
+RNG = np.random.default_rng(11)
+
+
+@nki.jit
+def causal_scores(q_t, k_t):
+    # scores = q @ k.T in PSUM, causal-masked straight from PSUM by affine_select
+    n = q_t.shape[1]
+    out = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    ps = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.psum)
+    ps[...] = nisa.nc_matmul(nl.load(q_t), nl.load(k_t))
+    i_q, i_k = nl.mgrid[0:n, 0:n]
+    nl.store(out, nisa.affine_select(i_q >= i_k, ps[i_q, i_k], -1e4))
+    return out
+
+
+def test_affine_select_from_psum():
+    q_t, k_t = RNG.random((16, 64), dtype=np.float32), RNG.random((16, 64), dtype=np.float32)
+    s = q_t.T @ k_t
+    want = np.where(np.tril(np.ones_like(s)) > 0, s, -1e4)
+    np.testing.assert_allclose(causal_scores(q_t, k_t), want, rtol=1e-5)

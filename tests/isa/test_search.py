@@ -4,6 +4,7 @@ max8, nc_find_index8 and nc_match_replace8, against NumPy, with their size rules
 import numpy as np
 import pytest
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIShapeError
@@ -128,3 +129,29 @@ def test_max8_size_rule():
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["5", "8", "16384"],
     )
+
+
+RNG = np.random.default_rng(11)
+
+
+@nki.jit
+def chunked_mean_var(x):
+    # 2 bn_stats chunks of 64 columns over 100 columns: the second is masked to 36 columns
+    out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    n = x.shape[1]
+    i_p = nl.arange(x.shape[0])[:, None]
+    i_f = nl.arange(64)[None, :]
+    i_s = nl.arange(6)[None, :]
+    stats = nl.ndarray((x.shape[0], 12), dtype=nl.float32)
+    for j in nl.affine_range(2):
+        stats[i_p, j * 6 + i_s] = nisa.bn_stats(t[i_p, j * 64 + i_f], mask=(j * 64 + i_f < n))
+    nl.store(out, nisa.bn_aggr(stats))
+    return out
+
+
+def test_bn_stats_mask_selects_input_columns():
+    x = RNG.random((32, 100), dtype=np.float32)
+    got = chunked_mean_var(x)
+    np.testing.assert_allclose(got[:, 0], x.mean(1), rtol=1e-5)
+    np.testing.assert_allclose(got[:, 1], x.var(1), rtol=1e-4)

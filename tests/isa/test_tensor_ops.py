@@ -4,6 +4,7 @@ mode, tiling, double row, dtype and memory rules) and nisa.nc_transpose on both 
 import numpy as np
 import pytest
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import (
@@ -393,3 +394,26 @@ def test_tensor_transpose_free_limit():
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["200", "128", "tensor engine"],
     )
+
+
+RNG = np.random.default_rng(11)
+
+
+@nki.jit
+def transpose_blocks(x):
+    # (128, 2*64) -> two 64x128 blocks transposed into one SBUF buffer, then stored
+    out = nl.ndarray((64, 2, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    buf = nl.ndarray((nl.par_dim(64), 2, 128), dtype=x.dtype)
+    i_p, i_f = nl.mgrid[0:128, 0:64]
+    j_p, j_f = nl.mgrid[0:64, 0:128]
+    for b in nl.affine_range(2):
+        buf[j_p, b, j_f] = nisa.nc_transpose(t[i_p, b * 64 + i_f])
+    nl.store(out, buf)
+    return out
+
+
+def test_nc_transpose_into_sbuf_buffer():
+    x = RNG.random((128, 128), dtype=np.float32)
+    want = np.stack([x[:, :64].T, x[:, 64:].T], axis=1)
+    np.testing.assert_array_equal(transpose_blocks(x), want)
