@@ -1,9 +1,9 @@
 """Helpers shared by the test files: run a kernel on a target, check a located NKIError, make
 inputs and outputs, compare against a float32 reference.
 
-Test files import this module as ``helpers``: ``tests/conftest.py`` is not inside a package, so
-pytest puts ``tests/`` on ``sys.path`` before collecting (``tests/simulator`` must stay a plain
-directory, not a package, or it would shadow the ``simulator`` package)."""
+Test files import this module as ``helpers``; ``tests/conftest.py`` puts ``tests/`` on
+``sys.path``. (``tests/simulator`` must stay a plain directory, not a package, or it would
+shadow the ``simulator`` package.)"""
 
 from __future__ import annotations
 
