@@ -14,6 +14,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIControlFlowError, NKIError
 
+RNG = np.random.default_rng(5)
+
 
 def _rand(shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
@@ -245,9 +247,6 @@ def test_float64_argument_is_rejected_naming_the_parameter_and_kernel():
     assert e.code == "err_unsupported_dtype"
     assert "argument 'a' of kernel 'copy64'" in str(e) and "float64" in str(e)
     assert e.loc.file == __file__
-
-
-RNG = np.random.default_rng(5)
 
 
 @nki.jit

@@ -11,6 +11,8 @@ import nki.language as nl
 from helpers import BF16, DTS, close, f32, rand, run
 from helpers import hbm_out as _out
 
+RNG = np.random.default_rng(11)
+
 
 def k_iota(n, dtype):
     out = _out((64, 48), dtype)
@@ -171,9 +173,6 @@ def test_sequence_bounds(dtype):
     got = bounds(ids)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, _bounds_ref(ids[0]).astype(dtype))
-
-
-RNG = np.random.default_rng(11)
 
 
 @nki.jit

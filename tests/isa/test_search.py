@@ -12,6 +12,8 @@ from nki.errors import NKIShapeError
 from helpers import DTS, expect_error, f32, rand, run
 from helpers import hbm_out as _out
 
+RNG = np.random.default_rng(11)
+
 
 def k_bn(x):
     out = _out((x.shape[0], 2), nl.float32)
@@ -129,9 +131,6 @@ def test_max8_size_rule():
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["5", "8", "16384"],
     )
-
-
-RNG = np.random.default_rng(11)
 
 
 @nki.jit

@@ -19,6 +19,8 @@ from nki.errors import (
 from helpers import BF16, close, expect_error, f32, rand, run
 from helpers import hbm_out as _out
 
+RNG = np.random.default_rng(11)
+
 
 def mm(a, b):
     out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -394,9 +396,6 @@ def test_tensor_transpose_free_limit():
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["200", "128", "tensor engine"],
     )
-
-
-RNG = np.random.default_rng(11)
 
 
 @nki.jit

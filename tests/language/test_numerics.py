@@ -13,6 +13,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.dtypes import promote
 
+RNG = np.random.default_rng(5)
+
 PROMOTION = [  # the classic NKI table (nki.api.shared, "NKI Type Promotion")
     ("float16", "bfloat16", "float32"),
     ("float8_e4m3", "float8_e5m2", "bfloat16"),
@@ -219,9 +221,6 @@ def test_finfo_iinfo():
     assert nl.finfo(nl.bfloat16).bits == 16
     assert nl.finfo(nl.float32).min == np.finfo(np.float32).min
     assert nl.iinfo(nl.int8).max == 127 and nl.iinfo(nl.uint16).max == 65535
-
-
-RNG = np.random.default_rng(5)
 
 
 @nki.jit
