@@ -1,0 +1,248 @@
+"""The nki.isa instruction spec (nki/isa/spec.py) agrees with the code it describes: the classic
+functions' signatures, the simulator's executors, Numba lowering and poison rules, the targets'
+availability rules, the test strategies' limits, the test suite and the README."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import nki.isa as nisa
+from nki.errors import NKIError
+from nki.ir import Access, Const, Instr, TensorDecl
+from nki.isa import spec
+from nki.targets import TARGETS, first_target_with, isa_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+CLASSIC = spec.names(spec.CLASSIC)
+
+
+def _simulator_modules() -> list[ModuleType]:
+    """Every module of the simulator package, imported (robust to executors moving between
+    modules: the registries are found by walking, not by path)."""
+    import simulator
+
+    for info in pkgutil.walk_packages(simulator.__path__, "simulator."):
+        importlib.import_module(info.name)
+    return [m for n, m in sorted(sys.modules.items()) if n.startswith("simulator") and m]
+
+
+def _isa_executors() -> dict[str, Any]:
+    """op -> executor, from every module-level registry of ``isa.<op>`` executors (a dict of
+    callables keyed by instruction names that holds the matmul executor)."""
+    found: dict[str, Any] = {}
+    for m in _simulator_modules():
+        for v in vars(m).values():
+            if (
+                isinstance(v, dict)
+                and "nc_matmul" in v
+                and all(isinstance(k, str) and callable(f) for k, f in v.items())
+            ):
+                found.update(v)
+    return found
+
+
+def _find(name: str) -> Any:
+    for m in _simulator_modules():
+        if name in vars(m):
+            return vars(m)[name]
+    raise AssertionError(f"simulator has no '{name}'")
+
+
+# ---- calling forms -------------------------------------------------------------------------
+
+
+def _shape(sig: inspect.Signature) -> list[tuple[str, Any, Any]]:
+    return [
+        (p.name, p.kind, p.default)
+        for p in sig.parameters.values()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD  # today's **_kw catch-all
+    ]
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_classic_form_is_the_functions_signature(name):
+    real = inspect.signature(getattr(nisa, name))
+    assert _shape(spec.signature(name, spec.CLASSIC, resolve=True)) == _shape(real)
+
+
+def test_spec_lists_every_nisa_instruction_function():
+    functions = {
+        n for n in nisa.__all__ if inspect.isfunction(getattr(nisa, n)) and n != "get_nc_version"
+    }
+    assert functions == set(CLASSIC)
+
+
+def test_current_forms_put_the_destination_first_with_the_stub_orders():
+    for i in spec.INSTRUCTIONS:
+        if i.current is None or not i.takes_dst(spec.CURRENT):
+            continue
+        first = i.params(spec.CURRENT)[0].name
+        want = {"sendrecv": "src", "topk": "val_dst"}.get(i.name, "dst")
+        assert first == want, i.name
+    assert list(spec.signature("nc_stream_shuffle", spec.CURRENT).parameters)[:3] == [
+        "dst",
+        "src",
+        "shuffle_mask",
+    ]
+    offset = spec.signature("affine_select", spec.CURRENT).parameters["offset"]
+    assert offset.kind is inspect.Parameter.KEYWORD_ONLY
+    # no current form takes the classic dtype= / mask=; every non-register one takes name=
+    for n in spec.names(spec.CURRENT):
+        params = spec.signature(n, spec.CURRENT).parameters
+        assert "dtype" not in params and "mask" not in params, n
+        assert ("name" in params) == (spec.get(n).family != "registers"), n
+
+
+def test_every_parameter_has_a_role_and_type():
+    roles = {"dst", "in", "out", "operand", "op", "attr", "engine", "mask", "dtype", "name"}
+    for i in spec.INSTRUCTIONS:
+        for form in spec.FORMS:
+            if i.form(form) is None:
+                continue
+            for p in i.params(form):
+                assert p.role in roles | {"register"} and p.type, (i.name, p.name)
+
+
+def test_ignored_keywords_are_classic_parameters():
+    for i in spec.INSTRUCTIONS:
+        names = {p.name for p in i.params(spec.CLASSIC)} if i.classic else set()
+        assert set(i.ignored) <= names, i.name
+
+
+# ---- executors, Numba lowering, poison rules ---------------------------------------------------
+
+
+def test_every_classic_instruction_has_an_executor():
+    executors = _isa_executors()
+    missing = [n for n in CLASSIC if spec.get(n).ir_op not in executors]
+    assert not missing
+    # and every executor belongs to an instruction of the spec
+    assert set(executors) <= {spec.get(n).ir_op for n in CLASSIC}
+
+
+def test_every_classic_instruction_is_lowered_or_hosted_by_numba():
+    gens = [
+        v
+        for m in _simulator_modules()
+        for v in vars(m).values()
+        if inspect.isclass(v) and hasattr(v, "native") and hasattr(v, "host")
+    ]
+    assert gens, "Numba code generator not found"
+    lowered = any(hasattr(g, "_i_isa") for g in gens)  # native() dispatches on "_i_" + kind
+    for n in CLASSIC:
+        assert spec.get(n).numba == ("native" if lowered else "hosted"), n
+
+
+def test_executors_read_only_declared_attributes():
+    executors = _isa_executors()
+    for n in CLASSIC:
+        i = spec.get(n)
+        src = inspect.getsource(executors[i.ir_op])
+        read = set(re.findall(r'instr\.attr\("(\w+)"', src))
+        assert read <= set(i.ir_attrs), (n, read - set(i.ir_attrs))
+
+
+class _Ctx:
+    """What ``_poison_rule`` asks of the interpreter's context: tensor declarations."""
+
+    def decl(self, name: str) -> TensorDecl:
+        buffer = "hbm" if name.startswith("hbm") else "sbuf"
+        return TensorDecl(name, (128, 64), "float32", buffer)
+
+
+def _acc(name: str) -> Access:
+    return Access(name, (128, 64), ())  # (the rule looks at buffers, not indices)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_poison_rule_is_the_simulators(name):
+    rule_of = _find("_poison_rule")
+    i = spec.get(name)
+    # the attributes any rule may depend on, each way (plus the spec's own overrides)
+    cases: list[dict[str, Any]] = [{}, {"transpose": True}, {"transpose": False}]
+    cases += [{k: v} for k, v, _ in i.poison_if]
+    for attrs in cases:
+        ins = Instr("isa", i.ir_op, _acc("t_out"), (_acc("t_in"), Const(1.0)), tuple(attrs.items()))
+        got = rule_of(ins, _Ctx()) or "report"
+        assert got == i.poison_rule(attrs), (name, attrs)
+        # HBM operands always report
+        hbm = Instr("isa", i.ir_op, _acc("hbm_out"), (_acc("t_in"),), tuple(attrs.items()))
+        assert rule_of(hbm, _Ctx()) == ""
+
+
+def test_every_instruction_has_an_explicit_poison_rule():
+    for i in spec.INSTRUCTIONS:
+        assert i.poison in spec.POISON_RULES, i.name
+        assert all(r in spec.POISON_RULES for _, _, r in i.poison_if), i.name
+
+
+# ---- targets, limits, tests, README ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_targets_are_the_target_tables(name):
+    first = first_target_with(name)
+    want = tuple(t for t in TARGETS if first is None or TARGETS[t].gen >= TARGETS[first].gen)
+    assert spec.get(name).targets == want
+
+
+def test_limits_are_the_strategies_limits():
+    from nki.testing import strategies
+
+    keyed = {lim.key: lim for i in spec.INSTRUCTIONS for lim in i.limits if lim.key}
+    assert set(keyed) == set(strategies._FREE_LIMITS) - {"psum_bank_fp32"}
+    for key, lim in keyed.items():
+        for t in TARGETS:
+            assert lim.value(TARGETS[t], isa_rules(t)) == strategies.free_limit(key, t), (key, t)
+
+
+def test_every_classic_instruction_is_exercised_by_a_test():
+    text = "\n".join(
+        p.read_text() for p in (ROOT / "tests").rglob("*.py") if p.name != "test_spec.py"
+    )
+    untested = [n for n in CLASSIC if not re.search(rf"\bn?isa\.{n}\(", text)]
+    assert not untested
+
+
+def test_readme_nisa_table_is_generated_from_the_spec():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- isatable:begin[^>]*-->\n(.*?)\n<!-- isatable:end -->", text, re.S)
+    assert m, "README lost its isatable markers"
+    assert m.group(1).strip() == spec.markdown().strip()
+
+
+def test_markdown_has_one_row_per_instruction():
+    rows = [r for r in spec.markdown().splitlines()[2:]]
+    assert [r.split("`")[1] for r in rows] == [i.name for i in spec.INSTRUCTIONS]
+
+
+# ---- binding a call ----------------------------------------------------------------------------
+
+
+def test_bind_applies_spec_defaults_in_both_forms():
+    b = spec.bind("activation", ("exp", "x"), {"bias": "b"}, spec.CLASSIC)
+    assert b.arguments["scale"] == 1.0 and b.arguments["reduce_cmd"] == nisa.reduce_cmd.idle
+    b = spec.bind("nc_stream_shuffle", ("d", "s", list(range(32))), {}, spec.CURRENT)
+    assert (b.arguments["dst"], b.arguments["src"]) == ("d", "s")
+
+
+def test_bind_names_the_closest_keyword_at_the_callers_line():
+    with pytest.raises(NKIError) as e:
+        spec.bind("activation", ("exp", "x"), {"bais": 1.0}, spec.CLASSIC)  # the call
+    assert "did you mean 'bias'?" in e.value.message
+    assert e.value.loc.file == __file__
+    assert "the call" in e.value.loc.source_line()
+
+
+def test_get_suggests_the_closest_instruction():
+    with pytest.raises(KeyError, match="did you mean 'tensor_tensor'"):
+        spec.get("tensor_tenser")
