@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +226,11 @@ class Instruction:
     ignored: tuple[str, ...] = ()  # classic keywords accepted on purpose without effect
     numba: str = "hosted"  # "hosted": Numba code calls the interpreter's executor back
     note: str = ""
+
+    @property
+    def api(self) -> str:
+        """The user-facing name errors quote, e.g. ``nisa.tensor_tensor``."""
+        return f"nisa.{self.name}"
 
     @property
     def current_only(self) -> bool:
@@ -801,6 +808,29 @@ def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspe
     return inspect.Signature(params)
 
 
+def _unknown_keyword(name: str, key: str, valid: list[str]) -> Exception:
+    from ..errors import NKITypeError, user_loc
+
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    if key not in valid and get(name).current is not None and key in _names(name, CURRENT):
+        # a keyword of the destination-first form: the kernel mixes the two calling forms
+        hint = (
+            f"; '{key}' belongs to the current API's destination-first form "
+            f"nisa.{name}{signature(name, CURRENT)}, while the classic form returns a new tile"
+        )
+    return NKITypeError(
+        f"'nisa.{name}' got an unexpected keyword argument '{key}'{hint} (valid: "
+        f"{', '.join(valid)})",
+        code="err_unexpected_keyword_argument",
+        loc=user_loc(),
+    )
+
+
+def _names(name: str, form: str) -> list[str]:
+    return [p.name for p in get(name).params(form)]
+
+
 def bind(
     name: str, args: tuple[Any, ...], kwargs: dict[str, Any], form: str = CLASSIC
 ) -> inspect.BoundArguments:
@@ -809,17 +839,9 @@ def bind(
     from ..errors import NKITypeError, user_loc
 
     sig = signature(name, form, resolve=True)
-    valid = list(sig.parameters)
     for k in kwargs:
         if k not in sig.parameters:
-            close = difflib.get_close_matches(k, valid, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise NKITypeError(
-                f"'nisa.{name}' got an unexpected keyword argument '{k}'{hint} (valid: "
-                f"{', '.join(valid)})",
-                code="err_unexpected_keyword_argument",
-                loc=user_loc(),
-            )
+            raise _unknown_keyword(name, k, list(sig.parameters))
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:
@@ -830,6 +852,23 @@ def bind(
         ) from None
     bound.apply_defaults()
     return bound
+
+
+def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator of a classic ``nki.isa`` function: its name must have a classic form in the
+    spec, and a keyword outside that form is a located error naming the closest valid keyword
+    (instead of being swallowed, as ``dst=`` or a misspelled ``bais=`` once were)."""
+    name = fn.__name__
+    valid = frozenset(p.name for p in get(name).params(CLASSIC))
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        for k in kwargs:
+            if k not in valid:
+                raise _unknown_keyword(name, k, _names(name, CLASSIC))
+        return fn(*args, **kwargs)
+
+    return call
 
 
 # ---- README table --------------------------------------------------------------------------
@@ -883,6 +922,7 @@ __all__ = [
     "Ref",
     "SPEC",
     "bind",
+    "checked",
     "get",
     "markdown",
     "names",

@@ -28,6 +28,7 @@ from .common import (
 )
 from .enums import engine_name
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
+from .spec import checked
 
 _TILE_REDUCERS = (*REDUCERS, "subtract")
 
@@ -78,6 +79,7 @@ def _res_vector(x: Any, parts: int, api: str, role: str):
 # --------------------------------------------------------------------------------------------
 
 
+@checked
 def tensor_tensor(
     data1: Any,
     data2: Any,
@@ -86,7 +88,6 @@ def tensor_tensor(
     dtype: Any = None,
     mask: Any = None,
     engine: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``op(data1, data2)`` element-wise (Vector engine by default; GpSimd with engine=).
 
@@ -119,6 +120,7 @@ def tensor_tensor(
     return out
 
 
+@checked
 def tensor_scalar(
     data: Any,
     op0: Any,
@@ -131,7 +133,6 @@ def tensor_scalar(
     dtype: Any = None,
     mask: Any = None,
     engine: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``(data op0 operand0) op1 operand1`` with scalar or (P, 1) operands broadcast along the
     free axes; ``reverse0`` / ``reverse1`` swap each op's operands.
@@ -206,6 +207,7 @@ def tensor_scalar(
     return out
 
 
+@checked
 def scalar_tensor_tensor(
     *,
     data: Any,
@@ -217,7 +219,6 @@ def scalar_tensor_tensor(
     reverse1: bool = False,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``(data op0 operand0) op1 operand1`` on the Vector engine, where ``operand0`` is a
     scalar or (P, 1) vector and ``operand1`` a full tile like ``data``. ``data`` and
@@ -251,6 +252,7 @@ def scalar_tensor_tensor(
     return out
 
 
+@checked
 def tensor_scalar_reduce(
     *,
     data: Any,
@@ -261,7 +263,6 @@ def tensor_scalar_reduce(
     reverse0: bool = False,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``data op0 operand0`` (one arithmetic op) plus a reduction of the result over all free
     axes into ``reduce_res`` (P, 1) with add / subtract / multiply / max / min.
@@ -302,6 +303,7 @@ def tensor_scalar_reduce(
 # --------------------------------------------------------------------------------------------
 
 
+@checked
 def tensor_reduce(
     op: Any,
     data: Any,
@@ -311,7 +313,6 @@ def tensor_reduce(
     dtype: Any = None,
     negate: bool = False,
     keepdims: bool = False,
-    **_kw: Any,
 ) -> NkiTensor:
     """Reduce free axes of ``data`` with ``op`` on the Vector engine (fp32 math for arithmetic
     ops, raw bits for bit-vector ops on integer dtypes). ``axis``: free axes only, contiguous,
@@ -374,6 +375,7 @@ def _axes(axis: Any, rank: int, api: str) -> tuple[int, ...]:
     return tuple(axes)
 
 
+@checked
 def tensor_tensor_scan(
     data0: Any,
     data1: Any,
@@ -385,7 +387,6 @@ def tensor_tensor_scan(
     *,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """Per-partition scan over the flattened free axis:
     ``r[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])``,

@@ -13,13 +13,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 import nki.isa as nisa
+import nki.language as nl
 from nki.errors import NKIError
 from nki.ir import Access, Const, Instr, TensorDecl
 from nki.isa import spec
 from nki.targets import TARGETS, first_target_with, isa_rules
+
+from .util import expect_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
@@ -246,3 +250,44 @@ def test_bind_names_the_closest_keyword_at_the_callers_line():
 def test_get_suggests_the_closest_instruction():
     with pytest.raises(KeyError, match="did you mean 'tensor_tensor'"):
         spec.get("tensor_tenser")
+
+
+# ---- unknown keywords in kernels -------------------------------------------------------------
+
+
+def k_misspelled_bias(x):
+    t = nl.load(x)
+    b = nl.load(x[:, 0:1])
+    y = nisa.activation(nl.exp, t, bais=b)  # ERR
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, y)
+    return out
+
+
+def k_current_form_dst(x):
+    t = nl.load(x)
+    y = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=y, data1=t, data2=t, op=nl.add)  # ERR
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, y)
+    return out
+
+
+def test_misspelled_keyword_names_the_closest_one_at_the_kernel_line():
+    expect_error(
+        k_misspelled_bias,
+        np.ones((8, 16), np.float32),
+        cls=NKIError,
+        code="err_unexpected_keyword_argument",
+        fragments=["'nisa.activation'", "'bais'", "did you mean 'bias'?"],
+    )
+
+
+def test_classic_call_with_dst_explains_the_two_calling_forms():
+    expect_error(
+        k_current_form_dst,
+        np.ones((8, 16), np.float32),
+        cls=NKIError,
+        code="err_unexpected_keyword_argument",
+        fragments=["'dst'", "destination-first", "nisa.tensor_tensor(dst, data1, data2, op"],
+    )
