@@ -29,6 +29,7 @@ from .common import (
 from .enums import engine_name
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
 from .spec import checked
+from .spec import get as get_spec
 
 _TILE_REDUCERS = (*REDUCERS, "subtract")
 
@@ -109,6 +110,12 @@ def tensor_tensor(
     fn = _binary(op, api, "op")
     eng = engine_name(engine)
     eng = _default_engine([fn]) if eng == "unknown" else eng
+    if eng not in get_spec("tensor_tensor").engines:
+        raise NKIError(
+            f"'{api}' runs on the Vector or GpSimd engine, not {eng}",
+            code="err_unsupported_engine_for_op",
+            loc=user_loc(),
+        )
     check_engine_op(fn, eng, api, "op")
     not_both_psum(t1, t2, api, "data1", "data2")
     check_gpsimd_memory(eng, {"data1": t1, "data2": t2}, api)

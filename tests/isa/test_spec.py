@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
@@ -291,3 +292,52 @@ def test_classic_call_with_dst_explains_the_two_calling_forms():
         code="err_unexpected_keyword_argument",
         fragments=["'dst'", "destination-first", "nisa.tensor_tensor(dst, data1, data2, op"],
     )
+
+
+# ---- engines -------------------------------------------------------------------------------
+
+_ENGINE_CALLS = {
+    "tensor_copy": lambda t, e: nisa.tensor_copy(t, engine=e),
+    "memset": lambda t, e: nisa.memset((32, 32), 1.0, nl.float32, engine=e),
+    "reciprocal": lambda t, e: nisa.reciprocal(t, engine=e),
+    "nc_transpose": lambda t, e: nisa.nc_transpose(t, engine=e),
+    "tensor_tensor": lambda t, e: nisa.tensor_tensor(t, t, op=nl.add, engine=e),
+    "tensor_scalar": lambda t, e: nisa.tensor_scalar(t, nl.multiply, 2.0, engine=e),
+}
+
+
+def _engine_kernel(name, engine):
+    def kernel(x):
+        y = _ENGINE_CALLS[name](nl.load(x), engine)
+        out = nl.ndarray(y.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nisa.tensor_copy(y, dtype=nl.float32))
+        return out
+
+    return nki.jit(kernel, platform_target="trn2")
+
+
+def test_every_instruction_with_an_engine_argument_is_in_the_engine_check():
+    with_engine = {n for n in CLASSIC if "engine" in spec.signature(n, spec.CLASSIC).parameters} - {
+        "tensor_copy_dynamic_src",
+        "tensor_copy_dynamic_dst",
+    }  # (tensor_copy's engines)
+    assert with_engine == set(_ENGINE_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(_ENGINE_CALLS))
+def test_engines_are_the_ones_the_instruction_accepts(name):
+    x = np.full((32, 32), 2.0, np.float32)
+    accepted = set()
+    for e in ("tensor", "vector", "scalar", "gpsimd"):
+        try:
+            _engine_kernel(name, getattr(nisa, f"{e}_engine"))(x)
+        except NKIError as err:
+            assert err.code == "err_unsupported_engine_for_op", (name, e, err)
+            assert err.loc is not None and err.loc.file == __file__, err  # the user's call
+        else:
+            accepted.add(e)
+    assert accepted == set(spec.get(name).engines)
+    k = _engine_kernel(name, None)
+    k(x)
+    ins = next(i for i, _ in k.last_ir.instructions() if i.kind == "isa")
+    assert ins.attr("engine") == spec.get(name).default_engine
