@@ -145,6 +145,20 @@ def test_every_classic_instruction_is_lowered_or_hosted_by_numba():
     lowered = any(hasattr(g, "_i_isa") for g in gens)  # native() dispatches on "_i_" + kind
     for n in CLASSIC:
         assert spec.get(n).numba == ("native" if lowered else "hosted"), n
+    # and the generator really hands an isa instruction back to the interpreter
+    from simulator import SimConfig
+
+    k = nki.jit(k_tensor_tensor)
+    k(np.ones((8, 8), np.float32))
+    plan = _find("generate")(k.last_ir, SimConfig.from_env())
+    assert ("isa.tensor_tensor" in plan.hosted_ops) == (spec.get("tensor_tensor").numba == "hosted")
+
+
+def k_tensor_tensor(x):
+    t = nl.load(x)
+    out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nisa.tensor_tensor(t, t, op=nl.add))
+    return out
 
 
 def test_executors_read_only_declared_attributes():
