@@ -38,6 +38,10 @@ _V4 = ("trn3",)
 # the result rows / columns of its operand column; "transpose": the mirrored element;
 # "report": nothing is propagated, the read itself is reported (checks="full").
 POISON_RULES = ("element", "row", "matmul", "transpose", "report")
+# classic result dtype: "arg|X" = the dtype= argument, else X ("data": the first tile operand's
+# dtype; "widest": classic promotion over the tile operands; a dtype name); "arg": dtype=
+# required; "dst": no result, the instruction writes its dst operand (in dst's dtype)
+RESULT_DTYPE_RULES = ("arg|data", "arg|widest", "arg|float32", "arg|uint32", "arg", "dst")
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,7 @@ class Instruction:
     ir_op: str = ""  # the IR ``isa.<op>`` the classic form records ("" when not today)
     ir_attrs: tuple[str, ...] = ("engine",)  # IR attribute keys the executor may read
     result: str = "new tile, data's shape; dtype arg or data's dtype"  # classic result rule
+    result_dtype: str = "arg|data"  # classic result dtype rule, one of RESULT_DTYPE_RULES
     result_current: str = "writes dst in place; dtype dst.dtype"
     poison: str = "report"
     poison_if: tuple[tuple[str, Any, str], ...] = ()  # (IR attr, value, rule) overrides
@@ -316,6 +321,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         note="dst_rmw_op is gone in the current API (use dma_compute); the public page lists "
         "(dst, src, oob_mode, dge_mode, engine, name), the stub notes add priority (v4): "
         "keyword-only here so positional calls follow the page",
+        result_dtype="dst",
     ),
     Instruction(
         "dma_transpose", "dma", ("dma",),
@@ -342,6 +348,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic="expr, dtype, *, mask=None",
         current="dst, pattern, offset=0, channel_multiplier=0, name=None",
         ir_op="iota", result="new SBUF tile, the expression's shape; dtype arg (required)",
+        result_dtype="arg",
     ),
     Instruction(
         "memset", "gpsimd", ("vector", "gpsimd"),
@@ -350,6 +357,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         current="dst, value, engine=engine.unknown, name=None",
         ir_op="memset", result="new SBUF tile of shape; dtype arg (required)",
         result_current="writes dst in place; value typed like dst.dtype",
+        result_dtype="arg",
     ),
     Instruction(
         "affine_select", "gpsimd", ("gpsimd",),
@@ -453,6 +461,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
             Limit("contraction (partitions)", 128),
         ),
         ignored=("is_stationary_onezero", "is_moving_onezero"),
+        result_dtype="arg|float32",
     ),
     Instruction(
         "nc_matmul_mx", "tensor_ops", ("tensor",),
@@ -485,6 +494,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic="data1, data2, op, *, dtype=None, mask=None, engine=None",
         current="dst, data1, data2, op, engine=engine.unknown, name=None",
         ir_op="tensor_tensor", ir_attrs=("engine", "op"), poison="element", result=_W,
+        result_dtype="arg|widest",
     ),
     Instruction(
         "tensor_scalar", "vector", ("vector", "scalar", "gpsimd"),
@@ -505,6 +515,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "name=None",
         ir_op="scalar_tensor_tensor", ir_attrs=("engine", "op0", "op1", "reverse0", "reverse1"),
         poison="element", result=_W,
+        result_dtype="arg|widest",
     ),
     Instruction(
         "tensor_scalar_reduce", "vector", ("vector",),
@@ -566,6 +577,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "name=None",
         ir_op="tensor_tensor_scan", ir_attrs=("engine", "op0", "op1", "reverse0", "reverse1"),
         poison="row", result=_W,
+        result_dtype="arg|widest",
     ),
     Instruction(
         "bn_stats", "search", ("vector",),
@@ -598,6 +610,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         ir_op="nc_find_index8", poison="row",
         result="new tile (P, 8); dtype arg (uint32 / uint16) or uint32",
         limits=(Limit("data free size", 16384),),
+        result_dtype="arg|uint32",
     ),
     Instruction(
         "nc_match_replace8", "search", ("vector",),
@@ -631,6 +644,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         ir_op="tensor_copy", ir_attrs=("engine", "exact"), poison="element",
         result="writes dst in place (no return); dtype arg or src's dtype, cast to dst's",
         note="records an isa.tensor_copy and a copy into dst; removed in the current API (0.4)",
+        result_dtype="dst",
     ),
     Instruction(
         "tensor_copy_predicated", "selection", ("vector",),
@@ -639,6 +653,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         current="dst, src, predicate, reverse_pred=False, name=None",
         ir_op="tensor_copy_predicated", ir_attrs=("engine", "reverse_pred"), poison="element",
         result="writes dst in place (no return); dst's dtype",
+        result_dtype="dst",
     ),
     Instruction(
         "select_reduce", "selection", ("vector",),
@@ -650,6 +665,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         ir_op="select_reduce",
         ir_attrs=("engine", "reverse_pred", "reduce_op", "reduce_cmd", "reduce_res"),
         poison="row", result="writes dst in place (no return); dst's dtype",
+        result_dtype="dst",
     ),
     Instruction(
         "range_select", "selection", ("vector",),
@@ -674,6 +690,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         result="writes dst in place (no return); dst's dtype (= src's)",
         ignored=("dtype",),
         note="the classic order is (src, dst, mask); the current one (dst, src, mask)",
+        result_dtype="dst",
     ),
     # --- quantisation and random numbers (current API only) -------------------------------------
     Instruction(
@@ -920,6 +937,7 @@ __all__ = [
     "Instruction",
     "Limit",
     "POISON_RULES",
+    "RESULT_DTYPE_RULES",
     "Param",
     "Ref",
     "SPEC",

@@ -355,3 +355,107 @@ def test_engines_are_the_ones_the_instruction_accepts(name):
     k(x)
     ins = next(i for i, _ in k.last_ir.instructions() if i.kind == "isa")
     assert ins.attr("engine") == spec.get(name).default_engine
+
+
+# ---- classic result dtypes -------------------------------------------------------------------
+# one call per classic instruction on a bfloat16 tile `a`, a float32 tile `b` and a float32
+# (P, 1) tile `r`, without dtype= (the rule's fallback), plus a dtype for "arg" rules
+
+
+def _arange():
+    return nl.arange(32)[:, None], nl.arange(32)[None, :]
+
+
+def _max8(a):
+    return nisa.max8(src=a)
+
+
+_RESULT_CALLS = {
+    "dma_copy": lambda a, b, r: nisa.dma_copy(dst=b, src=a),
+    "dma_transpose": lambda a, b, r: nisa.dma_transpose(a),
+    "iota": lambda a, b, r: nisa.iota(_arange()[0] + _arange()[1], nl.int16),
+    "memset": lambda a, b, r: nisa.memset((32, 32), 1, nl.int16),
+    "affine_select": lambda a, b, r: nisa.affine_select(_arange()[0] >= _arange()[1], a, -1.0),
+    "tensor_partition_reduce": lambda a, b, r: nisa.tensor_partition_reduce(nl.add, a),
+    "local_gather": lambda a, b, r: nisa.local_gather(a, nisa.memset((32, 4), 0, nl.uint16)),
+    "sequence_bounds": lambda a, b, r: nisa.sequence_bounds(
+        segment_ids=nisa.memset((1, 32), 1, nl.int32)
+    ),
+    "activation": lambda a, b, r: nisa.activation(nl.exp, a),
+    "activation_reduce": lambda a, b, r: nisa.activation_reduce(
+        nl.exp, a, reduce_op=nl.add, reduce_res=r
+    ),
+    "nc_matmul": lambda a, b, r: nisa.nc_matmul(a, a),
+    "nc_transpose": lambda a, b, r: nisa.nc_transpose(a),
+    "tensor_tensor": lambda a, b, r: nisa.tensor_tensor(a, b, nl.add),
+    "tensor_scalar": lambda a, b, r: nisa.tensor_scalar(a, nl.multiply, 2.0),
+    "scalar_tensor_tensor": lambda a, b, r: nisa.scalar_tensor_tensor(
+        data=a, op0=nl.multiply, operand0=2.0, op1=nl.add, operand1=b
+    ),
+    "tensor_scalar_reduce": lambda a, b, r: nisa.tensor_scalar_reduce(
+        data=a, op0=nl.multiply, operand0=2.0, reduce_op=nl.add, reduce_res=r
+    ),
+    "tensor_reduce": lambda a, b, r: nisa.tensor_reduce(nl.add, a, axis=1),
+    "tensor_tensor_scan": lambda a, b, r: nisa.tensor_tensor_scan(a, b, 0.0, nl.multiply, nl.add),
+    "bn_stats": lambda a, b, r: nisa.bn_stats(a),
+    "bn_aggr": lambda a, b, r: nisa.bn_aggr(nisa.tensor_copy(nisa.bn_stats(a), dtype=nl.bfloat16)),
+    "max8": lambda a, b, r: _max8(a),
+    "nc_find_index8": lambda a, b, r: nisa.nc_find_index8(data=a, vals=_max8(a)),
+    "nc_match_replace8": lambda a, b, r: nisa.nc_match_replace8(data=a, vals=_max8(a), imm=0.0),
+    "tensor_copy": lambda a, b, r: nisa.tensor_copy(a),
+    "tensor_copy_dynamic_src": lambda a, b, r: nisa.tensor_copy_dynamic_src(a),
+    "tensor_copy_dynamic_dst": lambda a, b, r: nisa.tensor_copy_dynamic_dst(dst=b, src=a),
+    "tensor_copy_predicated": lambda a, b, r: nisa.tensor_copy_predicated(
+        src=b, dst=b, predicate=nisa.memset((32, 32), 1, nl.uint8)
+    ),
+    "select_reduce": lambda a, b, r: nisa.select_reduce(
+        dst=b, predicate=nisa.memset((32, 32), 1, nl.uint8), on_true=a, on_false=0.0
+    ),
+    "range_select": lambda a, b, r: nisa.range_select(
+        on_true_tile=a, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=0.0, bound1=8.0
+    ),
+    "nc_stream_shuffle": lambda a, b, r: nisa.nc_stream_shuffle(b, b, list(range(32))),
+    "reciprocal": lambda a, b, r: nisa.reciprocal(a),
+    "dropout": lambda a, b, r: nisa.dropout(a, 0.5),
+}
+
+
+def _result_of(name):
+    seen = {}
+
+    def kernel(x):
+        a = nl.load(x, dtype=nl.bfloat16)
+        b = nl.load(x)
+        r = nl.ndarray((32, 1), nl.float32, buffer=nl.sbuf)
+        y = _RESULT_CALLS[name](a, b, r)
+        seen["dtype"] = None if y is None else str(y.dtype)
+        seen["shape"] = None if y is None else tuple(y.shape)
+        out = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, b)
+        return out
+
+    nki.jit(kernel, platform_target="trn2")(np.ones((32, 32), np.float32))
+    return seen
+
+
+def test_every_classic_instruction_has_a_result_call():
+    assert set(_RESULT_CALLS) == set(CLASSIC)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_classic_result_dtype_follows_the_spec_rule(name):
+    rule = spec.get(name).result_dtype
+    assert rule in spec.RESULT_DTYPE_RULES
+    got = _result_of(name)["dtype"]
+    want = {
+        "dst": None,
+        "arg": "int16",  # the dtype each "arg" call passes
+        # a is the first tile operand, but for sequence_bounds (float32 / int32 ids only)
+        "arg|data": "int32" if name == "sequence_bounds" else "bfloat16",
+        "arg|widest": "float32",  # bfloat16 with float32
+        "arg|float32": "float32",
+        "arg|uint32": "uint32",
+    }[rule]
+    assert got == want
+    # the rule is "no return value" exactly when the classic form takes a dst
+    assert (rule == "dst") == spec.get(name).takes_dst(spec.CLASSIC)
