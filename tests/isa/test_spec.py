@@ -434,7 +434,9 @@ def _result_of(name):
         nl.store(out, b)
         return out
 
-    nki.jit(kernel, platform_target="trn2")(np.ones((32, 32), np.float32))
+    k = nki.jit(kernel, platform_target="trn2")
+    k(np.ones((32, 32), np.float32))
+    seen["ir"] = k.last_ir
     return seen
 
 
@@ -459,3 +461,16 @@ def test_classic_result_dtype_follows_the_spec_rule(name):
     assert got == want
     # the rule is "no return value" exactly when the classic form takes a dst
     assert (rule == "dst") == spec.get(name).takes_dst(spec.CLASSIC)
+
+
+@pytest.mark.parametrize("name", CLASSIC)
+def test_recorded_ir_uses_the_spec_op_and_attributes(name):
+    i = spec.get(name)
+    ops = [ins for ins, _ in _result_of(name)["ir"].instructions() if ins.kind == "isa"]
+    mine = [ins for ins in ops if ins.op == i.ir_op]
+    assert mine, (name, [ins.op for ins in ops])
+    for ins in mine:
+        assert {k for k, _ in ins.attrs} <= set(i.ir_attrs), (name, ins.attrs)
+    # each classic parameter recorded as an attribute names one of them
+    for p in i.params(spec.CLASSIC):
+        assert p.attr is None or p.attr in i.ir_attrs, (name, p.name, p.attr)
