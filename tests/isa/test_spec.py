@@ -55,11 +55,13 @@ def _isa_executors() -> dict[str, Any]:
     return found
 
 
-def _find(name: str) -> Any:
-    for m in _simulator_modules():
-        if name in vars(m):
-            return vars(m)[name]
-    raise AssertionError(f"simulator has no '{name}'")
+def _find(*names: str) -> Any:
+    """The first simulator module attribute with one of ``names`` (robust to modules moving)."""
+    for name in names:
+        for m in _simulator_modules():
+            if name in vars(m):
+                return vars(m)[name]
+    raise AssertionError(f"simulator has none of {names}")
 
 
 # ---- calling forms -------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def _acc(name: str) -> Access:
 
 @pytest.mark.parametrize("name", CLASSIC)
 def test_poison_rule_is_the_simulators(name):
-    rule_of = _find("_poison_rule")
+    rule_of = _find("_poison_rule", "poison_rule")
     i = spec.get(name)
     # the attributes any rule may depend on, each way (plus the spec's own overrides)
     cases: list[dict[str, Any]] = [{}, {"transpose": True}, {"transpose": False}]
@@ -474,3 +476,27 @@ def test_recorded_ir_uses_the_spec_op_and_attributes(name):
     # each classic parameter recorded as an attribute names one of them
     for p in i.params(spec.CLASSIC):
         assert p.attr is None or p.attr in i.ir_attrs, (name, p.name, p.attr)
+
+
+# ---- the destination-first form binds the calls current kernels make ---------------------------
+
+
+def test_current_form_binds_the_sdk_tensor_addition_and_positional_calls():
+    b = spec.bind("dma_copy", (), {"dst": "a_tile", "src": "a_hbm"}, spec.CURRENT)
+    assert b.arguments["oob_mode"] == nisa.oob_mode.error
+    b = spec.bind("tensor_tensor", (), dict(dst="c", data1="a", data2="b", op=nl.add), spec.CURRENT)
+    assert b.arguments["engine"] == nisa.engine.unknown
+    # positional calls follow the stub order exactly
+    b = spec.bind("nc_matmul", ("ps", "lhsT", "rhs"), {}, spec.CURRENT)
+    assert (b.arguments["dst"], b.arguments["stationary"], b.arguments["moving"]) == (
+        "ps",
+        "lhsT",
+        "rhs",
+    )
+    assert b.arguments["accumulate"] is None
+    b = spec.bind("tensor_tensor", ("out", "a", "b", nl.add), {}, spec.CURRENT)
+    assert b.arguments["op"] is nl.add
+    b = spec.bind("sendrecv", ("s", "d", 1, 0, 0), {}, spec.CURRENT)
+    assert (b.arguments["src"], b.arguments["dst"]) == ("s", "d")
+    with pytest.raises(NKIError, match="too many positional arguments"):
+        spec.bind("affine_select", ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3), {}, spec.CURRENT)
