@@ -907,7 +907,7 @@ def _call(i: Instruction, form: str) -> str:
         return "-"
     parts = []
     for p in i.params(form):
-        if p.role in ("mask", "dtype", "name"):
+        if p.role in ("mask", "dtype", "name") and not p.required:
             continue  # common to (almost) every instruction of the form
         parts.append(p.name if p.required else f"{p.name}=")
     return f"`{i.name}({', '.join(parts)})`"
@@ -916,13 +916,15 @@ def _call(i: Instruction, form: str) -> str:
 def markdown() -> str:
     """The README's nki.isa table: one row per instruction, both calling forms."""
     rows = [
-        "| instruction | engine | classic call (returns a new tile) | current call "
-        "(destination first) | targets | what it does |",
+        "| instruction | engine | classic call (returns a new tile unless it takes dst) | "
+        "current call (destination first) | targets | what it does |",
         "|---|---|---|---|---|---|",
     ]
     for i in INSTRUCTIONS:
         engines = "/".join(_ENGINE_TITLES[e] for e in i.engines)
         targets = "all" if i.targets == TARGETS else ", ".join(i.targets)
+        if i.current_targets is not None:
+            targets += f" (current API: {', '.join(i.current_targets)})"
         rows.append(
             f"| `{i.name}` | {engines} | {_call(i, CLASSIC)} | {_call(i, CURRENT)} | {targets} "
             f"| {i.doc} |"
