@@ -500,3 +500,40 @@ def test_current_form_binds_the_sdk_tensor_addition_and_positional_calls():
     assert (b.arguments["src"], b.arguments["dst"]) == ("s", "d")
     with pytest.raises(NKIError, match="too many positional arguments"):
         spec.bind("affine_select", ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3), {}, spec.CURRENT)
+
+
+# ---- constant size limits --------------------------------------------------------------------
+
+_LIMIT_CALLS = {
+    "max8": lambda a, v: nisa.max8(src=a),
+    "nc_find_index8": lambda a, v: nisa.nc_find_index8(data=a, vals=v),
+    "nc_match_replace8": lambda a, v: nisa.nc_match_replace8(data=a, vals=v, imm=0.0),
+}
+
+
+def _limit_kernel(name):
+    def kernel(x):
+        a = nl.load(x)
+        v = nl.load(x[:, 0:8])
+        out = nl.ndarray((x.shape[0], 8), nl.float32, buffer=nl.shared_hbm)
+        y = _LIMIT_CALLS[name](a, v)
+        nl.store(out, nisa.tensor_copy(y[:, 0:8], dtype=nl.float32))
+        return out
+
+    return nki.jit(kernel, platform_target="trn2")
+
+
+def test_constant_free_size_limits_are_the_instructions_limits():
+    constant = {
+        i.name: lim.source
+        for i in spec.INSTRUCTIONS
+        for lim in i.limits
+        if isinstance(lim.source, int) and "free size" in lim.what
+    }
+    assert set(constant) == set(_LIMIT_CALLS)
+    for name, n in constant.items():
+        _limit_kernel(name)(np.ones((2, n), np.float32))  # at the limit: accepted
+        with pytest.raises(NKIError) as e:
+            _limit_kernel(name)(np.ones((2, n + 1), np.float32))
+        assert e.value.code == "err_size_of_dimension_exceed_arch_limit"
+        assert str(n) in e.value.message
