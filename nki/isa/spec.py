@@ -14,8 +14,12 @@ stay symbolic (``Ref``) until ``signature(..., resolve=True)`` looks them up.
 Sources: the classic form is the signature of today's ``nki/isa/<family>.py`` function (a test
 keeps them equal); the current form follows the NKI 0.3-0.7 stubs (``nki-current-api.md``
 section 3, checked against the public ``nki.isa`` API pages), each taking ``name=None`` except
-the register and scalar-register operations. This module imports nothing from the tracer or the
-simulator, so every layer may read it."""
+the register and scalar-register operations. Rows without a classic form describe instructions
+nki-sim does not simulate yet; their poison rule and family are the planned ones.
+
+Adding an instruction: its row here, its ``nki/isa/<family>.py`` function (decorated
+``@checked``), its executor and its tests; ``tests/isa/test_spec.py`` names whatever is missing.
+This module imports nothing from the tracer or the simulator, so every layer may read it."""
 
 from __future__ import annotations
 
