@@ -16,6 +16,7 @@ from ..tracer import NkiTensor, state
 from .common import emit_isa, free_size, out_dtype, out_tile, rules, target, tile
 from .enums import engine_name
 from .rules import check_dtype_in
+from .spec import checked
 
 
 def _perf_name(perf_mode: object) -> str:
@@ -25,6 +26,7 @@ def _perf_name(perf_mode: object) -> str:
     return str(name)
 
 
+@checked
 def nc_matmul(
     stationary: Any,
     moving: Any,
@@ -37,7 +39,6 @@ def nc_matmul(
     *,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``stationary.T @ moving`` on the Tensor engine, accumulated in fp32 into a new PSUM tile
     of shape (stationary free, moving free).
@@ -239,8 +240,9 @@ def _position_bounds(aff: Affine) -> tuple[int, int]:
     return aff.bounds(ranges)
 
 
+@checked
 def nc_transpose(
-    data: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+    data: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> NkiTensor:
     """Partition <-> free transpose (free axes collapsed first).
 
