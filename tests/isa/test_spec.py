@@ -24,7 +24,7 @@ from nki.ir import Access, Const, Instr, TensorDecl
 from nki.isa import spec
 from nki.targets import TARGETS, first_target_with, isa_rules
 
-from .util import expect_error
+from helpers import expect_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
