@@ -111,7 +111,7 @@ def _writes(nodes, loops: tuple[Loop, ...]):
 
 def _is_candidate(ir: KernelIR, instr: Instr, shared_only: bool) -> bool:
     dst = instr.dst
-    if not isinstance(dst, Access) or dst.indirect or instr.accumulate is not None:
+    if not isinstance(dst, Access) or dst.indirect or _accumulates(instr):
         return False
     if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
         return False
@@ -122,6 +122,11 @@ def _is_candidate(ir: KernelIR, instr: Instr, shared_only: bool) -> bool:
     if shared_only:
         return base.kind == "param" or base.buffer == "shared_hbm"
     return True
+
+
+def _accumulates(instr: Instr) -> bool:
+    """A read-modify-write store (``+=``, ``dst_rmw_op=``): order-independent up to rounding."""
+    return instr.accumulate is not None or bool(instr.attr("rmw"))
 
 
 def _base_name(ir: KernelIR, name: str) -> str:
