@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.testing import OrderDependenceError, assert_order_independent, check_kernel
 from nki.testing.check import KernelCheckError
@@ -140,3 +141,21 @@ def test_order_dependence_outside_accumulations_is_compared_bit_for_bit():
     b = rng.standard_normal((512, 512)).astype(np.float32)
     with pytest.raises(OrderDependenceError, match="compared bit for bit"):
         assert_order_independent(k_last_only, a, b, seeds=range(4), checks="none")
+
+
+def k_nc_matmul_bf16_out(a, b):
+    c = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    ps = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(a.shape[0] // 128):
+        at = nl.load(a[k * 128 : (k + 1) * 128, 0:128])
+        ps += nisa.nc_matmul(at, nl.load(b[k * 128 : (k + 1) * 128, 0:512]))
+    nl.store(c, nl.copy(ps, dtype=nl.bfloat16))
+    return c
+
+
+def test_nc_matmul_accumulation_with_bf16_output_passes_shuffling():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1024, 128)).astype(np.float32)
+    b = rng.standard_normal((1024, 512)).astype(np.float32)
+    c = assert_order_independent(k_nc_matmul_bf16_out, a, b, seeds=range(3))
+    np.testing.assert_allclose(c.astype(np.float32), a.T @ b, rtol=2**-7, atol=0.1)
