@@ -4,10 +4,12 @@ races (shared HBM).
 ``affine_range`` promises the compiler that iterations are independent, so it may reorder or
 overlap them; two iterations that write the same HBM element make the result depend on that
 order, and the real compiler rejects the loop (``err_unexpected_output_dependencies``). The
-same holds for an on-chip tile allocated outside the loop (inside it, every iteration has its
-own tile). SPMD
-instances run on their own (possibly on different physical cores sharing HBM), so two instances
-writing the same shared HBM element race.
+same holds for an on-chip tile allocated outside the loop when one iteration can see what
+another wrote: the loop body reads the tile before writing it, or the code after the loop reads
+it (a tile allocated inside the loop is per iteration; a scratch tile every iteration rewrites
+before reading it is renamed by the compiler). SPMD instances run on their own (possibly on
+different physical cores sharing HBM), so two instances writing the same shared HBM element
+race.
 
 The analysis is static and exact per tensor dimension: an access's index in one dimension is
 ``const + c . v + r`` where ``v`` are the symbols that differ between the two writers (the loop's
@@ -286,20 +288,22 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
             base = _base_name(ir, a.dst.tensor)
             mem = ir.tensor(base).buffer
             on_chip = mem in ("sbuf", "psum")
-            where = "HBM" if not on_chip else mem.upper()
-            fix = ", allocate the tile inside the loop" if on_chip else ""
+            what = f"HBM tensor '{a.dst.tensor}'"
+            fix, why = "", ""
             if on_chip:
                 seen = timeline.observed(base, loop)
                 if seen is None:
                     continue  # scratch reuse: no iteration sees another's value
-                where = f"{where} tile (allocated outside the loop; {seen[0]})"
+                what = f"{mem.upper()} tile '{a.dst.tensor}'"
+                fix = ", allocate the tile inside the loop"
+                why = f", allocated outside the loop: {seen[0]}"
                 related += (("read", seen[1].loc),)
             raise NKIDependencyError(
                 f"loop-carried dependency in affine_range: iterations {va} and {vb} of "
                 f"'{loop.sym.name or loop.sym}' (range({loop.start}, {loop.stop}, {loop.step})) "
-                f"both write the same elements of {where} tensor '{a.dst.tensor}' "
-                f"('{a.dst}'{'' if a is b else f' and {b.dst}'}); affine_range iterations must "
-                f"be independent: index the write with the loop variable{fix} or use "
+                f"both write the same elements of {what} "
+                f"('{a.dst}'{'' if a is b else f' and {b.dst}'}){why}; affine_range iterations "
+                f"must be independent: index the write with the loop variable{fix} or use "
                 "nl.sequential_range (accumulating with += is allowed)",
                 code="err_unexpected_output_dependencies",
                 loc=a.loc,
