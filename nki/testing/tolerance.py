@@ -202,10 +202,11 @@ def _accumulating(instr: Instr) -> bool:
 def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
     """Per output tensor of ``ir``, the largest accumulation its values come from (outputs
     computed without one map to ``Accumulation()``). Follows data flow tensor by tensor: a
-    value computed from accumulated values carries their count; an accumulating write
-    (``+=``, ``dst_rmw_op=``, ``t = op(t, x)``) inside loops whose iterator does not index the
-    destination adds contraction x trip counts (and the grid size for shared HBM written by
-    every instance)."""
+    value computed from accumulated values carries their count, a matmul or reduction
+    multiplies it by its contraction length, and an accumulating write (``+=``,
+    ``dst_rmw_op=``, ``t = op(t, x)``) by the trip counts of the loops around it whose iterator
+    does not index the destination (and by the grid size for shared HBM every instance
+    accumulates into)."""
     acc: dict[str, Accumulation] = {}
     n_inst = math.prod(ir.grid.shape) if ir.grid.shape else 1
 
@@ -216,13 +217,20 @@ def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
         dst = instr.dst
         if not isinstance(dst, Access):
             return
-        found = [acc.get(base(s.tensor)) for s in instr.srcs if isinstance(s, Access)]
+        accumulating = _accumulating(instr)
+        key = base(dst.tensor)
+        # the destination read by its own accumulation is the running sum, not an input
+        found = [
+            acc.get(base(s.tensor))
+            for s in instr.srcs
+            if isinstance(s, Access) and not (accumulating and base(s.tensor) == key)
+        ]
         ins = [a for a in found if a is not None and a.terms > 1]
         inner = max((a.terms for a in ins), default=1)
         reordered = max((a.reordered for a in ins), default=1)
         loc = max(ins, key=lambda a: a.terms).loc if ins else None
         own = _contraction(instr)
-        if _accumulating(instr):
+        if accumulating:
             used = {s for e in dst.index for s in e.base.symbols()}
             mine = alloc_loops.get(base(dst.tensor), frozenset())  # a fresh tile per iteration
             outer = [lp for lp in loops if lp.sym not in used and id(lp) not in mine]
@@ -234,10 +242,9 @@ def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
                     own, shuffled = own * n_inst, shuffled * n_inst
             if shuffled > reordered:
                 reordered, loc = shuffled, instr.loc
-            if own > 1 and loc is None:
-                loc = instr.loc
-        terms = own + (inner if inner > 1 else 0) if own > 1 else inner
-        key = base(dst.tensor)
+        if own > 1 and loc is None:
+            loc = instr.loc
+        terms = own * inner  # a sum of own values, each a sum of inner terms
         old = acc.get(key)
         if old is None or terms > old.terms or reordered > old.reordered:
             acc[key] = Accumulation(
