@@ -12,6 +12,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import nki
 import nki.isa as nisa
@@ -19,6 +20,7 @@ import nki.language as nl
 from nki.testing import OrderDependenceError, assert_order_independent, check_kernel
 from nki.testing.check import KernelCheckError
 from nki.testing.tolerance import accumulations
+from tests.checks.util import line_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,10 +70,13 @@ def test_fp32_matmul_with_k_1024_passes_the_default_tolerance():
 
 
 def test_kernel_computing_in_bf16_still_fails_the_widened_tolerance():
+    rng = np.random.default_rng(5)
+
+    def fixed(shape, dtype):  # one drawn example (nothing to shrink: keeps the test fast)
+        return st.just(rng.uniform(-4, 4, shape).astype(np.float32))
+
     with pytest.raises(KernelCheckError, match="1024-term fp32 accumulation at line"):
-        check_kernel(
-            nki.jit(k_bf16_mm), mm_ref, shapes=SHAPES, max_examples=2, min_value=-4, max_value=4
-        )
+        check_kernel(nki.jit(k_bf16_mm), mm_ref, shapes=SHAPES, max_examples=1, values=fixed)
 
 
 def test_accumulation_length_is_read_from_the_traced_kernel():
@@ -159,3 +164,20 @@ def test_nc_matmul_accumulation_with_bf16_output_passes_shuffling():
     b = rng.standard_normal((1024, 512)).astype(np.float32)
     c = assert_order_independent(k_nc_matmul_bf16_out, a, b, seeds=range(3))
     np.testing.assert_allclose(c.astype(np.float32), a.T @ b, rtol=2**-7, atol=0.1)
+
+
+def test_a_sum_of_sums_counts_every_term():
+    def k_sum_of_row_sums(a):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 1), nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(4):
+            acc[...] = nl.add(acc, nl.sum(nl.load(a[i]), axis=1, keepdims=True))  # ACC
+        nl.store(out, acc)
+        return out
+
+    k = nki.jit(k_sum_of_row_sums)
+    a = np.random.default_rng(4).random((4, 128, 256)).astype(np.float32)
+    np.testing.assert_allclose(k(a)[:, 0], a.sum(axis=(0, 2)), rtol=1e-5)
+    (acc,) = accumulations(k.last_ir).values()
+    assert (acc.terms, acc.reordered) == (4 * 256, 4)
+    assert acc.loc.line == line_of(k_sum_of_row_sums, "# ACC")
