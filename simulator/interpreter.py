@@ -527,6 +527,9 @@ def run(
     """Execute a traced kernel over its grid. ``inputs`` maps parameter names to arrays in
     storage dtype (they are updated in place where the kernel writes them)."""
     _ensure_handlers()
+    from .capacity import check_host_memory
+
+    check_host_memory(ir, config.precise_fp)  # cumulative, before allocating anything
     shared: dict[str, np.ndarray] = dict(inputs)
     for d in ir.tensors:
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:

@@ -117,7 +117,34 @@ def _dma_copy(instr: Instr, ctx: Ctx) -> None:
         vals = raw.view(numerics.storage_dtype(ddt))
     else:
         vals = numerics.to_compute(raw)
-    ctx.write(dst, vals.reshape(dst.shape), sel, rmw)
+    vals = vals.reshape(dst.shape)
+    if rmw and dst.indirect:
+        _scatter_accumulate(ctx, dst, vals, sel, rmw)
+    else:
+        ctx.write(dst, vals, sel, rmw)
+
+
+def _scatter_accumulate(
+    ctx: Ctx, dst: Access, vals: np.ndarray, sel: np.ndarray | None, op: str
+) -> None:
+    """A read-modify-write DMA through indirect (data-dependent) rows. Duplicate destination
+    rows are legal: the compiler serialises the conflicting descriptors (documented for
+    ``dst_rmw_op``: duplicate offsets cost synchronisation, not updates), so every update lands.
+    Element ``k``-th in row-major order among those sharing a destination is applied in round
+    ``k``; each round writes distinct elements, rounding to the destination dtype per update."""
+    shape = ctx.array(dst.tensor).shape
+    flat = np.ravel_multi_index(ctx._fancy(dst, sel), shape).reshape(-1)
+    live = np.ones(flat.shape, dtype=bool) if sel is None else sel.reshape(-1)
+    order = np.argsort(np.where(live, flat, -1), kind="stable")
+    fs = flat[order]
+    starts = np.r_[True, fs[1:] != fs[:-1]]
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(fs.size), 0))
+    rank = np.empty(flat.shape, dtype=np.int64)
+    rank[order] = np.arange(fs.size) - group_start
+    rank = rank.reshape(dst.shape)
+    live = live.reshape(dst.shape)
+    for r in range(int(rank[live].max(initial=-1)) + 1):
+        ctx.write(dst, vals, live & (rank == r), op)
 
 
 @isa("dma_transpose")

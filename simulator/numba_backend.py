@@ -54,11 +54,18 @@ NUMBA_PER_ELEMENT = 2.5e-9
 COMPILE_BASE = 0.9  # a cold compile: ~0.9 s + 0.002 s x (instructions)^2 (6 -> 0.85 s, 82 -> 14 s)
 COMPILE_PER_INSTR2 = 0.002
 DISK_LOAD = 0.3  # loading the compiled kernel from the disk cache
+# Numba's compile time grows with the square of the generated function's size (250 unrolled
+# instructions: ~150 s CPU); above this many instructions the kernel is interpreted instead.
+MAX_INSTRUCTIONS = 120
 _VERSION = "1"  # bump when the generated code changes meaning
 
 
 class BackendFallbackWarning(UserWarning):
     """``backend="numba"`` was asked for a kernel it cannot compile; the interpreter ran it."""
+
+
+class CacheRepairedWarning(UserWarning):
+    """A corrupted Numba disk-cache entry of a kernel was deleted and the kernel recompiled."""
 
 
 # id(ir) -> (ir, precise_fp, plan or None, reason); the IR is kept alive so ids are not reused
@@ -107,6 +114,14 @@ def unsupported_reason(ir: KernelIR, config: SimConfig) -> str | None:
             check_bounds(ir)
         except NKIError:
             return "an unmasked access fails the static bounds check"
+    n = sum(1 for _ in ir.instructions())
+    if n > MAX_INSTRUCTIONS:
+        return (
+            f"the kernel has {n} instructions after unrolling, more than the "
+            f"{MAX_INSTRUCTIONS} the Numba backend compiles (compile time grows with the square "
+            f"of the count: ~{COMPILE_BASE + COMPILE_PER_INSTR2 * n * n:.0f} s here); keep loops "
+            "rolled with nl.affine_range / nl.sequential_range instead of nl.static_range"
+        )
     p, reason = plan(ir, config)
     return None if p is not None else reason
 
@@ -153,6 +168,26 @@ def compiled(p: Plan) -> Any:
     fn = getattr(mod, p.func)
     _FUNCS[key] = fn
     return fn
+
+
+def _numba_cache_files(key: str) -> list[Path]:
+    """Numba's index / object files for the generated module ``key`` (next to it)."""
+    return sorted((cache_dir() / "__pycache__").glob(f"nki_{key}.*"))
+
+
+def _purge(p: Plan) -> bool:
+    """Forget the compiled kernel of ``p`` and delete its disk-cache entry; False when there was
+    no Numba cache entry on disk (then a failure is not the cache's fault)."""
+    key = _source_key(p)
+    files = _numba_cache_files(key)
+    _FUNCS.pop(key, None)
+    sys.modules.pop(f"nki_sim_generated_{key}", None)
+    for f in [*files, cache_dir() / f"nki_{key}.py"]:
+        try:
+            f.unlink()
+        except OSError:
+            pass
+    return bool(files)
 
 
 def is_compiled(p: Plan) -> bool:
@@ -303,14 +338,27 @@ def run(
 
     p, _ = plan(ir, config)
     assert p is not None
-    fn = compiled(p)
     host = _Host(ir, config, p)
     ndim = len(ir.grid.shape)
     order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
     args, host.arrays = _array_args(ir, p, shared, config.precise_fp)
     err = np.zeros(64, dtype=np.int64)
     cb = CALLBACK(host.callback)
-    rc = fn(*args, order_arr, err, host.env, host.epoch, cb)
+    try:
+        # numba loads (or compiles) at the first call: nothing has run when this raises
+        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
+    except (NKIError, Unsupported):
+        raise
+    except Exception as e:
+        if not _purge(p):
+            raise
+        warnings.warn(
+            f"nki-sim: the Numba disk-cache entry of kernel '{ir.name}' in {cache_dir()} could "
+            f"not be loaded ({type(e).__name__}: {str(e)[:120]}); deleted it and compiling again",
+            CacheRepairedWarning,
+            stacklevel=user_stacklevel(),
+        )
+        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
     if rc == 2:
         assert host.error is not None
         raise host.error
