@@ -17,7 +17,7 @@ import simulator.capacity as capacity
 import simulator.numba_backend as nb
 from nki.errors import NKIMemoryError
 
-from .util import line_of
+from helpers import line_of
 
 
 def unrolled_adds(a, n):

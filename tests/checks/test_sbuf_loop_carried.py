@@ -11,7 +11,8 @@ import nki
 import nki.language as nl
 from nki.errors import NKIDependencyError
 
-from .util import expect, rand
+from helpers import expect
+from helpers import randn as rand
 
 
 def last_iteration_wins(a):
@@ -31,7 +32,7 @@ def test_last_iteration_wins_over_sbuf_is_reported_statically():
         code="err_unexpected_output_dependencies",
         values=["iterations 0 and 1", "SBUF tile", "read after the loop"],
     )
-    from .util import line_of
+    from helpers import line_of
 
     assert any(loc.line == line_of(last_iteration_wins, "# READ") for _, loc in e.related)
 

@@ -20,7 +20,8 @@ import nki.language as nl
 from nki.testing import OrderDependenceError, assert_order_independent, check_kernel
 from nki.testing.check import KernelCheckError
 from nki.testing.tolerance import accumulations
-from tests.checks.util import line_of
+
+from helpers import line_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
