@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from nki.errors import NKIError, NKITypeError
-from nki.jit import Kernel, Launch
+from nki.jit import Kernel, Launch, register_frontend
 
 from . import common
 from .common import OutSpec, as_tuple, boundary_loc, placeholder, unsupported_dtype
@@ -434,3 +434,6 @@ def custom_op(
 
     op.register_autograd(backward_fn, setup_context=setup_context)
     return op
+
+
+register_frontend("torch", ("torch",), launch)  # nki.jit kernels called with torch tensors

@@ -48,6 +48,7 @@ from nki.ir import (
 from nki.optable import OPS
 
 from . import numerics
+from .executors import COLLECTIVES
 
 
 class Unsupported(Exception):
@@ -764,8 +765,6 @@ def ir_key(ir: KernelIR, config) -> str:
 def generate(ir: KernelIR, config, func: str = "nki_kernel") -> Plan:
     """Python source of one njit function for ``ir``; raises :class:`Unsupported` when the
     kernel cannot run this way at all."""
-    from .interpreter import COLLECTIVES
-
     if any(ins.kind in COLLECTIVES for ins, _ in ir.instructions()):
         raise Unsupported("collectives (nl.all_reduce): instances wait for each other")
     key = ir_key(ir, config)
