@@ -16,6 +16,7 @@ import numpy as np
 from . import dtypes
 from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
 from .ir import Grid, GridDim, KernelIR, TensorDecl
+from .targets import get_target
 from .tracer import NkiTensor, TraceState, new_trace, tracing
 
 from simulator.launch import SimConfig  # isort: skip
@@ -215,8 +216,6 @@ class Kernel:
             ) from None
 
     def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
-        from nki.targets import get_target
-
         from .typing import annotation_of
 
         target = get_target(target_name)
@@ -383,15 +382,14 @@ class Launch:
                 hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)
-        _check_grid(self.grid, cfg.target)
+        check_grid_fits(self.grid, cfg.target)
         ir = k.trace(self.grid, bound, cfg.target)
         result, k.last_run = simulator_launch(ir, bound.arguments, cfg)
         return result
 
 
-def _check_grid(grid: Grid, target_name: str) -> None:
-    from nki.targets import get_target
-
+def check_grid_fits(grid: Grid, target_name: str) -> None:
+    """The grid's physical cores fit the target's logical NeuronCore (``max_lnc``)."""
     t = get_target(target_name)
     if grid.num_cores > t.max_lnc:
         raise NKIError(

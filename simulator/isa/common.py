@@ -9,7 +9,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.errors import NKIMemoryError
-from nki.ir import HBM_BUFFERS, Access, Const, Instr
+from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr
 from nki.optable import OPS
 
 from .. import numerics
@@ -22,6 +22,20 @@ def src_tile(instr: Instr, i: int) -> Access:
     """Operand ``i`` of an instruction whose tracer only admits a tile there."""
     s = instr.srcs[i]
     assert isinstance(s, Access), f"{instr.api or instr.op}: operand {i} is not a tile"
+    return s
+
+
+def src_const(instr: Instr, i: int) -> Const:
+    """Operand ``i`` of an instruction whose tracer only admits an immediate there."""
+    s = instr.srcs[i]
+    assert isinstance(s, Const), f"{instr.api or instr.op}: operand {i} is not an immediate"
+    return s
+
+
+def src_index(instr: Instr, i: int) -> IndexExpr:
+    """Operand ``i`` of an instruction whose tracer only admits an index expression there."""
+    s = instr.srcs[i]
+    assert isinstance(s, IndexExpr), f"{instr.api or instr.op}: operand {i} is not an index"
     return s
 
 

@@ -10,7 +10,7 @@ from nki.ir import Access, Instr
 from .. import numerics
 from ..executors import executes
 from ..memory import Ctx, eval_index
-from .common import dtype_of, store
+from .common import dtype_of, src_tile, store
 
 
 def _in_bounds(ctx: Ctx, acc: Access) -> np.ndarray:
@@ -53,5 +53,5 @@ def _dma_copy(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "dma_transpose")
 def _dma_transpose(instr: Instr, ctx: Ctx) -> None:
-    raw = ctx.read(instr.srcs[0])  # type: ignore[arg-type]
+    raw = ctx.read(src_tile(instr, 0))
     store(instr, ctx, np.transpose(raw, instr.attr("axes")))

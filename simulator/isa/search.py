@@ -12,20 +12,20 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .common import dtype_of, store, tile, write_res
+from .common import dst_of, dtype_of, src_const, src_tile, store, tile, write_res
 
 
 @executes("isa", "bn_stats")
 def _bn_stats(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
-    p = src.shape[0]  # type: ignore[union-attr]
-    m = ctx.mask(instr, src.shape)  # type: ignore[union-attr]
+    src = src_tile(instr, 0)
+    p = src.shape[0]
+    m = ctx.mask(instr, src.shape)
     if m is None:
-        store(instr, ctx, M.bn_stats(tile(ctx, src, p, False)))  # type: ignore
+        store(instr, ctx, M.bn_stats(tile(ctx, src, p, False)))
         return
     # the mask selects input elements: masked-out ones are neither read nor counted
-    keep = np.broadcast_to(m, src.shape).reshape(p, -1)  # type: ignore[union-attr]
-    x = numerics.to_compute(ctx.read(src, np.broadcast_to(m, src.shape))).reshape(p, -1)  # type: ignore
+    keep = np.broadcast_to(m, src.shape).reshape(p, -1)
+    x = numerics.to_compute(ctx.read(src, np.broadcast_to(m, src.shape))).reshape(p, -1)
     rows = keep.any(axis=1) | bool((keep == keep[:1]).all())  # partition-masked rows unwritten
     vals = M.bn_stats(x, keep)
     dst = instr.dst
@@ -36,14 +36,14 @@ def _bn_stats(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "bn_aggr")
 def _bn_aggr(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
-    store(instr, ctx, M.bn_aggr(tile(ctx, src, src.shape[0], False)))  # type: ignore
+    src = src_tile(instr, 0)
+    store(instr, ctx, M.bn_aggr(tile(ctx, src, src.shape[0], False)))
 
 
 @executes("isa", "max8")
 def _max8(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
-    store(instr, ctx, M.top8(tile(ctx, src, src.shape[0], False)))  # type: ignore
+    src = src_tile(instr, 0)
+    store(instr, ctx, M.top8(tile(ctx, src, src.shape[0], False)))
 
 
 def _sentinel(ctx: Ctx, acc: Access) -> int:
@@ -52,21 +52,21 @@ def _sentinel(ctx: Ctx, acc: Access) -> int:
 
 @executes("isa", "nc_find_index8")
 def _nc_find_index8(instr: Instr, ctx: Ctx) -> None:
-    data, vals = instr.srcs
-    p = data.shape[0]  # type: ignore[union-attr]
-    d = tile(ctx, data, p, False)  # type: ignore[arg-type]
-    v = tile(ctx, vals, p, False)  # type: ignore[arg-type]
-    store(instr, ctx, M.find_index8(d, v, _sentinel(ctx, instr.dst)))  # type: ignore[arg-type]
+    data, vals = src_tile(instr, 0), src_tile(instr, 1)
+    p = data.shape[0]
+    d = tile(ctx, data, p, False)
+    v = tile(ctx, vals, p, False)
+    store(instr, ctx, M.find_index8(d, v, _sentinel(ctx, dst_of(instr))))
 
 
 @executes("isa", "nc_match_replace8")
 def _nc_match_replace8(instr: Instr, ctx: Ctx) -> None:
-    data, vals, imm = instr.srcs
-    p = data.shape[0]  # type: ignore[union-attr]
-    d = tile(ctx, data, p, False)  # type: ignore[arg-type]
-    v = tile(ctx, vals, p, False)  # type: ignore[arg-type]
+    data, vals, imm = src_tile(instr, 0), src_tile(instr, 1), src_const(instr, 2)
+    p = data.shape[0]
+    d = tile(ctx, data, p, False)
+    v = tile(ctx, vals, p, False)
     idx_acc = instr.attr("dst_idx")
     sentinel = _sentinel(ctx, idx_acc) if idx_acc is not None else -1
-    out, idx = M.match_replace8(d, v, float(imm.value), sentinel)  # type: ignore[union-attr]
+    out, idx = M.match_replace8(d, v, float(imm.value), sentinel)
     write_res(ctx, instr, "dst_idx", idx)
     store(instr, ctx, out)

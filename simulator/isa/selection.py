@@ -12,14 +12,25 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .common import accumulators, dtype_of, f32, operand, store, tile, write_res
+from .common import (
+    accumulators,
+    dst_of,
+    dtype_of,
+    f32,
+    operand,
+    src_const,
+    src_tile,
+    store,
+    tile,
+    write_res,
+)
 
 
 @executes("isa", "tensor_copy")
 def _tensor_copy(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
-    raw = ctx.read(src)  # type: ignore[arg-type]
-    same = dtype_of(ctx, src) == dtype_of(ctx, instr.dst)  # type: ignore[arg-type]
+    src = src_tile(instr, 0)
+    raw = ctx.read(src)
+    same = dtype_of(ctx, src) == dtype_of(ctx, dst_of(instr))
     if instr.attr("exact") and same:
         store(instr, ctx, raw)  # bit-exact copy
     else:
@@ -28,10 +39,10 @@ def _tensor_copy(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "tensor_copy_predicated")
 def _tensor_copy_predicated(instr: Instr, ctx: Ctx) -> None:
-    src, pred = instr.srcs
+    src, pred = instr.srcs[0], src_tile(instr, 1)
     dst = instr.dst
     assert dst is not None
-    keep = ctx.read(pred).reshape(dst.shape) != 0  # type: ignore[arg-type]
+    keep = ctx.read(pred).reshape(dst.shape) != 0
     if instr.attr("reverse_pred"):
         keep = ~keep
     m = ctx.mask(instr)
@@ -51,14 +62,14 @@ def _tensor_copy_predicated(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "select_reduce")
 def _select_reduce(instr: Instr, ctx: Ctx) -> None:
-    pred, on_true, on_false = instr.srcs
+    pred, on_true, on_false = src_tile(instr, 0), src_tile(instr, 1), instr.srcs[2]
     dst = instr.dst
     assert dst is not None
-    p = on_true.shape[0]  # type: ignore[union-attr]
-    keep = ctx.read(pred).reshape(p, -1) != 0  # type: ignore[arg-type]
+    p = on_true.shape[0]
+    keep = ctx.read(pred).reshape(p, -1) != 0
     if instr.attr("reverse_pred"):
         keep = ~keep
-    t = tile(ctx, on_true, p, False)  # type: ignore[arg-type]
+    t = tile(ctx, on_true, p, False)
     r = np.where(keep, t, operand(ctx, on_false, p)).astype(np.float32)
     _vector_accumulate(instr, ctx, r, p)
     store(instr, ctx, r)
@@ -76,25 +87,26 @@ def _vector_accumulate(instr: Instr, ctx: Ctx, r: np.ndarray, p: int) -> None:
 
 @executes("isa", "range_select")
 def _range_select(instr: Instr, ctx: Ctx) -> None:
-    src, b0, b1, fill = instr.srcs
-    p = src.shape[0]  # type: ignore[union-attr]
-    x = tile(ctx, src, p, False)  # type: ignore[arg-type]
+    src, b0, b1 = src_tile(instr, 0), instr.srcs[1], instr.srcs[2]
+    fill = src_const(instr, 3)
+    p = src.shape[0]
+    x = tile(ctx, src, p, False)
     j = np.arange(x.shape[1], dtype=np.float32)[None, :] + np.float32(instr.attr("range_start"))
     keep = np.asarray(M.alu(instr.attr("comp_op0"), j, operand(ctx, b0, p))) & np.asarray(
         M.alu(instr.attr("comp_op1"), j, operand(ctx, b1, p))
     )
-    r = np.where(keep, x, np.float32(fill.value)).astype(np.float32)  # type: ignore[union-attr]
+    r = np.where(keep, x, np.float32(fill.value)).astype(np.float32)
     _vector_accumulate(instr, ctx, r, p)
     store(instr, ctx, r)
 
 
 @executes("isa", "nc_stream_shuffle")
 def _nc_stream_shuffle(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
+    src = src_tile(instr, 0)
     dst = instr.dst
     assert dst is not None
-    p = src.shape[0]  # type: ignore[union-attr]
-    raw = ctx.read(src).reshape(p, -1)  # type: ignore[arg-type]
+    p = src.shape[0]
+    raw = ctx.read(src).reshape(p, -1)
     out = np.zeros_like(raw)
     rows = np.zeros(p, dtype=bool)
     shuffle = instr.attr("shuffle")
@@ -125,9 +137,9 @@ def _reciprocal(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "dropout")
 def _dropout(instr: Instr, ctx: Ctx) -> None:
-    data, prob = instr.srcs
-    p = data.shape[0]  # type: ignore[union-attr]
-    raw = ctx.read(data).reshape(p, -1)  # type: ignore[arg-type]
+    data, prob = src_tile(instr, 0), instr.srcs[1]
+    p = data.shape[0]
+    raw = ctx.read(data).reshape(p, -1)
     rng = ctx.state.get("dropout.rng")
     if rng is None:
         seed = ctx.config.shuffle_seed or 0

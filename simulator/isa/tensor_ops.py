@@ -10,7 +10,7 @@ from nki.ir import Instr
 from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
-from .common import matmul_write, store
+from .common import matmul_write, src_tile, store
 
 
 def _check_tile_position(instr: Instr, ctx: Ctx) -> None:
@@ -32,8 +32,8 @@ def _check_tile_position(instr: Instr, ctx: Ctx) -> None:
 @executes("isa", "nc_matmul")
 def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
     _check_tile_position(instr, ctx)
-    sacc, macc = instr.srcs
-    s_raw, m_raw = ctx.read(sacc), ctx.read(macc)  # type: ignore[arg-type]
+    sacc, macc = src_tile(instr, 0), src_tile(instr, 1)
+    s_raw, m_raw = ctx.read(sacc), ctx.read(macc)
     if instr.attr("transpose"):
         k = s_raw.shape[0]
         if not np.array_equal(numerics.to_compute(m_raw).reshape(k, k), np.eye(k)):
@@ -56,8 +56,8 @@ def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "nc_transpose")
 def _nc_transpose(instr: Instr, ctx: Ctx) -> None:
-    src = instr.srcs[0]
-    raw = ctx.read(src)  # type: ignore[arg-type]
+    src = src_tile(instr, 0)
+    raw = ctx.read(src)
     p = raw.shape[0]
     x = raw.reshape(p, -1)
     if instr.attr("exact"):

@@ -29,23 +29,17 @@ def _dma(instr: Instr, ctx: Ctx) -> None:
 def _copy(instr: Instr, ctx: Ctx) -> None:
     """Tile-to-tile copy on an engine (assignment, nl.copy): casts through the engine."""
     sel = ctx.mask(instr)
-    src = instr.srcs[0]
-    assert isinstance(src, Access)
+    src, dst = instr.srcs[0], instr.dst
+    assert isinstance(src, Access) and dst is not None
     vals = ctx.read(src, sel)
-    ctx.write(
-        instr.dst,
-        np.broadcast_to(vals, instr.dst.shape),
-        sel,  # type: ignore[union-attr]
-        instr.accumulate,
-    )
+    ctx.write(dst, np.broadcast_to(vals, dst.shape), sel, instr.accumulate)
 
 
 @executes("memset")
 def _memset(instr: Instr, ctx: Ctx) -> None:
-    c = instr.srcs[0]
-    assert isinstance(c, Const)
-    sel = ctx.mask(instr)
-    ctx.write(instr.dst, np.asarray(c.value), sel, instr.accumulate)  # type: ignore[arg-type]
+    c, dst = instr.srcs[0], instr.dst
+    assert isinstance(c, Const) and dst is not None
+    ctx.write(dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
 
 
 @executes("print")

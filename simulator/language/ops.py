@@ -29,7 +29,8 @@ def _elementwise(instr: Instr, ctx: Ctx) -> None:
         (instr.attr("bit_dtype") or numerics.bit_dtype(instr.srcs, ctx.decl)) if op.bitvec else None
     )
     out = apply(op, vals, bits)
-    ctx.write(instr.dst, out, sel, instr.accumulate)  # type: ignore[arg-type]
+    assert instr.dst is not None
+    ctx.write(instr.dst, out, sel, instr.accumulate)
 
 
 @executes("select")
