@@ -7,7 +7,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.ir import Access, Const, Instr
-from nki.language.hbm_ops import ATOMIC_UFUNCS
+from nki.optable import OPS
 
 from .. import numerics
 from ..executors import executes
@@ -52,5 +52,7 @@ def _atomic_rmw(instr: Instr, ctx: Ctx) -> None:
     flat = np.ravel_multi_index(idx, arr.shape)
     uniq, inv = np.unique(np.ravel(flat), return_inverse=True)
     cur = numerics.to_compute(arr.reshape(-1)[uniq], exact_int=exact).copy()
-    ATOMIC_UFUNCS[instr.op].at(cur, inv, np.ravel(vals).astype(cur.dtype))
+    ufunc = OPS[instr.op].fn  # the tracer admits only the rows that are NumPy ufuncs
+    assert isinstance(ufunc, np.ufunc)
+    ufunc.at(cur, inv, np.ravel(vals).astype(cur.dtype))
     arr.reshape(-1)[uniq] = numerics.cast(cur, decl.dtype, ctx.config.precise_fp)
