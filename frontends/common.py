@@ -18,6 +18,7 @@ from nki import dtypes
 from nki.errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing
 from nki.ir import Grid, KernelIR
 from nki.jit import Kernel, Launch, check_grid_fits, parse_grid
+from nki.language.core import nc, spmd_dim
 
 # Frames in these packages are never "the user's line" for an error raised at the framework
 # boundary (a jax.jit trace or a torch.compile graph puts many of their frames in between).
@@ -84,7 +85,6 @@ def resolve_launch(kernel: Any, grid: Any = None, *, api: str = "nki_call") -> L
 
 def check_grid(grid: Any, *, api: str = "nki_call") -> None:
     """``grid``: a non-empty tuple (or list) of positive ints, ``nl.nc`` or ``nl.spmd_dim``."""
-    from nki.language.core import nc, spmd_dim
 
     def ok(g: Any) -> bool:
         if isinstance(g, (nc, spmd_dim)):

@@ -17,6 +17,7 @@ are copied first (and copied back if the kernel writes them), never misread.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import ml_dtypes
@@ -181,8 +182,6 @@ def _forward(pair: KernelPair, inputs: tuple, statics: dict[str, Any] | None = N
 
 def _accepted(fn: Any, names: list[str]) -> list[str]:
     """The names among ``names`` that the Python function ``fn`` takes as keyword arguments."""
-    import inspect
-
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -267,8 +266,6 @@ def _fake_outputs(
 
 def _kernel_params(k: Any) -> list[Any]:
     """The parameters (``inspect.Parameter``) of a kernel or launch's Python function."""
-    import inspect
-
     fn = (k.kernel if isinstance(k, Launch) else k).fn
     return list(inspect.signature(fn).parameters.values())
 

@@ -3,6 +3,7 @@ grids in the simulator."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -162,8 +163,6 @@ class Kernel:
         """This kernel with other simulator settings for the calls made through it
         (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``), e.g.
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
-        import copy
-
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:
             raise NKIError(f"unknown simulator setting(s) {sorted(bad)}", code="err_invalid_config")
