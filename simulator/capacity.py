@@ -21,6 +21,9 @@ from nki.errors import NKIMemoryError, SrcLoc
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 from nki.targets import Target, get_target, isa_rules
 
+from . import numerics
+from .host import host_available_bytes
+
 
 def bytes_per_partition(decl: TensorDecl) -> int:
     """Bytes one partition holds for an on-chip tensor: every dim but the partition dim."""
@@ -278,18 +281,6 @@ def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
 HOST_CHECK_MIN_BYTES = 256 << 20  # below this a launch is not worth a /proc/meminfo read
 
 
-def host_available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux); elsewhere, no limit is assumed."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
 def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
     """The host memory a launch holds at its peak fits the memory available now.
 
@@ -298,8 +289,6 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
     per-instance``. Raises :class:`NKIMemoryError` ``err_host_memory_exhausted`` before anything
     is allocated (instead of the OOM killer ending the process), at the tensor whose bytes bring
     the total past the available memory, with the totals."""
-    from . import numerics
-
     copies = 1
     for n in ir.grid.shape:
         copies *= n

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from nki import dtypes
+from nki.ir import Access, Const
 
 
 def storage_dtype(name: str, precise_fp: bool = True) -> np.dtype:
@@ -88,8 +89,6 @@ def fill_value(name: str) -> object:
 def operand_dtype(src: object, decl: Callable[[str], Any]) -> str | None:
     """The NKI dtype of an instruction operand: a tile's declared dtype or a scalar's weak
     type (Python int -> int32, float -> float32, bool -> uint8)."""
-    from nki.ir import Access, Const
-
     if isinstance(src, Access):
         return decl(src.tensor).dtype
     if isinstance(src, Const):

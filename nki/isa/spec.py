@@ -777,6 +777,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
 )  # fmt: skip
 
 SPEC: dict[str, Instruction] = {i.name: i for i in INSTRUCTIONS}
+_BY_IR_OP: dict[str, Instruction] = {}
+for _i in INSTRUCTIONS:
+    if _i.ir_op:
+        _BY_IR_OP.setdefault(_i.ir_op, _i)
 
 
 def get(name: str) -> Instruction:
@@ -787,6 +791,15 @@ def get(name: str) -> Instruction:
         close = difflib.get_close_matches(name, SPEC, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise KeyError(f"no nki.isa instruction '{name}'{hint}") from None
+
+
+def by_ir_op(op: str) -> Instruction:
+    """The classic instruction recording IR ``isa.<op>`` (the first, where several share one op,
+    e.g. ``activation_reduce`` records ``isa.activation``)."""
+    hit = _BY_IR_OP.get(op)
+    if hit is None:
+        raise KeyError(f"no nki.isa instruction records IR op 'isa.{op}'")
+    return hit
 
 
 def names(form: str | None = None) -> tuple[str, ...]:

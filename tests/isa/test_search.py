@@ -105,7 +105,7 @@ def test_max8_find_index_match_replace(dt):
 
 
 def test_find_index_duplicates_and_missing():
-    from simulator import isa_math
+    from simulator.isa import formulas as isa_math
 
     data = np.array([[1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8]], np.float32)
     vals = np.array([[3, 8, 8, 8, 8, 8, 8, 9]], np.float32)

@@ -4,13 +4,9 @@ availability rules, the test strategies' limits, the test suite and the README."
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -20,9 +16,14 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
-from nki.ir import Access, Const, Instr, TensorDecl
+from nki.ir import Access, Const, Instr
 from nki.isa import spec
 from nki.targets import TARGETS, first_target_with, isa_rules
+from simulator import interpreter  # noqa: F401 - registers every executor
+from simulator.config import SimConfig
+from simulator.executors import EXECUTORS, LOWERINGS
+from simulator.numba_codegen import generate
+from simulator.poison import rule_of
 
 from helpers import expect_error
 
@@ -30,38 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
 
 
-def _simulator_modules() -> list[ModuleType]:
-    """Every module of the simulator package, imported (robust to executors moving between
-    modules: the registries are found by walking, not by path)."""
-    import simulator
-
-    for info in pkgutil.walk_packages(simulator.__path__, "simulator."):
-        importlib.import_module(info.name)
-    return [m for n, m in sorted(sys.modules.items()) if n.startswith("simulator") and m]
-
-
 def _isa_executors() -> dict[str, Any]:
-    """op -> executor, from every module-level registry of ``isa.<op>`` executors (a dict of
-    callables keyed by instruction names that holds the matmul executor)."""
-    found: dict[str, Any] = {}
-    for m in _simulator_modules():
-        for v in vars(m).values():
-            if (
-                isinstance(v, dict)
-                and "nc_matmul" in v
-                and all(isinstance(k, str) and callable(f) for k, f in v.items())
-            ):
-                found.update(v)
-    return found
-
-
-def _find(*names: str) -> Any:
-    """The first simulator module attribute with one of ``names`` (robust to modules moving)."""
-    for name in names:
-        for m in _simulator_modules():
-            if name in vars(m):
-                return vars(m)[name]
-    raise AssertionError(f"simulator has none of {names}")
+    """IR op -> the interpreter's executor of ``isa.<op>``."""
+    return {op: fn for (kind, op), fn in EXECUTORS.items() if kind == "isa"}
 
 
 # ---- calling forms -------------------------------------------------------------------------
@@ -137,22 +109,13 @@ def test_every_classic_instruction_has_an_executor():
 
 
 def test_every_classic_instruction_is_lowered_or_hosted_by_numba():
-    gens = [
-        v
-        for m in _simulator_modules()
-        for v in vars(m).values()
-        if inspect.isclass(v) and hasattr(v, "native") and hasattr(v, "host")
-    ]
-    assert gens, "Numba code generator not found"
-    lowered = any(hasattr(g, "_i_isa") for g in gens)  # native() dispatches on "_i_" + kind
     for n in CLASSIC:
+        lowered = ("isa", spec.get(n).ir_op) in LOWERINGS or ("isa", "*") in LOWERINGS
         assert spec.get(n).numba == ("native" if lowered else "hosted"), n
     # and the generator really hands an isa instruction back to the interpreter
-    from simulator import SimConfig
-
     k = nki.jit(k_tensor_tensor)
     k(np.ones((8, 8), np.float32))
-    plan = _find("generate")(k.last_ir, SimConfig.from_env())
+    plan = generate(k.last_ir, SimConfig.from_env())
     assert ("isa.tensor_tensor" in plan.hosted_ops) == (spec.get("tensor_tensor").numba == "hosted")
 
 
@@ -172,32 +135,19 @@ def test_executors_read_only_declared_attributes():
         assert read <= set(i.ir_attrs), (n, read - set(i.ir_attrs))
 
 
-class _Ctx:
-    """What ``_poison_rule`` asks of the interpreter's context: tensor declarations."""
-
-    def decl(self, name: str) -> TensorDecl:
-        buffer = "hbm" if name.startswith("hbm") else "sbuf"
-        return TensorDecl(name, (128, 64), "float32", buffer)
-
-
 def _acc(name: str) -> Access:
-    return Access(name, (128, 64), ())  # (the rule looks at buffers, not indices)
+    return Access(name, (128, 64), ())  # (the rule looks at attributes, not indices)
 
 
 @pytest.mark.parametrize("name", CLASSIC)
-def test_poison_rule_is_the_simulators(name):
-    rule_of = _find("_poison_rule", "poison_rule")
+def test_the_simulator_reads_poison_rules_from_the_spec(name):
     i = spec.get(name)
     # the attributes any rule may depend on, each way (plus the spec's own overrides)
     cases: list[dict[str, Any]] = [{}, {"transpose": True}, {"transpose": False}]
     cases += [{k: v} for k, v, _ in i.poison_if]
     for attrs in cases:
         ins = Instr("isa", i.ir_op, _acc("t_out"), (_acc("t_in"), Const(1.0)), tuple(attrs.items()))
-        got = rule_of(ins, _Ctx()) or "report"
-        assert got == i.poison_rule(attrs), (name, attrs)
-        # HBM operands always report
-        hbm = Instr("isa", i.ir_op, _acc("hbm_out"), (_acc("t_in"),), tuple(attrs.items()))
-        assert rule_of(hbm, _Ctx()) == ""
+        assert rule_of(ins) == i.poison_rule(attrs), (name, attrs)
 
 
 def test_every_instruction_has_an_explicit_poison_rule():

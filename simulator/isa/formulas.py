@@ -4,9 +4,11 @@ fp32 (or raw integer bits for bit-vector ops), as the engines compute."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from nki.optable import OPS
+from nki.optable import OPS, apply
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -25,11 +27,11 @@ def wrap(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.asarray(x, dtype=np.int64).astype(dtype)
 
 
-def apply(op: str, a, b, reverse: bool = False):
-    """``op(a, b)`` (or ``op(b, a)`` when reversed) with the op table's fp32 implementation."""
-    fn = OPS[op].fn
+def alu(op: str, a: Any, b: Any, reverse: bool = False) -> Any:
+    """An engine ALU step: ``op(a, b)`` (or ``op(b, a)`` when reversed) through the op table's
+    ``apply`` (fp32, or int64 for exact integer math)."""
     with np.errstate(all="ignore"):
-        return fn(b, a) if reverse else fn(a, b)
+        return apply(OPS[op], (b, a) if reverse else (a, b))
 
 
 def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -58,8 +60,8 @@ def scan(d0, d1, init, op0: str, op1: str, rev0: bool, rev1: bool) -> np.ndarray
     prev = np.broadcast_to(np.asarray(init, dtype=np.float32).reshape(-1), (p,)).astype(np.float32)
     out = np.empty((p, f), dtype=np.float32)
     for i in range(f):
-        t = apply(op0, d0[:, i], prev, rev0)
-        prev = np.asarray(apply(op1, t, d1[:, i], rev1), dtype=np.float32)
+        t = alu(op0, d0[:, i], prev, rev0)
+        prev = np.asarray(alu(op1, t, d1[:, i], rev1), dtype=np.float32)
         out[:, i] = prev
     return out
 
