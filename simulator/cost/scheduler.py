@@ -1,0 +1,355 @@
+"""A per-core list scheduler over the kernel IR.
+
+Each compute engine and each DMA queue runs its instructions in program order. An instruction
+starts when its engine (and any port it shares with another engine on this generation) is free
+and the instructions it depends on have finished: read-after-write, write-after-read and
+write-after-write on the same on-chip buffer (one SBUF/PSUM block of a tile allocated in a loop
+counts per allocation, double-buffered as the compiler rotates them) or HBM tensor. DMA
+transfers of all queues share the core's DMA bandwidth and start a fixed latency after their
+dependencies are met.
+
+Loops are not unrolled: the first few iterations are scheduled, and the change of the schedule
+over the last one (its period and per-engine busy time) is multiplied by the remaining trip
+count, which is exact once the pipeline reaches its steady state (iterations have static
+shapes, so every iteration costs the same)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from nki import dtypes
+from nki.errors import SrcLoc
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym, TensorDecl
+from nki.targets import get_target
+
+from .model import InstrCost, cost_of
+from .table import CostTable
+
+SIMULATED_ITERATIONS = 3  # iterations scheduled per loop before extrapolating
+MAX_BUFFERS = 8  # a tile allocated in a loop rotates through at most this many buffers
+MAX_EVENTS = 50_000  # slices kept for the timeline
+
+
+@dataclass
+class Event:
+    """One slice of the timeline (``repeat`` > 0: an extrapolated block of iterations)."""
+
+    track: str
+    name: str
+    start: float
+    dur: float
+    loc: SrcLoc | None
+    pred: int = -1  # index of the event that bound its start (critical path)
+    repeat: int = 0
+    busy: float = 0.0
+
+
+@dataclass
+class SiteStats:
+    """Totals of one static instruction over the whole run."""
+
+    instr: Instr
+    engine: str
+    count: float = 0.0
+    ns: float = 0.0
+    dma_bytes: float = 0.0
+    loops: tuple[Loop, ...] = ()
+
+
+@dataclass
+class Schedule:
+    """The result of scheduling one kernel instance on one core."""
+
+    latency_ns: float
+    busy: dict[str, float]
+    dma_queue_bytes: dict[str, float]
+    flops: float
+    dma_bytes: float
+    sites: dict[int, SiteStats]
+    events: list[Event]
+    end_event: int
+    costs: dict[int, InstrCost] = field(default_factory=dict)
+
+
+_NONE = (-1.0, -1)  # (time, event) of "never"
+
+
+class _State:
+    def __init__(self, ir: KernelIR, table: CostTable) -> None:
+        self.ir = ir
+        self.t = table
+        self.free: dict[str, tuple[float, int]] = {}
+        self.busy: dict[str, float] = defaultdict(float)
+        self.qbytes: dict[str, float] = defaultdict(float)
+        # memory: (base, generation) -> block -> (time, event); block None = whole tensor
+        self.writes: dict[tuple, dict] = defaultdict(dict)
+        self.reads: dict[tuple, dict] = defaultdict(dict)
+        self.gen: dict[str, int] = defaultdict(int)
+        self.nbuf: dict[str, int] = {}
+        self.block_src: dict[tuple, tuple[Access, dict]] = {}  # block key -> access, iterators
+        self.sites: dict[int, SiteStats] = {}
+        self.costs: dict[int, InstrCost] = {}
+        self.queue_of: dict[int, str] = {}
+        self.events: list[Event] = []
+        self.flops = 0.0
+        self.dma_bytes = 0.0
+        self.last_stationary: object = None
+        self.end = _NONE
+        self.touched: set[tuple] = set()  # state keys changed (for extrapolation)
+
+    # ---- memory keys -------------------------------------------------------------------------
+    def _key(self, acc: Access, env: dict[Sym, int]) -> tuple[tuple, object]:
+        d = self.ir.tensor(acc.tensor)
+        base = d.alias_of or d.name
+        if not d.on_chip:
+            return (base, 0), None
+        bd = self.ir.tensor(base)
+        block = None
+        if bd.par_dim and len(acc.index) == len(bd.shape):
+            idx = acc.index[: bd.par_dim]
+            if all(not any(e.coeffs) for e in idx):
+                block = tuple(e.base.evaluate(env) for e in idx)
+        return (base, self.gen[base] % self._buffers(base)), block
+
+    def _buffers(self, base: str) -> int:
+        """Buffers a tile allocated in a loop rotates through: as many copies as fit in half of
+        SBUF (all of PSUM), 1 to MAX_BUFFERS."""
+        n = self.nbuf.get(base)
+        if n is None:
+            n = self.nbuf[base] = buffers_for(self.ir.tensor(base), self.ir.target)
+        return n
+
+    @staticmethod
+    def _ready(table: dict, block: object) -> tuple[float, int]:
+        if not table:
+            return _NONE
+        if block is None:
+            return max(table.values())
+        return max(table.get(block, _NONE), table.get(None, _NONE))
+
+    def _accesses(self, ins: Instr) -> tuple[list[Access], list[Access]]:
+        reads = [s for s in ins.srcs if isinstance(s, Access)]
+        for s in list(reads):
+            reads.extend(a for _, a in s.indirect)
+        writes = [ins.dst] if ins.dst is not None else []
+        if ins.dst is not None and (ins.accumulate or ins.mask is not None):
+            reads.append(ins.dst)
+        for _, v in ins.attrs:  # secondary outputs / extra inputs ride in attrs
+            if isinstance(v, Access):
+                reads.append(v)
+                writes.append(v)
+        return reads, writes
+
+    # ---- one instruction -----------------------------------------------------------------------
+    def instr(self, ins: Instr, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
+        c = self.costs.get(id(ins))
+        if c is None:
+            c = self.costs[id(ins)] = cost_of(ins, self.ir, self.t)
+            self.sites[id(ins)] = SiteStats(ins, c.engine, loops=loops)
+        if c.engine == "none":
+            return
+        reads, writes = self._accesses(ins)
+        hbm_write = {a.tensor for a in writes if not self.ir.tensor(a.tensor).on_chip}
+        dep = _NONE
+        rkeys = [self._key(a, env) for a in reads]
+        wkeys = [self._key(a, env) for a in writes]
+        for k, b in rkeys:  # read after write
+            dep = max(dep, self._ready(self.writes[k], b))
+        for (k, b), a in zip(wkeys, writes):
+            dep = max(dep, self._ready(self.reads[k], b))  # write after read
+            if a.tensor not in hbm_write:  # stores to an HBM tensor write disjoint regions
+                dep = max(dep, self._ready(self.writes[k], b))  # write after write
+        dur = c.ns
+        if c.engine == "dma":
+            q = self.queue_of.setdefault(id(ins), f"dma.q{len(self.queue_of) % self.t.dma_queues}")
+            tracks = [q, "dma.bw"]
+            dep = (max(dep[0], 0.0) + self.t.dma_fixed_latency_ns, dep[1])
+        else:
+            tracks = [c.engine]
+            for port, engines, buf in self.t.shared_ports:
+                if c.engine in engines and buf in c.buffers:
+                    tracks.append(port)
+            if c.stationary is not None:
+                st = (c.stationary, tuple(self._key(ins.srcs[0], env)))
+                if st != self.last_stationary:
+                    dur = max(dur, c.stationary_ns)
+                self.last_stationary = st
+        start = dep
+        for tr in tracks:
+            start = max(start, self.free.get(tr, _NONE))
+        t0 = max(start[0], 0.0)
+        end = t0 + dur
+        ev = self._event(tracks[0], ins, t0, dur, start[1])
+        for tr in tracks:
+            self.free[tr] = (end, ev)
+            self.touched.add(("free", tr))
+        self.busy[tracks[0]] += dur
+        self.touched.add(("busy", tracks[0]))
+        if c.engine == "dma":
+            self.busy["dma"] += dur
+            self.qbytes[tracks[0]] += c.dma_bytes
+            self.dma_bytes += c.dma_bytes
+        self.flops += c.flops
+        for (k, b), a in zip(rkeys, reads):
+            tab = self.reads[k]
+            tab[b] = max(tab.get(b, _NONE), (end, ev))
+            self.touched.add(("reads", k, b))
+            if b is not None:
+                self.block_src[("reads", k, b)] = (a, env)
+        for (k, b), a in zip(wkeys, writes):
+            self.writes[k][b] = (end, ev)
+            self.touched.add(("writes", k, b))
+            if b is not None:
+                self.block_src[("writes", k, b)] = (a, env)
+        s = self.sites[id(ins)]
+        s.count += 1
+        s.ns += dur
+        s.dma_bytes += c.dma_bytes
+        self.end = max(self.end, (end, ev))
+
+    def _event(self, track: str, ins: Instr, t0: float, dur: float, pred: int) -> int:
+        if len(self.events) >= MAX_EVENTS:
+            return pred
+        self.events.append(Event(track, ins.api or f"{ins.kind}.{ins.op}", t0, dur, ins.loc, pred))
+        return len(self.events) - 1
+
+    # ---- loops ---------------------------------------------------------------------------------
+    def nodes(self, body: tuple, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
+        for n in body:
+            if isinstance(n, Instr):
+                self.instr(n, env, loops)
+            elif isinstance(n, Alloc):
+                d = self.ir.tensor(n.tensor)
+                self.gen[d.alias_of or d.name] += 1
+                self.touched.add(("gen", d.alias_of or d.name))
+            elif isinstance(n, Loop):
+                self.loop(n, env, loops + (n,))
+
+    def _block_varies(self, acc: Access, sym: Sym) -> bool:
+        d = self.ir.tensor(self.ir.tensor(acc.tensor).alias_of or acc.tensor)
+        return any(sym in e.base.symbols() for e in acc.index[: d.par_dim])
+
+    def _snapshot(self) -> dict:
+        return {
+            "free": dict(self.free),
+            "busy": dict(self.busy),
+            "qbytes": dict(self.qbytes),
+            "gen": dict(self.gen),
+            "sites": {k: (s.count, s.ns, s.dma_bytes) for k, s in self.sites.items()},
+            "flops": self.flops,
+            "dma_bytes": self.dma_bytes,
+        }
+
+    def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
+        values = range(lp.start, lp.stop, lp.step)
+        n = len(values)
+        sim = min(n, SIMULATED_ITERATIONS)
+        snap: dict = {}
+        snap_t0 = max((v[0] for v in self.free.values()), default=0.0)
+        outer, seen = self.touched, set()
+        for i in range(sim):
+            if i == sim - 1 and n > sim:
+                snap = self._snapshot()
+            self.touched = set()
+            self.nodes(lp.body, {**env, lp.sym: values[i]}, loops)
+            seen |= self.touched
+        if n > sim:
+            self._extrapolate(snap, values, sim, lp, snap_t0)
+        self.touched = outer | seen
+
+    def _extrapolate(self, snap: dict, values: range, sim: int, lp: Loop, t0: float) -> None:
+        """Advance the state by the remaining iterations, each like the last scheduled one."""
+        rest = len(values) - sim
+        d_free = {
+            tr: v[0] - snap["free"].get(tr, (0.0, -1))[0]
+            for tr, v in self.free.items()
+            if ("free", tr) in self.touched
+        }
+        d_busy = {tr: b - snap["busy"].get(tr, 0.0) for tr, b in self.busy.items()}
+        period = max([0.0, *d_free.values(), *(v for k, v in d_busy.items() if k != "dma")])
+        shift = rest * period
+        bottleneck = max(d_busy, key=lambda k: d_busy[k], default=None)
+        repeat_ev: dict[str, int] = {}
+        for tr in d_free:
+            t_end, ev = self.free[tr]
+            if len(self.events) < MAX_EVENTS:
+                self.events.append(
+                    Event(
+                        tr,
+                        f"x{rest} more iterations",
+                        t_end,
+                        shift,
+                        lp.loc,
+                        ev,
+                        rest,
+                        rest * d_busy.get(tr, 0.0),
+                    )
+                )
+                repeat_ev[tr] = len(self.events) - 1
+            self.free[tr] = (t_end + shift, repeat_ev.get(tr, ev))
+        link = repeat_ev.get(bottleneck, -1) if bottleneck else -1
+        for tr, b in d_busy.items():
+            self.busy[tr] += rest * b
+        for q, b in self.qbytes.items():
+            self.qbytes[q] += rest * (b - snap["qbytes"].get(q, 0.0))
+        for k, g in list(self.gen.items()):
+            self.gen[k] += rest * (g - snap["gen"].get(k, 0))
+        # a block chosen by this loop's iterator: iteration j's block is ready j periods later
+        per_iter: set[tuple] = set()
+        for key in self.touched:
+            src = self.block_src.get(key)
+            if src is None or not self._block_varies(src[0], lp.sym):
+                continue
+            per_iter.add(key[:2])
+            tab = (self.reads if key[0] == "reads" else self.writes)[key[1]]
+            t, ev = tab[key[2]]
+            for j in range(1, rest + 1):
+                env = {**src[1], lp.sym: values[sim - 1 + j]}
+                _, b = self._key(src[0], env)
+                tab[b] = (t + j * period, link if link >= 0 else ev)
+        # every other buffer (all rotations) of a tensor the loop uses moves with the loop
+        bases = {key[1][0] for key in self.touched if key[0] in ("reads", "writes")}
+        for name, mem in (("reads", self.reads), ("writes", self.writes)):
+            for k, tab in mem.items():
+                if k[0] in bases and (name, k) not in per_iter:
+                    for b, (t, ev) in tab.items():
+                        if t > t0:
+                            tab[b] = (t + shift, link if link >= 0 else ev)
+        for k, s in self.sites.items():
+            c0, ns0, b0 = snap["sites"].get(k, (0.0, 0.0, 0.0))
+            s.count += rest * (s.count - c0)
+            s.ns += rest * (s.ns - ns0)
+            s.dma_bytes += rest * (s.dma_bytes - b0)
+        self.flops += rest * (self.flops - snap["flops"])
+        self.dma_bytes += rest * (self.dma_bytes - snap["dma_bytes"])
+        end_t, end_ev = self.end
+        self.end = (end_t + shift, link if link >= 0 else end_ev)
+
+
+def buffers_for(d: TensorDecl, target: str) -> int:
+    """How many rotating copies of an on-chip tile the compiler can keep in flight."""
+    t = get_target(target)
+    per_part = math.prod(d.shape) // max(1, d.shape[d.par_dim]) * dtypes.itemsize(d.dtype)
+    room = t.psum_bytes_per_partition if d.buffer == "psum" else t.sbuf_usable_per_partition // 2
+    return max(1, min(MAX_BUFFERS, room // max(1, per_part)))
+
+
+def schedule(ir: KernelIR, table: CostTable) -> Schedule:
+    """Schedule one instance of ``ir`` (program ids at 0) on one NeuronCore."""
+    st = _State(ir, table)
+    env: dict[Sym, int] = {PidSym(a): 0 for a in range(len(ir.grid.dims))}
+    st.nodes(ir.body, env, ())
+    busy = dict(st.busy)
+    return Schedule(
+        max(st.end[0], 0.0),
+        busy,
+        dict(st.qbytes),
+        st.flops,
+        st.dma_bytes,
+        st.sites,
+        st.events,
+        st.end[1],
+        st.costs,
+    )
