@@ -11,6 +11,17 @@ from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.t
 
 __version__ = "0.1.0"
 
+
+def estimate(kernel, target=None):
+    """``nki.estimate(kernel)(*args)``: the estimated performance report of ``kernel`` (a
+    function, ``@nki.jit`` kernel or ``kernel[grid]``) on ``target`` (default: the kernel's),
+    from the arguments' shapes and dtypes alone; no numerics run. See README "Performance
+    estimates"."""
+    from simulator.cost import estimate as _estimate
+
+    return _estimate(kernel, target)
+
+
 __all__ = [
     "jit",
     "simulate_kernel",
@@ -18,6 +29,7 @@ __all__ = [
     "baremetal",
     "benchmark",
     "profile",
+    "estimate",
     "trace",
     "Kernel",
     "Launch",
