@@ -143,8 +143,9 @@ def _matmul(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     # back-to-back matmul: max(min(64, N_stationary), N_moving) cycles [isa-cost]; the
     # stationary load (min(64, N_stationary)) overlaps the previous multiply unless the moving
     # side is too short to hide it, which the scheduler decides from reuse
-    cycles = max(n, 1) * factor
-    st_cycles = min(t.stationary_load_cycles, m) * factor
+    # plus the fixed per-matmul cost, which is why moving sizes below 128 are overhead-bound
+    cycles = (max(n, 1) + t.matmul_fixed_cycles) * factor
+    st_cycles = (min(t.stationary_load_cycles, m) + t.matmul_fixed_cycles) * factor
     return InstrCost(
         "tensor",
         cycles / row.clock_ghz,

@@ -27,7 +27,8 @@ from nki.targets import get_target
 from .model import InstrCost, cost_of
 from .table import CostTable
 
-SIMULATED_ITERATIONS = 3  # iterations scheduled per loop before extrapolating
+SIMULATED_ITERATIONS = 3  # iterations scheduled per loop at least before extrapolating
+MAX_SIMULATED_ITERATIONS = 24  # ... and at most, when the period has not settled by then
 MAX_BUFFERS = 8  # a tile allocated in a loop rotates through at most this many buffers
 MAX_EVENTS = 50_000  # slices kept for the timeline
 
@@ -242,26 +243,18 @@ class _State:
             "dma_bytes": self.dma_bytes,
         }
 
-    def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
-        values = range(lp.start, lp.stop, lp.step)
-        n = len(values)
-        sim = min(n, SIMULATED_ITERATIONS)
-        snap: dict = {}
-        snap_t0 = max((v[0] for v in self.free.values()), default=0.0)
-        outer, seen = self.touched, set()
-        for i in range(sim):
-            if i == sim - 1 and n > sim:
-                snap = self._snapshot()
-            self.touched = set()
-            self.nodes(lp.body, {**env, lp.sym: values[i]}, loops)
-            seen |= self.touched
-        if n > sim:
-            self._extrapolate(snap, values, sim, lp, snap_t0)
-        self.touched = outer | seen
+    def _min_iterations(self, lp: Loop) -> int:
+        """Iterations to schedule before extrapolating: past the point where every rotating
+        buffer allocated in the loop has been reused (the first WAR stall on it)."""
+        need = SIMULATED_ITERATIONS
+        for node in _walk(lp.body):
+            if isinstance(node, Alloc):
+                d = self.ir.tensor(node.tensor)
+                need = max(need, self._buffers(d.alias_of or d.name) + 2)
+        return need
 
-    def _extrapolate(self, snap: dict, values: range, sim: int, lp: Loop, t0: float) -> None:
-        """Advance the state by the remaining iterations, each like the last scheduled one."""
-        rest = len(values) - sim
+    def _period(self, snap: dict) -> tuple[float, dict[str, float], dict[str, float]]:
+        """How far the last iteration advanced the schedule, per track and overall."""
         d_free = {
             tr: v[0] - snap["free"].get(tr, (0.0, -1))[0]
             for tr, v in self.free.items()
@@ -269,6 +262,33 @@ class _State:
         }
         d_busy = {tr: b - snap["busy"].get(tr, 0.0) for tr, b in self.busy.items()}
         period = max([0.0, *d_free.values(), *(v for k, v in d_busy.items() if k != "dma")])
+        return period, d_free, d_busy
+
+    def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
+        values = range(lp.start, lp.stop, lp.step)
+        n = len(values)
+        need = min(n, self._min_iterations(lp))
+        outer, seen = self.touched, set()
+        last = None
+        for i in range(n):
+            snap = self._snapshot() if i + 1 >= need - 1 else {}
+            self.touched = set()
+            self.nodes(lp.body, {**env, lp.sym: values[i]}, loops)
+            seen |= self.touched
+            if i + 1 < need or i + 1 == n:
+                continue
+            period = self._period(snap)[0]
+            steady = last is not None and abs(period - last) <= 1e-6 * max(period, 1.0)
+            if steady or i + 1 >= MAX_SIMULATED_ITERATIONS:
+                self._extrapolate(snap, values, i + 1, lp, seen)
+                break
+            last = period
+        self.touched = outer | seen
+
+    def _extrapolate(self, snap: dict, values: range, sim: int, lp: Loop, seen: set) -> None:
+        """Advance the state by the remaining iterations, each like the last scheduled one."""
+        rest = len(values) - sim
+        period, d_free, d_busy = self._period(snap)
         shift = rest * period
         bottleneck = max(d_busy, key=lambda k: d_busy[k], default=None)
         repeat_ev: dict[str, int] = {}
@@ -309,14 +329,13 @@ class _State:
                 env = {**src[1], lp.sym: values[sim - 1 + j]}
                 _, b = self._key(src[0], env)
                 tab[b] = (t + j * period, link if link >= 0 else ev)
-        # every other buffer (all rotations) of a tensor the loop uses moves with the loop
-        bases = {key[1][0] for key in self.touched if key[0] in ("reads", "writes")}
-        for name, mem in (("reads", self.reads), ("writes", self.writes)):
-            for k, tab in mem.items():
-                if k[0] in bases and (name, k) not in per_iter:
-                    for b, (t, ev) in tab.items():
-                        if t > t0:
-                            tab[b] = (t + shift, link if link >= 0 else ev)
+        # every other buffer (all rotations) the loop used moves with the loop
+        for key in seen:
+            if key[0] not in ("reads", "writes") or key[:2] in per_iter:
+                continue
+            tab = (self.reads if key[0] == "reads" else self.writes)[key[1]]
+            t, ev = tab[key[2]]
+            tab[key[2]] = (t + shift, link if link >= 0 else ev)
         for k, s in self.sites.items():
             c0, ns0, b0 = snap["sites"].get(k, (0.0, 0.0, 0.0))
             s.count += rest * (s.count - c0)
@@ -326,6 +345,15 @@ class _State:
         self.dma_bytes += rest * (self.dma_bytes - snap["dma_bytes"])
         end_t, end_ev = self.end
         self.end = (end_t + shift, link if link >= 0 else end_ev)
+
+
+def _walk(body: tuple) -> list:
+    out = []
+    for n in body:
+        out.append(n)
+        if isinstance(n, Loop):
+            out.extend(_walk(n.body))
+    return out
 
 
 def buffers_for(d: TensorDecl, target: str) -> int:

@@ -30,6 +30,7 @@ class CostTable:
     engines: dict[str, EngineRow]
     fp32_matmul_factor: int  # fp32 matmul passes through the array 4 times [isa-cost]
     stationary_load_cycles: int  # LoadStationary of a 128-column stationary [isa-cost]
+    matmul_fixed_cycles: int  # per-matmul fixed cost, MM_INIT_LATENCY [isa-cost]
     dma_queues: int  # DMA engines per core [arch-v2..v4]
     dma_bytes_per_ns_per_queue: float  # [dma-bw]
     dma_fixed_latency_ns: float  # descriptor / semaphore latency before a transfer [dma-bw]
@@ -76,6 +77,7 @@ TABLES: dict[str, CostTable] = {
         _V2,
         fp32_matmul_factor=4,
         stationary_load_cycles=64,
+        matmul_fixed_cycles=64,
         dma_queues=16,  # 16 DMA engines per core [arch-v2]
         dma_bytes_per_ns_per_queue=17.0,  # 16 x 17 B/ns = 272 GB/s per core [dma-bw]
         dma_fixed_latency_ns=1300.0,  # ~1.3 us to start a transfer [dma-bw]
@@ -94,6 +96,7 @@ TABLES: dict[str, CostTable] = {
         _V3,
         fp32_matmul_factor=4,
         stationary_load_cycles=64,
+        matmul_fixed_cycles=64,
         dma_queues=16,
         dma_bytes_per_ns_per_queue=23.0,  # 16 x 23 B/ns = 368 GB/s per core [dma-bw]
         dma_fixed_latency_ns=1300.0,
@@ -108,6 +111,7 @@ TABLES: dict[str, CostTable] = {
         _V4,
         fp32_matmul_factor=4,
         stationary_load_cycles=64,
+        matmul_fixed_cycles=64,
         dma_queues=16,
         dma_bytes_per_ns_per_queue=33.0,  # 16 x 33 B/ns = 528 GB/s per core [dma-bw]
         dma_fixed_latency_ns=1300.0,
