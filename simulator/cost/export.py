@@ -80,14 +80,16 @@ def write_png(report: Report, path: str, max_slices: int = 5000) -> str:
         1, 2, figsize=(11, 0.45 * len(tracks) + 1.6), gridspec_kw={"width_ratios": [4, 1]}
     )
     colors = {"tensor": "tab:red", "vector": "tab:blue", "scalar": "tab:green"}
+    events = report.schedule.events[:max_slices]
     for row, t in enumerate(tracks):
-        spans = [
-            (e.start / 1e3, e.dur / 1e3)
-            for e in report.schedule.events[:max_slices]
-            if e.track == t
-        ]
         color = colors.get(t, "tab:purple" if t == "gpsimd" else "tab:orange")
-        ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=color)
+        for repeat, alpha in ((False, 1.0), (True, 0.35)):  # extrapolated iterations: lighter
+            spans = [
+                (e.start / 1e3, e.dur / 1e3)
+                for e in events
+                if e.track == t and bool(e.repeat) == repeat
+            ]
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=color, alpha=alpha)
     ax.set_yticks(range(len(tracks)), tracks)
     ax.invert_yaxis()
     ax.set_xlabel("time (us)")

@@ -15,6 +15,7 @@ shapes, so every iteration costs the same)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class _State:
         self.reads: dict[tuple, dict] = defaultdict(dict)
         self.gen: dict[str, int] = defaultdict(int)
         self.nbuf: dict[str, int] = {}
+        self.bw: list[tuple[float, float, int]] = []  # transfers on the DMA bandwidth, sorted
         self.block_src: dict[tuple, tuple[Access, dict]] = {}  # block key -> access, iterators
         self.sites: dict[int, SiteStats] = {}
         self.costs: dict[int, InstrCost] = {}
@@ -179,12 +181,21 @@ class _State:
                 self.last_stationary = st
         start = dep
         for tr in tracks:
-            start = max(start, self.free.get(tr, _NONE))
+            if tr != "dma.bw":
+                start = max(start, self.free.get(tr, _NONE))
         t0 = max(start[0], 0.0)
+        if c.engine == "dma":  # the shared bandwidth: the first gap long enough from t0 on
+            t0, prev = self._bw_slot(t0, dur)
+            if prev >= 0 and t0 > start[0]:
+                start = (t0, prev)
         end = t0 + dur
         ev = self._event(tracks[0], ins, t0, dur, start[1])
+        if c.engine == "dma":
+            bisect.insort(self.bw, (t0, end, ev))
         for tr in tracks:
-            self.free[tr] = (end, ev)
+            self.free[tr] = (
+                max(self.free.get(tr, _NONE), (end, ev)) if tr == "dma.bw" else (end, ev)
+            )
             self.touched.add(("free", tr))
         self.busy[tracks[0]] += dur
         self.touched.add(("busy", tracks[0]))
@@ -209,6 +220,20 @@ class _State:
         s.ns += dur
         s.dma_bytes += c.dma_bytes
         self.end = max(self.end, (end, ev))
+
+    def _bw_slot(self, t0: float, dur: float) -> tuple[float, int]:
+        """Earliest start >= t0 where a transfer of ``dur`` fits between the transfers already
+        placed on the core's DMA bandwidth (queues share it; a later transfer may use a gap)."""
+        i = bisect.bisect_left(self.bw, (t0, -math.inf, -1))
+        prev = -1
+        if i > 0 and self.bw[i - 1][1] > t0:
+            t0, prev = self.bw[i - 1][1], self.bw[i - 1][2]
+        for s0, e0, ev in self.bw[i:]:
+            if s0 >= t0 + dur - 1e-9:
+                break
+            if e0 > t0:
+                t0, prev = e0, ev
+        return t0, prev
 
     def _event(self, track: str, ins: Instr, t0: float, dur: float, pred: int) -> int:
         if len(self.events) >= MAX_EVENTS:
@@ -309,6 +334,8 @@ class _State:
                 )
                 repeat_ev[tr] = len(self.events) - 1
             self.free[tr] = (t_end + shift, repeat_ev.get(tr, ev))
+            if tr == "dma.bw":  # the extrapolated iterations' transfers fill that span
+                self.bw.append((t_end, t_end + shift, repeat_ev.get(tr, ev)))
         link = repeat_ev.get(bottleneck, -1) if bottleneck else -1
         for tr, b in d_busy.items():
             self.busy[tr] += rest * b
