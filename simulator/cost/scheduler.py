@@ -184,14 +184,15 @@ class _State:
             if tr != "dma.bw":
                 start = max(start, self.free.get(tr, _NONE))
         t0 = max(start[0], 0.0)
-        if c.engine == "dma":  # the shared bandwidth: the first gap long enough from t0 on
-            t0, prev = self._bw_slot(t0, dur)
+        end = t0 + dur
+        pieces: list = []
+        if c.engine == "dma":  # the shared bandwidth: fill the gaps from t0 on
+            t0, end, pieces, prev = self._bw_fill(t0, dur)
             if prev >= 0 and t0 > start[0]:
                 start = (t0, prev)
-        end = t0 + dur
-        ev = self._event(tracks[0], ins, t0, dur, start[1])
-        if c.engine == "dma":
-            bisect.insort(self.bw, (t0, end, ev))
+        ev = self._event(tracks[0], ins, t0, end - t0, start[1])
+        for a, b in pieces:
+            bisect.insort(self.bw, (a, b, ev))
         for tr in tracks:
             self.free[tr] = (
                 max(self.free.get(tr, _NONE), (end, ev)) if tr == "dma.bw" else (end, ev)
@@ -221,19 +222,31 @@ class _State:
         s.dma_bytes += c.dma_bytes
         self.end = max(self.end, (end, ev))
 
-    def _bw_slot(self, t0: float, dur: float) -> tuple[float, int]:
-        """Earliest start >= t0 where a transfer of ``dur`` fits between the transfers already
-        placed on the core's DMA bandwidth (queues share it; a later transfer may use a gap)."""
-        i = bisect.bisect_left(self.bw, (t0, -math.inf, -1))
-        prev = -1
-        if i > 0 and self.bw[i - 1][1] > t0:
-            t0, prev = self.bw[i - 1][1], self.bw[i - 1][2]
-        for s0, e0, ev in self.bw[i:]:
-            if s0 >= t0 + dur - 1e-9:
-                break
-            if e0 > t0:
-                t0, prev = e0, ev
-        return t0, prev
+    def _bw_fill(self, t0: float, dur: float) -> tuple[float, float, list, int]:
+        """Place a transfer of ``dur`` on the core's DMA bandwidth from ``t0`` on, filling the
+        gaps other queues' transfers left (queues share the bandwidth): its start, end, the
+        pieces it occupies and the transfer that delayed its start (or -1)."""
+        bw = self.bw
+        j = bisect.bisect_left(bw, (t0, -math.inf, -1))
+        t, prev = t0, -1
+        if j > 0 and bw[j - 1][1] > t:
+            t, prev = bw[j - 1][1], bw[j - 1][2]
+        start, left, pieces = None, dur, []
+        while left > 1e-9:
+            while j < len(bw) and bw[j][1] <= t:
+                j += 1
+            if j < len(bw) and bw[j][0] <= t:  # inside another transfer: skip past it
+                t = bw[j][1]
+                if start is None:
+                    prev = bw[j][2]
+                j += 1
+                continue
+            take = min(left, (bw[j][0] if j < len(bw) else math.inf) - t)
+            pieces.append((t, t + take))
+            start = t if start is None else start
+            left -= take
+            t += take
+        return (t0 if start is None else start), t, pieces, prev
 
     def _event(self, track: str, ins: Instr, t0: float, dur: float, pred: int) -> int:
         if len(self.events) >= MAX_EVENTS:
