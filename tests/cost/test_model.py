@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 import nki.typing as nt
 from simulator.cost import scheduler
@@ -198,3 +199,47 @@ def test_estimate_accepts_arrays_and_reports_bad_arguments():
     with pytest.raises(nki.NKIError, match="bad arguments for kernel 'copy_rows'") as e:
         nki.estimate(copy_rows)(a, a)
     assert e.value.loc is not None and e.value.loc.file == __file__
+
+
+@nki.jit
+def vector_and_gpsimd(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    for _ in range(4):
+        v = nl.multiply(x, 3.0)  # Vector engine, reads SBUF
+        g = nisa.memset((128, 4096), 0.0, nl.float32, engine=nisa.gpsimd_engine)  # GpSimd
+    nl.store(out, value=nl.add(v, g))
+    return out
+
+
+def test_trn1_vector_and_gpsimd_share_the_sbuf_port_trn2_does_not():
+    arg = nt.tensor[[128, 4096], nl.float32]
+    reports = {t: nki.estimate(vector_and_gpsimd, target=t)(arg) for t in ("trn1", "trn2")}
+    for target, r in reports.items():
+        compute = r.latency_ns - r.busy_ns["dma"] - 2 * table_for(target).dma_fixed_latency_ns
+        both = r.busy_ns["vector"] + r.busy_ns["gpsimd"]
+        if target == "trn1":  # one SBUF port: the two engines take turns
+            assert compute >= 0.999 * both, r.summary()
+        else:  # independent instructions overlap
+            assert compute < 0.8 * both, r.summary()
+
+
+@nki.jit
+def strided_read(a):
+    out = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    y = nl.exp(x[i_p, 8 * i_f])  # every 8th fp32 element: a 32-byte innermost stride
+    nl.store(out, value=y)
+    return out
+
+
+def test_innermost_stride_lint_and_cost():
+    r = nki.estimate(strided_read, target="trn2")(nt.tensor[[128, 4096], nl.float32])
+    (lint,) = [x for x in r.lints if x.rule == "strided-access"]
+    assert lint.loc.line == strided_read.fn.__code__.co_firstlineno + 6
+    site = _site(r, "nl.exp")
+    row = table_for("trn2").engines["scalar"]
+    # 512 elements per partition, doubled for the 32-byte stride, plus the access overhead
+    assert site.ns == pytest.approx((2 * 512 + row.access_overhead_cycles) / row.clock_ghz)
