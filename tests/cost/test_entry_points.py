@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import nki
 import nki.language as nl
 import nki.typing as nt
 from frontends.compat import main as compat_main
+from frontends.compat import uninstall
 from simulator.cost.export import trace_events, write_png
 
 
@@ -92,7 +94,7 @@ def test_png_timeline(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_compat_cli_profile_prints_summary_and_writes_trace(tmp_path, capsys):
+def test_compat_cli_profile_prints_summary_and_writes_trace(tmp_path, capsys, monkeypatch):
     script = tmp_path / "script.py"
     script.write_text(
         "import numpy as np\n"
@@ -106,7 +108,12 @@ def test_compat_cli_profile_prints_summary_and_writes_trace(tmp_path, capsys):
         "print(k(np.zeros((128, 256), np.float32)).sum())\n"
     )
     trace = str(tmp_path / "trace.json")
-    assert compat_main([f"--profile={trace}", str(script)]) == 0
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        assert compat_main([f"--profile={trace}", str(script)]) == 0
+    finally:
+        uninstall()  # the runner leaves the aliases installed for the script's process
     out = capsys.readouterr().out
     assert "32768.0" in out  # the script ran: exp(0) summed
     assert "k on trn2: estimated" in out and "script.py:7" in out
