@@ -136,6 +136,13 @@ class Report:
             f"(peak {self.table.dma_bytes_per_ns:.0f} GB/s) "
             f"over {len(self.dma_queue_bytes)} queue(s)"
         )
+        for q in sorted(self.dma_queue_bytes, key=lambda q: int(q.rsplit("q", 1)[1])):
+            b = self.dma_queue_bytes[q]
+            busy = self.busy_ns.get(q, 0.0)
+            lines.append(
+                f"    {q:<7s} {b / 1e6:10.3f} MB  {b / self.instance_ns:7.1f} GB/s average, "
+                f"{b / busy if busy else 0.0:7.1f} GB/s while transferring"
+            )
         bound = "compute" if self.arithmetic_intensity > self.ridge_point else "memory"
         lines.append(
             f"  bottleneck: {self.bottleneck}; arithmetic intensity {self.arithmetic_intensity:.1f}"

@@ -175,7 +175,10 @@ class _State:
                 if c.engine in engines and buf in c.buffers:
                     tracks.append(port)
             if c.stationary is not None:
-                st = (c.stationary, tuple(self._key(ins.srcs[0], env)))
+                x = ins.srcs[0]
+                assert isinstance(x, Access)
+                offsets = tuple(e.base.evaluate(env) for e in x.index)
+                st = (c.stationary, self._key(x, env), offsets)
                 if st != self.last_stationary:
                     dur = max(dur, c.stationary_ns)
                 self.last_stationary = st
@@ -199,7 +202,6 @@ class _State:
             )
             self.touched.add(("free", tr))
         self.busy[tracks[0]] += dur
-        self.touched.add(("busy", tracks[0]))
         if c.engine == "dma":
             self.busy["dma"] += dur
             self.qbytes[tracks[0]] += c.dma_bytes

@@ -243,3 +243,32 @@ def test_innermost_stride_lint_and_cost():
     row = table_for("trn2").engines["scalar"]
     # 512 elements per partition, doubled for the 32-byte stride, plus the access overhead
     assert site.ns == pytest.approx((2 * 512 + row.access_overhead_cycles) / row.clock_ghz)
+
+
+def _four_matmuls(same_stationary: bool):
+    @nki.jit
+    def kernel(s, m):
+        out = nl.ndarray((128, 4 * 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        st = nl.load(s)  # [128, 4 * 128]
+        mv = nl.load(m)  # [128, 4 * 32]
+        for j in nl.static_range(4):
+            k = 0 if same_stationary else j
+            acc = nl.matmul(
+                st[:, k * 128 : (k + 1) * 128], mv[:, j * 32 : (j + 1) * 32], transpose_x=True
+            )
+            nl.store(out[:, j * 32 : (j + 1) * 32], value=nl.copy(acc))
+        return out
+
+    return nki.estimate(kernel, target="trn1")(
+        nt.tensor[[128, 512], nl.bfloat16], nt.tensor[[128, 128], nl.bfloat16]
+    )
+
+
+def test_stationary_load_is_skipped_when_consecutive_matmuls_share_it():
+    clock = table_for("trn1").engines["tensor"].clock_ghz
+    # moving free size 32: a new stationary costs max(min(64, 128), 32) + 64 cycles, a reused
+    # one only the moving pass 32 + 64
+    same = _four_matmuls(same_stationary=True).busy_ns["tensor"]
+    other = _four_matmuls(same_stationary=False).busy_ns["tensor"]
+    assert same == pytest.approx((128 + 3 * 96) / clock)
+    assert other == pytest.approx(4 * 128 / clock)
