@@ -215,7 +215,8 @@ def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint
                     "small-dma",
                     ins.loc,
                     f"{ins.api or ins.op} moves {c.bytes_per_partition} B per partition "
-                    f"(< {SMALL_DMA_BYTES} B): per-transfer overhead dominates; load bigger tiles",
+                    f"(< {SMALL_DMA_BYTES} B): per-transfer overhead dominates; move bigger "
+                    "tiles per transfer",
                     waste,
                 )
             )

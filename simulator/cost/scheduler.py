@@ -307,7 +307,9 @@ class _State:
     def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
         values = range(lp.start, lp.stop, lp.step)
         n = len(values)
-        need = min(n, self._min_iterations(lp))
+        # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's)
+        cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> (len(loops) - 1))
+        need = min(n, self._min_iterations(lp), cap)
         outer, seen = self.touched, set()
         last = None
         for i in range(n):
@@ -319,7 +321,7 @@ class _State:
                 continue
             period = self._period(snap)[0]
             steady = last is not None and abs(period - last) <= 1e-6 * max(period, 1.0)
-            if steady or i + 1 >= MAX_SIMULATED_ITERATIONS:
+            if steady or i + 1 >= cap:
                 self._extrapolate(snap, values, i + 1, lp, seen)
                 break
             last = period
