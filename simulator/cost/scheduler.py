@@ -3,15 +3,19 @@
 Each compute engine and each DMA queue runs its instructions in program order. An instruction
 starts when its engine (and any port it shares with another engine on this generation) is free
 and the instructions it depends on have finished: read-after-write, write-after-read and
-write-after-write on the same on-chip buffer (one SBUF/PSUM block of a tile allocated in a loop
-counts per allocation, double-buffered as the compiler rotates them) or HBM tensor. DMA
-transfers of all queues share the core's DMA bandwidth and start a fixed latency after their
-dependencies are met.
+write-after-write on the same memory. On-chip memory is tracked per block of a tile (the block
+dimensions before the partition dimension) and per allocation: a tile allocated in a loop
+rotates through as many buffers as fit (``buffers_for``), so iteration i+n only waits for
+iteration i. HBM is tracked per tensor; stores to one HBM tensor are taken to write disjoint
+regions. DMA transfers start a fixed latency after their dependencies are met and share the
+core's DMA bandwidth (a transfer fills the gaps other queues leave).
 
-Loops are not unrolled: the first few iterations are scheduled, and the change of the schedule
-over the last one (its period and per-engine busy time) is multiplied by the remaining trip
-count, which is exact once the pipeline reaches its steady state (iterations have static
-shapes, so every iteration costs the same)."""
+Loops are not unrolled: iterations are scheduled until every rotating buffer has been reused
+and the period (how far one iteration advances the schedule) repeats; the remaining
+iterations are then added as that period and the last iteration's busy time, each times the
+remaining trip count. Iterations have static shapes, so every iteration costs the same, and
+the result equals scheduling every iteration once the pipeline is in its steady state
+(tests/cost/test_model.py checks this)."""
 
 from __future__ import annotations
 
