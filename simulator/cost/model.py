@@ -12,6 +12,7 @@ from nki.ir import Access, Instr, KernelIR
 from nki.optable import OPS
 
 from .table import (
+    FAST_COPY_OPS,
     FREE_KINDS,
     ISA_ENGINES,
     KIND_ENGINES,
@@ -195,8 +196,10 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
     if factor == 2.0 and srcs_psum:
         factor = 1.0  # one operand read from PSUM streams alongside the SBUF one [isa-cost]
     dts = {ir.tensor(a.tensor).dtype for a in accs}
+    buffers = {ir.tensor(a.tensor).buffer for a in accs}
     if dts and all(dtypes.itemsize(d) == 2 for d in dts):
-        factor /= row.bf16_speedup
+        fast = name in FAST_COPY_OPS and not srcs_psum and "psum" not in buffers
+        factor /= row.bf16_copy_speedup if fast else row.bf16_speedup
     penalty = any(_innermost_stride_bytes(a, ir) > t.stride_penalty_bytes for a in accs)
     cycles = max(row.min_ii_cycles, factor * n) * (2.0 if penalty else 1.0)
     cycles += OP_EXTRA_CYCLES.get(name, 0) + row.access_overhead_cycles

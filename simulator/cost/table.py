@@ -20,6 +20,7 @@ class EngineRow:
     min_ii_cycles: int  # minimum initiation interval of a small instruction
     access_overhead_cycles: int  # static cost of starting an SBUF/PSUM access
     bf16_speedup: float = 1.0  # elements per lane per cycle for 2-byte types vs fp32
+    bf16_copy_speedup: float = 1.0  # perf mode: 2-byte SBUF copy / tensor_scalar [arch-v3]
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,13 @@ _V2 = {
 }
 _V3 = {
     "tensor": EngineRow(2.4, 64, 0),  # 2.4 GHz [arch-v3]
-    "vector": EngineRow(0.96, 64, 60, 2.0),  # 512 bf16 / 256 other elems per cycle [arch-v3]
+    "vector": EngineRow(0.96, 64, 60, 2.0, 4.0),  # 512 bf16 / 256 other per cycle [arch-v3]
     "scalar": EngineRow(1.2, 64, 60),  # 1.2 GHz, 128 elems/cycle [arch-v3]
     "gpsimd": EngineRow(1.2, 150, 60),  # 1.2 GHz [arch-v3]
 }
 _V4 = {
     "tensor": EngineRow(2.4, 64, 0),  # 2.4 GHz [arch-v4]
-    "vector": EngineRow(1.2, 64, 60, 2.0),  # 512 bf16 / 256 other elems per cycle [arch-v4]
+    "vector": EngineRow(1.2, 64, 60, 2.0, 4.0),  # 512 bf16 / 256 other per cycle [arch-v4]
     "scalar": EngineRow(1.2, 64, 60, 2.0),  # 256 bf16 / 128 other elems per cycle [arch-v4]
     "gpsimd": EngineRow(1.2, 150, 60),  # 1.2 GHz, 128 elems/cycle [arch-v4]
 }
@@ -135,6 +136,8 @@ OP_FACTORS: dict[str, float] = {
     "select_reduce": 2.0,
     "tensor_copy_predicated": 2.0,
 }
+# Vector ops that run 4x on 2-byte SBUF data in the NC-v3+ performance mode [arch-v3]
+FAST_COPY_OPS = frozenset({"copy", "tensor_copy", "tensor_scalar", "memset"})
 # Extra cycles on top of max(MIN_II, N) [isa-cost]: tensor_scalar_reduce / activation_reduce +64.
 OP_EXTRA_CYCLES: dict[str, int] = {"tensor_scalar_reduce": 64, "activation_reduce": 64}
 

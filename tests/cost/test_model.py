@@ -272,3 +272,22 @@ def test_stationary_load_is_skipped_when_consecutive_matmuls_share_it():
     other = _four_matmuls(same_stationary=False).busy_ns["tensor"]
     assert same == pytest.approx((128 + 3 * 96) / clock)
     assert other == pytest.approx(4 * 128 / clock)
+
+
+@nki.jit
+def copy_tile(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.copy(nl.load(a)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "target,dtype,per_cycle",
+    [("trn1", nl.bfloat16, 1), ("trn2", nl.float32, 1), ("trn2", nl.bfloat16, 4)],
+)
+def test_vector_copy_cost_per_generation_and_dtype(target, dtype, per_cycle):
+    r = nki.estimate(copy_tile, target=target)(nt.tensor[[128, 2048], dtype])
+    row = table_for(target).engines["vector"]
+    # elements per partition / elements per lane per cycle, plus the access overhead
+    expected = (2048 / per_cycle + row.access_overhead_cycles) / row.clock_ghz
+    assert _site(r, "nl.copy").ns == pytest.approx(expected)
