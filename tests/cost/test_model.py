@@ -195,7 +195,12 @@ def test_estimate_accepts_arrays_and_reports_bad_arguments():
     a = np.zeros((256, 1024), np.float32)
     r1 = nki.estimate(copy_rows)(a)
     r2 = nki.estimate(copy_rows)(nt.tensor[[256, 1024], nl.float32])
-    assert r1.latency_ns == r2.latency_ns and r1.target == "trn2"
+
+    class ShapeDtype:  # e.g. jax.ShapeDtypeStruct: shape and dtype, no data
+        shape, dtype = (256, 1024), np.dtype("float32")
+
+    r3 = nki.estimate(copy_rows)(ShapeDtype())
+    assert r1.latency_ns == r2.latency_ns == r3.latency_ns and r1.target == "trn2"
     with pytest.raises(nki.NKIError, match="bad arguments for kernel 'copy_rows'") as e:
         nki.estimate(copy_rows)(a, a)
     assert e.value.loc is not None and e.value.loc.file == __file__
@@ -291,3 +296,8 @@ def test_vector_copy_cost_per_generation_and_dtype(target, dtype, per_cycle):
     # elements per partition / elements per lane per cycle, plus the access overhead
     expected = (2048 / per_cycle + row.access_overhead_cycles) / row.clock_ghz
     assert _site(r, "nl.copy").ns == pytest.approx(expected)
+
+
+def test_estimate_rejects_an_unknown_target():
+    with pytest.raises(nki.NKIError, match="unknown platform target 'trn9'"):
+        nki.estimate(copy_rows, target="trn9")(nt.tensor[[128, 128], nl.float32])
