@@ -5,8 +5,10 @@ On hardware these compile a kernel and measure or profile it on a NeuronCore. He
 kernel in the simulator, so a script written for them runs unmodified and its results can be
 checked; compile and profiling options (``save_neff_name``, ``save_trace_name``,
 ``working_directory``, ``profile_nth``, ``additional_compile_opt``, ...) are accepted and
-ignored. Latencies reported by ``benchmark_result`` are the simulator's wall-clock time, not a
-hardware estimate.
+ignored. Latencies reported by ``benchmark_result`` are the cost model's estimate
+(``simulator.cost``, README "Performance estimates"); the simulator's wall-clock time per run is
+kept in ``benchmark_result.wall_us``. ``nki.profile(save_trace_name=...)`` writes the estimate's
+Perfetto / Chrome trace JSON there.
 
 Both accept shape placeholders as arguments, as the classic tools do:
 ``kernel(nt.tensor[[250, 512], nl.float32])`` runs the kernel on a seeded random array of that
@@ -145,22 +147,26 @@ def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
 
 
 class _Latency:
-    """Latency samples in microseconds (simulator wall-clock time)."""
+    """Latency samples in microseconds."""
 
     def __init__(self, samples_us: list[float]) -> None:
         self.samples_us = samples_us
 
     def get_latency_percentile(self, percentile: float) -> float:
-        """The ``percentile``-th percentile of the measured samples, in microseconds."""
+        """The ``percentile``-th percentile of the samples, in microseconds."""
         return float(np.percentile(self.samples_us, percentile))
 
 
 class BenchmarkResult:
-    """``kernel.benchmark_result``: ``nc_latency.get_latency_percentile(p)`` in microseconds.
-    Measured as simulator wall-clock time per run (not a hardware latency estimate)."""
+    """``kernel.benchmark_result``: ``nc_latency.get_latency_percentile(p)`` is the cost
+    model's estimated NeuronCore latency in microseconds (deterministic: every percentile is
+    the estimate); ``estimate`` is the full report and ``wall_us`` the simulator's wall-clock
+    time per run."""
 
-    def __init__(self, samples_us: list[float]) -> None:
-        self.nc_latency = _Latency(samples_us)
+    def __init__(self, wall_us: list[float], estimate: Any) -> None:
+        self.wall_us = _Latency(wall_us)
+        self.estimate = estimate
+        self.nc_latency = _Latency([estimate.latency_us])
 
 
 class _ToolKernel(Kernel):
@@ -171,12 +177,13 @@ class _ToolKernel(Kernel):
         super().__init__(fn, mode=mode, **options)
         self.runs = max(1, int(runs))
         self.benchmark_result: BenchmarkResult | None = None
+        self.trace_path: str | None = None
 
     def __getitem__(self, grid: object) -> Launch:
         return _ToolLaunch(self, parse_grid(grid))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _ToolLaunch(self, parse_grid(()))(*args, **kwargs)
+        return _ToolLaunch(self, self.default_grid)(*args, **kwargs)
 
 
 class _ToolLaunch(Launch):
@@ -190,7 +197,14 @@ class _ToolLaunch(Launch):
             t0 = time.perf_counter()
             out = super().__call__(*args, **kwargs)
             samples.append((time.perf_counter() - t0) * 1e6)
-        kernel.benchmark_result = BenchmarkResult(samples)
+        from simulator.cost import estimate_ir
+
+        report = estimate_ir(kernel.last_ir)  # type: ignore[arg-type]
+        kernel.benchmark_result = BenchmarkResult(samples, report)
+        if kernel.trace_path:
+            from simulator.cost.export import write_trace
+
+            write_trace(report, kernel.trace_path)
         return out
 
 
@@ -211,20 +225,28 @@ _IGNORED = (
 def _tool(mode: str, kernel: Any, options: dict[str, Any]) -> Any:
     runs = 1
     kept = {k: v for k, v in options.items() if k not in _IGNORED}
-    if kernel is None:
-        return lambda f: _ToolKernel(f, mode, runs, **kept)
-    return _ToolKernel(kernel, mode, runs, **kept)
+    trace_path = options.get("save_trace_name") if mode == "profile" else None
+
+    def make(f: Any) -> _ToolKernel:
+        k = _ToolKernel(f, mode, runs, **kept)
+        k.trace_path = trace_path
+        return k
+
+    return make if kernel is None else make(kernel)
 
 
 def benchmark(kernel: Any = None, **options: Any) -> Any:
     """Classic ``nki.benchmark(warmup=, iters=, save_neff_name=, ...)``: here the kernel runs
     once per call in the simulator (results are returned as usual) and
-    ``kernel.benchmark_result.nc_latency.get_latency_percentile(p)`` reports the simulator's
-    wall-clock time in microseconds. Hardware-only options are accepted and ignored."""
+    ``kernel.benchmark_result.nc_latency.get_latency_percentile(p)`` reports the cost model's
+    estimated latency in microseconds (``benchmark_result.estimate`` is the full report).
+    Hardware-only options are accepted and ignored."""
     return _tool("benchmark", kernel, options)
 
 
 def profile(kernel: Any = None, **options: Any) -> Any:
     """Classic ``nki.profile(working_directory=, save_neff_name=, profile_nth=, ...)``: here the
-    kernel runs in the simulator and returns its outputs; no profile files are written."""
+    kernel runs in the simulator and returns its outputs; ``kernel.benchmark_result.estimate``
+    is the cost model's report, and ``save_trace_name=`` receives its Perfetto / Chrome trace
+    JSON. Other options are accepted and ignored."""
     return _tool("profile", kernel, options)

@@ -133,6 +133,10 @@ class Kernel:
     def __init__(
         self, fn: Any, mode: str = "auto", platform_target: str | None = None, **options: Any
     ) -> None:
+        # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
+        self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
+        if isinstance(fn, Launch):
+            fn = fn.kernel
         if isinstance(fn, Kernel):
             fn = fn.fn
         if not callable(fn):
@@ -157,7 +161,7 @@ class Kernel:
         return Launch(self, parse_grid(grid))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return Launch(self, Grid(()))(*args, **kwargs)
+        return Launch(self, self.default_grid)(*args, **kwargs)
 
     def configure(self, **overrides: Any) -> Kernel:
         """This kernel with other simulator settings for the calls made through it
@@ -412,7 +416,7 @@ def _as_launch(kernel: Any) -> Launch:
     if isinstance(kernel, Launch):
         return kernel
     if isinstance(kernel, Kernel):
-        return Launch(kernel, Grid(()))
+        return Launch(kernel, kernel.default_grid)
     if callable(kernel):
         return Launch(Kernel(kernel), Grid(()))
     raise NKITypeError(f"expected a kernel, got {type(kernel).__name__}")

@@ -8,7 +8,9 @@ from pathlib import Path
 SIM = Path(__file__).resolve().parents[2] / "simulator"
 ALLOWED_NKI = {"nki.ir", "nki.errors", "nki.optable", "nki.dtypes", "nki.targets",
                "nki.symbolic", "nki.isa.spec"}  # fmt: skip
-LAZY_OK = {"numba", ".numba_rt"}  # importing numba is slow and may fail: on first use only
+# optional dependencies, imported on first use: numba (slow to import, may fail) and matplotlib
+# (the ``plot`` extra of the PNG timeline)
+LAZY_OK = {"numba", ".numba_rt", "matplotlib", "matplotlib.pyplot"}
 
 
 def _imports(tree: ast.AST):
