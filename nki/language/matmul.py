@@ -16,10 +16,12 @@ from ..tracer import (
     NkiTensor,
     _Assigned,
     check_partitions,
+    classic_mode,
     emit,
     operand,
     require_buffer,
     result_tile,
+    stage_psum_operand,
     to_mask,
 )
 
@@ -65,8 +67,7 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
     Example: ``acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)``;
     ``acc += nl.matmul(a_t, b, transpose_x=True)``."""
     api = "nl.matmul"
-    from ..classic import stage_psum_operand  # classic mode: PSUM operands staged in SBUF
-
+    # classic mode: PSUM operands staged in SBUF
     x, y = stage_psum_operand(x, api), stage_psum_operand(y, api)
     xa, xt = _tile2d(x, api, "x")
     ya, yt = _tile2d(y, api, "y")
@@ -110,8 +111,6 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
 
 def _classic_group() -> tuple[tuple[str, Any], ...]:
     """Classic mode: ``psum += nl.matmul(...)`` on a fresh PSUM tile starts the group."""
-    from ..classic import classic_mode
-
     return (("psum_group", True),) if classic_mode() else ()
 
 
