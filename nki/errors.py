@@ -71,8 +71,6 @@ def _is_internal(filename: str) -> bool:
 def user_stacklevel() -> int:
     """``stacklevel`` for ``warnings.warn`` called from nki-sim code: the warning points at the
     first frame outside nki-sim (the user's call), not at simulator internals."""
-    import sys
-
     frame, level = sys._getframe(1), 1
     while frame is not None and _is_internal(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
