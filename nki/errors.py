@@ -3,7 +3,7 @@
 Every error a kernel author can provoke is an :class:`NKIError`. It carries
 
 * ``code``: the classic error code where one exists (``err_num_partition_exceed_arch_limit``...),
-  so the user can look it up in the NKI error catalogue;
+  listed with its meaning in ``nki.error_codes`` (``err.meaning``);
 * ``loc``: the kernel source location (file, line, column) of the offending statement;
 * ``instance`` / ``core``: for run-time errors, the SPMD grid instance and physical core;
 * ``related``: other source locations involved (e.g. the second write of a race).
@@ -19,6 +19,8 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+
+from .error_codes import meaning
 
 __all__ = [
     "NKIError",
@@ -115,6 +117,11 @@ class NKIError(Exception):
         self.core = core
         self.related = tuple(related)
         super().__init__(self._format())
+
+    @property
+    def meaning(self) -> str:
+        """The code's one-line meaning from the error-code catalogue ('' without a code)."""
+        return meaning(self.code) if self.code else ""
 
     def with_context(self, *, loc: SrcLoc | None = None, instance=None, core=None) -> NKIError:
         """Fill in missing location / instance information (keeps what is already set)."""
