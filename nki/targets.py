@@ -92,7 +92,8 @@ FP8_DTYPES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
 
 @dataclass(frozen=True)
 class IsaRules:
-    """What one NeuronCore generation's engines accept (see nki-api.md sections 1.11, 1.12, 3).
+    """What one NeuronCore generation's engines accept (per the NKI ISA reference and the
+    architecture guide of each generation).
 
     Each field is consulted by exactly one check in ``nki/isa/rules.py``."""
 
