@@ -3,6 +3,7 @@ other's trace state (the trace stack is thread-local)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -81,3 +82,45 @@ def test_trace_stack_is_empty_in_a_new_thread():
     a = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)
     np.testing.assert_array_equal(k(a), a)
     assert seen == [False]
+
+
+def test_one_kernel_called_from_many_threads():
+    """Eight threads call one kernel with different scalars while Python switches threads as
+    often as it can; every result matches NumPy and nothing is reported."""
+
+    @nki.jit
+    def scale(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 64):
+            t = nl.load(x[i * 64 : (i + 1) * 64, :])
+            nl.store(out[i * 64 : (i + 1) * 64, :], value=nl.multiply(t, s))
+        return out
+
+    x = np.random.default_rng(3).standard_normal((128, 32)).astype(np.float32)
+    failures: list[str] = []
+
+    def run(tid: int) -> None:
+        for j in range(8):
+            s = float(tid * 10 + j)
+            try:
+                got = scale(x, s)
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                failures.append(f"s={s}: {e!r}")
+                continue
+            if not np.array_equal(got, x * np.float32(s)):
+                failures.append(f"s={s}: wrong result")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not failures, failures[:5]
+    # the cache holds only correct traces afterwards
+    for s in (1.5, -2.0, 7.0):
+        np.testing.assert_array_equal(scale(x, s), x * np.float32(s))
