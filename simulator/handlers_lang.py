@@ -10,7 +10,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.ir import Access, Const, Instr
-from nki.optable import ATOMIC_UFUNCS, OPS
+from nki.optable import OPS
 
 from . import numerics
 from .interpreter import Ctx, handler
@@ -220,6 +220,8 @@ def _const(instr: Instr, ctx: Ctx) -> None:
 def _atomic_rmw(instr: Instr, ctx: Ctx) -> None:
     """nl.atomic_rmw: dst = op(dst, value) element by element; repeated destination elements
     (an indirect index naming a row twice) receive every update, in tile order."""
+    from nki.language.hbm_ops import ATOMIC_UFUNCS
+
     dst, src = instr.dst, instr.srcs[0]
     assert isinstance(dst, Access)
     sel = ctx.mask(instr)

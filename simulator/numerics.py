@@ -11,7 +11,11 @@ from typing import Any
 import numpy as np
 
 from nki import dtypes
-from nki.dtypes import cast, round_tf32, storage_dtype  # noqa: F401 - re-exported: a dtype fact
+
+# value conversion on write is a dtype fact (nki.dtypes); the executors use it from here
+storage_dtype = dtypes.storage_dtype
+cast = dtypes.cast
+round_tf32 = dtypes.round_tf32
 
 
 def to_compute(x: np.ndarray, *, exact_int: bool = False) -> np.ndarray:
