@@ -17,14 +17,25 @@ shape and dtype.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import numpy as np
 
 from . import dtypes
+from .ir import Access
 from .jit import Kernel, Launch, parse_grid
+from .tracer import (
+    NeedsUnroll,
+    NkiTensor,
+    as_2d,
+    classic_mode,
+    emit,
+    new_tensor,
+    set_classic_mode,
+    unrolling,
+)
+from .typing import _TensorType
 
 __all__ = [
     "trace",
@@ -39,67 +50,19 @@ __all__ = [
 ]
 
 
-_CLASSIC_MODE = [os.environ.get("NKI_CLASSIC", "0") == "1"]
-
-
-def classic_mode() -> bool:
-    """Whether classic-compiler behaviours are on (see :func:`set_classic_mode`)."""
-    return _CLASSIC_MODE[-1]
-
-
-def set_classic_mode(on: bool) -> None:
-    """Classic-compiler mode: behaviours of the classic NKI compiler that real kernels (AWS's
-    flash attention and allocated kernels) rely on, but that nki-sim otherwise reports as
-    errors:
-
-    * Python ``if`` on loop iterators (``if i * 128 >= j * 512:``): a condition that holds for
-      every iteration (or for none) is decided at trace time; one that varies makes the loops
-      involved unroll (the kernel is retraced with them unrolled, so the ``if`` sees concrete
-      iterators). Conditions on tile indices or program ids stay errors.
-    * ``psum += matmul(...)`` into a PSUM tile that was allocated but not initialised starts a
-      PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
-      reading uninitialised memory.
-    * a matmul operand that lives in PSUM (``nc_transpose`` result) is copied to SBUF first.
-
-    Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
-    and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
-    mode it was traced with."""
-    _CLASSIC_MODE[-1] = bool(on)
-
-
-def stage_psum_operand(x: Any, api: str) -> Any:
-    """Classic mode: a Tensor-engine operand that lives in PSUM (e.g. an ``nc_transpose``
-    result fed straight to ``nc_matmul``, as in AWS's flash-attention backward kernel) is
-    copied to SBUF first, as the classic compiler does; anything else is returned as is."""
-    from .tracer import NkiTensor, TileOps, _Assigned, emit, operand, result_tile
-
-    if not classic_mode() or not isinstance(x, (TileOps, _Assigned)):
-        return x
-    acc, t = operand(x.view if isinstance(x, _Assigned) else x, api, "operand")
-    if t.decl.buffer != "psum":
-        return x
-    staged: NkiTensor = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
-    emit("copy", "copy", staged.access_(), (acc,), api=api)
-    return staged
-
-
 def trace_with_unrolling(do_trace: Any) -> Any:
     """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
     iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
     at least one new call site)."""
-    from .tracer import UNROLL_SITES, NeedsUnroll
-
     sites: frozenset[tuple[str, int, int]] = frozenset()
     while True:
-        UNROLL_SITES.append(sites)
         try:
-            return do_trace()
+            with unrolling(sites):
+                return do_trace()
         except NeedsUnroll as e:
             if e.sites <= sites:
                 raise
             sites = sites | e.sites
-        finally:
-            UNROLL_SITES.pop()
 
 
 def trace(func: Any = None, **kwargs: Any) -> Any:
@@ -113,8 +76,6 @@ def trace(func: Any = None, **kwargs: Any) -> Any:
 def materialize_placeholder(arg: Any, rng: np.random.Generator) -> Any:
     """An array for a classic shape placeholder ``nt.tensor[[P, F], dtype]`` (uniform in [0, 1)
     for floats, small non-negative integers otherwise); any other argument is returned as is."""
-    from .typing import _TensorType
-
     if not isinstance(arg, _TensorType) or not arg.shape:
         return arg
     spec = arg.shape
@@ -133,9 +94,6 @@ def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
     ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
     the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
     single-instance launch; other returns are left for the caller to reject."""
-    from .ir import Access
-    from .tracer import NkiTensor, as_2d, emit, new_tensor
-
     if not isinstance(r, NkiTensor) or not r.decl.on_chip:
         return r
     if grid_shape and int(np.prod(grid_shape)) > 1:
