@@ -61,15 +61,15 @@ def _small_ref(a, b):
     return z + z.sum(axis=1, keepdims=True)
 
 
-_EXEC: list[float] = []  # time spent inside simulator.interpreter.run (either backend)
+_EXEC: list[float] = []  # time spent inside simulator.launch.run (either backend)
 
 
 def _timed_executor() -> None:
     """Record the executor's share of each launch (without the launch path's input / output
     copies, which are the same for both backends)."""
-    from simulator import interpreter
+    from simulator import launch
 
-    inner = interpreter.run
+    inner = launch.run
 
     def run(*a, **kw):
         t0 = time.perf_counter()
@@ -78,7 +78,7 @@ def _timed_executor() -> None:
         finally:
             _EXEC.append(time.perf_counter() - t0)
 
-    interpreter.run = run
+    launch.run = run
 
 
 def _median(fn, repeat: int) -> tuple[float, float]:

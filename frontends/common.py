@@ -17,7 +17,8 @@ import numpy as np
 from nki import dtypes
 from nki.errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing
 from nki.ir import Grid, KernelIR
-from nki.jit import Kernel, Launch, parse_grid
+from nki.jit import Kernel, Launch, check_grid_fits, parse_grid
+from nki.language.core import nc, spmd_dim
 
 # Frames in these packages are never "the user's line" for an error raised at the framework
 # boundary (a jax.jit trace or a torch.compile graph puts many of their frames in between).
@@ -84,7 +85,6 @@ def resolve_launch(kernel: Any, grid: Any = None, *, api: str = "nki_call") -> L
 
 def check_grid(grid: Any, *, api: str = "nki_call") -> None:
     """``grid``: a non-empty tuple (or list) of positive ints, ``nl.nc`` or ``nl.spmd_dim``."""
-    from nki.language.core import nc, spmd_dim
 
     def ok(g: Any) -> bool:
         if isinstance(g, (nc, spmd_dim)):
@@ -180,8 +180,6 @@ def trace_signature(
     If the arguments leave parameters unbound and ``out_specs`` is given, the kernel uses the
     legacy convention: the missing trailing parameters are the outputs, with ``out_specs``'
     shapes. Tracing is cached by the kernel, so a later run with the same shapes is free."""
-    from nki.jit import _check_grid
-
     sig = inspect.signature(launch.kernel.fn)
     legacy = False
     out_params: tuple[str, ...] = ()
@@ -198,7 +196,7 @@ def trace_signature(
     bound.apply_defaults()
     cfg = launch.kernel.config()
     try:
-        _check_grid(launch.grid, cfg.target)
+        check_grid_fits(launch.grid, cfg.target)
         ir = launch.kernel.trace(launch.grid, bound, cfg.target)
     except NKIError as e:
         raise user_facing(e) from None

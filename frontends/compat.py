@@ -13,6 +13,7 @@ Run a classic script with the aliases in place::
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import types
@@ -113,15 +114,33 @@ def uninstall() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``nki-compat script.py [args]``: run a classic NKI script with the aliases installed."""
+    """``nki-compat [--profile[=trace.json]] script.py [args]``: run a classic NKI script with
+    the aliases installed; ``--profile`` prints the performance estimate of every kernel the
+    script launched and (with a path) writes the Perfetto / Chrome trace JSON of each."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    profile, trace_out = False, None
+    while argv and argv[0].startswith("--profile"):
+        profile = True
+        trace_out = argv.pop(0).partition("=")[2] or trace_out
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m frontends.compat script.py [args...]", file=sys.stderr)
+        print(
+            "usage: python -m frontends.compat [--profile[=trace.json]] script.py [args...]",
+            file=sys.stderr,
+        )
         return 2
+    if profile:
+        from nki.estimates import record_launches
+
+        with record_launches() as irs:
+            code = _run_script(argv)
+        _print_estimates(irs, trace_out)
+        return code
+    return _run_script(argv)
+
+
+def _run_script(argv: list[str]) -> int:
     script = argv[0]
     install()
-    import os
-
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
@@ -130,6 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         code = e.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
+
+
+def _print_estimates(irs: list, trace_out: str | None) -> None:
+    from simulator.cost import estimate_ir
+    from simulator.cost.export import write_trace
+
+    for i, ir in enumerate(irs):
+        report = estimate_ir(ir)
+        print(report.summary())
+        if trace_out:
+            stem, ext = os.path.splitext(trace_out)
+            path = trace_out if i == 0 else f"{stem}-{i}{ext or '.json'}"
+            print(f"  trace: {write_trace(report, path)}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from nki.errors import NKIError
-from nki.jit import Launch
+from nki.jit import Launch, register_frontend
 
 from . import common
 from .common import OutSpec, as_tuple, boundary_loc, check_dtype, placeholder
@@ -270,3 +270,10 @@ def custom_vjp(
 
     f.defvjp(f_fwd, f_bwd)
     return f
+
+
+def _jit_call(launch: Launch, args: tuple, kwargs: dict) -> Any:
+    return call(launch, tuple(args), dict(kwargs))
+
+
+register_frontend("jax", ("jax", "jaxlib"), _jit_call)  # nki.jit kernels called with JAX arrays

@@ -17,6 +17,7 @@ are copied first (and copied back if the kernel writes them), never misread.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import ml_dtypes
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 
 from nki.errors import NKIError, NKITypeError
-from nki.jit import Kernel, Launch
+from nki.jit import Kernel, Launch, register_frontend
 
 from . import common
 from .common import OutSpec, as_tuple, boundary_loc, placeholder, unsupported_dtype
@@ -198,8 +199,6 @@ def _forward(pair: KernelPair, inputs: tuple, statics: dict[str, Any] | None = N
 
 def _accepted(fn: Any, names: list[str]) -> list[str]:
     """The names among ``names`` that the Python function ``fn`` takes as keyword arguments."""
-    import inspect
-
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -284,8 +283,6 @@ def _fake_outputs(
 
 def _kernel_params(k: Any) -> list[Any]:
     """The parameters (``inspect.Parameter``) of a kernel or launch's Python function."""
-    import inspect
-
     fn = (k.kernel if isinstance(k, Launch) else k).fn
     return list(inspect.signature(fn).parameters.values())
 
@@ -457,5 +454,7 @@ def custom_op(
     op.register_autograd(backward_fn, setup_context=setup_context)
     return op
 
+
+register_frontend("torch", ("torch",), launch)  # nki.jit kernels called with torch tensors
 
 from . import torch_backend as _torch_backend  # noqa: E402,F401  (registers backend "nki")

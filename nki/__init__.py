@@ -6,10 +6,12 @@ with ``@nki.jit`` and call it with NumPy arrays."""
 from . import errors, language, typing
 from .classic import benchmark, profile, trace  # classic tooling entry points
 from .errors import NKIError
+from .estimates import estimate
 from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
 from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.tensor)
 
 __version__ = "0.1.0"
+
 
 __all__ = [
     "jit",
@@ -18,6 +20,7 @@ __all__ = [
     "baremetal",
     "benchmark",
     "profile",
+    "estimate",
     "trace",
     "Kernel",
     "Launch",

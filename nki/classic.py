@@ -5,8 +5,10 @@ On hardware these compile a kernel and measure or profile it on a NeuronCore. He
 kernel in the simulator, so a script written for them runs unmodified and its results can be
 checked; compile and profiling options (``save_neff_name``, ``save_trace_name``,
 ``working_directory``, ``profile_nth``, ``additional_compile_opt``, ...) are accepted and
-ignored. Latencies reported by ``benchmark_result`` are the simulator's wall-clock time, not a
-hardware estimate.
+ignored. Latencies reported by ``benchmark_result`` are the cost model's estimate
+(``simulator.cost``, README "Performance estimates"); the simulator's wall-clock time per run is
+kept in ``benchmark_result.wall_us``. ``nki.profile(save_trace_name=...)`` writes the estimate's
+Perfetto / Chrome trace JSON there.
 
 Both accept shape placeholders as arguments, as the classic tools do:
 ``kernel(nt.tensor[[250, 512], nl.float32])`` runs the kernel on a seeded random array of that
@@ -15,14 +17,25 @@ shape and dtype.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import numpy as np
 
 from . import dtypes
+from .ir import Access
 from .jit import Kernel, Launch, parse_grid
+from .tracer import (
+    NeedsUnroll,
+    NkiTensor,
+    as_2d,
+    classic_mode,
+    emit,
+    new_tensor,
+    set_classic_mode,
+    unrolling,
+)
+from .typing import _TensorType
 
 __all__ = [
     "trace",
@@ -37,67 +50,19 @@ __all__ = [
 ]
 
 
-_CLASSIC_MODE = [os.environ.get("NKI_CLASSIC", "0") == "1"]
-
-
-def classic_mode() -> bool:
-    """Whether classic-compiler behaviours are on (see :func:`set_classic_mode`)."""
-    return _CLASSIC_MODE[-1]
-
-
-def set_classic_mode(on: bool) -> None:
-    """Classic-compiler mode: behaviours of the classic NKI compiler that real kernels (AWS's
-    flash attention and allocated kernels) rely on, but that nki-sim otherwise reports as
-    errors:
-
-    * Python ``if`` on loop iterators (``if i * 128 >= j * 512:``): a condition that holds for
-      every iteration (or for none) is decided at trace time; one that varies makes the loops
-      involved unroll (the kernel is retraced with them unrolled, so the ``if`` sees concrete
-      iterators). Conditions on tile indices or program ids stay errors.
-    * ``psum += matmul(...)`` into a PSUM tile that was allocated but not initialised starts a
-      PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
-      reading uninitialised memory.
-    * a matmul operand that lives in PSUM (``nc_transpose`` result) is copied to SBUF first.
-
-    Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
-    and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
-    mode it was traced with."""
-    _CLASSIC_MODE[-1] = bool(on)
-
-
-def stage_psum_operand(x: Any, api: str) -> Any:
-    """Classic mode: a Tensor-engine operand that lives in PSUM (e.g. an ``nc_transpose``
-    result fed straight to ``nc_matmul``, as in AWS's flash-attention backward kernel) is
-    copied to SBUF first, as the classic compiler does; anything else is returned as is."""
-    from .tracer import NkiTensor, TileOps, _Assigned, emit, operand, result_tile
-
-    if not classic_mode() or not isinstance(x, (TileOps, _Assigned)):
-        return x
-    acc, t = operand(x.view if isinstance(x, _Assigned) else x, api, "operand")
-    if t.decl.buffer != "psum":
-        return x
-    staged: NkiTensor = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
-    emit("copy", "copy", staged.access_(), (acc,), api=api)
-    return staged
-
-
 def trace_with_unrolling(do_trace: Any) -> Any:
     """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
     iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
     at least one new call site)."""
-    from .tracer import UNROLL_SITES, NeedsUnroll
-
     sites: frozenset[tuple[str, int, int]] = frozenset()
     while True:
-        UNROLL_SITES.append(sites)
         try:
-            return do_trace()
+            with unrolling(sites):
+                return do_trace()
         except NeedsUnroll as e:
             if e.sites <= sites:
                 raise
             sites = sites | e.sites
-        finally:
-            UNROLL_SITES.pop()
 
 
 def trace(func: Any = None, **kwargs: Any) -> Any:
@@ -111,8 +76,6 @@ def trace(func: Any = None, **kwargs: Any) -> Any:
 def materialize_placeholder(arg: Any, rng: np.random.Generator) -> Any:
     """An array for a classic shape placeholder ``nt.tensor[[P, F], dtype]`` (uniform in [0, 1)
     for floats, small non-negative integers otherwise); any other argument is returned as is."""
-    from .typing import _TensorType
-
     if not isinstance(arg, _TensorType) or not arg.shape:
         return arg
     spec = arg.shape
@@ -131,9 +94,6 @@ def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
     ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
     the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
     single-instance launch; other returns are left for the caller to reject."""
-    from .ir import Access
-    from .tracer import NkiTensor, as_2d, emit, new_tensor
-
     if not isinstance(r, NkiTensor) or not r.decl.on_chip:
         return r
     if grid_shape and int(np.prod(grid_shape)) > 1:
@@ -145,22 +105,26 @@ def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
 
 
 class _Latency:
-    """Latency samples in microseconds (simulator wall-clock time)."""
+    """Latency samples in microseconds."""
 
     def __init__(self, samples_us: list[float]) -> None:
         self.samples_us = samples_us
 
     def get_latency_percentile(self, percentile: float) -> float:
-        """The ``percentile``-th percentile of the measured samples, in microseconds."""
+        """The ``percentile``-th percentile of the samples, in microseconds."""
         return float(np.percentile(self.samples_us, percentile))
 
 
 class BenchmarkResult:
-    """``kernel.benchmark_result``: ``nc_latency.get_latency_percentile(p)`` in microseconds.
-    Measured as simulator wall-clock time per run (not a hardware latency estimate)."""
+    """``kernel.benchmark_result``: ``nc_latency.get_latency_percentile(p)`` is the cost
+    model's estimated NeuronCore latency in microseconds (deterministic: every percentile is
+    the estimate); ``estimate`` is the full report and ``wall_us`` the simulator's wall-clock
+    time per run."""
 
-    def __init__(self, samples_us: list[float]) -> None:
-        self.nc_latency = _Latency(samples_us)
+    def __init__(self, wall_us: list[float], estimate: Any) -> None:
+        self.wall_us = _Latency(wall_us)
+        self.estimate = estimate
+        self.nc_latency = _Latency([estimate.latency_us])
 
 
 class _ToolKernel(Kernel):
@@ -171,12 +135,13 @@ class _ToolKernel(Kernel):
         super().__init__(fn, mode=mode, **options)
         self.runs = max(1, int(runs))
         self.benchmark_result: BenchmarkResult | None = None
+        self.trace_path: str | None = None
 
     def __getitem__(self, grid: object) -> Launch:
         return _ToolLaunch(self, parse_grid(grid))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _ToolLaunch(self, parse_grid(()))(*args, **kwargs)
+        return _ToolLaunch(self, self.default_grid)(*args, **kwargs)
 
 
 class _ToolLaunch(Launch):
@@ -190,7 +155,14 @@ class _ToolLaunch(Launch):
             t0 = time.perf_counter()
             out = super().__call__(*args, **kwargs)
             samples.append((time.perf_counter() - t0) * 1e6)
-        kernel.benchmark_result = BenchmarkResult(samples)
+        from simulator.cost import estimate_ir
+
+        report = estimate_ir(kernel.last_ir)  # type: ignore[arg-type]
+        kernel.benchmark_result = BenchmarkResult(samples, report)
+        if kernel.trace_path:
+            from simulator.cost.export import write_trace
+
+            write_trace(report, kernel.trace_path)
         return out
 
 
@@ -211,20 +183,28 @@ _IGNORED = (
 def _tool(mode: str, kernel: Any, options: dict[str, Any]) -> Any:
     runs = 1
     kept = {k: v for k, v in options.items() if k not in _IGNORED}
-    if kernel is None:
-        return lambda f: _ToolKernel(f, mode, runs, **kept)
-    return _ToolKernel(kernel, mode, runs, **kept)
+    trace_path = options.get("save_trace_name") if mode == "profile" else None
+
+    def make(f: Any) -> _ToolKernel:
+        k = _ToolKernel(f, mode, runs, **kept)
+        k.trace_path = trace_path
+        return k
+
+    return make if kernel is None else make(kernel)
 
 
 def benchmark(kernel: Any = None, **options: Any) -> Any:
     """Classic ``nki.benchmark(warmup=, iters=, save_neff_name=, ...)``: here the kernel runs
     once per call in the simulator (results are returned as usual) and
-    ``kernel.benchmark_result.nc_latency.get_latency_percentile(p)`` reports the simulator's
-    wall-clock time in microseconds. Hardware-only options are accepted and ignored."""
+    ``kernel.benchmark_result.nc_latency.get_latency_percentile(p)`` reports the cost model's
+    estimated latency in microseconds (``benchmark_result.estimate`` is the full report).
+    Hardware-only options are accepted and ignored."""
     return _tool("benchmark", kernel, options)
 
 
 def profile(kernel: Any = None, **options: Any) -> Any:
     """Classic ``nki.profile(working_directory=, save_neff_name=, profile_nth=, ...)``: here the
-    kernel runs in the simulator and returns its outputs; no profile files are written."""
+    kernel runs in the simulator and returns its outputs; ``kernel.benchmark_result.estimate``
+    is the cost model's report, and ``save_trace_name=`` receives its Perfetto / Chrome trace
+    JSON. Other options are accepted and ignored."""
     return _tool("profile", kernel, options)

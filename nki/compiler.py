@@ -16,12 +16,14 @@ The decorators ``skip_middle_end_transformations``, ``enable_stack_allocator`` a
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from . import dtypes
 from .errors import NKITypeError, user_loc
 from .language.core import Buffer
 
@@ -43,6 +45,10 @@ class AllocatedBuffer(Buffer):
     def __init__(self, name: str, allocation: Any) -> None:
         super().__init__(name)
         self.allocation = allocation
+
+    def placement(self, shape: tuple[int, ...], par_dim: int, dtype: str) -> tuple[int, ...]:
+        """Where a tensor of this shape allocated in this buffer lives (see ``placement_of``)."""
+        return placement_of(self, shape, par_dim, dtype)
 
     def __repr__(self) -> str:
         return f"ncc.{self.name}.allocated({self.allocation!r})"
@@ -134,8 +140,6 @@ def _call_placement(func: Callable[..., Any], idx: tuple[int, ...], pdim: int, f
     """The classic compiler passes ``idx``, ``pdim_size`` and ``fdim_size`` by name (kernels
     bind other parameters first with ``functools.partial``); plain positional functions work
     too."""
-    import inspect
-
     try:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):
@@ -153,8 +157,6 @@ def placement_of(
     ``i % num_*_tiles`` (so fewer slots than tiles reuse memory on purpose); ``alloc(func)``
     asks ``func(block_index, pdim_size, fdim_size)`` for each block's (bank,) partition and
     byte address."""
-    from . import dtypes
-
     blocks = shape[:par_dim]
     per_block = dtypes.itemsize(dtype)
     for n in shape[par_dim + 1 :]:

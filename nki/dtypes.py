@@ -225,3 +225,52 @@ def scalar_dtype(value: object) -> str:
     if isinstance(value, float):
         return "float32"
     raise NKITypeError(f"expected a number, got {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------------------------
+# Value conversion on write (the same rules everywhere a value lands in a typed tensor)
+# --------------------------------------------------------------------------------------------
+
+
+def storage_dtype(name: str, precise_fp: bool = True) -> np.dtype:
+    """The NumPy dtype a tensor of NKI dtype ``name`` is stored as."""
+    if not precise_fp and is_float(name) and INFO[name].bits < 32:
+        return np.dtype(np.float32)
+    return storage(name)
+
+
+def cast(x: np.ndarray, name: str, precise_fp: bool = True) -> np.ndarray:
+    """Convert computed values to storage for NKI dtype ``name``.
+
+    Floats round to nearest-even (ml_dtypes). Float -> int rounds to nearest-even, NaN -> 0,
+    and saturates at the type's limits; int -> narrower int saturates too."""
+    target = storage_dtype(name, precise_fp)
+    x = np.asarray(x)
+    if x.dtype == target:
+        return x
+    kind = INFO[name].kind
+    if kind == "b":
+        return x != 0
+    if kind in ("i", "u"):
+        info = np.iinfo(target)
+        if x.dtype.kind == "f":
+            xf = x.astype(np.float64) if x.dtype != np.float64 else x
+            xf = np.nan_to_num(np.rint(xf), nan=0.0, posinf=info.max, neginf=info.min)
+            return np.clip(xf, info.min, info.max).astype(target)
+        xi = x.astype(np.int64)
+        return np.clip(xi, info.min, info.max).astype(target)
+    if x.dtype.kind in "iub" or x.dtype == np.float64:
+        x = x.astype(np.float32)  # engines see fp32 values
+    if name == "tfloat32":
+        return round_tf32(x.astype(np.float32))
+    return x.astype(target)
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """Round fp32 to the 10-bit mantissa of tfloat32 (nearest-even), kept in fp32 storage."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    finite = np.isfinite(x)
+    lsb = (bits >> 13) & 1
+    rounded = ((bits + 0xFFF + lsb) >> 13) << 13
+    out = np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
+    return out

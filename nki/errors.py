@@ -3,7 +3,7 @@
 Every error a kernel author can provoke is an :class:`NKIError`. It carries
 
 * ``code``: the classic error code where one exists (``err_num_partition_exceed_arch_limit``...),
-  so the user can look it up in the NKI error catalogue;
+  listed with its meaning in ``nki.error_codes`` (``err.meaning``);
 * ``loc``: the kernel source location (file, line, column) of the offending statement;
 * ``instance`` / ``core``: for run-time errors, the SPMD grid instance and physical core;
 * ``related``: other source locations involved (e.g. the second write of a race).
@@ -19,6 +19,8 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+
+from .error_codes import meaning
 
 __all__ = [
     "NKIError",
@@ -75,8 +77,6 @@ def _is_internal(filename: str) -> bool:
 def user_stacklevel() -> int:
     """``stacklevel`` for ``warnings.warn`` called from nki-sim code: the warning points at the
     first frame outside nki-sim (the user's call), not at simulator internals."""
-    import sys
-
     frame, level = sys._getframe(1), 1
     while frame is not None and _is_internal(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
@@ -121,6 +121,11 @@ class NKIError(Exception):
         self.core = core
         self.related = tuple(related)
         super().__init__(self._format())
+
+    @property
+    def meaning(self) -> str:
+        """The code's one-line meaning from the error-code catalogue ('' without a code)."""
+        return meaning(self.code) if self.code else ""
 
     def with_context(self, *, loc: SrcLoc | None = None, instance=None, core=None) -> NKIError:
         """Fill in missing location / instance information (keeps what is already set)."""

@@ -15,6 +15,7 @@ capacity, loop-carried dependencies) without running the kernel.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -354,8 +355,6 @@ class Grid:
 
     def instances(self) -> Iterator[tuple[int, ...]]:
         """All instance indices in row-major order."""
-        import itertools
-
         return itertools.product(*(range(n) for n in self.shape))
 
     def core_of(self, instance: tuple[int, ...]) -> int:

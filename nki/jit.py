@@ -3,10 +3,13 @@ grids in the simulator."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
 import math
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
@@ -14,7 +17,11 @@ import numpy as np
 from . import dtypes
 from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
 from .ir import Grid, GridDim, KernelIR, TensorDecl
+from .targets import get_target
 from .tracer import NkiTensor, TraceState, new_trace, tracing
+
+from simulator.launch import SimConfig  # isort: skip
+from simulator.launch import launch as simulator_launch  # isort: skip
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
@@ -62,13 +69,53 @@ def _is_array(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
+# Framework adapters ("frontends"): each registers the call that runs a launch on its
+# tensors, under the top-level modules of the tensor types it takes. Installed frontends are
+# found through the "nki.frontends" entry-point group (name: such a module, value: the frontend
+# module, which registers itself on import), loaded when such a tensor first reaches a kernel.
+FrontendCall = Callable[["Launch", tuple, dict], Any]
+FRONTENDS: dict[str, tuple[str, FrontendCall]] = {}  # tensor module -> (framework, call)
+ENTRY_POINT_GROUP = "nki.frontends"
+_entry_points: dict[str, Any] | None = None
+
+
+def register_frontend(framework: str, modules: tuple[str, ...], call: FrontendCall) -> None:
+    """Route kernel calls whose arguments are tensors of a type defined under ``modules``
+    (top-level module names, e.g. ``("jax", "jaxlib")``) to ``call(launch, args, kwargs)``."""
+    for m in modules:
+        FRONTENDS[m] = (framework, call)
+
+
+def _installed_frontends() -> dict[str, Any]:
+    global _entry_points
+    if _entry_points is None:
+        _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return _entry_points
+
+
 def _framework(x: object) -> str | None:
-    mod = type(x).__module__
-    if mod.startswith("torch"):
-        return "torch"
-    if mod.startswith(("jax", "jaxlib")):
-        return "jax"
-    return None
+    """The top-level module of ``x``'s type when a frontend takes such tensors."""
+    mod = type(x).__module__.partition(".")[0]
+    if mod in FRONTENDS:
+        return mod
+    if mod in ("numpy", "builtins") or mod not in _installed_frontends():
+        return None
+    _installed_frontends()[mod].load()  # the frontend registers itself on import
+    return mod if mod in FRONTENDS else None
+
+
+def _dispatch(launch: Launch, modules: set[str], args: tuple, kwargs: dict) -> Any:
+    """Run a launch whose arguments are framework tensors through that framework's frontend;
+    tensors of two frameworks in one call are an error."""
+    frameworks = {FRONTENDS[m][0] for m in modules}
+    if len(frameworks) > 1:
+        raise NKIError(
+            f"kernel '{launch.kernel.fn.__name__}' was called with a mix of "
+            f"{' and '.join(sorted(frameworks))} tensors; pass tensors of one framework",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    return FRONTENDS[next(iter(modules))][1](launch, args, kwargs)
 
 
 def _static_key(v: object) -> object:
@@ -86,6 +133,10 @@ class Kernel:
     def __init__(
         self, fn: Any, mode: str = "auto", platform_target: str | None = None, **options: Any
     ) -> None:
+        # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
+        self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
+        if isinstance(fn, Launch):
+            fn = fn.kernel
         if isinstance(fn, Kernel):
             fn = fn.fn
         if not callable(fn):
@@ -110,14 +161,12 @@ class Kernel:
         return Launch(self, parse_grid(grid))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return Launch(self, Grid(()))(*args, **kwargs)
+        return Launch(self, self.default_grid)(*args, **kwargs)
 
     def configure(self, **overrides: Any) -> Kernel:
         """This kernel with other simulator settings for the calls made through it
         (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``), e.g.
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
-        import copy
-
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:
             raise NKIError(f"unknown simulator setting(s) {sorted(bad)}", code="err_invalid_config")
@@ -129,9 +178,7 @@ class Kernel:
         k.config()  # validate now
         return k
 
-    def config(self, **overrides: Any):
-        from simulator.config import SimConfig
-
+    def config(self, **overrides: Any) -> SimConfig:
         cfg = SimConfig.from_env()
         over = dict(self.config_overrides)
         over.update({k: v for k, v in overrides.items() if v is not None})
@@ -172,8 +219,6 @@ class Kernel:
             ) from None
 
     def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
-        from nki.targets import get_target
-
         from .typing import annotation_of
 
         target = get_target(target_name)
@@ -319,19 +364,13 @@ class Launch:
             return self.kernel.fn(*args, **kwargs)
         fw = {_framework(a) for a in list(args) + list(kwargs.values())} - {None}
         if fw:
-            from frontends import dispatch
-
-            return dispatch(self, fw, args, kwargs)
+            return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
         try:
             return self.run_numpy(*args, **kwargs)
         except NKIError as e:
             raise user_facing(e) from None
 
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
-        from simulator import interpreter
-        from simulator.capacity import check_hbm
-        from simulator.checks import static_checks
-
         k = self.kernel
         cfg = _config if _config is not None else k.config()
         try:
@@ -346,41 +385,14 @@ class Launch:
                 hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)
-        _check_grid(self.grid, cfg.target)
+        check_grid_fits(self.grid, cfg.target)
         ir = k.trace(self.grid, bound, cfg.target)
-        if cfg.checks != "none":
-            static_checks(ir, cfg)
-        else:
-            check_hbm(ir, cfg.target)  # always: an oversized HBM tensor would exhaust the host
-        inputs = {}
-        for name in ir.params:
-            v = bound.arguments[name]
-            inputs[name] = interpreter.storage_input(v, ir.tensor(name).dtype, cfg)
-        arrays, info = interpreter.run(ir, inputs, cfg)
-        k.last_run = info
-        if not ir.returns_outputs:
-            for name in ir.outputs:
-                user = bound.arguments[name]
-                user[...] = interpreter.output_array(arrays[name], ir.tensor(name).dtype)
-            return None
-        outs = tuple(
-            interpreter.output_array(
-                interpreter.output_view(arrays, ir, n, cfg.precise_fp), ir.tensor(n).dtype
-            )
-            for n in ir.outputs
-        )
-        for n in ir.outputs:  # mutable parameters returned: update the caller's array too
-            name = ir.tensor(n).alias_of or n
-            if name in ir.params:
-                bound.arguments[name][...] = interpreter.output_array(
-                    arrays[name], ir.tensor(name).dtype
-                )
-        return outs[0] if len(outs) == 1 else outs
+        result, k.last_run = simulator_launch(ir, bound.arguments, cfg)
+        return result
 
 
-def _check_grid(grid: Grid, target_name: str) -> None:
-    from nki.targets import get_target
-
+def check_grid_fits(grid: Grid, target_name: str) -> None:
+    """The grid's physical cores fit the target's logical NeuronCore (``max_lnc``)."""
     t = get_target(target_name)
     if grid.num_cores > t.max_lnc:
         raise NKIError(
@@ -404,7 +416,7 @@ def _as_launch(kernel: Any) -> Launch:
     if isinstance(kernel, Launch):
         return kernel
     if isinstance(kernel, Kernel):
-        return Launch(kernel, Grid(()))
+        return Launch(kernel, kernel.default_grid)
     if callable(kernel):
         return Launch(Kernel(kernel), Grid(()))
     raise NKITypeError(f"expected a kernel, got {type(kernel).__name__}")

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dtypes import INFO, promote, storage
+from .errors import NKITypeError, user_loc
+
 F32 = np.float32
 
 
@@ -147,9 +150,25 @@ class Op:
     doc: str = ""
     activation: bool = False  # usable as a Scalar-engine activation function
     domain: tuple[float, float] | None = None  # documented valid input range
+    # nl.atomic_rmw can apply it: ``fn`` is a NumPy ufunc whose ``.at`` applies repeated
+    # indices one after another (a scatter-add keeps every update)
+    atomic: bool = False
+    # fp32 scalar expression over ``{a}`` (``{b}``) the Numba backend compiles: exact IEEE
+    # arithmetic (one rounding), so it equals the NumPy result; None: not compiled natively
+    native: str | None = None
+    # the native expression is also exact on integral operands (0/1, integers below 2**24), so
+    # rows the interpreter runs in exact int64 may be compiled too
+    native_int: bool = False
 
 
 _V, _S, _G = "vector", "scalar", "gpsimd"
+_ONE, _ZERO = "np.float32(1.0)", "np.float32(0.0)"
+
+
+def _cmp(expr: str) -> str:
+    """Native expression of a 0/1-valued op."""
+    return f"({_ONE} if ({expr}) else {_ZERO})"
+
 
 OPS: dict[str, Op] = {}
 
@@ -159,8 +178,36 @@ def _add(op: Op) -> None:
 
 
 # ---- binary arithmetic -----------------------------------------------------------------------
-_add(Op("add", 2, np.add, (_V, _G, _S), "promote", True, reduce=np.sum, identity=0.0, doc="x + y"))
-_add(Op("subtract", 2, np.subtract, (_V, _G), "promote", True, doc="x - y"))
+_add(
+    Op(
+        "add",
+        2,
+        np.add,
+        (_V, _G, _S),
+        "promote",
+        True,
+        reduce=np.sum,
+        identity=0.0,
+        doc="x + y",
+        atomic=True,
+        native="np.float32({a} + {b})",
+        native_int=True,
+    )
+)
+_add(
+    Op(
+        "subtract",
+        2,
+        np.subtract,
+        (_V, _G),
+        "promote",
+        True,
+        doc="x - y",
+        atomic=True,
+        native="np.float32({a} - {b})",
+        native_int=True,
+    )
+)
 _add(
     Op(
         "multiply",
@@ -172,9 +219,12 @@ _add(
         reduce=np.prod,
         identity=1.0,
         doc="x * y",
+        atomic=True,
+        native="np.float32({a} * {b})",
+        native_int=True,
     )
 )
-_add(Op("divide", 2, _div, (_V,), "promote", doc="x / y"))
+_add(Op("divide", 2, _div, (_V,), "promote", doc="x / y", native="np.float32({a} / {b})"))
 _add(
     Op(
         "maximum",
@@ -186,6 +236,9 @@ _add(
         reduce=np.max,
         identity=-np.inf,
         doc="element-wise maximum",
+        atomic=True,
+        native="fmax({a}, {b})",
+        native_int=True,
     )
 )
 _add(
@@ -199,6 +252,9 @@ _add(
         reduce=np.min,
         identity=np.inf,
         doc="element-wise minimum",
+        atomic=True,
+        native="fmin({a}, {b})",
+        native_int=True,
     )
 )
 _add(Op("power", 2, _power, (_G, _V), "promote", doc="x ** y"))
@@ -206,14 +262,15 @@ _add(Op("fmod", 2, _fmod, (_V,), "promote", True, doc="remainder with the sign o
 _add(Op("mod", 2, _mod, (_V,), "promote", True, doc="remainder with the sign of y (Python %)"))
 # ---- comparisons and logic (results are 0/1) ---------------------------------------------------
 for _n, _fn, _d in [
-    ("equal", np.equal, "x == y"),
-    ("not_equal", np.not_equal, "x != y"),
-    ("greater", np.greater, "x > y"),
-    ("greater_equal", np.greater_equal, "x >= y"),
-    ("less", np.less, "x < y"),
-    ("less_equal", np.less_equal, "x <= y"),
+    ("equal", np.equal, "{a} == {b}"),
+    ("not_equal", np.not_equal, "{a} != {b}"),
+    ("greater", np.greater, "{a} > {b}"),
+    ("greater_equal", np.greater_equal, "{a} >= {b}"),
+    ("less", np.less, "{a} < {b}"),
+    ("less_equal", np.less_equal, "{a} <= {b}"),
 ]:
-    _add(Op(_n, 2, _fn, (_V, _G), "bool", True, doc=_d + " (1 or 0)"))
+    _doc = _d.format(a="x", b="y") + " (1 or 0)"
+    _add(Op(_n, 2, _fn, (_V, _G), "bool", True, doc=_doc, native=_cmp(_d), native_int=True))
 _add(
     Op(
         "logical_and",
@@ -225,6 +282,8 @@ _add(
         reduce=lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims),
         identity=1.0,
         doc="x and y",
+        native=_cmp("({a} != 0) and ({b} != 0)"),
+        native_int=True,
     )
 )
 _add(
@@ -238,6 +297,8 @@ _add(
         reduce=lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims),
         identity=0.0,
         doc="x or y",
+        native=_cmp("({a} != 0) or ({b} != 0)"),
+        native_int=True,
     )
 )
 _add(
@@ -251,6 +312,8 @@ _add(
         reduce=lambda x, axis, keepdims: np.sum(x != 0, axis=axis, keepdims=keepdims) % 2,
         identity=0.0,
         doc="x xor y",
+        native=_cmp("({a} != 0) != ({b} != 0)"),
+        native_int=True,
     )
 )
 # ---- bit-vector ops (integer dtypes only, Vector engine only) --------------------------------
@@ -264,6 +327,7 @@ _add(
         True,
         True,
         reduce=np.bitwise_and.reduce,
+        atomic=True,
         doc="x & y on bit patterns",
     )
 )
@@ -277,6 +341,7 @@ _add(
         True,
         True,
         reduce=np.bitwise_or.reduce,
+        atomic=True,
         doc="x | y on bit patterns",
     )
 )
@@ -290,6 +355,7 @@ _add(
         True,
         True,
         reduce=np.bitwise_xor.reduce,
+        atomic=True,
         doc="x ^ y on bit patterns",
     )
 )
@@ -338,6 +404,21 @@ _U = [
     ("square", np.square, (_S,), True, None, "x * x"),
     ("copy", lambda x: x, (_S, _V, _G), True, None, "identity"),
 ]
+# fp32 expressions the Numba backend compiles for unary rows (the ``native`` column)
+_U_NATIVE = {
+    "abs": "np.float32(abs({a}))",
+    "negative": "np.float32(-{a})",
+    "sign": "fsign({a})",
+    "ceil": "np.float32(np.ceil({a}))",
+    "floor": "np.float32(np.floor({a}))",
+    "trunc": "np.float32(np.trunc({a}))",
+    "sqrt": "np.float32(np.sqrt({a}))",
+    "rsqrt": "np.float32(np.float32(1.0) / np.float32(np.sqrt({a})))",
+    "reciprocal": "np.float32(np.float32(1.0) / {a})",
+    "square": "np.float32({a} * {a})",
+    "relu": "fmax({a}, np.float32(0.0))",
+    "copy": "{a}",
+}
 for _n, _fn, _eng, _act, _dom, _d in _U:
     exact = _n in ("abs", "negative", "sign", "square", "copy")
 
@@ -347,20 +428,49 @@ for _n, _fn, _eng, _act, _dom, _d in _U:
         with np.errstate(all="ignore"):
             return _fn(x)
 
-    _add(Op(_n, 1, _wrapped, _eng, "same", exact, activation=_act, domain=_dom, doc=_d))
+    _add(
+        Op(
+            _n,
+            1,
+            _wrapped,
+            _eng,
+            "same",
+            exact,
+            activation=_act,
+            domain=_dom,
+            doc=_d,
+            native=_U_NATIVE.get(_n),
+            native_int=exact,
+        )
+    )
 
-_add(Op("logical_not", 1, lambda x: x == 0, (_V, _G), "bool", True, doc="not x (1 or 0)"))
+_add(
+    Op(
+        "logical_not",
+        1,
+        lambda x: x == 0,
+        (_V, _G),
+        "bool",
+        True,
+        doc="not x (1 or 0)",
+        native=_cmp("{a} == 0"),
+        native_int=True,
+    )
+)
 
 BINARY = tuple(n for n, o in OPS.items() if o.arity == 2)
 UNARY = tuple(n for n, o in OPS.items() if o.arity == 1 and n != "copy")
 REDUCERS = tuple(n for n, o in OPS.items() if o.reduce is not None)
 BITVEC = tuple(n for n, o in OPS.items() if o.bitvec)
+# nl.atomic_rmw's ops: name -> the NumPy ufunc applied with ``ufunc.at``
+ATOMIC_UFUNCS: dict[str, np.ufunc] = {n: o.fn for n, o in OPS.items() if o.atomic}  # type: ignore[misc]
+# the Numba backend's natively compiled rows: name -> fp32 expression over {a} / {b}
+NATIVE: dict[str, str] = {n: o.native for n, o in OPS.items() if o.native is not None}
+NATIVE_INT_OK = frozenset(n for n, o in OPS.items() if o.native_int and o.native is not None)
 
 
 def result_dtype(op: Op, in_dtypes: list[str]) -> str:
     """Result dtype by the row's rule: promote the inputs, keep the input's, or bool (0/1)."""
-    from .dtypes import promote
-
     if op.result == "bool":
         return "bool_"  # classic comparisons / logic default to dtype=bool (stored as 1 byte)
     if op.result == "same":
@@ -385,8 +495,6 @@ def apply(op: Op, vals: list[object] | tuple[object, ...], bit_dtype: str | None
     give 0. Every other row simply calls ``op.fn``."""
     if not op.bitvec or bit_dtype is None:
         return op.fn(*vals)
-    from .dtypes import INFO, storage
-
     info = INFO[bit_dtype]
     if info.kind not in "iub":
         return op.fn(*vals)
@@ -418,8 +526,6 @@ def lookup(op: object) -> Op:
     if name is None and isinstance(op, str):
         name = op
     if name is None or name not in OPS:
-        from .errors import NKITypeError, user_loc
-
         raise NKITypeError(
             f"unsupported op {getattr(op, '__name__', op)!r}: expected an nki.language op "
             f"(e.g. nl.add) or one of the NumPy equivalents",
@@ -434,8 +540,6 @@ def lookup_reducer(op: object, api: str) -> Op:
     the row must have an identity (add, multiply, maximum, minimum, ...)."""
     row = lookup(op)
     if row.identity is None:
-        from .errors import NKITypeError, user_loc
-
         raise NKITypeError(
             f"'{api}' needs a reduction operator (add, multiply, maximum, minimum, ...); "
             f"{row.name} has no identity",

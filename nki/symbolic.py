@@ -6,10 +6,16 @@ symbols) is a clear error at the user's line, as in the real NKI compiler."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .errors import NKIControlFlowError, NKIError, NKIIndexError, user_loc
 from .ir import Affine, Cond, IndexExpr
+
+# Set by the tracer (a layer above) when it is imported: ``decide_condition(pred)`` decides a
+# Python ``if`` on a predicate, ``unroll_for_division(op, a, b)`` returns the error (or classic
+# unrolling request) for ``//`` / ``%`` on a loop iterator, or None.
+TRACE_HOOKS: dict[str, Callable[..., Any]] = {}
 
 _CMP_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
@@ -69,9 +75,7 @@ class _Traced:
 
 def _non_affine(op: str, a: object, b: object) -> NKIError:
     if op in ("//", "%"):
-        from .tracer import unroll_for_division
-
-        unroll = unroll_for_division(op, a, b)
+        unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
         if unroll is not None:
             return unroll
     hint = (
@@ -321,9 +325,7 @@ class Pred(_Traced):
 
     def __bool__(self) -> bool:
         # classic kernels write ``if i * 128 >= j * 512:`` on loop iterators (nki.classic)
-        from .tracer import decide_condition
-
-        return decide_condition(self)
+        return TRACE_HOOKS["decide_condition"](self)
 
     def __invert__(self) -> Pred:
         flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}

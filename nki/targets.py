@@ -5,6 +5,8 @@ Sources: the NKI architecture guides for NeuronCore-v2/v3/v4 and the direct-allo
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nki.errors import NKIError
@@ -61,6 +63,17 @@ def get_target(name: str) -> Target:
     return TARGETS[target_name(name)]
 
 
+# environment variables that select the target outside a kernel call, first match wins
+TARGET_ENV_VARS = ("NEURON_PLATFORM_TARGET_OVERRIDE", "NKI_SIM_TARGET")
+
+
+def env_target(env: Mapping[str, str] | None = None) -> Target:
+    """The target the environment selects (``TARGET_ENV_VARS``), else ``DEFAULT_TARGET``."""
+    env = os.environ if env is None else env
+    names = [env.get(v) for v in TARGET_ENV_VARS]
+    return get_target(next((n for n in names if n), DEFAULT_TARGET))
+
+
 # --------------------------------------------------------------------------------------------
 # Per-target nki.isa rules (engine / ALU op / dtype acceptance, Tensor-engine limits)
 # --------------------------------------------------------------------------------------------
@@ -79,7 +92,8 @@ FP8_DTYPES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2")
 
 @dataclass(frozen=True)
 class IsaRules:
-    """What one NeuronCore generation's engines accept (see nki-api.md sections 1.11, 1.12, 3).
+    """What one NeuronCore generation's engines accept (per the NKI ISA reference and the
+    architecture guide of each generation).
 
     Each field is consulted by exactly one check in ``nki/isa/rules.py``."""
 

@@ -6,7 +6,20 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+import textwrap
+import threading
 from typing import Any
+
+from .errors import NKIShapeError, SrcLoc
+from .tracer import TileOps
+
+# CPython 3.11's AST conversion is not safe in concurrent threads (ast.parse can raise "AST
+# constructor recursion depth mismatch"); kernels traced in parallel parse their source one at
+# a time
+_PARSE_LOCK = threading.Lock()
 
 
 class _TensorType:
@@ -21,8 +34,6 @@ class _TensorType:
     def __instancecheck__(self, obj: Any) -> bool:
         """``isinstance(x, nt.tensor)``: x is a kernel tensor or tile (kernels check their
         arguments so), of the annotated shape if one is given."""
-        from .tracer import TileOps
-
         if not isinstance(obj, TileOps):
             return False
         return self.shape is None or tuple(obj.shape) == tuple(self.shape)
@@ -68,30 +79,25 @@ def annotation_of(ann: Any) -> _TensorType | None:
 def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
     """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
     name -> (annotation, line of the assignment)."""
-    import ast
-    import inspect
-    import textwrap
-
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError):
         return {}
-    try:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except SyntaxError:
-        return {}
     out: dict[str, tuple[_TensorType, int]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            ann = _eval_annotation(node.annotation, fn)
-            if ann is not None and ann.shape is not None:
-                out[node.target.id] = (ann, first + node.lineno - 1)
+    with _PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
+        try:
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except SyntaxError:
+            return {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                ann = _eval_annotation(node.annotation, fn)
+                if ann is not None and ann.shape is not None:
+                    out[node.target.id] = (ann, first + node.lineno - 1)
     return out
 
 
 def _eval_annotation(expr: Any, fn: Any) -> _TensorType | None:
-    import ast
-
     try:
         value = eval(  # noqa: S307 - the kernel's own annotation, in the kernel's globals
             compile(ast.Expression(expr), "<annotation>", "eval"), dict(fn.__globals__)
@@ -113,8 +119,6 @@ class local_shape_checks:  # noqa: N801 - used as a context manager
         self._old: Any = None
 
     def __enter__(self) -> local_shape_checks:
-        import sys
-
         if not self.anns:
             return self
         code = self.fn.__code__
@@ -139,8 +143,6 @@ class local_shape_checks:  # noqa: N801 - used as a context manager
         return self
 
     def _check(self, frame: Any, name: str, line: int) -> None:
-        from .errors import NKIShapeError, SrcLoc
-
         ann, _ = self.anns[name]
         value = frame.f_locals.get(name)
         shape = getattr(value, "shape", None)
@@ -154,7 +156,5 @@ class local_shape_checks:  # noqa: N801 - used as a context manager
             )
 
     def __exit__(self, *exc: object) -> None:
-        import sys
-
         if self.anns:
             sys.settrace(self._old)

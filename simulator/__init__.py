@@ -1,9 +1,9 @@
-"""Executors for the nki-sim kernel IR: the NumPy reference interpreter, numerics, the memory
-model, targets and checks."""
+"""Executors for the nki-sim kernel IR: the NumPy reference interpreter and the Numba backend,
+the memory model, numerics, static checks and launching (``launch.py``)."""
 
 from nki.targets import TARGETS, Target, get_target
 
 from .config import SimConfig
-from .interpreter import RunInfo, run
+from .launch import RunInfo, run
 
 __all__ = ["SimConfig", "RunInfo", "run", "TARGETS", "Target", "get_target"]

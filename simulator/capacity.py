@@ -13,12 +13,16 @@ partition."""
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from nki import dtypes
 from nki.errors import NKIMemoryError, SrcLoc
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 from nki.targets import Target, get_target, isa_rules
+
+from . import numerics
+from .host import host_available_bytes
 
 
 def bytes_per_partition(decl: TensorDecl) -> int:
@@ -199,10 +203,17 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
             (lv for lv in ranges if lv.decl.buffer == buf and lv.decl.placement is None),
             key=lambda lv: lv.start,
         )
-        for lv in mine:
-            alive = [o for o in mine if o.start <= lv.start <= o.end]
-            total = sum(physical.get(o.decl.name, bytes_per_partition(o.decl)) for o in alive)
+        # sweep in allocation order, keeping the live tiles in a heap by end: O(n log n)
+        live: list[tuple[int, int, int]] = []  # (end, index in mine, bytes)
+        total = 0
+        for k, lv in enumerate(mine):
+            while live and live[0][0] < lv.start:
+                total -= heapq.heappop(live)[2]
+            size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
+            heapq.heappush(live, (lv.end, k, size))
+            total += size
             if total > cap:
+                alive = [mine[i] for _, i, _ in sorted(live, key=lambda e: e[1])]
                 listing = "; ".join(_fmt(o, physical) for o in alive)
                 extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
                 raise NKIMemoryError(
@@ -265,3 +276,51 @@ def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
                 code="err_hbm_capacity_exceeded",
                 loc=d.loc,
             )
+
+
+HOST_CHECK_MIN_BYTES = 256 << 20  # below this a launch is not worth a /proc/meminfo read
+
+
+def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
+    """The host memory a launch holds at its peak fits the memory available now.
+
+    The simulator keeps every shared HBM tensor once and, for each grid instance, its private
+    HBM and on-chip tensors until the launch ends, so the peak is ``shared + instances x
+    per-instance``. Raises :class:`NKIMemoryError` ``err_host_memory_exhausted`` before anything
+    is allocated (instead of the OOM killer ending the process), at the tensor whose bytes bring
+    the total past the available memory, with the totals."""
+    copies = 1
+    for n in ir.grid.shape:
+        copies *= n
+    sized = []
+    for d in ir.tensors:
+        if d.kind == "param" or d.alias_of is not None:
+            continue
+        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
+        for s in d.shape:
+            n *= s
+        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
+    total = sum(n for _, n in sized)
+    if total <= HOST_CHECK_MIN_BYTES:
+        return
+    avail = host_available_bytes()
+    if total <= avail:
+        return
+    running, k = 0, 0
+    while running + sized[k][1] <= avail:  # total > avail: stops inside the list
+        running += sized[k][1]
+        k += 1
+    d, n = sized[k]
+    shared = sum(n for e, n in sized if e.buffer == "shared_hbm")
+    per_instance = (total - shared) // copies
+    raise NKIMemoryError(
+        f"the simulator would need {total} bytes of host memory for this launch "
+        f"({shared} bytes of shared HBM tensors + {copies} instance(s) x {per_instance} bytes of "
+        f"private HBM and on-chip tensors), but only {avail} bytes are available; tensor "
+        f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)} "
+        f"({n // (copies if d.buffer != 'shared_hbm' else 1)} bytes"
+        f"{' per instance' if d.buffer != 'shared_hbm' else ''}) brings the total past it. "
+        "Use smaller shapes or a smaller launch grid",
+        code="err_host_memory_exhausted",
+        loc=d.loc,
+    )

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from nki.ir import KernelIR
 
+from .bounds import check_bounds
+from .capacity import check_capacity, check_hbm
 from .config import SimConfig
+from .races import check_loop_carried, check_spmd_races
 
 # (id(ir), target) of kernels already checked; the IR is kept alive so ids are not reused
 _CHECKED: dict[tuple[int, str], KernelIR] = {}
@@ -20,10 +23,6 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
     """Run every static analysis on ``ir``; raises the first NKIError found.
 
     Results are cached per traced IR and target (the IR itself is cached per signature)."""
-    from .bounds import check_bounds
-    from .capacity import check_capacity, check_hbm
-    from .races import check_loop_carried, check_spmd_races
-
     key = (id(ir), config.target)
     if _CHECKED.get(key) is ir:
         return

@@ -1,9 +1,10 @@
 """Collectives between SPMD instances (``nl.all_reduce``).
 
-An instance that reaches a collective reads its input and stops (``interpreter._exec`` is a
-generator); when every running instance has stopped or ended, ``combine`` reduces the inputs of
-each group (the instances that differ only along the collective's program axes) and the
-instances go on, each writing the group's result into its own tile."""
+An instance that reaches a collective reads its input and stops (the interpreter's walk is a
+generator, see ``instances.py``); when every running instance has stopped or ended,
+``combine`` reduces the inputs of each group (the instances that differ only along the
+collective's program axes) and the instances go on, each writing the group's result into its
+own tile."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ from nki.ir import Access, Instr, LoopSym
 from nki.optable import OPS
 
 from . import numerics
-from .handlers_lang import _is_int_access
-from .interpreter import Ctx, handler
-from .isa_math import apply
+from .executors import executes
+from .isa.formulas import alu
+from .language.common import is_int_access
+from .memory import Ctx
 
 
 def _key(instr: Instr) -> tuple[str, int]:
     return ("all_reduce", id(instr))
 
 
-@handler("all_reduce")
+@executes("all_reduce")
 def _all_reduce(instr: Instr, ctx: Ctx) -> None:
     """First call: this instance's input (fp32, or exact int64 for integer tiles). Second
     call, after ``combine``: write the group's result."""
@@ -37,7 +39,7 @@ def _all_reduce(instr: Instr, ctx: Ctx) -> None:
     if result is not None:
         ctx.write(instr.dst, result, sel, None)
         return
-    exact = OPS[instr.op].exact_int and _is_int_access(src, ctx)
+    exact = OPS[instr.op].exact_int and is_int_access(src, ctx)
     x = numerics.to_compute(ctx.read(src, sel), exact_int=exact)
     ident = OPS[instr.op].identity
     if sel is not None:  # masked-off lanes take no part
@@ -66,7 +68,7 @@ def combine(
             _mismatch(instr, members, axes, grid, waiting)
         acc = ctxs[members[0]].state.pop(_key(instr))
         for m in members[1:]:
-            acc = apply(instr.op, acc, ctxs[m].state.pop(_key(instr)))
+            acc = alu(instr.op, acc, ctxs[m].state.pop(_key(instr)))
         for m in members:
             ctxs[m].state[_key(instr) + ("result",)] = acc
 

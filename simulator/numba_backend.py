@@ -11,8 +11,9 @@
   interpreter, silently.
 
 Results are those of the interpreter, bit for bit (see ``numba_codegen``): instructions that
-cannot be compiled that way run the interpreter's own handler from inside the compiled code
-("hosted"). Settings that need the interpreter's bookkeeping always use it:
+cannot be compiled that way run the interpreter's own executor from inside the compiled code
+("hosted", through ``interpreter.execute_instruction``). Settings that need the interpreter's
+bookkeeping always use it:
 ``checks="full"`` (uninitialised-read tracking) and ``shuffle_seed`` (shuffled order); with
 ``checks="none"`` the kernel must still pass the static bounds check (compiled code does not
 bounds-check unmasked accesses).
@@ -37,12 +38,18 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIError, user_stacklevel
-from nki.ir import KernelIR
+from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
 
 from . import numerics
+from .bounds import check_bounds
 from .config import SimConfig
+from .host import alias_array
+from .instances import RunInfo, Schedule
+from .interpreter import execute_instruction
 from .numba_codegen import Plan, Unsupported, generate
+
+NAME = "numba"
 
 # The cost model "auto" decides by, in seconds, measured on the 2-core development machine
 # (benchmarks/numba_vs_numpy.py and a compile-time sweep over kernel sizes). The interpreter pays
@@ -54,11 +61,18 @@ NUMBA_PER_ELEMENT = 2.5e-9
 COMPILE_BASE = 0.9  # a cold compile: ~0.9 s + 0.002 s x (instructions)^2 (6 -> 0.85 s, 82 -> 14 s)
 COMPILE_PER_INSTR2 = 0.002
 DISK_LOAD = 0.3  # loading the compiled kernel from the disk cache
+# Numba's compile time grows with the square of the generated function's size (250 unrolled
+# instructions: ~150 s CPU); above this many instructions the kernel is interpreted instead.
+MAX_INSTRUCTIONS = 120
 _VERSION = "1"  # bump when the generated code changes meaning
 
 
 class BackendFallbackWarning(UserWarning):
     """``backend="numba"`` was asked for a kernel it cannot compile; the interpreter ran it."""
+
+
+class CacheRepairedWarning(UserWarning):
+    """A corrupted Numba disk-cache entry of a kernel was deleted and the kernel recompiled."""
 
 
 # id(ir) -> (ir, precise_fp, plan or None, reason); the IR is kept alive so ids are not reused
@@ -101,12 +115,18 @@ def unsupported_reason(ir: KernelIR, config: SimConfig) -> str | None:
         return "shuffle_seed reorders instances / iterations in the interpreter"
     if config.checks == "none":
         # compiled code does not bounds-check unmasked accesses: they must be proven in bounds
-        from .bounds import check_bounds
-
         try:
             check_bounds(ir)
         except NKIError:
             return "an unmasked access fails the static bounds check"
+    n = sum(1 for _ in ir.instructions())
+    if n > MAX_INSTRUCTIONS:
+        return (
+            f"the kernel has {n} instructions after unrolling, more than the "
+            f"{MAX_INSTRUCTIONS} the Numba backend compiles (compile time grows with the square "
+            f"of the count: ~{COMPILE_BASE + COMPILE_PER_INSTR2 * n * n:.0f} s here); keep loops "
+            "rolled with nl.affine_range / nl.sequential_range instead of nl.static_range"
+        )
     p, reason = plan(ir, config)
     return None if p is not None else reason
 
@@ -153,6 +173,26 @@ def compiled(p: Plan) -> Any:
     fn = getattr(mod, p.func)
     _FUNCS[key] = fn
     return fn
+
+
+def _numba_cache_files(key: str) -> list[Path]:
+    """Numba's index / object files for the generated module ``key`` (next to it)."""
+    return sorted((cache_dir() / "__pycache__").glob(f"nki_{key}.*"))
+
+
+def _purge(p: Plan) -> bool:
+    """Forget the compiled kernel of ``p`` and delete its disk-cache entry; False when there was
+    no Numba cache entry on disk (then a failure is not the cache's fault)."""
+    key = _source_key(p)
+    files = _numba_cache_files(key)
+    _FUNCS.pop(key, None)
+    sys.modules.pop(f"nki_sim_generated_{key}", None)
+    for f in [*files, cache_dir() / f"nki_{key}.py"]:
+        try:
+            f.unlink()
+        except OSError:
+            pass
+    return bool(files)
 
 
 def is_compiled(p: Plan) -> bool:
@@ -204,7 +244,7 @@ def setup_cost(p: Plan) -> float:
 
 
 class _Host:
-    """Runs hosted instructions (the ones not compiled natively) with the interpreter's handlers,
+    """Runs hosted instructions (the ones not compiled natively) with the interpreter's executors,
     on the compiled kernel's arrays, with per-instance engine state like the interpreter's."""
 
     def __init__(self, ir: KernelIR, config: SimConfig, p: Plan) -> None:
@@ -218,7 +258,7 @@ class _Host:
 
     def storage(self, name: str, a: np.ndarray) -> np.ndarray:
         """The tensor in its storage dtype: one array object per allocation of the tensor, as
-        in the interpreter (handlers may key per-allocation state on the object)."""
+        in the interpreter (executors may key per-allocation state on the object)."""
         slot = self.plan.alloc_slots.get(name)
         epoch = int(self.epoch[slot]) if slot is not None else -1
         hit = self.views.get(name)
@@ -230,21 +270,15 @@ class _Host:
         return v
 
     def run_instr(self, index: int, env_vals: tuple) -> None:
-        """Instruction ``index`` with the interpreter's handler, symbols set to ``env_vals``."""
-        from nki.ir import PidSym
-
-        from .interpreter import Ctx, _exec_instr
-
+        """Instruction ``index`` with the interpreter's executor, symbols set to ``env_vals``."""
         instr, syms, names = self.plan.instrs[index]
         env = dict(zip(syms, (int(v) for v in env_vals)))
         ndim = len(self.ir.grid.shape)
         inst = tuple(env[PidSym(a)] for a in range(ndim))
         core = self.ir.grid.core_of(inst) if self.ir.grid.dims else 0
-        ctx = Ctx(self.ir, self.config, {}, inst, core, None)
-        ctx.arrays = {n: self.storage(n, self.arrays[n]) for n in names}
-        ctx.env = env
-        ctx.state = self.states.setdefault(inst, {})
-        _exec_instr(instr, ctx)
+        arrays = {n: self.storage(n, self.arrays[n]) for n in names}
+        state = self.states.setdefault(inst, {})
+        execute_instruction(self.ir, self.config, instr, arrays, env, state, inst, core)
 
     def callback(self, kind: int, index: int) -> int:
         """Entry point from compiled code: 0 done, 2 raised (the error is kept in ``error``)."""
@@ -280,9 +314,7 @@ def _array_args(
         if ir.tensor(root).buffer == "shared_hbm":
             a = shared[root]
             if d.alias_of is not None:  # reshape / dtype view of a shared tensor
-                if a.dtype != sd:
-                    a = a.reshape(-1).view(sd)
-                a = a.reshape(d.shape)
+                a = alias_array(a, d, precise)
         else:  # per-instance tensor: filled by its Alloc inside the compiled code
             a = np.empty(d.shape, dtype=sd)
         if not a.flags.c_contiguous:
@@ -298,26 +330,39 @@ def run(
     """Run ``ir`` compiled over the instances in ``order``, updating ``shared`` (parameters and
     the launch's shared HBM tensors, already allocated). Errors are the interpreter's: a
     hosted instruction raises its own; a masked access found out of bounds before an
-    instruction runs is handed, with the state at that point, to the interpreter's handler."""
+    instruction runs is handed, with the state at that point, to the interpreter's executor."""
     from .numba_rt import CALLBACK
 
     p, _ = plan(ir, config)
     assert p is not None
-    fn = compiled(p)
     host = _Host(ir, config, p)
     ndim = len(ir.grid.shape)
     order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
     args, host.arrays = _array_args(ir, p, shared, config.precise_fp)
     err = np.zeros(64, dtype=np.int64)
     cb = CALLBACK(host.callback)
-    rc = fn(*args, order_arr, err, host.env, host.epoch, cb)
+    try:
+        # numba loads (or compiles) at the first call: nothing has run when this raises
+        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
+    except (NKIError, Unsupported):
+        raise
+    except Exception as e:
+        if not _purge(p):
+            raise
+        warnings.warn(
+            f"nki-sim: the Numba disk-cache entry of kernel '{ir.name}' in {cache_dir()} could "
+            f"not be loaded ({type(e).__name__}: {str(e)[:120]}); deleted it and compiling again",
+            CacheRepairedWarning,
+            stacklevel=user_stacklevel(),
+        )
+        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
     if rc == 2:
         assert host.error is not None
         raise host.error
     if rc == 1:
         instr, syms, _ = p.instrs[int(err[0])]
         host.run_instr(int(err[0]), tuple(int(v) for v in err[1 : 1 + len(syms)]))
-        raise NKIError(  # the handler accepted what compiled code rejected: a backend bug
+        raise NKIError(  # the executor accepted what compiled code rejected: a backend bug
             f"internal error: the Numba backend stopped at '{instr}' but the interpreter "
             "ran it; please report this kernel",
             code="err_internal",
@@ -325,11 +370,20 @@ def run(
         )
 
 
+def execute(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> bool:
+    """The backend interface (see ``launch.py``): run ``ir`` over the instances of ``sched``
+    when this backend should (``config.backend``, the supported subset, the cost model);
+    False when the next backend must run it."""
+    return maybe_run(ir, shared, config, sched.instances)
+
+
 def maybe_run(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
 ) -> bool:
-    """The interpreter's dispatch hook: True when the Numba backend ran the kernel, False when
-    the caller must interpret it."""
+    """True when the Numba backend ran the kernel over the instances in ``order``, False when
+    the caller must run it on another backend."""
     try:
         use, reason = choose(ir, config)
     except NKIError:

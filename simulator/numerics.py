@@ -11,13 +11,12 @@ from typing import Any
 import numpy as np
 
 from nki import dtypes
+from nki.ir import Access, Const
 
-
-def storage_dtype(name: str, precise_fp: bool = True) -> np.dtype:
-    """The NumPy dtype a tensor of NKI dtype ``name`` is stored as."""
-    if not precise_fp and dtypes.is_float(name) and dtypes.INFO[name].bits < 32:
-        return np.dtype(np.float32)
-    return dtypes.storage(name)
+# value conversion on write is a dtype fact (nki.dtypes); the executors use it from here
+storage_dtype = dtypes.storage_dtype
+cast = dtypes.cast
+round_tf32 = dtypes.round_tf32
 
 
 def to_compute(x: np.ndarray, *, exact_int: bool = False) -> np.ndarray:
@@ -29,49 +28,12 @@ def to_compute(x: np.ndarray, *, exact_int: bool = False) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def cast(x: np.ndarray, name: str, precise_fp: bool = True) -> np.ndarray:
-    """Convert computed values to storage for NKI dtype ``name``.
-
-    Floats round to nearest-even (ml_dtypes). Float -> int rounds to nearest-even, NaN -> 0,
-    and saturates at the type's limits; int -> narrower int saturates too."""
-    target = storage_dtype(name, precise_fp)
-    x = np.asarray(x)
-    if x.dtype == target:
-        return x
-    kind = dtypes.INFO[name].kind
-    if kind == "b":
-        return x != 0
-    if kind in ("i", "u"):
-        info = np.iinfo(target)
-        if x.dtype.kind == "f":
-            xf = x.astype(np.float64) if x.dtype != np.float64 else x
-            xf = np.nan_to_num(np.rint(xf), nan=0.0, posinf=info.max, neginf=info.min)
-            return np.clip(xf, info.min, info.max).astype(target)
-        xi = x.astype(np.int64)
-        return np.clip(xi, info.min, info.max).astype(target)
-    if x.dtype.kind in "iub" or x.dtype == np.float64:
-        x = x.astype(np.float32)  # engines see fp32 values
-    if name == "tfloat32":
-        return round_tf32(x.astype(np.float32))
-    return x.astype(target)
-
-
 def dma_copies_bits(src: str, dst: str) -> bool:
     """A DMA between integer types of the same width copies the bits (an int32 tile of -1
     lands as 0xFFFFFFFF in uint32 and back; AWS's find-index kernel stores nc_find_index8's
     all-ones "not found" into int32 as -1); other conversions go through ``cast``."""
     a, b = dtypes.INFO[src], dtypes.INFO[dst]
     return a.kind in "iu" and b.kind in "iu" and a.kind != b.kind and a.bits == b.bits
-
-
-def round_tf32(x: np.ndarray) -> np.ndarray:
-    """Round fp32 to the 10-bit mantissa of tfloat32 (nearest-even), kept in fp32 storage."""
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    finite = np.isfinite(x)
-    lsb = (bits >> 13) & 1
-    rounded = ((bits + 0xFFF + lsb) >> 13) << 13
-    out = np.where(finite, rounded, bits).astype(np.uint32).view(np.float32)
-    return out
 
 
 def fill_value(name: str) -> object:
@@ -88,8 +50,6 @@ def fill_value(name: str) -> object:
 def operand_dtype(src: object, decl: Callable[[str], Any]) -> str | None:
     """The NKI dtype of an instruction operand: a tile's declared dtype or a scalar's weak
     type (Python int -> int32, float -> float32, bool -> uint8)."""
-    from nki.ir import Access, Const
-
     if isinstance(src, Access):
         return decl(src.tensor).dtype
     if isinstance(src, Const):

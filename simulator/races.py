@@ -1,10 +1,15 @@
-"""Write conflicts on HBM: loop-carried dependencies in ``affine_range`` and SPMD races.
+"""Write conflicts: loop-carried dependencies in ``affine_range`` (HBM, SBUF and PSUM) and SPMD
+races (shared HBM).
 
 ``affine_range`` promises the compiler that iterations are independent, so it may reorder or
 overlap them; two iterations that write the same HBM element make the result depend on that
-order, and the real compiler rejects the loop (``err_unexpected_output_dependencies``). SPMD
-instances run on their own (possibly on different physical cores sharing HBM), so two instances
-writing the same shared HBM element race.
+order, and the real compiler rejects the loop (``err_unexpected_output_dependencies``). The
+same holds for an on-chip tile allocated outside the loop when one iteration can see what
+another wrote: the loop body reads the tile before writing it, or the code after the loop reads
+it (a tile allocated inside the loop is per iteration; a scratch tile every iteration rewrites
+before reading it is renamed by the compiler). SPMD instances run on their own (possibly on
+different physical cores sharing HBM), so two instances writing the same shared HBM element
+race.
 
 The analysis is static and exact per tensor dimension: an access's index in one dimension is
 ``const + c . v + r`` where ``v`` are the symbols that differ between the two writers (the loop's
@@ -23,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from nki.errors import NKIDependencyError
-from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, PidSym, Sym
+from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
+from nki.optable import OPS
 
 _MAX_POINTS = 2048  # varying-index vectors enumerated per analysis (N^2 pairs)
 
@@ -109,19 +115,45 @@ def _writes(nodes, loops: tuple[Loop, ...]):
             yield n, loops
 
 
-def _is_candidate(ir: KernelIR, instr: Instr, shared_only: bool) -> bool:
+def _allocs(nodes) -> list[str]:
+    """Tensors allocated anywhere inside ``nodes``."""
+    out = []
+    for n in nodes:
+        if isinstance(n, Loop):
+            out += _allocs(n.body)
+        elif isinstance(n, Alloc):
+            out.append(n.tensor)
+    return out
+
+
+def _is_candidate(
+    ir: KernelIR, instr: Instr, shared_only: bool, private: frozenset[str] = frozenset()
+) -> bool:
+    """A plain (non-accumulating, direct) write that may conflict. SPMD races concern shared
+    HBM only; loop-carried dependencies concern every memory, except on-chip tiles allocated
+    inside the loop (``private``: each iteration has its own)."""
     dst = instr.dst
-    if not isinstance(dst, Access) or dst.indirect or instr.accumulate is not None:
+    if not isinstance(dst, Access) or dst.indirect or _accumulates(instr) or _reduces(instr):
         return False
     if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
         return False
     d = ir.tensor(dst.tensor)
     base = ir.tensor(d.alias_of) if d.alias_of else d
-    if base.buffer not in HBM_BUFFERS:
-        return False
     if shared_only:
-        return base.kind == "param" or base.buffer == "shared_hbm"
-    return True
+        return base.buffer in HBM_BUFFERS and (base.kind == "param" or base.buffer == "shared_hbm")
+    return base.buffer in HBM_BUFFERS or (base.on_chip and base.name not in private)
+
+
+def _accumulates(instr: Instr) -> bool:
+    """A read-modify-write store (``+=``, ``dst_rmw_op=``): order-independent up to rounding."""
+    return instr.accumulate is not None or bool(instr.attr("rmw"))
+
+
+def _reduces(instr: Instr) -> bool:
+    """``t = op(t, x)`` with ``op`` an associative reducer (add, max, ...): the same
+    order-independent reduction as ``t op= x`` (``nl.loop_reduce`` traces to this)."""
+    row = OPS.get(instr.op) if instr.kind == "ew" else None
+    return row is not None and row.identity is not None and instr.dst in instr.srcs
 
 
 def _base_name(ir: KernelIR, name: str) -> str:
@@ -139,25 +171,99 @@ def _rest(loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int, int]]:
     return {lp.sym: (lp.start, lp.step, lp.trip_count) for lp in loops}
 
 
+@dataclass
+class _Timeline:
+    """Instructions in program order: each loop's span of positions and, per base tensor, the
+    positions that touch it (and whether they read it)."""
+
+    span: dict[int, tuple[int, int]]  # id(loop) -> [first, end) positions of its body
+    touches: dict[str, list[tuple[int, bool, Instr]]]
+
+    @classmethod
+    def of(cls, ir: KernelIR) -> _Timeline:
+        span: dict[int, tuple[int, int]] = {}
+        touches: dict[str, list[tuple[int, bool, Instr]]] = {}
+        pos = 0
+
+        def rec(nodes) -> None:
+            nonlocal pos
+            for n in nodes:
+                if isinstance(n, Loop):
+                    start = pos
+                    rec(n.body)
+                    span[id(n)] = (start, pos)
+                elif isinstance(n, Instr):
+                    reads = {_base_name(ir, a.tensor) for a in _reads(n)}
+                    for t in reads:
+                        touches.setdefault(t, []).append((pos, True, n))
+                    if isinstance(n.dst, Access):
+                        t = _base_name(ir, n.dst.tensor)
+                        if t not in reads:
+                            touches.setdefault(t, []).append((pos, False, n))
+                    pos += 1
+
+        rec(ir.body)
+        return cls(span, touches)
+
+    def observed(self, tensor: str, loop: Loop) -> tuple[str, Instr] | None:
+        """How another iteration (or the code after the loop) can see what one iteration wrote
+        to an on-chip tile: the loop body reads it before writing it, or the next access after
+        the loop reads it. None when every iteration writes it before reading it and the code
+        after the loop overwrites it first (scratch reuse, which the compiler renames)."""
+        first, end = self.span[id(loop)]
+        acc = self.touches.get(tensor, [])
+        inside = [(reads, i) for p, reads, i in acc if first <= p < end]
+        after = [(reads, i) for p, reads, i in acc if p >= end]
+        if inside and inside[0][0]:
+            return "each iteration reads it before writing it (the previous iteration's value)", (
+                inside[0][1]
+            )
+        if after and after[0][0]:
+            return "it is read after the loop, seeing whichever iteration ran last", after[0][1]
+        return None
+
+
+def _reads(instr: Instr) -> list[Access]:
+    """Accesses an instruction reads: sources, accesses in attributes, index tiles of indirect
+    accesses and the destination of an accumulating write."""
+    out: list[Access] = []
+
+    def add(a: object) -> None:
+        if isinstance(a, Access):
+            out.append(a)
+            out.extend(ind for _, ind in a.indirect)
+
+    for a in (*instr.srcs, *(v for _, v in instr.attrs)):
+        add(a)
+    if isinstance(instr.dst, Access):
+        out.extend(ind for _, ind in instr.dst.indirect)
+        if _accumulates(instr):
+            out.append(instr.dst)
+    return out
+
+
 def check_loop_carried(ir: KernelIR) -> None:
-    """No two iterations of an ``affine_range`` loop write the same HBM element."""
+    """No two iterations of an ``affine_range`` loop write the same element of an HBM tensor or
+    of an on-chip tile allocated outside the loop (accumulating writes excepted)."""
 
     def visit(nodes, outer: tuple[Loop, ...]) -> None:
         for n in nodes:
             if not isinstance(n, Loop):
                 continue
             if n.kind == "affine" and n.trip_count > 1:
-                _check_loop(ir, n, outer)
+                _check_loop(ir, n, outer, timeline)
             visit(n.body, outer + (n,))
 
+    timeline = _Timeline.of(ir)
     visit(ir.body, ())
 
 
-def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...]) -> None:
+def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Timeline) -> None:
+    private = frozenset(_base_name(ir, t) for t in _allocs(loop.body))
     ws = [
         (i, inner)
         for i, inner in _writes(loop.body, ())
-        if _is_candidate(ir, i, False) and not _mask_uses(i, {loop.sym})
+        if _is_candidate(ir, i, False, private) and not _mask_uses(i, {loop.sym})
     ]
     varying = [(loop.sym, loop.start, loop.step)]
     for ia, (a, ia_loops) in enumerate(ws):
@@ -179,13 +285,26 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...]) -> None:
                 else ("conflicting write", b.loc)
             )
             related = (second,) if a is b else (second, ("affine_range loop", loop.loc))
+            base = _base_name(ir, a.dst.tensor)
+            mem = ir.tensor(base).buffer
+            on_chip = mem in ("sbuf", "psum")
+            what = f"HBM tensor '{a.dst.tensor}'"
+            fix, why = "", ""
+            if on_chip:
+                seen = timeline.observed(base, loop)
+                if seen is None:
+                    continue  # scratch reuse: no iteration sees another's value
+                what = f"{mem.upper()} tile '{a.dst.tensor}'"
+                fix = ", allocate the tile inside the loop"
+                why = f", allocated outside the loop: {seen[0]}"
+                related += (("read", seen[1].loc),)
             raise NKIDependencyError(
                 f"loop-carried dependency in affine_range: iterations {va} and {vb} of "
                 f"'{loop.sym.name or loop.sym}' (range({loop.start}, {loop.stop}, {loop.step})) "
-                f"both write the same elements of HBM tensor '{a.dst.tensor}' "
-                f"('{a.dst}'{'' if a is b else f' and {b.dst}'}); affine_range iterations must "
-                "be independent: index the write with the loop variable or use "
-                "nl.sequential_range",
+                f"both write the same elements of {what} "
+                f"('{a.dst}'{'' if a is b else f' and {b.dst}'}){why}; affine_range iterations "
+                f"must be independent: index the write with the loop variable{fix} or use "
+                "nl.sequential_range (accumulating with += is allowed)",
                 code="err_unexpected_output_dependencies",
                 loc=a.loc,
                 related=tuple(r for r in related if r[1] is not None),

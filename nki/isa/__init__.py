@@ -3,7 +3,7 @@
 Calls take input tiles and return a new tile (classic semantics); ``mask=`` and ``dtype=`` work
 as in the classic API. Each instruction checks its engine / dtype / size / buffer rules for the
 target being traced (``nki.targets.ISA_RULES``) and records one IR instruction executed by
-``simulator/handlers_isa.py``."""
+its executor in ``simulator/isa/<family>.py``."""
 
 from .dma import dma_copy, dma_transpose
 from .enums import (

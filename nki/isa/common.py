@@ -13,6 +13,7 @@ from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Access, Const, Mask
 from ..optable import Op, lookup
+from ..targets import isa_rules
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -37,8 +38,6 @@ def target():
 
 def rules():
     """The ``IsaRules`` row of the target being traced."""
-    from nki.targets import isa_rules
-
     return isa_rules(target().name)
 
 

@@ -12,10 +12,12 @@ from .common import alu_op, dt, emit_isa, out_dtype, out_tile, prod, rules, targ
 from .enums import dge_mode as _dge_mode
 from .enums import enum_value
 from .enums import oob_mode as _oob_mode
+from .spec import checked
 
 _DMA_BUFFERS = (*HBM_BUFFERS, "sbuf")
 
 
+@checked
 def dma_copy(
     *,
     dst: Any,
@@ -24,7 +26,6 @@ def dma_copy(
     dst_rmw_op: Any = None,
     oob_mode: Any = _oob_mode.error,
     dge_mode: Any = _dge_mode.unknown,
-    **_kw: Any,
 ) -> None:
     """Copy ``src`` to ``dst`` with a DMA engine (HBM <-> SBUF or SBUF <-> SBUF; not PSUM).
     Both have the same number of elements; differing dtypes are cast through fp32.
@@ -79,9 +80,8 @@ def dma_copy(
 _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
-def dma_transpose(
-    src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = None, **_kw: Any
-) -> NkiTensor:
+@checked
+def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Transpose ``src`` (HBM or SBUF) with the DMA engine into a new SBUF tile. Supported
     permutations: 2-D (1, 0), 3-D (2, 1, 0), 4-D (3, 1, 2, 0) (the default for the rank).
 

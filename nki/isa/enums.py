@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+from ..errors import NKITypeError, user_loc
+from ..targets import env_target
+from ..tracer import current
+
 
 class engine(enum.IntEnum):  # noqa: N801 - classic name
     """NeuronCore engines an instruction can be placed on (classic numbering)."""
@@ -82,8 +86,6 @@ def engine_name(e: object) -> str:
             return engine(e).name
         except ValueError:
             pass
-    from ..errors import NKITypeError, user_loc
-
     raise NKITypeError(
         f"unknown engine {e!r}: expected one of nisa.engine.{{vector, scalar, gpsimd, tensor, "
         "unknown} or the aliases nisa.vector_engine, nisa.scalar_engine, ...",
@@ -99,8 +101,6 @@ def enum_value(x: object, cls: type[enum.Enum], api: str, role: str) -> enum.Enu
     for m in cls:  # type: ignore[attr-defined]
         if x == m.name or x == m.value:
             return m
-    from ..errors import NKITypeError, user_loc
-
     names = ", ".join(m.name for m in cls)  # type: ignore[attr-defined]
     raise NKITypeError(
         f"'{role}' of '{api}' must be one of nisa.{cls.__name__}.{{{names}}}, got {x!r}",
@@ -112,11 +112,5 @@ def enum_value(x: object, cls: type[enum.Enum], api: str, role: str) -> enum.Enu
 def get_nc_version() -> nc_version:
     """The NeuronCore version of the target being traced (trn1 -> gen2, trn2 -> gen3, trn3 ->
     gen4); outside a kernel, the target selected by ``NEURON_PLATFORM_TARGET_OVERRIDE``."""
-    from ..tracer import _STATE
-
-    if _STATE:
-        return nc_version(_STATE[-1].target.gen)
-    from nki.targets import get_target
-    from simulator.config import SimConfig
-
-    return nc_version(get_target(SimConfig.from_env().target).gen)
+    st = current()
+    return nc_version((st.target if st is not None else env_target()).gen)

@@ -23,9 +23,11 @@ from .common import (
 )
 from .enums import engine_name
 from .rules import check_dtype_in
+from .spec import checked
 
 
-def iota(expr: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def iota(expr: Any, dtype: Any, *, mask: Any = None) -> NkiTensor:
     """Materialise an affine ``nl.arange`` expression as values in a new SBUF tile (int32 math,
     cast to ``dtype``), e.g. ``nisa.iota(i_p * 512 + i_f, nl.int32)``. Loop iterators and program
     ids may appear in the expression. The expression must be at least 2-D (partition, free);
@@ -60,8 +62,9 @@ def iota(expr: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:
     return out
 
 
+@checked
 def memset(
-    shape: Any, value: Any, dtype: Any, *, mask: Any = None, engine: Any = None, **_kw: Any
+    shape: Any, value: Any, dtype: Any, *, mask: Any = None, engine: Any = None
 ) -> NkiTensor:
     """A new SBUF tile of ``shape`` (partition axis first) filled with the compile-time constant
     ``value`` cast to ``dtype`` (Vector engine by default, or GpSimd).
@@ -92,6 +95,7 @@ def memset(
     return out
 
 
+@checked
 def affine_select(
     pred: Any,
     on_true_tile: Any,
@@ -99,7 +103,6 @@ def affine_select(
     *,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``pred ? on_true_tile : on_false_value`` element-wise on GpSimd, where ``pred`` is an
     affine predicate over ``nl.arange`` indices computed on the fly (e.g. the causal mask
@@ -169,8 +172,9 @@ def affine_select(
 _PART_REDUCERS = ("add", "maximum", "minimum", "bitwise_or", "bitwise_and")
 
 
+@checked
 def tensor_partition_reduce(
-    op: Any, data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any
+    op: Any, data: Any, *, mask: Any = None, dtype: Any = None
 ) -> NkiTensor:
     """Reduce across partitions on GpSimd (add, max, min, bitwise_or, bitwise_and): the result
     has one partition, shape (1, *free).
@@ -199,6 +203,7 @@ def tensor_partition_reduce(
     return out
 
 
+@checked
 def local_gather(
     src_buffer: Any,
     index: Any,
@@ -206,7 +211,6 @@ def local_gather(
     num_valid_indices: int | None = None,
     *,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """Gather within each group of 16 partitions (one GpSimd core each). Per group, the uint16
     ``index`` values of its 16 partitions are flattened partition-first; the first
@@ -259,7 +263,8 @@ def local_gather(
     return out
 
 
-def sequence_bounds(*, segment_ids: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def sequence_bounds(*, segment_ids: Any, dtype: Any = None) -> NkiTensor:
     """Segment boundaries on GpSimd: for a ``(1, n)`` tile of non-negative segment ids, a
     ``(1, 2, n)`` tile holding for every element the start index (``[:, 0, :]``) and the end
     index, exclusive (``[:, 1, :]``) of the run of equal ids it belongs to. Id 0 is padding: its

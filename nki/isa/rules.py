@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..errors import NKIError, NKIMemoryError, NKITypeError, NKIUnsupportedError, user_loc
 from ..optable import Op
+from ..targets import TARGETS, first_target_with
 from ..tracer import NkiTensor
 from .common import rules, target
 
@@ -83,8 +84,6 @@ def check_activation_reduce_op(op: Op, api: str) -> None:
 
 def check_available(instruction: str, api: str) -> None:
     """Instructions introduced with a later NeuronCore generation."""
-    from nki.targets import TARGETS, first_target_with
-
     first = first_target_with(instruction)
     if first is not None and target().gen < TARGETS[first].gen:
         raise NKIUnsupportedError(

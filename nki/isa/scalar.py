@@ -22,10 +22,12 @@ from .common import (
 from .enums import enum_value
 from .enums import reduce_cmd as _reduce_cmd
 from .rules import check_activation_reduce_op
+from .spec import checked
 
 _BIAS_DTYPES = ("float32", "float16", "bfloat16")
 
 
+@checked
 def activation(
     op: Any,
     data: Any,
@@ -37,7 +39,6 @@ def activation(
     *,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``op(data * scale + bias)`` on the Scalar engine, in fp32, cast to ``dtype`` (default:
     the data's dtype).
@@ -56,6 +57,7 @@ def activation(
     return _activation(api, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd, mask, dtype)
 
 
+@checked
 def activation_reduce(
     op: Any,
     data: Any,
@@ -66,7 +68,6 @@ def activation_reduce(
     scale: Any = 1.0,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``activation`` plus a reduction of all free axes of the result into ``reduce_res``
     (P, 1) (equivalent to ``activation(..., reduce_cmd=reset_reduce)``).

@@ -22,13 +22,15 @@ from .common import (
     tile,
 )
 from .rules import check_dtype_in
+from .spec import checked
 
 # --------------------------------------------------------------------------------------------
 # statistics and search
 # --------------------------------------------------------------------------------------------
 
 
-def bn_stats(data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def bn_stats(data: Any, *, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Per-partition statistics of up to 512 elements (``nl.tile_size.bn_stats_fmax``): six
     values per partition, (count, mean, variance * count) of the even-indexed and then of the
     odd-indexed elements of the flattened free axis, in fp32. Combine with ``bn_aggr``.
@@ -57,7 +59,8 @@ def bn_stats(data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> N
     return out
 
 
-def bn_aggr(data: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def bn_aggr(data: Any, *, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Aggregate (count, mean, variance * count) triples (one or more ``bn_stats`` outputs) into
     (mean, variance) per partition (population variance), in fp32. The free size must be a
     multiple of 3.
@@ -90,7 +93,8 @@ def _elements_between(acc_shape: tuple[int, ...], lo: int, hi: int, api: str, ro
         )
 
 
-def max8(*, src: Any, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def max8(*, src: Any, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """The 8 largest values of each partition (8..16384 elements), in descending order, as a
     (P, 8) tile (compared in fp32).
 
@@ -104,9 +108,8 @@ def max8(*, src: Any, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
     return out
 
 
-def nc_find_index8(
-    *, data: Any, vals: Any, mask: Any = None, dtype: Any = None, **_kw: Any
-) -> NkiTensor:
+@checked
+def nc_find_index8(*, data: Any, vals: Any, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Index (within the flattened free axis) of the first occurrence of each of the 8 ``vals``
     of each partition in ``data`` (8..16384 elements); duplicates in ``vals`` take successive
     matches in ascending order; a value not found gives the all-ones sentinel. Result (P, 8),
@@ -127,6 +130,7 @@ def nc_find_index8(
     return out
 
 
+@checked
 def nc_match_replace8(
     *,
     data: Any,
@@ -135,7 +139,6 @@ def nc_match_replace8(
     dst_idx: Any = None,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``data`` with the first occurrence of each of the 8 ``vals`` per partition replaced by
     the scalar ``imm`` (vals processed from the last to the first, so duplicates take distinct

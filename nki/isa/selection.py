@@ -27,6 +27,7 @@ from .common import (
 from .enums import engine_name, enum_value
 from .enums import reduce_cmd as _reduce_cmd
 from .rules import check_dtype_in, check_gpsimd_memory
+from .spec import checked
 from .vector import _reducer, _res_vector
 
 # --------------------------------------------------------------------------------------------
@@ -34,9 +35,8 @@ from .vector import _reducer, _res_vector
 # --------------------------------------------------------------------------------------------
 
 
-def tensor_copy(
-    src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
-) -> NkiTensor:
+@checked
+def tensor_copy(src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None) -> NkiTensor:
     """Copy an on-chip tile on the Vector (default), Scalar or GpSimd engine. Vector / GpSimd
     copy bit-exactly when the dtypes match and cast through fp32 otherwise; the Scalar engine
     of NeuronCore-v2 always casts through fp32 (lossy for large int32). GpSimd cannot access
@@ -63,8 +63,9 @@ def tensor_copy(
     return out
 
 
+@checked
 def tensor_copy_dynamic_src(
-    src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+    src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> NkiTensor:
     """``nisa.tensor_copy`` whose source address is decided at run time: ``src`` is indexed
     with a value read from a one-element SBUF tile (``t[i_p, idx_tile[0, j] + i_f]``). The
@@ -75,8 +76,9 @@ def tensor_copy_dynamic_src(
     return tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
 
 
+@checked
 def tensor_copy_dynamic_dst(
-    *, dst: Any, src: Any, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+    *, dst: Any, src: Any, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> None:
     """``nisa.tensor_copy`` into a destination whose address is decided at run time: ``dst``
     is indexed with a value read from a one-element SBUF tile (``t[i_p, idx[0, j] + i_f]``)."""
@@ -90,6 +92,7 @@ def tensor_copy_dynamic_dst(
 _PRED_DTYPES = ("uint8", "uint16", "uint32", "bool_")
 
 
+@checked
 def tensor_copy_predicated(
     *,
     src: Any,
@@ -98,7 +101,6 @@ def tensor_copy_predicated(
     reverse_pred: bool = False,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> None:
     """Copy ``src`` (a tile, or a scalar) into ``dst`` where ``predicate`` is non-zero (zero
     with ``reverse_pred``); other ``dst`` elements are left unchanged. ``src``, ``dst`` and
@@ -138,6 +140,7 @@ def tensor_copy_predicated(
 _SEL_PRED_DTYPES = ("int8", "uint8", "int16", "uint16", "bool_")
 
 
+@checked
 def select_reduce(
     *,
     dst: Any,
@@ -150,7 +153,6 @@ def select_reduce(
     reverse_pred: bool = False,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> None:
     """``dst = where(predicate, on_true, on_false)`` (predicate inverted by ``reverse_pred``)
     on the Vector engine. The per-partition max of the result is folded into the Vector
@@ -208,6 +210,7 @@ _CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equa
 _RANGE_CMP_OPS = ("equal", "less", "less_equal", "greater", "greater_equal")
 
 
+@checked
 def range_select(
     *,
     on_true_tile: Any,
@@ -222,7 +225,6 @@ def range_select(
     on_false_value: Any = None,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """Keep the elements whose free index ``j + range_start`` satisfies both
     ``comp_op0(j + range_start, bound0)`` and ``comp_op1(j + range_start, bound1)`` (bounds:
@@ -309,8 +311,9 @@ def range_select(
 # --------------------------------------------------------------------------------------------
 
 
+@checked
 def nc_stream_shuffle(
-    src: Any, dst: Any, shuffle_mask: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any
+    src: Any, dst: Any, shuffle_mask: Any, *, dtype: Any = None, mask: Any = None
 ) -> None:
     """Cross-partition move within each 32-partition quadrant: destination partition ``i`` of a
     quadrant copies source partition ``shuffle_mask[i]`` of the same quadrant; 255 leaves it
@@ -352,9 +355,8 @@ def nc_stream_shuffle(
     emit_isa("nc_stream_shuffle", dacc, (sacc,), {"engine": "vector", "shuffle": m}, mask=mask)
 
 
-def reciprocal(
-    data: Any, *, dtype: Any = None, mask: Any = None, engine: Any = None, **_kw: Any
-) -> NkiTensor:
+@checked
+def reciprocal(data: Any, *, dtype: Any = None, mask: Any = None, engine: Any = None) -> NkiTensor:
     """``1 / data`` element-wise in fp32 on the Vector engine (default; more precise) or the
     Scalar engine (``engine=nisa.scalar_engine``); no other engine runs it.
 
@@ -375,7 +377,8 @@ def reciprocal(
     return out
 
 
-def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
+@checked
+def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Zero each element with probability ``prob`` (a scalar or a (P, 1) tile per partition);
     kept elements are unchanged (no rescaling). Integer data needs a float32 ``prob`` and keeps
     its dtype. The random stream is per instance, seeded from SimConfig.shuffle_seed (or 0).

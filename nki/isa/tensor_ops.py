@@ -9,13 +9,15 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
+from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import Affine
 from ..symbolic import Scalar
-from ..tracer import NkiTensor, state
+from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
+from ..tracer import NkiTensor, classic_mode, stage_psum_operand, state
 from .common import emit_isa, free_size, out_dtype, out_tile, rules, target, tile
 from .enums import engine_name
 from .rules import check_dtype_in
+from .spec import checked
 
 
 def _perf_name(perf_mode: object) -> str:
@@ -25,6 +27,7 @@ def _perf_name(perf_mode: object) -> str:
     return str(name)
 
 
+@checked
 def nc_matmul(
     stationary: Any,
     moving: Any,
@@ -37,7 +40,6 @@ def nc_matmul(
     *,
     mask: Any = None,
     dtype: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``stationary.T @ moving`` on the Tensor engine, accumulated in fp32 into a new PSUM tile
     of shape (stationary free, moving free).
@@ -53,8 +55,7 @@ def nc_matmul(
     """
     api = "nisa.nc_matmul"
     r = rules()
-    from ..classic import stage_psum_operand  # classic mode: PSUM operands staged in SBUF
-
+    # classic mode: PSUM operands staged in SBUF
     stationary = stage_psum_operand(stationary, api)
     moving = stage_psum_operand(moving, api)
     sacc, st = tile(stationary, api, "stationary", ("sbuf",))
@@ -71,8 +72,6 @@ def nc_matmul(
                 code="err_unsupported_perf_mode",
                 loc=user_loc(),
             )
-        from nki.targets import FP8_DTYPES
-
         for role, t in (("stationary", st), ("moving", mt)):
             check_dtype_in(t.decl.dtype, FP8_DTYPES, f"{api}(perf_mode={perf})", role)
         for role, shp in (("stationary", sshape), ("moving", mshape)):
@@ -151,8 +150,6 @@ def nc_matmul(
         # loop-dependent PE tile: alignment checked per iteration by the executor
         attrs["tile_position"] = tiling
         attrs["tile_size"] = (int(tile_size[0]), int(tile_size[1]))
-    from ..classic import classic_mode
-
     if classic_mode():  # psum += nc_matmul(...) on a fresh PSUM tile starts the group
         attrs["psum_group"] = True
     emit_isa("nc_matmul", out.access_(), (sacc, macc), attrs, mask=mask, api=api)
@@ -160,8 +157,6 @@ def nc_matmul(
 
 
 def _in_dtypes() -> tuple[str, ...]:
-    from nki.targets import MATMUL_IN_DTYPES
-
     return MATMUL_IN_DTYPES
 
 
@@ -239,8 +234,9 @@ def _position_bounds(aff: Affine) -> tuple[int, int]:
     return aff.bounds(ranges)
 
 
+@checked
 def nc_transpose(
-    data: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None, **_kw: Any
+    data: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> NkiTensor:
     """Partition <-> free transpose (free axes collapsed first).
 
@@ -261,8 +257,6 @@ def nc_transpose(
     if eng == "tensor":
         lim = r.tensor_transpose_max
         if t.buffer != "sbuf":
-            from ..errors import NKIMemoryError
-
             raise NKIMemoryError(
                 f"'{api}' on the Tensor engine reads SBUF only; 'data' is in {t.buffer} "
                 f"('{t.name}'); use engine=nisa.vector_engine for PSUM inputs (<= 32x32)",

@@ -28,6 +28,8 @@ from .common import (
 )
 from .enums import engine_name
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
+from .spec import checked
+from .spec import get as get_spec
 
 _TILE_REDUCERS = (*REDUCERS, "subtract")
 
@@ -78,6 +80,7 @@ def _res_vector(x: Any, parts: int, api: str, role: str):
 # --------------------------------------------------------------------------------------------
 
 
+@checked
 def tensor_tensor(
     data1: Any,
     data2: Any,
@@ -86,7 +89,6 @@ def tensor_tensor(
     dtype: Any = None,
     mask: Any = None,
     engine: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``op(data1, data2)`` element-wise (Vector engine by default; GpSimd with engine=).
 
@@ -108,6 +110,12 @@ def tensor_tensor(
     fn = _binary(op, api, "op")
     eng = engine_name(engine)
     eng = _default_engine([fn]) if eng == "unknown" else eng
+    if eng not in get_spec("tensor_tensor").engines:
+        raise NKIError(
+            f"'{api}' runs on the Vector or GpSimd engine, not {eng}",
+            code="err_unsupported_engine_for_op",
+            loc=user_loc(),
+        )
     check_engine_op(fn, eng, api, "op")
     not_both_psum(t1, t2, api, "data1", "data2")
     check_gpsimd_memory(eng, {"data1": t1, "data2": t2}, api)
@@ -119,6 +127,7 @@ def tensor_tensor(
     return out
 
 
+@checked
 def tensor_scalar(
     data: Any,
     op0: Any,
@@ -131,7 +140,6 @@ def tensor_scalar(
     dtype: Any = None,
     mask: Any = None,
     engine: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``(data op0 operand0) op1 operand1`` with scalar or (P, 1) operands broadcast along the
     free axes; ``reverse0`` / ``reverse1`` swap each op's operands.
@@ -206,6 +214,7 @@ def tensor_scalar(
     return out
 
 
+@checked
 def scalar_tensor_tensor(
     *,
     data: Any,
@@ -217,7 +226,6 @@ def scalar_tensor_tensor(
     reverse1: bool = False,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``(data op0 operand0) op1 operand1`` on the Vector engine, where ``operand0`` is a
     scalar or (P, 1) vector and ``operand1`` a full tile like ``data``. ``data`` and
@@ -251,6 +259,7 @@ def scalar_tensor_tensor(
     return out
 
 
+@checked
 def tensor_scalar_reduce(
     *,
     data: Any,
@@ -261,7 +270,6 @@ def tensor_scalar_reduce(
     reverse0: bool = False,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """``data op0 operand0`` (one arithmetic op) plus a reduction of the result over all free
     axes into ``reduce_res`` (P, 1) with add / subtract / multiply / max / min.
@@ -302,6 +310,7 @@ def tensor_scalar_reduce(
 # --------------------------------------------------------------------------------------------
 
 
+@checked
 def tensor_reduce(
     op: Any,
     data: Any,
@@ -311,7 +320,6 @@ def tensor_reduce(
     dtype: Any = None,
     negate: bool = False,
     keepdims: bool = False,
-    **_kw: Any,
 ) -> NkiTensor:
     """Reduce free axes of ``data`` with ``op`` on the Vector engine (fp32 math for arithmetic
     ops, raw bits for bit-vector ops on integer dtypes). ``axis``: free axes only, contiguous,
@@ -374,6 +382,7 @@ def _axes(axis: Any, rank: int, api: str) -> tuple[int, ...]:
     return tuple(axes)
 
 
+@checked
 def tensor_tensor_scan(
     data0: Any,
     data1: Any,
@@ -385,7 +394,6 @@ def tensor_tensor_scan(
     *,
     dtype: Any = None,
     mask: Any = None,
-    **_kw: Any,
 ) -> NkiTensor:
     """Per-partition scan over the flattened free axis:
     ``r[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])``,

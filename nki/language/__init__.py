@@ -1,7 +1,13 @@
 """nki.language (``import nki.language as nl``): the classic NKI language surface."""
 
+import ml_dtypes as _ml_dtypes
+import numpy as _np
+
 from ..dtypes import Bfp16 as _Bfp16
 from ..dtypes import NkiDtype as _D
+from ..dtypes import name_of as _name_of
+from ..dtypes import storage as _storage
+from ..tracer import TILE_OPERATORS as _TILE_OPERATORS
 from . import ops as _ops
 from .collectives import all_reduce
 from .core import (
@@ -52,24 +58,46 @@ from .shaping import (
     where,
 )
 
+# Python operators and methods on tiles (``a + b``, ``t.astype(dt)``) call these
+_TILE_OPERATORS.update(
+    {
+        name: getattr(_ops, name)
+        for name in (
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "negative",
+            "power",
+            "less",
+            "less_equal",
+            "greater",
+            "greater_equal",
+            "equal",
+            "not_equal",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "invert",
+            "left_shift",
+            "right_shift",
+        )
+    },  # fmt: skip
+    copy=copy,
+    broadcast_to=broadcast_to,
+    expand_dims=expand_dims,
+)
+
 
 def finfo(dtype: object):
     """Machine limits of a float dtype (``nl.finfo(nl.bfloat16).min``): NumPy's ``finfo``,
     through ml_dtypes for bfloat16 / fp8."""
-    import ml_dtypes
-
-    from ..dtypes import name_of, storage
-
-    return ml_dtypes.finfo(storage(name_of(dtype)))
+    return _ml_dtypes.finfo(_storage(_name_of(dtype)))
 
 
 def iinfo(dtype: object):
     """Machine limits of an integer dtype (``nl.iinfo(nl.int32).max``): NumPy's ``iinfo``."""
-    import numpy as np
-
-    from ..dtypes import name_of, storage
-
-    return np.iinfo(storage(name_of(dtype)))
+    return _np.iinfo(_storage(_name_of(dtype)))
 
 
 float32 = _D("float32")

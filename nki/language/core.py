@@ -12,12 +12,14 @@ from ..ir import HBM_BUFFERS, Affine, PidSym
 from ..symbolic import DynSlice, Scalar, _static_int
 from ..symbolic import arange as _arange
 from ..symbolic import mgrid as _mgrid
+from ..targets import DEFAULT_TARGET, TARGETS
 from ..tracer import (
     NkiTensor,
     TileOps,
     check_broadcast_into,
     check_partitions,
     const_operand,
+    current,
     emit,
     new_tensor,
     operand,
@@ -282,9 +284,7 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw
     kind = "output" if buf == "shared_hbm" else "local"
     placement = None
     if getattr(buffer, "allocation", None) is not None and buf in ("sbuf", "psum"):
-        from ..compiler import placement_of
-
-        placement = placement_of(buffer, dims, par, dt)
+        placement = buffer.placement(dims, par, dt)  # an nki.compiler AllocatedBuffer
     return new_tensor(
         dims,
         dt,
@@ -452,10 +452,8 @@ class tile_size:  # noqa: N801 - classic name
 
     class _Usable:
         def __get__(self, obj: object, owner: type) -> int:
-            from ..tracer import _STATE
-
-            if _STATE:
-                return int(_STATE[-1].target.sbuf_usable_per_partition)
-            return 212984
+            st = current()
+            target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
+            return int(target.sbuf_usable_per_partition)
 
     total_available_sbuf_size = _Usable()

@@ -11,7 +11,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Const
-from ..optable import lookup
+from ..optable import ATOMIC_UFUNCS, lookup
 from ..tracer import (
     NkiTensor,
     _Assigned,
@@ -23,18 +23,6 @@ from ..tracer import (
     state,
     to_mask,
 )
-
-# ops atomic_rmw can apply: their NumPy ufunc applies repeated indices one after another
-ATOMIC_UFUNCS = {
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "bitwise_and": np.bitwise_and,
-    "bitwise_or": np.bitwise_or,
-    "bitwise_xor": np.bitwise_xor,
-}
 
 
 def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
@@ -73,7 +61,7 @@ def atomic_rmw(dst: Any, value: Any, op: Any, *, mask: Any = None, **_kw: Any) -
     ``op`` is an add/subtract/multiply/max/min or bitwise op (``nl.add``, ``np.add``...)."""
     api = "nl.atomic_rmw"
     row = lookup(op)
-    if row.name not in ATOMIC_UFUNCS:
+    if not row.atomic:
         raise NKITypeError(
             f"'{api}' supports op in {sorted(ATOMIC_UFUNCS)}, got {row.name}",
             code="err_unsupported_op",

@@ -6,10 +6,10 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import user_loc
-from ..ir import Alloc, Const, LoopSym, TensorDecl
+from ..ir import Alloc, Const, Instr, LoopSym, TensorDecl
 from ..optable import lookup_reducer
 from ..symbolic import Scalar
-from ..tracer import NkiTensor, _Assigned, emit, operand, state
+from ..tracer import NkiTensor, _Assigned, emit, operand, state, to_mask
 
 __all__ = ["loop_reduce"]
 
@@ -52,25 +52,14 @@ def loop_reduce(
     acc = NkiTensor(decl, tuple(st.loops[:level]))
     # allocation and initialisation go before the loop at `level` (appended to its parent body,
     # which receives the Loop node only when the loop finishes)
-    from ..ir import Instr
-
     init = Instr("memset", "memset", acc.access_(), (Const(row.identity),), (), None, loc, None,
                  api)  # fmt: skip
     st.bodies[level].append(Alloc(name, loc))
     st.bodies[level].append(init)
     st.written.setdefault(name, loc)
-    from ..tracer import to_mask
-
     m = to_mask(mask, shape, api)
     instr = emit("ew", row.name, acc.access_(), (acc.access_(), acc_x), mask=m, api=api)
     # ``dst[...] = nl.loop_reduce(x, ...)``: the destination itself is the accumulator
-    # (dst = op(dst, x)); tracer.assign looks this up
-    results(st)[name] = (row.name, acc_x, m, instr)
+    # (dst = op(dst, x)); the tracer's assign looks this up
+    st.loop_reduce_results[name] = (row.name, acc_x, m, instr)
     return acc
-
-
-def results(st: Any) -> dict[str, tuple[str, Any, Any, Any]]:
-    """This trace's loop_reduce results: tile name -> (op, source access, mask, update)."""
-    if not hasattr(st, "loop_reduce_results"):
-        st.loop_reduce_results = {}
-    return st.loop_reduce_results

@@ -16,16 +16,16 @@ from ..tracer import (
     NkiTensor,
     _Assigned,
     check_partitions,
+    classic_mode,
     emit,
     operand,
     require_buffer,
     result_tile,
+    stage_psum_operand,
+    state,
     to_mask,
 )
 
-PMAX = 128
-STATIONARY_FMAX = 128  # nl.tile_size.gemm_stationary_fmax
-MOVING_FMAX = 512  # nl.tile_size.gemm_moving_fmax
 _PE_DTYPES = ("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn",
               "float8_e5m2")  # fmt: skip
 
@@ -65,8 +65,7 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
     Example: ``acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)``;
     ``acc += nl.matmul(a_t, b, transpose_x=True)``."""
     api = "nl.matmul"
-    from ..classic import stage_psum_operand  # classic mode: PSUM operands staged in SBUF
-
+    # classic mode: PSUM operands staged in SBUF
     x, y = stage_psum_operand(x, api), stage_psum_operand(y, api)
     xa, xt = _tile2d(x, api, "x")
     ya, yt = _tile2d(y, api, "y")
@@ -81,8 +80,9 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
                 code="err_unsupported_dtype",
                 loc=user_loc(),
             )
-    _limit(xa.shape[1], STATIONARY_FMAX, "free dimension", api, "x", xa.shape)
-    _limit(ya.shape[1], MOVING_FMAX, "free dimension", api, "y", ya.shape)
+    tgt = state(api).target  # Tensor-engine tile limits of the target being traced
+    _limit(xa.shape[1], tgt.gemm_stationary_fmax, "free dimension", api, "x", xa.shape)
+    _limit(ya.shape[1], tgt.gemm_moving_fmax, "free dimension", api, "y", ya.shape)
     k_x = xa.shape[0] if transpose_x else xa.shape[1]
     m = xa.shape[1] if transpose_x else xa.shape[0]
     if k_x != ya.shape[0]:
@@ -110,8 +110,6 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
 
 def _classic_group() -> tuple[tuple[str, Any], ...]:
     """Classic mode: ``psum += nl.matmul(...)`` on a fresh PSUM tile starts the group."""
-    from ..classic import classic_mode
-
     return (("psum_group", True),) if classic_mode() else ()
 
 
@@ -124,7 +122,7 @@ def transpose(x: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> Nki
     acc, t = _tile2d(x, api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
     for d, n in enumerate(acc.shape):
-        if n > PMAX:
+        if n > state(api).target.pmax:
             raise NKIShapeError(
                 f"'{api}' supports tiles up to 128 x 128; dimension {d} of x is {n} "
                 f"(shape {list(acc.shape)})",

@@ -20,6 +20,7 @@ from ..tracer import (
     require_buffer,
     result_tile,
     to_mask,
+    tracing,
 )
 from .ops import tile_operands
 from .reductions import expand_access, normalize_axes
@@ -89,18 +90,12 @@ def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTenso
     float -> int rounds to nearest even and saturates). Outside a kernel, on a NumPy array
     (as classic test scripts use it to prepare inputs), it returns the converted array."""
     api = "nl.static_cast"
-    from ..tracer import tracing
-
     scalar = isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
     if scalar or (not tracing() and isinstance(x, np.ndarray)):
         # a NumPy array outside a kernel, or a scalar anywhere: converted now, by the same
         # rules (a scalar becomes a typed NumPy scalar usable as an operand)
-        from simulator import numerics
-
         name = dtypes.name_of(dtype)
-        got = numerics.cast(np.asarray(x, dtype=np.float64), name, True).astype(
-            dtypes.storage(name)
-        )
+        got = dtypes.cast(np.asarray(x, dtype=np.float64), name, True).astype(dtypes.storage(name))
         return got[()] if scalar else got
     acc, t = operand(_unwrap(x), api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")

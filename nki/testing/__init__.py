@@ -3,7 +3,8 @@
 
 * strategies: ``tile_shapes``, ``hbm_shapes``, ``dtypes``, ``arrays``, ``special_values``,
   ``grids`` (plus ``free_limit`` / ``sbuf_budget`` for the target's budgets);
-* ``assert_allclose`` with per-dtype tolerances (``tolerance``, ``TOLERANCES``);
+* ``assert_allclose`` with per-dtype tolerances (``tolerance``, ``TOLERANCES``), widened for
+  long fp32 accumulations (``accumulations``, ``accumulation_tolerance``);
 * ``check_kernel``: draw inputs, run kernel and reference, compare, shrink a failure;
 * ``assert_order_independent``: same results in every instance / ``affine_range`` order;
 * hypothesis profiles ``ci`` / ``dev`` / ``thorough`` (``load_profile``), and a pytest plugin
@@ -46,7 +47,14 @@ else:
         special_values,
         tile_shapes,
     )
-    from .tolerance import TOLERANCES, assert_allclose, compare, tolerance
+    from .tolerance import (
+        TOLERANCES,
+        accumulation_tolerance,
+        accumulations,
+        assert_allclose,
+        compare,
+        tolerance,
+    )
 
     register_profiles()
 
@@ -61,6 +69,8 @@ __all__ = [
     "TARGETS",
     "TOLERANCES",
     "ToolkitUsageError",
+    "accumulation_tolerance",
+    "accumulations",
     "arrays",
     "assert_allclose",
     "assert_order_independent",

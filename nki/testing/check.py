@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from .. import dtypes as _dt
 from ..errors import NKIError
-from .order import describe_difference, resolve_launch, run
+from .order import accumulations_of, describe_difference, resolve_launch, run
 from .strategies import SMALL_ARRAY, arrays
-from .tolerance import _as_numpy, compare
+from .tolerance import _as_numpy, accumulation_tolerance, compare
 
 
 class KernelCheckError(AssertionError):
@@ -146,10 +146,15 @@ def check_kernel(
       a function of the drawn shapes returning a grid (not together with a function ``shapes``).
     * Values: ``arrays`` with ``min_value`` / ``max_value`` / ``special``; or ``values``, a
       function ``(shape, dtype) -> strategy of arrays`` (or one such function per input).
-    * ``rtol`` / ``atol``: override the per-dtype tolerances (see ``tolerance``).
+    * ``rtol`` / ``atol``: override the default tolerances: the output dtype's (see
+      ``tolerance``), widened for outputs the kernel sums from many terms (matmul contraction
+      x accumulating loop iterations, found in the traced kernel) to the fp32 summation-order
+      bound ``terms x 2**-24`` relative and ``terms x 2**-24 x max|reference|`` absolute
+      (see ``accumulation_tolerance``).
     * ``target`` / ``checks``: simulator settings for the kernel (default: its own / env).
     * ``shuffle_seeds``: also run every example in these seeded instance / ``affine_range``
-      orders and require bit-identical results (see ``assert_order_independent``). The
+      orders and require bit-identical results, up to the rounding of accumulations across
+      iterations / instances (see ``assert_order_independent``). The
       comparison with the reference runs in order; a shuffle seed set on the kernel
       (``nki.jit(shuffle_seed=)``) or in ``NKI_SIM_SHUFFLE_SEED`` is added to these seeds.
     * ``max_examples``: overrides the active hypothesis profile's count (see ``profiles``).
@@ -259,10 +264,22 @@ def check_kernel(
                 f"check_kernel: kernel '{kname}' returned {len(got)} output(s) but the "
                 f"reference returned {len(want)}"
             )
+        accs = accumulations_of(launch, len(got))
         for k, (o, w) in enumerate(zip(got, want)):
-            msg = compare(o, _as_numpy(w), rtol=rtol, atol=atol)
+            w = _as_numpy(w)
+            with np.errstate(all="ignore"):
+                f = np.abs(np.asarray(w, dtype=np.float64)) if w.size else np.zeros(1)
+            scale = float(np.max(f[np.isfinite(f)], initial=0.0))
+            r, a = accumulation_tolerance(o.dtype, accs[k].terms, scale, rtol, atol)
+            msg = compare(o, w, rtol=r, atol=a)
             if msg is not None:
                 which = f"output {k}" if len(got) > 1 else "the output"
+                if accs[k].terms > 1 and (rtol is None or atol is None):
+                    line = f" at line {accs[k].loc.line}" if accs[k].loc is not None else ""
+                    msg += (
+                        f"\n  (default tolerance widened for the {accs[k].terms}-term fp32 "
+                        f"accumulation{line})"
+                    )
                 raise KernelCheckError(
                     f"{which} of the kernel and the reference differ on:\n    {ex!r}\n{msg}"
                 )
@@ -274,7 +291,7 @@ def check_kernel(
                     f"order dependence: shuffle seed {s} raised an error the default order does "
                     f"not, on:\n    {ex!r}\n{e}"
                 ) from None
-            d = describe_difference(got, outs, int(s), base_order, order)
+            d = describe_difference(got, outs, int(s), base_order, order, accs)
             if d is not None:
                 raise KernelCheckError(
                     f"order dependence (a race between instances or a loop-carried "

@@ -1,6 +1,7 @@
 """Order independence: a correct kernel gives bit-identical results whatever order its SPMD
-instances and ``affine_range`` iterations run in. A kernel whose result depends on the order has
-a race between instances (e.g. one instance reads HBM another one writes) or a loop-carried
+instances and ``affine_range`` iterations run in, except for the rounding of accumulations
+across them (a reordered fp32 sum). A kernel whose result depends on the order otherwise has a
+race between instances (e.g. one instance reads HBM another one writes) or a loop-carried
 dependency in an ``affine_range`` loop."""
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import NKIError, user_facing
 from ..jit import Launch, _as_launch, parse_grid
-from .tolerance import _as_numpy
+from .tolerance import ACC_EPS, Accumulation, _as_numpy, accumulations
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4, 5)
 
@@ -119,6 +121,12 @@ def assert_order_independent(
     Returns the default-order outputs. A shuffle seed set on the kernel
     (``nki.jit(shuffle_seed=)``) or in ``NKI_SIM_SHUFFLE_SEED`` is added to ``seeds``.
 
+    Accumulation is the exception: an output fed by a legal accumulation across iterations or
+    instances (``psum += nl.matmul(...)`` in ``affine_range``, ``nisa.dma_copy(...,
+    dst_rmw_op=nl.add)``) is a reordered fp32 sum and may differ by its rounding, at most
+    ``terms x 2**-24 x max|output|`` plus one rounding of the output's dtype (``terms``: the
+    addends per element, from the traced kernel); every other output must match bit for bit.
+
     ``kernel`` is an ``@nki.jit`` kernel, a plain kernel function or a launch ``k[grid]``;
     ``grid`` launches a bare kernel over that grid. The arguments are copied for every run.
 
@@ -142,29 +150,62 @@ def assert_order_independent(
     if not seeds:
         raise ValueError("assert_order_independent needs at least one shuffle seed")
     base, base_order = run(launch, args, kwargs, checks=checks, target=target)
+    accs = accumulations_of(launch, len(base))
     failures = []
     agree = []
+    reassociated = []
     for s in seeds:
         try:
             outs, order = run(launch, args, kwargs, seed=s, checks=checks, target=target)
         except NKIError as e:
             failures.append(f"seed {s} raised an error the default order does not:\n{e}")
             continue
-        diff = describe_difference(base, outs, s, base_order, order)
+        diff = describe_difference(base, outs, s, base_order, order, accs)
         if diff is None:
             agree.append(s)
+            if any(first_difference(a, b) is not None for a, b in zip(base, outs)):
+                reassociated.append(s)
         else:
             failures.append(diff)
     if failures:
         name = getattr(launch.kernel.fn, "__name__", "kernel")
         bad = [s for s in seeds if s not in agree]
+        within = (
+            f" ({reassociated} only within the rounding of reordered accumulations)"
+            if reassociated
+            else ""
+        )
         raise OrderDependenceError(
             f"kernel '{name}' gives different results in different orders of its SPMD "
             f"instances / affine_range iterations (a race between instances or a loop-carried "
             f"dependency). Shuffle seeds that disagree with the default order: {bad}; seeds "
-            f"that agree: {agree}.\n" + "\n".join(failures)
+            f"that agree: {agree}{within}.\n" + "\n".join(failures)
         )
     return base[0] if len(base) == 1 else base
+
+
+def accumulations_of(launch: Launch, n_outputs: int) -> list[Accumulation]:
+    """The accumulation behind each output of the launch's last run (see
+    ``tolerance.accumulations``); no accumulation when the trace is not available."""
+    ir = getattr(launch.kernel, "last_ir", None)
+    if ir is None or len(ir.outputs) != n_outputs:
+        return [Accumulation()] * n_outputs
+    accs = accumulations(ir)
+    return [accs[o] for o in ir.outputs]
+
+
+def reassociation_bound(a: np.ndarray, acc: Accumulation) -> tuple[float, float] | None:
+    """``(rtol, atol)`` within which two runs of an output summed by ``acc`` may differ when
+    only the order of its ``affine_range`` / instance partial sums changed: the fp32
+    summation bound ``terms x 2**-24 x max|output|`` plus one rounding of the output's dtype.
+    None when the output must be bit-identical (no reordered accumulation, not a float)."""
+    if acc.reordered <= 1 or a.dtype.kind not in "fV" or a.size == 0:
+        return None
+    eps = float(ml_dtypes.finfo(a.dtype).eps)
+    with np.errstate(all="ignore"):
+        f = np.abs(a.astype(np.float64))
+    scale = float(np.max(f[np.isfinite(f)], initial=0.0))
+    return eps, acc.terms * ACC_EPS * scale
 
 
 def describe_difference(
@@ -173,8 +214,13 @@ def describe_difference(
     seed: int,
     base_order: list[Any],
     order: list[Any],
+    accumulations: Sequence[Accumulation] = (),
 ) -> str | None:
-    """A report of the first output that differs between the default order and ``seed``."""
+    """A report of the first output that differs between the default order and ``seed``.
+    Outputs fed by an accumulation across ``affine_range`` iterations or instances
+    (``accumulations[k].reordered > 1``) may differ within ``reassociation_bound`` (a legal
+    reordered fp32 sum); every other output must be bit-identical. The report says which
+    comparison failed."""
     for k, (a, b) in enumerate(zip(base, outs)):
         d = first_difference(a, b)
         if d is None:
@@ -188,9 +234,35 @@ def describe_difference(
         orders = ""
         if len(base_order) > 1:
             orders = f"; instance order: default {base_order}, seed {seed} {order}"
+        acc = accumulations[k] if k < len(accumulations) else Accumulation()
+        bound = reassociation_bound(a, acc)
+        if bound is None:
+            why = (
+                "; compared bit for bit: no accumulation across affine_range iterations or "
+                "instances reaches this output, so this is a real order dependence"
+            )
+        else:
+            rtol, atol = bound
+            with np.errstate(all="ignore"):
+                fa, fb = a.astype(np.float64), b.astype(np.float64)
+                diff = np.abs(fa - fb)
+                over = ~(diff <= atol + rtol * np.abs(fa)) & ~(np.isnan(fa) & np.isnan(fb))
+            if not over.any():
+                continue  # the same sum in another order: legal reassociation
+            idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(over)), a.shape))
+            count = int(over.sum())
+            line = f" at line {acc.loc.line}" if acc.loc is not None else ""
+            why = (
+                f"; beyond reassociation: |difference| {float(diff[idx]):.3g} exceeds the "
+                f"{atol + rtol * abs(float(fa[idx])):.3g} that reordering the {acc.reordered} "
+                f"partial sums of the {acc.terms}-term accumulation{line} can cause, so this is "
+                "a real order dependence, not fp32 rounding"
+            )
         return (
             f"seed {seed}: output {k} first differs at index {idx}: {_value(b, idx)} vs "
-            f"{_value(a, idx)} in the default order ({count} of {a.size} elements differ)" + orders
+            f"{_value(a, idx)} in the default order ({count} of {a.size} elements differ)"
+            + why
+            + orders
         )
     return None
 

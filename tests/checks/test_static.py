@@ -8,7 +8,8 @@ import nki
 import nki.language as nl
 from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError
 
-from .util import expect, line_of, rand
+from helpers import expect, line_of
+from helpers import randn as rand
 
 
 def k_oob_static(a):

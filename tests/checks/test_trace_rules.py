@@ -7,7 +7,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIAttributeError, NKIError, NKIMemoryError, NKIShapeError
 
-from .util import expect, line_of, rand
+from helpers import expect, line_of
+from helpers import randn as rand
 
 
 def k_partitions(a):

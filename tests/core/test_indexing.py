@@ -8,9 +8,7 @@ import pytest
 import nki
 import nki.language as nl
 
-
-def _rand(shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+from helpers import randn as _rand
 
 
 def test_integer_and_slice_indexing():

@@ -1,4 +1,5 @@
-"""Entry points, output conventions, loops, IR caching and listing, control-flow errors."""
+"""Entry points, output conventions (including a returned SBUF tile), loops, Python
+operators on tiles, IR caching and listing, control-flow errors."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIControlFlowError, NKIError
+
+RNG = np.random.default_rng(5)
 
 
 def _rand(shape, seed=0):
@@ -243,3 +247,53 @@ def test_float64_argument_is_rejected_naming_the_parameter_and_kernel():
     assert e.code == "err_unsupported_dtype"
     assert "argument 'a' of kernel 'copy64'" in str(e) and "float64" in str(e)
     assert e.loc.file == __file__
+
+
+@nki.jit
+def transposed_tile(a):
+    # returns an SBUF tile: its value is the kernel's result
+    return nisa.dma_transpose(a)
+
+
+def test_returning_an_sbuf_tile_returns_its_value():
+    a = RNG.random((32, 96), dtype=np.float32)
+    np.testing.assert_array_equal(transposed_tile(a), a.T)
+
+
+def test_tile_plus_loop_iterator_is_arithmetic():
+    """``t + i * 8`` (and ``nl.add(t, i * 8)``) inside an affine loop adds the iterator's value
+    element-wise; only a one-element tile plus an index is a dynamic index."""
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 3, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for i in nl.affine_range(3):
+            u = t + i * 8
+            nl.store(out[:, i, :], nl.subtract(nl.add(u, i), i * 2))
+        return out
+
+    x = np.random.default_rng(11).standard_normal((128, 8)).astype(np.float32)
+    want = np.stack([x + 8 * i + i - 2 * i for i in range(3)], axis=1)
+    np.testing.assert_allclose(kernel(x), want, rtol=1e-6)
+
+
+def test_operators_after_an_in_place_update():
+    """``acc += ...`` rebinds ``acc``; ``acc / n``, ``acc * s``, ``-acc`` still work."""
+
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.psum)
+        for h in nl.affine_range(2):
+            acc += nl.sum(nl.load(x[:, h * 64 : (h + 1) * 64]), axis=[1], keepdims=True)
+        res = nl.ndarray((128, 3), dtype=nl.float32)
+        res[:, 0:1] = acc / 128
+        res[:, 1:2] = acc * 2.0
+        res[:, 2:3] = -acc
+        nl.store(out, res)
+        return out
+
+    x = np.random.default_rng(12).standard_normal((128, 128)).astype(np.float32)
+    s = x.astype(np.float64).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(kernel(x), np.hstack([s / 128, 2 * s, -s]), rtol=1e-5, atol=1e-5)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
+
 pytest.importorskip("torch")
 pytest.importorskip("jax")
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_classic_script_runs_unmodified():

@@ -1,13 +1,20 @@
-"""dma_copy (casting, accumulate-on-write, out-of-bounds modes, DGE rules) and dma_transpose."""
+"""nisa.dma_copy and nisa.dma_transpose: casts, read-modify-write, out-of-bounds modes, DMA
+engine choice per target, and their located errors."""
 
 import numpy as np
 import pytest
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIError, NKIIndexError, NKIMemoryError, NKIUnsupportedError
+from nki.errors import (
+    NKIError,
+    NKIIndexError,
+    NKIMemoryError,
+    NKIUnsupportedError,
+)
 
-from .util import BF16, expect_error, f32, rand, run
+from helpers import BF16, expect_error, f32, rand, run
+from helpers import hbm_out as _out
 
 
 def k_copy_cast(x):
@@ -100,15 +107,15 @@ def k_bad_rmw(x):
     return None
 
 
-def k_psum_dma(x):
-    ps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
-    nisa.dma_copy(dst=ps, src=x)  # ERR
-    return None
-
-
 def k_count(x):
     t = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)  # ERR
+    return None
+
+
+def k_psum_dma(x):
+    ps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
+    nisa.dma_copy(dst=ps, src=x)  # ERR
     return None
 
 
@@ -141,3 +148,15 @@ def test_dma_transpose(shape):
     x = rand(shape, BF16)
     got = run(k_dma_t, x)
     np.testing.assert_array_equal(f32(got), np.transpose(f32(x), tuple(range(len(shape)))[::-1]))
+
+
+def k_dma_t32(x):
+    t = nisa.dma_transpose(x)
+    out = _out(t.shape, x.dtype)
+    nl.store(out, t)
+    return out
+
+
+def test_dma_transpose_fp32():
+    x = rand((20, 100))
+    np.testing.assert_array_equal(run(k_dma_t32, x), x.T)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import warnings
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -14,7 +13,7 @@ import nki
 import nki.language as nl
 from nki.errors import NKIError
 
-BF16 = ml_dtypes.bfloat16
+from helpers import BF16
 
 
 def _blocks(x, grid):

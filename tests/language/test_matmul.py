@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -15,7 +14,7 @@ import nki
 import nki.language as nl
 from nki.errors import NKIMemoryError, NKIShapeError, NKITypeError
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT
 
 
 @nki.jit

@@ -1,5 +1,6 @@
 """Dtype promotion, rounding on write (bf16 / fp8 round-half-even), float -> int casts
-(round-half-even + saturation), nl.fp32.min constants and the fast-fp option."""
+(round-half-even + saturation), nl.fp32.min constants (also as ISA immediates), nl.finfo /
+nl.iinfo and the fast-fp option."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.dtypes import promote
+
+RNG = np.random.default_rng(5)
 
 PROMOTION = [  # the classic NKI table (nki.api.shared, "NKI Type Promotion")
     ("float16", "bfloat16", "float32"),
@@ -208,3 +212,40 @@ def test_dma_between_same_width_integers_copies_bits():
     np.testing.assert_array_equal(a, x.view(np.int32))
     np.testing.assert_array_equal(b, x.view(np.int32))
     np.testing.assert_array_equal(c, np.clip(x.astype(np.int64), -32768, 32767).astype(np.int16))
+
+
+def test_finfo_iinfo():
+    import ml_dtypes
+
+    assert nl.finfo(nl.bfloat16).max == ml_dtypes.finfo(ml_dtypes.bfloat16).max
+    assert nl.finfo(nl.bfloat16).bits == 16
+    assert nl.finfo(nl.float32).min == np.finfo(np.float32).min
+    assert nl.iinfo(nl.int8).max == 127 and nl.iinfo(nl.uint16).max == 65535
+
+
+@nki.jit
+def window_max(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    lo = nl.zeros((x.shape[0], 1), dtype=nl.float32)
+    hi = nl.full((x.shape[0], 1), 10.0, dtype=nl.float32)
+    res = nl.ndarray((x.shape[0], 1), dtype=nl.float32)
+    nisa.range_select(
+        on_true_tile=t,
+        comp_op0=np.greater_equal,
+        comp_op1=np.less,
+        bound0=lo,
+        bound1=hi,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        reduce_res=res,
+        reduce_op=np.max,
+        range_start=0,
+        on_false_value=nl.fp32.min,  # a NumPy float32 scalar
+    )
+    nl.store(out, res)
+    return out
+
+
+def test_numpy_scalar_on_false_value():
+    x = RNG.random((16, 40), dtype=np.float32)
+    np.testing.assert_allclose(window_max(x), x[:, :10].max(1, keepdims=True))

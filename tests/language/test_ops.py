@@ -1,21 +1,22 @@
 """Every element-wise op of the table against an independent NumPy (float64) reference, for
 float32, bfloat16 and an integer dtype where the op allows it, with tile/tile, (P, 1) column
 and scalar broadcasting. Float results are checked to the tolerance their rounding implies;
-integer and bit-vector results are exact."""
+integer and bit-vector results are exact. Ops given by name as op= values."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import nki
 import nki.language as nl
-from nki.optable import BINARY, OPS, UNARY
+from nki.errors import NKITypeError
+from nki.optable import BINARY, OPS, UNARY, lookup
 from nki.testing.reference import NUMPY_OPS
 
+from helpers import BF16
+
 P, F = 16, 24
-BF16 = ml_dtypes.bfloat16
 REF_UNARY = {n: NUMPY_OPS[n] for n in UNARY}
 REF_BINARY = {n: NUMPY_OPS[n] for n in BINARY if n not in ("left_shift", "right_shift")}
 BOOL_RESULT = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
@@ -225,3 +226,19 @@ def test_every_row_has_engines_and_doc():
     for op in OPS.values():
         assert op.engines and op.doc, op.name
         assert getattr(nl, op.name, None) is not None or op.name == "copy"
+
+
+@pytest.mark.parametrize(
+    "fn,name",
+    [(nl.add, "add"), (nl.max, "maximum"), (nl.maximum, "maximum"), (nl.sum, "add"),
+     (nl.multiply, "multiply"), (np.add, "add"), (np.multiply, "multiply"), (np.max, "maximum"),
+     (np.subtract, "subtract"), (np.right_shift, "right_shift"), ("add", "add")],
+)  # fmt: skip
+def test_ops_as_values(fn, name):
+    assert lookup(fn).name == name
+
+
+def test_unknown_op_value_is_a_clear_error():
+    with pytest.raises(NKITypeError) as ei:
+        lookup(np.cumsum)
+    assert ei.value.code == "err_unsupported_op"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import warnings
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -18,6 +17,8 @@ from simulator import numba_backend
 from simulator.config import SimConfig
 from simulator.numba_codegen import NATIVE
 
+from helpers import BF16
+
 
 @pytest.fixture(autouse=True)
 def _compiled_path(monkeypatch):
@@ -25,9 +26,6 @@ def _compiled_path(monkeypatch):
     # compiled path, so they do not inherit those settings from the environment
     monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)
     monkeypatch.delenv("NKI_SIM_SHUFFLE_SEED", raising=False)
-
-
-BF16 = ml_dtypes.bfloat16
 
 
 def _bits(x: np.ndarray) -> np.ndarray:

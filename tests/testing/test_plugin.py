@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import nki
 import nki.language as nl
 from nki.testing import load_profile, profile_name
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT
 
 
 def _env(**extra: str) -> dict[str, str]:

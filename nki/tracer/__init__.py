@@ -1,0 +1,102 @@
+"""Tracing: a kernel body runs once per input signature with symbolic program ids and loop
+iterators, and every ``nl.*`` / ``nisa.*`` call checks its operands and records one IR
+instruction.
+
+Modules, by what they model:
+
+* ``state``: the state of one trace, the per-thread trace stack, symbolic loops and Python
+  control flow on loop iterators (classic mode);
+* ``tensors``: tensor handles (``NkiTensor``, ``View``) and their Python operators;
+* ``subscripts``: ``t[key]`` turned into affine index expressions;
+* ``operands``: tile arguments as accesses, buffer / partition rules, ``mask=`` predicates;
+* ``emission``: tensor declarations, IR instructions and assignment into tiles.
+
+Handles and the modules that check or create them form one cycle (``t[...] = v`` emits an
+instruction; emission checks and creates handles); ``tensors`` is imported first and the
+others reach the handle classes through that module at call time."""
+
+from __future__ import annotations
+
+# isort: off
+# first: the handle module imports the modules below it by name (see the note above)
+from .tensors import (
+    TILE_OPERATORS,
+    DynOffset,
+    NkiTensor,
+    TileOps,
+    View,
+    _Assigned,
+    reshape_tile,
+)
+
+# isort: on
+from .emission import (
+    assign,
+    check_broadcast_into,
+    const_operand,
+    emit,
+    new_tensor,
+    result_tile,
+    stage_psum_operand,
+)
+from .operands import (
+    as_2d,
+    check_partitions,
+    check_scope,
+    operand,
+    require_buffer,
+    to_mask,
+)
+from .state import (
+    NeedsUnroll,
+    TraceState,
+    classic_mode,
+    current,
+    decide_condition,
+    new_trace,
+    set_classic_mode,
+    state,
+    symbolic_loop,
+    tracing,
+    unroll_for_division,
+    unrolling,
+)
+from .subscripts import compose, parse_subscript, prod
+
+__all__ = [
+    "TILE_OPERATORS",
+    "DynOffset",
+    "NeedsUnroll",
+    "NkiTensor",
+    "TileOps",
+    "TraceState",
+    "View",
+    "_Assigned",
+    "as_2d",
+    "assign",
+    "check_broadcast_into",
+    "check_partitions",
+    "check_scope",
+    "classic_mode",
+    "compose",
+    "const_operand",
+    "current",
+    "decide_condition",
+    "emit",
+    "new_tensor",
+    "new_trace",
+    "operand",
+    "parse_subscript",
+    "prod",
+    "require_buffer",
+    "reshape_tile",
+    "result_tile",
+    "set_classic_mode",
+    "stage_psum_operand",
+    "state",
+    "symbolic_loop",
+    "to_mask",
+    "tracing",
+    "unroll_for_division",
+    "unrolling",
+]

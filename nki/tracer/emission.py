@@ -1,0 +1,243 @@
+"""Emission: declaring tensors and recording IR instructions in the trace, assignment into
+tiles (``t[...] = v``, ``t[...] += v``) with the fusion of an op's result into its target, and
+the classic staging of PSUM matmul operands."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
+from ..ir import HBM_BUFFERS, Access, Alloc, Const, Instr, Mask, TensorDecl
+from ..symbolic import Index, Scalar
+
+# handles are reached through their module (see .subscripts for the cycle)
+from . import tensors
+from .operands import as_2d, operand
+from .state import TraceState, classic_mode, state
+
+if TYPE_CHECKING:
+    from .tensors import NkiTensor
+
+
+def new_tensor(
+    shape: tuple[int, ...],
+    dtype: str,
+    buffer: str,
+    *,
+    name: str | None = None,
+    par_dim: int = 0,
+    kind: str = "local",
+    temp: bool = False,
+    api: str = "",
+    placement: tuple[int, ...] | None = None,
+) -> NkiTensor:
+    st = state(api or "tensor creation")
+    loc = user_loc()
+    if buffer in ("sbuf", "psum"):
+        if len(shape) - par_dim < 2:
+            raise NKIShapeError(
+                f"insufficient rank: on-chip tile of shape {list(shape)} in {buffer} must have a "
+                "partition dimension and at least one free dimension, e.g. (128, 1)",
+                code="err_insufficient_rank",
+                loc=loc,
+            )
+        p, pmax = shape[par_dim], st.target.pmax
+        if p > pmax:
+            raise NKIShapeError(
+                f"number of partitions {p} exceeds the architecture limitation of {pmax} "
+                f"({api or 'allocation'} of shape {list(shape)} in {buffer})",
+                code="err_num_partition_exceed_arch_limit",
+                loc=loc,
+            )
+    for s in shape:
+        if not isinstance(s, int) or s <= 0:
+            raise NKIShapeError(
+                f"tensor dimensions must be positive integers, got {shape}", loc=loc
+            )
+    prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
+    nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))
+    decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc, placement=placement)
+    st.declare(decl)
+    st.append(Alloc(nm, loc))
+    return tensors.NkiTensor(decl, tuple(st.loops), temp=temp)
+
+
+def emit(
+    kind: str,
+    op: str,
+    dst: Access | None,
+    srcs: tuple[Any, ...],
+    *,
+    attrs: tuple[tuple[str, Any], ...] = (),
+    mask: Mask | None = None,
+    accumulate: str | None = None,
+    api: str = "",
+) -> Instr:
+    st = state(api)
+    instr = Instr(kind, op, dst, tuple(srcs), attrs, mask, user_loc(), accumulate, api)
+    st.append(instr)
+    if dst is not None:
+        st.written.setdefault(dst.tensor, instr.loc)  # type: ignore[arg-type]
+    return instr
+
+
+def result_tile(shape: tuple[int, ...], dtype: str, buffer: str, api: str) -> NkiTensor:
+    return new_tensor(tuple(shape), dtype, buffer, temp=True, api=api)
+
+
+def const_operand(x: object) -> Const:
+    return Const(x.item() if hasattr(x, "item") else x)
+
+
+def assign(
+    dst: Access,
+    value: object,
+    *,
+    accumulate: str | None = None,
+    mask: Mask | None = None,
+    api: str = "assignment",
+    fusable: bool = False,
+) -> None:
+    """``dst = value`` / ``dst op= value``: write a tile, view or scalar into an access."""
+    st = state(api)
+    dtensor = st.tensors[dst.tensor]
+    dst = as_2d(dst, dtensor)
+    if isinstance(value, tensors._Assigned):
+        value = value.view
+    if isinstance(value, (Index, Scalar)):
+        raise NKITypeError(
+            "cannot assign an index expression to a tile; materialise it with nisa.iota",
+            code="err_cannot_assign_to_index",
+            loc=user_loc(),
+        )
+    if isinstance(value, tensors.NkiTensor) and accumulate is None:
+        lr = st.loop_reduce_results.get(value.name)
+        if lr is not None:  # dst = nl.loop_reduce(x, op, ...): dst accumulates
+            op, xacc, lmask, update = lr
+            body = st.bodies[-1]
+            if body and body[-1] is update:  # the stand-alone accumulator is not needed
+                body.pop()
+            check_broadcast_into(xacc.shape, dst.shape, api)
+            emit("ew", op, dst, (dst, xacc), mask=mask or lmask, api=api)
+            return
+    if isinstance(value, tensors.TileOps):
+        src, t = operand(value, api, "value")
+        check_broadcast_into(src.shape, dst.shape, api)
+        if fusable and _fuse_into(st, t, dst, accumulate, mask):
+            return
+        if mask is None and fusable and src.shape == dst.shape:
+            mask = _producer_mask(st, t, dst)
+        emit("copy", "copy", dst, (src,), mask=mask, accumulate=accumulate, api=api)
+        return
+    if isinstance(value, (int, float, bool)) or hasattr(value, "dtype"):
+        if hasattr(value, "shape") and getattr(value, "shape", ()) != ():
+            raise NKITypeError(
+                "cannot assign a NumPy array inside a kernel; load data from an HBM tensor",
+                code="err_unsupported_operand",
+                loc=user_loc(),
+            )
+        if dtensor.buffer in HBM_BUFFERS:
+            raise NKIMemoryError(
+                "cannot write a scalar directly to an HBM tensor; fill an SBUF tile and nl.store "
+                "it",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        emit(
+            "memset",
+            "memset",
+            dst,
+            (const_operand(value),),
+            mask=mask,
+            accumulate=accumulate,
+            api=api,
+        )
+        return
+    raise NKITypeError(
+        f"cannot assign a value of type {type(value).__name__} to a tile",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
+
+
+def check_broadcast_into(src: tuple[int, ...], dst: tuple[int, ...], api: str) -> None:
+    """Source tiles broadcast into destinations; the destination may not be smaller."""
+    ok = len(src) <= len(dst) or all(s == 1 for s in src[: len(src) - len(dst)])
+    if ok:
+        s2 = tuple(src[-len(dst) :]) if len(src) >= len(dst) else (1,) * (len(dst) - len(src)) + src
+        ok = all(a == b or a == 1 for a, b in zip(s2, dst))
+    if not ok:
+        raise NKIShapeError(
+            f"destination shape {list(dst)} of '{api}' is smaller than (or incompatible with) "
+            f"the source shape {list(src)}",
+            code="err_store_dst_shape_smaller_than_other_shape",
+            loc=user_loc(),
+        )
+
+
+def _fuse_into(
+    st: TraceState, t: NkiTensor, dst: Access, accumulate: str | None, mask: Mask | None
+) -> bool:
+    """``t[...] = nl.op(...)``: when the op's result tile is referenced nowhere else, let the
+    instruction write its target directly (no temporary tile, as the real compiler does)."""
+    body = st.bodies[-1]
+    if not t.temp or len(body) < 2:
+        return False
+    last, alloc = body[-1], body[-2]
+    if not (isinstance(last, Instr) and isinstance(alloc, Alloc)):
+        return False
+    if alloc.tensor != t.name or last.dst is None or last.dst.tensor != t.name:
+        return False
+    if last.accumulate is not None:
+        return False
+    if last.mask is not None and mask is not None and last.mask != mask:
+        return False
+    if last.dst.shape != dst.shape or any(_reads(s, t.name) for s in last.srcs):
+        return False
+    if st.tensors[dst.tensor].dtype != t.decl.dtype:
+        return False
+    if last.attr("staged") and st.tensors[dst.tensor].buffer != t.decl.buffer:
+        # an instruction whose engine the compiler picks (nc_transpose without engine=) assigned
+        # to a tile in another buffer: it is staged in its own buffer and copied, not fused
+        return False
+    # a masked op writes only its selected lanes of the target (the rest keep their values)
+    mask = mask if mask is not None else last.mask
+    body[-2:] = [
+        Instr(last.kind, last.op, dst, last.srcs, last.attrs, mask, last.loc, accumulate, last.api)
+    ]
+    del st.tensors[t.name]
+    st.written.pop(t.name, None)
+    st.written.setdefault(dst.tensor, last.loc)  # type: ignore[arg-type]
+    return True
+
+
+def _producer_mask(st: TraceState, t: NkiTensor, dst: Access) -> Mask | None:
+    """``t[...] = nl.op(..., mask=m)`` that could not be fused (e.g. another dtype): the copy
+    takes the op's mask, so the lanes the op left unwritten do not overwrite the target."""
+    body = st.bodies[-1]
+    last = body[-1] if body else None
+    if not t.temp or not isinstance(last, Instr) or last.mask is None or last.dst is None:
+        return None
+    if last.dst.tensor != t.name or last.dst.shape != dst.shape:
+        return None
+    return last.mask
+
+
+def _reads(src: object, name: str) -> bool:
+    if isinstance(src, Access):
+        return src.tensor == name or any(_reads(a, name) for _, a in src.indirect)
+    return False
+
+
+def stage_psum_operand(x: Any, api: str) -> Any:
+    """Classic mode: a Tensor-engine operand that lives in PSUM (e.g. an ``nc_transpose``
+    result fed straight to ``nc_matmul``, as in AWS's flash-attention backward kernel) is
+    copied to SBUF first, as the classic compiler does; anything else is returned as is."""
+    if not classic_mode() or not isinstance(x, (tensors.TileOps, tensors._Assigned)):
+        return x
+    acc, t = operand(x.view if isinstance(x, tensors._Assigned) else x, api, "operand")
+    if t.decl.buffer != "psum":
+        return x
+    staged = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
+    emit("copy", "copy", staged.access_(), (acc,), api=api)
+    return staged

@@ -1,0 +1,243 @@
+"""Trace state and control flow: the state of one kernel trace, the per-thread trace stack,
+symbolic loops, and Python control flow on loop iterators (classic mode).
+
+A kernel body runs once per input signature with symbolic program ids and loop iterators;
+each thread traces on its own stack, so kernels traced in parallel threads never see each
+other's state."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
+from ..ir import Affine, Loop, LoopSym, Node, TensorDecl
+from ..symbolic import TRACE_HOOKS, Scalar
+
+
+class TraceState:
+    """Everything recorded while one kernel body runs."""
+
+    def __init__(self, name: str, target: Any, grid_shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.target = target  # nki.targets.Target
+        self.grid_shape = grid_shape
+        self.tensors: dict[str, TensorDecl] = {}
+        self.bodies: list[list[Node]] = [[]]
+        self.loops: list[LoopSym] = []
+        self.loop_kinds: list[str] = []
+        self.written: dict[str, SrcLoc] = {}
+        self.params: list[str] = []
+        self._next_id = 0
+        # classic ``if`` on loop iterators: inclusive range and call site of every symbolic loop,
+        # and the call sites to unroll in this trace (see NeedsUnroll)
+        self.loop_ranges: dict[LoopSym, tuple[int, int]] = {}
+        self.loop_sites: dict[LoopSym, tuple[str, int, int]] = {}
+        self.unroll_sites: frozenset[tuple[str, int, int]] = _THREAD.unroll_sites[-1]
+        # nl.loop_reduce results not yet assigned: tile name -> (op, source, mask, update)
+        self.loop_reduce_results: dict[str, tuple[str, Any, Any, Any]] = {}
+
+    def fresh(self, prefix: str) -> str:
+        while True:
+            name = f"{prefix}{self._next_id}"
+            self._next_id += 1
+            if name not in self.tensors:
+                return name
+
+    def declare(self, decl: TensorDecl) -> None:
+        self.tensors[decl.name] = decl
+
+    def append(self, node: Node) -> None:
+        self.bodies[-1].append(node)
+
+
+class _ThreadTraces(threading.local):
+    """The traces running in one thread (a kernel called inside a kernel nests) and the classic
+    loop call sites to unroll in the trace being retried."""
+
+    def __init__(self) -> None:
+        self.stack: list[TraceState] = []
+        self.unroll_sites: list[frozenset[tuple[str, int, int]]] = [frozenset()]
+
+
+_THREAD = _ThreadTraces()
+_CLASSIC_MODE = [os.environ.get("NKI_CLASSIC", "0") == "1"]
+
+
+def classic_mode() -> bool:
+    """Whether classic-compiler behaviours are on (see :func:`set_classic_mode`)."""
+    return _CLASSIC_MODE[-1]
+
+
+def set_classic_mode(on: bool) -> None:
+    """Classic-compiler mode: behaviours of the classic NKI compiler that real kernels (AWS's
+    flash attention and allocated kernels) rely on, but that nki-sim otherwise reports as
+    errors:
+
+    * Python ``if`` on loop iterators (``if i * 128 >= j * 512:``): a condition that holds for
+      every iteration (or for none) is decided at trace time; one that varies makes the loops
+      involved unroll (the kernel is retraced with them unrolled, so the ``if`` sees concrete
+      iterators). Conditions on tile indices or program ids stay errors.
+    * ``psum += matmul(...)`` into a PSUM tile that was allocated but not initialised starts a
+      PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
+      reading uninitialised memory.
+    * a matmul operand that lives in PSUM (``nc_transpose`` result) is copied to SBUF first.
+
+    Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
+    and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
+    mode it was traced with. The setting is process-wide (every thread's later traces)."""
+    _CLASSIC_MODE[-1] = bool(on)
+
+
+@contextmanager
+def unrolling(sites: frozenset[tuple[str, int, int]]) -> Iterator[None]:
+    """Traces started inside unroll the classic loops at ``sites`` (see ``NeedsUnroll``)."""
+    _THREAD.unroll_sites.append(sites)
+    try:
+        yield
+    finally:
+        _THREAD.unroll_sites.pop()
+
+
+class NeedsUnroll(NKIControlFlowError):
+    """Python ``if`` on a predicate over loop iterators that holds for some iterations only.
+    In classic mode the trace is restarted with the loops at ``sites`` unrolled."""
+
+    def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.sites = sites
+
+
+def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
+    """Classic mode: ``i % 2`` or ``i // 4`` on loop iterators (AWS's ``nc_matmul`` example
+    computes ``tile_position`` this way) is not affine, so the loops of those iterators are
+    unrolled and the trace restarts with the iterators as plain ints. None otherwise (the
+    caller reports the expression as non-affine)."""
+    if not classic_mode() or not isinstance(a, Scalar):
+        return None
+    if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
+        return None
+    st = state(f"'{op}' on a loop iterator")
+    syms = a.aff.symbols()
+    if not syms or not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
+        return None
+    sites = frozenset(st.loop_sites[s] for s in syms)  # type: ignore[index]
+    return NeedsUnroll(
+        f"'{op} {b}' on a loop iterator is not affine; the loop is unrolled", sites, loc=user_loc()
+    )
+
+
+def decide_condition(pred: Any) -> bool:
+    """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
+
+    Only in classic mode (``nki.classic.classic_mode``): a predicate over loop
+    iterators alone that is true (false) for every iteration is True (False); one that varies
+    raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
+    program ids, strict mode) is the usual control-flow error."""
+    st = state("control flow")
+    syms = {s for c in pred.conds for s in c.expr.base.symbols()}
+    static = all(not any(c.expr.coeffs) for c in pred.conds)
+    loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
+    msg = (
+        "Python control flow (if / while / and / or / not) cannot depend on a mask predicate; "
+        "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
+        "nl.affine_range / nl.sequential_range for loops"
+    )
+    if not (classic_mode() and static and loops_only):
+        raise NKIControlFlowError(msg, loc=user_loc())
+    verdicts = []
+    for c in pred.conds:
+        lo, hi = c.expr.base.bounds(st.loop_ranges)
+        true_all = {
+            "<": hi < 0, "<=": hi <= 0, ">": lo > 0, ">=": lo >= 0,
+            "==": lo == hi == 0, "!=": hi < 0 or lo > 0,
+        }[c.op]  # fmt: skip
+        false_all = {
+            "<": lo >= 0, "<=": lo > 0, ">": hi <= 0, ">=": hi < 0,
+            "==": hi < 0 or lo > 0, "!=": lo == hi == 0,
+        }[c.op]  # fmt: skip
+        verdicts.append(True if true_all else False if false_all else None)
+    if False in verdicts:
+        return False
+    if all(v is True for v in verdicts):
+        return True
+    sites = frozenset(
+        st.loop_sites[s] for c, v in zip(pred.conds, verdicts) if v is None
+        for s in c.expr.base.symbols()
+    )  # fmt: skip
+    raise NeedsUnroll(msg + " (the condition varies across loop iterations)", sites, loc=user_loc())
+
+
+def state(api: str = "this call") -> TraceState:
+    stack = _THREAD.stack
+    if not stack:
+        raise NKIError(
+            f"{api} can only be used inside a kernel being traced by @nki.jit "
+            "(call the kernel, or nki.simulate_kernel(kernel, *args))",
+            code="err_outside_kernel",
+            loc=user_loc(),
+        )
+    return stack[-1]
+
+
+def current() -> TraceState | None:
+    """The trace running in this thread, or None outside a kernel."""
+    stack = _THREAD.stack
+    return stack[-1] if stack else None
+
+
+def tracing() -> bool:
+    return bool(_THREAD.stack)
+
+
+@contextmanager
+def new_trace(st: TraceState) -> Iterator[TraceState]:
+    _THREAD.stack.append(st)
+    try:
+        yield st
+    finally:
+        _THREAD.stack.pop()
+
+
+# --------------------------------------------------------------------------------------------
+# Loops
+# --------------------------------------------------------------------------------------------
+
+
+def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scalar]:
+    """Generator behind ``affine_range`` / ``sequential_range``: yields one symbolic iterator
+    and records the body traced in between as a Loop node."""
+    st = state(f"nl.{kind}_range")
+    loc = user_loc(2)
+    if len(range(start, stop, step)) == 0:
+        return
+    site = (loc.file, loc.line, loc.col)
+    if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
+        yield from range(start, stop, step)  # type: ignore[misc]
+        return
+    sym = LoopSym(st._next_id, kind)
+    st._next_id += 1
+    r = range(start, stop, step)
+    st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
+    st.loop_sites[sym] = site
+    st.bodies.append([])
+    st.loops.append(sym)
+    st.loop_kinds.append(kind)
+    done = False
+    try:
+        yield Scalar(Affine.of(sym))
+        done = True
+    finally:
+        body = st.bodies.pop()
+        st.loops.pop()
+        st.loop_kinds.pop()
+        if done or body:
+            st.append(Loop(sym, start, stop, step, kind, tuple(body), loc))
+
+
+# the symbolic values (a layer below) ask the trace how to decide Python control flow on them
+TRACE_HOOKS["decide_condition"] = decide_condition
+TRACE_HOOKS["unroll_for_division"] = unroll_for_division

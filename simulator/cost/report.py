@@ -1,0 +1,341 @@
+"""The estimate report: latency, per-engine busy time and utilisation, DMA traffic per queue,
+critical path and bottleneck, roofline position, top instructions and performance lints."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from nki import dtypes
+from nki.errors import SrcLoc
+from nki.ir import Access, KernelIR
+from nki.targets import get_target
+
+from .scheduler import Schedule, SiteStats, buffers_for, schedule
+from .table import CostTable, table_for
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+SMALL_DMA_BYTES = 2048  # per partition: below this a transfer is overhead-bound [dma-bw]
+
+
+@dataclass(frozen=True)
+class Lint:
+    """A performance mistake found by the model, at the user's line, with its estimated cost."""
+
+    rule: str
+    loc: SrcLoc | None
+    message: str
+    cost_ns: float
+
+    def __str__(self) -> str:
+        where = f"{self.loc.file}:{self.loc.line}" if self.loc else "kernel"
+        return f"{where}: [{self.rule}] {self.message} (~{_fmt_ns(self.cost_ns)})"
+
+
+@dataclass(frozen=True)
+class TopInstr:
+    name: str
+    engine: str
+    loc: SrcLoc | None
+    count: float
+    ns: float
+
+
+class _Latency:
+    """Classic ``benchmark_result.nc_latency``: percentiles of the (deterministic) estimate."""
+
+    def __init__(self, us: float) -> None:
+        self.us = us
+
+    def get_latency_percentile(self, percentile: float) -> float:
+        """The estimate in microseconds (the model has no run-to-run variation)."""
+        if not 0 <= percentile <= 100:
+            raise ValueError(f"percentile must be in [0, 100], got {percentile}")
+        return self.us
+
+
+@dataclass
+class Report:
+    """A kernel's estimated performance on one target (see README "Performance estimates")."""
+
+    kernel: str
+    target: str
+    latency_ns: float
+    instance_ns: float
+    instances_per_core: int
+    cores: int
+    busy_ns: dict[str, float]
+    dma_queue_bytes: dict[str, float]
+    dma_bytes: float
+    flops: float
+    critical_path: dict[str, float]
+    top: list[TopInstr]
+    lints: list[Lint]
+    schedule: Schedule = field(repr=False)
+    table: CostTable = field(repr=False)
+
+    @property
+    def latency_us(self) -> float:
+        return self.latency_ns / 1e3
+
+    @property
+    def latency_ms(self) -> float:
+        return self.latency_ns / 1e6
+
+    @property
+    def nc_latency(self) -> _Latency:
+        return _Latency(self.latency_us)
+
+    def utilisation(self, engine: str) -> float:
+        """Fraction of one instance's time ``engine`` is busy (0..1)."""
+        return self.busy_ns.get(engine, 0.0) / self.instance_ns if self.instance_ns else 0.0
+
+    @property
+    def bottleneck(self) -> str:
+        return max(ENGINES, key=lambda e: self.busy_ns.get(e, 0.0))
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Matmul FLOPs per DMA byte."""
+        return self.flops / self.dma_bytes if self.dma_bytes else math.inf
+
+    @property
+    def ridge_point(self) -> float:
+        return self.table.peak_matmul_flops_per_ns() / self.table.dma_bytes_per_ns
+
+    @property
+    def roofline_fraction(self) -> float:
+        """Achieved FLOP rate over what the roofline allows at this arithmetic intensity."""
+        if not self.flops or not self.instance_ns:
+            return 0.0
+        attainable = min(
+            self.table.peak_matmul_flops_per_ns(),
+            self.arithmetic_intensity * self.table.dma_bytes_per_ns,
+        )
+        return (self.flops / self.instance_ns) / attainable
+
+    def summary(self) -> str:
+        """A text summary of the estimate."""
+        lines = [
+            f"{self.kernel} on {self.target}: estimated {_fmt_ns(self.latency_ns)}"
+            + (
+                f" ({self.instances_per_core} instances per core x {_fmt_ns(self.instance_ns)},"
+                f" {self.cores} core(s))"
+                if self.instances_per_core > 1 or self.cores > 1
+                else ""
+            ),
+            "  engine    busy         util",
+        ]
+        for e in ENGINES:
+            if self.busy_ns.get(e):
+                b = self.busy_ns[e]
+                lines.append(f"  {e:<8s}  {_fmt_ns(b):>11s}  {100 * self.utilisation(e):5.1f}%")
+        bw = self.dma_bytes / self.instance_ns if self.instance_ns else 0.0
+        lines.append(
+            f"  DMA {self.dma_bytes / 1e6:.3f} MB at {bw:.1f} GB/s "
+            f"(peak {self.table.dma_bytes_per_ns:.0f} GB/s) "
+            f"over {len(self.dma_queue_bytes)} queue(s)"
+        )
+        for q in sorted(self.dma_queue_bytes, key=lambda q: int(q.rsplit("q", 1)[1])):
+            b = self.dma_queue_bytes[q]
+            busy = self.busy_ns.get(q, 0.0)
+            lines.append(
+                f"    {q:<7s} {b / 1e6:10.3f} MB  {b / self.instance_ns:7.1f} GB/s average, "
+                f"{b / busy if busy else 0.0:7.1f} GB/s while transferring"
+            )
+        bound = "compute" if self.arithmetic_intensity > self.ridge_point else "memory"
+        lines.append(
+            f"  bottleneck: {self.bottleneck}; arithmetic intensity {self.arithmetic_intensity:.1f}"
+            f" FLOP/B (ridge {self.ridge_point:.0f}: {bound}-bound), "
+            f"{100 * self.roofline_fraction:.0f}% of roofline"
+        )
+        total = sum(self.critical_path.values()) or 1.0
+        cp = ", ".join(
+            f"{k} {100 * v / total:.0f}%"
+            for k, v in sorted(self.critical_path.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(f"  critical path: {cp}")
+        lines.append("  top instructions:")
+        for t in self.top[:8]:
+            where = f"{t.loc.file.rsplit('/', 1)[-1]}:{t.loc.line}" if t.loc else "?"
+            lines.append(
+                f"    {_fmt_ns(t.ns):>11s}  {t.engine:<7s} {t.name:<24s} x{t.count:<10.0f} {where}"
+            )
+        if self.lints:
+            lines.append("  lints:")
+            lines.extend(f"    {lint}" for lint in self.lints)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _fmt_ns(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.3f} us"
+    return f"{ns:.0f} ns"
+
+
+def _critical_path(s: Schedule) -> dict[str, float]:
+    """Time on the chain of binding constraints ending at the last instruction, per track."""
+    out: dict[str, float] = {}
+    i, seen = s.end_event, set()
+    while 0 <= i < len(s.events) and i not in seen:
+        seen.add(i)
+        ev = s.events[i]
+        track = "dma" if ev.track.startswith("dma") else ev.track
+        out[track] = out.get(track, 0.0) + ev.dur
+        if ev.pred >= 0 and ev.pred < len(s.events):
+            p = s.events[ev.pred]
+            gap = ev.start - (p.start + p.dur)
+            if gap > 0:
+                out["wait"] = out.get("wait", 0.0) + gap
+        i = ev.pred
+    return out
+
+
+def _depends_on(acc: Access, sym: object) -> bool:
+    return any(sym in e.base.symbols() for e in acc.index)
+
+
+def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint]:
+    out: list[Lint] = []
+    peak_bw = t.dma_bytes_per_ns
+    for site in s.sites.values():
+        c = s.costs[id(site.instr)]
+        if not site.count:
+            continue
+        ins = site.instr
+        if c.engine == "dma" and 0 < c.bytes_per_partition < SMALL_DMA_BYTES:
+            waste = site.ns - site.dma_bytes / peak_bw
+            out.append(
+                Lint(
+                    "small-dma",
+                    ins.loc,
+                    f"{ins.api or ins.op} moves {c.bytes_per_partition} B per partition "
+                    f"(< {SMALL_DMA_BYTES} B): per-transfer overhead dominates; move bigger "
+                    "tiles per transfer",
+                    waste,
+                )
+            )
+        if c.stride_penalty:
+            out.append(
+                Lint(
+                    "strided-access",
+                    ins.loc,
+                    f"{ins.api or ins.op} reads with an innermost stride above "
+                    f"{t.stride_penalty_bytes} B, which halves SBUF bandwidth",
+                    site.ns / 2,
+                )
+            )
+        if c.engine == "tensor" and c.moving_free and c.moving_free < 128:
+            ideal = c.flops * site.count / t.peak_matmul_flops_per_ns()
+            out.append(
+                Lint(
+                    "small-matmul",
+                    ins.loc,
+                    f"matmul moving free size {c.moving_free} < 128: the Tensor engine is "
+                    "overhead-bound; use up to 512 columns per matmul",
+                    max(0.0, site.ns - ideal),
+                )
+            )
+        if c.engine == "dma" and site.loops and ins.op in ("load", "load_transpose2d", "dma_copy"):
+            inner = site.loops[-1]
+            src = next((a for a in ins.srcs if isinstance(a, Access)), None)
+            if src is not None and inner.trip_count > 1 and not _depends_on(src, inner.sym):
+                out.append(
+                    Lint(
+                        "invariant-load",
+                        ins.loc,
+                        f"{ins.api or ins.op} loads the same data in each of the {inner.trip_count}"
+                        f" iterations of the loop at line {inner.loc.line if inner.loc else '?'}; "
+                        "hoist it out of the loop",
+                        site.ns * (1 - 1 / inner.trip_count),
+                    )
+                )
+    busiest = max((s.busy.get(e, 0.0) for e in ENGINES), default=0.0)
+    if s.latency_ns > 1.5 * busiest and s.latency_ns > 10_000:
+        top = max(s.sites.values(), key=lambda x: x.ns, default=None)
+        out.append(
+            Lint(
+                "serial-chain",
+                top.instr.loc if top else ir.loc,
+                f"the busiest engine works only {100 * busiest / s.latency_ns:.0f}% of the time: "
+                "a dependency chain serialises the engines (overlap loads with compute, use more "
+                "independent tiles per iteration)",
+                s.latency_ns - busiest,
+            )
+        )
+    out.extend(_capacity_lints(ir, t))
+    return sorted(out, key=lambda lint: -lint.cost_ns)
+
+
+def _capacity_lints(ir: KernelIR, t: CostTable) -> list[Lint]:
+    usable = get_target(ir.target).sbuf_usable_per_partition
+    in_loop = {n.tensor for n, loops in ir.walk() if loops and hasattr(n, "tensor")}
+    total, biggest = 0, None
+    for d in ir.tensors:
+        if d.buffer != "sbuf" or d.alias_of:
+            continue
+        per_part = math.prod(d.shape[d.par_dim + 1 :]) * math.prod(d.shape[: d.par_dim])
+        b = (
+            per_part
+            * dtypes.itemsize(d.dtype)
+            * (min(2, buffers_for(d, ir.target)) if d.name in in_loop else 1)
+        )
+        total += b
+        if biggest is None or b > biggest[1]:
+            biggest = (d, b)
+    if total <= usable or biggest is None:
+        return []
+    spill = total - usable
+    return [
+        Lint(
+            "capacity-spill",
+            biggest[0].loc,
+            f"live SBUF tiles need {total} B per partition (largest '{biggest[0].name}', "
+            f"{biggest[1]} B) but {usable} B are usable: the compiler would spill {spill} B "
+            "per partition",
+            2 * spill * t.tensor_tile / t.dma_bytes_per_ns,  # save and reload over DMA
+        )
+    ]
+
+
+def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
+    """Estimate a traced kernel's performance on ``target`` (default: the IR's target), from
+    shapes alone."""
+    tname = target or ir.target
+    table = table_for(get_target(tname).name)
+    s = schedule(ir, table)
+    cores = max(1, ir.grid.num_cores)
+    per_core = max(1, math.prod(ir.grid.shape) // cores)
+    top = sorted(s.sites.values(), key=lambda x: -x.ns)
+    top_list = [
+        TopInstr(
+            x.instr.api or f"{x.instr.kind}.{x.instr.op}", x.engine, x.instr.loc, x.count, x.ns
+        )
+        for x in top
+        if x.ns > 0
+    ][:20]
+    return Report(
+        ir.name,
+        table.target,
+        s.latency_ns * per_core,
+        s.latency_ns,
+        per_core,
+        cores,
+        dict(s.busy),
+        s.dma_queue_bytes,
+        s.dma_bytes,
+        s.flops,
+        _critical_path(s),
+        top_list,
+        _lints(ir, s, table, s.latency_ns),
+        s,
+        table,
+    )
+
+
+__all__ = ["Report", "Lint", "estimate_ir", "SiteStats"]

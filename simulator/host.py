@@ -1,0 +1,93 @@
+"""Host storage of kernel tensors: fresh storage for a tensor, copies of the caller's arrays
+into storage dtype, the storage of reshape / dtype views, and outputs back in the dtype the
+caller sees. Both backends use these (a view's storage is the same for both)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nki import dtypes
+from nki.errors import NKIMemoryError
+from nki.ir import KernelIR, TensorDecl
+
+from . import numerics
+from .config import SimConfig
+
+
+def host_array(decl: TensorDecl, config: SimConfig) -> np.ndarray:
+    """Fresh storage for a tensor, filled with the uninitialised-memory sentinel. Running out
+    of host memory is reported at the tensor's declaration, not as a bare MemoryError."""
+    sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
+    nbytes = sd.itemsize * math.prod(decl.shape)
+    err = None
+    if nbytes > (256 << 20) and nbytes > host_available_bytes():
+        err = "more than the host's available memory"  # filling it would invoke the OOM killer
+    else:
+        try:
+            return np.full(decl.shape, numerics.fill_value(decl.dtype), dtype=sd)
+        except MemoryError:
+            err = "MemoryError"
+    raise NKIMemoryError(
+        f"the simulator cannot allocate {nbytes} bytes of host memory for {decl.buffer} "
+        f"tensor '{decl.name}' {decl.dtype}{list(decl.shape)} ({err})",
+        code="err_host_memory_exhausted",
+        loc=decl.loc,
+    )
+
+
+def host_available_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux); elsewhere, no limit is assumed."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def storage_input(arr: np.ndarray, dtype_name: str, config: SimConfig) -> np.ndarray:
+    """Copy a user's array into simulator storage for an HBM parameter."""
+    sd = numerics.storage_dtype(dtype_name, config.precise_fp)
+    return np.array(arr, dtype=sd, copy=True, order="C")
+
+
+def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:
+    """The storage of an alias tensor (``t.reshape(shape)`` / ``t.view(dtype)``): the same
+    memory as ``base`` in the alias's shape and type."""
+    sd = numerics.storage_dtype(decl.dtype, precise_fp)
+    if base.dtype != sd:  # tensor.view(dtype): the same bytes as another type
+        base = base.reshape(-1).view(sd)
+    return base.reshape(decl.shape)
+
+
+def output_view(
+    arrays: dict[str, np.ndarray], ir: KernelIR, name: str, precise_fp: bool
+) -> np.ndarray:
+    """A returned tensor's storage; a returned reshape / dtype view of a tensor keeps its own
+    shape and type."""
+    d = ir.tensor(name)
+    if d.alias_of is None:
+        return arrays[name]
+    return alias_array(arrays[d.alias_of], d, precise_fp)
+
+
+def output_array(a: np.ndarray, dtype_name: str) -> np.ndarray:
+    """A kernel output as the user sees it: its declared dtype (undoing fast-fp storage)."""
+    want = dtypes.storage(dtype_name)
+    return np.array(a, dtype=want, copy=True) if a.dtype != want else a.copy()
+
+
+def shared_storage(
+    ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
+) -> dict[str, np.ndarray]:
+    """The launch's shared HBM: the parameters' storage and a fresh array for every shared
+    output / local HBM tensor (views share their base's storage)."""
+    shared: dict[str, np.ndarray] = dict(inputs)
+    for d in ir.tensors:
+        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
+            shared[d.name] = host_array(d, config)
+    return shared

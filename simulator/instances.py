@@ -1,0 +1,104 @@
+"""Scheduling the SPMD instances of a launch: their placement on physical cores, the order they
+run in (seeded shuffling with ``shuffle_seed``), and stepping them through collectives.
+
+Instances run core by core; each core runs its share serially. An instance runs until it ends
+or reaches a collective (its walk is a generator that stops there); when every running instance
+has stopped or ended, the collectives of every group are combined and the instances go on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nki.ir import Instr, KernelIR
+
+from .collectives import combine
+from .config import SimConfig
+from .executors import COLLECTIVES
+from .memory import Ctx
+
+Instance = tuple[int, ...]
+
+
+@dataclass
+class RunInfo:
+    """What a launch did: instance placement on physical cores and the execution order."""
+
+    grid: tuple[int, ...]
+    placement: dict[Instance, int] = field(default_factory=dict)
+    order: list[Instance] = field(default_factory=list)
+    num_cores: int = 1
+    target: str = ""
+    backend: str = "numpy"  # which executor ran the launch: "numpy" or "numba"
+
+    def instances_on(self, core: int) -> list[Instance]:
+        return [i for i in self.order if self.placement[i] == core]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The instances of a launch in run order, each with its physical core, and the random
+    generator of a shuffled run (None: program order)."""
+
+    order: tuple[tuple[Instance, int], ...]
+    rng: np.random.Generator | None
+    collective_loops: frozenset[int]  # ids of loops holding a collective (never shuffled)
+
+    @property
+    def instances(self) -> list[Instance]:
+        return [inst for inst, _ in self.order]
+
+
+def schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:
+    """Place the instances of ``ir``'s grid on cores and order them (recorded in ``info``)."""
+    grid = ir.grid
+    instances = list(grid.instances()) if grid.dims else [()]
+    rng = np.random.default_rng(config.shuffle_seed) if config.shuffle_seed is not None else None
+    if rng is not None:
+        instances = [instances[i] for i in rng.permutation(len(instances))]
+    by_core: dict[int, list[Instance]] = {}
+    for inst in instances:
+        core = grid.core_of(inst) if grid.dims else 0
+        info.placement[inst] = core
+        by_core.setdefault(core, []).append(inst)
+    order = tuple((inst, core) for core in sorted(by_core) for inst in by_core[core])
+    loops = collective_loops(ir) if rng is not None else frozenset()
+    return Schedule(order, rng, loops)
+
+
+def collective_loops(ir: KernelIR) -> frozenset[int]:
+    """ids of the loops that hold a collective (their iterations keep their order)."""
+    return frozenset(
+        id(lp)
+        for n, loops in ir.walk()
+        if isinstance(n, Instr) and n.kind in COLLECTIVES
+        for lp in loops
+    )
+
+
+def run_instances(
+    sched: Schedule,
+    start: Callable[[Instance, int], tuple[Ctx, Iterator[Instr]]],
+    grid: tuple[int, ...],
+    info: RunInfo,
+) -> None:
+    """Run the instances of ``sched``: ``start(instance, core)`` gives an instance's state and
+    its walk, which stops at each collective. Without collectives each instance runs to the end
+    before the next starts."""
+    running: dict[Instance, Iterator[Instr]] = {}
+    ctxs: dict[Instance, Ctx] = {}
+    for inst, core in sched.order:
+        ctxs[inst], running[inst] = start(inst, core)
+        info.order.append(inst)
+    while running:
+        waiting: dict[Instance, Instr] = {}
+        for inst in list(running):
+            at = next(running[inst], None)
+            if at is None:
+                del running[inst]
+            else:
+                waiting[inst] = at
+        if waiting:
+            combine(waiting, ctxs, grid)

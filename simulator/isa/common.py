@@ -1,0 +1,188 @@
+"""Helpers shared by the nki.isa executors: typed operand access, operands as fp32 / bit
+patterns shaped (P, F), storing results, the engines' accumulator registers, the Tensor
+engine's PSUM accumulation groups, and the destination rules every nki.isa instruction checks
+before it runs (the rules only visible after an op's result was fused into its destination)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nki import dtypes
+from nki.errors import NKIMemoryError
+from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr
+from nki.optable import OPS
+
+from .. import numerics
+from ..executors import prepares
+from ..memory import Ctx
+from . import formulas as M
+
+
+def src_tile(instr: Instr, i: int) -> Access:
+    """Operand ``i`` of an instruction whose tracer only admits a tile there."""
+    s = instr.srcs[i]
+    assert isinstance(s, Access), f"{instr.api or instr.op}: operand {i} is not a tile"
+    return s
+
+
+def src_const(instr: Instr, i: int) -> Const:
+    """Operand ``i`` of an instruction whose tracer only admits an immediate there."""
+    s = instr.srcs[i]
+    assert isinstance(s, Const), f"{instr.api or instr.op}: operand {i} is not an immediate"
+    return s
+
+
+def src_index(instr: Instr, i: int) -> IndexExpr:
+    """Operand ``i`` of an instruction whose tracer only admits an index expression there."""
+    s = instr.srcs[i]
+    assert isinstance(s, IndexExpr), f"{instr.api or instr.op}: operand {i} is not an index"
+    return s
+
+
+def dst_of(instr: Instr) -> Access:
+    """The destination tile (every nki.isa instruction has one)."""
+    assert instr.dst is not None, f"{instr.api or instr.op} has no destination"
+    return instr.dst
+
+
+@prepares("isa")
+def check_dst(instr: Instr, ctx: Ctx) -> None:
+    """The engines' destination rules (GpSimd cannot write PSUM, the Tensor engine writes
+    PSUM only, compute engines cannot write HBM)."""
+    if instr.dst is None:
+        return
+    buf = ctx.decl(instr.dst.tensor).buffer
+    eng = instr.attr("engine", "")
+    api = instr.api or f"nisa.{instr.op}"
+    tensor_out = instr.op == "nc_matmul" or (instr.op == "nc_transpose" and eng == "tensor")
+    if tensor_out and buf != "psum":
+        raise NKIMemoryError(
+            f"'{api}' runs on the Tensor engine, which writes PSUM only; its result was assigned "
+            f"to '{instr.dst.tensor}' in {buf}. Assign it to a PSUM tile and copy it out",
+            code="err_unsupported_memory",
+        )
+    if eng == "gpsimd" and buf == "psum":
+        raise NKIMemoryError(
+            f"'{api}' runs on the GpSimd engine, which cannot access PSUM; its result was "
+            f"assigned to the PSUM tile '{instr.dst.tensor}'",
+            code="err_unsupported_memory",
+        )
+    if eng not in ("dma", "") and buf in HBM_BUFFERS:
+        raise NKIMemoryError(
+            f"'{api}' runs on a compute engine and cannot write HBM tensor '{instr.dst.tensor}'; "
+            "write an SBUF tile and nl.store it",
+            code="err_unsupported_memory",
+        )
+
+
+def dtype_of(ctx: Ctx, acc: Access) -> str:
+    return ctx.decl(acc.tensor).dtype
+
+
+def f32(ctx: Ctx, src, p: int | None = None) -> np.ndarray:
+    """An operand in fp32: tiles as (P, F) (``p`` given) or their own shape; constants 0-D."""
+    if isinstance(src, Const):
+        return np.float32(src.value)  # type: ignore[return-value]
+    v = numerics.to_compute(ctx.read(src))
+    return v.reshape(p, -1) if p is not None else v
+
+
+def operand(ctx: Ctx, src, p: int, bitvec: bool = False, exact: bool = False) -> np.ndarray:
+    """A scalar / (P, 1) operand broadcastable over (P, F)."""
+    if isinstance(src, Const):
+        v = src.value
+        if bitvec or exact:
+            return np.int64(int(v))  # type: ignore[return-value]
+        return np.float32(v)  # type: ignore[return-value]
+    raw = ctx.read(src)
+    if bitvec:
+        return M.bits(raw).reshape(p, 1)
+    return numerics.to_compute(raw, exact_int=exact).reshape(p, 1)
+
+
+def tile(ctx: Ctx, src: Access, p: int, bitvec: bool, exact: bool = False) -> np.ndarray:
+    raw = ctx.read(src)
+    if bitvec:
+        return M.bits(raw).reshape(p, -1)
+    return numerics.to_compute(raw, exact_int=exact).reshape(p, -1)
+
+
+def store(instr: Instr, ctx: Ctx, values: np.ndarray, bitvec: bool = False) -> None:
+    dst = instr.dst
+    assert dst is not None
+    vals = np.asarray(values)
+    if bitvec:
+        vals = M.wrap(vals, numerics.storage_dtype(dtype_of(ctx, dst), ctx.config.precise_fp))
+    vals = vals.reshape(dst.shape) if vals.size == int(np.prod(dst.shape)) else vals
+    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+
+
+def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:
+    """Write a Tensor-engine result. In classic mode (attr ``psum_group``, see
+    ``nki.classic.set_classic_mode``) ``psum += matmul(...)`` is a PSUM accumulation group: the
+    first matmul to reach a PSUM element since its tile was allocated starts the group (it
+    overwrites, as the compiler sets the hardware's start flag), later ones accumulate. So
+    ``acc = nl.ndarray(..., buffer=nl.psum)`` followed by ``acc += nc_matmul(...)`` sums the
+    products, as in AWS's allocated kernels. Elements another engine has written (real data)
+    accumulate onto that data. Otherwise accumulating reads the tile as it is."""
+    dst = instr.dst
+    assert dst is not None
+    vals = np.asarray(values).reshape(dst.shape)
+    sel = ctx.mask(instr)
+    group = instr.attr("psum_group", False)
+    if not group or instr.accumulate != "add" or ctx.decl(dst.tensor).buffer != "psum":
+        ctx.write(dst, vals, sel, instr.accumulate)
+        return
+    arr = ctx.array(dst.tensor)
+    key = f"psum_group.{dst.tensor}"
+    entry = ctx.state.get(key)
+    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
+        entry = (arr, np.zeros(arr.shape, dtype=bool))
+        ctx.state[key] = entry
+    started = entry[1]
+    want = np.ones(dst.shape, dtype=bool) if sel is None else np.broadcast_to(sel, dst.shape)
+    idx = ctx.indices(dst, want)
+    untouched = ~started[idx] & np.isnan(arr[idx].astype(np.float32))
+    first = want & untouched
+    if first.any():
+        ctx.write(dst, vals, first, None)
+    rest = want & ~untouched
+    if rest.any():
+        ctx.write(dst, vals, rest, "add")
+    started[tuple(i[want] for i in idx)] = True
+
+
+def all_int(ctx: Ctx, *accs) -> bool:
+    for a in accs:
+        if isinstance(a, Access):
+            d = dtype_of(ctx, a)
+            if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+                return False
+        elif isinstance(a, Const) and isinstance(a.value, float):
+            return False
+    return True
+
+
+def accumulators(ctx: Ctx, engine: str, cmd: str, op: str, partial: np.ndarray | None, p: int):
+    """The engine's 128 per-partition accumulator registers after ``cmd``."""
+    key = f"accumulators.{engine}"
+    ident = OPS[op].identity if OPS[op].identity is not None else 0.0
+    regs = ctx.state.get(key)
+    if regs is None:  # never reset: undefined on hardware, NaN here so it shows
+        regs = np.full(128, np.nan, dtype=np.float32)
+    regs = regs.copy()
+    if cmd == "reset":
+        regs[:] = ident
+    elif cmd in ("reset_reduce", "load_reduce") and partial is not None:
+        regs[:] = ident
+        regs[:p] = partial
+    elif cmd == "reduce" and partial is not None:
+        regs[:p] = M.alu(op, regs[:p], partial)
+    ctx.state[key] = regs
+    return regs[:p]
+
+
+def write_res(ctx: Ctx, instr: Instr, key: str, values: np.ndarray) -> None:
+    acc = instr.attr(key)
+    if acc is not None:
+        ctx.write(acc, np.asarray(values).reshape(acc.shape))

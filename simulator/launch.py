@@ -1,0 +1,80 @@
+"""Launching a traced kernel: the one entry point ``nki.jit`` calls.
+
+:func:`launch` runs the static checks (always at least the HBM capacity check: an oversized HBM
+tensor would exhaust the host), copies the arguments into simulator storage, runs the kernel on
+a backend and hands back the outputs (or writes them into the caller's arrays for kernels that
+return nothing) with the :class:`RunInfo` of the run.
+
+:func:`run` is the executor part alone (storage in, storage out): it allocates the launch's
+shared HBM, schedules the instances and picks the backend. The backends are peers with one
+interface, ``execute(ir, shared, config, schedule, info) -> bool`` (False: this backend does
+not run this kernel, try the next); ``BACKENDS`` lists them in order of preference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nki.ir import KernelIR
+
+from . import interpreter, numba_backend
+from .capacity import check_hbm, check_host_memory
+from .checks import static_checks
+from .config import SimConfig
+from .host import output_array, output_view, shared_storage, storage_input
+from .instances import RunInfo, schedule
+
+__all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
+
+# tried in order; the interpreter runs every kernel
+BACKENDS = (numba_backend, interpreter)
+
+
+def run(
+    ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
+) -> tuple[dict[str, np.ndarray], RunInfo]:
+    """Execute a traced kernel over its grid. ``inputs`` maps parameter names to arrays in
+    storage dtype (they are updated in place where the kernel writes them); returns the
+    storage of every shared HBM tensor and what the launch did."""
+    check_host_memory(ir, config.precise_fp)  # cumulative, before allocating anything
+    shared = shared_storage(ir, inputs, config)
+    info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
+    sched = schedule(ir, config, info)
+    for backend in BACKENDS:
+        if backend.NAME != "numpy" and config.backend == "numpy":
+            continue
+        if backend.execute(ir, shared, config, sched, info):
+            info.backend = backend.NAME
+            break
+    return shared, info
+
+
+def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
+    """Check and run ``ir`` on the caller's arguments (NumPy arrays for its parameters).
+
+    Returns the kernel's outputs as the caller sees them (one array, a tuple, or None for a
+    kernel that writes its outputs into parameters, which are then updated in place; returned
+    mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
+    if config.checks != "none":
+        static_checks(ir, config)
+    else:
+        check_hbm(ir, config.target)  # always: an oversized HBM tensor would exhaust the host
+    inputs = {
+        name: storage_input(arguments[name], ir.tensor(name).dtype, config) for name in ir.params
+    }
+    arrays, info = run(ir, inputs, config)
+    if not ir.returns_outputs:
+        for name in ir.outputs:
+            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype)
+        return None, info
+    outs = tuple(
+        output_array(output_view(arrays, ir, n, config.precise_fp), ir.tensor(n).dtype)
+        for n in ir.outputs
+    )
+    for n in ir.outputs:  # mutable parameters returned: update the caller's array too
+        name = ir.tensor(n).alias_of or n
+        if name in ir.params:
+            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype)
+    return (outs[0] if len(outs) == 1 else outs), info

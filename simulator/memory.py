@@ -1,0 +1,303 @@
+"""The memory model of one SPMD instance: tensor storage, reshape / dtype views, tile reads and
+writes with bounds checks, masks and operand values.
+
+HBM tensors shared by every instance live for the whole launch; SBUF / PSUM / private-HBM
+allocations are fresh (NaN-filled for floats) each time their ``Alloc`` runs, per instance.
+Under ``checks="full"`` a boolean shadow per tensor records which elements were written; reads
+of unwritten elements go through the instance's :class:`~simulator.poison.Poison` state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from nki.errors import NKIIndexError, NKIRuntimeError
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Mask, PidSym, Sym, TensorDecl
+from nki.optable import OPS
+
+from . import numerics
+from .config import SimConfig
+from .host import alias_array, host_array
+from .poison import Poison
+
+_IOTA_CACHE: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
+
+
+def _iota(shape: tuple[int, ...], d: int) -> np.ndarray:
+    key = (shape, d)
+    a = _IOTA_CACHE.get(key)
+    if a is None:
+        sh = [1] * len(shape)
+        sh[d] = shape[d]
+        a = np.arange(shape[d], dtype=np.int64).reshape(sh)
+        if len(_IOTA_CACHE) < 4096:
+            _IOTA_CACHE[key] = a
+    return a
+
+
+def eval_index(e: IndexExpr, env: dict[Sym, int]) -> np.ndarray | int:
+    """Values of an index expression over its tile shape (broadcastable array, or an int)."""
+    v: Any = e.base.evaluate(env)
+    for d, c in enumerate(e.coeffs):
+        if c:
+            v = v + c * _iota(e.shape, d)
+    return v
+
+
+_COMPARE = {
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "==": np.equal,
+    "!=": np.not_equal,
+}
+
+
+def eval_mask(mask: Mask, shape: tuple[int, ...], env: dict[Sym, int]) -> np.ndarray:
+    """Which elements of a tile of ``shape`` the mask selects."""
+    out = np.ones(shape, dtype=bool)
+    for c in mask.conds:
+        r = _COMPARE[c.op](eval_index(c.expr, env), 0)
+        out &= np.broadcast_to(r, shape) if np.ndim(r) else bool(r)
+    return out
+
+
+class Ctx:
+    """Execution state of one SPMD instance: its view of memory, symbol values, per-instance
+    engine state and uninitialised-value tracking."""
+
+    def __init__(
+        self,
+        ir: KernelIR,
+        config: SimConfig,
+        shared: dict[str, np.ndarray],
+        instance: tuple[int, ...],
+        core: int,
+        rng: np.random.Generator | None,
+        shadow_shared: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        self.ir = ir
+        self.config = config
+        self.arrays: dict[str, np.ndarray] = dict(shared)
+        self.instance = instance
+        self.core = core
+        self.rng = rng
+        self.env: dict[Sym, int] = {PidSym(a): i for a, i in enumerate(instance)}
+        self.full_checks = config.checks == "full"
+        # full checks: which elements of on-chip and kernel-created HBM tensors have been
+        # written (uninitialised-read detection); shared-HBM maps are shared by all instances
+        self.shadow: dict[str, np.ndarray] = dict(shadow_shared or {})
+        self.state: dict[str, Any] = {}  # per-instance engine state (rng, accumulators...)
+        self.instr: Instr | None = None
+        self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
+        self.poison = Poison()
+
+    # ---- storage --------------------------------------------------------------------------
+    def decl(self, name: str) -> TensorDecl:
+        return self.ir.tensor(name)
+
+    def array(self, name: str) -> np.ndarray:
+        """The storage of tensor ``name`` (a view's storage is made on first use)."""
+        a = self.arrays.get(name)
+        if a is None:
+            d = self.decl(name)
+            if d.alias_of is None:
+                raise NKIRuntimeError(f"tensor '{name}' is used before it is allocated")
+            a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
+            self.arrays[name] = a
+            if d.alias_of in self.shadow and d.on_chip:  # a reshaped tile shares its shadow
+                self.shadow[name] = self.shadow[d.alias_of].reshape(d.shape)
+        return a
+
+    def allocate(self, decl: TensorDecl) -> None:
+        if decl.buffer == "shared_hbm" and decl.name in self.arrays:
+            return  # shared across instances: allocated once per launch
+        self.arrays[decl.name] = host_array(decl, self.config)
+        if self.full_checks and decl.alias_of is None:
+            self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
+        if decl.on_chip:  # reshaped views of the tile follow its new storage
+            for alias in self._aliases().get(decl.name, ()):
+                self.arrays.pop(alias, None)
+                self.shadow.pop(alias, None)
+
+    def _aliases(self) -> dict[str, list[str]]:
+        got = self.state.get("aliases")
+        if got is None:
+            got = {}
+            for d in self.ir.tensors:
+                if d.alias_of is not None and d.on_chip:
+                    got.setdefault(d.alias_of, []).append(d.name)
+            self.state["aliases"] = got
+        return got
+
+    # ---- accesses -------------------------------------------------------------------------
+    def _basic(self, acc: Access) -> tuple[Any, ...] | None:
+        """Basic (slice) indexing for the common case: each tile axis walks one tensor dim in
+        order with a positive stride. None when fancy indexing is needed."""
+        if acc.indirect:
+            return None
+        out: list[Any] = []
+        last = -1
+        used = [False] * len(acc.shape)
+        for e in acc.index:
+            nz = [(d, c) for d, c in enumerate(e.coeffs) if c]
+            b = e.base.evaluate(self.env)
+            if not nz:
+                out.append(b)
+                continue
+            if len(nz) != 1:
+                return None
+            d, c = nz[0]
+            if c <= 0 or d <= last:
+                return None
+            last = d
+            used[d] = True
+            out.append(slice(b, b + c * (acc.shape[d] - 1) + 1, c))
+        if any(n > 1 and not u for n, u in zip(acc.shape, used)):
+            return None
+        return tuple(out)
+
+    def _check_bounds(self, acc: Access, idx: list[Any], sel: np.ndarray | None) -> None:
+        if sel is not None and not sel.any():
+            return  # fully masked off: nothing is read or written
+        shape = self.array(acc.tensor).shape
+        for dim, (v, n) in enumerate(zip(idx, shape)):
+            if isinstance(v, (int, np.integer)):
+                lo = hi = int(v)
+            else:
+                vv = np.asarray(v)
+                if sel is not None:
+                    vv = np.broadcast_to(vv, acc.shape)[sel]
+                if vv.size == 0:
+                    continue
+                lo, hi = int(vv.min()), int(vv.max())
+            if lo < 0 or hi >= n:
+                raise NKIIndexError(
+                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index "
+                    f"range [{lo}, {hi}] exceeds the dimension size of {n}",
+                    code="err_tensor_access_out_of_bound",
+                )
+
+    def indices(self, acc: Access, sel: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """Bounds-checked index arrays (tile-shaped, one per tensor dim) of the elements an
+        access touches; masked-out lanes point at element 0 and are not checked."""
+        idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
+        for dim, ind in acc.indirect:
+            isel = sel if sel is not None and ind.shape == sel.shape else None  # (P,1) index tiles
+            vals = self.read(ind, isel).astype(np.int64)
+            idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
+        self._check_bounds(acc, idx, sel)
+        full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
+        if sel is not None:
+            full = [np.where(sel, v, 0) for v in full]  # masked-out lanes touch nothing real
+        return tuple(full)
+
+    def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
+        """The tile an access reads (storage dtype, tile shape)."""
+        arr = self.array(acc.tensor)
+        basic = self._basic(acc) if sel is None else None
+        if basic is not None:
+            self._check_bounds(acc, list(_slice_ends(basic)), None)
+            out = arr[basic].reshape(acc.shape)
+            if self.full_checks and acc.tensor in self.shadow:
+                self._check_init(acc, self.shadow[acc.tensor][basic].reshape(acc.shape), None)
+            return out
+        idx = self.indices(acc, sel)
+        out = arr[idx]
+        if self.full_checks and acc.tensor in self.shadow:
+            self._check_init(acc, self.shadow[acc.tensor][idx], sel)
+        return out
+
+    def _check_init(self, acc: Access, written: np.ndarray, sel: np.ndarray | None) -> None:
+        ok = written if sel is None else (written | ~sel)
+        if ok.all() or self.poison.absorb(self.instr, acc, ~ok):
+            return
+        pos = tuple(int(i) for i in np.argwhere(~ok)[0])
+        origin = self.poison.origin.get(acc.tensor)
+        how = (
+            f"holds a value computed from uninitialised memory at line {origin.line}"
+            if origin is not None
+            else "was never written before this instruction reads it"
+        )
+        raise NKIRuntimeError(
+            f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile {acc} {how}",
+            code="err_uninitialized_read",
+            related=(("computed from uninitialised memory", origin),) if origin else (),
+        )
+
+    def write(
+        self,
+        acc: Access,
+        values: np.ndarray | float | int,
+        sel: np.ndarray | None = None,
+        accumulate: str | None = None,
+    ) -> None:
+        """Store computed values (any numeric dtype) with rounding to the tensor's dtype."""
+        decl = self.decl(acc.tensor)
+        arr = self.array(acc.tensor)
+        vals = np.broadcast_to(np.asarray(values), acc.shape)
+        if accumulate is not None:
+            old = self.read(acc, sel)
+            exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
+            a = numerics.to_compute(old, exact_int=exact)
+            b = numerics.to_compute(np.asarray(vals), exact_int=exact)
+            with np.errstate(all="ignore"):
+                vals = OPS[accumulate].fn(a, b)
+        stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        basic = self._basic(acc) if sel is None else None
+        if basic is not None:
+            self._check_bounds(acc, list(_slice_ends(basic)), None)
+            target_shape = arr[basic].shape
+            arr[basic] = np.reshape(stored, target_shape)
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][basic] = self.poison.written(acc).reshape(target_shape)
+            return
+        idx = self.indices(acc, sel)
+        if sel is None:
+            arr[idx] = stored
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][idx] = self.poison.written(acc)
+        else:
+            sidx = tuple(i[sel] for i in idx)
+            arr[sidx] = np.broadcast_to(stored, acc.shape)[sel]
+            if acc.tensor in self.shadow:
+                self.shadow[acc.tensor][sidx] = self.poison.written(acc)[sel]
+
+    # ---- operands -------------------------------------------------------------------------
+    def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+        """The elements of the instruction's tile (the destination's, unless ``shape``) its
+        mask selects; None when unmasked."""
+        if instr.mask is None:
+            return None
+        if shape is None:
+            assert instr.dst is not None
+            shape = instr.dst.shape
+        return eval_mask(instr.mask, shape, self.env)
+
+    def value(self, src: Any, sel: np.ndarray | None = None, exact_int: bool = False) -> Any:
+        """An operand as compute values: fp32 (or int64 when exact_int and integral)."""
+        if isinstance(src, Access):
+            return numerics.to_compute(self.read(src, sel), exact_int=exact_int)
+        if isinstance(src, Const):
+            v = src.value
+            if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return np.int64(v)
+            if isinstance(v, np.generic) and v.dtype.kind in "iu" and exact_int:
+                return np.int64(v)
+            return np.float32(v)
+        if isinstance(src, IndexExpr):
+            return np.asarray(eval_index(src, self.env), dtype=np.int64)
+        raise NKIRuntimeError(f"unsupported operand {src!r}")
+
+
+def _slice_ends(basic: tuple[Any, ...]) -> Iterable[Any]:
+    """Index extremes of a basic subscript, for bounds checks (a slice -> array of ends)."""
+    for s in basic:
+        if isinstance(s, slice):
+            last = s.start + ((s.stop - 1 - s.start) // s.step) * s.step
+            yield np.array([s.start, last], dtype=np.int64)
+        else:
+            yield s

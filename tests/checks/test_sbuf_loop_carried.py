@@ -1,0 +1,89 @@
+"""Loop-carried dependencies through on-chip tiles in ``nl.affine_range`` are found statically
+(as for HBM): a tile allocated outside the loop that several iterations overwrite, when one
+iteration can see another's value. Legal patterns (scratch reuse, reductions, PSUM
+accumulation, per-iteration tiles and blocks) stay clean."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nki
+import nki.language as nl
+from nki.errors import NKIDependencyError
+
+from helpers import expect
+from helpers import randn as rand
+
+
+def last_iteration_wins(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        t[...] = nl.load(a[i])  # ERR
+    nl.store(out, t)  # READ
+    return out
+
+
+def test_last_iteration_wins_over_sbuf_is_reported_statically():
+    e = expect(
+        last_iteration_wins,
+        rand((2, 128, 8)),
+        cls=NKIDependencyError,
+        code="err_unexpected_output_dependencies",
+        values=["iterations 0 and 1", "SBUF tile", "read after the loop"],
+    )
+    from helpers import line_of
+
+    assert any(loc.line == line_of(last_iteration_wins, "# READ") for _, loc in e.related)
+
+
+def previous_iteration(a):
+    out = nl.ndarray((4, 128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.zeros((128, 8), dtype=a.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        nl.store(out[i], t)  # reads what iteration i - 1 loaded
+        t[...] = nl.load(a[i])  # ERR
+    return out
+
+
+def test_reading_the_previous_iterations_tile_is_reported():
+    expect(
+        previous_iteration,
+        rand((4, 128, 8)),
+        code="err_unexpected_output_dependencies",
+        values=["reads it before writing it", "SBUF tile"],
+    )
+
+
+def legal_patterns(a, b):
+    # scratch reused by every iteration (written before read), per-iteration blocks, a tile
+    # allocated inside the loop, an SBUF reduction and a PSUM accumulation
+    n = a.shape[0]
+    out = nl.ndarray((n, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    total = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    mm = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    scratch = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    blocks = nl.ndarray((n, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+    acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    ps = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(n):
+        scratch[...] = nl.multiply(nl.load(a[i]), 2.0)
+        blocks[i] = nl.add(scratch, 1.0)
+        own = nl.exp(blocks[i])
+        acc[...] = nl.add(acc, own)
+        ps += nl.matmul(nl.load(b[i]), own, transpose_x=True)
+        nl.store(out[i], blocks[i])
+    nl.store(total, acc)
+    nl.store(mm, ps)
+    return out, total, mm
+
+
+def test_legal_on_chip_patterns_stay_clean():
+    a = rand((3, 128, 64)) * 0.1
+    b = rand((3, 128, 128), seed=1) * 0.1
+    out, total, mm = nki.jit(legal_patterns)(a, b)
+    np.testing.assert_allclose(out, 2 * a + 1, rtol=1e-6)
+    e = np.exp(2 * a + 1)
+    np.testing.assert_allclose(total, e.sum(0), rtol=1e-5)
+    want = sum(b[i].T @ e[i] for i in range(3))
+    np.testing.assert_allclose(mm, want, rtol=1e-4)

@@ -1,0 +1,66 @@
+"""The error-code catalogue: every code the sources raise is listed with a meaning, and the
+README's error-code list is the catalogue's table."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki import error_codes
+from nki.errors import NKIError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# a code passed by keyword (code="err_x"), as a class default, or positionally to a checker
+_CODE = re.compile(r"""(?:\bcode\s*=\s*|default_code\s*=\s*|["'])((?:err|warn)_[a-z0-9_]+)["']""")
+
+
+def _codes_in_sources() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for pkg in ("nki", "simulator", "frontends"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path.name == "error_codes.py":
+                continue
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                for code in _CODE.findall(line):
+                    found.setdefault(code, f"{path.relative_to(ROOT)}:{lineno}")
+    return found
+
+
+def test_every_raised_code_is_in_the_catalogue():
+    found = _codes_in_sources()
+    assert len(found) > 50  # the scan sees the sources
+    missing = {c: where for c, where in found.items() if c not in error_codes.ERROR_CODES}
+    assert not missing, f"codes missing from nki/error_codes.py: {missing}"
+
+
+def test_catalogue_lists_only_codes_in_use_with_a_meaning():
+    found = _codes_in_sources()
+    unused = sorted(set(error_codes.ERROR_CODES) - set(found))
+    assert not unused, f"catalogue codes no source raises: {unused}"
+    for code, text in error_codes.ERROR_CODES.items():
+        assert re.fullmatch(r"err_[a-z0-9_]+", code)
+        assert text and "\n" not in text and not text.endswith("."), code
+
+
+def test_readme_error_list_is_generated_from_the_catalogue():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- errors:begin[^>]*-->\n(.*?)\n<!-- errors:end -->", text, re.S)
+    assert m, "README.md lacks the errors:begin / errors:end markers"
+    assert m.group(1).strip() == error_codes.markdown().strip()
+
+
+def test_a_raised_error_carries_its_catalogued_meaning():
+    @nki.jit
+    def too_many_partitions(a):
+        t = nl.ndarray((256, 4), dtype=nl.float32, buffer=nl.sbuf)
+        return t
+
+    with pytest.raises(NKIError) as info:
+        too_many_partitions(np.zeros((4, 4), np.float32))
+    assert info.value.code == "err_num_partition_exceed_arch_limit"
+    assert info.value.meaning == error_codes.ERROR_CODES["err_num_partition_exceed_arch_limit"]

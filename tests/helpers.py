@@ -1,0 +1,112 @@
+"""Helpers shared by the test files: run a kernel on a target, check a located NKIError, make
+inputs and outputs, compare against a float32 reference.
+
+Test files import this module as ``helpers``; ``tests/conftest.py`` puts ``tests/`` on
+``sys.path``. (``tests/simulator`` must stay a plain directory, not a package, or it would
+shadow the ``simulator`` package.)"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.errors import NKIError
+
+ROOT = Path(__file__).resolve().parents[1]
+BF16 = ml_dtypes.bfloat16
+RNG = np.random.default_rng(1234)
+DTS = [np.float32, BF16]  # the float dtypes every instruction test covers
+
+
+def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
+    """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs (``jit_opts``: simulator
+    options such as ``precise_fp`` / ``checks`` for this kernel)."""
+    return nki.jit(fn, platform_target=target, **(jit_opts or {}))(*args, **kw)
+
+
+def line_of(fn, marker: str = "# ERR") -> int:
+    """The absolute source line of ``fn`` that carries ``marker`` (exactly one must)."""
+    lines, start = inspect.getsourcelines(fn)
+    hits = [start + i for i, text in enumerate(lines) if marker in text]
+    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times in {fn.__name__}"
+    return hits[0]
+
+
+def _assert_located(e: NKIError, fn, marker: str) -> None:
+    """The error points at the line of ``fn`` carrying ``marker``, in ``fn``'s file."""
+    assert e.loc is not None and e.loc.line == line_of(fn, marker), (e.loc, str(e))
+    assert e.loc.file == inspect.getsourcefile(fn), (e.loc, str(e))
+
+
+def expect_error(fn, *args, cls, code, fragments=(), target="trn2", marker="# ERR", **kw):
+    """Running ``fn`` on ``target`` fails with ``cls`` / ``code``, a message containing every
+    fragment, located at the kernel line carrying ``marker``."""
+    with pytest.raises(cls) as ei:
+        run(fn, *args, target=target, **kw)
+    e = ei.value
+    assert e.code == code, (e.code, e.message)
+    for f in fragments:
+        assert f in e.message, (f, e.message)
+    _assert_located(e, fn, marker)
+    return e
+
+
+def expect(
+    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, **opts
+) -> NKIError:
+    """Run ``fn`` (jitted here with ``opts``, launched on ``grid`` if given) and check the error
+    it raises: class, classic code, every value in the text and the reported kernel line."""
+    k = nki.jit(fn, **opts)
+    launch = k[grid] if grid is not None else k
+    with pytest.raises(cls) as ei:
+        launch(*args)
+    e = ei.value
+    assert e.code == code, str(e)
+    for v in values:
+        assert str(v) in str(e), f"{v!r} not in: {e}"
+    _assert_located(e, fn, marker)
+    return e
+
+
+def rand(shape, dtype=np.float32, lo=-2.0, hi=2.0):
+    """Uniform values in [lo, hi) from the shared generator, rounded into ``dtype``."""
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32).astype(dtype)
+
+
+def randn(shape, seed=0, dtype=np.float32):
+    """Standard-normal values from a generator seeded with ``seed``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def f32(x):
+    return np.asarray(x).astype(np.float32)
+
+
+def close(got, want, dtype=np.float32, rtol=None, atol=None):
+    """Compare against an fp32 reference rounded to the output dtype (bf16: 1e-2, else 1e-5)."""
+    want = np.asarray(want, dtype=np.float32)
+    if dtype == BF16:
+        rtol = 1e-2 if rtol is None else rtol
+        atol = 1e-2 if atol is None else atol
+    else:
+        rtol = 1e-5 if rtol is None else rtol
+        atol = 1e-5 if atol is None else atol
+    np.testing.assert_allclose(f32(got), want, rtol=rtol, atol=atol)
+
+
+def hbm_out(shape, dtype=np.float32):
+    """A kernel output tensor in shared HBM (called inside a kernel)."""
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)
+
+
+def stored(tile):
+    """A kernel output in shared HBM holding ``tile`` (called inside a kernel)."""
+    out = nl.ndarray(tile.shape, tile.dtype, buffer=nl.shared_hbm)
+    nl.store(out, tile)
+    return out

@@ -1,0 +1,126 @@
+"""nki.typing annotations on kernel parameters and locals (checked at trace time),
+isinstance(x, nt.tensor), and which parameters a kernel may write and must return."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+import nki.typing as nt
+from nki.errors import NKIError, NKIShapeError
+
+from helpers import stored as _out
+
+# ---- nki.typing ---------------------------------------------------------------------------
+
+
+@nki.jit
+def annotated(a: nt.tensor[128, 512]):
+    return _out(nl.load(a))
+
+
+def test_shape_annotation_checked_at_trace_time():
+    x = np.ones((128, 512), np.float32)
+    np.testing.assert_array_equal(annotated(x), x)
+    with pytest.raises(NKIShapeError) as ei:
+        annotated(np.ones((128, 256), np.float32))
+    assert ei.value.code == "err_annotation_shape_mismatch"
+    assert "128, 512" in str(ei.value) and "256" in str(ei.value)
+
+
+@nki.jit
+def annotated_locals(a):
+    x: nt.tensor[128, 512] = nl.load(a)
+    y: nt.tensor[128, 256] = nl.load(a[:, 0:256])
+    return _out(nl.add(x[:, 0:256], y))
+
+
+def test_local_shape_annotations_are_checked():
+    x = np.ones((128, 512), np.float32)
+    np.testing.assert_array_equal(annotated_locals(x), 2 * x[:, :256])
+
+    @nki.jit
+    def wrong(a):
+        x: nt.tensor[128, 256] = nl.load(a)
+        return _out(x)
+
+    line = inspect.getsourcelines(wrong.fn)[1] + 2
+    with pytest.raises(NKIShapeError) as ei:
+        wrong(x)
+    assert ei.value.code == "err_annotation_shape_mismatch"
+    assert ei.value.loc.line == line
+    assert "'x'" in str(ei.value) and "(128, 512)" in str(ei.value)
+
+
+def test_isinstance_nt_tensor_on_kernel_arguments():
+    """Kernels check their arguments with ``isinstance(x, nt.tensor)`` (optionally a shape)."""
+
+    @nki.jit
+    def kernel(x):
+        assert isinstance(x, nt.tensor) and isinstance(x, nt.tensor[128, 4])
+        assert not isinstance(x, nt.tensor[64, 4]) and not isinstance(3, nt.tensor)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        assert isinstance(t, nt.tensor)
+        nl.store(out, t)
+        return out
+
+    x = np.ones((128, 4), np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
+
+
+def test_mutable_tensor_may_be_written_and_is_returned():
+    @nki.jit
+    def inc(a: nt.mutable_tensor):
+        nl.store(a, nl.add(nl.load(a), 1.0))
+        return a
+
+    a = np.zeros((4, 8), np.float32)
+    out = inc(a)
+    assert np.all(out == 1) and np.all(a == 1)
+
+
+def test_mutable_parameter_must_be_returned():
+    @nki.jit
+    def not_returned(a: nt.mutable_tensor):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(a, nl.load(a))
+        nl.store(out, nl.load(a))
+        return out
+
+    line = inspect.getsourcelines(not_returned.fn)[1] + 3
+    with pytest.raises(NKIError) as ei:
+        not_returned(np.zeros((4, 4), np.float32))
+    assert ei.value.code == "err_mutable_parameter_not_returned"
+    assert ei.value.loc.line == line
+
+
+def test_writing_an_immutable_parameter_is_an_error():
+    @nki.jit
+    def bad(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(b, nl.load(a))
+        nl.store(out, nl.load(a))
+        return out
+
+    line = inspect.getsourcelines(bad.fn)[1] + 3
+    with pytest.raises(NKIError) as ei:
+        bad(np.zeros((4, 8), np.float32), np.zeros((4, 8), np.float32))
+    assert ei.value.code == "err_cannot_update_immutable_parameter"
+    assert "'b'" in str(ei.value)
+    assert ei.value.loc.line == line
+
+
+def test_legacy_kernel_writes_its_output_parameter():
+    @nki.jit
+    def legacy(a, out):
+        nl.store(out, nl.multiply(nl.load(a), 2.0))
+
+    a = np.full((4, 8), 3.0, np.float32)
+    out = np.zeros_like(a)
+    assert legacy(a, out) is None
+    assert np.all(out == 6)
