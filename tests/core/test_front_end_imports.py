@@ -53,7 +53,7 @@ def _under(name: str, *prefixes: str) -> bool:
 # nki.classic: nki.estimate, nki.benchmark, nki.profile) and the test tools reach the simulator;
 # nothing else in nki/ does. They import it inside the function that runs the kernel, so that
 # ``import nki`` does not load the backends.
-ENTRY_POINTS = {NKI / "jit.py", NKI / "__init__.py", NKI / "classic.py"}
+ENTRY_POINTS = {NKI / "jit.py", NKI / "__init__.py", NKI / "classic.py", NKI / "estimates.py"}
 
 
 def test_the_front_end_does_not_import_the_simulator():
