@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from nki.errors import NKITypeError
+from nki.errors import NKIError, NKITypeError
 from nki.jit import Kernel, Launch
 
 log = logging.getLogger("nki.torch_backend")
@@ -215,6 +215,8 @@ class GraphReport:
     ops: dict[tuple[str, str, str], OpStats] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     kernel_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # estimated device time (nki.estimate, the cost model), summed over launches
+    kernel_device_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     runs: int = 0
 
     def record(self, op: str, status: str, kernels: tuple = (), reason: str = "", s=0.0) -> None:
@@ -259,9 +261,11 @@ class GraphReport:
             t = f"{s.seconds * 1e3:8.1f} ms  " if s.status == "nki" else " " * 13
             lines.append(f"  {s.status:4s} {s.op:{width}s} x{s.count:<4d} {t}{what}".rstrip())
         for k in sorted(self.kernel_seconds):
+            dev = self.kernel_device_us.get(k)
+            est = f", {dev:.1f} us estimated on device" if dev is not None else ""
             lines.append(
                 f"  kernel {k}: {self.kernel_calls[k]} launch(es), "
-                f"{self.kernel_seconds[k] * 1e3:.1f} ms simulated"
+                f"{self.kernel_seconds[k] * 1e3:.1f} ms simulated{est}"
             )
         return "\n".join(lines)
 
@@ -339,6 +343,27 @@ VIEW_OPS = {
 }
 
 
+_ESTIMATES: dict[int, tuple[Any, float | None]] = {}  # id(IR) -> (IR kept alive, latency us)
+
+
+def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
+    """The cost model's estimated device latency of the launch just run (``nki.estimate``),
+    once per traced IR; None where the cost model cannot estimate the kernel."""
+    import nki
+
+    k = runner.kernel if isinstance(runner, Launch) else runner
+    ir = k.last_ir
+    hit = _ESTIMATES.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    try:
+        us: float | None = nki.estimate(runner)(*args, **kwargs).latency_us
+    except (NKIError, NotImplementedError):
+        us = None
+    _ESTIMATES[id(ir)] = (ir, us)
+    return us
+
+
 class _Run:
     """Launches kernels for one graph and times them into its report."""
 
@@ -365,6 +390,9 @@ class _Run:
             dt = time.perf_counter() - t0
             if len(base._cache) != traced:
                 _save_cache(base)
+            us = _device_us(runner, args, kwargs)
+            if us is not None:
+                self.report.kernel_device_us[name] += us
         else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
             res = k(*args, **kwargs)

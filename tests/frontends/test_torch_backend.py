@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import frontends.torch as ft
 import nki
+import nki.kernels as K
 import nki.language as nl
 from frontends import torch_backend as tb
 from nki.errors import NKIError
@@ -61,6 +62,15 @@ def test_mlp_trains_like_eager_with_every_op_as_a_kernel(dtype):
     fwd = next(r for r in reps if r.name.startswith("forward"))
     assert fwd.ran_as_nki("aten::addmm") and fwd.ran_as_nki("aten::silu")
     assert fwd.kernel_calls["addmm_kernel"] == 2 * fwd.runs
+
+    # the cost model's device-time estimate per kernel, summed over launches
+    def est(m, k, n):
+        z = [torch.zeros(*sh, dtype=dtype) for sh in ((1, n), (m, k), (k, n))]
+        return nki.estimate(K.addmm_kernel)(*z, beta=1.0, alpha=1.0).latency_us
+
+    want = fwd.runs * (est(32, 64, 128) + est(32, 128, 16))
+    assert fwd.kernel_device_us["addmm_kernel"] == pytest.approx(want, rel=1e-9)
+    assert want > 0 and "us estimated on device" in str(fwd)
 
 
 @pytest.mark.parametrize(
