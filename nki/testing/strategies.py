@@ -14,7 +14,12 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
+from simulator.config import SimConfig
+
 from .. import dtypes as _dt
+from ..jit import parse_grid
+from ..language.core import nc, spmd_dim
+from ..targets import get_target, isa_rules
 
 # dtypes a kernel's HBM arrays can hold (tfloat32 is a compute format stored as float32)
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2")
@@ -41,9 +46,6 @@ SMALL_ARRAY = 64  # arrays up to this many elements are printed in full in repor
 
 
 def _target(target: str | None):
-    from nki.targets import get_target, isa_rules
-    from simulator.config import SimConfig
-
     name = target if target is not None else SimConfig.from_env().target
     return get_target(name), isa_rules(name)
 
@@ -362,8 +364,6 @@ def grids(
     dimension on the target's physical cores (``nl.spmd_dim(g, nl.nc(2))`` or
     ``nl.nc(2) * g``) when the target has more than one core per logical core (not trn1).
     Shrinks towards ``(1,)``. Example: ``grids(max_ndim=1, max_instances=4)``."""
-    from ..language.core import nc, spmd_dim
-
     if max_instances < min_instances or min_instances < 1:
         raise ValueError(f"bad instance range [{min_instances}, {max_instances}]")
     ndim = draw(st.integers(1, max_ndim))
@@ -388,6 +388,4 @@ def grids(
 
 def grid_size(grid: Any) -> int:
     """Number of instances in a launch grid (an int, tuple, ``nl.nc`` or ``nl.spmd_dim``)."""
-    from ..jit import parse_grid
-
     return int(math.prod(parse_grid(grid).shape)) if grid not in ((), None) else 1
