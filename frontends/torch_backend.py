@@ -115,7 +115,8 @@ def _op_name(op: str) -> str:
 
 
 def builtin(op: str, kernels: tuple[str, ...], doc: str) -> Callable[[Callable], Callable]:
-    """Decorator used by :mod:`frontends.torch_ops` to declare a built-in adapter."""
+    """Decorator used by :mod:`frontends.torch_ops` and :mod:`frontends.torch_ops_nn` to declare
+    a built-in adapter."""
 
     def deco(fn: Callable) -> Callable:
         _BUILTIN[_op_name(op)] = Entry(_op_name(op), fn, kernels, doc=doc)
@@ -495,9 +496,7 @@ def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """The ``"nki"`` torch.compile backend (aot_autograd with NKI-kernel graph runners)."""
     from torch._dynamo.backends.common import aot_autograd
 
-    from .torch_ops import rewrite_rms_norm
-
-    rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
+    torch_ops_nn.rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"))(
         gm, example_inputs
     )
@@ -511,4 +510,4 @@ def _register() -> None:
 
 
 _register()
-from . import torch_ops  # noqa: E402,F401  (registers the built-in adapters)
+from . import torch_ops, torch_ops_nn  # noqa: E402,F401  (register the built-in adapters)
