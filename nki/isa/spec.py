@@ -203,6 +203,7 @@ class Limit:
     what: str
     source: str | int
     key: str = ""
+    dim: str = "free"  # "free": elements per partition; "partition": partitions
 
     def value(self, target: Any, rules: Any) -> int:
         if isinstance(self.source, int):
@@ -490,6 +491,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
                   "nc_transpose.tensor"),
             Limit("free size (Vector engine)", "rules.vector_transpose_max[1]",
                   "nc_transpose.vector"),
+            Limit("partitions (Tensor engine)", "rules.tensor_transpose_max[0]",
+                  "nc_transpose.tensor", "partition"),
+            Limit("partitions (Vector engine)", "rules.vector_transpose_max[0]",
+                  "nc_transpose.vector", "partition"),
         ),
         note="no engine: Tensor for SBUF data, Vector for PSUM data",
     ),

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from simulator.config import SimConfig
 
 from .. import dtypes as _dt
+from ..isa import spec
 from ..jit import parse_grid
 from ..language.core import nc, spmd_dim
 from ..targets import get_target, isa_rules
@@ -28,18 +29,20 @@ UINT_DTYPES = ("uint8", "uint16", "uint32")
 BOOL_DTYPES = ("bool_",)
 _KINDS = {"float": FLOAT_DTYPES, "int": INT_DTYPES, "uint": UINT_DTYPES, "bool": BOOL_DTYPES}
 
-# instruction free-size limits: name -> function of the target giving the max free elements
-_FREE_LIMITS = {
-    "nc_matmul.stationary": lambda t, r: t.gemm_stationary_fmax,
-    "nc_matmul.moving": lambda t, r: r.matmul_moving_fmax,
-    "bn_stats": lambda t, r: t.bn_stats_fmax,
-    "nc_transpose.tensor": lambda t, r: r.tensor_transpose_max[1],
-    "nc_transpose.vector": lambda t, r: r.vector_transpose_max[1],
-    "psum_bank_fp32": lambda t, r: t.psum_bank_bytes // 4,
+# size limits the strategies draw within: the keyed limits of the instruction spec, by the
+# dimension they bound, plus the fp32 columns of one PSUM bank (a target fact)
+_FREE_LIMITS: dict[str, Any] = {
+    lim.key: lim.value
+    for i in spec.INSTRUCTIONS
+    for lim in i.limits
+    if lim.key and lim.dim == "free"
 }
-_PART_LIMITS = {
-    "nc_transpose.tensor": lambda t, r: r.tensor_transpose_max[0],
-    "nc_transpose.vector": lambda t, r: r.vector_transpose_max[0],
+_FREE_LIMITS["psum_bank_fp32"] = lambda t, r: t.psum_bank_bytes // 4
+_PART_LIMITS: dict[str, Any] = {
+    lim.key: lim.value
+    for i in spec.INSTRUCTIONS
+    for lim in i.limits
+    if lim.key and lim.dim == "partition"
 }
 
 SMALL_ARRAY = 64  # arrays up to this many elements are printed in full in reports
