@@ -171,6 +171,9 @@ class TensorDecl:
     # direct allocation (nki.compiler ``alloc`` / ``mod_alloc``): the PSUM banks or the SBUF
     # byte range [start, end) per partition the kernel placed the tensor at; None = automatic
     placement: tuple[int, ...] | None = None
+    # current API ``nl.ndarray(address=(partition_offset, byte_offset))``; its placement is
+    # the byte range / banks above and partitions [partition_offset, + shape[0])
+    address: tuple[int, int] | None = None
 
     @property
     def on_chip(self) -> bool:
