@@ -93,6 +93,7 @@ ERROR_CODES: dict[str, str] = {
     "`alloc` / `mod_alloc`)",
     "err_invalid_view": "a tensor view (`slice`, `select`, `permute`, `broadcast`, "
     "`expand_dim`, `squeeze_dim`, `ap`) that breaks the view's rules",
+    "err_runtime_loop_limit": "an `nl.while_loop` whose condition register never becomes 0",
     "err_address_overlap": "two live on-chip tensors placed with `nl.ndarray(address=...)` "
     "share partitions and bytes",
     # ---- dtypes, ops, engines and instructions ---------------------------------------------------

@@ -312,6 +312,21 @@ class Loop:
         return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
 
 
+@dataclass(frozen=True)
+class RuntimeLoop(Loop):
+    """A loop whose trip count is known only on the device (``nl.fori_loop`` with a register
+    bound, ``nl.while_loop``). Static passes see one trip (``start=0, stop=1``); the
+    interpreter reads ``lower`` / ``upper`` (one-element register tiles, else the constants)
+    when the loop starts, or ``cond`` before every iteration of a while loop."""
+
+    lower: Access | None = None
+    upper: Access | None = None
+    lower_const: int = 0
+    upper_const: int = 0
+    cond: Access | None = None
+    max_iterations: int = 1 << 20
+
+
 Node = Union[Alloc, Instr, Loop]
 
 

@@ -298,3 +298,27 @@ def test_invalid_addresses_are_located_errors(address, buffer, msg):
     with pytest.raises(NKIError, match=msg) as e:
         _run(k, np.zeros((1, 1), np.float32))
     assert e.value.loc.line == _line(k, "address=address")
+
+
+@nki.jit
+def k_rmsnorm(x, gamma):
+    # current style: views for the row tiles, the broadcast of gamma over partitions (HBM
+    # stride-0 view) and of the per-row scale over the free dim
+    n, d = x.shape
+    out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.load(gamma.expand_dim(0).broadcast(0, 128))  # (128, d)
+    for i in range(n // 128):
+        rows = x.slice(0, i * 128, (i + 1) * 128)
+        t = nl.load(rows)
+        ss = nl.sum(nl.multiply(t, t), axis=1, keepdims=True)  # (128, 1)
+        rstd = nl.rsqrt(nl.add(nl.multiply(ss, 1.0 / d), 1e-6))
+        y = nl.multiply(nl.multiply(t, rstd.broadcast(1, d)), g)
+        nl.store(out.slice(0, i * 128, (i + 1) * 128), y)
+    return out
+
+
+def test_rmsnorm_with_views_matches_numpy():
+    x = RNG.standard_normal((256, 64)).astype(np.float32)
+    gamma = RNG.standard_normal((64,)).astype(np.float32)
+    want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * gamma
+    np.testing.assert_allclose(_run(k_rmsnorm, x, gamma), want, rtol=2e-5, atol=2e-5)
