@@ -133,16 +133,22 @@ def select(self: TileOps, dim: int, index: Any) -> View:
                 f"select: a dynamic index must be a one-element SBUF tile, got "
                 f"{index.tensor_().buffer} tile {list(index.shape)}"
             )
-        key = [slice(None)] * self.ndim
-        key[d] = index + 0  # a DynOffset: the start is read at run time
-        sub = parse_subscript(tuple(key), acc.shape, f"tensor '{t.name}'")
-        out = compose(acc, sub)
-        if len(out.shape) == len(acc.shape):  # the tile index kept a size-1 axis: drop it
-            keep = [j for j in range(len(out.shape)) if j != d]
-            shape = tuple(out.shape[j] for j in keep)
-            coeffs = [tuple(e.coeffs[j] for j in keep) for e in out.index]
-            out = _rebuild(out, shape, coeffs)
-        return _view(t, out)
+        dims = [k for k, e in enumerate(acc.index) if e.coeffs[d]]
+        if n == 1 and len(acc.index) == len(acc.shape):
+            dims = [d]
+        if len(dims) != 1 or acc.index[dims[0]].coeffs[d] not in (0, 1):
+            raise _err(
+                f"select: a dynamic index needs view axis {d} to walk one tensor dimension "
+                f"with stride 1 (view {acc} of '{t.name}')"
+            )
+        if any(k == dims[0] for k, _ in acc.indirect):
+            raise _err(f"select: dimension {dims[0]} of '{t.name}' is already indexed dynamically")
+        keep = [j for j in range(len(acc.shape)) if j != d]
+        shape = tuple(acc.shape[j] for j in keep)
+        coeffs = [tuple(e.coeffs[j] for j in keep) for e in acc.index]
+        out = _rebuild(acc, shape, coeffs)
+        ind = Access(out.tensor, out.shape, out.index, acc.indirect + ((dims[0], index.access_()),))
+        return _view(t, ind)
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n:
         raise _err(
             f"select(dim={d}, index={index!r}) on view {list(self.shape)} of '{t.name}': "

@@ -322,3 +322,32 @@ def test_rmsnorm_with_views_matches_numpy():
     gamma = RNG.standard_normal((64,)).astype(np.float32)
     want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * gamma
     np.testing.assert_allclose(_run(k_rmsnorm, x, gamma), want, rtol=2e-5, atol=2e-5)
+
+
+@nki.jit
+def k_dynamic_select(x, idx):
+    # x: (4, 128, 32) HBM; pick the block named by a run-time index
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    r = nl.load(idx)  # (1, 1) int32
+    nl.store(out, nl.load(x.select(0, r)))
+    return out
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_dynamic_select_reads_the_run_time_index(k):
+    x = RNG.standard_normal((4, 128, 32)).astype(np.float32)
+    got = _run(k_dynamic_select, x, np.array([[k]], dtype=np.int32))
+    np.testing.assert_array_equal(got, x[k])
+
+
+@nki.jit
+def k_ap_dtype(x):
+    # reinterpret float32 storage as int32 bits through .ap(dtype=)
+    out = nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x.ap([[16, 8], [1, 16]], offset=0, dtype=nl.int32)))
+    return out
+
+
+def test_ap_dtype_reinterprets_bits():
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_ap_dtype, x), x.view(np.int32))
