@@ -164,6 +164,29 @@ def select(self: TileOps, dim: int, index: Any) -> View:
     return _view(t, compose(acc, parse_subscript(key, acc.shape, f"tensor '{t.name}'")))
 
 
+def vector_select(self: TileOps, dim: int, offsets: Any) -> View:
+    """``t.vector_select(0, offsets)``: HBM only, dim 0; ``offsets`` an SBUF ``(P, 1)`` int tile.
+    The view's dim 0 becomes P and partition p reads row ``offsets[p]`` (bounds checked when
+    the access runs)."""
+    t, acc = _parts(self)
+    if dim != 0 or _on_chip(t):
+        raise _err(f"vector_select: only dim 0 of an HBM tensor, got dim {dim} of {t.buffer} "
+                   f"tensor '{t.name}'")  # fmt: skip
+    if not isinstance(offsets, TileOps) or offsets.tensor_().buffer != "sbuf" or (
+        len(offsets.shape) != 2 or offsets.shape[1] != 1
+    ):
+        raise _err(f"vector_select: offsets must be an SBUF (P, 1) int tile, got {offsets!r}")
+    dims = [k for k, e in enumerate(acc.index) if e.coeffs[0]]
+    if acc.shape[0] > 1 and (dims != [0] or acc.index[0].coeffs[0] != 1):
+        raise _err(f"vector_select: view axis 0 must walk dim 0 of '{t.name}' with stride 1")
+    if any(k == 0 for k, _ in acc.indirect):
+        raise _err(f"vector_select: dim 0 of '{t.name}' is already indexed dynamically")
+    shape = (offsets.shape[0],) + acc.shape[1:]
+    coeffs = [(0,) + e.coeffs[1:] for e in acc.index]
+    out = _rebuild(acc, shape, coeffs)
+    return _view(t, Access(out.tensor, shape, out.index, ((0, offsets.access_()),)))
+
+
 def permute(self: TileOps, dims: Any) -> View:
     """``t.permute(dims)``: view axis k is axis ``dims[k]`` of ``t``; on chip ``dims[0] == 0``
     (the partition dimension stays first)."""
@@ -408,6 +431,7 @@ def ap(
 METHODS = {
     "slice": slice_,
     "select": select,
+    "vector_select": vector_select,
     "permute": permute,
     "broadcast": broadcast,
     "expand_dim": expand_dim,

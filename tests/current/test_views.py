@@ -351,3 +351,38 @@ def k_ap_dtype(x):
 def test_ap_dtype_reinterprets_bits():
     x = RNG.standard_normal((8, 16)).astype(np.float32)
     np.testing.assert_array_equal(_run(k_ap_dtype, x), x.view(np.int32))
+
+
+@nki.jit
+def k_vector_select(x, idx):
+    out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = nl.load(idx)  # (128, 1)
+    nl.store(out, nl.load(x.slice(1, 8, 24).vector_select(0, rows)))
+    return out
+
+
+def test_vector_select_gathers_rows_of_a_view():
+    x = RNG.standard_normal((200, 32)).astype(np.float32)
+    idx = RNG.integers(0, 200, size=(128, 1)).astype(np.int32)
+    np.testing.assert_array_equal(_run(k_vector_select, x, idx), x[idx[:, 0], 8:24])
+
+
+@nki.jit
+def k_isa_on_views(a, b):
+    # nisa compute on a permuted SBUF view and a stride-2 view, result into a permuted dst
+    out = nl.ndarray((128, 8, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    ta = nl.load(a)  # (128, 4, 8)
+    tb = nl.load(b)  # (128, 8, 8)
+    res = nl.ndarray((128, 4, 8), dtype=a.dtype, buffer=nl.sbuf)
+    res.permute((0, 2, 1))[...] = nisa.tensor_tensor(
+        ta.permute((0, 2, 1)), tb.slice(2, 0, 8, 2), op=nl.add
+    )
+    nl.store(out, res.permute((0, 2, 1)))
+    return out
+
+
+def test_nisa_operands_and_destination_as_views():
+    a = RNG.standard_normal((128, 4, 8)).astype(np.float32)
+    b = RNG.standard_normal((128, 8, 8)).astype(np.float32)
+    want = a.transpose(0, 2, 1) + b[:, :, 0:8:2]
+    np.testing.assert_allclose(_run(k_isa_on_views, a, b), want, rtol=1e-6)
