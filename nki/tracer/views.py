@@ -172,8 +172,10 @@ def vector_select(self: TileOps, dim: int, offsets: Any) -> View:
     if dim != 0 or _on_chip(t):
         raise _err(f"vector_select: only dim 0 of an HBM tensor, got dim {dim} of {t.buffer} "
                    f"tensor '{t.name}'")  # fmt: skip
-    if not isinstance(offsets, TileOps) or offsets.tensor_().buffer != "sbuf" or (
-        len(offsets.shape) != 2 or offsets.shape[1] != 1
+    if (
+        not isinstance(offsets, TileOps)
+        or offsets.tensor_().buffer != "sbuf"
+        or (len(offsets.shape) != 2 or offsets.shape[1] != 1)
     ):
         raise _err(f"vector_select: offsets must be an SBUF (P, 1) int tile, got {offsets!r}")
     dims = [k for k, e in enumerate(acc.index) if e.coeffs[0]]
@@ -288,6 +290,45 @@ def view_reshape(x: TileOps, shape: tuple[int, ...]) -> View | None:
     return _view(t, _rebuild(acc, tuple(shape), coeffs))
 
 
+def _flat(x: TileOps) -> View | None:
+    """The same view over a flattened alias of its storage (``(P, free)`` on chip, ``(N,)`` on
+    HBM), so axes walking different tensor dims become steps along one dim."""
+    t, acc = _parts(x)
+    if acc.indirect:
+        return None
+    dims = t.decl.shape
+    lead = 1 if _on_chip(t) else 0
+    st = _tensor_strides(t)
+    if lead:
+        st = [0] + _strides_of(dims[1:])
+    flat_base, flat_coeffs = Affine(), [0] * len(acc.shape)
+    for d in range(lead, len(dims)):
+        e = acc.index[d]
+        flat_base = flat_base + e.base.scale(st[d])
+        flat_coeffs = [c + st[d] * k for c, k in zip(flat_coeffs, e.coeffs)]
+    shape = (dims[0], prod(dims[1:])) if lead else (prod(dims),)
+    decl = _alias(t, shape, t.decl.dtype, "f")
+    idx = (acc.index[0],) if lead else ()
+    idx += (IndexExpr(flat_base, tuple(flat_coeffs), acc.shape),)
+    return View(NkiTensor(decl, t.scope), Access(decl.name, acc.shape, idx))
+
+
+def _strides_of(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def _reshape_any(x: TileOps, shape: tuple[int, ...]) -> View | None:
+    got = view_reshape(x, shape)
+    if got is None:
+        flat = _flat(x)
+        got = None if flat is None else view_reshape(flat, shape)
+    return got
+
+
 def reshape_view(self: TileOps, shape: Any) -> Any:
     """``t.reshape(shape)``: the same elements (row-major) in another shape, as a view of the
     same memory. The number of elements must match; on chip the partition size stays."""
@@ -300,10 +341,49 @@ def reshape_view(self: TileOps, shape: Any) -> Any:
             code="err_reshape_size_mismatch",
             loc=user_loc(),
         )
-    got = view_reshape(self, shape)
+    got = _reshape_any(self, shape)
     if got is not None:
         return got
     return reshape_tile(self, shape) if _on_chip(t) else NkiTensor.reshape(t, shape)
+
+
+def reshape_dim(self: TileOps, dim: int, shape: Any) -> View:
+    """``t.reshape_dim(dim, shape)``: split axis ``dim`` into ``shape`` (one entry may be -1);
+    not dim 0 on chip. The split must keep the view affine."""
+    t, acc = _parts(self)
+    d = _dim(self, dim, "reshape_dim")
+    _not_partition(t, d, "reshape_dim")
+    parts = [int(v) for v in shape]
+    n = self.shape[d]
+    if parts.count(-1) == 1:
+        known = prod(tuple(v for v in parts if v != -1))
+        parts[parts.index(-1)] = n // known if known and n % known == 0 else 0
+    if prod(tuple(parts)) != n or any(v < 1 for v in parts):
+        raise _err(f"reshape_dim({d}, {tuple(shape)}): cannot split axis {d} of size {n}")
+    got = _reshape_any(self, tuple(self.shape[:d]) + tuple(parts) + tuple(self.shape[d + 1 :]))
+    if got is None:
+        raise _err(f"reshape_dim({d}, {tuple(shape)}) of view {acc}: not an affine view")
+    return got
+
+
+def flatten_dims(self: TileOps, start: int, end: int) -> View:
+    """``t.flatten_dims(start, end)``: merge axes ``start..end`` (inclusive) into one; they
+    must be contiguous in the viewed memory; not dim 0 on chip."""
+    t, acc = _parts(self)
+    a, b = _dim(self, start, "flatten_dims"), _dim(self, end, "flatten_dims")
+    if a > b:
+        raise _err(f"flatten_dims({start}, {end}): start must not be after end")
+    _not_partition(t, a, "flatten_dims")
+    shape = (
+        tuple(self.shape[:a]) + (prod(tuple(self.shape[a : b + 1])),) + tuple(self.shape[b + 1 :])
+    )
+    got = _reshape_any(self, shape)
+    if got is None:
+        raise _err(
+            f"flatten_dims({start}, {end}) of view {list(self.shape)} with strides "
+            f"{strides(self)}: the axes are not contiguous in memory"
+        )
+    return got
 
 
 # --- raw access patterns -------------------------------------------------------------------
@@ -436,6 +516,8 @@ METHODS = {
     "broadcast": broadcast,
     "expand_dim": expand_dim,
     "squeeze_dim": squeeze_dim,
+    "reshape_dim": reshape_dim,
+    "flatten_dims": flatten_dims,
     "ap": ap,
 }
 PROPERTIES = {"strides": strides, "offset": offset, "size": size}

@@ -386,3 +386,33 @@ def test_nisa_operands_and_destination_as_views():
     b = RNG.standard_normal((128, 8, 8)).astype(np.float32)
     want = a.transpose(0, 2, 1) + b[:, :, 0:8:2]
     np.testing.assert_allclose(_run(k_isa_on_views, a, b), want, rtol=1e-6)
+
+
+@nki.jit
+def k_reshape_flatten(x):
+    # (128, 64) SBUF -> reshape_dim 1 into (4, 16) -> permute -> flatten back: a free-dim shuffle
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    v = t.reshape_dim(1, (4, -1)).permute((0, 2, 1))  # (128, 16, 4)
+    r = nl.ndarray((128, 16, 4), dtype=x.dtype, buffer=nl.sbuf)
+    r[...] = nl.copy(v)
+    nl.store(out, r.flatten_dims(1, 2))
+    return out
+
+
+def test_reshape_dim_and_flatten_dims_match_numpy():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    want = x.reshape(128, 4, 16).transpose(0, 2, 1).reshape(128, 64)
+    np.testing.assert_array_equal(_run(k_reshape_flatten, x), want)
+
+
+def test_flatten_of_non_contiguous_axes_is_a_located_error():
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        t.reshape_dim(1, (4, 16)).permute((0, 2, 1)).flatten_dims(1, 2)  # FLAT
+        return x
+
+    with pytest.raises(NKIError, match="not contiguous") as e:
+        _run(k, np.zeros((128, 64), np.float32))
+    assert e.value.loc.line == _line(k, "# FLAT")
