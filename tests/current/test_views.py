@@ -416,3 +416,18 @@ def test_flatten_of_non_contiguous_axes_is_a_located_error():
     with pytest.raises(NKIError, match="not contiguous") as e:
         _run(k, np.zeros((128, 64), np.float32))
     assert e.value.loc.line == _line(k, "# FLAT")
+
+
+@nki.jit
+def k_ap_oob(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x)
+    nl.store(out, t.ap([[64, 128], [1, 64]], offset=8))  # OOB_AP
+    return out
+
+
+def test_out_of_bounds_ap_view_reports_the_kernel_line():
+    with pytest.raises(NKIError, match="out-of-bound") as e:
+        _run(k_ap_oob, np.zeros((128, 64), np.float32))
+    assert e.value.loc.line == _line(k_ap_oob.fn, "# OOB_AP")
