@@ -431,3 +431,23 @@ def test_out_of_bounds_ap_view_reports_the_kernel_line():
     with pytest.raises(NKIError, match="out-of-bound") as e:
         _run(k_ap_oob, np.zeros((128, 64), np.float32))
     assert e.value.loc.line == _line(k_ap_oob.fn, "# OOB_AP")
+
+
+@nki.jit
+def k_int_index(x):
+    # on chip an int on dim 0 keeps a size-1 partition dim; on a free dim it drops it unless
+    # the result would be < 2-D; on HBM indexed dims drop
+    t = nl.load(x)  # (64, 8, 16)
+    assert t[3].shape == (1, 8, 16)
+    assert t[:, 2, 5].shape == (64, 1)
+    assert t[0, 0, 5].shape == (1, 1)
+    assert t[:, 2].shape == (64, 16)
+    assert x[3].shape == (8, 16) and x[3, 2].shape == (16,)
+    out = nl.ndarray((1, 8, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(t[-1]))
+    return out
+
+
+def test_current_integer_indexing_rules():
+    x = RNG.standard_normal((64, 8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_int_index, x), x[-1:])
