@@ -91,6 +91,11 @@ ERROR_CODES: dict[str, str] = {
     "err_shared_hbm_must_in_kernel_level": "a `shared_hbm` tensor created inside a loop",
     "err_invalid_allocation": "invalid arguments to a direct allocation (`nki.compiler` "
     "`alloc` / `mod_alloc`)",
+    "err_invalid_view": "a tensor view (`slice`, `select`, `permute`, `broadcast`, "
+    "`expand_dim`, `squeeze_dim`, `ap`) that breaks the view's rules",
+    "err_runtime_loop_limit": "an `nl.while_loop` whose condition register never becomes 0",
+    "err_address_overlap": "two live on-chip tensors placed with `nl.ndarray(address=...)` "
+    "share partitions and bytes",
     # ---- dtypes, ops, engines and instructions ---------------------------------------------------
     "err_unsupported_dtype": "a dtype the call (or the simulator) does not accept",
     "err_invalid_operand_dtype": "an operand dtype the instruction does not accept",

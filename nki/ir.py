@@ -171,6 +171,9 @@ class TensorDecl:
     # direct allocation (nki.compiler ``alloc`` / ``mod_alloc``): the PSUM banks or the SBUF
     # byte range [start, end) per partition the kernel placed the tensor at; None = automatic
     placement: tuple[int, ...] | None = None
+    # current API ``nl.ndarray(address=(partition_offset, byte_offset))``; its placement is
+    # the byte range / banks above and partitions [partition_offset, + shape[0])
+    address: tuple[int, int] | None = None
 
     @property
     def on_chip(self) -> bool:
@@ -307,6 +310,21 @@ class Loop:
     def value_range(self) -> tuple[int, int]:
         r = range(self.start, self.stop, self.step)
         return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
+
+
+@dataclass(frozen=True)
+class RuntimeLoop(Loop):
+    """A loop whose trip count is known only on the device (``nl.fori_loop`` with a register
+    bound, ``nl.while_loop``). Static passes see one trip (``start=0, stop=1``); the
+    interpreter reads ``lower`` / ``upper`` (one-element register tiles, else the constants)
+    when the loop starts, or ``cond`` before every iteration of a while loop."""
+
+    lower: Access | None = None
+    upper: Access | None = None
+    lower_const: int = 0
+    upper_const: int = 0
+    cond: Access | None = None
+    max_iterations: int = 1 << 20
 
 
 Node = Union[Alloc, Instr, Loop]

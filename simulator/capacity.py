@@ -226,9 +226,45 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 )
 
 
+def _check_address_overlaps(ranges: list[_Live]) -> None:
+    """Two live tensors placed with ``nl.ndarray(address=...)`` in the same buffer share no
+    partition x byte cell (PSUM: no bank) while both are live."""
+    placed = sorted((lv for lv in ranges if lv.decl.address is not None), key=lambda v: v.start)
+    for i, a in enumerate(placed):
+        for b in placed[i + 1 :]:
+            if b.start > a.end:
+                break
+            da, db = a.decl, b.decl
+            if da.buffer != db.buffer or da.address is None or db.address is None:
+                continue
+            pa, pb = da.address[0], db.address[0]
+            if pa + da.shape[da.par_dim] <= pb or pb + db.shape[db.par_dim] <= pa:
+                continue
+            qa, qb = da.placement or (), db.placement or ()
+            if da.buffer == "psum":
+                shared = sorted(set(qa) & set(qb))
+                if not shared:
+                    continue
+                where = f"PSUM banks {shared}"
+            else:
+                lo, hi = max(qa[0], qb[0]), min(qa[1], qb[1])
+                if lo >= hi:
+                    continue
+                where = f"SBUF bytes [{lo}, {hi})"
+            raise NKIMemoryError(
+                f"'{db.name}' {db.dtype}{list(db.shape)} at address={db.address} overlaps the "
+                f"live tensor '{da.name}' {da.dtype}{list(da.shape)} at address={da.address} "
+                f"(allocated at line {da.loc.line if da.loc else '?'}): both use {where} of "
+                "the same partitions",
+                code="err_address_overlap",
+                loc=b.loc,
+            )
+
+
 def _check_placements(ranges: list[_Live], t: Target) -> None:
     """Directly allocated tensors lie inside the memory: PSUM banks 0..banks-1, SBUF byte
     ranges within the usable bytes per partition."""
+    _check_address_overlaps(ranges)
     for lv in ranges:
         d, place = lv.decl, lv.decl.placement
         if place is None:

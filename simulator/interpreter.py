@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIError, NKIRuntimeError
-from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, Sym
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 
 # executor modules register themselves on import
 from . import collectives, isa, language  # noqa: F401
@@ -81,6 +81,8 @@ def _walk(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
             if n.kind in COLLECTIVES:
                 yield n
                 _exec_instr(n, ctx)
+        elif isinstance(n, RuntimeLoop):
+            yield from _walk_runtime_loop(n, ctx)
         elif isinstance(n, Loop):
             it: Iterable[int] = range(n.start, n.stop, n.step)
             if ctx.rng is not None and n.kind == "affine" and id(n) not in ctx.collective_loops:
@@ -92,6 +94,34 @@ def _walk(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
             ctx.env.pop(n.sym, None)
         elif isinstance(n, Alloc):
             ctx.allocate(ctx.decl(n.tensor))
+
+
+def _register(acc: Access, ctx: Ctx) -> int:
+    return int(np.asarray(ctx.read(acc)).reshape(-1)[0])
+
+
+def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx) -> Iterator[Instr]:
+    """A device loop: bounds read from registers when it starts (fori_loop), or its condition
+    register before every iteration (while_loop)."""
+    if n.cond is None:
+        lo = n.lower_const if n.lower is None else _register(n.lower, ctx)
+        hi = n.upper_const if n.upper is None else _register(n.upper, ctx)
+        for v in range(lo, hi, n.step):
+            ctx.env[n.sym] = v
+            yield from _walk(n.body, ctx)
+    else:
+        trips = 0
+        while _register(n.cond, ctx) != 0:
+            if trips == n.max_iterations:
+                raise NKIRuntimeError(
+                    f"nl.while_loop ran {trips} iterations without its condition register "
+                    "becoming 0; the loop does not terminate",
+                    code="err_runtime_loop_limit",
+                ).with_context(loc=n.loc, instance=ctx.instance, core=ctx.core)
+            ctx.env[n.sym] = trips
+            yield from _walk(n.body, ctx)
+            trips += 1
+    ctx.env.pop(n.sym, None)
 
 
 def _exec_instr(instr: Instr, ctx: Ctx) -> None:

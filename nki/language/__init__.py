@@ -44,6 +44,7 @@ from .core import (
 )
 from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
 from .loop_reduce import loop_reduce
+from .loops import fori_loop, while_loop
 from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
 from .randomness import dropout, rand, random_seed
@@ -119,6 +120,8 @@ bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
     "loop_reduce",
+    "fori_loop",
+    "while_loop",
     "all_reduce",
     "finfo",
     "iinfo",

@@ -266,10 +266,20 @@ def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
     return tuple(dims), par
 
 
-def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw: Any) -> NkiTensor:
+def ndarray(
+    shape: Any,
+    dtype: Any,
+    *,
+    buffer: Any = None,
+    name: str = "",
+    address: Any = None,
+    **_kw: Any,
+) -> NkiTensor:
     """Allocate a tensor (uninitialised). On-chip tensors (``nl.sbuf`` default, ``nl.psum``)
     have the partition dimension first (<= 128) unless marked with ``nl.par_dim``; outputs
-    are ``nl.shared_hbm`` tensors created at kernel top level."""
+    are ``nl.shared_hbm`` tensors created at kernel top level. ``address=(partition_offset,
+    byte_offset)`` (current API) places an on-chip tensor: its partitions must fit, a PSUM
+    tensor must start on a 2 KiB bank boundary, and two live placed tensors may not overlap."""
     st = state("nl.ndarray")
     dims, par = _shape(shape)
     buf = _buffer_name(buffer)
@@ -285,6 +295,9 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw
     placement = None
     if getattr(buffer, "allocation", None) is not None and buf in ("sbuf", "psum"):
         placement = buffer.placement(dims, par, dt)  # an nki.compiler AllocatedBuffer
+    addr = None
+    if address is not None:
+        addr, placement = _address_placement(address, dims, par, dt, buf, st.target.pmax)
     return new_tensor(
         dims,
         dt,
@@ -294,7 +307,54 @@ def ndarray(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw
         kind=kind,
         api="nl.ndarray",
         placement=placement,
+        address=addr,
     )
+
+
+PSUM_BANK_BYTES = 2048
+
+
+def _address_placement(
+    address: Any, dims: tuple[int, ...], par: int, dt: str, buf: str, pmax: int
+) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """``address=(partition_offset, byte_offset)``: the placement (SBUF byte range per
+    partition, or PSUM banks) of an on-chip tensor, checked against the partitions."""
+    ok = (
+        isinstance(address, (tuple, list))
+        and len(address) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in address)
+    )
+    if not ok or buf not in ("sbuf", "psum"):
+        raise NKIError(
+            f"address= must be (partition_offset, byte_offset) non-negative ints on an SBUF or "
+            f"PSUM tensor, got {address!r} for a {buf} tensor",
+            code="err_invalid_allocation",
+            loc=user_loc(),
+        )
+    p0, b0 = int(address[0]), int(address[1])
+    if p0 + dims[par] > pmax:
+        raise NKIError(
+            f"address=({p0}, {b0}): partitions [{p0}, {p0 + dims[par]}) of the {dims[par]}-"
+            f"partition tensor exceed the {pmax} partitions",
+            code="err_num_partition_exceed_arch_limit",
+            loc=user_loc(),
+        )
+    nbytes = dtypes.itemsize(dt)
+    for n in dims[par + 1 :]:
+        nbytes *= n
+    for n in dims[:par]:
+        nbytes *= n
+    if buf == "psum":
+        if b0 % PSUM_BANK_BYTES:
+            raise NKIError(
+                f"address=({p0}, {b0}): a PSUM tensor must start on a {PSUM_BANK_BYTES}-byte "
+                "bank boundary",
+                code="err_invalid_allocation",
+                loc=user_loc(),
+            )
+        first = b0 // PSUM_BANK_BYTES
+        return (p0, b0), tuple(range(first, first + max(1, -(-nbytes // PSUM_BANK_BYTES))))
+    return (p0, b0), (b0, b0 + nbytes)
 
 
 def full(

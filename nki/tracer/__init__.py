@@ -64,6 +64,9 @@ from .state import (
     unrolling,
 )
 from .subscripts import compose, parse_subscript, prod
+from .views import install as _install_views
+
+_install_views()  # the current API's view methods on tensor handles
 
 __all__ = [
     "TILE_OPERATORS",

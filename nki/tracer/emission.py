@@ -32,6 +32,7 @@ def new_tensor(
     temp: bool = False,
     api: str = "",
     placement: tuple[int, ...] | None = None,
+    address: tuple[int, int] | None = None,
 ) -> NkiTensor:
     st = state(api or "tensor creation")
     loc = user_loc()
@@ -58,7 +59,9 @@ def new_tensor(
             )
     prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
     nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))
-    decl = TensorDecl(nm, tuple(shape), dtype, buffer, kind, par_dim, loc, placement=placement)
+    decl = TensorDecl(
+        nm, tuple(shape), dtype, buffer, kind, par_dim, loc, placement=placement, address=address
+    )
     st.declare(decl)
     st.append(Alloc(nm, loc))
     return tensors.NkiTensor(decl, tuple(st.loops), temp=temp)

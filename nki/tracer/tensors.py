@@ -19,7 +19,7 @@ from ..errors import (
     user_loc,
 )
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, Instr, LoopSym, TensorDecl
-from ..symbolic import Index, Scalar
+from ..symbolic import DynSlice, Index, Scalar
 from .emission import assign, emit, new_tensor
 from .operands import as_2d, operand
 from .state import state
@@ -351,6 +351,8 @@ class View(TileOps):
         return self.base
 
     def __getitem__(self, key: object) -> View:
+        if self.base.decl.on_chip and self.base.decl.par_dim == 0:
+            key = _keep_partition(key, self.acc.shape)
         sub = parse_subscript(key, self.acc.shape, f"tensor '{self.base.name}'")
         acc = compose(self.acc, sub)
         if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
@@ -370,6 +372,25 @@ class View(TileOps):
 
     def __repr__(self) -> str:
         return f"<view {self.acc} {self.base.decl.dtype}{list(self.shape)}>"
+
+
+def _keep_partition(key: object, shape: tuple[int, ...]) -> object:
+    """On chip an integer on dim 0 keeps a size-1 partition dim (``t[0]`` of a ``(P, A, B)``
+    tile is ``(1, A, B)``): the integer becomes a one-element slice."""
+    keys = list(key) if isinstance(key, tuple) else [key]
+    if not keys or not shape:
+        return key
+    k = keys[0]
+    if isinstance(k, Scalar):
+        keys[0] = DynSlice(k, 1)
+    elif isinstance(k, int) and not isinstance(k, bool):
+        i = k + shape[0] if -shape[0] <= k < 0 else k
+        if not 0 <= i < shape[0]:
+            return key  # reported as out of bounds by the subscript parser
+        keys[0] = slice(i, i + 1)
+    else:
+        return key
+    return tuple(keys)
 
 
 def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:

@@ -1,0 +1,453 @@
+"""Tensor views of the current API (slice / select / permute / broadcast / expand_dim /
+squeeze_dim / reshape / ap) as operands and destinations, checked against NumPy."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError
+
+RNG = np.random.default_rng(14)
+
+
+def _line(fn, text: str) -> int:
+    src, first = inspect.getsourcelines(fn)
+    return first + next(i for i, ln in enumerate(src) if text in ln)
+
+
+def _run(kernel, *args):
+    return np.asarray(nki.simulate_kernel(kernel, *args))
+
+
+@nki.jit
+def k_hbm_views(x):
+    # x: (8, 16, 32) in HBM; read a transposed, strided, selected view
+    out = nl.ndarray((32, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    v = x.select(1, 3).permute((1, 0))  # (32, 8): x[:, 3, :].T
+    t = nl.load(v)
+    nl.store(out, t)
+    return out
+
+
+def test_select_permute_on_hbm_matches_numpy():
+    x = RNG.standard_normal((8, 16, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_hbm_views, x), x[:, 3, :].T)
+
+
+@nki.jit
+def k_slice_step(x):
+    out = nl.ndarray((64, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    v = x.slice(0, 0, 128, 2).slice(1, 1, 64, 4)  # x[0:128:2, 1:64:4]
+    nl.store(out, nl.load(v))
+    return out
+
+
+def test_slice_with_steps_matches_numpy():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_slice_step, x), x[0:128:2, 1:64:4])
+
+
+@nki.jit
+def k_broadcast(x):
+    # x: (128, 1) -> broadcast along free dim, expand_dim, squeeze again
+    out = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    b = t.expand_dim(1).broadcast(1, 4).broadcast(2, 8)  # (128, 4, 8) from (128, 1, 1)
+    r = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+    r[...] = nisa.tensor_copy(b)
+    nl.store(out, r)
+    return out
+
+
+def test_broadcast_and_expand_dim_match_numpy():
+    x = RNG.standard_normal((128, 1)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_broadcast, x), np.broadcast_to(x[:, :, None], (128, 4, 8)))
+
+
+@nki.jit
+def k_sbuf_permute_dst(x):
+    # write through a permuted view of an SBUF tile: buf[p, a, b] = x[p, b, a]
+    out = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+    src = nl.load(x)  # (128, 8, 4)
+    buf.permute((0, 2, 1))[...] = nl.copy(src)
+    nl.store(out, buf)
+    return out
+
+
+def test_permuted_view_as_destination_matches_numpy():
+    x = RNG.standard_normal((128, 8, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_sbuf_permute_dst, x), x.transpose(0, 2, 1))
+
+
+@nki.jit
+def k_reshape_view(x):
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    buf[...] = nl.load(x)
+    v = buf.slice(1, 0, 64, 2)  # (128, 32), stride 2
+    r = v.reshape((128, 4, 8))  # split the strided axis: still a view
+    r2 = r.reshape((128, 32))
+    nl.store(out, nl.copy(r2))
+    return out
+
+
+def test_reshape_of_strided_view_matches_numpy():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_reshape_view, x), x[:, 0:64:2])
+
+
+@nki.jit
+def k_avgpool(x):
+    # average pooling 2x2 on (C=128, H=8, W=8) with a 5-D .ap view [P, Ho, Wo, k, k]
+    out = nl.ndarray((128, 4, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8, 8), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x)
+    win = t.ap([[64, 128], [16, 4], [2, 4], [8, 2], [1, 2]])
+    s = nl.sum(win, axis=(3, 4))
+    nl.store(out, nl.multiply(s, 0.25))
+    return out
+
+
+def test_average_pooling_with_ap_matches_numpy():
+    x = RNG.standard_normal((128, 8, 8)).astype(np.float32)
+    want = x.reshape(128, 4, 2, 4, 2).mean(axis=(2, 4))
+    np.testing.assert_allclose(_run(k_avgpool, x), want, rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def k_hbm_ap(x):
+    # (16, 32) HBM: transposed read through a raw pattern, offset one row
+    out = nl.ndarray((32, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x.ap([[1, 32], [32, 8]], offset=32)))
+    return out
+
+
+def test_hbm_ap_pattern_matches_numpy():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_hbm_ap, x), x[1:9, :].T)
+
+
+@nki.jit
+def k_ap_base(x):
+    # .ap addresses the base allocation, not the calling view
+    out = nl.ndarray((4, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x[8:16, :].ap([[32, 4], [1, 32]], offset=0)))
+    return out
+
+
+def test_ap_addresses_the_base_allocation():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_ap_base, x), x[0:4, :])
+
+
+@nki.jit
+def k_scalar_offset(x, idx):
+    out = nl.ndarray((2, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    r = nl.load(idx)  # (1, 1) int32
+    nl.store(out, nl.load(x.ap([[32, 2], [1, 32]], offset=0, scalar_offset=r)))
+    return out
+
+
+def test_scalar_offset_moves_rows_at_run_time():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    got = _run(k_scalar_offset, x, np.array([[5]], dtype=np.int32))
+    np.testing.assert_array_equal(got, x[5:7])
+
+
+@nki.jit
+def k_vector_offset(x, idx):
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = nl.load(idx)  # (128, 1) int32
+    nl.store(out, nl.load(x.ap([[32, 128], [1, 32]], offset=0, vector_offset=rows)))
+    return out
+
+
+def test_vector_offset_gathers_rows():
+    x = RNG.standard_normal((300, 32)).astype(np.float32)
+    idx = RNG.integers(0, 300, size=(128, 1)).astype(np.int32)
+    np.testing.assert_array_equal(_run(k_vector_offset, x, idx), x[idx[:, 0]])
+
+
+@nki.jit
+def k_scalar_offset_oob(x, idx):
+    out = nl.ndarray((2, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    r = nl.load(idx)
+    nl.store(out, nl.load(x.ap([[32, 2], [1, 32]], offset=0, scalar_offset=r)))  # OOB_LINE
+    return out
+
+
+def test_scalar_offset_out_of_bounds_is_reported_at_run_time():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    with pytest.raises(NKIError, match="out-of-bound") as e:
+        _run(k_scalar_offset_oob, x, np.array([[15]], dtype=np.int32))
+    assert e.value.loc.line == _line(k_scalar_offset_oob.fn, "OOB_LINE")
+
+
+def _bad(body):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        body(t, x)
+        nl.store(out, t)
+        return out
+
+    return k
+
+
+RULES = [
+    (lambda t, x: t.permute((1, 0)), "partition dimension first"),
+    (lambda t, x: t.slice(1, 10, 80), "0 <= start < end <= 64"),
+    (lambda t, x: t.slice(1, 10, 5), "0 <= start < end"),
+    (lambda t, x: t.broadcast(1, 4), "is not 1"),
+    (lambda t, x: t.slice(0, 0, 1).broadcast(0, 4), "partition dimension"),
+    (lambda t, x: t.expand_dim(0), "partition dimension"),
+    (lambda t, x: t.squeeze_dim(1), "has size 64"),
+    (lambda t, x: t.select(1, 64), "int in \\[0, 64\\)"),
+    (lambda t, x: t.ap([[32, 128], [1, 64]]), "stride must be the free-element count 64"),
+    (lambda t, x: t.reshape((64, 128)), "partition dimension must stay"),
+    (lambda t, x: x.ap([[1, 2]], scalar_offset=t, vector_offset=t), "mutually exclusive"),
+]
+
+
+@pytest.mark.parametrize("body,msg", RULES)
+def test_view_rule_violations_are_located_errors(body, msg):
+    x = np.zeros((128, 64), np.float32)
+    with pytest.raises(NKIError, match=msg) as e:
+        _run(_bad(body), x)
+    assert e.value.loc is not None and e.value.loc.line == _line(body, "lambda")
+    assert e.value.loc.file.endswith("test_views.py")
+
+
+@nki.jit
+def k_props(x):
+    v = x.slice(0, 2, 10, 2).permute((1, 0))
+    assert v.shape == (32, 4) and v.strides == (1, 64) and v.offset == 64
+    assert v.size == 128 and v.ndim == 2 and v.name == x.name
+    out = nl.ndarray((32, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(v))
+    return out
+
+
+def test_view_properties():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_props, x), x[2:10:2].T)
+
+
+@nki.jit
+def k_address(x):
+    # two SBUF tiles placed side by side and a PSUM tile on bank 2 (current-API address=)
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf, name="a", address=(0, 0))
+    b = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf, name="b", address=(0, 256))
+    p = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum, address=(0, 2 * 2048))
+    a[...] = nl.load(x)
+    b[...] = nl.multiply(a, 2.0)
+    p[...] = nl.add(a, b)
+    nl.store(out, nl.copy(p))
+    return out
+
+
+def test_address_placements_run():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_allclose(_run(k_address, x), 3 * x, rtol=1e-6)
+
+
+@nki.jit
+def k_address_overlap(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf, name="a", address=(0, 0))
+    b = nl.ndarray((64, 64), dtype=x.dtype, buffer=nl.sbuf, name="b", address=(64, 128))  # B
+    a[...] = nl.load(x)
+    b[...] = nl.load(x[0:64])
+    nl.store(out, a)
+    nl.store(out[0:64], b)
+    return out
+
+
+def test_overlapping_address_placements_are_reported():
+    x = np.zeros((128, 64), np.float32)
+    msg = r"overlaps the live tensor 'a'.*SBUF bytes \[128, 256\)"
+    with pytest.raises(NKIError, match=msg) as e:
+        _run(k_address_overlap, x)
+    assert e.value.code == "err_address_overlap"
+    assert e.value.loc.line == _line(k_address_overlap.fn, "# B")
+
+
+@pytest.mark.parametrize(
+    "address,buffer,msg",
+    [
+        ((100, 0), "sbuf", "exceed the 128 partitions"),
+        ((0, 100), "psum", "bank boundary"),
+        ((0, 0), "shared_hbm", "SBUF or PSUM"),
+    ],
+)
+def test_invalid_addresses_are_located_errors(address, buffer, msg):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((64, 64), dtype=nl.float32, buffer=getattr(nl, buffer), address=address)
+        return t
+
+    with pytest.raises(NKIError, match=msg) as e:
+        _run(k, np.zeros((1, 1), np.float32))
+    assert e.value.loc.line == _line(k, "address=address")
+
+
+@nki.jit
+def k_rmsnorm(x, gamma):
+    # current style: views for the row tiles, the broadcast of gamma over partitions (HBM
+    # stride-0 view) and of the per-row scale over the free dim
+    n, d = x.shape
+    out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.load(gamma.expand_dim(0).broadcast(0, 128))  # (128, d)
+    for i in range(n // 128):
+        rows = x.slice(0, i * 128, (i + 1) * 128)
+        t = nl.load(rows)
+        ss = nl.sum(nl.multiply(t, t), axis=1, keepdims=True)  # (128, 1)
+        rstd = nl.rsqrt(nl.add(nl.multiply(ss, 1.0 / d), 1e-6))
+        y = nl.multiply(nl.multiply(t, rstd.broadcast(1, d)), g)
+        nl.store(out.slice(0, i * 128, (i + 1) * 128), y)
+    return out
+
+
+def test_rmsnorm_with_views_matches_numpy():
+    x = RNG.standard_normal((256, 64)).astype(np.float32)
+    gamma = RNG.standard_normal((64,)).astype(np.float32)
+    want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * gamma
+    np.testing.assert_allclose(_run(k_rmsnorm, x, gamma), want, rtol=2e-5, atol=2e-5)
+
+
+@nki.jit
+def k_dynamic_select(x, idx):
+    # x: (4, 128, 32) HBM; pick the block named by a run-time index
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    r = nl.load(idx)  # (1, 1) int32
+    nl.store(out, nl.load(x.select(0, r)))
+    return out
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_dynamic_select_reads_the_run_time_index(k):
+    x = RNG.standard_normal((4, 128, 32)).astype(np.float32)
+    got = _run(k_dynamic_select, x, np.array([[k]], dtype=np.int32))
+    np.testing.assert_array_equal(got, x[k])
+
+
+@nki.jit
+def k_ap_dtype(x):
+    # reinterpret float32 storage as int32 bits through .ap(dtype=)
+    out = nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x.ap([[16, 8], [1, 16]], offset=0, dtype=nl.int32)))
+    return out
+
+
+def test_ap_dtype_reinterprets_bits():
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_ap_dtype, x), x.view(np.int32))
+
+
+@nki.jit
+def k_vector_select(x, idx):
+    out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = nl.load(idx)  # (128, 1)
+    nl.store(out, nl.load(x.slice(1, 8, 24).vector_select(0, rows)))
+    return out
+
+
+def test_vector_select_gathers_rows_of_a_view():
+    x = RNG.standard_normal((200, 32)).astype(np.float32)
+    idx = RNG.integers(0, 200, size=(128, 1)).astype(np.int32)
+    np.testing.assert_array_equal(_run(k_vector_select, x, idx), x[idx[:, 0], 8:24])
+
+
+@nki.jit
+def k_isa_on_views(a, b):
+    # nisa compute on a permuted SBUF view and a stride-2 view, result into a permuted dst
+    out = nl.ndarray((128, 8, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+    ta = nl.load(a)  # (128, 4, 8)
+    tb = nl.load(b)  # (128, 8, 8)
+    res = nl.ndarray((128, 4, 8), dtype=a.dtype, buffer=nl.sbuf)
+    res.permute((0, 2, 1))[...] = nisa.tensor_tensor(
+        ta.permute((0, 2, 1)), tb.slice(2, 0, 8, 2), op=nl.add
+    )
+    nl.store(out, res.permute((0, 2, 1)))
+    return out
+
+
+def test_nisa_operands_and_destination_as_views():
+    a = RNG.standard_normal((128, 4, 8)).astype(np.float32)
+    b = RNG.standard_normal((128, 8, 8)).astype(np.float32)
+    want = a.transpose(0, 2, 1) + b[:, :, 0:8:2]
+    np.testing.assert_allclose(_run(k_isa_on_views, a, b), want, rtol=1e-6)
+
+
+@nki.jit
+def k_reshape_flatten(x):
+    # (128, 64) SBUF -> reshape_dim 1 into (4, 16) -> permute -> flatten back: a free-dim shuffle
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    v = t.reshape_dim(1, (4, -1)).permute((0, 2, 1))  # (128, 16, 4)
+    r = nl.ndarray((128, 16, 4), dtype=x.dtype, buffer=nl.sbuf)
+    r[...] = nl.copy(v)
+    nl.store(out, r.flatten_dims(1, 2))
+    return out
+
+
+def test_reshape_dim_and_flatten_dims_match_numpy():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    want = x.reshape(128, 4, 16).transpose(0, 2, 1).reshape(128, 64)
+    np.testing.assert_array_equal(_run(k_reshape_flatten, x), want)
+
+
+def test_flatten_of_non_contiguous_axes_is_a_located_error():
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        t.reshape_dim(1, (4, 16)).permute((0, 2, 1)).flatten_dims(1, 2)  # FLAT
+        return x
+
+    with pytest.raises(NKIError, match="not contiguous") as e:
+        _run(k, np.zeros((128, 64), np.float32))
+    assert e.value.loc.line == _line(k, "# FLAT")
+
+
+@nki.jit
+def k_ap_oob(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x)
+    nl.store(out, t.ap([[64, 128], [1, 64]], offset=8))  # OOB_AP
+    return out
+
+
+def test_out_of_bounds_ap_view_reports_the_kernel_line():
+    with pytest.raises(NKIError, match="out-of-bound") as e:
+        _run(k_ap_oob, np.zeros((128, 64), np.float32))
+    assert e.value.loc.line == _line(k_ap_oob.fn, "# OOB_AP")
+
+
+@nki.jit
+def k_int_index(x):
+    # on chip an int on dim 0 keeps a size-1 partition dim; on a free dim it drops it unless
+    # the result would be < 2-D; on HBM indexed dims drop
+    t = nl.load(x)  # (64, 8, 16)
+    assert t[3].shape == (1, 8, 16)
+    assert t[:, 2, 5].shape == (64, 1)
+    assert t[0, 0, 5].shape == (1, 1)
+    assert t[:, 2].shape == (64, 16)
+    assert x[3].shape == (8, 16) and x[3, 2].shape == (16,)
+    out = nl.ndarray((1, 8, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(t[-1]))
+    return out
+
+
+def test_current_integer_indexing_rules():
+    x = RNG.standard_normal((64, 8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run(k_int_index, x), x[-1:])
