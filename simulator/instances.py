@@ -31,7 +31,8 @@ class RunInfo:
     order: list[Instance] = field(default_factory=list)
     num_cores: int = 1
     target: str = ""
-    backend: str = "numpy"  # which executor ran the launch: "numpy" or "numba"
+    backend: str = "numpy"  # which executor ran the launch: "batched", "numba" or "numpy"
+    reason: str = ""  # why a preferred backend declined the kernel (empty: none did)
 
     def instances_on(self, core: int) -> list[Instance]:
         return [i for i in self.order if self.placement[i] == core]

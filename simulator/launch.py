@@ -19,7 +19,7 @@ import numpy as np
 
 from nki.ir import KernelIR
 
-from . import interpreter, numba_backend
+from . import batched, interpreter, numba_backend
 from .capacity import check_hbm, check_host_memory
 from .checks import static_checks
 from .config import SimConfig
@@ -29,7 +29,16 @@ from .instances import RunInfo, schedule
 __all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
 
 # tried in order; the interpreter runs every kernel
-BACKENDS = (numba_backend, interpreter)
+BACKENDS = (batched, numba_backend, interpreter)
+
+
+# which backends each ``SimConfig.backend`` may use (the interpreter is always last)
+_ALLOWED = {
+    "auto": ("batched", "numba", "numpy"),
+    "batched": ("batched", "numpy"),
+    "numba": ("numba", "numpy"),
+    "numpy": ("numpy",),
+}
 
 
 def run(
@@ -43,7 +52,7 @@ def run(
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = schedule(ir, config, info)
     for backend in BACKENDS:
-        if backend.NAME != "numpy" and config.backend == "numpy":
+        if backend.NAME not in _ALLOWED[config.backend]:
             continue
         if backend.execute(ir, shared, config, sched, info):
             info.backend = backend.NAME

@@ -1,0 +1,169 @@
+"""Executors of the batched backend (``batched.py``): the reference executors of
+``simulator/language`` restated over operands with leading batch axes. Each repeats its
+reference's numerics call for call (fp32 compute, same NumPy functions on contiguous operands,
+``numerics.cast`` on write) so results are bit-identical; ``unsupported_instr`` says which
+instructions are outside the subset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nki import dtypes
+from nki.ir import Access, Const, Instr, KernelIR
+from nki.optable import OPS, apply
+
+from . import numerics
+
+if TYPE_CHECKING:
+    from .batched import BCtx
+
+_REDUCE_ROW = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply",
+               "all": "logical_and"}  # fmt: skip
+
+
+def _same_rank(instr: Instr) -> bool:
+    """Operand tiles have the destination's rank (batch axes then line up when broadcasting)."""
+    if instr.dst is None:
+        return False
+    r = len(instr.dst.shape)
+    return all(len(s.shape) == r for s in instr.srcs if isinstance(s, Access))
+
+
+def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
+    """Why ``instr`` cannot run batched (None: it can)."""
+    what = f"'{instr.api or instr.kind + '.' + instr.op}'"
+    if instr.kind not in EXECUTORS:
+        return f"{what} has no batched executor"
+    accs = [a for a in (instr.dst, *instr.srcs) if isinstance(a, Access)]
+    if any(a.indirect for a in accs):
+        return f"{what} uses an indirect (data-dependent) access"
+    if any(not isinstance(s, (Access, Const)) for s in instr.srcs):
+        return f"{what} takes an index-expression operand"
+    if instr.kind == "ew":
+        if OPS[instr.op].bitvec:
+            return f"{what} is a bit-vector op"
+        if not _same_rank(instr):
+            return f"{what} broadcasts operands of another rank"
+    if instr.kind == "copy" and not _same_rank(instr):
+        return f"{what} broadcasts operands of another rank"
+    if instr.kind == "reduce" and instr.mask is not None:
+        return f"{what} is a masked reduction"
+    if instr.kind in ("matmul", "transpose"):
+        if instr.mask is not None or instr.attr("psum_group", False):
+            return f"{what} is masked or a classic PSUM accumulation group"
+        if any(len(a.shape) != 2 for a in accs):
+            return f"{what} on tiles that are not 2-D"
+    if instr.kind == "dma" and instr.accumulate is not None:
+        return f"{what} accumulates"
+    return None
+
+
+def _dma(instr: Instr, ctx: BCtx) -> None:
+    sel = ctx.mask(instr)
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = ctx.read(src, sel)
+    dst_dtype = ctx.decl(instr.dst.tensor).dtype
+    if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
+        vals = vals.view(numerics.storage_dtype(dst_dtype))
+    ctx.write(instr.dst, vals, sel, instr.accumulate)
+
+
+def _copy(instr: Instr, ctx: BCtx) -> None:
+    sel = ctx.mask(instr)
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    ctx.write(instr.dst, ctx.read(src, sel), sel, instr.accumulate)
+
+
+def _memset(instr: Instr, ctx: BCtx) -> None:
+    c = instr.srcs[0]
+    assert isinstance(c, Const) and instr.dst is not None
+    ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
+
+
+def _exact_int(instr: Instr, ctx: BCtx) -> bool:
+    if not OPS[instr.op].exact_int:
+        return False
+    for s in instr.srcs:
+        if isinstance(s, Access):
+            d = ctx.decl(s.tensor).dtype
+            if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+                return False
+        elif isinstance(s, Const):
+            v = s.value
+            if isinstance(v, float) or (isinstance(v, np.generic) and v.dtype.kind == "f"):
+                return False
+    return True
+
+
+def _elementwise(instr: Instr, ctx: BCtx) -> None:
+    op = OPS[instr.op]
+    assert instr.dst is not None
+    sel = ctx.mask(instr)
+    exact = _exact_int(instr, ctx)
+    vals = []
+    for s in instr.srcs:
+        s_sel = sel if isinstance(s, Access) and s.shape == instr.dst.shape else None
+        vals.append(ctx.value(s, s_sel, exact_int=exact))
+    ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
+
+
+def _reduce(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    nb = len(ctx.dims)
+    tile_axes = tuple(instr.attr("axes"))
+    axes = tuple(a + nb for a in tile_axes)
+    d = ctx.decl(src.tensor).dtype
+    exact = instr.op in _REDUCE_ROW and (dtypes.is_int(d) or dtypes.is_bool(d))
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(src)), exact_int=exact)
+    if instr.op in _REDUCE_ROW:
+        fn = OPS[_REDUCE_ROW[instr.op]].reduce
+        assert fn is not None
+        out = fn(x, axis=axes, keepdims=False) if instr.op == "all" else fn(x, axis=axes)
+    else:
+        xf = x.astype(np.float32)
+        n = np.float32(np.prod([src.shape[a] for a in tile_axes]))
+        mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32) / n).astype(np.float32)
+        if instr.op == "mean":
+            out = mean
+        else:
+            dlt = xf - mean
+            out = np.sum(dlt * dlt, axis=axes, keepdims=True, dtype=np.float32) / n
+        out = np.asarray(out, dtype=np.float32)
+    out = np.asarray(out).reshape((*ctx.dims, *instr.dst.shape))
+    ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def _matmul(instr: Instr, ctx: BCtx) -> None:
+    xa, ya = instr.srcs
+    assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(xa)))
+    y = numerics.to_compute(np.ascontiguousarray(ctx.read(ya)))
+    if not instr.attr("transpose_x", False):
+        x = np.swapaxes(x, -1, -2)
+    xt = np.swapaxes(x, -1, -2).astype(np.float32)
+    out = np.matmul(xt, y.astype(np.float32)).astype(np.float32)
+    ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def _transpose(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = np.ascontiguousarray(np.swapaxes(ctx.read(src), -1, -2))
+    ctx.write(instr.dst, vals, None, instr.accumulate)
+
+
+EXECUTORS: dict[str, Callable[[Instr, BCtx], None]] = {
+    "dma": _dma,
+    "copy": _copy,
+    "memset": _memset,
+    "ew": _elementwise,
+    "reduce": _reduce,
+    "matmul": _matmul,
+    "transpose": _transpose,
+}
