@@ -16,6 +16,8 @@ from nki.ir import Access, Const, Instr, KernelIR
 from nki.optable import OPS, apply
 
 from . import numerics
+from .isa import formulas as M
+from .isa.common import check_dst
 
 if TYPE_CHECKING:
     from .batched import BCtx
@@ -37,6 +39,10 @@ def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
     what = f"'{instr.api or instr.kind + '.' + instr.op}'"
     if instr.kind not in EXECUTORS:
         return f"{what} has no batched executor"
+    if instr.kind == "isa":
+        why = _unsupported_isa(instr, what)
+        if why:
+            return why
     accs = [a for a in (instr.dst, *instr.srcs) if isinstance(a, Access)]
     if any(a.indirect for a in accs):
         return f"{what} uses an indirect (data-dependent) access"
@@ -59,6 +65,10 @@ def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
     if instr.kind == "dma" and instr.accumulate is not None:
         return f"{what} accumulates"
     return None
+
+
+def _contig(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def _dma(instr: Instr, ctx: BCtx) -> None:
@@ -158,7 +168,140 @@ def _transpose(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, vals, None, instr.accumulate)
 
 
+# ---- nki.isa (the engines' (P, F) view of a tile; the same destination rules first) ----------
+
+
+def _pf(ctx: BCtx, acc: Access, exact: bool = False) -> np.ndarray:
+    """A tile as fp32 (or exact int64) compute values shaped (batch..., P, F)."""
+    raw = _contig(ctx.read(acc))
+    return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, acc.shape[0], -1))
+
+
+def _scalar_operand(ctx: BCtx, src: object, p: int, exact: bool = False) -> object:
+    """A scalar immediate, or a (P, 1) tile broadcast over the free axis."""
+    if isinstance(src, Const):
+        return np.int64(int(src.value)) if exact else np.float32(src.value)
+    assert isinstance(src, Access)
+    raw = _contig(ctx.read(src))
+    return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, p, 1))
+
+
+def _isa_store(instr: Instr, ctx: BCtx, values: np.ndarray) -> None:
+    dst = instr.dst
+    assert dst is not None
+    vals = np.asarray(values)
+    full = (*ctx.dims, *dst.shape)
+    vals = vals.reshape(full) if vals.size == int(np.prod(full)) else vals
+    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+
+
+def _all_int(ctx: BCtx, *srcs: object) -> bool:
+    for a in srcs:
+        if isinstance(a, Access):
+            d = ctx.decl(a.tensor).dtype
+            if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+                return False
+        elif isinstance(a, Const) and isinstance(a.value, float):
+            return False
+    return True
+
+
+def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
+    a1, a2 = instr.srcs
+    assert isinstance(a1, Access) and isinstance(a2, Access)
+    op = OPS[instr.attr("op")]
+    exact = instr.attr("engine") == "gpsimd" and op.exact_int and _all_int(ctx, a1, a2)
+    _isa_store(instr, ctx, M.alu(op.name, _pf(ctx, a1, exact), _pf(ctx, a2, exact)))
+
+
+def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
+    data, o0, o1 = instr.srcs
+    assert isinstance(data, Access)
+    p = data.shape[0]
+    op0, op1 = instr.attr("op0"), instr.attr("op1")
+    ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
+    ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
+    r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
+    if op1 is not None:
+        r = M.alu(op1, r, _scalar_operand(ctx, o1, p, ex), instr.attr("reverse1"))
+    _isa_store(instr, ctx, r)
+
+
+def _activation(instr: Instr, ctx: BCtx) -> None:
+    data, scale, bias = instr.srcs
+    assert isinstance(data, Access)
+    p = data.shape[0]
+    x2 = _pf(ctx, data)
+    sc = _scalar_operand(ctx, scale, p)
+    bi = _scalar_operand(ctx, bias, p)
+    y = np.asarray(OPS[instr.attr("op")].fn((x2 * sc + bi).astype(np.float32)))
+    _isa_store(instr, ctx, y.astype(np.float32))
+
+
+def _tensor_copy(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    raw = ctx.read(src)
+    same = ctx.decl(src.tensor).dtype == ctx.decl(instr.dst.tensor).dtype
+    _isa_store(instr, ctx, raw if instr.attr("exact") and same else numerics.to_compute(raw))
+
+
+def _isa_memset(instr: Instr, ctx: BCtx) -> None:
+    c = instr.srcs[0]
+    assert isinstance(c, Const)
+    ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
+
+
+def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
+    sacc, macc = instr.srcs
+    assert isinstance(sacc, Access) and isinstance(macc, Access)
+    k = sacc.shape[0]
+    s = numerics.to_compute(_contig(ctx.read(sacc))).reshape((*ctx.dims, k, -1))
+    m = numerics.to_compute(_contig(ctx.read(macc))).reshape((*ctx.dims, k, -1))
+    out = np.matmul(np.swapaxes(s, -1, -2), m, dtype=np.float32)
+    dst = instr.dst
+    assert dst is not None
+    ctx.write(dst, out.reshape((*ctx.dims, *dst.shape)), ctx.mask(instr), instr.accumulate)
+
+
+ISA: dict[str, Callable[[Instr, BCtx], None]] = {
+    "tensor_tensor": _tensor_tensor,
+    "tensor_scalar": _tensor_scalar,
+    "activation": _activation,
+    "tensor_copy": _tensor_copy,
+    "memset": _isa_memset,
+    "nc_matmul": _nc_matmul,
+}
+
+
+def _isa(instr: Instr, ctx: BCtx) -> None:
+    check_dst(instr, ctx)  # type: ignore[arg-type]  # (reads only decl)
+    ISA[instr.op](instr, ctx)
+
+
+def _unsupported_isa(instr: Instr, what: str) -> str | None:
+    if instr.op not in ISA:
+        return f"{what} has no batched executor"
+    if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
+        return f"{what} is a bit-vector op"
+    if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:
+        return f"{what} is a bit-vector op"
+    if instr.op == "activation" and instr.attr("reduce_op") is not None:
+        return f"{what} reduces into the engine's accumulator registers"
+    if instr.op == "nc_matmul" and (
+        instr.attr("transpose")
+        or instr.attr("perf_mode", "none") != "none"
+        or instr.attr("tile_position") is not None
+        or instr.attr("psum_group", False)
+    ):
+        return f"{what} uses transpose / perf_mode / tile_position / a PSUM group"
+    if any(isinstance(a, Access) and len(a.shape) < 1 for a in instr.srcs):
+        return f"{what} has a scalar tile"
+    return None
+
+
 EXECUTORS: dict[str, Callable[[Instr, BCtx], None]] = {
+    "isa": _isa,
     "dma": _dma,
     "copy": _copy,
     "memset": _memset,
