@@ -280,11 +280,23 @@ class BCtx:
             assert instr.dst is not None
             shape = instr.dst.shape
         full = (*self.dims, *shape)
-        out = np.ones(full, dtype=bool)
+        out: np.ndarray | None = None
         for cond in instr.mask.conds:
-            v = self.index_values(cond.expr, len(shape))
-            out &= np.broadcast_to(_CMP[cond.op](v, 0), full)
-        return None if out.all() else out
+            if self._always(cond.expr, cond.op, shape):
+                continue  # true for the whole batch: costs nothing
+            r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
+            out = r.copy() if out is None else out & r
+        return None if out is None or out.all() else out
+
+    def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
+        """``e op 0`` holds at every batch position and tile element (from the affine
+        expression's extremes)."""
+        c, coef = self.affine(e.base)
+        lo = hi = c
+        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
+            lo += min(0, k * (n - 1))
+            hi += max(0, k * (n - 1))
+        return _ALWAYS[op](lo, hi)
 
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
@@ -357,6 +369,16 @@ def _contig(a: np.ndarray) -> np.ndarray:
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}  # fmt: skip
+
+
+_ALWAYS = {
+    "<": lambda lo, hi: hi < 0,
+    "<=": lambda lo, hi: hi <= 0,
+    ">": lambda lo, hi: lo > 0,
+    ">=": lambda lo, hi: lo >= 0,
+    "==": lambda lo, hi: lo == hi == 0,
+    "!=": lambda lo, hi: lo > 0 or hi < 0,
+}
 
 
 # ---- the walk --------------------------------------------------------------------------------

@@ -224,3 +224,21 @@ def test_unsupported_kernels_fall_back_and_say_why():
     k = seeded.configure(backend="auto")
     k(a)
     assert k.last_run.backend == "batched"
+
+
+def test_read_only_parameters_in_any_layout_and_fresh_outputs():
+    """Parameters the kernel only reads are used in place when they already are C-ordered
+    storage (else converted); returned outputs are the launch's own storage, new each call."""
+    a = np.asfortranarray(np.arange(128 * 8, dtype=np.float32).reshape(128, 8))
+    k = seeded.configure(backend="auto")
+    out1 = k(a)
+    out2 = k(np.ascontiguousarray(a))
+    assert np.array_equal(out1, a + 1) and np.array_equal(out2, a + 1)
+    assert not np.shares_memory(out1, out2) and not np.shares_memory(out1, a)
+    assert np.array_equal(a, np.arange(128 * 8, dtype=np.float32).reshape(128, 8))
+
+
+def test_all_true_mask_is_dropped_and_partial_mask_kept():
+    a = np.arange(256 * 16, dtype=np.float32).reshape(256, 16)
+    got, want, info = _both(ragged_scale, None, a)  # 256 rows: the mask always holds
+    assert info.backend == "batched" and _same(got, want) and np.array_equal(got, a * 3)
