@@ -48,6 +48,10 @@ class Plan:
     batch_loops: frozenset[int]  # ids of loops that become batch axes
     fresh: frozenset[int]  # ids of Alloc nodes whose tile is fully written before any read
     tile_bytes: int  # bytes of one instance's on-chip tiles (one iteration of every loop)
+    whole: frozenset[int] = frozenset()  # ids of instructions filling a fresh tile entirely
+    # ids of loads whose fresh tile can simply be a view of the HBM tensor (the tensor is never
+    # written, the tile is written by this load only, same storage dtype: no copy at all)
+    elided: frozenset[int] = frozenset()
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -93,13 +97,32 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     _check_static_bounds(ir)
     batch: set[int] = set()
     fresh: set[int] = set()
-    _classify(ir, ir.body, batch, fresh)
+    whole: set[int] = set()
+    _classify(ir, ir.body, batch, fresh, whole)
+    writes: dict[str, int] = {}
+    for instr, _ in ir.instructions():
+        if instr.dst is not None:
+            writes[instr.dst.tensor] = writes.get(instr.dst.tensor, 0) + 1
+    elided = set()
+    for instr, _ in ir.instructions():
+        src = instr.srcs[0] if instr.srcs else None
+        if id(instr) in whole and instr.kind == "dma" and isinstance(src, Access):
+            assert instr.dst is not None
+            sd, dd = ir.tensor(src.tensor), ir.tensor(instr.dst.tensor)
+            same = numerics.storage_dtype(sd.dtype, config.precise_fp) == numerics.storage_dtype(
+                dd.dtype, config.precise_fp
+            )
+            if sd.buffer == "shared_hbm" and src.tensor not in hbm_written and same:
+                if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
+                    elided.add(id(instr))
     tile_bytes = sum(
         math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
         for d in ir.tensors
         if d.on_chip
     )
-    return Plan(frozenset(batch), frozenset(fresh), max(tile_bytes, 1))
+    return Plan(
+        frozenset(batch), frozenset(fresh), max(tile_bytes, 1), frozenset(whole), frozenset(elided)
+    )
 
 
 def _check_static_bounds(ir: KernelIR) -> None:
@@ -144,17 +167,20 @@ def _allocated(nodes: tuple[Node, ...]) -> set[str]:
     return out
 
 
-def _classify(ir: KernelIR, nodes: tuple[Node, ...], batch: set[int], fresh: set[int]) -> None:
+def _classify(
+    ir: KernelIR, nodes: tuple[Node, ...], batch: set[int], fresh: set[int], whole: set[int]
+) -> None:
     for i, n in enumerate(nodes):
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
             if n.kind == "affine" and not carried:
                 batch.add(id(n))
-            _classify(ir, n.body, batch, fresh)
+            _classify(ir, n.body, batch, fresh, whole)
         elif isinstance(n, Alloc) and i + 1 < len(nodes):
             nxt = nodes[i + 1]
             if isinstance(nxt, Instr) and _overwrites_whole(nxt, n.tensor, ir):
                 fresh.add(id(n))
+                whole.add(id(nxt))
 
 
 def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
@@ -192,6 +218,7 @@ class BCtx:
         self.arrays: dict[str, np.ndarray] = dict(shared)
         self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
         self.instr: Instr | None = None
+        self.whole = False  # the running instruction fills a fresh tile entirely
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -214,20 +241,18 @@ class BCtx:
         arr = self.arrays[acc.tensor]
         p = self.depth[acc.tensor]
         st = arr.strides
-        offset = 0
         bstr = [st[b] if b < p else 0 for b in range(len(self.dims))]
         tstr = [0] * len(acc.shape)
+        first: list[slice] = [slice(None)] * p
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             sd = st[p + d]
-            offset += c * sd
+            first.append(slice(c, None))  # (c is the element at batch / tile position 0)
             for b, k in enumerate(coef):
                 bstr[b] += k * sd
             for t, k in enumerate(e.coeffs):
                 tstr[t] += k * sd
-        flat = arr.reshape(-1) if arr.flags.c_contiguous else arr
-        assert flat.ndim == 1, "batched storage is contiguous"
-        start = flat[offset // arr.itemsize :]
+        start = arr[tuple(first)]
         custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
         if custom:
             start = start.view(np.dtype(f"u{start.itemsize}"))
@@ -332,17 +357,31 @@ class BCtx:
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
+        own = self.arrays[acc.tensor]
+        if (
+            self.whole
+            and sel is None
+            and stored.shape == own.shape
+            and stored.dtype == own.dtype
+            and stored.flags.c_contiguous
+            and stored.flags.owndata
+        ):
+            self.arrays[acc.tensor] = stored  # a fresh result becomes the tile: no copy
+            return
         if sel is None:
             self.view(acc)[...] = stored
             return
         idx = self.indices(acc, sel)
         self.arrays[acc.tensor][tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
 
-    def value(self, src: Any, sel: np.ndarray | None = None, exact_int: bool = False) -> Any:
+    def value(
+        self, src: Any, sel: np.ndarray | None = None, exact_int: bool = False, contig: bool = True
+    ) -> Any:
         """An operand as compute values (fp32, or int64 when exact_int and integral), with
         batch axes; constants stay scalars."""
         if isinstance(src, Access):
-            return numerics.to_compute(_contig(self.read(src, sel)), exact_int=exact_int)
+            raw = self.read(src, sel)
+            return numerics.to_compute(_contig(raw) if contig else raw, exact_int=exact_int)
         if isinstance(src, Const):
             v = src.value
             if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
@@ -387,7 +426,7 @@ _ALWAYS = {
 def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
     for n in nodes:
         if isinstance(n, Instr):
-            _exec(n, ctx)
+            _exec(n, ctx, p)
         elif isinstance(n, Alloc):
             ctx.allocate(n.tensor, id(n) in p.fresh)
         elif isinstance(n, _GridLoop):
@@ -420,8 +459,14 @@ def _run_batched(
             del ctx.axis[sym]
 
 
-def _exec(instr: Instr, ctx: BCtx) -> None:
+def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
     ctx.instr = instr
+    ctx.whole = id(instr) in p.whole
+    if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
+        assert instr.dst is not None
+        ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
+        ctx.depth[instr.dst.tensor] = len(ctx.dims)
+        return
     try:
         with np.errstate(all="ignore"):
             EXECUTORS[instr.kind](instr, ctx)

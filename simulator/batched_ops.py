@@ -110,15 +110,23 @@ def _exact_int(instr: Instr, ctx: BCtx) -> bool:
     return True
 
 
+_LAYOUT_FREE = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                          "negative", "abs", "equal", "not_equal", "greater", "greater_equal",
+                          "less", "less_equal"})  # fmt: skip
+
+
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = ctx.mask(instr)
     exact = _exact_int(instr, ctx)
     vals = []
+    # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
+    # take another SIMD path on strided data, so they see contiguous operands as the reference
+    contig = instr.op not in _LAYOUT_FREE
     for s in instr.srcs:
         s_sel = sel if isinstance(s, Access) and s.shape == instr.dst.shape else None
-        vals.append(ctx.value(s, s_sel, exact_int=exact))
+        vals.append(ctx.value(s, s_sel, exact_int=exact, contig=contig))
     ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
 
 
