@@ -99,6 +99,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     fresh: set[int] = set()
     whole: set[int] = set()
     _classify(ir, ir.body, batch, fresh, whole)
+    _check_distinct_writes(ir, batch)
+    _check_tiles_stay_in_their_loop(ir, batch)
     writes: dict[str, int] = {}
     for instr, _ in ir.instructions():
         if instr.dst is not None:
@@ -145,6 +147,35 @@ def _check_static_bounds(ir: KernelIR) -> None:
                 lo, hi = e.bounds(ranges)
                 if lo < 0 or hi >= size:
                     raise Declined(f"an access to '{acc.tensor}' may be out of bounds")
+
+
+def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
+    """Every instance / batched iteration must write its own HBM elements: when several write
+    the same ones, the last in program order wins, which one batched assignment does not fix."""
+    grid = {PidSym(a) for a, n in enumerate(ir.grid.shape) if n > 1}
+    for instr, loops in ir.instructions():
+        if instr.dst is None or ir.tensor(instr.dst.tensor).buffer != "shared_hbm":
+            continue
+        want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
+        used = {sym for e in instr.dst.index for sym, c in e.base.terms if c}
+        if want - used:
+            raise Declined(
+                f"several instances / iterations write the same elements of '{instr.dst.tensor}'"
+            )
+
+
+def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
+    """A tile allocated in a batched loop has a batch axis only inside it (after the loop the
+    interpreter would see the last iteration's tile)."""
+    home: dict[str, frozenset[int]] = {}
+    for n, loops in ir.walk():
+        if isinstance(n, Alloc):
+            home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
+    for instr, loops in ir.instructions():
+        inside = {id(lp) for lp in loops}
+        for acc in (instr.dst, *instr.srcs):
+            if isinstance(acc, Access) and not home.get(acc.tensor, frozenset()) <= inside:
+                raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
 
 
 def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:

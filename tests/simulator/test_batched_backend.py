@@ -242,3 +242,19 @@ def test_all_true_mask_is_dropped_and_partial_mask_kept():
     a = np.arange(256 * 16, dtype=np.float32).reshape(256, 16)
     got, want, info = _both(ragged_scale, None, a)  # 256 rows: the mask always holds
     assert info.backend == "batched" and _same(got, want) and np.array_equal(got, a * 3)
+
+
+@nki.jit
+def last_writer(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        nl.store(out, value=nl.load(a[i * 128 : (i + 1) * 128, :]))
+    return out
+
+
+def test_iterations_writing_the_same_elements_fall_back():
+    a = np.arange(384 * 8, dtype=np.float32).reshape(384, 8)
+    k = last_writer.configure(backend="batched", checks="none")
+    got = k(a)
+    assert k.last_run.backend == "numpy" and "same elements of" in k.last_run.reason
+    assert np.array_equal(got, a[256:])  # the last iteration's tile, as in program order
