@@ -60,8 +60,9 @@ def schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:
     if rng is not None:
         instances = [instances[i] for i in rng.permutation(len(instances))]
     by_core: dict[int, list[Instance]] = {}
+    placed = any(core for d in grid.dims for _, core in d.factors)  # any nl.nc() factor
     for inst in instances:
-        core = grid.core_of(inst) if grid.dims else 0
+        core = grid.core_of(inst) if placed else 0
         info.placement[inst] = core
         by_core.setdefault(core, []).append(inst)
     order = tuple((inst, core) for core in sorted(by_core) for inst in by_core[core])
