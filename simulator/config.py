@@ -10,7 +10,8 @@ Environment variables (read when no explicit value is given):
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
-* ``NKI_SIM_BACKEND``: ``auto`` (default), ``numpy`` or ``numba`` (see ``numba_backend``).
+* ``NKI_SIM_BACKEND``: ``auto`` (default), ``numpy``, ``batched`` (see ``batched``) or ``numba``
+  (see ``numba_backend``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nki.errors import NKIError
 from nki.targets import DEFAULT_TARGET, target_name
 
 CHECK_LEVELS = ("none", "static", "full")
-BACKENDS = ("numpy", "numba", "auto")
+BACKENDS = ("numpy", "numba", "batched", "auto")
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,25 @@ def host_available_bytes() -> int:
     return 1 << 62
 
 
-def storage_input(arr: np.ndarray, dtype_name: str, config: SimConfig) -> np.ndarray:
-    """Copy a user's array into simulator storage for an HBM parameter."""
+def storage_input(
+    arr: np.ndarray, dtype_name: str, config: SimConfig, written: bool = True
+) -> np.ndarray:
+    """A user's array as simulator storage for an HBM parameter: a copy when the kernel
+    writes it, else the caller's own array whenever it already is C-ordered storage dtype."""
     sd = numerics.storage_dtype(dtype_name, config.precise_fp)
+    if not written:
+        return np.ascontiguousarray(arr, dtype=sd)
     return np.array(arr, dtype=sd, copy=True, order="C")
+
+
+def written_params(ir: KernelIR) -> frozenset[str]:
+    """The parameters some instruction writes (directly or through a reshape / dtype view)."""
+    out: set[str] = set()
+    for instr, _ in ir.instructions():
+        if instr.dst is not None:
+            d = ir.tensor(instr.dst.tensor)
+            out.add(d.alias_of or d.name)
+    return frozenset(out) & frozenset(ir.params)
 
 
 def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:
@@ -75,10 +90,13 @@ def output_view(
     return alias_array(arrays[d.alias_of], d, precise_fp)
 
 
-def output_array(a: np.ndarray, dtype_name: str) -> np.ndarray:
-    """A kernel output as the user sees it: its declared dtype (undoing fast-fp storage)."""
+def output_array(a: np.ndarray, dtype_name: str, copy: bool = True) -> np.ndarray:
+    """A kernel output as the user sees it: its declared dtype (undoing fast-fp storage).
+    ``copy=False``: ``a`` itself when it already has that dtype (storage the launch owns)."""
     want = dtypes.storage(dtype_name)
-    return np.array(a, dtype=want, copy=True) if a.dtype != want else a.copy()
+    if a.dtype != want:
+        return np.array(a, dtype=want, copy=True)
+    return a.copy() if copy else a
 
 
 def shared_storage(

@@ -31,7 +31,8 @@ class RunInfo:
     order: list[Instance] = field(default_factory=list)
     num_cores: int = 1
     target: str = ""
-    backend: str = "numpy"  # which executor ran the launch: "numpy" or "numba"
+    backend: str = "numpy"  # which executor ran the launch: "batched", "numba" or "numpy"
+    reason: str = ""  # why a preferred backend declined the kernel (empty: none did)
 
     def instances_on(self, core: int) -> list[Instance]:
         return [i for i in self.order if self.placement[i] == core]
@@ -59,8 +60,9 @@ def schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:
     if rng is not None:
         instances = [instances[i] for i in rng.permutation(len(instances))]
     by_core: dict[int, list[Instance]] = {}
+    placed = any(core for d in grid.dims for _, core in d.factors)  # any nl.nc() factor
     for inst in instances:
-        core = grid.core_of(inst) if grid.dims else 0
+        core = grid.core_of(inst) if placed else 0
         info.placement[inst] = core
         by_core.setdefault(core, []).append(inst)
     order = tuple((inst, core) for core in sorted(by_core) for inst in by_core[core])

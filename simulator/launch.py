@@ -19,17 +19,26 @@ import numpy as np
 
 from nki.ir import KernelIR
 
-from . import interpreter, numba_backend
+from . import batched, interpreter, numba_backend
 from .capacity import check_hbm, check_host_memory
 from .checks import static_checks
 from .config import SimConfig
-from .host import output_array, output_view, shared_storage, storage_input
+from .host import output_array, output_view, shared_storage, storage_input, written_params
 from .instances import RunInfo, schedule
 
 __all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
 
 # tried in order; the interpreter runs every kernel
-BACKENDS = (numba_backend, interpreter)
+BACKENDS = (batched, numba_backend, interpreter)
+
+
+# which backends each ``SimConfig.backend`` may use (the interpreter is always last)
+_ALLOWED = {
+    "auto": ("batched", "numba", "numpy"),
+    "batched": ("batched", "numpy"),
+    "numba": ("numba", "numpy"),
+    "numpy": ("numpy",),
+}
 
 
 def run(
@@ -43,7 +52,7 @@ def run(
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = schedule(ir, config, info)
     for backend in BACKENDS:
-        if backend.NAME != "numpy" and config.backend == "numpy":
+        if backend.NAME not in _ALLOWED[config.backend]:
             continue
         if backend.execute(ir, shared, config, sched, info):
             info.backend = backend.NAME
@@ -61,20 +70,25 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         static_checks(ir, config)
     else:
         check_hbm(ir, config.target)  # always: an oversized HBM tensor would exhaust the host
+    written = written_params(ir)  # parameters the kernel only reads are not copied
     inputs = {
-        name: storage_input(arguments[name], ir.tensor(name).dtype, config) for name in ir.params
+        name: storage_input(arguments[name], ir.tensor(name).dtype, config, name in written)
+        for name in ir.params
     }
     arrays, info = run(ir, inputs, config)
     if not ir.returns_outputs:
         for name in ir.outputs:
-            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype)
+            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
         return None, info
-    outs = tuple(
-        output_array(output_view(arrays, ir, n, config.precise_fp), ir.tensor(n).dtype)
-        for n in ir.outputs
-    )
+    outs = []
+    bases = [ir.tensor(n).alias_of or n for n in ir.outputs]
+    for n, base in zip(ir.outputs, bases):
+        view = output_view(arrays, ir, n, config.precise_fp)
+        # storage the launch created is handed out as is (not copied a second time)
+        own = base not in ir.params and bases.count(base) == 1
+        outs.append(output_array(view, ir.tensor(n).dtype, copy=not own))
     for n in ir.outputs:  # mutable parameters returned: update the caller's array too
         name = ir.tensor(n).alias_of or n
         if name in ir.params:
-            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype)
-    return (outs[0] if len(outs) == 1 else outs), info
+            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
+    return (outs[0] if len(outs) == 1 else tuple(outs)), info

@@ -13,7 +13,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIIndexError, NKIRuntimeError
-from simulator import numba_backend
+from simulator import interpreter, launch, numba_backend
 from simulator.config import SimConfig
 from simulator.numba_codegen import NATIVE
 
@@ -322,6 +322,8 @@ def test_unchecked_out_of_bounds_kernel_is_never_compiled():
 def test_auto_decides_by_the_cost_model(monkeypatch, tmp_path):
     monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))  # not compiled yet, not on disk
     monkeypatch.setattr(numba_backend, "_FUNCS", {})
+    # auto's choice between compiling and interpreting (the batched backend would run it first)
+    monkeypatch.setattr(launch, "BACKENDS", (numba_backend, interpreter))
     a = np.ones((256, 128), dtype=np.float32)
     k = add_2d.configure(backend="auto")
     with warnings.catch_warnings():
@@ -370,7 +372,7 @@ def test_disk_cache_files(tmp_path, monkeypatch):
 
 _CACHE_SCRIPT = """
 import numpy as np, nki, nki.language as nl
-from simulator import numba_backend
+from simulator import interpreter, launch, numba_backend
 
 @nki.jit(backend="numba")
 def add(a, b):

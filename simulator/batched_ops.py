@@ -1,0 +1,327 @@
+"""Executors of the batched backend (``batched.py``): the reference executors of
+``simulator/language`` restated over operands with leading batch axes. Each repeats its
+reference's numerics call for call (fp32 compute, same NumPy functions on contiguous operands,
+``numerics.cast`` on write) so results are bit-identical; ``unsupported_instr`` says which
+instructions are outside the subset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nki import dtypes
+from nki.ir import Access, Const, Instr, KernelIR
+from nki.optable import OPS, apply
+
+from . import numerics
+from .isa import formulas as M
+from .isa.common import check_dst
+
+if TYPE_CHECKING:
+    from .batched import BCtx
+
+_REDUCE_ROW = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply",
+               "all": "logical_and"}  # fmt: skip
+
+
+def _same_rank(instr: Instr) -> bool:
+    """Operand tiles have the destination's rank (batch axes then line up when broadcasting)."""
+    if instr.dst is None:
+        return False
+    r = len(instr.dst.shape)
+    return all(len(s.shape) == r for s in instr.srcs if isinstance(s, Access))
+
+
+def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
+    """Why ``instr`` cannot run batched (None: it can)."""
+    what = f"'{instr.api or instr.kind + '.' + instr.op}'"
+    if instr.kind not in EXECUTORS:
+        return f"{what} has no batched executor"
+    if instr.kind == "isa":
+        why = _unsupported_isa(instr, what)
+        if why:
+            return why
+    accs = [a for a in (instr.dst, *instr.srcs) if isinstance(a, Access)]
+    if any(a.indirect for a in accs):
+        return f"{what} uses an indirect (data-dependent) access"
+    if any(not isinstance(s, (Access, Const)) for s in instr.srcs):
+        return f"{what} takes an index-expression operand"
+    if instr.kind == "ew":
+        if OPS[instr.op].bitvec:
+            return f"{what} is a bit-vector op"
+        if not _same_rank(instr):
+            return f"{what} broadcasts operands of another rank"
+    if instr.kind == "copy" and not _same_rank(instr):
+        return f"{what} broadcasts operands of another rank"
+    if instr.kind == "reduce" and instr.mask is not None:
+        return f"{what} is a masked reduction"
+    if instr.kind in ("matmul", "transpose"):
+        if instr.mask is not None or instr.attr("psum_group", False):
+            return f"{what} is masked or a classic PSUM accumulation group"
+        if any(len(a.shape) != 2 for a in accs):
+            return f"{what} on tiles that are not 2-D"
+    if instr.kind == "dma" and instr.accumulate is not None:
+        return f"{what} accumulates"
+    return None
+
+
+def _contig(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _dma(instr: Instr, ctx: BCtx) -> None:
+    sel = ctx.mask(instr)
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = ctx.read(src, sel)
+    dst_dtype = ctx.decl(instr.dst.tensor).dtype
+    if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
+        vals = vals.view(numerics.storage_dtype(dst_dtype))
+    ctx.write(instr.dst, vals, sel, instr.accumulate)
+
+
+def _copy(instr: Instr, ctx: BCtx) -> None:
+    sel = ctx.mask(instr)
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    ctx.write(instr.dst, ctx.read(src, sel), sel, instr.accumulate)
+
+
+def _memset(instr: Instr, ctx: BCtx) -> None:
+    c = instr.srcs[0]
+    assert isinstance(c, Const) and instr.dst is not None
+    ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
+
+
+def _exact_int(instr: Instr, ctx: BCtx) -> bool:
+    if not OPS[instr.op].exact_int:
+        return False
+    for s in instr.srcs:
+        if isinstance(s, Access):
+            d = ctx.decl(s.tensor).dtype
+            if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+                return False
+        elif isinstance(s, Const):
+            v = s.value
+            if isinstance(v, float) or (isinstance(v, np.generic) and v.dtype.kind == "f"):
+                return False
+    return True
+
+
+_LAYOUT_FREE = frozenset({"add", "subtract", "multiply", "divide", "maximum", "minimum",
+                          "negative", "abs", "equal", "not_equal", "greater", "greater_equal",
+                          "less", "less_equal"})  # fmt: skip
+
+
+def _elementwise(instr: Instr, ctx: BCtx) -> None:
+    op = OPS[instr.op]
+    assert instr.dst is not None
+    sel = ctx.mask(instr)
+    exact = _exact_int(instr, ctx)
+    vals = []
+    # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
+    # take another SIMD path on strided data, so they see contiguous operands as the reference
+    contig = instr.op not in _LAYOUT_FREE
+    for s in instr.srcs:
+        s_sel = sel if isinstance(s, Access) and s.shape == instr.dst.shape else None
+        vals.append(ctx.value(s, s_sel, exact_int=exact, contig=contig))
+    ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
+
+
+def _reduce(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    nb = len(ctx.dims)
+    tile_axes = tuple(instr.attr("axes"))
+    axes = tuple(a + nb for a in tile_axes)
+    d = ctx.decl(src.tensor).dtype
+    exact = instr.op in _REDUCE_ROW and (dtypes.is_int(d) or dtypes.is_bool(d))
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(src)), exact_int=exact)
+    if instr.op in _REDUCE_ROW:
+        fn = OPS[_REDUCE_ROW[instr.op]].reduce
+        assert fn is not None
+        out = fn(x, axis=axes, keepdims=False) if instr.op == "all" else fn(x, axis=axes)
+    else:
+        xf = x.astype(np.float32)
+        n = np.float32(np.prod([src.shape[a] for a in tile_axes]))
+        mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32) / n).astype(np.float32)
+        if instr.op == "mean":
+            out = mean
+        else:
+            dlt = xf - mean
+            out = np.sum(dlt * dlt, axis=axes, keepdims=True, dtype=np.float32) / n
+        out = np.asarray(out, dtype=np.float32)
+    out = np.asarray(out).reshape((*ctx.dims, *instr.dst.shape))
+    ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def _matmul(instr: Instr, ctx: BCtx) -> None:
+    xa, ya = instr.srcs
+    assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(xa)))
+    y = numerics.to_compute(np.ascontiguousarray(ctx.read(ya)))
+    if not instr.attr("transpose_x", False):
+        x = np.swapaxes(x, -1, -2)
+    xt = np.swapaxes(x, -1, -2).astype(np.float32)
+    ctx.write(instr.dst, _per_item_matmul(xt, y.astype(np.float32)), None, instr.accumulate)
+
+
+def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` over leading batch axes in fp32 through BLAS: one gemm per item. Operands are
+    made C-contiguous (a stacked matmul of transposed views leaves BLAS and is 4-6x slower);
+    BLAS gives the reference's transposed-operand gemm the same sums, which the differential
+    tests check."""
+    return np.matmul(_contig(a), _contig(b), dtype=np.float32)
+
+
+def _transpose(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    vals = np.ascontiguousarray(np.swapaxes(ctx.read(src), -1, -2))
+    ctx.write(instr.dst, vals, None, instr.accumulate)
+
+
+# ---- nki.isa (the engines' (P, F) view of a tile; the same destination rules first) ----------
+
+
+def _pf(ctx: BCtx, acc: Access, exact: bool = False) -> np.ndarray:
+    """A tile as fp32 (or exact int64) compute values shaped (batch..., P, F)."""
+    raw = _contig(ctx.read(acc))
+    return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, acc.shape[0], -1))
+
+
+def _scalar_operand(ctx: BCtx, src: object, p: int, exact: bool = False) -> object:
+    """A scalar immediate, or a (P, 1) tile broadcast over the free axis."""
+    if isinstance(src, Const):
+        return np.int64(int(src.value)) if exact else np.float32(src.value)
+    assert isinstance(src, Access)
+    raw = _contig(ctx.read(src))
+    return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, p, 1))
+
+
+def _isa_store(instr: Instr, ctx: BCtx, values: np.ndarray) -> None:
+    dst = instr.dst
+    assert dst is not None
+    vals = np.asarray(values)
+    full = (*ctx.dims, *dst.shape)
+    vals = vals.reshape(full) if vals.size == int(np.prod(full)) else vals
+    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+
+
+def _all_int(ctx: BCtx, *srcs: object) -> bool:
+    for a in srcs:
+        if isinstance(a, Access):
+            d = ctx.decl(a.tensor).dtype
+            if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+                return False
+        elif isinstance(a, Const) and isinstance(a.value, float):
+            return False
+    return True
+
+
+def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
+    a1, a2 = instr.srcs
+    assert isinstance(a1, Access) and isinstance(a2, Access)
+    op = OPS[instr.attr("op")]
+    exact = instr.attr("engine") == "gpsimd" and op.exact_int and _all_int(ctx, a1, a2)
+    _isa_store(instr, ctx, M.alu(op.name, _pf(ctx, a1, exact), _pf(ctx, a2, exact)))
+
+
+def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
+    data, o0, o1 = instr.srcs
+    assert isinstance(data, Access)
+    p = data.shape[0]
+    op0, op1 = instr.attr("op0"), instr.attr("op1")
+    ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
+    ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
+    r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
+    if op1 is not None:
+        r = M.alu(op1, r, _scalar_operand(ctx, o1, p, ex), instr.attr("reverse1"))
+    _isa_store(instr, ctx, r)
+
+
+def _activation(instr: Instr, ctx: BCtx) -> None:
+    data, scale, bias = instr.srcs
+    assert isinstance(data, Access)
+    p = data.shape[0]
+    x2 = _pf(ctx, data)
+    sc = _scalar_operand(ctx, scale, p)
+    bi = _scalar_operand(ctx, bias, p)
+    y = np.asarray(OPS[instr.attr("op")].fn((x2 * sc + bi).astype(np.float32)))
+    _isa_store(instr, ctx, y.astype(np.float32))
+
+
+def _tensor_copy(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    raw = ctx.read(src)
+    same = ctx.decl(src.tensor).dtype == ctx.decl(instr.dst.tensor).dtype
+    _isa_store(instr, ctx, raw if instr.attr("exact") and same else numerics.to_compute(raw))
+
+
+def _isa_memset(instr: Instr, ctx: BCtx) -> None:
+    c = instr.srcs[0]
+    assert isinstance(c, Const)
+    ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
+
+
+def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
+    sacc, macc = instr.srcs
+    assert isinstance(sacc, Access) and isinstance(macc, Access)
+    k = sacc.shape[0]
+    s = numerics.to_compute(_contig(ctx.read(sacc))).reshape((*ctx.dims, k, -1))
+    m = numerics.to_compute(_contig(ctx.read(macc))).reshape((*ctx.dims, k, -1))
+    out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
+    dst = instr.dst
+    assert dst is not None
+    ctx.write(dst, out.reshape((*ctx.dims, *dst.shape)), ctx.mask(instr), instr.accumulate)
+
+
+ISA: dict[str, Callable[[Instr, BCtx], None]] = {
+    "tensor_tensor": _tensor_tensor,
+    "tensor_scalar": _tensor_scalar,
+    "activation": _activation,
+    "tensor_copy": _tensor_copy,
+    "memset": _isa_memset,
+    "nc_matmul": _nc_matmul,
+}
+
+
+def _isa(instr: Instr, ctx: BCtx) -> None:
+    check_dst(instr, ctx)  # type: ignore[arg-type]  # (reads only decl)
+    ISA[instr.op](instr, ctx)
+
+
+def _unsupported_isa(instr: Instr, what: str) -> str | None:
+    if instr.op not in ISA:
+        return f"{what} has no batched executor"
+    if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
+        return f"{what} is a bit-vector op"
+    if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:
+        return f"{what} is a bit-vector op"
+    if instr.op == "activation" and instr.attr("reduce_op") is not None:
+        return f"{what} reduces into the engine's accumulator registers"
+    if instr.op == "nc_matmul" and (
+        instr.attr("transpose")
+        or instr.attr("perf_mode", "none") != "none"
+        or instr.attr("tile_position") is not None
+        or instr.attr("psum_group", False)
+    ):
+        return f"{what} uses transpose / perf_mode / tile_position / a PSUM group"
+    if any(isinstance(a, Access) and len(a.shape) < 1 for a in instr.srcs):
+        return f"{what} has a scalar tile"
+    return None
+
+
+EXECUTORS: dict[str, Callable[[Instr, BCtx], None]] = {
+    "isa": _isa,
+    "dma": _dma,
+    "copy": _copy,
+    "memset": _memset,
+    "ew": _elementwise,
+    "reduce": _reduce,
+    "matmul": _matmul,
+    "transpose": _transpose,
+}

@@ -1,0 +1,260 @@
+"""The batched backend runs whole batches of instances / affine_range iterations per instruction
+and must give the reference interpreter's results bit for bit; kernels outside its subset fall
+back to the next backend and say why."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-identical, NaN positions included."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
+
+
+def _both(kernel, grid, *args):
+    """Run on the batched backend and on the interpreter: (batched out, numpy out, run info)."""
+    kb = kernel.configure(backend="batched")
+    kn = kernel.configure(backend="numpy")
+    got = (kb[grid] if grid else kb)(*args)
+    info = kb.last_run
+    want = (kn[grid] if grid else kn)(*args)
+    assert kn.last_run.backend == "numpy"
+    return got, want, info
+
+
+@nki.jit
+def grid_add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    rows, cols = slice(i * 128, (i + 1) * 128), slice(j * 64, (j + 1) * 64)
+    nl.store(out[rows, cols], value=nl.add(nl.load(a[rows, cols]), nl.load(b[rows, cols])))
+    return out
+
+
+@nki.jit
+def loop_add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        for j in nl.affine_range(a.shape[1] // 64):
+            r, c = slice(i * 128, (i + 1) * 128), slice(j * 64, (j + 1) * 64)
+            nl.store(out[r, c], value=nl.multiply(nl.load(a[r, c]), nl.load(b[r, c])))
+    return out
+
+
+@nki.jit
+def tiled_matmul(a, b):
+    k_dim, m_dim = a.shape
+    n_dim = b.shape[1]
+    out = nl.ndarray((m_dim, n_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        for n in nl.affine_range(n_dim // 128):
+            acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(k_dim // 128):
+                at = nl.load(a[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                bt = nl.load(b[k * 128 : (k + 1) * 128, n * 128 : (n + 1) * 128])
+                acc += nl.matmul(at, bt, transpose_x=True)
+            nl.store(out[m * 128 : (m + 1) * 128, n * 128 : (n + 1) * 128], value=acc)
+    return out
+
+
+@nki.jit
+def row_softmax(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128 : (i + 1) * 128, :])
+        e = nl.exp(nl.subtract(t, nl.max(t, axis=1, keepdims=True)))
+        nl.store(
+            out[i * 128 : (i + 1) * 128, :], value=nl.divide(e, nl.sum(e, axis=1, keepdims=True))
+        )
+    return out
+
+
+@nki.jit
+def ragged_scale(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    n, m = a.shape
+    ip, jf = nl.mgrid[0:128, 0:m]
+    for i in nl.affine_range((n + 127) // 128):
+        ok = i * 128 + ip < n
+        t = nl.load(a[i * 128 + ip, jf], mask=ok)
+        nl.store(out[i * 128 + ip, jf], value=nl.multiply(t, 3.0), mask=ok)
+    return out
+
+
+@nki.jit
+def isa_ops(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])
+        y = nl.load(b[i * 128 : (i + 1) * 128, :])
+        t = nisa.tensor_tensor(x, y, op=nl.subtract)
+        s = nisa.tensor_scalar(t, np.multiply, 0.5, op1=np.add, operand1=1.0)
+        r = nisa.activation(op=nl.tanh, data=s)
+        nl.store(out[i * 128 : (i + 1) * 128, :], value=r)
+    return out
+
+
+def test_grid_add_is_bit_identical_and_batched():
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    got, want, info = _both(grid_add, (2, 4), a, b)
+    assert info.backend == "batched" and _same(got, want)
+    assert np.array_equal(got, a + b)
+
+
+def test_affine_range_add_and_bf16():
+    rng = np.random.default_rng(1)
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        a, b = (rng.standard_normal((256, 128)).astype(dt) for _ in range(2))
+        got, want, info = _both(loop_add, None, a, b)
+        assert info.backend == "batched" and _same(got, want)
+        ref = (a.astype(np.float32) * b.astype(np.float32)).astype(dt)
+        assert _same(got, ref)
+
+
+def test_tiled_matmul_psum_accumulation():
+    rng = np.random.default_rng(2)
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        a = rng.standard_normal((384, 256)).astype(dt)
+        b = rng.standard_normal((384, 256)).astype(dt)
+        got, want, info = _both(tiled_matmul, None, a, b)
+        assert info.backend == "batched" and _same(got, want)
+        ref = a.astype(np.float64).T @ b.astype(np.float64)
+        assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_softmax_with_nan_and_inf_rows():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((256, 96)).astype(np.float32)
+    x[5, 3] = np.nan
+    x[130, :] = np.inf
+    got, want, info = _both(row_softmax, None, x)
+    assert info.backend == "batched" and _same(got, want)
+    assert np.isnan(got[5]).all() and np.isfinite(got[6]).all()
+
+
+def test_ragged_masked_tiles():
+    a = np.arange(300 * 40, dtype=np.float32).reshape(300, 40)
+    got, want, info = _both(ragged_scale, None, a)
+    assert info.backend == "batched" and _same(got, want)
+    assert np.array_equal(got, a * 3)
+
+
+def test_isa_vector_and_scalar_engine_ops():
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal((256, 64)).astype(np.float32) for _ in range(2))
+    got, want, info = _both(isa_ops, None, a, b)
+    assert info.backend == "batched" and _same(got, want)
+    assert np.allclose(got, np.tanh((a - b) * 0.5 + 1.0), rtol=1e-5, atol=1e-6)
+
+
+@given(
+    rows=st.integers(1, 3),
+    cols=st.integers(1, 3),
+    width=st.sampled_from([8, 32, 48]),
+    op=st.sampled_from(["add", "maximum", "divide", "exp_sub"]),
+    bf16=st.booleans(),
+    ragged=st.integers(0, 127),
+)
+def test_generated_grid_kernels_match_the_interpreter(rows, cols, width, op, bf16, ragged):
+    n = rows * 128 - ragged
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        j = nl.program_id(0)
+        ip, jf = nl.mgrid[0:128, 0:width]
+        for i in nl.affine_range(rows):
+            ok = i * 128 + ip < n
+            x = nl.load(a[i * 128 + ip, j * width + jf], mask=ok)
+            y = nl.load(b[i * 128 + ip, j * width + jf], mask=ok)
+            if op == "exp_sub":
+                r = nl.exp(nl.subtract(x, y))
+            else:
+                r = getattr(nl, op)(x, y)
+            nl.store(out[i * 128 + ip, j * width + jf], value=r, mask=ok)
+        return out
+
+    dt = ml_dtypes.bfloat16 if bf16 else np.float32
+    rng = np.random.default_rng(rows * 100 + cols * 10 + width)
+    a = rng.standard_normal((n, cols * width)).astype(dt)
+    b = rng.standard_normal((n, cols * width)).astype(dt)
+    b[0, 0] = 0  # divide by zero: inf / NaN must land in the same places
+    got, want, info = _both(kernel, (cols,), a, b)
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+
+
+@nki.jit
+def seeded(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.add(nl.load(a), 1.0))
+    return out
+
+
+@nki.jit
+def bitwise(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.bitwise_and(nl.load(a), 6))
+    return out
+
+
+def test_unsupported_kernels_fall_back_and_say_why():
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    k = seeded.configure(backend="batched", checks="full")
+    assert np.array_equal(k(a), a + 1)
+    assert k.last_run.backend == "numpy" and "checks='full'" in k.last_run.reason
+    k = seeded.configure(backend="auto", shuffle_seed=3)
+    assert np.array_equal(k(a), a + 1)
+    assert k.last_run.backend == "numpy" and "shuffle_seed" in k.last_run.reason
+    ai = np.arange(128 * 8, dtype=np.int32).reshape(128, 8)
+    k = bitwise.configure(backend="batched")
+    assert np.array_equal(k(ai), ai & 6)
+    assert k.last_run.backend == "numpy" and "bit-vector" in k.last_run.reason
+    k = seeded.configure(backend="auto")
+    k(a)
+    assert k.last_run.backend == "batched"
+
+
+def test_read_only_parameters_in_any_layout_and_fresh_outputs():
+    """Parameters the kernel only reads are used in place when they already are C-ordered
+    storage (else converted); returned outputs are the launch's own storage, new each call."""
+    a = np.asfortranarray(np.arange(128 * 8, dtype=np.float32).reshape(128, 8))
+    k = seeded.configure(backend="auto")
+    out1 = k(a)
+    out2 = k(np.ascontiguousarray(a))
+    assert np.array_equal(out1, a + 1) and np.array_equal(out2, a + 1)
+    assert not np.shares_memory(out1, out2) and not np.shares_memory(out1, a)
+    assert np.array_equal(a, np.arange(128 * 8, dtype=np.float32).reshape(128, 8))
+
+
+def test_all_true_mask_is_dropped_and_partial_mask_kept():
+    a = np.arange(256 * 16, dtype=np.float32).reshape(256, 16)
+    got, want, info = _both(ragged_scale, None, a)  # 256 rows: the mask always holds
+    assert info.backend == "batched" and _same(got, want) and np.array_equal(got, a * 3)
+
+
+@nki.jit
+def last_writer(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        nl.store(out, value=nl.load(a[i * 128 : (i + 1) * 128, :]))
+    return out
+
+
+def test_iterations_writing_the_same_elements_fall_back():
+    a = np.arange(384 * 8, dtype=np.float32).reshape(384, 8)
+    k = last_writer.configure(backend="batched", checks="none")
+    got = k(a)
+    assert k.last_run.backend == "numpy" and "same elements of" in k.last_run.reason
+    assert np.array_equal(got, a[256:])  # the last iteration's tile, as in program order
