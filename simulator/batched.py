@@ -24,7 +24,19 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIError, NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Alloc, Const, IndexExpr, Instr, KernelIR, Loop, Node, PidSym, Sym
+from nki.ir import (
+    Access,
+    Alloc,
+    Const,
+    IndexExpr,
+    Instr,
+    KernelIR,
+    Loop,
+    Node,
+    PidSym,
+    RuntimeLoop,
+    Sym,
+)
 from nki.optable import OPS
 
 from . import numerics
@@ -73,6 +85,10 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 
 
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
+    if any(isinstance(n, RuntimeLoop) for n, _ in ir.walk()):
+        raise Declined(
+            "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
+        )
     for d in ir.tensors:
         if d.alias_of is not None:
             raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
