@@ -149,6 +149,14 @@ class Kernel:
         self.mode = mode
         self.platform_target = platform_target
         self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
+        api = options.pop("api", None)
+        if api not in (None, "classic", "current"):
+            raise NKIError(
+                f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
+                "the kernel's first generation-specific construct decides)",
+                code="err_invalid_argument",
+            )
+        self.api: str | None = api
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
         self.trace_count = 0
@@ -225,6 +233,8 @@ class Kernel:
         st = TraceState(self.fn.__name__, target, grid.shape)
         code = self.fn.__code__
         def_loc = SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__)
+        if self.api is not None:  # nki.jit(api=...) forces the generation
+            st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         sig = inspect.signature(self.fn)
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
