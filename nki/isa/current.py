@@ -201,8 +201,70 @@ def _matmul(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[st
     return "add", {"psum_group": acc is None}
 
 
+def _pattern_value(name: str, dst: Any, pattern: Any, offset: Any, cm: Any) -> Any:
+    """``offset + p * channel_multiplier + sum(idx_k * step_k)`` over ``dst``'s partitions and the
+    ``[[step, num], ...]`` pairs, as an affine index expression (one free dim of dst per pair)."""
+    from .. import language as nl
+
+    t = dst.view if isinstance(dst, _Assigned) else dst
+    shape = tuple(t.shape)
+    pairs = [tuple(pair) for pair in pattern]
+    if tuple(n for _, n in pairs) != shape[1:] and not (
+        len(shape) == 2 and len(pairs) == 1 and pairs[0][1] == shape[1]
+    ):
+        raise NKIUnsupportedError(
+            f"pattern {pattern!r} of nisa.{name}: nki-sim simulates one [step, num] pair per free "
+            f"dimension of dst (dst shape {list(shape)})",
+            code="err_unsupported_attribute",
+            loc=user_loc(),
+        )
+    k = len(pairs)
+    expr = nl.arange(shape[0])[(slice(None), *([None] * k))] * int(cm) + int(offset)
+    for i, (step, num) in enumerate(pairs):
+        sel = [None] * (k + 1)
+        sel[i + 1] = slice(None)
+        expr = expr + nl.arange(num)[tuple(sel)] * int(step)
+    return expr
+
+
+def _iota(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    expr = _pattern_value(name, dst, a.pop("pattern"), a.pop("offset"), a.pop("channel_multiplier"))
+    a["expr"] = expr
+    a["dtype"] = _dst_dtype(dst)
+    return None, {}
+
+
+_COMPARE = {
+    "equal": lambda v: v == 0,
+    "not_equal": lambda v: v != 0,
+    "greater": lambda v: v > 0,
+    "greater_equal": lambda v: v >= 0,
+    "less": lambda v: v < 0,
+    "less_equal": lambda v: v <= 0,
+}
+
+
+def _affine_select(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``dst = on_true_tile where cmp_op(value, 0) else on_false_value`` with the iota value."""
+    v = _pattern_value(name, dst, a.pop("pattern"), a.pop("offset"), a.pop("channel_multiplier"))
+    op = a.pop("cmp_op")
+    op_name = getattr(op, "__name__", str(op))
+    if op_name not in _COMPARE:
+        raise NKITypeError(
+            f"cmp_op of nisa.affine_select must be one of {', '.join('nl.' + c for c in _COMPARE)}"
+            f"; got {op!r}",
+            code="err_unsupported_op",
+            loc=user_loc(),
+        )
+    a["pred"] = _COMPARE[op_name](v)
+    a["dtype"] = _dst_dtype(dst)
+    return None, {}
+
+
 _ADAPTERS: dict[str, Callable[[str, Any, dict[str, Any]], tuple[str | None, dict[str, Any]]]] = {
     "memset": _memset,
+    "iota": _iota,
+    "affine_select": _affine_select,
     "nc_matmul": _matmul,
 }
 
