@@ -278,7 +278,11 @@ class Kernel:
                 ret = self.fn(*b2.args, **b2.kwargs)
             outputs, returns = self._outputs(st, ret)
         self._last_generation = st.generation
-        self._check_param_writes(st, returns, mutable)
+        writes_back: tuple[str, ...] = ()
+        if st.generation == "current":  # the current API writes modified inputs back
+            writes_back = tuple(p for p in st.params if p in _written_bases(st))
+        else:
+            self._check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
             if returns and name in _written_bases(st) and name not in bases:
@@ -299,6 +303,7 @@ class Kernel:
             grid,
             target.name,
             def_loc,
+            writes_back,
         )
 
     def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:

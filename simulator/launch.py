@@ -73,8 +73,8 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         output_array(output_view(arrays, ir, n, config.precise_fp), ir.tensor(n).dtype)
         for n in ir.outputs
     )
-    for n in ir.outputs:  # mutable parameters returned: update the caller's array too
-        name = ir.tensor(n).alias_of or n
+    back = [ir.tensor(n).alias_of or n for n in ir.outputs] + list(ir.writes_back)
+    for name in back:  # mutable / written parameters: update the caller's array too
         if name in ir.params:
             arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype)
     return (outs[0] if len(outs) == 1 else outs), info

@@ -93,3 +93,22 @@ def test_two_cores_writing_the_same_output_is_a_race_at_the_kernel_line():
     a = np.ones((128, 64), np.float32)
     e = expect(k_cores_race, a, code="err_spmd_write_race", grid=2, api="current", values=["hbm0"])
     assert "(0,) and (1,)" in str(e)
+
+
+def scale_in_place(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+    nisa.dma_copy(dst=b, src=t)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_inputs_a_current_kernel_writes_are_written_back_to_the_caller():
+    a = np.arange(32, dtype=np.float32).reshape(8, 4)
+    b = np.zeros((8, 4), np.float32)
+    out = nki.jit(scale_in_place)(a, b)
+    np.testing.assert_array_equal(out, 2 * a)
+    np.testing.assert_array_equal(b, 2 * a)
+    np.testing.assert_array_equal(a, np.arange(32, dtype=np.float32).reshape(8, 4))
