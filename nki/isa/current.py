@@ -157,8 +157,11 @@ def call_current(
 def _generic(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Parameters named alike in both forms pass through; the result dtype is dst's."""
     classic = {p.name for p in spec.get(name).params(CLASSIC)}
+    defaults = signature_of(name).parameters
     for k in list(a):
-        if k not in classic:
+        if k not in classic and _same(a[k], defaults[k].default):
+            del a[k]  # a current-only parameter left at its default: the classic behaviour
+        elif k not in classic:
             raise NKIUnsupportedError(
                 f"parameter '{k}' of the destination-first nisa.{name} is not simulated yet",
                 code="err_unsupported_attribute",
@@ -167,6 +170,13 @@ def _generic(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[s
     if "dtype" in classic:
         a["dtype"] = _dst_dtype(dst)
     return None, {}
+
+
+def _same(v: Any, default: Any) -> bool:
+    try:
+        return bool(v is default or v == default)
+    except Exception:  # e.g. a tile compared with a default
+        return False
 
 
 def _memset(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -66,6 +66,31 @@ CASES = {
         lambda d, a, b: nisa.nc_matmul(d, a, b, accumulate=False),
         "psum", lambda s: (s[1], s[1]),
     ),
+    "tensor_tensor_scan": (
+        lambda a, b, dt: nisa.tensor_tensor_scan(a, b, 0.5, nl.multiply, nl.add, dtype=dt),
+        lambda d, a, b: nisa.tensor_tensor_scan(d, a, b, 0.5, nl.multiply, nl.add),
+        "sbuf", lambda s: s,
+    ),
+    "tensor_partition_reduce": (
+        lambda a, b, dt: nisa.tensor_partition_reduce(nl.maximum, a, dtype=dt),
+        lambda d, a, b: nisa.tensor_partition_reduce(d, nl.maximum, a),
+        "sbuf", lambda s: (1, s[1]),
+    ),
+    "max8": (
+        lambda a, b, dt: nisa.max8(src=a, dtype=dt),
+        lambda d, a, b: nisa.max8(d, a),
+        "sbuf", lambda s: (s[0], 8),
+    ),
+    "bn_stats": (
+        lambda a, b, dt: nisa.bn_stats(a, dtype=dt),
+        lambda d, a, b: nisa.bn_stats(dst=d, data=a),
+        "sbuf", lambda s: (s[0], 6),
+    ),
+    "dma_transpose": (
+        lambda a, b, dt: nisa.dma_transpose(a, dtype=dt),
+        lambda d, a, b: nisa.dma_transpose(d, a),
+        "sbuf", lambda s: (s[1], s[0]),
+    ),
 }  # fmt: skip
 
 
@@ -101,10 +126,12 @@ def _kernel(name: str, form: str, out_dtype):
 def test_classic_and_destination_first_forms_agree(name, p, f, seed, bf16):
     if name == "nc_matmul":
         f = min(f, 32)
+    if name == "max8":
+        f = max(f, 8)
     rng = np.random.default_rng(seed)
     a = (rng.standard_normal((p, f)) + 2.0).astype(np.float32)
     b = rng.standard_normal((p, f)).astype(np.float32)
-    if name in ("nc_transpose", "nc_matmul"):
+    if name in ("nc_transpose", "nc_matmul", "dma_transpose"):
         dt = nl.float32  # transpose passes data through; matmul writes fp32 PSUM on trn2
     else:
         dt = nl.bfloat16 if bf16 else nl.float32
