@@ -64,3 +64,12 @@ def test_neuronxcc_alias_kernels_are_classic():
         assert "nki.jit(api='classic')" in str(ei.value)
     finally:
         compat.uninstall()
+
+
+def test_every_instruction_with_both_forms_takes_the_destination_first_form():
+    from nki.isa import spec
+
+    both = [n for n in spec.names(spec.CURRENT) if spec.get(n).classic is not None]
+    missing = [n for n in both if "Current API (destination first)" not in getattr(nisa, n).__doc__]
+    assert not missing, missing
+    assert len(both) >= 30
