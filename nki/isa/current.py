@@ -84,13 +84,13 @@ def choose_form(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
         return gen or CLASSIC
     if classic or cur:
         form = CLASSIC if classic else CURRENT
-        if _distinct(info):
-            what = (
-                f"the destination-first call nisa.{name}(dst, ...)"
-                if form == CURRENT
-                else f"the classic call nisa.{name}(...) returning a tile"
-            )
-            note_generation(form, what)
+        if form == CURRENT:
+            what = f"the destination-first call nisa.{name}(dst, ...)"
+        elif _distinct(info):
+            what = f"the classic call nisa.{name}(...) returning a tile"
+        else:
+            what = f"the classic call nisa.{name}(...)"
+        note_generation(form, what)
         return form
     # neither fits: report against the kernel's generation (or the form the keywords name)
     if info.current is None:

@@ -150,6 +150,12 @@ def decide_condition(pred: Any) -> bool:
         "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
         "nl.affine_range / nl.sequential_range for loops"
     )
+    if st.generation == "current" and syms and not loops_only:
+        msg = (
+            "Python control flow on nl.program_id of an LNC=2 launch is not simulated yet "
+            "(nki-sim runs both cores from one trace with a symbolic program id); index with "
+            "nl.program_id instead, or run the kernel with LNC=1 where it is a plain int"
+        )
     if not (classic_mode() and static and loops_only):
         raise NKIControlFlowError(msg, loc=user_loc())
     verdicts = []

@@ -112,3 +112,37 @@ def test_inputs_a_current_kernel_writes_are_written_back_to_the_caller():
     np.testing.assert_array_equal(out, 2 * a)
     np.testing.assert_array_equal(b, 2 * a)
     np.testing.assert_array_equal(a, np.arange(32, dtype=np.float32).reshape(8, 4))
+
+
+def branch_on_core(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    if nl.program_id(0) == 0 and nl.program_ndim() == 0:  # LNC=1: a plain int
+        nisa.tensor_scalar(t, t, nl.add, 1.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_program_id_is_a_python_int_at_lnc1():
+    a = np.zeros((8, 4), np.float32)
+    np.testing.assert_array_equal(nki.jit(branch_on_core)(a), a + 1)
+
+
+def branch_on_core_lnc2(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    if nl.program_id(0) == 0:  # ERR
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_python_branch_on_program_id_at_lnc2_is_a_located_not_yet_error():
+    expect(
+        branch_on_core_lnc2,
+        np.zeros((8, 4), np.float32),
+        code="err_control_flow_condition_depending_on_arange",
+        values=["LNC=2", "not simulated yet"],
+        grid=2,
+    )
