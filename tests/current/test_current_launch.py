@@ -146,3 +146,22 @@ def test_python_branch_on_program_id_at_lnc2_is_a_located_not_yet_error():
         values=["LNC=2", "not simulated yet"],
         grid=2,
     )
+
+
+def k_uninitialised(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    never_written = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    nisa.tensor_tensor(t, t, never_written, nl.add)  # POISON
+    nisa.dma_copy(out, t)  # ERR
+    return out
+
+
+def test_uninitialised_read_in_a_current_kernel_is_reported_with_its_origin():
+    from helpers import line_of
+
+    e = expect(
+        k_uninitialised, np.ones((8, 4), np.float32), code="err_uninitialized_read", checks="full"
+    )
+    assert f":{line_of(k_uninitialised, '# POISON')}" in str(e)
