@@ -5,7 +5,6 @@ as in the classic API. Each instruction checks its engine / dtype / size / buffe
 target being traced (``nki.targets.ISA_RULES``) and records one IR instruction executed by
 its executor in ``simulator/isa/<family>.py``."""
 
-from . import current as _current
 from .dma import dma_copy, dma_transpose
 from .enums import (
     dge_mode,
@@ -52,17 +51,23 @@ from .vector import (
     tensor_tensor_scan,
 )
 
-# every instruction with a destination-first form takes both calling forms (nki/isa/current.py)
-for _n in (
-    "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats", "dma_copy",
-    "dma_transpose", "dropout", "iota", "local_gather", "max8", "memset", "nc_find_index8",
-    "nc_match_replace8", "nc_matmul", "nc_stream_shuffle", "nc_transpose", "range_select",
-    "reciprocal", "scalar_tensor_tensor", "select_reduce", "sequence_bounds", "tensor_copy",
-    "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
-    "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
-):  # fmt: skip
-    globals()[_n] = _current.both_forms(globals()[_n])
-del _n
+def _take_both_forms() -> None:
+    """Every instruction with a destination-first form takes both calling forms
+    (nki/isa/current.py)."""
+    from .current import both_forms
+
+    for n in (
+        "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats", "dma_copy",
+        "dma_transpose", "dropout", "iota", "local_gather", "max8", "memset", "nc_find_index8",
+        "nc_match_replace8", "nc_matmul", "nc_stream_shuffle", "nc_transpose", "range_select",
+        "reciprocal", "scalar_tensor_tensor", "select_reduce", "sequence_bounds", "tensor_copy",
+        "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+        "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
+    ):  # fmt: skip
+        globals()[n] = both_forms(globals()[n])
+
+
+_take_both_forms()
 
 __all__ = [
     "activation",
