@@ -51,6 +51,7 @@ from .vector import (
     tensor_tensor_scan,
 )
 
+
 def _take_both_forms() -> None:
     """Every instruction with a destination-first form takes both calling forms
     (nki/isa/current.py)."""
