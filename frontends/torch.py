@@ -39,7 +39,24 @@ __all__ = [
     "from_numpy",
     "launch",
     "KernelPair",
+    "init_backend",
 ]
+
+
+def init_backend(
+    cache_dir: str | None = None,
+    log_level: str | int = "WARNING",
+    target: str | None = None,
+    checks: str | None = None,
+) -> None:
+    """Options of the ``torch.compile(backend="nki")`` backend; see
+    :func:`frontends.torch_backend.init_backend`."""
+    from . import torch_backend
+
+    torch_backend.init_backend(
+        cache_dir=cache_dir, log_level=log_level, target=target, checks=checks
+    )
+
 
 # torch dtype -> (NumPy dtype, integer torch dtype of the same width used to view the bits, if
 # NumPy cannot see the torch dtype directly)
@@ -278,6 +295,10 @@ def _tensor_params(k: Any) -> list[str]:
     ]
 
 
+# qualified names of the custom ops defined here (the "nki" torch.compile backend reports them
+# as NKI kernels)
+NKI_CUSTOM_OPS: set[str] = set()
+
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float"}
 
 
@@ -342,6 +363,7 @@ def _define(
         qualname, impl, mutates_args=(), schema=_schema(names, n_out, statics)
     )
     op.register_fake(fake)
+    NKI_CUSTOM_OPS.add(qualname)
     return op
 
 
@@ -434,3 +456,5 @@ def custom_op(
 
 
 register_frontend("torch", ("torch",), launch)  # nki.jit kernels called with torch tensors
+
+from . import torch_backend as _torch_backend  # noqa: E402,F401  (registers backend "nki")

@@ -22,19 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from simulator.cost import estimate_ir
+from simulator.cost.export import write_trace
+
 from . import dtypes
-from .ir import Access
 from .jit import Kernel, Launch, parse_grid
-from .tracer import (
-    NeedsUnroll,
-    NkiTensor,
-    as_2d,
-    classic_mode,
-    emit,
-    new_tensor,
-    set_classic_mode,
-    unrolling,
-)
+from .tracer import classic_mode, onchip_return, set_classic_mode, trace_with_unrolling
 from .typing import _TensorType
 
 __all__ = [
@@ -48,21 +41,6 @@ __all__ = [
     "set_classic_mode",
     "trace_with_unrolling",
 ]
-
-
-def trace_with_unrolling(do_trace: Any) -> Any:
-    """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
-    iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
-    at least one new call site)."""
-    sites: frozenset[tuple[str, int, int]] = frozenset()
-    while True:
-        try:
-            with unrolling(sites):
-                return do_trace()
-        except NeedsUnroll as e:
-            if e.sites <= sites:
-                raise
-            sites = sites | e.sites
 
 
 def trace(func: Any = None, **kwargs: Any) -> Any:
@@ -87,21 +65,6 @@ def materialize_placeholder(arg: Any, rng: np.random.Generator) -> Any:
     if dtypes.is_float(name):
         return rng.random(shape, dtype=np.float32).astype(dtypes.storage(name))
     return rng.integers(0, 8, size=shape).astype(dtypes.storage(name))
-
-
-def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
-    """A kernel that returns an SBUF/PSUM tile (allowed by the classic simulator, e.g. the
-    ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
-    the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
-    single-instance launch; other returns are left for the caller to reject."""
-    if not isinstance(r, NkiTensor) or not r.decl.on_chip:
-        return r
-    if grid_shape and int(np.prod(grid_shape)) > 1:
-        return r
-    src: Access = as_2d(r.access_(), r)
-    out = new_tensor(tuple(src.shape), r.decl.dtype, "shared_hbm", api="kernel return")
-    emit("dma", "store", out.access_(), (src,), api="kernel return")
-    return out
 
 
 class _Latency:
@@ -155,13 +118,9 @@ class _ToolLaunch(Launch):
             t0 = time.perf_counter()
             out = super().__call__(*args, **kwargs)
             samples.append((time.perf_counter() - t0) * 1e6)
-        from simulator.cost import estimate_ir
-
         report = estimate_ir(kernel.last_ir)  # type: ignore[arg-type]
         kernel.benchmark_result = BenchmarkResult(samples, report)
         if kernel.trace_path:
-            from simulator.cost.export import write_trace
-
             write_trace(report, kernel.trace_path)
         return out
 

@@ -47,6 +47,8 @@ _PKG_DIRS = tuple(
     )
 )
 _INTERNAL_PREFIXES = tuple(os.path.normpath(d) + os.sep for d in _PKG_DIRS)
+# the kernel library is kernel source: its statements are the lines errors point at
+_KERNEL_LIBRARY = os.path.normpath(os.path.join(os.path.dirname(__file__), "kernels")) + os.sep
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class SrcLoc:
 
 def _is_internal(filename: str) -> bool:
     path = os.path.normpath(os.path.abspath(filename))
+    if path.startswith(_KERNEL_LIBRARY):
+        return False
     return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename
 
 

@@ -17,8 +17,17 @@ import numpy as np
 from . import dtypes
 from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
 from .ir import Grid, GridDim, KernelIR, TensorDecl
+from .language.core import nc, spmd_dim
 from .targets import get_target
-from .tracer import NkiTensor, TraceState, new_trace, tracing
+from .tracer import (
+    NkiTensor,
+    TraceState,
+    new_trace,
+    onchip_return,  # classic simulator: a returned tile is its value
+    trace_with_unrolling,  # classic `if` on loop iterators
+    tracing,
+)
+from .typing import annotation_of, local_shape_checks
 
 from simulator.launch import SimConfig  # isort: skip
 from simulator.launch import launch as simulator_launch  # isort: skip
@@ -32,8 +41,6 @@ MAX_GRID_INSTANCES = 1 << 20
 
 def parse_grid(grid: object) -> Grid:
     """``kernel[g0, g1, ...]``: each dim is a positive int, ``nl.nc(k)`` or ``nl.spmd_dim``."""
-    from .language.core import nc, spmd_dim
-
     items = grid if isinstance(grid, tuple) else (grid,)
     dims = []
     for it in items:
@@ -208,8 +215,6 @@ class Kernel:
         key = tuple(key_parts)
         ir = self._cache.get(key)
         if ir is None:
-            from .classic import trace_with_unrolling  # classic `if` on loop iterators
-
             ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
             self._cache[key] = ir
             self._generations[id(ir)] = self._last_generation
@@ -234,8 +239,6 @@ class Kernel:
             ) from None
 
     def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
-        from .typing import annotation_of
-
         target = get_target(target_name)
         st = TraceState(self.fn.__name__, target, grid.shape)
         code = self.fn.__code__
@@ -272,8 +275,6 @@ class Kernel:
                 st.params.append(name)
                 call_args[name] = NkiTensor(decl, ())
             b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
-            from .typing import local_shape_checks
-
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
                 ret = self.fn(*b2.args, **b2.kwargs)
             outputs, returns = self._outputs(st, ret)
@@ -311,8 +312,6 @@ class Kernel:
             written = [p for p in st.params if p in _written_bases(st)]
             return tuple(written), False
         items = ret if isinstance(ret, (tuple, list)) else (ret,)
-        from .classic import onchip_return  # classic simulator: a returned tile is its value
-
         items = tuple(onchip_return(r, st.grid_shape) for r in items)
         names = []
         for r in items:

@@ -109,7 +109,6 @@ class IsaRules:
     activation_reduce_ops: tuple[str, ...]  # activation(reduce_op=...) accumulator ops
     scalar_copy_exact: bool  # Scalar-engine tensor_copy is bit-exact (else via fp32)
     hwdge: bool  # dma_copy(dge_mode=hwdge) available
-    only_from_here: tuple[str, ...] = ()  # instructions introduced with this generation
     activation_no_bias: tuple[str, ...] = ()  # activation functions that cannot take a bias
     activation_scalar_bias: bool = True  # activation(bias=<scalar>) (v2: (P, 1) vectors only)
 
@@ -145,7 +144,6 @@ ISA_RULES: dict[str, IsaRules] = {
         activation_reduce_ops=("add", "maximum", "minimum"),
         scalar_copy_exact=True,
         hwdge=True,
-        only_from_here=("range_select",),
     ),
     "trn3": IsaRules(
         matmul_moving_fmax=4096,
@@ -167,11 +165,3 @@ ISA_RULES: dict[str, IsaRules] = {
 def isa_rules(name: str) -> IsaRules:
     """The nki.isa rule row of a target (``trn1|gen2``, ``trn2|gen3``, ``trn3|gen4``)."""
     return ISA_RULES[target_name(name)]
-
-
-def first_target_with(instruction: str) -> str | None:
-    """The oldest target on which an instruction listed in ``only_from_here`` exists."""
-    for name in ("trn1", "trn2", "trn3"):
-        if instruction in ISA_RULES[name].only_from_here:
-            return name
-    return None

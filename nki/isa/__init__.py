@@ -5,6 +5,11 @@ as in the classic API. Each instruction checks its engine / dtype / size / buffe
 target being traced (``nki.targets.ISA_RULES``) and records one IR instruction executed by
 its executor in ``simulator/isa/<family>.py``."""
 
+import numpy as np
+
+from .. import language as _nl
+from . import enums as _enums
+from . import spec as _spec
 from .dma import dma_copy, dma_transpose
 from .enums import (
     dge_mode,
@@ -116,3 +121,6 @@ __all__ = [
     "unknown_engine",
     "vector_engine",
 ]
+
+_spec.NAMESPACE.update({k: getattr(_enums, k) for k in dir(_enums) if not k.startswith("_")})
+_spec.NAMESPACE.update(nl=_nl, np=np, FP32_MIN=float(np.finfo(np.float32).min))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ..errors import NKIError, NKIMemoryError, NKITypeError, NKIUnsupportedError, user_loc
 from ..optable import Op
-from ..targets import TARGETS, first_target_with
+from ..targets import TARGETS
 from ..tracer import NkiTensor
+from . import spec
 from .common import rules, target
 
 
@@ -83,9 +84,10 @@ def check_activation_reduce_op(op: Op, api: str) -> None:
 
 
 def check_available(instruction: str, api: str) -> None:
-    """Instructions introduced with a later NeuronCore generation."""
-    first = first_target_with(instruction)
-    if first is not None and target().gen < TARGETS[first].gen:
+    """Instructions introduced with a later NeuronCore generation (the spec's ``targets``)."""
+    have = spec.get(instruction).targets
+    if target().name not in have:
+        first = min(have, key=lambda n: TARGETS[n].gen)
         raise NKIUnsupportedError(
             f"'{api}' is not available on {_tgt()}; it needs {first} "
             f"(NeuronCore-v{TARGETS[first].gen}) or newer",

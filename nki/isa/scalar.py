@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Const
-from ..tracer import NkiTensor
+from ..language import core as _core
+from ..tracer import NkiTensor, _Assigned
 from .common import (
     alu_op,
     dt,
@@ -92,10 +95,6 @@ def _activation(
     mask: Any,
     dtype: Any,
 ) -> NkiTensor:
-    import numpy as np
-
-    from ..language import core as _core
-
     if op is _core.copy or op is np.copy:  # nl.copy doubles as the identity activation
         op = "copy"
     fn = alu_op(op, api, "op")
@@ -184,8 +183,6 @@ def _activation(
 
 
 def _tile_of(x: Any) -> NkiTensor:
-    from ..tracer import _Assigned
-
     if isinstance(x, _Assigned):
         x = x.view
     return x.tensor_()

@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import Const
-from ..tracer import NkiTensor
+from ..tracer import NkiTensor, assign, operand
 from .common import (
     alu_op,
     dt,
@@ -19,6 +19,7 @@ from .common import (
     not_both_psum,
     out_dtype,
     out_tile,
+    rules,
     same_elements,
     scalar_or_vector,
     static_int,
@@ -26,7 +27,7 @@ from .common import (
 )
 from .enums import engine_name, enum_value
 from .enums import reduce_cmd as _reduce_cmd
-from .rules import check_dtype_in, check_gpsimd_memory
+from .rules import check_available, check_dtype_in, check_gpsimd_memory
 from .spec import checked
 from .vector import _reducer, _res_vector
 
@@ -55,8 +56,6 @@ def tensor_copy(src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = 
             loc=user_loc(),
         )
     check_gpsimd_memory(eng, {"src": t}, api)
-    from .common import rules
-
     exact = eng != "scalar" or rules().scalar_copy_exact
     out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
     emit_isa("tensor_copy", out.access_(), (acc,), {"engine": eng, "exact": exact}, mask=mask)
@@ -82,8 +81,6 @@ def tensor_copy_dynamic_dst(
 ) -> None:
     """``nisa.tensor_copy`` into a destination whose address is decided at run time: ``dst``
     is indexed with a value read from a one-element SBUF tile (``t[i_p, idx[0, j] + i_f]``)."""
-    from ..tracer import assign, operand
-
     res = tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
     dacc, _ = operand(dst, "nisa.tensor_copy_dynamic_dst", "dst")
     assign(dacc, res, api="nisa.tensor_copy_dynamic_dst")
@@ -237,8 +234,6 @@ def range_select(
     reduce_cmd=nisa.reduce_cmd.reset_reduce)``.
     """
     api = "nisa.range_select"
-    from .rules import check_available
-
     check_available("range_select", api)
     acc, t = tile(on_true_tile, api, "on_true_tile")
     if not dtypes.is_float(dt(t)):

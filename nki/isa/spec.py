@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import NKITypeError, user_loc
+
 CLASSIC, CURRENT = "classic", "current"
 FORMS = (CLASSIC, CURRENT)
 TARGETS = ("trn1", "trn2", "trn3")
@@ -201,6 +203,7 @@ class Limit:
     what: str
     source: str | int
     key: str = ""
+    dim: str = "free"  # "free": elements per partition; "partition": partitions
 
     def value(self, target: Any, rules: Any) -> int:
         if isinstance(self.source, int):
@@ -488,6 +491,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
                   "nc_transpose.tensor"),
             Limit("free size (Vector engine)", "rules.vector_transpose_max[1]",
                   "nc_transpose.vector"),
+            Limit("partitions (Tensor engine)", "rules.tensor_transpose_max[0]",
+                  "nc_transpose.tensor", "partition"),
+            Limit("partitions (Vector engine)", "rules.vector_transpose_max[0]",
+                  "nc_transpose.vector", "partition"),
         ),
         note="no engine: Tensor for SBUF data, Vector for PSUM data",
     ),
@@ -807,17 +814,13 @@ def names(form: str | None = None) -> tuple[str, ...]:
     return tuple(i.name for i in INSTRUCTIONS if form is None or i.form(form) is not None)
 
 
+# Values of the symbolic defaults (``reduce_cmd.idle``, ``nl.maximum``): the enums and ops live
+# above this table, so ``nki.isa`` registers them here when it is imported.
+NAMESPACE: dict[str, Any] = {}
+
+
 def _namespace() -> dict[str, Any]:
-    """Values of the symbolic defaults (imported lazily: enums and ops live above this table)."""
-    import numpy as np
-
-    from nki import language as nl
-
-    from . import enums
-
-    ns: dict[str, Any] = {k: getattr(enums, k) for k in dir(enums) if not k.startswith("_")}
-    ns.update(nl=nl, np=np, FP32_MIN=float(np.finfo(np.float32).min))
-    return ns
+    return NAMESPACE
 
 
 def _resolve(v: Any, ns: dict[str, Any]) -> Any:
@@ -845,8 +848,6 @@ def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspe
 
 
 def _unknown_keyword(name: str, key: str, valid: list[str]) -> Exception:
-    from ..errors import NKITypeError, user_loc
-
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     if key not in valid and get(name).current is not None and key in _names(name, CURRENT):
@@ -872,8 +873,6 @@ def bind(
 ) -> inspect.BoundArguments:
     """Bind a call of ``nisa.<name>`` to its spec signature (defaults applied). A wrong call
     raises a located NKIError: an unknown keyword names the closest valid one."""
-    from ..errors import NKITypeError, user_loc
-
     sig = signature(name, form, resolve=True)
     for k in kwargs:
         if k not in sig.parameters:

@@ -72,7 +72,7 @@ def nki_target(request: Any) -> str:
     default target is set to it for the test."""
     name = _param(request)
     if name is None:
-        from simulator.config import SimConfig
+        from nki.targets import env_target
 
-        return SimConfig.from_env().target
+        return env_target().name
     return name

@@ -14,7 +14,13 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
+from simulator.config import SimConfig
+
 from .. import dtypes as _dt
+from ..isa import spec
+from ..jit import parse_grid
+from ..language.core import nc, spmd_dim
+from ..targets import get_target, isa_rules
 
 # dtypes a kernel's HBM arrays can hold (tfloat32 is a compute format stored as float32)
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2")
@@ -23,27 +29,26 @@ UINT_DTYPES = ("uint8", "uint16", "uint32")
 BOOL_DTYPES = ("bool_",)
 _KINDS = {"float": FLOAT_DTYPES, "int": INT_DTYPES, "uint": UINT_DTYPES, "bool": BOOL_DTYPES}
 
-# instruction free-size limits: name -> function of the target giving the max free elements
-_FREE_LIMITS = {
-    "nc_matmul.stationary": lambda t, r: t.gemm_stationary_fmax,
-    "nc_matmul.moving": lambda t, r: r.matmul_moving_fmax,
-    "bn_stats": lambda t, r: t.bn_stats_fmax,
-    "nc_transpose.tensor": lambda t, r: r.tensor_transpose_max[1],
-    "nc_transpose.vector": lambda t, r: r.vector_transpose_max[1],
-    "psum_bank_fp32": lambda t, r: t.psum_bank_bytes // 4,
+# size limits the strategies draw within: the keyed limits of the instruction spec, by the
+# dimension they bound, plus the fp32 columns of one PSUM bank (a target fact)
+_FREE_LIMITS: dict[str, Any] = {
+    lim.key: lim.value
+    for i in spec.INSTRUCTIONS
+    for lim in i.limits
+    if lim.key and lim.dim == "free"
 }
-_PART_LIMITS = {
-    "nc_transpose.tensor": lambda t, r: r.tensor_transpose_max[0],
-    "nc_transpose.vector": lambda t, r: r.vector_transpose_max[0],
+_FREE_LIMITS["psum_bank_fp32"] = lambda t, r: t.psum_bank_bytes // 4
+_PART_LIMITS: dict[str, Any] = {
+    lim.key: lim.value
+    for i in spec.INSTRUCTIONS
+    for lim in i.limits
+    if lim.key and lim.dim == "partition"
 }
 
 SMALL_ARRAY = 64  # arrays up to this many elements are printed in full in reports
 
 
 def _target(target: str | None):
-    from nki.targets import get_target, isa_rules
-    from simulator.config import SimConfig
-
     name = target if target is not None else SimConfig.from_env().target
     return get_target(name), isa_rules(name)
 
@@ -362,8 +367,6 @@ def grids(
     dimension on the target's physical cores (``nl.spmd_dim(g, nl.nc(2))`` or
     ``nl.nc(2) * g``) when the target has more than one core per logical core (not trn1).
     Shrinks towards ``(1,)``. Example: ``grids(max_ndim=1, max_instances=4)``."""
-    from ..language.core import nc, spmd_dim
-
     if max_instances < min_instances or min_instances < 1:
         raise ValueError(f"bad instance range [{min_instances}, {max_instances}]")
     ndim = draw(st.integers(1, max_ndim))
@@ -388,6 +391,4 @@ def grids(
 
 def grid_size(grid: Any) -> int:
     """Number of instances in a launch grid (an int, tuple, ``nl.nc`` or ``nl.spmd_dim``)."""
-    from ..jit import parse_grid
-
     return int(math.prod(parse_grid(grid).shape)) if grid not in ((), None) else 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Access, Alloc, Const, Instr, Mask, TensorDecl
 from ..symbolic import Index, Scalar
@@ -241,3 +243,18 @@ def stage_psum_operand(x: Any, api: str) -> Any:
     staged = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
     emit("copy", "copy", staged.access_(), (acc,), api=api)
     return staged
+
+
+def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
+    """A kernel that returns an SBUF/PSUM tile (allowed by the classic simulator, e.g. the
+    ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
+    the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
+    single-instance launch; other returns are left for the caller to reject."""
+    if not isinstance(r, tensors.NkiTensor) or not r.decl.on_chip:
+        return r
+    if grid_shape and int(np.prod(grid_shape)) > 1:
+        return r
+    src: Access = as_2d(r.access_(), r)
+    out = new_tensor(tuple(src.shape), r.decl.dtype, "shared_hbm", api="kernel return")
+    emit("dma", "store", out.access_(), (src,), api="kernel return")
+    return out

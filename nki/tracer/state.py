@@ -283,3 +283,18 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
+
+
+def trace_with_unrolling(do_trace: Any) -> Any:
+    """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
+    iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
+    at least one new call site)."""
+    sites: frozenset[tuple[str, int, int]] = frozenset()
+    while True:
+        try:
+            with unrolling(sites):
+                return do_trace()
+        except NeedsUnroll as e:
+            if e.sites <= sites:
+                raise
+            sites = sites | e.sites

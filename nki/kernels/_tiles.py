@@ -1,0 +1,47 @@
+"""Tile helpers shared by the library kernels (called while a kernel is being traced).
+
+Rows of a 2-D HBM tensor go on the partition axis, 128 at a time; the last tile of a ragged
+row count is loaded into a zero-filled tile under a row mask, so padding lanes hold zeros
+(never uninitialised data) and can take part in reductions over the partition axis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nki.language as nl
+
+P = 128  # partitions per tile
+FREE_MAX = 4096  # largest last dimension a row-tiled kernel keeps in one SBUF tile
+PSUM_FMAX = 512  # fp32 elements per partition in one PSUM bank
+
+
+def row_tiles(n: int) -> int:
+    """Number of 128-row tiles covering ``n`` rows."""
+    return (n + P - 1) // P
+
+
+def load_rows(x: Any, t: Any, n: int, d: int, dtype: Any = None) -> Any:
+    """Rows ``t*128 ...`` of the (n, d) HBM tensor ``x`` as a (128, d) SBUF tile; rows past
+    ``n`` are zero."""
+    i_p = nl.arange(P)[:, None]
+    i_f = nl.arange(d)[None, :]
+    rows = t * P + i_p
+    tile = nl.zeros((P, d), dtype=dtype or x.dtype, buffer=nl.sbuf)
+    tile[i_p, i_f] = nl.load(x[rows, i_f], mask=rows < n)
+    return tile
+
+
+def store_rows(out: Any, t: Any, n: int, d: int, value: Any) -> None:
+    """Store the (128, d) tile ``value`` to rows ``t*128 ...`` of ``out`` (rows < n only)."""
+    i_p = nl.arange(P)[:, None]
+    i_f = nl.arange(d)[None, :]
+    rows = t * P + i_p
+    nl.store(out[rows, i_f], value, mask=rows < n)
+
+
+def load_row_vector(v: Any, d: int) -> Any:
+    """The (1, d) HBM tensor ``v`` broadcast to all 128 partitions (a stride-0 partition
+    access)."""
+    i_p = nl.arange(P)[:, None]
+    i_f = nl.arange(d)[None, :]
+    return nl.load(v[i_p * 0, i_f])
