@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -429,8 +430,6 @@ def lnc_grid(grid: Grid, target_name: str) -> Grid:
     ``NEURON_LOGICAL_NC_CONFIG``), ``kernel[lnc](args)`` on ``lnc`` in {1, 2} physical cores of
     one logical NeuronCore (2 only where the target has LNC=2). Each core is one instance with
     private SBUF / PSUM; HBM is shared."""
-    import os
-
     t = get_target(target_name)
     if not grid.dims:
         env = os.environ.get(LNC_ENV_VAR, "").strip()

@@ -8,6 +8,7 @@ its executor in ``simulator/isa/<family>.py``."""
 import numpy as np
 
 from .. import language as _nl
+from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
 from .dma import dma_copy, dma_transpose
@@ -60,8 +61,6 @@ from .vector import (
 def _take_both_forms() -> None:
     """Every instruction with a destination-first form takes both calling forms
     (nki/isa/current.py)."""
-    from .current import both_forms
-
     for n in (
         "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats", "dma_copy",
         "dma_transpose", "dropout", "iota", "local_gather", "max8", "memset", "nc_find_index8",
@@ -70,7 +69,7 @@ def _take_both_forms() -> None:
         "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
         "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
     ):  # fmt: skip
-        globals()[n] = both_forms(globals()[n])
+        globals()[n] = _current.both_forms(globals()[n])
 
 
 _take_both_forms()

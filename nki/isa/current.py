@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import language as nl
 from ..errors import NKIError, NKITypeError, NKIUnsupportedError, user_loc
 from ..ir import Alloc, Instr
 from ..tracer import (
@@ -27,6 +28,7 @@ from ..tracer import (
     TileOps,
     _Assigned,
     assign,
+    check_broadcast_into,
     current,
     generation,
     note_generation,
@@ -214,8 +216,6 @@ def _matmul(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[st
 def _pattern_value(name: str, dst: Any, pattern: Any, offset: Any, cm: Any) -> Any:
     """``offset + p * channel_multiplier + sum(idx_k * step_k)`` over ``dst``'s partitions and the
     ``[[step, num], ...]`` pairs, as an affine index expression (one free dim of dst per pair)."""
-    from .. import language as nl
-
     t = dst.view if isinstance(dst, _Assigned) else dst
     shape = tuple(t.shape)
     pairs = [tuple(pair) for pair in pattern]
@@ -304,8 +304,6 @@ def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) 
             and st.tensors[result.name].dtype == dt.decl.dtype
         ):
             if last.dst.shape != dacc.shape:
-                from ..tracer import check_broadcast_into
-
                 check_broadcast_into(last.dst.shape, dacc.shape, f"nisa.{last.op}")
             if last.dst.shape == dacc.shape:
                 attrs = dict(last.attrs)
