@@ -41,6 +41,30 @@ def _lazy_module(name: str, attrs: dict[str, tuple[str, str]]) -> types.ModuleTy
     return mod
 
 
+def _classic_nki(nki: types.ModuleType) -> types.ModuleType:
+    """``neuronxcc.nki``: ``nki`` whose kernels are always classic-API (``nki.jit(api="classic")``:
+    a destination-first call in them is a located error, ``kernel[2]`` an SPMD grid)."""
+    mod = types.ModuleType("neuronxcc.nki", "nki-sim compatibility alias (neuronxcc.nki)")
+    mod.__path__ = []  # type: ignore[attr-defined]
+
+    def classic(entry: Any) -> Any:
+        def call(func: Any = None, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("api", "classic")
+            return entry(func, *args, **kwargs)
+
+        return call
+
+    def __getattr__(attr: str) -> Any:
+        return getattr(nki, attr)
+
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    mod.jit = classic(nki.jit)  # type: ignore[attr-defined]
+    mod.baremetal = classic(nki.baremetal)  # type: ignore[attr-defined]
+    for sub in ("language", "isa", "typing", "compiler"):
+        setattr(mod, sub, getattr(nki, sub))
+    return mod
+
+
 def _aliases() -> dict[str, types.ModuleType]:
     import nki
     import nki.compiler
@@ -50,7 +74,8 @@ def _aliases() -> dict[str, types.ModuleType]:
 
     neuronxcc = types.ModuleType("neuronxcc", "nki-sim compatibility alias (neuronxcc)")
     neuronxcc.__path__ = []  # a package, so 'import neuronxcc.nki' is allowed
-    neuronxcc.nki = nki  # type: ignore[attr-defined]
+    cnki = _classic_nki(nki)
+    neuronxcc.nki = cnki  # type: ignore[attr-defined]
     tn = _lazy_module("torch_neuronx", {"nki_jit": ("frontends.torch", "nki_jit")})
     tn.__path__ = []  # type: ignore[attr-defined]
     xla_impl = types.ModuleType("torch_neuronx.xla_impl")
@@ -61,7 +86,7 @@ def _aliases() -> dict[str, types.ModuleType]:
     jn = _lazy_module("jax_neuronx", {"nki_call": ("frontends.jax", "nki_call")})
     return {
         "neuronxcc": neuronxcc,
-        "neuronxcc.nki": nki,
+        "neuronxcc.nki": cnki,
         "neuronxcc.nki.language": nki.language,
         "neuronxcc.nki.isa": nki.isa,
         "neuronxcc.nki.typing": nki.typing,

@@ -126,6 +126,8 @@ ERROR_CODES: dict[str, str] = {
     "err_unsupported_attribute": "an attribute NKI tiles and tensors do not have",
     "err_unexpected_keyword_argument": "a keyword argument the call does not take (a misspelt "
     "name is never ignored; the message names the closest valid one)",
+    "err_mixed_api_generations": "a kernel that mixes classic-API and current-API constructs "
+    "(the message names both lines)",
     # ---- kernels, grids, parameters and outputs --------------------------------------------------
     "err_invalid_grid": "a launch grid that is not a tuple of positive ints within the limits",
     "err_invalid_program_axis": "a program axis outside the launch grid (or named twice)",

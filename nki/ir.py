@@ -409,6 +409,8 @@ class KernelIR:
     grid: Grid
     target: str
     loc: SrcLoc | None = None
+    # input parameters a current-API kernel writes: copied back to the caller's arrays
+    writes_back: tuple[str, ...] = ()
     _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
 
     def tensor(self, name: str) -> TensorDecl:

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -156,8 +157,18 @@ class Kernel:
         self.mode = mode
         self.platform_target = platform_target
         self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
+        api = options.pop("api", None)
+        if api not in (None, "classic", "current"):
+            raise NKIError(
+                f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
+                "the kernel's first generation-specific construct decides)",
+                code="err_invalid_argument",
+            )
+        self.api: str | None = api
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
+        self._generations: dict[int, str | None] = {}  # id(traced IR) -> its API generation
+        self._last_generation: str | None = None
         self.trace_count = 0
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
@@ -207,9 +218,14 @@ class Kernel:
         if ir is None:
             ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
             self._cache[key] = ir
+            self._generations[id(ir)] = self._last_generation
             self.trace_count += 1
         self.last_ir = ir
         return ir
+
+    def generation(self, ir: KernelIR) -> str | None:
+        """The API generation a traced IR of this kernel was decided to be (None: undecided)."""
+        return self._generations.get(id(ir), self.api)
 
     def _param_dtype(self, name: str, v: np.ndarray) -> str:
         try:
@@ -228,6 +244,8 @@ class Kernel:
         st = TraceState(self.fn.__name__, target, grid.shape)
         code = self.fn.__code__
         def_loc = SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__)
+        if self.api is not None:  # nki.jit(api=...) forces the generation
+            st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         sig = inspect.signature(self.fn)
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
@@ -261,7 +279,12 @@ class Kernel:
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
                 ret = self.fn(*b2.args, **b2.kwargs)
             outputs, returns = self._outputs(st, ret)
-        self._check_param_writes(st, returns, mutable)
+        self._last_generation = st.generation
+        writes_back: tuple[str, ...] = ()
+        if st.generation == "current":  # the current API writes modified inputs back
+            writes_back = tuple(p for p in st.params if p in _written_bases(st))
+        else:
+            self._check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
             if returns and name in _written_bases(st) and name not in bases:
@@ -282,6 +305,7 @@ class Kernel:
             grid,
             target.name,
             def_loc,
+            writes_back,
         )
 
     def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
@@ -384,10 +408,58 @@ class Launch:
                 hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)
-        check_grid_fits(self.grid, cfg.target)
-        ir = k.trace(self.grid, bound, cfg.target)
+        grid = self.grid
+        if k.api == "current":
+            grid = lnc_grid(self.grid, cfg.target)
+        check_grid_fits(grid, cfg.target)
+        ir = k.trace(grid, bound, cfg.target)
+        if k.api is None and k.generation(ir) == "current" and grid is self.grid:
+            # a current-API kernel: kernel[n] is a launch on n cores (LNC), not an SPMD grid
+            lgrid = lnc_grid(self.grid, cfg.target)
+            if lgrid != self.grid:
+                ir = k.trace(lgrid, bound, cfg.target)
         result, k.last_run = simulator_launch(ir, bound.arguments, cfg)
         return result
+
+
+LNC_ENV_VAR = "NEURON_LOGICAL_NC_CONFIG"
+
+
+def lnc_grid(grid: Grid, target_name: str) -> Grid:
+    """A current-API launch: ``kernel(args)`` runs on one core (LNC=1, or the LNC of
+    ``NEURON_LOGICAL_NC_CONFIG``), ``kernel[lnc](args)`` on ``lnc`` in {1, 2} physical cores of
+    one logical NeuronCore (2 only where the target has LNC=2). Each core is one instance with
+    private SBUF / PSUM; HBM is shared."""
+    t = get_target(target_name)
+    if not grid.dims:
+        env = os.environ.get(LNC_ENV_VAR, "").strip()
+        if not env:
+            return grid
+        if env not in ("1", "2"):
+            raise NKIError(
+                f"{LNC_ENV_VAR}={env!r}: the logical NeuronCore size must be 1 or 2",
+                code="err_invalid_grid",
+                loc=user_loc(),
+            )
+        lnc = int(env)
+    elif len(grid.dims) == 1 and len(grid.dims[0].factors) == 1:
+        lnc = grid.dims[0].factors[0][0]
+    else:
+        raise NKIError(
+            f"a current-API kernel is launched as kernel[lnc] with one integer lnc in {{1, 2}}; "
+            f"got the grid {grid} (multi-dimensional grids, nl.nc and nl.spmd_dim are classic)",
+            code="err_invalid_grid",
+            loc=user_loc(),
+        )
+    if lnc not in (1, 2) or lnc > t.max_lnc:
+        allowed = "1 or 2" if t.max_lnc >= 2 else "1"
+        raise NKIError(
+            f"kernel[{lnc}]: a {t.name} logical NeuronCore spans {allowed} physical core(s); "
+            f"the LNC of a current-API launch must be {allowed}",
+            code="err_invalid_grid",
+            loc=user_loc(),
+        )
+    return Grid((GridDim(((lnc, True),)),))
 
 
 def check_grid_fits(grid: Grid, target_name: str) -> None:

@@ -87,8 +87,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         # storage the launch created is handed out as is (not copied a second time)
         own = base not in ir.params and bases.count(base) == 1
         outs.append(output_array(view, ir.tensor(n).dtype, copy=not own))
-    for n in ir.outputs:  # mutable parameters returned: update the caller's array too
-        name = ir.tensor(n).alias_of or n
+    for name in bases + list(ir.writes_back):  # mutable / written parameters: update the caller
         if name in ir.params:
             arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
     return (outs[0] if len(outs) == 1 else tuple(outs)), info

@@ -8,6 +8,7 @@ its executor in ``simulator/isa/<family>.py``."""
 import numpy as np
 
 from .. import language as _nl
+from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
 from .dma import dma_copy, dma_transpose
@@ -55,6 +56,23 @@ from .vector import (
     tensor_tensor,
     tensor_tensor_scan,
 )
+
+
+def _take_both_forms() -> None:
+    """Every instruction with a destination-first form takes both calling forms
+    (nki/isa/current.py)."""
+    for n in (
+        "activation", "activation_reduce", "affine_select", "bn_aggr", "bn_stats", "dma_copy",
+        "dma_transpose", "dropout", "iota", "local_gather", "max8", "memset", "nc_find_index8",
+        "nc_match_replace8", "nc_matmul", "nc_stream_shuffle", "nc_transpose", "range_select",
+        "reciprocal", "scalar_tensor_tensor", "select_reduce", "sequence_bounds", "tensor_copy",
+        "tensor_copy_predicated", "tensor_partition_reduce", "tensor_reduce", "tensor_scalar",
+        "tensor_scalar_reduce", "tensor_tensor", "tensor_tensor_scan",
+    ):  # fmt: skip
+        globals()[n] = _current.both_forms(globals()[n])
+
+
+_take_both_forms()
 
 __all__ = [
     "activation",

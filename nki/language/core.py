@@ -158,7 +158,7 @@ class spmd_dim:  # noqa: N801 - classic name
         )
 
 
-def program_id(axis: int) -> Scalar:
+def program_id(axis: int) -> Scalar | int:
     """The index of this SPMD instance along grid ``axis`` (symbolic while tracing)."""
     st = state("nl.program_id")
     axis = _static_int(axis, "nl.program_id axis")
@@ -170,8 +170,8 @@ def program_id(axis: int) -> Scalar:
             code="err_invalid_program_axis",
             loc=user_loc(),
         )
-    if not nd:
-        return Scalar(Affine.constant(0))  # no grid: a single instance
+    if not nd or st.grid_shape[axis] == 1:
+        return 0  # a single instance along this axis (LNC=1): a plain int, branches are legal
     return Scalar(Affine.of(PidSym(axis)))
 
 

@@ -39,6 +39,10 @@ class TraceState:
         self.unroll_sites: frozenset[tuple[str, int, int]] = _THREAD.unroll_sites[-1]
         # nl.loop_reduce results not yet assigned: tile name -> (op, source, mask, update)
         self.loop_reduce_results: dict[str, tuple[str, Any, Any, Any]] = {}
+        # the kernel's API generation ("classic" / "current", None until decided) and the
+        # construct that decided it (what, where): see ``note_generation``
+        self.generation: str | None = None
+        self.generation_why: tuple[str, SrcLoc | None] | None = None
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -146,6 +150,12 @@ def decide_condition(pred: Any) -> bool:
         "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
         "nl.affine_range / nl.sequential_range for loops"
     )
+    if st.generation == "current" and syms and not loops_only:
+        msg = (
+            "Python control flow on nl.program_id of an LNC=2 launch is not simulated yet "
+            "(nki-sim runs both cores from one trace with a symbolic program id); index with "
+            "nl.program_id instead, or run the kernel with LNC=1 where it is a plain int"
+        )
     if not (classic_mode() and static and loops_only):
         raise NKIControlFlowError(msg, loc=user_loc())
     verdicts = []
@@ -169,6 +179,38 @@ def decide_condition(pred: Any) -> bool:
         for s in c.expr.base.symbols()
     )  # fmt: skip
     raise NeedsUnroll(msg + " (the condition varies across loop iterations)", sites, loc=user_loc())
+
+
+GENERATIONS = ("classic", "current")
+
+
+def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
+    """A construct that exists in one API generation only (``what``, e.g. "destination-first
+    nisa.tensor_tensor(dst, ...)") was traced. The first such construct decides the kernel's
+    generation; a later one of the other generation is a located error naming both lines."""
+    st = current()
+    if st is None:
+        return
+    loc = loc or user_loc()
+    if st.generation is None:
+        st.generation, st.generation_why = gen, (what, loc)
+        return
+    if st.generation != gen:
+        first, floc = st.generation_why or ("", None)
+        where = f"{floc.file}:{floc.line}" if floc is not None else "the kernel"
+        raise NKIError(
+            f"kernel '{st.name}' mixes the two NKI API generations: {what} is {gen}-API, but the "
+            f"kernel is {st.generation}-API since {first} at {where}; write the kernel in one "
+            f"generation (or force it with nki.jit(api='{st.generation}'))",
+            code="err_mixed_api_generations",
+            loc=loc,
+        )
+
+
+def generation() -> str | None:
+    """The generation of the kernel being traced (None: not decided yet, or no trace)."""
+    st = current()
+    return st.generation if st is not None else None
 
 
 def state(api: str = "this call") -> TraceState:

@@ -25,7 +25,7 @@ from simulator.executors import EXECUTORS, LOWERINGS
 from simulator.numba_codegen import generate
 from simulator.poison import rule_of
 
-from helpers import expect_error
+from helpers import expect, expect_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
@@ -251,14 +251,19 @@ def test_misspelled_keyword_names_the_closest_one_at_the_kernel_line():
     )
 
 
-def test_classic_call_with_dst_explains_the_two_calling_forms():
-    expect_error(
+def test_dst_call_in_a_kernel_forced_classic_names_the_generation():
+    expect(
         k_current_form_dst,
         np.ones((8, 16), np.float32),
-        cls=NKIError,
-        code="err_unexpected_keyword_argument",
-        fragments=["'dst'", "destination-first", "nisa.tensor_tensor(dst, data1, data2, op"],
+        code="err_mixed_api_generations",
+        values=["destination-first", "nisa.tensor_tensor(dst", "nki.jit(api='classic')"],
+        api="classic",
     )
+
+
+def test_dst_call_runs_as_the_current_api_form():
+    x = np.random.default_rng(0).random((8, 16), dtype=np.float32)
+    np.testing.assert_array_equal(nki.jit(k_current_form_dst)(x), x + x)
 
 
 # ---- engines -------------------------------------------------------------------------------

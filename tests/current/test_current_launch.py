@@ -1,0 +1,167 @@
+"""Current-API kernels (``import nki``, destination-first ``nisa``) launched as ``kernel(args)``,
+``kernel[lnc](args)`` and ``nki.simulate``: results against NumPy, LNC rules per target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError
+
+from helpers import expect
+
+
+def tensor_add(a_input, b_input):
+    """The SDK tensor-addition example, written from the docs: each core adds its share of the
+    rows, one 128-partition tile at a time."""
+    out = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+    rows = a_input.shape[0] // nl.num_programs(0)
+    base = nl.program_id(0) * rows
+    for t in nl.affine_range(rows // 128):
+        lo = base + t * 128
+        a_tile = nl.ndarray((128, a_input.shape[1]), dtype=a_input.dtype, buffer=nl.sbuf)
+        b_tile = nl.ndarray((128, a_input.shape[1]), dtype=a_input.dtype, buffer=nl.sbuf)
+        c_tile = nl.ndarray((128, a_input.shape[1]), dtype=a_input.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a_tile, src=a_input[lo : lo + 128, :])
+        nisa.dma_copy(dst=b_tile, src=b_input[lo : lo + 128, :])
+        nisa.tensor_tensor(dst=c_tile, data1=a_tile, data2=b_tile, op=nl.add)
+        nisa.dma_copy(dst=out[lo : lo + 128, :], src=c_tile)
+    return out
+
+
+@pytest.fixture
+def ab():
+    rng = np.random.default_rng(7)
+    return rng.random((512, 96), dtype=np.float32), rng.random((512, 96), dtype=np.float32)
+
+
+def test_tensor_add_lnc1_matches_numpy(ab):
+    a, b = ab
+    np.testing.assert_array_equal(nki.jit(tensor_add)(a, b), a + b)
+
+
+def test_tensor_add_lnc2_runs_on_two_cores_and_matches_numpy(ab):
+    a, b = ab
+    k = nki.jit(tensor_add)
+    np.testing.assert_array_equal(k[2](a, b), a + b)
+    assert str(k.last_ir.grid) == "(nc(2))"
+
+
+def test_simulate_entry_point_takes_kernel_and_lnc_launch(ab):
+    a, b = ab
+    k = nki.jit(tensor_add)
+    np.testing.assert_array_equal(nki.simulate(k)(a, b), a + b)
+    np.testing.assert_array_equal(nki.simulate(k[2])(a, b), a + b)
+
+
+def test_logical_nc_config_env_sets_the_default_lnc(ab, monkeypatch):
+    a, b = ab
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    k = nki.jit(tensor_add)
+    np.testing.assert_array_equal(k(a, b), a + b)
+    assert str(k.last_ir.grid) == "(nc(2))"
+
+
+def test_lnc2_on_a_single_core_target_is_a_located_error(ab):
+    a, b = ab
+    k = nki.jit(tensor_add, api="current", platform_target="trn1")
+    with pytest.raises(NKIError) as ei:
+        k[2](a, b)  # launch line
+    assert ei.value.code == "err_invalid_grid"
+    assert "trn1" in str(ei.value) and "must be 1" in str(ei.value)
+    assert ei.value.loc.file == __file__
+
+
+def test_lnc_above_two_is_an_error(ab):
+    a, b = ab
+    with pytest.raises(NKIError, match=r"kernel\[4\]"):
+        nki.jit(tensor_add, api="current")[4](a, b)
+
+
+def k_cores_race(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a[0:128, :])
+    nisa.dma_copy(dst=out, src=t)  # ERR
+    return out
+
+
+def test_two_cores_writing_the_same_output_is_a_race_at_the_kernel_line():
+    a = np.ones((128, 64), np.float32)
+    e = expect(k_cores_race, a, code="err_spmd_write_race", grid=2, api="current", values=["hbm0"])
+    assert "(0,) and (1,)" in str(e)
+
+
+def scale_in_place(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+    nisa.dma_copy(dst=b, src=t)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_inputs_a_current_kernel_writes_are_written_back_to_the_caller():
+    a = np.arange(32, dtype=np.float32).reshape(8, 4)
+    b = np.zeros((8, 4), np.float32)
+    out = nki.jit(scale_in_place)(a, b)
+    np.testing.assert_array_equal(out, 2 * a)
+    np.testing.assert_array_equal(b, 2 * a)
+    np.testing.assert_array_equal(a, np.arange(32, dtype=np.float32).reshape(8, 4))
+
+
+def branch_on_core(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    if nl.program_id(0) == 0 and nl.program_ndim() == 0:  # LNC=1: a plain int
+        nisa.tensor_scalar(t, t, nl.add, 1.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_program_id_is_a_python_int_at_lnc1():
+    a = np.zeros((8, 4), np.float32)
+    np.testing.assert_array_equal(nki.jit(branch_on_core)(a), a + 1)
+
+
+def branch_on_core_lnc2(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    if nl.program_id(0) == 0:  # ERR
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_python_branch_on_program_id_at_lnc2_is_a_located_not_yet_error():
+    expect(
+        branch_on_core_lnc2,
+        np.zeros((8, 4), np.float32),
+        code="err_control_flow_condition_depending_on_arange",
+        values=["LNC=2", "not simulated yet"],
+        grid=2,
+    )
+
+
+def k_uninitialised(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    never_written = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    nisa.tensor_tensor(t, t, never_written, nl.add)  # POISON
+    nisa.dma_copy(out, t)  # ERR
+    return out
+
+
+def test_uninitialised_read_in_a_current_kernel_is_reported_with_its_origin():
+    from helpers import line_of
+
+    e = expect(
+        k_uninitialised, np.ones((8, 4), np.float32), code="err_uninitialized_read", checks="full"
+    )
+    assert f":{line_of(k_uninitialised, '# POISON')}" in str(e)
