@@ -8,6 +8,7 @@ its executor in ``simulator/isa/<family>.py``."""
 import numpy as np
 
 from .. import language as _nl
+from ..language.loops import register_alloc, register_load, register_move, register_store
 from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
@@ -102,6 +103,10 @@ __all__ = [
     "range_select",
     "reciprocal",
     "reduce_cmd",
+    "register_alloc",
+    "register_load",
+    "register_move",
+    "register_store",
     "scalar_engine",
     "scalar_tensor_tensor",
     "select_reduce",
