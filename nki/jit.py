@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -119,6 +120,12 @@ def _dispatch(launch: Launch, modules: set[str], args: tuple, kwargs: dict) -> A
 
 
 def _static_key(v: object) -> object:
+    """A cache key for a compile-time argument. Floats are keyed by their exact bits so that
+    ``0.0`` and ``-0.0`` trace separately and a NaN (never equal to itself) hits the cache."""
+    if isinstance(v, (float, np.floating)):
+        return ("f", type(v).__name__, float(v).hex() if not math.isnan(v) else "nan")
+    if isinstance(v, (tuple, list)):
+        return ("s", type(v).__name__, tuple(_static_key(e) for e in v))
     try:
         hash(v)
         return ("v", type(v).__name__, v)
@@ -151,6 +158,7 @@ class Kernel:
         self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
+        self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
@@ -196,13 +204,18 @@ class Kernel:
             else:
                 key_parts.append((name, "S", _static_key(v)))
         key = tuple(key_parts)
-        ir = self._cache.get(key)
+        with self._cache_lock:
+            ir = self._cache.get(key)
         if ir is None:
             from .classic import trace_with_unrolling  # classic `if` on loop iterators
 
-            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
-            self._cache[key] = ir
-            self.trace_count += 1
+            # traced outside the lock (tracing state is per thread, and a kernel may call
+            # another kernel while tracing); the first finished trace of a key wins
+            traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            with self._cache_lock:
+                ir = self._cache.setdefault(key, traced)
+                if ir is traced:
+                    self.trace_count += 1
         self.last_ir = ir
         return ir
 
