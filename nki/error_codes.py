@@ -143,6 +143,8 @@ ERROR_CODES: dict[str, str] = {
     "err_spmd_write_race": "two grid instances write the same shared-HBM elements",
     "err_uninitialized_read": "a value read (or stored to HBM) before anything wrote it "
     '(`checks="full"`)',
+    "err_unwritten_output": "an element of a kernel output that no instruction wrote "
+    '(`checks="full"`; NaN in the result)',
     "err_collective_mismatch": "instances of a collective's group that do not all reach it",
     "err_runtime": "an instruction failed while the simulator executed it",
     "err_internal": "an internal inconsistency in the simulator (please report the kernel)",

@@ -94,6 +94,7 @@ class Ctx:
         self.instr: Instr | None = None
         self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
         self.poison = Poison()
+        self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
 
     # ---- storage --------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -176,7 +177,8 @@ class Ctx:
                 lo, hi = int(vv.min()), int(vv.max())
             if lo < 0 or hi >= n:
                 raise NKIIndexError(
-                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index "
+                    f"out-of-bound access for tensor {self.ir.label(acc.tensor)} on dimension "
+                    f"{dim}: index "
                     f"range [{lo}, {hi}] exceeds the dimension size of {n}",
                     code="err_tensor_access_out_of_bound",
                 )
@@ -223,7 +225,8 @@ class Ctx:
             else "was never written before this instruction reads it"
         )
         raise NKIRuntimeError(
-            f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile {acc} {how}",
+            f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the tile "
+            f"{acc} {how}",
             code="err_uninitialized_read",
             related=(("computed from uninitialised memory", origin),) if origin else (),
         )
@@ -247,6 +250,8 @@ class Ctx:
             with np.errstate(all="ignore"):
                 vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        if self.full_checks and self.instr is not None and self.instr.loc is not None:
+            self.writers.setdefault(decl.alias_of or acc.tensor, set()).add(self.instr.loc.line)
         basic = self._basic(acc) if sel is None else None
         if basic is not None:
             self._check_bounds(acc, list(_slice_ends(basic)), None)
