@@ -188,7 +188,7 @@ class Ctx:
         access touches; masked-out lanes point at element 0 and are not checked."""
         idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
         for dim, ind in acc.indirect:
-            isel = sel if sel is not None and ind.shape == sel.shape else None  # (P,1) index tiles
+            isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
             vals = self.read(ind, isel).astype(np.int64)
             idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
         self._check_bounds(acc, idx, sel)
@@ -296,6 +296,18 @@ class Ctx:
         if isinstance(src, IndexExpr):
             return np.asarray(eval_index(src, self.env), dtype=np.int64)
         raise NKIRuntimeError(f"unsupported operand {src!r}")
+
+
+def lanes_of(sel: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The mask ``sel`` of a tile seen by an operand of ``shape`` that broadcasts to it: an
+    operand element is used when any lane it broadcasts to is selected (None: unmasked, or an
+    operand that does not broadcast axis by axis)."""
+    if sel is None or sel.shape == tuple(shape):
+        return sel
+    if len(shape) != sel.ndim or any(n not in (1, m) for n, m in zip(shape, sel.shape)):
+        return None
+    axes = tuple(d for d, (n, m) in enumerate(zip(shape, sel.shape)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True)
 
 
 def _slice_ends(basic: tuple[Any, ...]) -> Iterable[Any]:

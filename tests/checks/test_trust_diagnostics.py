@@ -136,3 +136,42 @@ def test_messages_name_the_users_variable():
         nki.jit(via_temporary, checks="full")(x)
     line = _line_of(via_temporary, "nl.store(out")
     assert f"(created at line {line}) element (0, 0)" in e.value.message  # unnamed: where made
+
+
+N_VALID = 100
+
+
+def _ragged_gather(table, ids):
+    out = nl.ndarray((N_VALID, 16), dtype=table.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(16)[None, :]
+    idx = nl.load(ids[i_p, nl.arange(1)[None, :]], mask=i_p < N_VALID)
+    rows = nl.load(table[idx, i_f], mask=i_p < N_VALID)
+    nl.store(out[i_p, i_f], value=rows, mask=i_p < N_VALID)
+    return out
+
+
+def _ragged_scatter_add(table, ids, vals):
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(16)[None, :]
+    idx = nl.load(ids[i_p, nl.arange(1)[None, :]], mask=i_p < N_VALID)
+    v = nl.load(vals[i_p, i_f], mask=i_p < N_VALID)
+    nl.atomic_rmw(table[idx, i_f], value=v, op=np.add, mask=i_p < N_VALID)
+
+
+@pytest.mark.parametrize("checks", ["static", "full"])
+def test_masked_ragged_gather_and_atomic_rmw_are_not_uninitialised_reads(checks):
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((300, 16)).astype(np.float32)
+    ids = rng.integers(0, 300, (N_VALID, 1)).astype(np.int32)
+    ids[:8] = 7  # duplicates: atomic_rmw applies every update
+    ids128 = np.concatenate([ids, np.zeros((28, 1), np.int32)])
+    got = nki.jit(_ragged_gather, checks=checks)(table, ids128)
+    np.testing.assert_array_equal(got, table[ids[:, 0]])
+
+    vals = rng.standard_normal((128, 16)).astype(np.float32)
+    t = table.copy()
+    nki.jit(_ragged_scatter_add, checks=checks)(t, ids128, vals)
+    ref = table.copy()
+    np.add.at(ref, ids[:, 0], vals[:N_VALID])
+    np.testing.assert_allclose(t, ref, rtol=1e-6, atol=1e-6)
