@@ -147,10 +147,19 @@ class Kernel:
         if isinstance(fn, Kernel):
             fn = fn.fn
         if not callable(fn):
-            raise NKITypeError(f"nki.jit expects a function, got {type(fn).__name__}")
+            raise NKITypeError(
+                f"nki.jit expects a function, got {type(fn).__name__}",
+                code="err_invalid_mode",
+                loc=user_loc(),
+            )
+        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+        if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and inspect.ismethod(call):
+            fn = call  # a callable object: its bound __call__ is the kernel
         if mode not in MODES:
             raise NKIError(
-                f"unknown nki.jit mode {mode!r}; expected one of {MODES}", code="err_invalid_mode"
+                f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
+                code="err_invalid_mode",
+                loc=user_loc(),
             )
         self.fn = fn
         self.mode = mode

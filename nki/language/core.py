@@ -256,8 +256,14 @@ def ds(start: Any, size: int) -> DynSlice:
 
 
 def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
-    if isinstance(shape, int):
+    if hasattr(shape, "__index__"):
         shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise NKITypeError(
+            f"a tensor shape must be a tuple of integers, got {shape!r}",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
     dims, par = [], 0
     for i, s in enumerate(shape):
         if isinstance(s, par_dim):

@@ -1,0 +1,99 @@
+"""Reproducers of internal errors (issue 13 item 12): each ends in a located NKIError naming
+the kernel line and the rule, or runs correctly."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError
+
+X = np.ones((128, 8), np.float32)
+
+
+def _ndarray_none(x):
+    nl.ndarray(None, dtype=nl.float32, buffer=nl.sbuf)  # ERR
+    return x
+
+
+def _zeros_nan(x):
+    nl.zeros(float("nan"), dtype=nl.float32)  # ERR
+    return x
+
+
+def _tensor_scalar_list(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nisa.tensor_scalar(nl.load(x), [1, 2], 2.0)  # ERR
+    nl.store(out, t)
+    return out
+
+
+def _list_of_affine_range(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in list(nl.affine_range(2)):
+        nl.store(out[i * 64 : (i + 1) * 64, :], nl.load(x[i * 64 : (i + 1) * 64, :]))  # ERR
+    return out
+
+
+def _next_iter_affine_range(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i = next(iter(nl.affine_range(2)))
+    nl.store(out[i * 64 : (i + 1) * 64, :], nl.load(x[i * 64 : (i + 1) * 64, :]))  # ERR
+    return out
+
+
+def _ds_with_array(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(x[nl.ds(np.ones((3, 3)), 8), :]))  # ERR
+    return out
+
+
+def _ds_with_tile(x):
+    out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    st = nl.load(x[0:1, 0:1])
+    nl.store(out, nl.load(x[:, nl.ds(st, 4)]))  # ERR
+    return out
+
+
+CASES = [
+    (_ndarray_none, "err_invalid_shape", "got None"),
+    (_zeros_nan, "err_invalid_shape", "got nan"),
+    (_tensor_scalar_list, "err_unsupported_op", "unsupported op [1, 2]"),
+    (_list_of_affine_range, "err_local_variable_used_out_of_scope", "iterator of a loop"),
+    (_next_iter_affine_range, "err_local_variable_used_out_of_scope", "iterator of a loop"),
+    (_ds_with_array, "err_unsupported_index_expression", "nl.ds start must be"),
+    (_ds_with_tile, "err_unsupported_index_expression", "got NkiTensor"),
+]
+
+
+def _err_line(fn) -> int:
+    src, first = inspect.getsourcelines(fn)
+    return first + next(i for i, s in enumerate(src) if "# ERR" in s)
+
+
+@pytest.mark.parametrize("fn,code,text", CASES, ids=[c[0].__name__ for c in CASES])
+@pytest.mark.parametrize("checks", ["static", "full"])
+def test_reproducer_is_a_located_error(fn, code, text, checks):
+    with pytest.raises(NKIError) as e:
+        nki.jit(fn, checks=checks)(X)
+    assert e.value.code == code
+    assert text in e.value.message
+    assert e.value.loc is not None and e.value.loc.file == __file__
+    assert e.value.loc.line == _err_line(fn)
+
+
+class _Doubler:
+    def __call__(self, x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(x), 2.0))
+        return out
+
+
+def test_callable_object_is_a_kernel():
+    x = np.random.default_rng(1).standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(nki.jit(_Doubler())(x), x * 2)
