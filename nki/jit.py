@@ -220,7 +220,17 @@ class Kernel:
 
             # traced outside the lock (tracing state is per thread, and a kernel may call
             # another kernel while tracing); the first finished trace of a key wins
-            traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            try:
+                traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            except RecursionError:
+                code = self.fn.__code__
+                raise NKIError(
+                    f"kernel '{self.fn.__name__}' calls itself (directly or through another "
+                    "kernel) without end: NKI kernels cannot recurse; unroll with "
+                    "nl.static_range or call a helper function instead",
+                    code="err_kernel_recursion",
+                    loc=SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__),
+                ) from None
             with self._cache_lock:
                 ir = self._cache.setdefault(key, traced)
                 if ir is traced:

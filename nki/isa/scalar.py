@@ -96,7 +96,9 @@ def _activation(
 
     from ..language import core as _core
 
-    if op is _core.copy or op is np.copy:  # nl.copy doubles as the identity activation
+    if (
+        getattr(op, "__wrapped__", op) is _core.copy or op is np.copy
+    ):  # nl.copy doubles as the identity activation
         op = "copy"
     fn = alu_op(op, api, "op")
     if fn.arity != 1 or "scalar" not in fn.engines:
