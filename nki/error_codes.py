@@ -46,6 +46,7 @@ ERROR_CODES: dict[str, str] = {
     "err_exceed_max_supported_dimension": "an operand of higher rank than the instruction accepts",
     "err_insufficient_rank": "an on-chip tile without a partition and a free dimension",
     "err_unsupported_tile_rank": "an operand that must be a 2-D tile has another rank",
+    "err_readonly_output": "a read-only array passed for a parameter the kernel writes",
     "err_kernel_recursion": "a kernel that calls itself without end",
     "err_invalid_shape": "a tensor shape that is not a tuple of integers",
     "err_broadcast_shape_mismatch": "operand shapes that do not broadcast together",

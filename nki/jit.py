@@ -222,14 +222,20 @@ class Kernel:
             # another kernel while tracing); the first finished trace of a key wins
             try:
                 traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
-            except RecursionError:
+            except RecursionError as e:
                 code = self.fn.__code__
+                tb, line = e.__traceback__, code.co_firstlineno
+                while tb is not None:  # the kernel's own line that calls it again
+                    if tb.tb_frame.f_code is code:
+                        line = tb.tb_lineno
+                        break
+                    tb = tb.tb_next
                 raise NKIError(
                     f"kernel '{self.fn.__name__}' calls itself (directly or through another "
                     "kernel) without end: NKI kernels cannot recurse; unroll with "
                     "nl.static_range or call a helper function instead",
                     code="err_kernel_recursion",
-                    loc=SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__),
+                    loc=SrcLoc(code.co_filename, line, 0, self.fn.__name__),
                 ) from None
             with self._cache_lock:
                 ir = self._cache.setdefault(key, traced)

@@ -198,7 +198,10 @@ class Ctx:
         return tuple(full)
 
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
-        """The tile an access reads (storage dtype, tile shape)."""
+        """The tile an access reads (storage dtype, tile shape). ``sel`` may be the mask of a
+        wider tile the operand broadcasts to (a (P, 1) value stored over (P, F))."""
+        if sel is not None and sel.shape != tuple(acc.shape):
+            sel = lanes_of(sel, acc.shape)
         arr = self.array(acc.tensor)
         basic = self._basic(acc) if sel is None else None
         if basic is not None:

@@ -314,6 +314,12 @@ def full(
             code="err_hbm_tensor_with_init_value_not_supported",
             loc=user_loc(),
         )
+    if isinstance(fill_value, (str, bytes)) or fill_value is None:
+        raise NKITypeError(
+            f"nl.full fill_value must be a number, got {fill_value!r}",
+            code="err_unsupported_dtype",
+            loc=user_loc(),
+        )
     t = ndarray(shape, dtype, buffer=buffer, name=name)
     emit("memset", "memset", t.access_(), (const_operand(fill_value),), api="nl.full")
     return t

@@ -60,7 +60,14 @@ def _ds_with_tile(x):
     return out
 
 
+def _full_with_a_string(x):
+    out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.full((128, 4), "x", nl.float32))  # ERR
+    return out
+
+
 CASES = [
+    (_full_with_a_string, "err_unsupported_dtype", "fill_value must be a number, got 'x'"),
     (_ndarray_none, "err_invalid_shape", "got None"),
     (_zeros_nan, "err_invalid_shape", "got nan"),
     (_tensor_scalar_list, "err_unsupported_op", "unsupported op [1, 2]"),
@@ -97,3 +104,46 @@ class _Doubler:
 def test_callable_object_is_a_kernel():
     x = np.random.default_rng(1).standard_normal((128, 8)).astype(np.float32)
     np.testing.assert_array_equal(nki.jit(_Doubler())(x), x * 2)
+
+
+def test_recursive_kernel_is_a_located_error():
+    @nki.jit
+    def calls_itself(x):
+        return calls_itself(x)
+
+    with pytest.raises(NKIError) as e:
+        calls_itself(X)
+    assert e.value.code == "err_kernel_recursion"
+    assert "'calls_itself' calls itself" in e.value.message
+    assert e.value.loc.line == inspect.getsourcelines(calls_itself.fn)[1] + 1
+
+
+def test_read_only_output_parameter_is_reported_before_running():
+    @nki.jit
+    def copy_into(a, out):
+        nl.store(out, nl.load(a))
+
+    out = np.zeros((128, 8), np.float32)
+    out.flags.writeable = False
+    with pytest.raises(NKIError) as e:
+        copy_into(X, out)
+    assert e.value.code == "err_readonly_output"
+    assert "argument 'out'" in e.value.message and e.value.loc is not None
+    assert e.value.loc.file == __file__
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_masked_store_broadcasting_a_column_over_a_wider_range(backend):
+    @nki.jit(backend=backend)
+    def spread(x):
+        out = nl.ndarray((128, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.zeros((128, 2), nl.float32))
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(2)[None, :]
+        nl.store(out[ip, jf], value=nl.load(x[:, 0:1]), mask=(ip < 100))
+        return out
+
+    x = np.random.default_rng(4).standard_normal((128, 4)).astype(np.float32)
+    ref = np.zeros((128, 2), np.float32)
+    ref[:100] = x[:100, 0:1]
+    np.testing.assert_array_equal(spread(x), ref)
