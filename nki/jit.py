@@ -419,7 +419,8 @@ class Launch:
             ) from None
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
-            if isinstance(v, np.generic) or (
+            # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
+            if not isinstance(v, np.generic) and (
                 hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)

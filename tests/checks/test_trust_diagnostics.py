@@ -175,3 +175,27 @@ def test_masked_ragged_gather_and_atomic_rmw_are_not_uninitialised_reads(checks)
     ref = table.copy()
     np.add.at(ref, ids[:, 0], vals[:N_VALID])
     np.testing.assert_allclose(t, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_numpy_scalar_argument_is_a_compile_time_scalar():
+    @nki.jit
+    def clamp_below(x, imm):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.maximum(nl.load(x), imm))
+        return out
+
+    x = np.random.default_rng(8).standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(clamp_below(x, np.float32("-inf")), x)
+    np.testing.assert_array_equal(clamp_below(x, np.float32(0.25)), np.maximum(x, 0.25))
+    assert clamp_below.trace_count == 2
+
+
+def test_out_of_bounds_indirect_dma_is_an_index_error():
+    x = np.ones((128, 8), np.float32)
+    ids = np.full((128, 1), 500, np.int32)
+    with pytest.raises(IndexError) as e:  # classic code catches IndexError
+        nki.jit(_oob_gather)(x, ids)
+    assert isinstance(e.value, NKIError)
+    assert e.value.loc.line == _line_of(_oob_gather, "rows = nl.load(")
+    assert issubclass(nki.errors.NKITypeError, TypeError)
+    assert issubclass(nki.errors.NKIShapeError, ValueError)
