@@ -66,7 +66,21 @@ def _full_with_a_string(x):
     return out
 
 
+def _int_of_a_tile(x):
+    t = nl.load(x)
+    n = int(t[0, 0])  # ERR
+    return n
+
+
+def _float_of_a_tile(x):
+    t = nl.load(x)
+    v = float(t)  # ERR
+    return v
+
+
 CASES = [
+    (_int_of_a_tile, "err_dynamic_control_flow_not_supported", "int() of a tile"),
+    (_float_of_a_tile, "err_dynamic_control_flow_not_supported", "float() of a tile"),
     (_full_with_a_string, "err_unsupported_dtype", "fill_value must be a number, got 'x'"),
     (_ndarray_none, "err_invalid_shape", "got None"),
     (_zeros_nan, "err_invalid_shape", "got nan"),
