@@ -46,6 +46,9 @@ ERROR_CODES: dict[str, str] = {
     "err_exceed_max_supported_dimension": "an operand of higher rank than the instruction accepts",
     "err_insufficient_rank": "an on-chip tile without a partition and a free dimension",
     "err_unsupported_tile_rank": "an operand that must be a 2-D tile has another rank",
+    "err_readonly_output": "a read-only array passed for a parameter the kernel writes",
+    "err_kernel_recursion": "a kernel that calls itself without end",
+    "err_invalid_shape": "a tensor shape that is not a tuple of integers",
     "err_broadcast_shape_mismatch": "operand shapes that do not broadcast together",
     "err_store_dst_shape_smaller_than_other_shape": "a destination smaller than (or "
     "incompatible with) the value written into it",
@@ -150,6 +153,8 @@ ERROR_CODES: dict[str, str] = {
     "err_spmd_write_race": "two grid instances write the same shared-HBM elements",
     "err_uninitialized_read": "a value read (or stored to HBM) before anything wrote it "
     '(`checks="full"`)',
+    "err_unwritten_output": "an element of a kernel output that no instruction wrote "
+    '(`checks="full"`; NaN in the result)',
     "err_collective_mismatch": "instances of a collective's group that do not all reach it",
     "err_runtime": "an instruction failed while the simulator executed it",
     "err_internal": "an internal inconsistency in the simulator (please report the kernel)",

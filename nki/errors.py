@@ -165,16 +165,18 @@ class NKIError(Exception):
         return self._format()
 
 
-class NKITypeError(NKIError):
-    """Wrong dtype, wrong argument type or an op/engine that does not accept a dtype."""
+class NKITypeError(NKIError, TypeError):
+    """Wrong dtype, wrong argument type or an op/engine that does not accept a dtype. Also a
+    ``TypeError`` (``except TypeError`` keeps working, as with the classic simulator)."""
 
 
-class NKIShapeError(NKIError):
-    """Partition / free size limits and shape mismatches."""
+class NKIShapeError(NKIError, ValueError):
+    """Partition / free size limits and shape mismatches. Also a ``ValueError``."""
 
 
-class NKIIndexError(NKIError):
-    """Illegal index expressions and out-of-bounds accesses."""
+class NKIIndexError(NKIError, IndexError):
+    """Illegal index expressions and out-of-bounds accesses. Also an ``IndexError``, so
+    ``except IndexError`` around an out-of-bounds indirect DMA works as it did classically."""
 
     default_code = "err_tensor_access_out_of_bound"
 

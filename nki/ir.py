@@ -16,6 +16,7 @@ capacity, loop-carried dependencies) without running the kernel.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -411,12 +412,21 @@ class KernelIR:
     loc: SrcLoc | None = None
     # input parameters a current-API kernel writes: copied back to the caller's arrays
     writes_back: tuple[str, ...] = ()
+    # the API generation the trace decided ("classic" / "current"; None: undecided)
+    generation: str | None = None
     _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
 
     def tensor(self, name: str) -> TensorDecl:
         if not self._by_name:
             self._by_name.update({t.name: t for t in self.tensors})
         return self._by_name[name]
+
+    def label(self, name: str) -> str:
+        """How messages name tensor ``name``: see :func:`tensor_label`."""
+        try:
+            return tensor_label(self.tensor(name))
+        except KeyError:
+            return f"'{name}'"
 
     def walk(self) -> Iterator[tuple[Node, tuple[Loop, ...]]]:
         """Every node with the loops that enclose it (outermost first)."""
@@ -458,3 +468,23 @@ class KernelIR:
         outs = ", ".join(self.outputs)
         lines.append(f"  return {outs}" if self.returns_outputs else f"  # writes {outs}")
         return "\n".join(lines)
+
+
+_ASSIGNED = re.compile(r"\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=\s*")
+_NAME_KW = re.compile(r"\bname\s*=\s*[\"']([^\"']+)[\"']")
+
+
+def tensor_label(decl: TensorDecl) -> str:
+    """The user's name for a tensor in messages: a parameter's name, the ``name=`` given at
+    creation, or the variable the creating call is assigned to (``out = nl.ndarray(...)``);
+    otherwise the internal name with the line that created it (``'sb3' (created at line 12)``)."""
+    if decl.kind == "param" or decl.loc is None:
+        return f"'{decl.name}'"
+    line = decl.loc.source_line()
+    m = _NAME_KW.search(line)
+    if m is not None:
+        return f"'{m.group(1)}'"
+    m = _ASSIGNED.match(line)
+    if m is not None and m.end() == decl.loc.col:  # the tensor is the assigned value itself
+        return f"'{m.group(1)}'"
+    return f"'{decl.name}' (created at line {decl.loc.line})"

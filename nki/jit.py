@@ -9,6 +9,7 @@ import functools
 import inspect
 import math
 import os
+import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -127,6 +128,12 @@ def _dispatch(launch: Launch, modules: set[str], args: tuple, kwargs: dict) -> A
 
 
 def _static_key(v: object) -> object:
+    """A cache key for a compile-time argument. Floats are keyed by their exact bits so that
+    ``0.0`` and ``-0.0`` trace separately and a NaN (never equal to itself) hits the cache."""
+    if isinstance(v, (float, np.floating)):
+        return ("f", type(v).__name__, float(v).hex() if not math.isnan(v) else "nan")
+    if isinstance(v, (tuple, list)):
+        return ("s", type(v).__name__, tuple(_static_key(e) for e in v))
     try:
         hash(v)
         return ("v", type(v).__name__, v)
@@ -148,10 +155,19 @@ class Kernel:
         if isinstance(fn, Kernel):
             fn = fn.fn
         if not callable(fn):
-            raise NKITypeError(f"nki.jit expects a function, got {type(fn).__name__}")
+            raise NKITypeError(
+                f"nki.jit expects a function, got {type(fn).__name__}",
+                code="err_invalid_mode",
+                loc=user_loc(),
+            )
+        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+        if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and inspect.ismethod(call):
+            fn = call  # a callable object: its bound __call__ is the kernel
         if mode not in MODES:
             raise NKIError(
-                f"unknown nki.jit mode {mode!r}; expected one of {MODES}", code="err_invalid_mode"
+                f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
+                code="err_invalid_mode",
+                loc=user_loc(),
             )
         self.fn = fn
         self.mode = mode
@@ -167,8 +183,7 @@ class Kernel:
         self.api: str | None = api
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
-        self._generations: dict[int, str | None] = {}  # id(traced IR) -> its API generation
-        self._last_generation: str | None = None
+        self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
@@ -214,18 +229,38 @@ class Kernel:
             else:
                 key_parts.append((name, "S", _static_key(v)))
         key = tuple(key_parts)
-        ir = self._cache.get(key)
+        with self._cache_lock:
+            ir = self._cache.get(key)
         if ir is None:
-            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
-            self._cache[key] = ir
-            self._generations[id(ir)] = self._last_generation
-            self.trace_count += 1
+            # traced outside the lock (tracing state is per thread, and a kernel may call
+            # another kernel while tracing); the first finished trace of a key wins
+            try:
+                traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            except RecursionError as e:
+                code = self.fn.__code__
+                tb, line = e.__traceback__, code.co_firstlineno
+                while tb is not None:  # the kernel's own line that calls it again
+                    if tb.tb_frame.f_code is code:
+                        line = tb.tb_lineno
+                        break
+                    tb = tb.tb_next
+                raise NKIError(
+                    f"kernel '{self.fn.__name__}' calls itself (directly or through another "
+                    "kernel) without end: NKI kernels cannot recurse; unroll with "
+                    "nl.static_range or call a helper function instead",
+                    code="err_kernel_recursion",
+                    loc=SrcLoc(code.co_filename, line, 0, self.fn.__name__),
+                ) from None
+            with self._cache_lock:
+                ir = self._cache.setdefault(key, traced)
+                if ir is traced:
+                    self.trace_count += 1
         self.last_ir = ir
         return ir
 
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""
-        return self._generations.get(id(ir), self.api)
+        return ir.generation or self.api
 
     def _param_dtype(self, name: str, v: np.ndarray) -> str:
         try:
@@ -279,7 +314,6 @@ class Kernel:
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
                 ret = self.fn(*b2.args, **b2.kwargs)
             outputs, returns = self._outputs(st, ret)
-        self._last_generation = st.generation
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
             writes_back = tuple(p for p in st.params if p in _written_bases(st))
@@ -306,6 +340,7 @@ class Kernel:
             target.name,
             def_loc,
             writes_back,
+            st.generation,
         )
 
     def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
@@ -404,7 +439,8 @@ class Launch:
             ) from None
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
-            if isinstance(v, np.generic) or (
+            # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
+            if not isinstance(v, np.generic) and (
                 hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)

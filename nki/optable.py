@@ -522,7 +522,10 @@ def lookup(op: object) -> Op:
     """Resolve an ``op=`` argument: an nl function, a NumPy ufunc / function, or a name."""
     name = getattr(op, "__nki_op__", None)
     if name is None:
-        name = _NUMPY_NAMES.get(op)  # type: ignore[arg-type]
+        try:
+            name = _NUMPY_NAMES.get(op)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable value (a list...) is no op
+            name = None
     if name is None and isinstance(op, str):
         name = op
     if name is None or name not in OPS:

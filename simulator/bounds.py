@@ -3,7 +3,7 @@ ranges and grid extents must stay inside the tensor (the real compiler rejects i
 
 from __future__ import annotations
 
-from nki.errors import NKIIndexError
+from nki.errors import NKIError, NKIIndexError
 from nki.ir import Access, KernelIR, Loop, PidSym, Sym
 
 
@@ -30,11 +30,30 @@ def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], 
             )
 
 
+def _check_in_scope(acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
+    """An iterator used outside its loop (``list(nl.affine_range(n))``, ``next(iter(...))``)
+    has no value where the instruction runs."""
+    for e in acc.index:
+        for s in e.base.symbols():
+            if s not in ranges:
+                raise NKIError(
+                    f"'{instr.api or instr.op}' uses the iterator of a loop it is not inside "
+                    f"(index {e} of '{acc.tensor}'): a loop iterator exists only inside the "
+                    "`for` statement over nl.affine_range / sequential_range; iterate the range "
+                    "directly instead of list(...), next(iter(...)) or keeping the iterator",
+                    code="err_local_variable_used_out_of_scope",
+                    loc=instr.loc,
+                )
+
+
 def check_bounds(ir: KernelIR) -> None:
     for instr, loops in ir.instructions():
+        ranges = _ranges(ir, loops)
+        for a in (instr.dst, *instr.srcs):
+            if isinstance(a, Access):
+                _check_in_scope(a, ranges, instr)
         if instr.mask is not None:
             continue  # masked accesses may reach past the edge; checked at run time
-        ranges = _ranges(ir, loops)
         for a in (instr.dst, *instr.srcs):
             if isinstance(a, Access):
                 check_access(ir, a, ranges, instr)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from nki.errors import NKIError
 from nki.ir import KernelIR
 
 from . import batched, interpreter, numba_backend
@@ -70,6 +71,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         static_checks(ir, config)
     else:
         check_hbm(ir, config.target)  # always: an oversized HBM tensor would exhaust the host
+    _check_writable(ir, arguments)
     written = written_params(ir)  # parameters the kernel only reads are not copied
     inputs = {
         name: storage_input(arguments[name], ir.tensor(name).dtype, config, name in written)
@@ -91,3 +93,17 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         if name in ir.params:
             arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
     return (outs[0] if len(outs) == 1 else tuple(outs)), info
+
+
+def _check_writable(ir: KernelIR, arguments: Mapping[str, Any]) -> None:
+    """Caller arrays the kernel writes in place (legacy outputs, mutable parameters) must be
+    writable: checked before the run rather than failing after it."""
+    for name in [ir.tensor(n).alias_of or n for n in ir.outputs] + list(ir.writes_back):
+        arr = arguments.get(name) if name in ir.params else None
+        if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+            raise NKIError(
+                f"argument '{name}' is written by the kernel (an output parameter) but the "
+                "array passed for it is read-only; pass a writable array (e.g. arr.copy())",
+                code="err_readonly_output",
+                loc=ir.loc,
+            )

@@ -94,6 +94,7 @@ class Ctx:
         self.instr: Instr | None = None
         self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
         self.poison = Poison()
+        self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
 
     # ---- storage --------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -176,7 +177,8 @@ class Ctx:
                 lo, hi = int(vv.min()), int(vv.max())
             if lo < 0 or hi >= n:
                 raise NKIIndexError(
-                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index "
+                    f"out-of-bound access for tensor {self.ir.label(acc.tensor)} on dimension "
+                    f"{dim}: index "
                     f"range [{lo}, {hi}] exceeds the dimension size of {n}",
                     code="err_tensor_access_out_of_bound",
                 )
@@ -186,7 +188,7 @@ class Ctx:
         access touches; masked-out lanes point at element 0 and are not checked."""
         idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
         for dim, ind in acc.indirect:
-            isel = sel if sel is not None and ind.shape == sel.shape else None  # (P,1) index tiles
+            isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
             vals = self.read(ind, isel).astype(np.int64)
             idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
         self._check_bounds(acc, idx, sel)
@@ -196,7 +198,10 @@ class Ctx:
         return tuple(full)
 
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
-        """The tile an access reads (storage dtype, tile shape)."""
+        """The tile an access reads (storage dtype, tile shape). ``sel`` may be the mask of a
+        wider tile the operand broadcasts to (a (P, 1) value stored over (P, F))."""
+        if sel is not None and sel.shape != tuple(acc.shape):
+            sel = lanes_of(sel, acc.shape)
         arr = self.array(acc.tensor)
         basic = self._basic(acc) if sel is None else None
         if basic is not None:
@@ -223,7 +228,8 @@ class Ctx:
             else "was never written before this instruction reads it"
         )
         raise NKIRuntimeError(
-            f"read of uninitialised memory: '{acc.tensor}' element {pos} of the tile {acc} {how}",
+            f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the tile "
+            f"{acc} {how}",
             code="err_uninitialized_read",
             related=(("computed from uninitialised memory", origin),) if origin else (),
         )
@@ -247,6 +253,8 @@ class Ctx:
             with np.errstate(all="ignore"):
                 vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        if self.full_checks and self.instr is not None and self.instr.loc is not None:
+            self.writers.setdefault(decl.alias_of or acc.tensor, set()).add(self.instr.loc.line)
         basic = self._basic(acc) if sel is None else None
         if basic is not None:
             self._check_bounds(acc, list(_slice_ends(basic)), None)
@@ -291,6 +299,18 @@ class Ctx:
         if isinstance(src, IndexExpr):
             return np.asarray(eval_index(src, self.env), dtype=np.int64)
         raise NKIRuntimeError(f"unsupported operand {src!r}")
+
+
+def lanes_of(sel: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The mask ``sel`` of a tile seen by an operand of ``shape`` that broadcasts to it: an
+    operand element is used when any lane it broadcasts to is selected (None: unmasked, or an
+    operand that does not broadcast axis by axis)."""
+    if sel is None or sel.shape == tuple(shape):
+        return sel
+    if len(shape) != sel.ndim or any(n not in (1, m) for n, m in zip(shape, sel.shape)):
+        return None
+    axes = tuple(d for d, (n, m) in enumerate(zip(shape, sel.shape)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True)
 
 
 def _slice_ends(basic: tuple[Any, ...]) -> Iterable[Any]:

@@ -95,8 +95,8 @@ def _activation(
     mask: Any,
     dtype: Any,
 ) -> NkiTensor:
-    if op is _core.copy or op is np.copy:  # nl.copy doubles as the identity activation
-        op = "copy"
+    if getattr(op, "__wrapped__", op) is _core.copy or op is np.copy:
+        op = "copy"  # nl.copy doubles as the identity activation
     fn = alu_op(op, api, "op")
     if fn.arity != 1 or "scalar" not in fn.engines:
         raise NKIError(

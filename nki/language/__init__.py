@@ -196,3 +196,7 @@ __all__ = [
     "var",
     "where",
 ]
+
+from .keywords import check_module as _check_module  # noqa: E402
+
+_check_module(globals(), __all__)  # unknown keywords of nl.* calls are located errors

@@ -256,8 +256,14 @@ def ds(start: Any, size: int) -> DynSlice:
 
 
 def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
-    if isinstance(shape, int):
+    if hasattr(shape, "__index__"):
         shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise NKITypeError(
+            f"a tensor shape must be a tuple of integers, got {shape!r}",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
     dims, par = [], 0
     for i, s in enumerate(shape):
         if isinstance(s, par_dim):
@@ -366,6 +372,12 @@ def full(
             "HBM tensors cannot be created with an initial value; create an SBUF tile and "
             "nl.store it",
             code="err_hbm_tensor_with_init_value_not_supported",
+            loc=user_loc(),
+        )
+    if isinstance(fill_value, (str, bytes)) or fill_value is None:
+        raise NKITypeError(
+            f"nl.full fill_value must be a number, got {fill_value!r}",
+            code="err_unsupported_dtype",
             loc=user_loc(),
         )
     t = ndarray(shape, dtype, buffer=buffer, name=name)

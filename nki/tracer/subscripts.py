@@ -37,7 +37,10 @@ def _scalar_aff(x: object, what: str) -> Affine | None:
         and not isinstance(x, _Traced)
         and not isinstance(x, tensors.TileOps)
     ):
-        return Affine.constant(int(x.__index__()))  # numpy integers
+        try:
+            return Affine.constant(int(x.__index__()))  # numpy integers
+        except TypeError:  # an array that is not one integer: not a valid start
+            return None
     return None
 
 
@@ -104,8 +107,14 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affin
     if isinstance(k, DynSlice):
         start = _scalar_aff(k.start, what)
         if start is None:
+            got = type(k.start).__name__ if isinstance(k.start, tensors.TileOps) else repr(k.start)
             raise NKIIndexError(
-                f"nl.ds start must be an integer expression, got {k.start!r}", loc=user_loc()
+                f"nl.ds start must be a compile-time integer, a loop iterator / program id or "
+                f"an affine expression of them, got {got}; for an offset held in a tile "
+                "(data-dependent), index with the tile itself (an indirect access, "
+                "t[idx_tile, ...])",
+                code="err_unsupported_index_expression",
+                loc=user_loc(),
             )
         return start, k.size, k.step
     step = 1 if k.step is None else _scalar_aff(k.step, what)

@@ -130,6 +130,24 @@ class TileOps:
             loc=user_loc(),
         )
 
+    def __int__(self) -> int:
+        raise NKIControlFlowError(
+            "int() of a tile: its values exist only when the kernel runs, not while it is "
+            "traced; keep it a tile (use it as an operand, an indirect index t[idx, ...] or a "
+            "mask) or pass the number to the kernel as a Python scalar",
+            code="err_dynamic_control_flow_not_supported",
+            loc=user_loc(),
+        )
+
+    def __float__(self) -> float:
+        raise NKIControlFlowError(
+            "float() of a tile: its values exist only when the kernel runs, not while it is "
+            "traced; keep it a tile (use it as an operand) or pass the number to the kernel as "
+            "a Python scalar",
+            code="err_dynamic_control_flow_not_supported",
+            loc=user_loc(),
+        )
+
     def __iter__(self):
         raise NKIControlFlowError(
             "a tile cannot be iterated in Python; index it with nl.arange / slices",

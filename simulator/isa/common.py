@@ -173,16 +173,34 @@ def accumulators(ctx: Ctx, engine: str, cmd: str, op: str, partial: np.ndarray |
     regs = regs.copy()
     if cmd == "reset":
         regs[:] = ident
+        ctx.state[key + ".set"] = True
     elif cmd in ("reset_reduce", "load_reduce") and partial is not None:
         regs[:] = ident
         regs[:p] = partial
+        ctx.state[key + ".set"] = True
     elif cmd == "reduce" and partial is not None:
         regs[:p] = M.alu(op, regs[:p], partial)
     ctx.state[key] = regs
     return regs[:p]
 
 
-def write_res(ctx: Ctx, instr: Instr, key: str, values: np.ndarray) -> None:
+def write_res(
+    ctx: Ctx, instr: Instr, key: str, values: np.ndarray, engine: str | None = None
+) -> None:
+    """Write a secondary output (``reduce_res``). When it copies the ``engine``'s accumulator
+    registers and no instruction has set them yet (e.g. the default ``reduce_cmd='idle'``), the
+    result is uninitialised: under ``checks="full"`` reading it later is reported."""
     acc = instr.attr(key)
-    if acc is not None:
+    if acc is None:
+        return
+    unset = engine is not None and not ctx.state.get(f"accumulators.{engine}.set")
+    if not (unset and ctx.full_checks):
         ctx.write(acc, np.asarray(values).reshape(acc.shape))
+        return
+    poison = ctx.poison
+    saved = poison.mask, poison.root
+    poison.mask, poison.root = np.ones(acc.shape, dtype=bool), instr.loc
+    try:
+        ctx.write(acc, np.asarray(values).reshape(acc.shape))
+    finally:
+        poison.mask, poison.root = saved

@@ -32,5 +32,5 @@ def _activation(instr: Instr, ctx: Ctx) -> None:
             M.free_reduce(rop, y) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
         )
         regs = accumulators(ctx, "scalar", cmd, rop, partial, p)
-        write_res(ctx, instr, "reduce_res", regs)
+        write_res(ctx, instr, "reduce_res", regs, "scalar")
     store(instr, ctx, y)

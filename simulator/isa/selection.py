@@ -82,7 +82,8 @@ def _vector_accumulate(instr: Instr, ctx: Ctx, r: np.ndarray, p: int) -> None:
     partial = (
         M.free_reduce("maximum", r) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
     )
-    write_res(ctx, instr, "reduce_res", accumulators(ctx, "vector", cmd, "maximum", partial, p))
+    regs = accumulators(ctx, "vector", cmd, "maximum", partial, p)
+    write_res(ctx, instr, "reduce_res", regs, "vector")
 
 
 @executes("isa", "range_select")

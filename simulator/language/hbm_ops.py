@@ -11,7 +11,7 @@ from nki.optable import OPS
 
 from .. import numerics
 from ..executors import executes
-from ..memory import Ctx
+from ..memory import Ctx, lanes_of
 from .common import is_int_access
 
 
@@ -42,7 +42,8 @@ def _atomic_rmw(instr: Instr, ctx: Ctx) -> None:
         value = np.asarray(src.value, dtype=np.int64 if exact else np.float32)
     else:
         exact = is_int_access(src, ctx) and int_dst
-        value = numerics.to_compute(ctx.read(src), exact_int=exact)
+        # masked-off lanes of the value are never read (not an uninitialised read)
+        value = numerics.to_compute(ctx.read(src, lanes_of(sel, src.shape)), exact_int=exact)
     vals = np.broadcast_to(value, dst.shape)
     idx = ctx.indices(dst, sel)
     if sel is not None:

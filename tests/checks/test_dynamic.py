@@ -227,7 +227,7 @@ def test_reading_unwritten_output_hbm_is_an_uninitialised_read():
         checks="full",
         cls=NKIRuntimeError,
         code="err_uninitialized_read",
-        values=["'hbm", "(0, 4)"],
+        values=["'out' element (0, 4)"],
     )
 
 

@@ -28,6 +28,12 @@ BREAKS = (
     "immutable",
     "col_oob",
     "neg_index",
+    # argument checking and full-check paths of issue 13
+    "bad_kwarg",
+    "bad_shape",
+    "iter_escape",
+    "ds_tile",
+    "unwritten",
 )
 OPS = {
     "add": (nl.add, np.add),
@@ -74,6 +80,8 @@ def kernels(draw):
         extra=draw(st.integers(1, 3)),
         target=draw(st.sampled_from(["trn1", "trn2", "trn3"])),
         shuffle=draw(st.sampled_from([None, 0, 7])),
+        typo=draw(st.sampled_from(["msk", "maks", "dtyp", "dype"])),
+        bad_shape=draw(st.sampled_from([None, float("nan"), "x", 1.5])),
     )
     return p
 
@@ -89,12 +97,19 @@ def build(p):
         col = j * cg + jf
         if brk == "col_oob":
             col = col + p["extra"] + (p["g"] - 1) * cg
-        for i in nl.affine_range(n):
+        if brk == "bad_shape":
+            nl.ndarray(p["bad_shape"], dtype=nl.float32, buffer=nl.sbuf)
+        loops = list(nl.affine_range(n)) if brk == "iter_escape" else nl.affine_range(n)
+        for i in loops:
             row = i * tp + ip
             if brk == "neg_index":
                 row = row - p["extra"]
             m = None if brk == "nomask" or rows % tp == 0 else (row < rows)
+            if brk == "bad_kwarg":
+                x = nl.load(a[row, col], **{p["typo"]: m})
             x = nl.load(a[row, col], mask=m)
+            if brk == "ds_tile":
+                x = nl.load(a[row, nl.ds(nl.load(a[0:1, 0:1]), cg)])
             if brk == "load_sbuf":
                 x = nl.load(x)
             if brk == "mismatch":
@@ -122,6 +137,8 @@ def build(p):
                 nl.store(out[i * tp : i * tp + max(1, tp // 2), 0:cg], value=z)
             elif brk == "immutable":
                 nl.store(a[row, col], value=z, mask=m)
+            elif brk == "unwritten":
+                nl.store(out[row, col], value=z, mask=(row < rows - 1))
             elif brk == "loop_carried":
                 nl.store(out[ip, col], value=z, mask=(ip < rows))
             else:
@@ -129,7 +146,7 @@ def build(p):
         return out
 
     opts = {"platform_target": p["target"], "shuffle_seed": p["shuffle"]}
-    if brk == "uninit":
+    if brk in ("uninit", "unwritten"):
         opts["checks"] = "full"
     if brk == "sbuf_cap":
         opts["platform_target"] = "trn1"

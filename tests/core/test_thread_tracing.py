@@ -124,3 +124,101 @@ def test_one_kernel_called_from_many_threads():
     # the cache holds only correct traces afterwards
     for s in (1.5, -2.0, 7.0):
         np.testing.assert_array_equal(scale(x, s), x * np.float32(s))
+
+
+def _scale_kernel():
+    @nki.jit
+    def scale(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(x), s))
+        return out
+
+    return scale
+
+
+def test_negative_zero_static_arg_is_its_own_trace():
+    scale = _scale_kernel()
+    x = np.ones((4, 8), np.float32)
+    assert not np.signbit(scale(x, 0.0)).any()
+    got = scale(x, -0.0)
+    assert np.signbit(got).all() and (got == 0).all()
+    assert scale.trace_count == 2
+
+
+def test_nan_static_arg_traces_once():
+    scale = _scale_kernel()
+    x = np.ones((4, 8), np.float32)
+    for _ in range(3):
+        assert np.isnan(scale(x, float("nan"))).all()
+    assert scale.trace_count == 1
+
+
+def test_threads_by_kernels_by_shapes_stress():
+    """Six threads call three kernels on three shapes with distinct scalars, with Python
+    switching threads as often as it can; every result is compared with NumPy."""
+
+    @nki.jit
+    def mul(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(x), s))
+        return out
+
+    @nki.jit
+    def add_rowmax(x, s):
+        out = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.add(nl.load(x), s)
+        nl.store(out, value=nl.max(t, axis=1, keepdims=True))
+        return out
+
+    @nki.jit
+    def tiled_sub(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[1] // 8):
+            t = nl.load(x[:, i * 8 : (i + 1) * 8])
+            nl.store(out[:, i * 8 : (i + 1) * 8], value=nl.subtract(t, s))
+        return out
+
+    refs = {
+        "mul": (mul, lambda x, s: x * np.float32(s)),
+        "add_rowmax": (add_rowmax, lambda x, s: (x + np.float32(s)).max(axis=1, keepdims=True)),
+        "tiled_sub": (tiled_sub, lambda x, s: x - np.float32(s)),
+    }
+    rng = np.random.default_rng(11)
+    shapes = [(32, 16), (64, 8), (128, 24)]
+    xs = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    failures: list[str] = []
+
+    def run(tid: int) -> None:
+        for j in range(6):
+            s = float(tid * 100 + j) * (-1) ** j
+            for name, (k, ref) in refs.items():
+                x = xs[(tid + j) % len(xs)]
+                try:
+                    got = k(x, s)
+                except Exception as e:  # noqa: BLE001 - collected and asserted below
+                    failures.append(f"{name} s={s}: {e!r}")
+                    continue
+                if not np.array_equal(got, ref(x, s)):
+                    failures.append(f"{name} {x.shape} s={s}: wrong result")
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads)
+    assert not failures, failures[:5]
+    # each (kernel, shape, scalar) was traced exactly once
+    assert mul.trace_count + add_rowmax.trace_count + tiled_sub.trace_count == len(
+        {
+            (name, xs[(t + j) % 3].shape, float(t * 100 + j) * (-1) ** j)
+            for t in range(6)
+            for j in range(6)
+            for name in refs
+        }
+    )
