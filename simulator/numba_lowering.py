@@ -16,59 +16,14 @@ import numpy as np
 
 from nki import dtypes
 from nki.ir import Access, Const, Instr
-from nki.optable import OPS
+from nki.optable import NATIVE, NATIVE_INT_OK, OPS
 
 from .executors import lowers
 from .numba_access import Emitter, Unsupported, broadcastable, f32_literal
 
-# op-table rows computed natively in fp32: each is exact IEEE arithmetic (one rounding), so the
-# result equals NumPy's. ``{a}`` / ``{b}`` are fp32 scalar expressions.
-_ONE, _ZERO = "np.float32(1.0)", "np.float32(0.0)"
-
-
-def _cmp(expr: str) -> str:
-    return f"({_ONE} if ({expr}) else {_ZERO})"
-
-
-NATIVE: dict[str, str] = {
-    "add": "np.float32({a} + {b})",
-    "subtract": "np.float32({a} - {b})",
-    "multiply": "np.float32({a} * {b})",
-    "divide": "np.float32({a} / {b})",
-    "maximum": "fmax({a}, {b})",
-    "minimum": "fmin({a}, {b})",
-    "equal": _cmp("{a} == {b}"),
-    "not_equal": _cmp("{a} != {b}"),
-    "greater": _cmp("{a} > {b}"),
-    "greater_equal": _cmp("{a} >= {b}"),
-    "less": _cmp("{a} < {b}"),
-    "less_equal": _cmp("{a} <= {b}"),
-    "logical_and": _cmp("({a} != 0) and ({b} != 0)"),
-    "logical_or": _cmp("({a} != 0) or ({b} != 0)"),
-    "logical_xor": _cmp("({a} != 0) != ({b} != 0)"),
-    "logical_not": _cmp("{a} == 0"),
-    "abs": "np.float32(abs({a}))",
-    "negative": "np.float32(-{a})",
-    "sign": "fsign({a})",
-    "ceil": "np.float32(np.ceil({a}))",
-    "floor": "np.float32(np.floor({a}))",
-    "trunc": "np.float32(np.trunc({a}))",
-    "sqrt": "np.float32(np.sqrt({a}))",
-    "rsqrt": "np.float32(np.float32(1.0) / np.float32(np.sqrt({a})))",
-    "reciprocal": "np.float32(np.float32(1.0) / {a})",
-    "square": "np.float32({a} * {a})",
-    "relu": "fmax({a}, np.float32(0.0))",
-    "copy": "{a}",
-}
-
-# rows the interpreter runs in exact int64 when every operand is integral (bool tiles, small
-# integer constants): on 0/1 values and integers below 2**24 fp32 gives the same numbers
-_EXACT_OK = {
-    "add", "subtract", "multiply", "maximum", "minimum", "equal", "not_equal", "greater",
-    "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
-    "logical_not", "abs", "negative", "sign", "square", "copy",
-}  # fmt: skip
-
+# Op-table rows are computed natively in fp32 from the table's ``native`` column (NATIVE: exact
+# IEEE arithmetic, one rounding, so the result equals NumPy's); NATIVE_INT_OK are the rows the
+# interpreter runs in exact int64 when every operand is integral.
 ACCUMULATE = ("add", "subtract", "multiply", "maximum", "minimum")
 
 REDUCE = ("sum", "max", "min")
@@ -199,7 +154,7 @@ def lower_ew(g: Emitter, ins: Instr) -> None:
         if not isinstance(s, (Access, Const)):
             raise Unsupported(f"operand {s!s}")
     if op.exact_int:
-        check_exact(g, ins, ins.op in _EXACT_OK)
+        check_exact(g, ins, ins.op in NATIVE_INT_OK)
     accs = [s for s in ins.srcs if isinstance(s, Access)]
     if ins.op in NATIVE:
         tpl = NATIVE[ins.op]
