@@ -819,10 +819,6 @@ def names(form: str | None = None) -> tuple[str, ...]:
 NAMESPACE: dict[str, Any] = {}
 
 
-def _namespace() -> dict[str, Any]:
-    return NAMESPACE
-
-
 def _resolve(v: Any, ns: dict[str, Any]) -> Any:
     if not isinstance(v, Ref):
         return v
@@ -834,7 +830,7 @@ def _resolve(v: Any, ns: dict[str, Any]) -> Any:
 
 def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspect.Signature:
     """``inspect.Signature`` of one calling form; ``resolve`` evaluates symbolic defaults."""
-    ns = _namespace() if resolve else {}
+    ns = NAMESPACE if resolve else {}
     P = inspect.Parameter
     params = [
         P(
