@@ -12,6 +12,7 @@ from ..language.loops import register_alloc, register_load, register_move, regis
 from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
+from .current_vector import activate2, exponential, tensor_scalar_cumulative
 from .dma import dma_copy, dma_transpose
 from .enums import (
     dge_mode,
@@ -76,6 +77,7 @@ def _take_both_forms() -> None:
 _take_both_forms()
 
 __all__ = [
+    "activate2",
     "activation",
     "activation_reduce",
     "affine_select",
@@ -86,6 +88,7 @@ __all__ = [
     "dma_transpose",
     "dropout",
     "engine",
+    "exponential",
     "get_nc_version",
     "gpsimd_engine",
     "iota",
@@ -119,6 +122,7 @@ __all__ = [
     "tensor_partition_reduce",
     "tensor_reduce",
     "tensor_scalar",
+    "tensor_scalar_cumulative",
     "tensor_scalar_reduce",
     "tensor_tensor",
     "tensor_tensor_scan",

@@ -444,6 +444,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, "
         "reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None",
+        ir_op="activate2",
+        ir_attrs=("engine", "op", "op0", "op1", "reverse0", "reverse1", "reduce_op",
+                  "reduce_cmd", "reduce_res"),
         poison="element", targets=_V4,
     ),
     # --- Tensor ---------------------------------------------------------------------------------
@@ -545,6 +548,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, "
         "name=None",
+        ir_op="tensor_scalar_cumulative", ir_attrs=("engine", "op0", "op1", "reduce_cmd"),
         poison="row",
     ),
     Instruction(
@@ -553,6 +557,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, "
         "reduce_init=0.0, name=None",
+        ir_op="exponential", ir_attrs=("engine", "reduce_cmd", "reduce_res"),
         poison="element", targets=_V4,
     ),
     Instruction(

@@ -58,6 +58,7 @@ from .shaping import (
     static_cast,
     where,
 )
+from .tokens import abs_max, abs_min, bypass, prelu  # op tokens of the current API
 
 # Python operators and methods on tiles (``a + b``, ``t.astype(dt)``) call these
 _TILE_OPERATORS.update(
@@ -195,6 +196,10 @@ __all__ = [
     "transpose",
     "var",
     "where",
+    "abs_max",
+    "abs_min",
+    "bypass",
+    "prelu",
 ]
 
 from .keywords import check_module as _check_module  # noqa: E402
