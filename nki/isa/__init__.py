@@ -12,6 +12,7 @@ from ..language.loops import register_alloc, register_load, register_move, regis
 from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
+from .current_gpsimd import dma_compute, nc_n_gather, nonzero_with_count, topk
 from .current_vector import activate2, exponential, tensor_scalar_cumulative
 from .dma import dma_copy, dma_transpose
 from .enums import (
@@ -84,6 +85,7 @@ __all__ = [
     "bn_aggr",
     "bn_stats",
     "dge_mode",
+    "dma_compute",
     "dma_copy",
     "dma_transpose",
     "dropout",
@@ -99,9 +101,11 @@ __all__ = [
     "nc_find_index8",
     "nc_match_replace8",
     "nc_matmul",
+    "nc_n_gather",
     "nc_stream_shuffle",
     "nc_transpose",
     "nc_version",
+    "nonzero_with_count",
     "oob_mode",
     "range_select",
     "reciprocal",
@@ -126,6 +130,7 @@ __all__ = [
     "tensor_scalar_reduce",
     "tensor_tensor",
     "tensor_tensor_scan",
+    "topk",
     "unknown_engine",
     "vector_engine",
 ]

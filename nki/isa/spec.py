@@ -346,6 +346,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, "
         "name=None",
+        ir_op="dma_compute", ir_attrs=("engine", "oob", "unique"),
         poison="element",
     ),
     # --- GpSimd ---------------------------------------------------------------------------------
@@ -405,17 +406,20 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "nc_n_gather", "gpsimd", ("gpsimd",),
         "dst[p, j] = data[p].flatten()[indices[p, j]] (uint32 indices, all SBUF).",
         classic=None, current="dst, data, indices, name=None",
+        ir_op="nc_n_gather", poison="row",
     ),
     Instruction(
         "nonzero_with_count", "gpsimd", ("gpsimd",),
         "Positions of the nonzero elements of a row plus their count.",
         classic=None, current="dst, src, index_offset=0, padding_val=-1, name=None",
+        ir_op="nonzero_with_count", ir_attrs=("engine", "index_offset", "padding_val"),
         poison="row", targets=_V3,
     ),
     Instruction(
         "topk", "gpsimd", ("gpsimd",),
         "The K largest bf16 values (ascending) and their uint32 indices.",
         classic=None, current="val_dst, idx_dst, src, n, name=None",
+        ir_op="topk", ir_attrs=("engine", "n", "idx_dst"),
         result_current="writes val_dst and idx_dst in place",
     ),
     # --- Scalar ---------------------------------------------------------------------------------
