@@ -13,6 +13,7 @@ from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
 from .current_gpsimd import dma_compute, nc_n_gather, nonzero_with_count, topk
+from .current_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 from .current_vector import activate2, exponential, tensor_scalar_cumulative
 from .dma import dma_copy, dma_transpose
 from .enums import (
@@ -107,9 +108,13 @@ __all__ = [
     "nc_version",
     "nonzero_with_count",
     "oob_mode",
+    "rand2",
+    "rand_get_state",
+    "rand_set_state",
     "range_select",
     "reciprocal",
     "reduce_cmd",
+    "rng",
     "register_alloc",
     "register_load",
     "register_move",
@@ -117,6 +122,7 @@ __all__ = [
     "scalar_engine",
     "scalar_tensor_tensor",
     "select_reduce",
+    "set_rng_seed",
     "sequence_bounds",
     "tensor_copy",
     "tensor_copy_dynamic_dst",

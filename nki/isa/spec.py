@@ -722,28 +722,30 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(
         "rng", "random", ("vector", "gpsimd"),
         "32 random bits per element (low bits kept for narrower integer dtypes).",
-        classic=None, current="dst, engine=engine.vector, name=None",
+        classic=None, current="dst, engine=engine.vector, name=None", ir_op="rng",
     ),
     Instruction(
         "rand2", "random", ("vector",),
         "Uniform fp32 random values in [min, max] (NeuronCore-v4).",
-        classic=None, current="dst, min, max, name=None", targets=_V4,
+        classic=None, current="dst, min, max, name=None", targets=_V4, ir_op="rand2",
     ),
     Instruction(
         "set_rng_seed", "random", ("vector",),
         "Seed the random generator from a [1, 1] 32-bit tile.",
         classic=None, current="src_seeds, name=None", result_current="no result",
+        ir_op="set_rng_seed",
     ),
     Instruction(
         "rand_set_state", "random", ("gpsimd", "vector"),
         "Load the per-lane XORWOW random state.",
         classic=None, current="src_seeds, engine=engine.gpsimd, name=None",
-        targets=_V3, result_current="no result",
+        targets=_V3, result_current="no result", ir_op="rand_set_state",
     ),
     Instruction(
         "rand_get_state", "random", ("gpsimd", "vector"),
         "Store the per-lane XORWOW random state into dst.",
         classic=None, current="dst, engine=engine.gpsimd, name=None", targets=_V3,
+        ir_op="rand_get_state",
     ),
     # --- registers and synchronisation (current API only) ---------------------------------------
     Instruction(
