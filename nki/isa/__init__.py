@@ -13,6 +13,7 @@ from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
 from .current_gpsimd import dma_compute, nc_n_gather, nonzero_with_count, topk
+from .current_mx import nc_matmul_mx, quantize_mx
 from .current_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 from .current_vector import activate2, exponential, tensor_scalar_cumulative
 from .dma import dma_copy, dma_transpose
@@ -102,12 +103,14 @@ __all__ = [
     "nc_find_index8",
     "nc_match_replace8",
     "nc_matmul",
+    "nc_matmul_mx",
     "nc_n_gather",
     "nc_stream_shuffle",
     "nc_transpose",
     "nc_version",
     "nonzero_with_count",
     "oob_mode",
+    "quantize_mx",
     "rand2",
     "rand_get_state",
     "rand_set_state",

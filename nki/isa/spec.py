@@ -483,6 +483,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, "
         "tile_size=None, accumulate=None, name=None",
+        ir_op="nc_matmul_mx", ir_attrs=("engine", "psum_group"), poison="matmul",
         targets=_V4,
     ),
     Instruction(
@@ -717,6 +718,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "quantize_mx", "vector", ("vector",),
         "Quantise bf16/fp16 data to x4 fp8 with per-group e8m0 scales (NeuronCore-v4).",
         classic=None, current="dst, src, dst_scale, name=None",
+        ir_op="quantize_mx", ir_attrs=("engine", "dst_scale"),
         targets=_V4, result_current="writes dst and dst_scale in place",
     ),
     Instruction(

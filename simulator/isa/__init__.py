@@ -6,6 +6,7 @@ an op's result was fused into its destination (``common.check_dst``) and data-de
 
 from . import (  # noqa: F401
     current_gpsimd,
+    current_mx,
     current_random,
     current_vector,
     dma,
