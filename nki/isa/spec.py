@@ -545,7 +545,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, "
         "name=None",
         ir_op="tensor_scalar_reduce",
-        ir_attrs=("engine", "op0", "reverse0", "reduce_op", "reduce_res"), poison="row",
+        ir_attrs=("engine", "op0", "reverse0", "reduce_op", "reduce_res", "reduce_cmd",
+                  "reduce_init", "reduce_res_negate"),
+        poison="row",
     ),
     Instruction(
         "tensor_scalar_cumulative", "vector", ("vector",),

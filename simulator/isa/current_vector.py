@@ -79,7 +79,7 @@ def accumulate(
         regs[:] = IDENTITY[op]
     elif cmd == "reset_reduce":
         regs[:] = IDENTITY[op]
-        regs[:p] = fold(op, regs[:p], partial)
+        regs[:p] = partial
     elif cmd == "load_reduce":
         start = np.broadcast_to(np.asarray(init, dtype=np.float32).reshape(-1), (p,))
         regs[:p] = fold(op, start, partial)

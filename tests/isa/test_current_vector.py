@@ -336,3 +336,34 @@ def test_a_current_only_instruction_in_a_classic_kernel_is_a_mixed_generation_er
         nki.jit(k_classic_then_current, platform_target="trn3", api="classic")(_x())
     assert e.value.code == "err_mixed_api_generations"
     assert "nisa.exponential" in e.value.message
+
+
+def k_tensor_scalar_reduce_registers(a):
+    res = nl.ndarray((64, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    r = _tile((64, 4))
+    y = _tile((64, 32))
+    # reduce_res=None: the sum stays in the Vector registers; the next call adds onto it
+    nisa.tensor_scalar_reduce(y, x, nl.multiply, 2.0, nl.add)
+    nisa.tensor_scalar_reduce(y, x, nl.add, 1.0, nl.add, r[:, 0:1], reduce_cmd=RC.reduce)
+    nisa.tensor_scalar_reduce(
+        y, x, nl.multiply, 1.0, nl.maximum, r[:, 1:2], reduce_cmd=RC.load_reduce,
+        reduce_init=0.5, reduce_res_negate=True,
+    )  # fmt: skip
+    # exponential continues from what tensor_scalar_reduce left (the max, not negated)
+    e = _tile((64, 32))
+    nisa.exponential(e, x, reduce_res=r[:, 2:3], reduce_cmd=RC.reduce)
+    nisa.tensor_scalar_reduce(y, x, nl.multiply, -1.0, nl.minimum, r[:, 3:4])
+    nisa.dma_copy(res, r)
+    return res
+
+
+def test_tensor_scalar_reduce_shares_the_vector_registers_in_the_current_form():
+    a = _x()
+    got = run(k_tensor_scalar_reduce_registers, a, target="trn3")
+    s = (2 * a).sum(axis=1) + (a + 1).sum(axis=1)
+    np.testing.assert_allclose(got[:, 0], s, rtol=1e-5, atol=1e-5)
+    mx = np.maximum(a.max(axis=1), 0.5)
+    np.testing.assert_array_equal(got[:, 1], -mx)
+    np.testing.assert_allclose(got[:, 2], mx + np.exp(a).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(got[:, 3], (-a).min(axis=1))
