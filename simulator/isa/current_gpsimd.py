@@ -21,16 +21,19 @@ from .dma import _in_bounds, _scatter_accumulate
 def _nc_n_gather(instr: Instr, ctx: Ctx) -> None:
     data, index = src_tile(instr, 0), src_tile(instr, 1)
     p = data.shape[0]
-    raw = ctx.read(data).reshape(p, -1)
+    width = int(np.prod(data.shape[1:], dtype=np.int64))
     idx = ctx.read(index).reshape(p, -1).astype(np.int64)
-    bad = idx >= raw.shape[1]
+    bad = idx >= width
     if bad.any():
         r, c = (int(v[0]) for v in np.nonzero(bad))
         raise NKIIndexError(
             f"nisa.nc_n_gather: indices[{r}, {c}] = {int(idx[r, c])} is outside the "
-            f"{raw.shape[1]} elements per partition of 'data' (valid: 0..{raw.shape[1] - 1})",
+            f"{width} elements per partition of 'data' (valid: 0..{width - 1})",
             code="err_tensor_access_out_of_bound",
         )
+    used = np.zeros((p, width), dtype=bool)  # only the gathered elements are read
+    np.put_along_axis(used, idx, True, axis=1)
+    raw = ctx.read(data, used.reshape(data.shape)).reshape(p, -1)
     store(instr, ctx, np.take_along_axis(raw, idx, axis=1))
 
 
@@ -39,8 +42,10 @@ def _nonzero_with_count(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     dst = dst_of(instr)
     p = src.shape[0]
-    x = ctx.read(src).reshape(p, -1)
-    t = x.shape[1]
+    t = int(np.prod(src.shape[1:], dtype=np.int64))
+    cores = np.zeros((p, t), dtype=bool)
+    cores[::16] = True  # each GpSimd core reads the first of its 16 partitions only
+    x = ctx.read(src, cores.reshape(src.shape)).reshape(p, -1)
     off, pad = instr.attr("index_offset"), instr.attr("padding_val")
     out = np.zeros((p, t + 1), dtype=np.int64)
     rows = np.zeros((p, 1), dtype=bool)
@@ -81,10 +86,13 @@ def _topk(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     vdst = dst_of(instr)
     idst = instr.attr("idx_dst")
-    p = src.shape[0]
-    x = numerics.to_compute(ctx.read(src)).reshape(p, -1)
+    p, n = src.shape[0], instr.attr("n")
+    cols = int(np.prod(src.shape[1:], dtype=np.int64))
+    e = np.arange(16)[:, None] + 16 * np.arange(cols)[None, :]  # snake position of each slot
+    used = np.tile(e < n, (p // 16, 1))  # slots past n are not read
+    x = numerics.to_compute(ctx.read(src, used.reshape(src.shape))).reshape(p, -1)
     k = int(np.prod(vdst.shape[1:], dtype=np.int64))
-    vals, idxs, written = topk_snake(x, instr.attr("n"), k)
+    vals, idxs, written = topk_snake(x, n, k)
     for acc, v in ((vdst, vals), (idst, idxs)):
         full = np.zeros((p, k), dtype=v.dtype)
         sel = np.zeros((p, k), dtype=bool)

@@ -13,7 +13,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
 
-from helpers import expect_error, run
+from helpers import expect_error, line_of, run
 
 RNG = np.random.default_rng(11)
 BF16 = ml_dtypes.bfloat16
@@ -281,3 +281,53 @@ def test_dma_compute_only_adds():
         code="err_unsupported_op",
         fragments=["maximum", "nl.add"],
     )
+
+
+# ---- uninitialised memory: only the elements an instruction uses are read ---------------------
+
+
+def k_gather_half_written(data, idx):
+    out = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    d = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(d[:, 0:4], data)  # columns 4..7 never written
+    g = nl.ndarray((16, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.nc_n_gather(g, d, _load(idx))  # POISON
+    nisa.dma_copy(out, g)  # ERR
+    return out
+
+
+def test_nc_n_gather_reads_only_the_gathered_elements_under_full_checks():
+    data = np.arange(64, dtype=np.float32).reshape(16, 4)
+    ok = np.tile(np.array([[3, 1]], np.uint32), (16, 1))
+    got = run(k_gather_half_written, data, ok, jit_opts={"checks": "full"})
+    np.testing.assert_array_equal(got, data[:, [3, 1]])
+    bad = ok.copy()
+    bad[:, 0] = 5  # an unwritten column reaches the output
+    e = expect_error(
+        k_gather_half_written,
+        data,
+        bad,
+        cls=NKIError,
+        code="err_uninitialized_read",
+        jit_opts={"checks": "full"},
+    )
+    assert e.related and e.related[0][1].line == line_of(k_gather_half_written, "# POISON")
+
+
+def k_nonzero_core_rows(x):
+    out = nl.ndarray((2, 13), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((32, 12), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t[0:1, :], x[0:1, :])  # only the partitions the GpSimd cores read
+    nisa.dma_copy(t[16:17, :], x[1:2, :])
+    d = nl.ndarray((32, 13), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.nonzero_with_count(d, t)
+    nisa.dma_copy(out[0:1, :], d[0:1, :])
+    nisa.dma_copy(out[1:2, :], d[16:17, :])
+    return out
+
+
+def test_nonzero_with_count_reads_only_partitions_0_16_under_full_checks():
+    x = np.array([[0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3], [1] * 12], np.float32)
+    got = run(k_nonzero_core_rows, x, jit_opts={"checks": "full"})
+    np.testing.assert_array_equal(got[0], [1, 3, 11] + [-1] * 9 + [3])
+    np.testing.assert_array_equal(got[1], list(range(12)) + [12])
