@@ -5,6 +5,8 @@ and the instruction handle each call returns."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
@@ -39,6 +41,20 @@ def op_name(op: Any, api: str, role: str, allowed: tuple[str, ...]) -> str:
             loc=user_loc(),
         )
     return name
+
+
+def current_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator of an instruction of the current API only: the call must fit the spec row's
+    destination-first signature; an unknown keyword (named with the closest valid one) or a
+    wrong argument count is a located error instead of a Python TypeError."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        spec.bind(name, args, kwargs, spec.CURRENT)
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def begin(name: str) -> str:

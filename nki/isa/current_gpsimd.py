@@ -19,7 +19,7 @@ from .common import (
     tile,
 )
 from .current import Instruction
-from .current_common import begin, dtype_in, handle
+from .current_common import begin, current_only, dtype_in, handle
 from .enums import enum_value
 from .enums import oob_mode as _oob_mode
 
@@ -43,6 +43,7 @@ def _same_free(a: tuple[int, ...], b: tuple[int, ...], api: str, ra: str, rb: st
         )
 
 
+@current_only
 def nc_n_gather(dst: Any, data: Any, indices: Any, name: Any = None) -> Instruction:
     """``dst[p, j] = data[p].flatten()[indices[p, j]]`` on the GpSimd engine, per partition.
 
@@ -71,6 +72,7 @@ def nc_n_gather(dst: Any, data: Any, indices: Any, name: Any = None) -> Instruct
     return handle("nc_n_gather")
 
 
+@current_only
 def nonzero_with_count(
     dst: Any, src: Any, index_offset: Any = 0, padding_val: Any = -1, name: Any = None
 ) -> Instruction:
@@ -101,6 +103,7 @@ def nonzero_with_count(
     return handle("nonzero_with_count")
 
 
+@current_only
 def topk(val_dst: Any, idx_dst: Any, src: Any, n: Any, name: Any = None) -> Instruction:
     """The K largest of ``n`` bf16 values per 16-partition group, on the GpSimd engine.
 
@@ -155,6 +158,7 @@ def topk(val_dst: Any, idx_dst: Any, src: Any, n: Any, name: Any = None) -> Inst
     return handle("topk")
 
 
+@current_only
 def dma_compute(
     dst: Any,
     srcs: Any,

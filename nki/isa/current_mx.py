@@ -19,7 +19,7 @@ from ..ir import Access
 from ..tracer import emit
 from .common import dt, emit_isa, free_size, tile
 from .current import Instruction
-from .current_common import begin, dtype_in, handle
+from .current_common import begin, current_only, dtype_in, handle
 
 DATA_X4 = ("float8_e5m2_x4", "float8_e4m3fn_x4")
 MATMUL_DATA_X4 = (*DATA_X4, "float4_e2m1fn_x4")
@@ -58,6 +58,7 @@ def _data_partitions(acc: Access, api: str, role: str, cap: int = 128) -> int:
     return p
 
 
+@current_only
 def quantize_mx(dst: Any, src: Any, dst_scale: Any, name: Any = None) -> Instruction:
     """Quantise a bf16 / fp16 SBUF tile ``src`` (P, F) to MX fp8 on the Vector engine
     (NeuronCore-v4): ``dst`` (P, F / 4) of ``float8_e5m2_x4`` / ``float8_e4m3fn_x4`` and the
@@ -93,6 +94,7 @@ def quantize_mx(dst: Any, src: Any, dst_scale: Any, name: Any = None) -> Instruc
     return handle("quantize_mx")
 
 
+@current_only
 def nc_matmul_mx(
     dst: Any,
     stationary: Any,

@@ -17,7 +17,7 @@ from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import Const
 from .common import dt, emit_isa, free_size, target, tile
 from .current import Instruction
-from .current_common import begin, dtype_in, handle
+from .current_common import begin, current_only, dtype_in, handle
 from .enums import engine as _engine
 from .enums import engine_name
 
@@ -52,6 +52,7 @@ def _buffers(eng: str) -> tuple[str, ...]:
     return ("sbuf",) if eng == "gpsimd" else ("sbuf", "psum")
 
 
+@current_only
 def rng(dst: Any, engine: Any = _engine.vector, name: Any = None) -> Instruction:
     """Fill the integer tile ``dst`` with 32 random bits per element (the low bits for
     narrower dtypes) from each partition's lane generator. ``engine``: Vector (default; SBUF or
@@ -74,6 +75,7 @@ def rng(dst: Any, engine: Any = _engine.vector, name: Any = None) -> Instruction
     return handle("rng")
 
 
+@current_only
 def rand2(dst: Any, min: Any, max: Any, name: Any = None) -> Instruction:  # noqa: A002
     """Uniform random values in [min, max] on the Vector engine (NeuronCore-v4): per element
     ``min + u * (max - min)`` in fp32 with ``u = bits * 2**-32`` from the lane's XORWOW
@@ -105,6 +107,7 @@ def _float(v: Any, api: str, role: str) -> float:
     return float(v)
 
 
+@current_only
 def set_rng_seed(src_seeds: Any, name: Any = None) -> Instruction:
     """Seed every lane generator of the Vector and GpSimd engines from the 32-bit integer in a
     [1, 1] tile (each lane's state is a fixed function of the seed, the engine and the lane).
@@ -138,6 +141,7 @@ def _state_tile(x: Any, eng: str, api: str, role: str):
     return acc
 
 
+@current_only
 def rand_set_state(src_seeds: Any, engine: Any = _engine.gpsimd, name: Any = None) -> Instruction:
     """Load the XORWOW state of lanes 0..P-1 of ``engine`` from ``src_seeds`` (P, 6) (GpSimd,
     SBUF) or (P, 24) (Vector, NeuronCore-v4, SBUF or PSUM), uint32 (NeuronCore-v3+).
@@ -153,6 +157,7 @@ def rand_set_state(src_seeds: Any, engine: Any = _engine.gpsimd, name: Any = Non
     return handle("rand_set_state")
 
 
+@current_only
 def rand_get_state(dst: Any, engine: Any = _engine.gpsimd, name: Any = None) -> Instruction:
     """Store the XORWOW state of lanes 0..P-1 of ``engine`` into ``dst`` (P, 6) (GpSimd, SBUF)
     or (P, 24) (Vector, NeuronCore-v4), uint32 (NeuronCore-v3+).

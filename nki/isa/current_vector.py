@@ -24,7 +24,17 @@ from .common import (
     tile,
 )
 from .current import Instruction
-from .current_common import begin, command, dtype_in, handle, imm, op_name, rank_at_most, res_vector
+from .current_common import (
+    begin,
+    command,
+    current_only,
+    dtype_in,
+    handle,
+    imm,
+    op_name,
+    rank_at_most,
+    res_vector,
+)
 from .enums import reduce_cmd as _reduce_cmd
 
 _EXP_DTYPES = (
@@ -50,6 +60,7 @@ _ARITH = (
 )  # fmt: skip
 
 
+@current_only
 def exponential(
     dst: Any,
     src: Any,
@@ -98,6 +109,7 @@ def exponential(
     return handle("exponential")
 
 
+@current_only
 def tensor_scalar_cumulative(
     dst: Any,
     src: Any,
@@ -161,6 +173,7 @@ def _activation_function(op: Any, api: str) -> str:
     return fn.name
 
 
+@current_only
 def activate2(
     dst: Any,
     op: Any,
@@ -217,6 +230,13 @@ def activate2(
     o1 = imm(imm1, parts, api, "imm1") if pair[1] != "bypass" else Const(0.0)
     rp = imm(relu_param, parts, api, "relu_param")
     cmd = command(reduce_cmd, api)
+    if cmd == "load_reduce":
+        raise NKIError(
+            f"reduce_cmd=load_reduce of '{api}' loads an initial value into the accumulators, "
+            "but activate2 has no operand for it; use reset_reduce or reduce",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
     attrs: dict[str, Any] = {
         "engine": "scalar",
         "op": fn,

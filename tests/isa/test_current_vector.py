@@ -367,3 +367,22 @@ def test_tensor_scalar_reduce_shares_the_vector_registers_in_the_current_form():
     np.testing.assert_array_equal(got[:, 1], -mx)
     np.testing.assert_allclose(got[:, 2], mx + np.exp(a).sum(axis=1), rtol=1e-5)
     np.testing.assert_array_equal(got[:, 3], (-a).min(axis=1))
+
+
+def k_misspelled(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    nisa.exponential(x, x, max_val=1.0)  # ERR
+    nisa.dma_copy(out, x)
+    return out
+
+
+def test_a_misspelled_keyword_of_a_current_only_instruction_names_the_closest():
+    expect_error(
+        k_misspelled,
+        _x(),
+        cls=NKIError,
+        code="err_unexpected_keyword_argument",
+        fragments=["'max_val'", "did you mean 'max_value'?"],
+        target="trn3",
+    )
