@@ -1,6 +1,7 @@
 """Shared pieces of the instructions that exist only in the current API (``current_*.py``):
-starting a call (the kernel's generation, the target's availability), the op tokens the current
-API adds (``nl.bypass``, ``nl.prelu``, ``nl.abs_max``, ``nl.abs_min``), accumulator commands
+binding a call to its spec signature, starting it (the kernel's generation, the target's
+availability), ``op=`` arguments including the tokens of ``nki/language/tokens.py``
+(``nl.bypass``, ``nl.prelu``, ``nl.abs_max``, ``nl.abs_min``), accumulator commands, immediates
 and the instruction handle each call returns."""
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ __all__ = [
     "OpToken",
     "begin",
     "command",
+    "current_only",
     "dtype_in",
     "handle",
     "imm",

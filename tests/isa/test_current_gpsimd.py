@@ -8,6 +8,8 @@ import math
 
 import ml_dtypes
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nki.isa as nisa
 import nki.language as nl
@@ -331,3 +333,21 @@ def test_nonzero_with_count_reads_only_partitions_0_16_under_full_checks():
     got = run(k_nonzero_core_rows, x, jit_opts={"checks": "full"})
     np.testing.assert_array_equal(got[0], [1, 3, 11] + [-1] * 9 + [3])
     np.testing.assert_array_equal(got[1], list(range(12)) + [12])
+
+
+@given(
+    groups=st.integers(1, 2),
+    n=st.integers(8, 120),
+    k_frac=st.floats(0.0, 1.0),
+    seed=st.integers(0, 999),
+)
+def test_topk_matches_the_snake_reference_for_any_size(groups, n, k_frac, seed):
+    k = max(1, min(n, round(k_frac * min(n, 40))))
+    rng = np.random.default_rng(seed)
+    src = rng.integers(-20, 20, size=(16 * groups, math.ceil(n / 16))).astype(BF16)  # ties
+    vals0 = np.full((16 * groups, k), 7, BF16)
+    idx0 = np.full((16 * groups, k), 5, np.uint32)
+    gv, gi = run(_topk_kernel(k, n), src, vals0, idx0)
+    wv, wi = _topk_reference(src, n, k, vals0, idx0)
+    np.testing.assert_array_equal(gv.astype(np.float32), wv)
+    np.testing.assert_array_equal(gi, wi)
