@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
+from ..errors import NKIError, NKIShapeError, user_loc
 from ..ir import Access
 from ..tracer import emit
 from .common import dt, emit_isa, free_size, tile
 from .current import Instruction
 from .current_common import begin, current_only, dtype_in, handle
+from .tensor_ops import _check_tiling as check_tiling
 
 DATA_X4 = ("float8_e5m2_x4", "float8_e4m3fn_x4")
 MATMUL_DATA_X4 = (*DATA_X4, "float4_e2m1fn_x4")
@@ -117,8 +118,9 @@ def nc_matmul_mx(
     of 32, at most 128; M = stationary's x4 columns, even, at most 128; N = moving's x4 columns,
     at most 4096 (fp32 dst) / 8192 (bf16 dst). ``accumulate``: False overwrites, True adds,
     None (default) makes ``dst`` a PSUM accumulation group (per element, the first write
-    overwrites and later ones add). ``tile_position`` / ``tile_size`` (row tiling) are not
-    simulated yet: a value other than None is an error.
+    overwrites and later ones add). ``tile_position=(row, 0)`` / ``tile_size=(rows, 128)`` place
+    the contraction rows in the PE array (row tiling only, as ``nc_matmul``'s rules: sizes of
+    the target, aligned positions, K <= rows); they do not change the result.
 
     Example: ``nisa.nc_matmul_mx(ps, qa, qb, qa_scale, qb_scale)``.
     """
@@ -157,25 +159,41 @@ def nc_matmul_mx(
         )
     _check_scale(sc_acc, sc_tile, k, m, api, "stationary_scale")
     _check_scale(mc_acc, mc_tile, k, n, api, "moving_scale")
-    if tile_position is not None or tile_size is not None:
-        raise NKIUnsupportedError(
-            f"tile_position / tile_size of '{api}' (row tiling) are not simulated yet; leave "
-            "them None",
-            code="err_unsupported_attribute",
-            loc=user_loc(),
-        )
+    tiling = _row_tiling(tile_position, tile_size, k, m, api)
     if accumulate not in (None, True, False):
         raise NKIError(
             f"accumulate= of '{api}' must be True, False or None; got {accumulate!r}",
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    attrs = (("engine", "tensor"), ("psum_group", accumulate is None))
+    attrs: tuple[tuple[str, Any], ...] = (("engine", "tensor"), ("psum_group", accumulate is None))
+    if tiling is not None:
+        attrs += (("tile_position", tiling), ("tile_size", (int(tile_size[0]), 128)))
     emit(
         "isa", "nc_matmul_mx", dacc, (sacc, macc, sc_acc, mc_acc), attrs=attrs,
         accumulate=None if accumulate is False else "add", api=api,
     )  # fmt: skip
     return handle("nc_matmul_mx")
+
+
+def _row_tiling(position: Any, size: Any, k: int, m: int, api: str) -> Any:
+    if position is None and size is None:
+        return None
+    if position is None or size is None or len(tuple(size)) != 2 or len(tuple(position)) != 2:
+        raise NKIError(
+            f"tile_position and tile_size of '{api}' must be given together as (row, column) "
+            f"pairs; got tile_position={position!r}, tile_size={size!r}",
+            code="err_invalid_tile_position",
+            loc=user_loc(),
+        )
+    if size[1] != 128 or not (isinstance(position[1], int) and position[1] == 0):
+        raise NKIError(
+            f"'{api}' supports row tiling only: tile_size column must be 128 and tile_position "
+            f"column 0; got tile_size={tuple(size)!r}, tile_position={tuple(position)!r}",
+            code="err_invalid_tile_position",
+            loc=user_loc(),
+        )
+    return check_tiling(position, size, k, m, "none", api)
 
 
 __all__ = ["nc_matmul_mx", "quantize_mx"]

@@ -483,7 +483,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, "
         "tile_size=None, accumulate=None, name=None",
-        ir_op="nc_matmul_mx", ir_attrs=("engine", "psum_group"), poison="matmul",
+        ir_op="nc_matmul_mx", ir_attrs=("engine", "psum_group", "tile_position", "tile_size"),
+        poison="matmul",
         targets=_V4,
     ),
     Instruction(

@@ -13,6 +13,7 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from .common import dst_of, dtype_of, matmul_write, src_tile
+from .tensor_ops import _check_tile_position as check_tile_position
 
 _ELEMENT = {
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
@@ -85,6 +86,7 @@ def _quantize_mx(instr: Instr, ctx: Ctx) -> None:
 
 @executes("isa", "nc_matmul_mx")
 def _nc_matmul_mx(instr: Instr, ctx: Ctx) -> None:
+    check_tile_position(instr, ctx)
     sacc, macc = src_tile(instr, 0), src_tile(instr, 1)
     sc, mc = src_tile(instr, 2), src_tile(instr, 3)
     k = sacc.shape[0]

@@ -190,3 +190,48 @@ def test_quantize_mx_rules_and_target():
         fragments=["nisa.quantize_mx", "trn3"],
         target="trn2",
     )
+
+
+def _tiled_kernel(position, size):
+    def k_tiled(a, b):
+        m, n = a.shape[1] // 4, b.shape[1] // 4
+        out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        qa = nl.ndarray((a.shape[0], m), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        qb = nl.ndarray((b.shape[0], n), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        sa = nl.ndarray((4, m), dtype=nl.uint8, buffer=nl.sbuf)
+        sb = nl.ndarray((4, n), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.quantize_mx(qa, _load(a), sa)
+        nisa.quantize_mx(qb, _load(b), sb)
+        ps = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(ps, qa, qb, sa, sb, tile_position=position, tile_size=size)  # ERR
+        r = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(r, ps)
+        nisa.dma_copy(out, r)
+        return out
+
+    return k_tiled
+
+
+def test_nc_matmul_mx_row_tiling_places_rows_without_changing_the_result():
+    a = RNG.standard_normal((32, 16)).astype(BF16)
+    b = RNG.standard_normal((32, 8)).astype(BF16)
+    plain = run(_tiled_kernel(None, None), a, b, target="trn3")
+    tiled = run(_tiled_kernel((64, 0), (32, 128)), a, b, target="trn3")
+    np.testing.assert_array_equal(tiled, plain)
+    _, _, da = mx_reference(a, "float8_e4m3fn_x4")
+    _, _, db = mx_reference(b, "float8_e4m3fn_x4")
+    want = np.einsum("pmi,pni->mn", da.reshape(32, 4, 4), db.reshape(32, 2, 4))
+    np.testing.assert_allclose(plain, want, rtol=1e-5, atol=1e-5)
+    for position, size, frag in (
+        ((0, 0), (32, 64), "row tiling only"),
+        ((16, 0), (32, 128), "multiple of the tile size 32"),
+    ):
+        expect_error(
+            _tiled_kernel(position, size),
+            a,
+            b,
+            cls=NKIError,
+            code="err_invalid_tile_position",
+            fragments=[frag],
+            target="trn3",
+        )
