@@ -112,8 +112,10 @@ def topk(val_dst: Any, idx_dst: Any, src: Any, n: Any, name: Any = None) -> Inst
     positions past n are ignored). K is the free size of ``val_dst`` (bf16) and ``idx_dst``
     (uint32, indices 0..n-1 into the group's snake). Result j of a group is written in the same
     snake layout (partition j % 16, free position j // 16), values in ascending order (ties:
-    lower index first; the largest K values with the lower index win a tie at the cut); the
-    other positions of ``val_dst`` / ``idx_dst`` are left unchanged. This follows the
+    lower index first; the largest K values with the lower index win a tie at the cut). The
+    hardware writes each of the ceil(K / 16) result positions across all 16 partitions, so the
+    lanes of the last position past K receive unspecified values (NaN / 0xFFFFFFFF here,
+    uninitialised under ``checks="full"``); later positions are left unchanged. This follows the
     documentation's statement of the snake layout for input and results (NKI 2.33); an older
     page says each partition is independent, which contradicts the snake input.
     Limits: 8 <= n < 65536, 1 <= K < 32768, K <= n, partitions a multiple of 16, all SBUF.

@@ -93,12 +93,32 @@ def _topk(instr: Instr, ctx: Ctx) -> None:
     x = numerics.to_compute(ctx.read(src, used.reshape(src.shape))).reshape(p, -1)
     k = int(np.prod(vdst.shape[1:], dtype=np.int64))
     vals, idxs, written = topk_snake(x, n, k)
-    for acc, v in ((vdst, vals), (idst, idxs)):
+    width = vals.shape[1]
+    # the hardware writes each result column across all 16 partitions of a group: the lanes
+    # of the last column past K receive unspecified values (NaN / all-ones here, and
+    # uninitialised under checks="full")
+    spill = np.zeros((p, k), dtype=bool)
+    spill[:, :width] = ~written
+    for acc, v, junk in ((vdst, vals, np.nan), (idst, idxs, 0xFFFFFFFF)):
         full = np.zeros((p, k), dtype=v.dtype)
         sel = np.zeros((p, k), dtype=bool)
-        full[:, : v.shape[1]] = v
-        sel[:, : v.shape[1]] = written
+        full[:, :width] = v
+        sel[:, :width] = written
         ctx.write(acc, full.reshape(acc.shape), sel.reshape(acc.shape))
+        if spill.any():
+            _write_undefined(ctx, instr, acc, junk, spill.reshape(acc.shape))
+
+
+def _write_undefined(ctx: Ctx, instr: Instr, acc: Access, value, lanes: np.ndarray) -> None:
+    """Write ``value`` into ``lanes`` of ``acc`` as uninitialised data (checks="full")."""
+    poison = ctx.poison
+    saved = poison.mask, poison.root
+    if ctx.full_checks:
+        poison.mask, poison.root = lanes.copy(), instr.loc
+    try:
+        ctx.write(acc, np.full(acc.shape, value), lanes)
+    finally:
+        poison.mask, poison.root = saved
 
 
 @executes("isa", "dma_compute")

@@ -157,6 +157,9 @@ def _topk_kernel(k, n):
 
 def _topk_reference(src, n, k, vals0, idx0):
     vals, idx = vals0.astype(np.float32).copy(), idx0.copy()
+    last = (k - 1) // 16  # the last result position: its lanes past k get unspecified values
+    vals[:, last] = np.nan
+    idx[:, last] = 0xFFFFFFFF
     for g in range(0, src.shape[0], 16):
         snake = [float(src[g + e % 16, e // 16]) for e in range(n)]
         ranked = sorted(range(n), key=lambda e: (-snake[e], e))[:k]
@@ -351,3 +354,29 @@ def test_topk_matches_the_snake_reference_for_any_size(groups, n, k_frac, seed):
     wv, wi = _topk_reference(src, n, k, vals0, idx0)
     np.testing.assert_array_equal(gv.astype(np.float32), wv)
     np.testing.assert_array_equal(gi, wi)
+
+
+def k_topk_read_spill(src, like):
+    out = nl.ndarray(like.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    v = nl.ndarray((16, 4), dtype=nl.bfloat16, buffer=nl.sbuf)
+    i = nl.ndarray((16, 4), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.topk(v, i, _load(src), 32)
+    m = like.shape[0]  # the 4 results are partitions 0..3 of column 0; 5 reads a spilled lane
+    r = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(r[0:m, :], v[0:m, 0:1])
+    nisa.dma_copy(out, r[0:m, :])  # ERR
+    return out
+
+
+def test_topk_lanes_past_k_of_the_last_column_are_undefined():
+    src = np.arange(32, dtype=np.float32).reshape(2, 16).T.astype(BF16)  # snake 0..31
+    got = run(k_topk_read_spill, src, np.zeros((4, 1), np.float32), jit_opts={"checks": "full"})
+    np.testing.assert_array_equal(got[:4, 0], [28, 29, 30, 31])
+    expect_error(
+        k_topk_read_spill,
+        src,
+        np.zeros((5, 1), np.float32),
+        cls=NKIError,
+        code="err_uninitialized_read",
+        jit_opts={"checks": "full"},
+    )
