@@ -14,6 +14,7 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from .common import dst_of, src_tile, store
+from .current_vector import undefined
 from .dma import _in_bounds, _scatter_accumulate
 
 
@@ -106,19 +107,9 @@ def _topk(instr: Instr, ctx: Ctx) -> None:
         sel[:, :width] = written
         ctx.write(acc, full.reshape(acc.shape), sel.reshape(acc.shape))
         if spill.any():
-            _write_undefined(ctx, instr, acc, junk, spill.reshape(acc.shape))
-
-
-def _write_undefined(ctx: Ctx, instr: Instr, acc: Access, value, lanes: np.ndarray) -> None:
-    """Write ``value`` into ``lanes`` of ``acc`` as uninitialised data (checks="full")."""
-    poison = ctx.poison
-    saved = poison.mask, poison.root
-    if ctx.full_checks:
-        poison.mask, poison.root = lanes.copy(), instr.loc
-    try:
-        ctx.write(acc, np.full(acc.shape, value), lanes)
-    finally:
-        poison.mask, poison.root = saved
+            lanes = spill.reshape(acc.shape)
+            with undefined(ctx, instr, lanes):
+                ctx.write(acc, np.full(acc.shape, junk), lanes)
 
 
 @executes("isa", "dma_compute")

@@ -7,6 +7,9 @@ lanes."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 
 from nki.ir import Instr
@@ -15,7 +18,7 @@ from nki.optable import OPS
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .common import operand, src_tile, store, tile, write_res
+from .common import dst_of, operand, src_tile, store, tile, write_res
 
 IDENTITY: dict[str, float] = {
     "add": 0.0,
@@ -54,6 +57,22 @@ def registers(ctx: Ctx, engine: str) -> np.ndarray:
     content is undefined)."""
     regs = ctx.state.get(f"accumulators.{engine}")
     return np.full(128, np.nan, dtype=np.float32) if regs is None else regs.copy()
+
+
+@contextlib.contextmanager
+def undefined(ctx: Ctx, instr: Instr, lanes: np.ndarray | None) -> Iterator[None]:
+    """Writes inside the block mark ``lanes`` (a mask of the written tile; None: none) as
+    uninitialised data computed at ``instr`` (reported when read under checks="full")."""
+    if lanes is None or not ctx.full_checks:
+        yield
+        return
+    poison = ctx.poison
+    saved = poison.mask, poison.root
+    poison.mask, poison.root = lanes.copy(), instr.loc
+    try:
+        yield
+    finally:
+        poison.mask, poison.root = saved
 
 
 def set_registers(ctx: Ctx, engine: str, regs: np.ndarray) -> None:
@@ -110,8 +129,11 @@ def _tensor_scalar_cumulative(instr: Instr, ctx: Ctx) -> None:
     op0, op1, cmd = instr.attr("op0"), instr.attr("op1"), instr.attr("reduce_cmd")
     t = np.asarray(M.alu(op0, tile(ctx, src, p, False), operand(ctx, o0, p)), dtype=np.float32)
     t = np.broadcast_to(t, (p, t.shape[1]))
+    unset = None
     if cmd == "reduce":
         reg = registers(ctx, "vector")[:p]
+        if not ctx.state.get("accumulators.vector.set"):  # never set: undefined registers
+            unset = np.ones(dst_of(instr).shape, dtype=bool)
     elif cmd == "load_reduce":
         reg = np.broadcast_to(operand(ctx, o1, p).reshape(-1), (p,)).astype(np.float32)
     else:  # reset_reduce, reset, idle: from the identity
@@ -133,7 +155,8 @@ def _tensor_scalar_cumulative(instr: Instr, ctx: Ctx) -> None:
         regs = registers(ctx, "vector")
         regs[:p] = reg
         set_registers(ctx, "vector", regs)
-    store(instr, ctx, out)
+    with undefined(ctx, instr, unset):
+        store(instr, ctx, out)
 
 
 @executes("isa", "activate2")

@@ -386,3 +386,23 @@ def test_a_misspelled_keyword_of_a_current_only_instruction_names_the_closest():
         fragments=["'max_val'", "did you mean 'max_value'?"],
         target="trn3",
     )
+
+
+def k_cumulative_unset_registers(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    c = _tile(a.shape)
+    nisa.tensor_scalar_cumulative(c, x, nl.add, nl.add, 0.0, reduce_cmd=RC.reduce)
+    nisa.dma_copy(out, c)  # ERR
+    return out
+
+
+def test_continuing_from_registers_no_instruction_set_is_an_uninitialised_read():
+    e = expect_error(
+        k_cumulative_unset_registers,
+        _x(),
+        cls=NKIError,
+        code="err_uninitialized_read",
+        jit_opts={"checks": "full"},
+    )
+    assert "uninitialised" in e.message
