@@ -3,7 +3,9 @@
 Calls take input tiles and return a new tile (classic semantics); ``mask=`` and ``dtype=`` work
 as in the classic API. Each instruction checks its engine / dtype / size / buffer rules for the
 target being traced (``nki.targets.ISA_RULES``) and records one IR instruction executed by
-its executor in ``simulator/isa/<family>.py``."""
+its executor in ``simulator/isa/<family>.py``. Instructions of the current API only
+(``exponential``, ``activate2``, ``topk``, ``rng``, ``quantize_mx``, ...) are in
+``current_*.py`` and take only the destination-first form."""
 
 import numpy as np
 
