@@ -308,6 +308,12 @@ class Loop:
     def trip_count(self) -> int:
         return len(range(self.start, self.stop, self.step))
 
+    @property
+    def is_runtime(self) -> bool:
+        """A device loop (:class:`RuntimeLoop`) whose trips are known only when it runs:
+        ``start`` / ``stop`` describe one trip, not the loop."""
+        return False
+
     def value_range(self) -> tuple[int, int]:
         r = range(self.start, self.stop, self.step)
         return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
@@ -326,6 +332,10 @@ class RuntimeLoop(Loop):
     upper_const: int = 0
     cond: Access | None = None
     max_iterations: int = 1 << 20
+
+    @property
+    def is_runtime(self) -> bool:
+        return True
 
 
 Node = Union[Alloc, Instr, Loop]
@@ -414,6 +424,11 @@ class KernelIR:
     writes_back: tuple[str, ...] = ()
     # the API generation the trace decided ("classic" / "current"; None: undecided)
     generation: str | None = None
+    # a current-API launch on two physical cores whose cores differ (Python control flow on
+    # nl.program_id) or interact (core_barrier, sendrecv, collectives): one trace per core,
+    # core c runs ``cores[c]`` (a one-instance IR whose program id was a plain int). ``body``
+    # is core 0's; ``walk`` visits every core's. Empty: every instance runs ``body``.
+    cores: tuple[KernelIR, ...] = ()
     _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
 
     def tensor(self, name: str) -> TensorDecl:
@@ -437,6 +452,8 @@ class KernelIR:
                 if isinstance(n, Loop):
                     yield from rec(n.body, loops + (n,))
 
+        if self.cores:
+            return itertools.chain.from_iterable(rec(c.body, ()) for c in self.cores)
         return rec(self.body, ())
 
     def instructions(self) -> Iterator[tuple[Instr, tuple[Loop, ...]]]:
@@ -464,7 +481,12 @@ class KernelIR:
                         text = f"{text:<72s}  # line {n.loc.line}"
                     lines.append(text)
 
-        rec(self.body, "  ")
+        if self.cores:  # one trace per physical core
+            for c, one in enumerate(self.cores):
+                lines.append(f"  core {c}:")
+                rec(one.body, "    ")
+        else:
+            rec(self.body, "  ")
         outs = ", ".join(self.outputs)
         lines.append(f"  return {outs}" if self.returns_outputs else f"  # writes {outs}")
         return "\n".join(lines)
