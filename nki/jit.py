@@ -261,15 +261,18 @@ class Kernel:
         return ir
 
     def _trace_launch(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
-        """One trace, or one per core for a current-API launch on two cores that needs it
-        (``nki/cores.py``): it branches on ``nl.program_id`` or its cores interact."""
+        """One trace, or one per core for a current-API launch on two cores
+        (``nki/cores.py``): there ``nl.program_id(0)`` is a plain int on each core."""
+        why = None
         try:
-            return trace_with_unrolling(lambda: self._trace(grid, bound, target))
-        except NeedsPerCore as e:
-            grid = lnc_grid(grid, target)  # kernel[2] of a current-API kernel: two cores
+            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            if ir.generation != "current" or tuple(grid.shape) != (2,):
+                return ir
+        except NeedsPerCore as e:  # Python control flow on the program id, cores that meet
             why = (e.message.removesuffix(" needs one trace per core"), e.loc)
-            trace = functools.partial(self._trace, grid, bound, target, why=why)
-            return merge_cores(lambda c: trace_with_unrolling(lambda: trace(core=c)), grid)
+        grid = lnc_grid(grid, target)  # kernel[2] of a current-API kernel: two cores
+        trace = functools.partial(self._trace, grid, bound, target, why=why)
+        return merge_cores(lambda c: trace_with_unrolling(lambda: trace(core=c)), grid)
 
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""

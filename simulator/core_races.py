@@ -5,8 +5,10 @@ different cores, at least one a write, race unless ``nisa.core_barrier`` orders 
 pair up in order (a core's k-th barrier meets the other core's k-th), so an access's *epoch* is
 the number of barriers its core passed before it; accesses of different epochs are ordered.
 An epoch is affine in the enclosing loops' iterations, so the analysis treats it as one more
-index dimension: two accesses conflict when every tensor dimension may overlap (the per-
-dimension lattice test of ``races.py``) and their epochs may be equal.
+index dimension: two accesses conflict when, for some iteration of each one's loops, every
+tensor dimension overlaps and the epochs are equal. Iterations are enumerated exactly up to
+512 per access; beyond that the per-dimension lattice bound of ``races.py`` decides (it may
+report interleaved blocks that never meet).
 
 Not decided here (no report): accesses after a barrier inside a device loop (``fori_loop`` with
 a register bound, ``while_loop``), whose epochs depend on run-time trip counts; indirect
@@ -16,7 +18,11 @@ accesses; ``sendrecv`` and the collectives exchange data but do not order other 
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass
+
+import numpy as np
 
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
@@ -25,7 +31,8 @@ from .races import _DimForm, _form, _is_candidate, _reads, _rest
 
 BARRIER = ("lnc", "core_barrier")  # the IR (kind, op) of nisa.core_barrier
 
-_Epoch = tuple[int, tuple[tuple[int, int], ...]] | None  # (const, ((per trip, trips), ...))
+# (barriers before, at iteration 0 of every loop; ((id(loop), barriers per trip, trips), ...))
+_Epoch = tuple[int, tuple[tuple[int, int, int], ...]] | None
 
 
 def _is_barrier(n: Node) -> bool:
@@ -61,7 +68,7 @@ def _accesses(ir: KernelIR) -> list[tuple[Instr, tuple[Loop, ...], _Epoch]]:
                     rec(n.body, loops + (n,), epoch)
                 else:
                     const, terms = epoch
-                    rec(n.body, loops + (n,), (const, terms + ((per, n.trip_count),)))
+                    rec(n.body, loops + (n,), (const, terms + ((id(n), per, n.trip_count),)))
                     epoch = (const + per * n.trip_count, terms)
             elif _is_barrier(n):
                 epoch = None if epoch is None else (epoch[0] + 1, epoch[1])
@@ -99,21 +106,91 @@ def _shared(ir: KernelIR, acc: Access) -> bool:
     return base.buffer in HBM_BUFFERS and (base.kind == "param" or base.buffer == "shared_hbm")
 
 
-def _events(ir: KernelIR) -> list[tuple[Instr, Access, bool, list[_DimForm]]]:
-    """(instruction, access, is a write, forms incl. the epoch) of every shared-HBM access."""
+_MAX_POINTS = 512  # loop iterations enumerated per access (else the lattice bound)
+
+
+@dataclass(frozen=True)
+class _Event:
+    """One shared-HBM access of a core: ``points`` (iterations x (dims + epoch)) are the exact
+    index bases and epoch of every iteration of its loops, each widened by the tile window of
+    ``tile``; without ``points`` (too many iterations) ``forms`` bound them per dimension."""
+
+    instr: Instr
+    acc: Access
+    write: bool
+    forms: list[_DimForm]
+    points: np.ndarray | None
+    tile: list[tuple[int, int, int]]  # per dim: (lo, hi, lattice) of the tile axes
+
+
+def _points(acc: Access, loops: tuple[Loop, ...], epoch: tuple[int, tuple]) -> np.ndarray | None:
+    """The index bases and epoch of ``acc`` at every iteration of its (static) loops."""
+    if any(lp.is_runtime for lp in loops):
+        return None
+    ranges = [range(lp.start, lp.stop, lp.step) for lp in loops]
+    if math.prod(len(r) for r in ranges) > _MAX_POINTS:
+        return None
+    rows = []
+    for values in itertools.product(*ranges):
+        env = {lp.sym: v for lp, v in zip(loops, values)}
+        bases = [e.base.evaluate(env) for e in acc.index]
+        rows.append(bases + [_epoch_at(epoch, loops, values)])
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(acc.index) + 1)
+
+
+def _epoch_at(epoch: tuple[int, tuple], loops: tuple[Loop, ...], values: tuple[int, ...]) -> int:
+    const, terms = epoch
+    by_loop = dict(terms)
+    return const + sum(
+        by_loop.get(id(lp), 0) * ((v - lp.start) // lp.step) for lp, v in zip(loops, values)
+    )
+
+
+def _tile(acc: Access) -> list[tuple[int, int, int]]:
+    out = []
+    for e in acc.index:
+        lo = hi = g = 0
+        for c, n in zip(e.coeffs, e.shape):
+            if c and n > 1:
+                lo += min(0, c * (n - 1))
+                hi += max(0, c * (n - 1))
+                g = math.gcd(g, abs(c))
+        out.append((lo, hi, g))
+    return out + [(0, 0, 0)]  # the epoch: exact
+
+
+def _events(ir: KernelIR) -> list[_Event]:
+    """Every shared-HBM access of ``ir`` whose epoch is known statically."""
     out = []
     for instr, loops, epoch in _accesses(ir):
         if epoch is None:
             continue
         rest = _rest(loops)
-        ef = _epoch_form(epoch)
+        ef = _epoch_form((epoch[0], tuple((per, n) for _, per, n in epoch[1])))
+        exact = (epoch[0], tuple((key, per) for key, per, _ in epoch[1]))
+        accs = []
         if _is_candidate(ir, instr, True):
             assert isinstance(instr.dst, Access)
-            out.append((instr, instr.dst, True, _form(instr.dst, [], rest) + [ef]))
-        for acc in _reads(instr):
-            if not acc.indirect and _shared(ir, acc):
-                out.append((instr, acc, False, _form(acc, [], rest) + [ef]))
+            accs.append((instr.dst, True))
+        accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]
+        for acc, write in accs:
+            forms = _form(acc, [], rest) + [ef]
+            out.append(_Event(instr, acc, write, forms, _points(acc, loops, exact), _tile(acc)))
     return out
+
+
+def _conflict(a: _Event, b: _Event) -> bool:
+    if a.points is None or b.points is None:
+        return _overlap(a.forms, b.forms)
+    # base_a + ra == base_b + rb  <=>  base_a - base_b in [b.lo - a.hi, b.hi - a.lo]
+    d = a.points[:, None, :] - b.points[None, :, :]
+    hit = np.ones(d.shape[:2], dtype=bool)
+    for k, ((alo, ahi, ag), (blo, bhi, bg)) in enumerate(zip(a.tile, b.tile)):
+        dk = d[:, :, k]
+        g = math.gcd(ag, bg)
+        hit &= (dk >= blo - ahi) & (dk <= bhi - alo)
+        hit &= (dk % g == 0) if g else (dk == 0)
+    return bool(hit.any())
 
 
 def check_core_races(ir: KernelIR) -> None:
@@ -123,16 +200,16 @@ def check_core_races(ir: KernelIR) -> None:
         return
     events = [_events(c) for c in ir.cores]
     for ca, cb in ((0, 1), (1, 0)):
-        for a, acc_a, write_a, fa in events[ca]:
-            if not write_a:
+        for ea in events[ca]:
+            if not ea.write:
                 continue
-            for b, acc_b, write_b, fb in events[cb]:
-                if write_b and ca > cb:
+            for eb in events[cb]:
+                if eb.write and ca > cb:
                     continue  # write/write pairs are checked once
-                if acc_a.tensor != acc_b.tensor or len(acc_a.index) != len(acc_b.index):
+                if ea.acc.tensor != eb.acc.tensor or len(ea.acc.index) != len(eb.acc.index):
                     continue
-                if _overlap(fa, fb):
-                    _report(ir, (ca, a, acc_a), (cb, b, acc_b, write_b))
+                if _conflict(ea, eb):
+                    _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
 
 
 def _report(

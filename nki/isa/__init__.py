@@ -48,6 +48,7 @@ from .selection import (
     tensor_copy_dynamic_src,
     tensor_copy_predicated,
 )
+from .sync import NkiScalar, core_barrier, dma_engine, scalar_load, scalar_store, sendrecv
 from .tensor_ops import nc_matmul, nc_transpose
 from .vector import (
     scalar_tensor_tensor,
@@ -76,6 +77,12 @@ def _take_both_forms() -> None:
 _take_both_forms()
 
 __all__ = [
+    "NkiScalar",
+    "core_barrier",
+    "dma_engine",
+    "scalar_load",
+    "scalar_store",
+    "sendrecv",
     "activation",
     "activation_reduce",
     "affine_select",
