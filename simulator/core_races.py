@@ -30,6 +30,8 @@ from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 from .races import _DimForm, _form, _is_candidate, _reads, _rest
 
 BARRIER = ("lnc", "core_barrier")  # the IR (kind, op) of nisa.core_barrier
+# collectives whose every rank writes the same values: both cores may write one destination
+SAME_RESULT = frozenset({("lnc", "all_reduce"), ("lnc", "all_gather")})
 
 # (barriers before, at iteration 0 of every loop; ((id(loop), barriers per trip, trips), ...))
 _Epoch = tuple[int, tuple[tuple[int, int, int], ...]] | None
@@ -169,7 +171,7 @@ def _events(ir: KernelIR) -> list[_Event]:
         ef = _epoch_form((epoch[0], tuple((per, n) for _, per, n in epoch[1])))
         exact = (epoch[0], tuple((key, per) for key, per, _ in epoch[1]))
         accs = []
-        if _is_candidate(ir, instr, True):
+        if _is_candidate(ir, instr, True) and (instr.kind, instr.op) not in SAME_RESULT:
             assert isinstance(instr.dst, Access)
             accs.append((instr.dst, True))
         accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]

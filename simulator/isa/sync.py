@@ -17,9 +17,11 @@ import numpy as np
 from nki.errors import NKIRuntimeError
 from nki.ir import Access, Const, Instr
 
+from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from ..poison import REPORT, RULES
+from .formulas import alu
 
 RULES[("lnc", "*")] = REPORT
 RULES[("nkiscalar", "*")] = REPORT
@@ -127,6 +129,84 @@ def _sendrecv(instrs: dict[int, Instr], posted: dict[int, Any]) -> dict[int, Any
 
 
 COMBINERS["sendrecv"] = _sendrecv
+
+
+# ---- nki.collectives: the ranks are the cores ---------------------------------------------------
+_CC_KEYS = ("groups", "op", "dim", "pairs")
+
+
+def _agree(instrs: dict[int, Instr]) -> None:
+    """Both cores called the same collective with the same groups and parameters."""
+    (c0, i0), (c1, i1) = sorted(instrs.items())[:2]
+    for key in _CC_KEYS:
+        if i0.attr(key) != i1.attr(key):
+            raise NKIRuntimeError(
+                f"'{i0.api}': core {c0} ({_where(i0)}) and core {c1} ({_where(i1)}) call it "
+                f"with different {key} ({i0.attr(key)!r} and {i1.attr(key)!r}); every rank "
+                "must pass the same parameters",
+                code="err_collective_mismatch",
+            ).with_context(loc=i0.loc, core=c0)
+
+
+def _fold(op: str, values: list[np.ndarray]) -> np.ndarray:
+    acc = numerics.to_compute(values[0])
+    for v in values[1:]:
+        acc = alu(op, acc, numerics.to_compute(v))
+    return acc
+
+
+def _per_group(
+    fn: Callable[[Instr, list[np.ndarray], int], np.ndarray | None],
+) -> Callable[[dict[int, Instr], dict[int, Any]], dict[int, Any]]:
+    """A combiner that runs ``fn(instr, the group's sources in rank order, my position)``."""
+
+    def combine(instrs: dict[int, Instr], posted: dict[int, Any]) -> dict[int, Any]:
+        _agree(instrs)
+        out: dict[int, Any] = {}
+        for c, instr in instrs.items():
+            group = next(g for g in instr.attr("groups") if c in g)
+            out[c] = fn(instr, [posted[r][0] for r in group], group.index(c))
+        return out
+
+    return combine
+
+
+def _all_reduce(instr: Instr, vals: list[np.ndarray], me: int) -> np.ndarray:
+    return _fold(instr.attr("op"), vals)
+
+
+def _all_gather(instr: Instr, vals: list[np.ndarray], me: int) -> np.ndarray:
+    return np.concatenate(vals, axis=instr.attr("dim"))
+
+
+def _reduce_scatter(instr: Instr, vals: list[np.ndarray], me: int) -> np.ndarray:
+    return np.split(_fold(instr.attr("op"), vals), len(vals), axis=instr.attr("dim"))[me]
+
+
+def _all_to_all(instr: Instr, vals: list[np.ndarray], me: int) -> np.ndarray:
+    dim = instr.attr("dim")
+    return np.concatenate([np.split(v, len(vals), axis=dim)[me] for v in vals], axis=dim)
+
+
+def _permute(instrs: dict[int, Instr], posted: dict[int, Any]) -> dict[int, Any]:
+    _agree(instrs)
+    pairs = next(iter(instrs.values())).attr("pairs")
+    got: dict[int, Any] = {c: None for c in instrs}
+    for src, dst in pairs:
+        got[dst] = posted[src][0]
+    return got
+
+
+for _op, _fn in (
+    ("all_reduce", _all_reduce),
+    ("all_gather", _all_gather),
+    ("reduce_scatter", _reduce_scatter),
+    ("all_to_all", _all_to_all),
+):
+    COMBINERS[_op] = _per_group(_fn)
+    POSTERS[_op] = _post_src
+COMBINERS["collective_permute"] = _permute
+POSTERS["collective_permute"] = _post_src
 
 
 # ---- NkiScalar arithmetic: fixed-width two's-complement wraparound ------------------------------
