@@ -55,14 +55,16 @@ def run(
     sched = schedule(ir, config, info)
     if not ir.cores:
         _execute(ir, shared, config, sched, info)
-    elif any(i.kind in COLLECTIVES for i, _ in ir.instructions()):
-        # per-core traces whose cores meet (barrier, sendrecv, collectives): the interpreter
-        # steps both cores and stops each at every meeting point
+    elif config.checks == "full" or any(i.kind in COLLECTIVES for i, _ in ir.instructions()):
+        # per-core traces whose cores meet (barrier, sendrecv, collectives), or checked as one
+        # launch (outputs written by either core): the interpreter steps both cores together
         interpreter.execute(ir, shared, config, sched, info)
-    else:  # cores that never meet: each core's trace runs alone on the shared HBM
+    else:  # cores that never meet: each core's one-instance trace runs alone on shared HBM
         for inst, core in sched.order:
-            _execute(ir.cores[core], shared, config, Schedule(((inst, core),), sched.rng,
-                     frozenset()), info)  # fmt: skip
+            n = len(info.order)
+            one = Schedule((((), core),), sched.rng, frozenset())
+            _execute(ir.cores[core], shared, config, one, info)
+            info.order[n:] = [inst]
     return shared, info
 
 

@@ -319,6 +319,8 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     tname = target or ir.target
     table = table_for(get_target(tname).name)
     s = schedule(ir, table)
+    if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
+        s = max((schedule(c, table) for c in ir.cores), key=lambda x: x.latency_ns)
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)

@@ -178,3 +178,41 @@ def test_per_core_trace_needs_a_target_with_two_cores():
             np.ones((256, 8), np.float32), np.ones((256, 8), np.float32)
         )
     assert ei.value.code == "err_invalid_grid"
+
+
+def uninitialised_on_core1(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = _tile((128, a.shape[1]), a.dtype)
+    if pid == 0:
+        nisa.dma_copy(dst=t, src=a[0:128, :])
+    nisa.dma_copy(dst=out[pid * 128 : pid * 128 + 128, :], src=t)  # ERR
+    return out
+
+
+def test_full_checks_find_an_uninitialised_read_on_one_core():
+    e = expect(uninitialised_on_core1, np.ones((256, 8), np.float32), checks="full", grid=2,
+               code="err_uninitialized_read", values=("uninitialised",))  # fmt: skip
+    assert e.core == 1
+
+
+def longer_on_core1(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = _tile((128, a.shape[1]), a.dtype)
+    nisa.dma_copy(dst=t, src=a[pid * 128 : pid * 128 + 128, :])
+    for _ in range(20 if pid == 1 else 0):
+        nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out[pid * 128 : pid * 128 + 128, :], src=t)
+    return out
+
+
+def test_each_core_runs_on_the_compiled_backend_and_the_estimate_takes_the_slower_core():
+    a = RNG.random((256, 8), dtype=np.float32)
+    k = nki.jit(longer_on_core1, backend="numba")
+    got = k[2](a)
+    np.testing.assert_array_equal(got, np.concatenate([a[:128], a[128:] * 2.0**20]))
+    assert k.last_run.backend == "numba" and k.last_run.order == [(0,), (1,)]
+    slow = nki.estimate(nki.jit(longer_on_core1)[2])(a).latency_ns
+    fast = nki.estimate(nki.jit(add_or_multiply)[2])(a, a).latency_ns
+    assert slow > fast
