@@ -201,7 +201,12 @@ class NkiScalar(NkiTensor):
         elif isinstance(other, int) and not isinstance(other, bool):
             rhs = Const(int(other))
         else:
-            return NotImplemented  # type: ignore[return-value]
+            raise NKITypeError(
+                f"{api}: an NkiScalar combines with another NkiScalar or a Python int, got "
+                f"{type(other).__name__} {other!r}",
+                code="err_unsupported_operand",
+                loc=user_loc(),
+            )
         out = _new_scalar(dt, api)
         srcs = (rhs, self.access_()) if swap else (self.access_(), rhs)
         emit("nkiscalar", op, out.access_(), srcs, api=api)

@@ -272,3 +272,14 @@ def test_scalar_load_needs_a_one_element_int_tensor():
     with pytest.raises(NKIError) as ei:
         nki.jit(k)(np.zeros((1, 2), np.int32))
     assert ei.value.code == "err_unsupported_operand" and "one-element" in ei.value.message
+
+
+def scalar_times_float(x):
+    s = nisa.scalar_load(x)
+    s * 1.5  # ERR
+    return x
+
+
+def test_nkiscalar_arithmetic_takes_ints_only():
+    expect(scalar_times_float, np.zeros((1, 1), np.int32), code="err_unsupported_operand",
+           values=("float",))  # fmt: skip
