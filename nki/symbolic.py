@@ -84,6 +84,8 @@ def _per_core(x: object) -> None:
 
 
 def _non_affine(op: str, a: object, b: object) -> NKIError:
+    for x in (a, b):  # a current-API LNC=2 program id is an int: `pid % 2` is legal there
+        _per_core(x)
     if op in ("//", "%"):
         unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
         if unroll is not None:

@@ -216,3 +216,19 @@ def test_each_core_runs_on_the_compiled_backend_and_the_estimate_takes_the_slowe
     slow = nki.estimate(nki.jit(longer_on_core1)[2])(a).latency_ns
     fast = nki.estimate(nki.jit(add_or_multiply)[2])(a, a).latency_ns
     assert slow > fast
+
+
+def non_affine_program_id(a):
+    out = nl.ndarray((2, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    row = (pid * pid + 3) % 4 + pid // 1  # not affine in a symbolic id; ints per core
+    t = _tile((1, a.shape[1]), a.dtype)
+    nisa.dma_copy(dst=t, src=a[row : row + 1, :])
+    nisa.dma_copy(dst=out[pid : pid + 1, :], src=t)
+    return out
+
+
+def test_non_affine_arithmetic_on_the_program_id_is_legal_per_core():
+    a = RNG.random((8, 16), dtype=np.float32)
+    got = nki.jit(non_affine_program_id)[2](a)
+    np.testing.assert_array_equal(got, a[[3, 1]])
