@@ -13,6 +13,7 @@ per core (``nki/cores.py``)."""
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 from ..dtypes import itemsize
@@ -49,6 +50,8 @@ class dma_engine(enum.IntEnum):  # noqa: N801 - the API's name
     dma = 0
     gpsimd_dma = 1
 
+
+_DMA_ENGINE = dma_engine  # the enum (sendrecv's parameter of the same name shadows it)
 
 # gpsimd_dma moves at most this many bytes per partition, by element width (v3+)
 GPSIMD_DMA_BYTES = {4: 1024, 2: 512, 1: 256}
@@ -153,7 +156,7 @@ def sendrecv(
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    eng = enum_value(dma_engine, globals()["dma_engine"], api, "dma_engine")
+    eng = enum_value(dma_engine, _DMA_ENGINE, api, "dma_engine")
     if eng.name == "gpsimd_dma":
         width = itemsize(ts.decl.dtype)
         per_partition = width * (_prod(sa.shape) // max(sa.shape[0], 1))
@@ -170,10 +173,7 @@ def sendrecv(
 
 
 def _prod(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return math.prod(shape)
 
 
 class NkiScalar(NkiTensor):
