@@ -54,6 +54,7 @@ from .selection import (
     tensor_copy_dynamic_src,
     tensor_copy_predicated,
 )
+from .sync import NkiScalar, core_barrier, dma_engine, scalar_load, scalar_store, sendrecv
 from .tensor_ops import nc_matmul, nc_transpose
 from .vector import (
     scalar_tensor_tensor,
@@ -82,7 +83,13 @@ def _take_both_forms() -> None:
 _take_both_forms()
 
 __all__ = [
+    "NkiScalar",
     "activate2",
+    "core_barrier",
+    "dma_engine",
+    "scalar_load",
+    "scalar_store",
+    "sendrecv",
     "activation",
     "activation_reduce",
     "affine_select",

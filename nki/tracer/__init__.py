@@ -49,6 +49,7 @@ from .operands import (
     to_mask,
 )
 from .state import (
+    NeedsPerCore,
     NeedsUnroll,
     TraceState,
     classic_mode,
@@ -57,6 +58,7 @@ from .state import (
     generation,
     new_trace,
     note_generation,
+    request_per_core,
     set_classic_mode,
     state,
     symbolic_loop,
@@ -73,6 +75,7 @@ _install_views()  # the current API's view methods on tensor handles
 __all__ = [
     "TILE_OPERATORS",
     "DynOffset",
+    "NeedsPerCore",
     "NeedsUnroll",
     "NkiTensor",
     "TileOps",
@@ -91,6 +94,7 @@ __all__ = [
     "decide_condition",
     "generation",
     "note_generation",
+    "request_per_core",
     "emit",
     "new_tensor",
     "new_trace",

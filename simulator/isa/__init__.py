@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     scalar,
     search,
     selection,
+    sync,
     tensor_ops,
     vector,
 )
