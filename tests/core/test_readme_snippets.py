@@ -1,6 +1,7 @@
 """Every ```python block of the README runs: each in a fresh namespace, all in one subprocess
 started at the repository root (imports are paid once), compiled under README.md's own name
-and line numbers so a failure, and any NKIError it raises, points at the README line."""
+and line numbers so a failure, and any NKIError it raises, points at the README line. A plain
+``` block marked as a snippet's expected output must be what that snippet prints."""
 
 import json
 import os
@@ -18,9 +19,12 @@ README = ROOT / "README.md"
 # on the line just before its fence and must give the reason.
 OPT_OUT = re.compile(r"<!-- snippet: not run \((?P<reason>[^)]+)\) -->")
 MAX_OPT_OUTS = 2
+# On the line before a plain ``` block: that block is what the snippet above it prints, with
+# README line numbers written as README.md:<line>.
+EXPECTED_OUTPUT = "<!-- expected output of the snippet above -->"
 
 RUNNER = r"""
-import json, sys, traceback
+import contextlib, io, json, sys, traceback
 readme, results = sys.argv[1], sys.argv[2]
 snippets = json.load(sys.stdin)
 out = {}
@@ -28,37 +32,61 @@ for line, code in snippets:
     # Padding to the snippet's line makes tracebacks (and the tracer's locations) name
     # README.md:<line>, and linecache then shows the README's own source lines.
     source = "\n" * (line - 1) + code
+    printed = io.StringIO()
     try:
-        exec(compile(source, readme, "exec"), {"__name__": "__readme__"})
-        out[str(line)] = None
+        with contextlib.redirect_stdout(printed):
+            exec(compile(source, readme, "exec"), {"__name__": "__readme__"})
+        error = None
     except BaseException:  # a snippet's failure is reported, whatever it is
-        out[str(line)] = traceback.format_exc()
+        error = traceback.format_exc()
+    out[str(line)] = {"error": error, "stdout": printed.getvalue()}
     with open(results, "w") as f:
         json.dump(out, f)
 """
 
 
-def snippets(text: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-    """(line of the first code line, code) of every ```python block, and the opted-out ones
-    as (line, reason)."""
+def _block_end(lines: list[str], start: int) -> int:
+    return next(j for j in range(start + 1, len(lines)) if lines[j].strip() == "```")
+
+
+def snippets(
+    text: str,
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]], dict[int, tuple[int, str]]]:
+    """(line of the first code line, code) of every ```python block; the opted-out ones as
+    (line, reason); and the expected outputs as {snippet line: (output line, text)}."""
     lines = text.splitlines()
-    runnable, skipped = [], []
+    runnable, skipped, expected = [], [], {}
     i = 0
     while i < len(lines):
-        if lines[i].strip() == "```python":
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
-            code = "\n".join(lines[i + 1 : end]) + "\n"
-            m = OPT_OUT.fullmatch(lines[i - 1].strip()) if i else None
+        fence = lines[i].strip()
+        marker = lines[i - 1].strip() if i else ""
+        if fence == "```python":
+            end = _block_end(lines, i)
+            m = OPT_OUT.fullmatch(marker)
             if m:
                 skipped.append((i + 2, m["reason"]))
             else:
-                runnable.append((i + 2, code))
+                runnable.append((i + 2, "\n".join(lines[i + 1 : end]) + "\n"))
             i = end
+        elif fence.startswith("```") and marker == EXPECTED_OUTPUT:
+            end = _block_end(lines, i)
+            assert runnable, f"README line {i + 1}: an expected output with no snippet above it"
+            expected[runnable[-1][0]] = (i + 2, "\n".join(lines[i + 1 : end]))
+            i = end
+        elif fence.startswith("```"):
+            i = _block_end(lines, i)
         i += 1
-    return runnable, skipped
+    return runnable, skipped, expected
 
 
-RUNNABLE, SKIPPED = snippets(README.read_text())
+def normalised(printed: str) -> str:
+    """What a snippet printed, with README line numbers as README.md:<line>."""
+    text = printed.replace(str(README), "README.md")
+    text = re.sub(r"README\.md:\d+", "README.md:<line>", text)
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+RUNNABLE, SKIPPED, EXPECTED = snippets(README.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +120,31 @@ def test_readme_snippet_runs(line, results):
         f"the README snippet at line {line} never finished (the runner died before it):\n"
         f"{proc.stderr[-3000:]}"
     )
-    if done[str(line)] is not None:
-        pytest.fail(f"the README snippet at line {line} failed:\n{done[str(line)]}", pytrace=False)
+    error = done[str(line)]["error"]
+    if error is not None:
+        pytest.fail(f"the README snippet at line {line} failed:\n{error}", pytrace=False)
+    if line in EXPECTED:
+        at, text = EXPECTED[line]
+        got = normalised(done[str(line)]["stdout"])
+        assert got == text, (
+            f"README line {at}: the output shown is not what the snippet at line {line} prints:"
+            f"\n{got}"
+        )
 
 
-def test_snippet_extraction_reports_lines_and_opt_outs():
+def test_snippet_extraction_reports_lines_opt_outs_and_outputs():
     text = (
-        "intro\n```python\nx = 1\n```\n<!-- snippet: not run (needs a GPU) -->\n```python\ny\n```\n"
+        "intro\n```python\nprint(1)\n```\n"
+        f"{EXPECTED_OUTPUT}\n```\n1\n```\n"
+        "<!-- snippet: not run (needs a GPU) -->\n```python\ny\n```\n"
+        "```\nshell\n```\n"
     )
-    runnable, skipped = snippets(text)
-    assert runnable == [(3, "x = 1\n")]
-    assert skipped == [(7, "needs a GPU")]
+    runnable, skipped, expected = snippets(text)
+    assert runnable == [(3, "print(1)\n")]
+    assert skipped == [(11, "needs a GPU")]
+    assert expected == {3: (7, "1")}
+
+
+def test_expected_output_is_normalised_to_readme_lines():
+    printed = f"{README}:123:5: [err_x] message  \n  source\n"
+    assert normalised(printed) == "README.md:<line>:5: [err_x] message\n  source"
