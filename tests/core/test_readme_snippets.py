@@ -83,6 +83,7 @@ def normalised(printed: str) -> str:
     """What a snippet printed, with README line numbers as README.md:<line>."""
     text = printed.replace(str(README), "README.md")
     text = re.sub(r"README\.md:\d+", "README.md:<line>", text)
+    text = re.sub(r"\b(lines?) \d+(?:, \d+)*", r"\1 <line>", text)  # "at line 12" in messages
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
@@ -146,5 +147,5 @@ def test_snippet_extraction_reports_lines_opt_outs_and_outputs():
 
 
 def test_expected_output_is_normalised_to_readme_lines():
-    printed = f"{README}:123:5: [err_x] message  \n  source\n"
-    assert normalised(printed) == "README.md:<line>:5: [err_x] message\n  source"
+    printed = f"{README}:123:5: [err_x] message, see lines 3, 7  \n  source\n"
+    assert normalised(printed) == "README.md:<line>:5: [err_x] message, see lines <line>\n  source"
