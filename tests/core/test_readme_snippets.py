@@ -22,11 +22,17 @@ MAX_OPT_OUTS = 2
 # On the line before a plain ``` block: that block is what the snippet above it prints, with
 # README line numbers written as README.md:<line>.
 EXPECTED_OUTPUT = "<!-- expected output of the snippet above -->"
+# simulator settings taken from the environment (NKI_HYPOTHESIS_PROFILE is kept)
+SETTINGS = ("NKI_SIM_", "NKI_CLASSIC", "NKI_PRECISE_FP", "NEURON_")
 
 RUNNER = r"""
-import contextlib, io, json, sys, traceback
+import contextlib, io, json, linecache, sys, traceback
 readme, results = sys.argv[1], sys.argv[2]
-snippets = json.load(sys.stdin)
+given = json.load(sys.stdin)
+snippets, text = given["snippets"], given["readme"]
+# Source lines (carets, variable names in messages) come from the README text the snippets were
+# taken from, even if the file changes while they run (mtime None: never re-read).
+linecache.cache[readme] = (len(text), None, text.splitlines(True), readme)
 out = {}
 for line, code in snippets:
     # Padding to the snippet's line makes tracebacks (and the tracer's locations) name
@@ -87,18 +93,21 @@ def normalised(printed: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
-RUNNABLE, SKIPPED, EXPECTED = snippets(README.read_text())
+README_TEXT = README.read_text()
+RUNNABLE, SKIPPED, EXPECTED = snippets(README_TEXT)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     path = tmp_path_factory.mktemp("readme") / "results.json"
-    path_entries = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path_entries))
+    # the README describes the defaults: settings other tests (or the shell) left in the
+    # environment are not the reader's
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SETTINGS)}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     env.setdefault("MPLBACKEND", "Agg")
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(README), str(path)],
-        input=json.dumps(RUNNABLE),
+        input=json.dumps({"snippets": RUNNABLE, "readme": README_TEXT}),
         cwd=ROOT,
         env=env,
         capture_output=True,
