@@ -227,7 +227,7 @@ def _report(
         f"{ir.label(acc_a.tensor)}, with no nisa.core_barrier between them; the cores run at "
         "the same time, so the result depends on their timing. Give each core its own part "
         "(index with nl.program_id) or order the accesses with nisa.core_barrier",
-        code="err_spmd_write_race",
+        code="err_core_race",
         loc=a.loc,
         related=((f"core {cb}'s access", b.loc),) if b.loc is not None else (),
     )

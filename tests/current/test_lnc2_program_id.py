@@ -105,7 +105,7 @@ def write_race(a):
 
 def test_two_cores_writing_the_same_elements_is_a_race_at_the_kernel_line():
     a = RNG.random((256, 8), dtype=np.float32)
-    e = expect(write_race, a, cls=NKIDependencyError, code="err_spmd_write_race",
+    e = expect(write_race, a, cls=NKIDependencyError, code="err_core_race",
                values=("core 0", "core 1", "core_barrier"), grid=2)  # fmt: skip
     assert e.related and e.related[0][1].line == e.loc.line + 2
 
@@ -124,7 +124,7 @@ def read_write_race(a):
 
 def test_one_core_reading_what_the_other_writes_without_a_barrier_is_a_race():
     a = RNG.random((256, 8), dtype=np.float32)
-    expect(read_write_race, a, cls=NKIDependencyError, code="err_spmd_write_race",
+    expect(read_write_race, a, cls=NKIDependencyError, code="err_core_race",
            values=("core 1 reads", "out"), grid=2)  # fmt: skip
 
 

@@ -65,7 +65,7 @@ def test_reading_the_other_cores_write_without_the_barrier_is_a_race():
     with pytest.raises(NKIDependencyError) as ei:
         nki.jit(exchange_through_hbm)[2](a, barrier=False)
     e = ei.value
-    assert e.code == "err_spmd_write_race" and "core_barrier" in e.message
+    assert e.code == "err_core_race" and "core_barrier" in e.message
     assert e.loc.line == line_of(exchange_through_hbm)
 
 
