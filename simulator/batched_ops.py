@@ -115,11 +115,21 @@ _LAYOUT_FREE = frozenset({"add", "subtract", "multiply", "divide", "maximum", "m
                           "less", "less_equal"})  # fmt: skip
 
 
+# fp32 ufuncs of ops whose fp32 result can be written straight into fp32 storage
+_INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+         "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
+
+
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = ctx.mask(instr)
     exact = _exact_int(instr, ctx)
+    if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
+        out = ctx.into(instr.dst)
+        if out is not None:  # fp32 in, fp32 out: the same values, no temporary
+            _INTO[instr.op](*(ctx.value(s, contig=False) for s in instr.srcs), out=out)
+            return
     vals = []
     # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
     # take another SIMD path on strided data, so they see contiguous operands as the reference

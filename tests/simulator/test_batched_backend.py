@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from simulator.batched_plan import plan
+from simulator.config import SimConfig
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> bool:
@@ -258,3 +260,59 @@ def test_iterations_writing_the_same_elements_fall_back():
     got = k(a)
     assert k.last_run.backend == "numpy" and "same elements of" in k.last_run.reason
     assert np.array_equal(got, a[256:])  # the last iteration's tile, as in program order
+
+
+@nki.jit
+def stored_results(a, b):
+    """Tiles computed whole and stored whole: each lives in its store's destination."""
+    s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    e = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    d = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        r = slice(i * 128, (i + 1) * 128)
+        x, y = nl.load(a[r, :]), nl.load(b[r, :])
+        nl.store(s[r, :], value=nl.subtract(nl.maximum(x, y), 0.25))
+        nl.store(e[r, :], value=nl.exp(x))
+        nl.store(t[r, :], value=nl.add(x, y, dtype=nl.bfloat16))
+        q = nisa.tensor_tensor(x, y, op=nl.divide)
+        nl.store(d[r, :], value=q)
+    return s, e, t, d
+
+
+@nki.jit
+def stored_twice(a):
+    """A tile stored to two outputs is not fused into either."""
+    o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        r = slice(i * 128, (i + 1) * 128)
+        y = nl.multiply(nl.load(a[r, :]), 2.0)
+        nl.store(o1[r, :], value=y)
+        nl.store(o2[r, :], value=nl.add(y, 1.0))
+    return o1, o2
+
+
+def test_results_written_straight_into_their_outputs():
+    rng = np.random.default_rng(5)
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        a, b = (rng.standard_normal((256, 64)).astype(dt) for _ in range(2))
+        b[3, 4] = 0  # x / 0 and NaN lanes land in the same places
+        a[7, 1] = np.nan
+        gots, wants, info = _both(stored_results, None, a, b)
+        assert info.backend == "batched"
+        for got, want in zip(gots, wants):
+            assert _same(got, want)
+        af, bf = a.astype(np.float32), b.astype(np.float32)
+        ref = (np.maximum(af, bf) - np.float32(0.25)).astype(dt)
+        assert _same(gots[0], ref)
+        assert _same(gots[2], (af + bf).astype(ml_dtypes.bfloat16))
+    a = rng.standard_normal((384, 32)).astype(np.float32)
+    (o1, o2), (w1, w2), info = _both(stored_twice, None, a)
+    assert info.backend == "batched" and _same(o1, w1) and _same(o2, w2)
+    assert np.array_equal(o2, a * 2 + 1)
+    cfg = SimConfig()
+    k1, k2 = stored_results.configure(backend="batched"), stored_twice.configure(backend="batched")
+    k1(a[:, :8], a[:, :8]), k2(a)
+    assert len(plan(k1.last_ir, cfg).fused) == 4  # every result tile
+    assert plan(k2.last_ir, cfg).fused_names == {"sb5"}  # not the tile stored twice

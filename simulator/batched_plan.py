@@ -1,0 +1,295 @@
+"""Planning the batched backend (``batched.py``): which loops become batch axes, which tiles
+need no fill, which loads are views of HBM and which tiles live in their store's destination;
+and whether the kernel is inside the batched subset at all (``Declined`` says why not)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, RuntimeLoop, Sym
+
+from . import numerics
+from .batched_ops import unsupported_instr
+from .config import SimConfig
+
+
+class Declined(Exception):
+    """The kernel is outside the batched subset (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    batch_loops: frozenset[int]  # ids of loops that become batch axes
+    fresh: frozenset[int]  # ids of Alloc nodes whose tile is fully written before any read
+    tile_bytes: int  # bytes of one instance's on-chip tiles (one iteration of every loop)
+    whole: frozenset[int] = frozenset()  # ids of instructions filling a fresh tile entirely
+    # ids of loads whose fresh tile can simply be a view of the HBM tensor (the tensor is never
+    # written, the tile is written by this load only, same storage dtype: no copy at all)
+    elided: frozenset[int] = frozenset()
+    # id(Alloc) -> the store that alone reads the tile: the tile is a view of the store's
+    # destination, so the instruction filling it writes straight into HBM
+    fused: dict[int, Instr] = field(default_factory=dict)
+    skipped: frozenset[int] = frozenset()  # ids of those stores (done by the fused tile)
+    fused_names: frozenset[str] = frozenset()
+    viewed: frozenset[str] = frozenset()  # tiles of elided loads (no storage of their own)
+
+
+_PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
+
+
+def plan(ir: KernelIR, config: SimConfig) -> Plan:
+    key = id(ir)
+    got = _PLANS.get(key)
+    if got is None or got[1] != config.precise_fp:
+        try:
+            p: Plan | str = _plan(ir, config)
+        except Declined as e:
+            p = str(e)
+        got = (ir, config.precise_fp, p)
+        _PLANS[key] = got
+    if isinstance(got[2], str):
+        raise Declined(got[2])
+    return got[2]
+
+
+def _plan(ir: KernelIR, config: SimConfig) -> Plan:
+    if any(isinstance(n, RuntimeLoop) for n, _ in ir.walk()):
+        raise Declined(
+            "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
+        )
+    for d in ir.tensors:
+        if d.alias_of is not None:
+            raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
+        if d.buffer not in ("sbuf", "psum", "shared_hbm"):
+            raise Declined(f"tensor '{d.name}' lives in {d.buffer}")
+    hbm_written: set[str] = set()
+    hbm_read: set[str] = set()
+    for instr, _ in ir.instructions():
+        why = unsupported_instr(instr, ir)
+        if why:
+            raise Declined(why)
+        for s in instr.srcs:
+            if isinstance(s, Access) and ir.tensor(s.tensor).buffer == "shared_hbm":
+                hbm_read.add(s.tensor)
+        if instr.dst is not None and ir.tensor(instr.dst.tensor).buffer == "shared_hbm":
+            if instr.accumulate is not None:
+                raise Declined("an accumulating write to HBM (order across instances matters)")
+            hbm_written.add(instr.dst.tensor)
+    both = hbm_written & hbm_read
+    if both:
+        raise Declined(f"HBM tensor '{sorted(both)[0]}' is both written and read")
+    _check_static_bounds(ir)
+    batch: set[int] = set()
+    fresh: set[int] = set()
+    whole: set[int] = set()
+    _classify(ir, ir.body, batch, fresh, whole)
+    _check_distinct_writes(ir, batch)
+    _check_tiles_stay_in_their_loop(ir, batch)
+    writes: dict[str, int] = {}
+    for instr, _ in ir.instructions():
+        if instr.dst is not None:
+            writes[instr.dst.tensor] = writes.get(instr.dst.tensor, 0) + 1
+    elided = set()
+    for instr, _ in ir.instructions():
+        src = instr.srcs[0] if instr.srcs else None
+        if id(instr) in whole and instr.kind == "dma" and isinstance(src, Access):
+            assert instr.dst is not None
+            sd, dd = ir.tensor(src.tensor), ir.tensor(instr.dst.tensor)
+            same = numerics.storage_dtype(sd.dtype, config.precise_fp) == numerics.storage_dtype(
+                dd.dtype, config.precise_fp
+            )
+            if sd.buffer == "shared_hbm" and src.tensor not in hbm_written and same:
+                if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
+                    elided.add(id(instr))
+    fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
+    loaded = {instr.dst.tensor for instr, _ in ir.instructions() if id(instr) in elided}
+    views = set(loaded)
+    views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
+    tile_bytes = sum(
+        math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
+        for d in ir.tensors
+        if d.on_chip and d.name not in views
+    )
+    return Plan(
+        frozenset(batch),
+        frozenset(fresh),
+        max(tile_bytes, 1),
+        frozenset(whole),
+        frozenset(elided),
+        fused,
+        frozenset(id(s) for s in fused.values()),
+        frozenset(s.srcs[0].tensor for s in fused.values()),  # type: ignore[union-attr]
+        frozenset(loaded),
+    )
+
+
+def _fuse_stores(
+    ir: KernelIR,
+    nodes: tuple[Node, ...],
+    fresh: set[int],
+    elided: set[int],
+    writes: dict[str, int],
+    config: SimConfig,
+) -> dict[int, Instr]:
+    """Fresh tiles that are computed whole, then stored whole (same storage dtype) by the one
+    instruction that reads them, into an HBM tensor that store alone writes: such a tile can
+    live in its store's destination (same nest of loops, so the same batch)."""
+    reads: dict[str, int] = {}
+    for instr, _ in ir.instructions():
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                reads[s.tensor] = reads.get(s.tensor, 0) + 1
+    out: dict[int, Instr] = {}
+
+    def visit(nodes: tuple[Node, ...]) -> None:
+        for i, n in enumerate(nodes):
+            if isinstance(n, Loop):
+                visit(n.body)
+            if not (isinstance(n, Alloc) and id(n) in fresh) or id(nodes[i + 1]) in elided:
+                continue
+            if writes.get(n.tensor) != 1 or reads.get(n.tensor) != 1:
+                continue
+            store = next(
+                (m for m in nodes[i + 2 :] if isinstance(m, Instr) and _reads(m, n.tensor)), None
+            )
+            if store is not None and _plain_store_of(store, n.tensor, ir, writes, config):
+                out[id(n)] = store
+
+    visit(nodes)
+    return out
+
+
+def _reads(instr: Instr, name: str) -> bool:
+    return any(isinstance(s, Access) and s.tensor == name for s in instr.srcs)
+
+
+def _plain_store_of(
+    instr: Instr, name: str, ir: KernelIR, writes: dict[str, int], config: SimConfig
+) -> bool:
+    """``instr`` copies all of tile ``name`` unchanged into an HBM tensor only it writes."""
+    dst = instr.dst
+    if instr.kind != "dma" or dst is None or instr.mask is not None or instr.accumulate:
+        return False
+    src = instr.srcs[0]
+    tile, out = ir.tensor(name), ir.tensor(dst.tensor)
+    if not isinstance(src, Access) or src.tensor != name or src.indirect or dst.indirect:
+        return False
+    if out.buffer != "shared_hbm" or writes.get(dst.tensor) != 1 or dst.shape != tile.shape:
+        return False
+    if not _identity(src, tile.shape):
+        return False
+    same = numerics.storage_dtype(tile.dtype, config.precise_fp) == numerics.storage_dtype(
+        out.dtype, config.precise_fp
+    )
+    return same and not numerics.dma_copies_bits(tile.dtype, out.dtype)
+
+
+def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
+    """``acc`` is the whole tile of ``shape``, element for element."""
+    if acc.shape != shape:
+        return False
+    for d, e in enumerate(acc.index):
+        want = tuple(1 if k == d else 0 for k in range(len(shape)))
+        if e.base.terms or e.base.const or e.coeffs != want:
+            return False
+    return True
+
+
+def _check_static_bounds(ir: KernelIR) -> None:
+    """Unmasked accesses become unchecked strided views: they must be in bounds for every
+    instance and iteration (else the interpreter runs the kernel and reports where)."""
+    ranges: dict[Sym, tuple[int, int]] = {
+        PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
+    }
+    for n, _ in ir.walk():
+        if isinstance(n, Loop):
+            ranges[n.sym] = n.value_range()
+    for instr, _ in ir.instructions():
+        if instr.mask is not None:
+            continue
+        for acc in (instr.dst, *instr.srcs):
+            if not isinstance(acc, Access):
+                continue
+            shape = ir.tensor(acc.tensor).shape
+            for e, size in zip(acc.index, shape):
+                lo, hi = e.bounds(ranges)
+                if lo < 0 or hi >= size:
+                    raise Declined(f"an access to '{acc.tensor}' may be out of bounds")
+
+
+def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
+    """Every instance / batched iteration must write its own HBM elements: when several write
+    the same ones, the last in program order wins, which one batched assignment does not fix."""
+    grid = {PidSym(a) for a, n in enumerate(ir.grid.shape) if n > 1}
+    for instr, loops in ir.instructions():
+        if instr.dst is None or ir.tensor(instr.dst.tensor).buffer != "shared_hbm":
+            continue
+        want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
+        used = {sym for e in instr.dst.index for sym, c in e.base.terms if c}
+        if want - used:
+            raise Declined(
+                f"several instances / iterations write the same elements of '{instr.dst.tensor}'"
+            )
+
+
+def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
+    """A tile allocated in a batched loop has a batch axis only inside it (after the loop the
+    interpreter would see the last iteration's tile)."""
+    home: dict[str, frozenset[int]] = {}
+    for n, loops in ir.walk():
+        if isinstance(n, Alloc):
+            home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
+    for instr, loops in ir.instructions():
+        inside = {id(lp) for lp in loops}
+        for acc in (instr.dst, *instr.srcs):
+            if isinstance(acc, Access) and not home.get(acc.tensor, frozenset()) <= inside:
+                raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
+
+
+def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
+    out: set[str] = set()
+    for n in nodes:
+        if isinstance(n, Instr) and n.dst is not None and ir.tensor(n.dst.tensor).on_chip:
+            out.add(n.dst.tensor)
+        elif isinstance(n, Loop):
+            out |= _written_on_chip(n.body, ir)
+    return out
+
+
+def _allocated(nodes: tuple[Node, ...]) -> set[str]:
+    out: set[str] = set()
+    for n in nodes:
+        if isinstance(n, Alloc):
+            out.add(n.tensor)
+        elif isinstance(n, Loop):
+            out |= _allocated(n.body)
+    return out
+
+
+def _classify(
+    ir: KernelIR, nodes: tuple[Node, ...], batch: set[int], fresh: set[int], whole: set[int]
+) -> None:
+    for i, n in enumerate(nodes):
+        if isinstance(n, Loop):
+            carried = _written_on_chip(n.body, ir) - _allocated(n.body)
+            if n.kind == "affine" and not carried:
+                batch.add(id(n))
+            _classify(ir, n.body, batch, fresh, whole)
+        elif isinstance(n, Alloc) and i + 1 < len(nodes):
+            nxt = nodes[i + 1]
+            if isinstance(nxt, Instr) and _overwrites_whole(nxt, n.tensor, ir):
+                fresh.add(id(n))
+                whole.add(id(nxt))
+
+
+def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
+    """``instr`` writes every element of tile ``name`` without reading it first."""
+    dst = instr.dst
+    if dst is None or dst.tensor != name or instr.mask is not None or instr.accumulate:
+        return False
+    if any(isinstance(s, Access) and s.tensor == name for s in instr.srcs):
+        return False
+    if instr.kind in ("matmul",) and instr.attr("psum_group", False):
+        return False
+    return _identity(dst, ir.tensor(name).shape)

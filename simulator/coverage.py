@@ -1,0 +1,130 @@
+"""Static write coverage: which HBM tensors some single instruction writes entirely, over the
+grid and its enclosing loops.
+
+A tensor that is entirely overwritten and never read needs no uninitialised-memory fill (no one
+can see the sentinel), and under ``checks="full"`` cannot be reported as an unwritten output.
+The analysis is exact for the common case (each tensor dimension indexed by its own loop
+symbols, program ids and tile axes) and answers "not covered" otherwise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nki.ir import Access, Instr, KernelIR, Loop, Mask, PidSym, RuntimeLoop, Sym
+
+_MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
+
+_HOLDS = {
+    "<": lambda lo, hi: hi < 0,
+    "<=": lambda lo, hi: hi <= 0,
+    ">": lambda lo, hi: lo > 0,
+    ">=": lambda lo, hi: lo >= 0,
+    "==": lambda lo, hi: lo == hi == 0,
+    "!=": lambda lo, hi: lo > 0 or hi < 0,
+}
+
+# id(ir) -> (ir, names); the IR is kept alive so ids are not reused
+_UNFILLED: dict[int, tuple[KernelIR, frozenset[str]]] = {}
+
+
+def unfilled_outputs(ir: KernelIR) -> frozenset[str]:
+    """Shared-HBM outputs / locals of ``ir`` that need no uninitialised-memory fill: no
+    instruction reads them, no view aliases them, and one instruction writes every element."""
+    got = _UNFILLED.get(id(ir))
+    if got is None or got[0] is not ir:
+        got = (ir, _unfilled(ir))
+        if len(_UNFILLED) > 512:
+            _UNFILLED.clear()
+        _UNFILLED[id(ir)] = got
+    return got[1]
+
+
+def _unfilled(ir: KernelIR) -> frozenset[str]:
+    cands = {
+        d.name
+        for d in ir.tensors
+        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
+    }
+    cands -= {d.alias_of for d in ir.tensors if d.alias_of is not None}
+    for instr, _ in ir.instructions():
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                cands.discard(s.tensor)
+                cands -= {a.tensor for _, a in s.indirect}
+        if instr.dst is not None:
+            cands -= {a.tensor for _, a in instr.dst.indirect}
+            if instr.accumulate is not None or instr.attr("rmw") is not None:
+                cands.discard(instr.dst.tensor)
+    return frozenset(n for n in cands if fully_written(ir, n))
+
+
+def fully_written(ir: KernelIR, name: str) -> bool:
+    """Some single plain write (a DMA, unmasked or with a mask that always holds) covers every
+    element of tensor ``name`` over the grid and the loops around it."""
+    shape = ir.tensor(name).shape
+    for instr, loops in ir.instructions():
+        dst = instr.dst
+        if dst is None or dst.tensor != name or not _plain_write(instr):
+            continue
+        ranges = _ranges(ir, loops)
+        if ranges is None or not _mask_holds(instr.mask, ranges):
+            continue
+        if _covers(dst, shape, ranges):
+            return True
+    return False
+
+
+def _plain_write(instr: Instr) -> bool:
+    """A write that stores every element of its destination tile (and reads none of it)."""
+    if instr.accumulate is not None or (instr.dst is not None and instr.dst.indirect):
+        return False
+    if instr.kind == "dma":
+        return True
+    return instr.kind == "isa" and instr.op == "dma_copy" and instr.attr("rmw") is None
+
+
+def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, range] | None:
+    """The values of every symbol in scope (None: a device loop, whose trips are unknown)."""
+    out: dict[Sym, range] = {PidSym(a): range(n) for a, n in enumerate(ir.grid.shape)}
+    for lp in loops:
+        if isinstance(lp, RuntimeLoop):
+            return None
+        out[lp.sym] = range(lp.start, lp.stop, lp.step)
+    return out
+
+
+def _mask_holds(mask: Mask | None, ranges: dict[Sym, range]) -> bool:
+    if mask is None:
+        return True
+    if any(len(r) == 0 for r in ranges.values()):
+        return False
+    inclusive = {s: (min(r[0], r[-1]), max(r[0], r[-1])) for s, r in ranges.items()}
+    return all(_HOLDS[c.op](*c.expr.bounds(inclusive)) for c in mask.conds)
+
+
+def _covers(acc: Access, shape: tuple[int, ...], ranges: dict[Sym, range]) -> bool:
+    """The access over every value of its symbols touches every element of ``shape``. Exact
+    when each symbol / tile axis indexes one dimension only (the footprint is then the product
+    of per-dimension index sets); False otherwise."""
+    seen: set[object] = set()
+    for e in acc.index:
+        mine = {s for s, k in e.base.terms if k} | {t for t, k in enumerate(e.coeffs) if k}
+        if mine & seen:
+            return False
+        seen |= mine
+    for e, size in zip(acc.index, shape):
+        vals = np.array([e.base.const], dtype=np.int64)
+        steps = [(k, np.arange(len(ranges[s]), dtype=np.int64) * ranges[s].step + ranges[s].start)
+                 for s, k in e.base.terms if k]  # fmt: skip
+        steps += [(k, np.arange(n, dtype=np.int64)) for k, n in zip(e.coeffs, acc.shape) if k]
+        if math.prod(len(v) for _, v in steps) > _MAX_VALUES:
+            return False
+        for k, v in steps:
+            vals = (vals[:, None] + k * v[None, :]).reshape(-1)
+        hit = np.zeros(size, dtype=bool)
+        hit[vals[(vals >= 0) & (vals < size)]] = True
+        if not hit.all():
+            return False
+    return True

@@ -1,0 +1,87 @@
+"""Outputs the kernel provably overwrites entirely and never reads are not NaN-filled first;
+every other output keeps the uninitialised-memory fill where no instruction writes it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nki
+import nki.language as nl
+from simulator.coverage import unfilled_outputs
+
+
+@nki.jit
+def grid_copy(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    r, c = slice(i * 128, (i + 1) * 128), slice(j * 16, (j + 1) * 16)
+    nl.store(out[r, c], value=nl.multiply(nl.load(a[r, c]), 2.0))
+    return out
+
+
+@nki.jit
+def strided_rows(a):
+    """Rows 2p and 2p + 1 from two stores: covered, but by no single instruction."""
+    out = nl.ndarray((256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0 : a.shape[1]]
+    t = nl.load(a[ip, jf])
+    nl.store(out[2 * ip, jf], value=t)
+    nl.store(out[2 * ip + 1, jf], value=t)
+    return out
+
+
+@nki.jit
+def half_written(a):
+    out = nl.ndarray((256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[0:128, :], value=nl.load(a))
+    return out
+
+
+@nki.jit
+def ragged(a):
+    out = nl.ndarray((256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0 : a.shape[1]]
+    for i in nl.affine_range(2):
+        nl.store(out[i * 128 + ip, jf], value=nl.load(a[ip, jf]), mask=(i * 128 + ip < 200))
+    return out
+
+
+@nki.jit
+def read_back(a):
+    scratch = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(scratch, value=nl.load(a))
+    nl.store(out, value=nl.load(scratch))
+    return out
+
+
+def test_fully_overwritten_outputs_are_not_filled():
+    a = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    for backend in ("batched", "numpy"):
+        k = grid_copy.configure(backend=backend)
+        assert np.array_equal(k[2, 4](a), a * 2)
+        assert unfilled_outputs(k.last_ir) == set(k.last_ir.outputs)
+
+
+def test_partly_written_outputs_keep_the_fill():
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    for backend in ("batched", "numpy"):
+        k = half_written.configure(backend=backend)
+        out = k(a)
+        assert np.array_equal(out[:128], a) and np.isnan(out[128:]).all()
+        assert unfilled_outputs(k.last_ir) == set()
+        k = ragged.configure(backend=backend)
+        out = k(a)
+        assert np.array_equal(out[:128], a) and np.array_equal(out[128:200], a[:72])
+        assert np.isnan(out[200:]).all()
+        assert unfilled_outputs(k.last_ir) == set()
+
+
+def test_outputs_covered_by_several_writes_or_read_back_are_filled():
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    out = strided_rows(a)
+    assert np.array_equal(out[0::2], a) and np.array_equal(out[1::2], a)
+    assert unfilled_outputs(strided_rows.last_ir) == set()  # conservative: two instructions
+    assert np.array_equal(read_back(a), a)
+    ir = read_back.last_ir
+    assert unfilled_outputs(ir) == {ir.outputs[0]}  # the scratch tensor is read: filled
