@@ -66,6 +66,9 @@ class BCtx:
         self.instr: Instr | None = None
         self.whole = False  # the running instruction fills a fresh tile entirely
         self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
+        # fresh tiles without storage yet (shape, dtype): the instruction that fills them
+        # either hands over its result array or gets empty storage to write into
+        self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -85,7 +88,9 @@ class BCtx:
 
     def view(self, acc: Access) -> np.ndarray:
         """The access over the whole batch as a strided view: shape dims + tile shape."""
-        arr = self.arrays[acc.tensor]
+        arr = self.arrays.get(acc.tensor)
+        if arr is None:
+            arr = self._storage(acc.tensor)
         p = self.depth[acc.tensor]
         st = arr.strides
         bstr = [st[b] if b < p else 0 for b in range(len(self.dims))]
@@ -119,7 +124,7 @@ class BCtx:
             sh = [1] * len(full_shape)
             sh[b] = self.dims[b]
             out.append(np.arange(self.dims[b]).reshape(sh))
-        shape = self.arrays[acc.tensor].shape[p:]
+        shape = self.decl(acc.tensor).shape
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             v: Any = np.int64(c)
@@ -190,13 +195,22 @@ class BCtx:
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         if sel is None:
             return self.view(acc)
-        return self.arrays[acc.tensor][self.indices(acc, sel)]
+        arr = self.arrays.get(acc.tensor)
+        return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
     def write(
         self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
     ) -> None:
         full = (*self.dims, *acc.shape)
-        vals = np.broadcast_to(np.asarray(values), full)
+        vals = np.asarray(values)
+        if vals.shape != full:  # (a fresh full-shape result stays itself: it may become the tile)
+            vals = np.broadcast_to(vals, full)
+        into = _INTO.get(accumulate) if sel is None else None  # type: ignore[arg-type]
+        if into is not None and vals.dtype == np.float32:
+            dst = self.view(acc)
+            if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
+                into(dst, vals, out=dst)
+                return
         if accumulate is not None:
             old = self.read(acc, sel)
             exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
@@ -204,18 +218,18 @@ class BCtx:
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
-        own = self.arrays[acc.tensor]
-        if (
-            self.whole
-            and acc.tensor not in self.fused
-            and sel is None
-            and stored.shape == own.shape
-            and stored.dtype == own.dtype
-            and stored.flags.c_contiguous
-            and stored.flags.owndata
-        ):
-            self.arrays[acc.tensor] = stored  # a fresh result becomes the tile: no copy
-            return
+        pend = self.pending.pop(acc.tensor, None)
+        if pend is not None:
+            if (
+                sel is None
+                and stored.shape == pend[0]
+                and stored.dtype == pend[1]
+                and stored.flags.c_contiguous
+                and stored.flags.owndata
+            ):
+                self.arrays[acc.tensor] = stored  # a fresh result becomes the tile: no copy
+                return
+            self.arrays[acc.tensor] = np.empty(*pend)
         if sel is None:
             self.view(acc)[...] = stored
             return
@@ -245,6 +259,14 @@ class BCtx:
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}")
 
+    def _storage(self, name: str) -> np.ndarray:
+        """The storage of a tile still pending (else the unknown tensor's KeyError)."""
+        pend = self.pending.pop(name, None)
+        if pend is None:
+            raise KeyError(name)
+        self.arrays[name] = np.empty(*pend)
+        return self.arrays[name]
+
     def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
         d = self.decl(name)
         if d.buffer == "shared_hbm" and name in self.arrays:
@@ -256,11 +278,17 @@ class BCtx:
             return
         shape = (*self.dims, *d.shape)
         sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
-        if fresh:  # the next instruction writes the whole tile: no fill needed
-            self.arrays[name] = np.empty(shape, dtype=sd)
+        if fresh:  # the next instruction writes the whole tile: storage when it does
+            self.arrays.pop(name, None)
+            self.pending[name] = (shape, sd)
         else:
             self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
         self.depth[name] = len(self.dims)
+
+
+# accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
+_INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+         "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
 def _contig(a: np.ndarray) -> np.ndarray:
@@ -372,6 +400,9 @@ def execute(
             p = plan(ir, config)
         except Declined as e:
             reason = str(e)
+        else:
+            if config.checks == "full" and p.unproven is not None:
+                reason = f"checks='full' tracks uninitialised values per instance: {p.unproven}"
     if reason is not None:
         info.reason = f"batched: {reason}"
         return False
@@ -386,8 +417,6 @@ def execute(
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
     if config.backend not in ("auto", "batched"):
         return f"backend={config.backend!r}"
-    if config.checks == "full":
-        return "checks='full' tracks uninitialised reads per instance (interpreter)"
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
     return None

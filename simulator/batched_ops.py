@@ -170,20 +170,33 @@ def _reduce(instr: Instr, ctx: BCtx) -> None:
 def _matmul(instr: Instr, ctx: BCtx) -> None:
     xa, ya = instr.srcs
     assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
-    x = numerics.to_compute(np.ascontiguousarray(ctx.read(xa)))
-    y = numerics.to_compute(np.ascontiguousarray(ctx.read(ya)))
+    x, y = _unbroadcast(ctx.read(xa)), _unbroadcast(ctx.read(ya))
     if not instr.attr("transpose_x", False):
         x = np.swapaxes(x, -1, -2)
-    xt = np.swapaxes(x, -1, -2).astype(np.float32)
-    ctx.write(instr.dst, _per_item_matmul(xt, y.astype(np.float32)), None, instr.accumulate)
+    out = _per_item_matmul(np.swapaxes(x, -1, -2), y)
+    ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def _unbroadcast(a: np.ndarray) -> np.ndarray:
+    """A batched operand with its repeated batch axes (stride 0: the operand does not depend
+    on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
+    nb = a.ndim - 2
+    if not any(a.strides[b] == 0 and a.shape[b] > 1 for b in range(nb)):
+        return a
+    return a[tuple(slice(0, 1) if a.strides[b] == 0 else slice(None) for b in range(nb))]
 
 
 def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` over leading batch axes in fp32 through BLAS: one gemm per item. Operands are
-    made C-contiguous (a stacked matmul of transposed views leaves BLAS and is 4-6x slower);
-    BLAS gives the reference's transposed-operand gemm the same sums, which the differential
-    tests check."""
-    return np.matmul(_contig(a), _contig(b), dtype=np.float32)
+    """``a @ b`` over (broadcast) leading batch axes in fp32 through BLAS: one gemm per item,
+    each with the reference's operand shapes. The left operand is made a C-contiguous fp32 copy
+    (a stacked matmul of transposed views leaves BLAS and is 4-6x slower); the right one is
+    used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
+    the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
+    the differential tests check."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
+        b = np.ascontiguousarray(b, dtype=np.float32)
+    return np.matmul(a, b, dtype=np.float32)
 
 
 def _transpose(instr: Instr, ctx: BCtx) -> None:
@@ -281,12 +294,18 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     sacc, macc = instr.srcs
     assert isinstance(sacc, Access) and isinstance(macc, Access)
     k = sacc.shape[0]
-    s = numerics.to_compute(_contig(ctx.read(sacc))).reshape((*ctx.dims, k, -1))
-    m = numerics.to_compute(_contig(ctx.read(macc))).reshape((*ctx.dims, k, -1))
+    s = _unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
+    m = _unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
     out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
     dst = instr.dst
     assert dst is not None
     ctx.write(dst, out.reshape((*ctx.dims, *dst.shape)), ctx.mask(instr), instr.accumulate)
+
+
+def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
+    """A batched tile as (batch..., K, F): a view for 2-D tiles (keeping stride-0 batch axes),
+    else a reshaped copy."""
+    return a if a.ndim == nb + 2 else _contig(a).reshape((*a.shape[:nb], k, -1))
 
 
 ISA: dict[str, Callable[[Instr, BCtx], None]] = {

@@ -12,6 +12,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, RuntimeLo
 from . import numerics
 from .batched_ops import unsupported_instr
 from .config import SimConfig
+from .coverage import fully_written, instructions_of, nodes_of
 
 
 class Declined(Exception):
@@ -33,6 +34,8 @@ class Plan:
     skipped: frozenset[int] = frozenset()  # ids of those stores (done by the fused tile)
     fused_names: frozenset[str] = frozenset()
     viewed: frozenset[str] = frozenset()  # tiles of elided loads (no storage of their own)
+    # why checks="full" could find something at run time here (None: provably nothing)
+    unproven: str | None = None
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -54,7 +57,7 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 
 
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
-    if any(isinstance(n, RuntimeLoop) for n, _ in ir.walk()):
+    if any(isinstance(n, RuntimeLoop) for n, _ in nodes_of(ir)):
         raise Declined(
             "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
         )
@@ -65,7 +68,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             raise Declined(f"tensor '{d.name}' lives in {d.buffer}")
     hbm_written: set[str] = set()
     hbm_read: set[str] = set()
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         why = unsupported_instr(instr, ir)
         if why:
             raise Declined(why)
@@ -87,11 +90,11 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     _check_distinct_writes(ir, batch)
     _check_tiles_stay_in_their_loop(ir, batch)
     writes: dict[str, int] = {}
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         if instr.dst is not None:
             writes[instr.dst.tensor] = writes.get(instr.dst.tensor, 0) + 1
     elided = set()
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         src = instr.srcs[0] if instr.srcs else None
         if id(instr) in whole and instr.kind == "dma" and isinstance(src, Access):
             assert instr.dst is not None
@@ -103,7 +106,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
                 if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
                     elided.add(id(instr))
     fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
-    loaded = {instr.dst.tensor for instr, _ in ir.instructions() if id(instr) in elided}
+    loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
     views = set(loaded)
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
     tile_bytes = sum(
@@ -121,7 +124,43 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         frozenset(id(s) for s in fused.values()),
         frozenset(s.srcs[0].tensor for s in fused.values()),  # type: ignore[union-attr]
         frozenset(loaded),
+        _full_checks_unproven(ir, fresh),
     )
+
+
+def _full_checks_unproven(ir: KernelIR, fresh: set[int]) -> str | None:
+    """Why the run-time checks of ``checks="full"`` might report something on this kernel, or
+    None when they provably cannot: every on-chip tile is filled entirely by the instruction
+    right after its allocation and read only later in its scope, HBM reads are of parameters
+    (the caller's data), every output is entirely written (``coverage.fully_written``) and no
+    instruction leaves engine registers unset. The batched run then equals a checked one."""
+    order: dict[int, int] = {}
+    scope: dict[str, tuple[int, tuple[int, ...]]] = {}  # tile -> (alloc position, its loops)
+    for pos, (n, loops) in enumerate(nodes_of(ir)):
+        order[id(n)] = pos
+        if isinstance(n, Alloc) and ir.tensor(n.tensor).on_chip:
+            if id(n) not in fresh:
+                return f"tile '{n.tensor}' is not entirely written right after its allocation"
+            scope[n.tensor] = (pos, tuple(id(lp) for lp in loops))
+    for instr, loops in instructions_of(ir):
+        if any(isinstance(v, Access) for _, v in instr.attrs):
+            return f"'{instr.api or instr.op}' has a secondary operand (e.g. reduce_res)"
+        here = tuple(id(lp) for lp in loops)
+        for s in instr.srcs:
+            if not isinstance(s, Access):
+                continue
+            d = ir.tensor(s.tensor)
+            if not d.on_chip:
+                if d.name not in ir.params:
+                    return f"HBM tensor '{d.name}' is read"
+                continue
+            got = scope.get(d.name)
+            if got is None or order[id(instr)] < got[0] or here[: len(got[1])] != got[1]:
+                return f"tile '{d.name}' may be read outside the scope of its allocation"
+    for name in ir.outputs:
+        if name not in ir.params and not fully_written(ir, name):
+            return f"output '{name}' is not provably written entirely"
+    return None
 
 
 def _fuse_stores(
@@ -136,13 +175,19 @@ def _fuse_stores(
     instruction that reads them, into an HBM tensor that store alone writes: such a tile can
     live in its store's destination (same nest of loops, so the same batch)."""
     reads: dict[str, int] = {}
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         for s in instr.srcs:
             if isinstance(s, Access):
                 reads[s.tensor] = reads.get(s.tensor, 0) + 1
+    reader: dict[str, Instr] = {}
+    for instr, _ in instructions_of(ir):
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                reader[s.tensor] = instr
     out: dict[int, Instr] = {}
 
     def visit(nodes: tuple[Node, ...]) -> None:
+        at = {id(n): i for i, n in enumerate(nodes)}
         for i, n in enumerate(nodes):
             if isinstance(n, Loop):
                 visit(n.body)
@@ -150,18 +195,13 @@ def _fuse_stores(
                 continue
             if writes.get(n.tensor) != 1 or reads.get(n.tensor) != 1:
                 continue
-            store = next(
-                (m for m in nodes[i + 2 :] if isinstance(m, Instr) and _reads(m, n.tensor)), None
-            )
-            if store is not None and _plain_store_of(store, n.tensor, ir, writes, config):
+            store = reader[n.tensor]  # the one reader: fused when it comes later at this level
+            later = at.get(id(store), -1) > i + 1
+            if later and _plain_store_of(store, n.tensor, ir, writes, config):
                 out[id(n)] = store
 
     visit(nodes)
     return out
-
-
-def _reads(instr: Instr, name: str) -> bool:
-    return any(isinstance(s, Access) and s.tensor == name for s in instr.srcs)
 
 
 def _plain_store_of(
@@ -190,8 +230,10 @@ def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
     if acc.shape != shape:
         return False
     for d, e in enumerate(acc.index):
-        want = tuple(1 if k == d else 0 for k in range(len(shape)))
-        if e.base.terms or e.base.const or e.coeffs != want:
+        if e.base.terms or e.base.const:
+            return False
+        # (a tile axis of length 1 takes only index 0: its coefficient does not matter)
+        if any(c != (t == d) for t, c in enumerate(e.coeffs) if shape[t] > 1):
             return False
     return True
 
@@ -202,10 +244,10 @@ def _check_static_bounds(ir: KernelIR) -> None:
     ranges: dict[Sym, tuple[int, int]] = {
         PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
     }
-    for n, _ in ir.walk():
+    for n, _ in nodes_of(ir):
         if isinstance(n, Loop):
             ranges[n.sym] = n.value_range()
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         if instr.mask is not None:
             continue
         for acc in (instr.dst, *instr.srcs):
@@ -222,7 +264,7 @@ def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
     """Every instance / batched iteration must write its own HBM elements: when several write
     the same ones, the last in program order wins, which one batched assignment does not fix."""
     grid = {PidSym(a) for a, n in enumerate(ir.grid.shape) if n > 1}
-    for instr, loops in ir.instructions():
+    for instr, loops in instructions_of(ir):
         if instr.dst is None or ir.tensor(instr.dst.tensor).buffer != "shared_hbm":
             continue
         want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
@@ -237,10 +279,10 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
     """A tile allocated in a batched loop has a batch axis only inside it (after the loop the
     interpreter would see the last iteration's tile)."""
     home: dict[str, frozenset[int]] = {}
-    for n, loops in ir.walk():
+    for n, loops in nodes_of(ir):
         if isinstance(n, Alloc):
             home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
-    for instr, loops in ir.instructions():
+    for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
         for acc in (instr.dst, *instr.srcs):
             if isinstance(acc, Access) and not home.get(acc.tensor, frozenset()) <= inside:

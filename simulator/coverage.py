@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, Loop, Mask, PidSym, RuntimeLoop, Sym
+from nki.ir import Access, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
 
 _MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
 
@@ -24,6 +24,30 @@ _HOLDS = {
     "==": lambda lo, hi: lo == hi == 0,
     "!=": lambda lo, hi: lo > 0 or hi < 0,
 }
+
+_LAST: tuple[object, tuple, tuple] = (None, (), ())  # the last IR walked, its nodes, its instrs
+
+
+def nodes_of(ir: KernelIR) -> tuple[tuple[Node, tuple[Loop, ...]], ...]:
+    """``ir.walk()`` as a tuple, kept for the last IR asked about (planning passes walk the
+    same kernel many times)."""
+    return _walked(ir)[1]
+
+
+def instructions_of(ir: KernelIR) -> tuple[tuple[Instr, tuple[Loop, ...]], ...]:
+    """``instructions_of(ir)`` as a tuple (see ``nodes_of``)."""
+    return _walked(ir)[2]
+
+
+def _walked(ir: KernelIR) -> tuple[object, tuple, tuple]:
+    global _LAST
+    got = _LAST
+    if got[0] is not ir:
+        nodes = tuple(ir.walk())
+        got = (ir, nodes, tuple(p for p in nodes if isinstance(p[0], Instr)))
+        _LAST = got
+    return got
+
 
 # id(ir) -> (ir, names); the IR is kept alive so ids are not reused
 _UNFILLED: dict[int, tuple[KernelIR, frozenset[str]]] = {}
@@ -48,7 +72,7 @@ def _unfilled(ir: KernelIR) -> frozenset[str]:
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
     }
     cands -= {d.alias_of for d in ir.tensors if d.alias_of is not None}
-    for instr, _ in ir.instructions():
+    for instr, _ in instructions_of(ir):
         for s in instr.srcs:
             if isinstance(s, Access):
                 cands.discard(s.tensor)
@@ -64,7 +88,7 @@ def fully_written(ir: KernelIR, name: str) -> bool:
     """Some single plain write (a DMA, unmasked or with a mask that always holds) covers every
     element of tensor ``name`` over the grid and the loops around it."""
     shape = ir.tensor(name).shape
-    for instr, loops in ir.instructions():
+    for instr, loops in instructions_of(ir):
         dst = instr.dst
         if dst is None or dst.tensor != name or not _plain_write(instr):
             continue
@@ -108,6 +132,9 @@ def _covers(acc: Access, shape: tuple[int, ...], ranges: dict[Sym, range]) -> bo
     """The access over every value of its symbols touches every element of ``shape``. Exact
     when each symbol / tile axis indexes one dimension only (the footprint is then the product
     of per-dimension index sets); False otherwise."""
+    used = {s for e in acc.index for s, k in e.base.terms if k}
+    if math.prod(len(ranges[s]) for s in used) * math.prod(acc.shape) < math.prod(shape):
+        return False  # fewer element writes than elements (one check, most stores stop here)
     seen: set[object] = set()
     for e in acc.index:
         mine = {s for s, k in e.base.terms if k} | {t for t, k in enumerate(e.coeffs) if k}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -213,8 +214,8 @@ def bitwise(a):
 
 def test_unsupported_kernels_fall_back_and_say_why():
     a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
-    k = seeded.configure(backend="batched", checks="full")
-    assert np.array_equal(k(a), a + 1)
+    k = ragged_scale.configure(backend="batched", checks="full")
+    assert np.array_equal(k(a), a * 3)
     assert k.last_run.backend == "numpy" and "checks='full'" in k.last_run.reason
     k = seeded.configure(backend="auto", shuffle_seed=3)
     assert np.array_equal(k(a), a + 1)
@@ -316,3 +317,40 @@ def test_results_written_straight_into_their_outputs():
     k1(a[:, :8], a[:, :8]), k2(a)
     assert len(plan(k1.last_ir, cfg).fused) == 4  # every result tile
     assert plan(k2.last_ir, cfg).fused_names == {"sb5"}  # not the tile stored twice
+
+
+@nki.jit
+def reads_unwritten(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nl.store(out, value=nl.add(t, nl.load(a)))
+    return out
+
+
+@nki.jit
+def writes_half(a):
+    out = nl.ndarray((256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[0:128, :], value=nl.load(a))
+    return out
+
+
+def test_full_checks_run_batched_when_nothing_can_be_reported():
+    """checks='full' runs batched when every tile is written whole before it is read and every
+    output is written entirely (nothing the run-time checks look for can happen); otherwise the
+    interpreter runs it and reports what it finds."""
+    rng = np.random.default_rng(6)
+    a, b = (rng.standard_normal((256, 128)).astype(np.float32) for _ in range(2))
+    for kernel, grid, args in [(grid_add, (2, 2), (a, b)), (row_softmax, None, (a,)),
+                               (tiled_matmul, None, (a, b))]:  # fmt: skip
+        k = kernel.configure(checks="full")
+        got = (k[grid] if grid else k)(*args)
+        assert k.last_run.backend == "batched", k.last_run.reason
+        want = kernel.configure(backend="numpy", checks="full")
+        assert _same(got, (want[grid] if grid else want)(*args))
+    k = reads_unwritten.configure(checks="full")
+    with pytest.raises(nki.NKIError, match="uninitialised") as e:
+        k(a[:128])
+    assert "err_uninitialized_read" in str(e.value) and "test_batched_backend.py" in str(e.value)
+    k = writes_half.configure(checks="full")
+    with pytest.raises(nki.NKIError, match="err_unwritten_output"):
+        k(a[:128])
