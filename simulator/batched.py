@@ -410,7 +410,11 @@ def execute(
     ctx.fused = p.fused_names
     info.order.extend(sched.instances)
     _run_nodes(_body_with_grid(ir), ctx, p)
-    info.reason = "batched: every instruction ran once per batch of instances and iterations"
+    info.reason = (
+        "batched: every instruction ran once per batch of instances and iterations "
+        f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "
+        f"load(s) read in place, {len(p.fused)} result(s) written straight into HBM)"
+    )
     return True
 
 

@@ -65,14 +65,25 @@ def storage_input(
     return np.array(arr, dtype=sd, copy=True, order="C")
 
 
+_WRITTEN: dict[int, tuple[KernelIR, frozenset[str]]] = {}  # id(ir) -> (ir, written params)
+
+
 def written_params(ir: KernelIR) -> frozenset[str]:
-    """The parameters some instruction writes (directly or through a reshape / dtype view)."""
+    """The parameters some instruction writes (directly or through a reshape / dtype view);
+    computed once per traced kernel."""
+    got = _WRITTEN.get(id(ir))
+    if got is not None and got[0] is ir:
+        return got[1]
     out: set[str] = set()
     for instr, _ in ir.instructions():
         if instr.dst is not None:
             d = ir.tensor(instr.dst.tensor)
             out.add(d.alias_of or d.name)
-    return frozenset(out) & frozenset(ir.params)
+    names = frozenset(out) & frozenset(ir.params)
+    if len(_WRITTEN) > 512:
+        _WRITTEN.clear()
+    _WRITTEN[id(ir)] = (ir, names)
+    return names
 
 
 def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:

@@ -354,3 +354,48 @@ def test_full_checks_run_batched_when_nothing_can_be_reported():
     k = writes_half.configure(checks="full")
     with pytest.raises(nki.NKIError, match="err_unwritten_output"):
         k(a[:128])
+
+
+@given(
+    m_tiles=st.integers(1, 3),
+    n_tiles=st.integers(1, 3),
+    k_tiles=st.integers(1, 3),
+    width=st.sampled_from([64, 128, 192]),
+    bf16=st.booleans(),
+    form=st.sampled_from(["transpose_x", "plain", "nc_matmul"]),
+)
+def test_generated_matmuls_match_the_interpreter(m_tiles, n_tiles, k_tiles, width, bf16, form):
+    """Products over (m, n) output tiles accumulated over k: operands shared by a row or column
+    of output tiles are broadcast, not copied, and each product keeps the reference's shapes."""
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((m_tiles * 64, n_tiles * width), dtype=nl.float32, buffer=nl.shared_hbm)
+        for m in nl.affine_range(m_tiles):
+            for n in nl.affine_range(n_tiles):
+                acc = nl.zeros((64, width), dtype=nl.float32, buffer=nl.psum)
+                for k in nl.affine_range(k_tiles):
+                    bt = nl.load(b[k * 128 : (k + 1) * 128, n * width : (n + 1) * width])
+                    if form == "plain":
+                        at = nl.load(a[m * 64 : (m + 1) * 64, k * 128 : (k + 1) * 128])
+                        acc += nl.matmul(at, bt)
+                    else:
+                        at = nl.load(a[k * 128 : (k + 1) * 128, m * 64 : (m + 1) * 64])
+                        if form == "nc_matmul":
+                            acc += nisa.nc_matmul(at, bt)
+                        else:
+                            acc += nl.matmul(at, bt, transpose_x=True)
+                nl.store(out[m * 64 : (m + 1) * 64, n * width : (n + 1) * width], value=acc)
+        return out
+
+    dt = ml_dtypes.bfloat16 if bf16 else np.float32
+    rng = np.random.default_rng(m_tiles * 100 + n_tiles * 10 + k_tiles)
+    shape_a = (m_tiles * 64, k_tiles * 128) if form == "plain" else (k_tiles * 128, m_tiles * 64)
+    a = rng.standard_normal(shape_a).astype(dt)
+    b = rng.standard_normal((k_tiles * 128, n_tiles * width)).astype(dt)
+    got, want, info = _both(kernel, None, a, b)
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    ref = (af if form == "plain" else af.T) @ bf
+    assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
