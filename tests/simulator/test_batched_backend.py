@@ -399,3 +399,36 @@ def test_generated_matmuls_match_the_interpreter(m_tiles, n_tiles, k_tiles, widt
     af, bf = a.astype(np.float64), b.astype(np.float64)
     ref = (af if form == "plain" else af.T) @ bf
     assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def accumulated_in_sbuf(a):
+    """In-place +=, -= and *= on SBUF tiles over a K loop (fp32 and bf16 accumulators)."""
+    out = nl.ndarray((128, a.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    low = nl.ndarray((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    s = nl.zeros((128, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    p = nl.ones((128, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.zeros((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+    for k in nl.affine_range(a.shape[0] // 128):
+        t = nl.load(a[k * 128 : (k + 1) * 128, :])
+        s += t
+        s -= nl.multiply(t, 0.5)
+        p *= t
+        b += t
+    nl.store(out, value=nl.add(s, p))
+    nl.store(low, value=b)
+    return out, low
+
+
+def test_in_place_accumulation_matches_the_interpreter():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((512, 48)).astype(np.float32)
+    a[3, 5] = np.nan
+    (o, lo), (wo, wlo), info = _both(accumulated_in_sbuf, None, a)
+    assert info.backend == "batched", info.reason
+    assert _same(o, wo) and _same(lo, wlo)
+    t = a.reshape(4, 128, 48)
+    s = np.zeros((128, 48), np.float32)
+    for k in range(4):
+        s = (s + t[k]) - t[k] * np.float32(0.5)
+    assert np.allclose(o, s + np.prod(t, axis=0), rtol=1e-5, atol=1e-5, equal_nan=True)
