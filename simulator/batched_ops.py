@@ -308,7 +308,23 @@ def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
     return a if a.ndim == nb + 2 else _contig(a).reshape((*a.shape[:nb], k, -1))
 
 
+def _dma_copy(instr: Instr, ctx: BCtx) -> None:
+    src, dst = instr.srcs[0], instr.dst
+    assert isinstance(src, Access) and dst is not None
+    sel = ctx.mask(instr)
+    raw = ctx.read(src, sel if src.shape == dst.shape else None)
+    sdt, ddt = ctx.decl(src.tensor).dtype, ctx.decl(dst.tensor).dtype
+    if sdt == ddt:
+        vals = raw
+    elif numerics.dma_copies_bits(sdt, ddt):
+        vals = raw.view(numerics.storage_dtype(ddt))
+    else:
+        vals = numerics.to_compute(raw)
+    ctx.write(dst, vals.reshape((*ctx.dims, *dst.shape)), sel, None)
+
+
 ISA: dict[str, Callable[[Instr, BCtx], None]] = {
+    "dma_copy": _dma_copy,
     "tensor_tensor": _tensor_tensor,
     "tensor_scalar": _tensor_scalar,
     "activation": _activation,
@@ -326,6 +342,8 @@ def _isa(instr: Instr, ctx: BCtx) -> None:
 def _unsupported_isa(instr: Instr, what: str) -> str | None:
     if instr.op not in ISA:
         return f"{what} has no batched executor"
+    if instr.op == "dma_copy" and (instr.attr("rmw") or instr.accumulate):
+        return f"{what} accumulates (dst_rmw_op)"
     if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
         return f"{what} is a bit-vector op"
     if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:

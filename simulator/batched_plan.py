@@ -96,7 +96,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     elided = set()
     for instr, _ in instructions_of(ir):
         src = instr.srcs[0] if instr.srcs else None
-        if id(instr) in whole and instr.kind == "dma" and isinstance(src, Access):
+        if id(instr) in whole and _is_copy(instr) and isinstance(src, Access):
             assert instr.dst is not None
             sd, dd = ir.tensor(src.tensor), ir.tensor(instr.dst.tensor)
             same = numerics.storage_dtype(sd.dtype, config.precise_fp) == numerics.storage_dtype(
@@ -209,7 +209,7 @@ def _plain_store_of(
 ) -> bool:
     """``instr`` copies all of tile ``name`` unchanged into an HBM tensor only it writes."""
     dst = instr.dst
-    if instr.kind != "dma" or dst is None or instr.mask is not None or instr.accumulate:
+    if not _is_copy(instr) or dst is None or instr.mask is not None or instr.accumulate:
         return False
     src = instr.srcs[0]
     tile, out = ir.tensor(name), ir.tensor(dst.tensor)
@@ -223,6 +223,16 @@ def _plain_store_of(
         out.dtype, config.precise_fp
     )
     return same and not numerics.dma_copies_bits(tile.dtype, out.dtype)
+
+
+def _is_copy(instr: Instr) -> bool:
+    """A plain DMA copying its source tile, element for element, into its destination."""
+    if instr.kind == "dma":
+        return True
+    if instr.kind != "isa" or instr.op != "dma_copy" or instr.attr("rmw"):
+        return False
+    src = instr.srcs[0]
+    return isinstance(src, Access) and instr.dst is not None and src.shape == instr.dst.shape
 
 
 def _identity(acc: Access, shape: tuple[int, ...]) -> bool:

@@ -432,3 +432,41 @@ def test_in_place_accumulation_matches_the_interpreter():
     for k in range(4):
         s = (s + t[k]) - t[k] * np.float32(0.5)
     assert np.allclose(o, s + np.prod(t, axis=0), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@nki.jit
+def current_copies(a, ai):
+    """Current-API DMA copies: plain, casting to bf16, bit copies int32 -> uint32, reshaping."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    low = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    bits = nl.ndarray(ai.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
+    flat = nl.ndarray((a.shape[0] // 2, a.shape[1] * 2), dtype=a.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(a.shape[0] // 128):
+        lo = t * 128
+        x = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        y = nl.ndarray((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        s = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((128, ai.shape[1]), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a[lo : lo + 128, :])
+        nisa.dma_copy(dst=y, src=a[lo : lo + 128, :])
+        nisa.tensor_tensor(dst=s, data1=x, data2=x, op=nl.multiply)
+        nisa.dma_copy(dst=u, src=ai[lo : lo + 128, :])
+        nisa.dma_copy(dst=out[lo : lo + 128, :], src=s)
+        nisa.dma_copy(dst=low[lo : lo + 128, :], src=y)
+        nisa.dma_copy(dst=bits[lo : lo + 128, :], src=u)
+        nisa.dma_copy(dst=flat[t * 64 : (t + 1) * 64, :], src=x)
+    return out, low, bits, flat
+
+
+def test_current_api_dma_copies_match_the_interpreter():
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((256, 32)).astype(np.float32)
+    ai = rng.integers(-(2**31), 2**31 - 1, size=(256, 16), dtype=np.int32)
+    gots, wants, info = _both(current_copies, None, a, ai)
+    assert info.backend == "batched", info.reason
+    for got, want in zip(gots, wants):
+        assert _same(got, want) if got.dtype.kind == "f" else np.array_equal(got, want)
+    out, low, bits, flat = gots
+    assert np.array_equal(out, a * a) and _same(low, a.astype(ml_dtypes.bfloat16))
+    assert np.array_equal(bits, ai.view(np.uint32))
+    assert np.array_equal(flat, a.reshape(128, 64))
