@@ -1,5 +1,5 @@
-"""Static write coverage: which HBM tensors some single instruction writes entirely, over the
-grid and its enclosing loops.
+"""Static write coverage: which HBM tensors the kernel's plain writes cover entirely, over the
+grid and their enclosing loops.
 
 A tensor that is entirely overwritten and never read needs no uninitialised-memory fill (no one
 can see the sentinel), and under ``checks="full"`` cannot be reported as an unwritten output.
@@ -15,6 +15,7 @@ import numpy as np
 from nki.ir import Access, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
 
 _MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
+_MAX_MAP = 1 << 24  # elements of the largest tensor whose coverage by several writes is mapped
 
 _HOLDS = {
     "<": lambda lo, hi: hi < 0,
@@ -55,7 +56,7 @@ _UNFILLED: dict[int, tuple[KernelIR, frozenset[str]]] = {}
 
 def unfilled_outputs(ir: KernelIR) -> frozenset[str]:
     """Shared-HBM outputs / locals of ``ir`` that need no uninitialised-memory fill: no
-    instruction reads them, no view aliases them, and one instruction writes every element."""
+    instruction reads them, no view aliases them, and plain writes cover every element."""
     got = _UNFILLED.get(id(ir))
     if got is None or got[0] is not ir:
         got = (ir, _unfilled(ir))
@@ -85,9 +86,12 @@ def _unfilled(ir: KernelIR) -> frozenset[str]:
 
 
 def fully_written(ir: KernelIR, name: str) -> bool:
-    """Some single plain write (a DMA, unmasked or with a mask that always holds) covers every
-    element of tensor ``name`` over the grid and the loops around it."""
+    """The plain writes (DMAs, unmasked or with a mask that always holds) to tensor ``name``
+    cover every element of it over the grid and the loops around them: one of them alone, or
+    together (their footprints marked on a map of the tensor, for tensors up to 16M
+    elements)."""
     shape = ir.tensor(name).shape
+    hit: np.ndarray | None = None
     for instr, loops in instructions_of(ir):
         dst = instr.dst
         if dst is None or dst.tensor != name or not _plain_write(instr):
@@ -95,9 +99,17 @@ def fully_written(ir: KernelIR, name: str) -> bool:
         ranges = _ranges(ir, loops)
         if ranges is None or not _mask_holds(instr.mask, ranges):
             continue
-        if _covers(dst, shape, ranges):
-            return True
-    return False
+        sets = _footprint(dst, shape, ranges)
+        if sets is None:
+            continue
+        if all(len(v) == n for v, n in zip(sets, shape)):
+            return True  # (the sets hold distinct in-bounds indices)
+        if math.prod(shape) > _MAX_MAP:
+            continue
+        if hit is None:
+            hit = np.zeros(shape, dtype=bool)
+        hit[np.ix_(*sets)] = True
+    return hit is not None and bool(hit.all())
 
 
 def _plain_write(instr: Instr) -> bool:
@@ -128,30 +140,27 @@ def _mask_holds(mask: Mask | None, ranges: dict[Sym, range]) -> bool:
     return all(_HOLDS[c.op](*c.expr.bounds(inclusive)) for c in mask.conds)
 
 
-def _covers(acc: Access, shape: tuple[int, ...], ranges: dict[Sym, range]) -> bool:
-    """The access over every value of its symbols touches every element of ``shape``. Exact
-    when each symbol / tile axis indexes one dimension only (the footprint is then the product
-    of per-dimension index sets); False otherwise."""
-    used = {s for e in acc.index for s, k in e.base.terms if k}
-    if math.prod(len(ranges[s]) for s in used) * math.prod(acc.shape) < math.prod(shape):
-        return False  # fewer element writes than elements (one check, most stores stop here)
+def _footprint(
+    acc: Access, shape: tuple[int, ...], ranges: dict[Sym, range]
+) -> list[np.ndarray] | None:
+    """The distinct in-bounds indices the access touches on each dimension, when its footprint
+    is their product: each symbol / tile axis indexes one dimension only. None otherwise (or
+    when a dimension's index takes too many values to list)."""
     seen: set[object] = set()
     for e in acc.index:
         mine = {s for s, k in e.base.terms if k} | {t for t, k in enumerate(e.coeffs) if k}
         if mine & seen:
-            return False
+            return None
         seen |= mine
+    out = []
     for e, size in zip(acc.index, shape):
         vals = np.array([e.base.const], dtype=np.int64)
         steps = [(k, np.arange(len(ranges[s]), dtype=np.int64) * ranges[s].step + ranges[s].start)
                  for s, k in e.base.terms if k]  # fmt: skip
         steps += [(k, np.arange(n, dtype=np.int64)) for k, n in zip(e.coeffs, acc.shape) if k]
         if math.prod(len(v) for _, v in steps) > _MAX_VALUES:
-            return False
+            return None
         for k, v in steps:
             vals = (vals[:, None] + k * v[None, :]).reshape(-1)
-        hit = np.zeros(size, dtype=bool)
-        hit[vals[(vals >= 0) & (vals < size)]] = True
-        if not hit.all():
-            return False
-    return True
+        out.append(np.unique(vals[(vals >= 0) & (vals < size)]))
+    return out
