@@ -361,8 +361,7 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
         ctx.depth[instr.dst.tensor] = len(ctx.dims)
         return
     try:
-        with np.errstate(all="ignore"):
-            EXECUTORS[instr.kind](instr, ctx)
+        EXECUTORS[instr.kind](instr, ctx)  # (under the launch's np.errstate)
     except NKIError as e:
         raise e.with_context(loc=instr.loc) from None
     except Exception as e:
@@ -409,7 +408,8 @@ def execute(
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
     info.order.extend(sched.instances)
-    _run_nodes(_body_with_grid(ir), ctx, p)
+    with np.errstate(all="ignore"):  # once per launch, not per instruction
+        _run_nodes(_body_with_grid(ir), ctx, p)
     info.reason = (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "

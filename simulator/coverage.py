@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
+from nki.ir import Access, Cond, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
 
 _MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
 _MAX_MAP = 1 << 24  # elements of the largest tensor whose coverage by several writes is mapped
@@ -97,7 +97,7 @@ def fully_written(ir: KernelIR, name: str) -> bool:
         if dst is None or dst.tensor != name or not _plain_write(instr):
             continue
         ranges = _ranges(ir, loops)
-        if ranges is None or not _mask_holds(instr.mask, ranges):
+        if ranges is None or not _mask_keeps_in_bounds(instr.mask, ranges, dst, shape):
             continue
         sets = _footprint(dst, shape, ranges)
         if sets is None:
@@ -131,13 +131,40 @@ def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, range] | None:
     return out
 
 
-def _mask_holds(mask: Mask | None, ranges: dict[Sym, range]) -> bool:
+def _mask_keeps_in_bounds(
+    mask: Mask | None, ranges: dict[Sym, range], dst: Access, shape: tuple[int, ...]
+) -> bool:
+    """Every in-bounds element of the write is selected: each condition holds everywhere, or
+    only bounds a destination index by the tensor's own extent (the ragged-tile idiom
+    ``i * 128 + ip < n`` on a tensor of n rows)."""
     if mask is None:
         return True
     if any(len(r) == 0 for r in ranges.values()):
         return False
     inclusive = {s: (min(r[0], r[-1]), max(r[0], r[-1])) for s, r in ranges.items()}
-    return all(_HOLDS[c.op](*c.expr.bounds(inclusive)) for c in mask.conds)
+    return all(
+        _HOLDS[c.op](*c.expr.bounds(inclusive)) or _only_bounds(c, dst, shape) for c in mask.conds
+    )
+
+
+# for ``index + k <op> 0``: the condition keeps every index in [0, n)
+_KEEPS_ALL = {
+    "<": lambda k, n: -k >= n,
+    "<=": lambda k, n: -k >= n - 1,
+    ">": lambda k, n: -k < 0,
+    ">=": lambda k, n: -k <= 0,
+}
+
+
+def _only_bounds(c: Cond, dst: Access, shape: tuple[int, ...]) -> bool:
+    """Condition ``c`` is ``dst.index[d] + k <op> 0`` and holds for every in-bounds index."""
+    e = c.expr
+    for idx, n in zip(dst.index, shape):
+        if e.coeffs == idx.coeffs and e.shape == idx.shape and e.base.terms == idx.base.terms:
+            keeps = _KEEPS_ALL.get(c.op)
+            if keeps is not None and keeps(e.base.const - idx.base.const, n):
+                return True
+    return False
 
 
 def _footprint(

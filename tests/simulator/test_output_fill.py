@@ -134,3 +134,23 @@ def test_a_gap_between_several_writes_keeps_the_fill():
         out = k(a)
         assert np.isnan(out[100]).all() and not np.isnan(np.delete(out, 100, axis=0)).any()
         assert unfilled_outputs(k.last_ir) == set()
+
+
+@nki.jit
+def ragged_rows(a):
+    """The ragged-tile idiom: the mask only drops rows past the end of the tensor."""
+    n, m = a.shape
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:m]
+    for i in nl.affine_range((n + 127) // 128):
+        t = nl.load(a[i * 128 + ip, jf], mask=(i * 128 + ip < n))
+        nl.store(out[i * 128 + ip, jf], value=nl.multiply(t, 2.0), mask=(i * 128 + ip < n))
+    return out
+
+
+def test_a_mask_that_only_drops_rows_past_the_end_still_covers():
+    a = np.arange(300 * 8, dtype=np.float32).reshape(300, 8)
+    for backend in ("batched", "numpy"):
+        k = ragged_rows.configure(backend=backend)
+        assert np.array_equal(k(a), a * 2)
+        assert unfilled_outputs(k.last_ir) == set(k.last_ir.outputs)
