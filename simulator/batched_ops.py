@@ -323,8 +323,38 @@ def _dma_copy(instr: Instr, ctx: BCtx) -> None:
     ctx.write(dst, vals.reshape((*ctx.dims, *dst.shape)), sel, None)
 
 
+def _reciprocal(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access)
+    _isa_store(instr, ctx, np.float32(1.0) / numerics.to_compute(ctx.read(src)))
+
+
+def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
+    data, o0, o1 = instr.srcs
+    assert isinstance(data, Access) and isinstance(o1, Access)
+    p = data.shape[0]
+    r = M.alu(
+        instr.attr("op0"), _pf(ctx, data), _scalar_operand(ctx, o0, p), instr.attr("reverse0")
+    )
+    _isa_store(instr, ctx, M.alu(instr.attr("op1"), r, _pf(ctx, o1), instr.attr("reverse1")))
+
+
+def _tensor_reduce(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access)
+    nb = len(ctx.dims)
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(src)))
+    r = M.reduce(instr.attr("op"), x, tuple(a + nb for a in instr.attr("axes")))
+    if instr.attr("negate"):
+        r = -np.asarray(r, dtype=np.float32)
+    _isa_store(instr, ctx, r)
+
+
 ISA: dict[str, Callable[[Instr, BCtx], None]] = {
     "dma_copy": _dma_copy,
+    "reciprocal": _reciprocal,
+    "scalar_tensor_tensor": _scalar_tensor_tensor,
+    "tensor_reduce": _tensor_reduce,
     "tensor_tensor": _tensor_tensor,
     "tensor_scalar": _tensor_scalar,
     "activation": _activation,
@@ -344,6 +374,16 @@ def _unsupported_isa(instr: Instr, what: str) -> str | None:
         return f"{what} has no batched executor"
     if instr.op == "dma_copy" and (instr.attr("rmw") or instr.accumulate):
         return f"{what} accumulates (dst_rmw_op)"
+    if instr.op == "reciprocal" and not isinstance(instr.srcs[0], Access):
+        return f"{what} of a constant"
+    if instr.op == "scalar_tensor_tensor" and (
+        OPS[instr.attr("op0")].bitvec or OPS[instr.attr("op1")].bitvec
+    ):
+        return f"{what} is a bit-vector op"
+    if instr.op == "tensor_reduce" and (
+        OPS[instr.attr("op")].bitvec or instr.attr("op") == "subtract" or instr.mask is not None
+    ):
+        return f"{what} is a bit-vector, subtracting or masked reduction"
     if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
         return f"{what} is a bit-vector op"
     if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:
