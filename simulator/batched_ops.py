@@ -115,11 +115,21 @@ _LAYOUT_FREE = frozenset({"add", "subtract", "multiply", "divide", "maximum", "m
                           "less", "less_equal"})  # fmt: skip
 
 
+# fp32 ufuncs of ops whose fp32 result can be written straight into fp32 storage
+_INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+         "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
+
+
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = ctx.mask(instr)
     exact = _exact_int(instr, ctx)
+    if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
+        out = ctx.into(instr.dst)
+        if out is not None:  # fp32 in, fp32 out: the same values, no temporary
+            _INTO[instr.op](*(ctx.value(s, contig=False) for s in instr.srcs), out=out)
+            return
     vals = []
     # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
     # take another SIMD path on strided data, so they see contiguous operands as the reference
@@ -160,20 +170,33 @@ def _reduce(instr: Instr, ctx: BCtx) -> None:
 def _matmul(instr: Instr, ctx: BCtx) -> None:
     xa, ya = instr.srcs
     assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
-    x = numerics.to_compute(np.ascontiguousarray(ctx.read(xa)))
-    y = numerics.to_compute(np.ascontiguousarray(ctx.read(ya)))
+    x, y = _unbroadcast(ctx.read(xa)), _unbroadcast(ctx.read(ya))
     if not instr.attr("transpose_x", False):
         x = np.swapaxes(x, -1, -2)
-    xt = np.swapaxes(x, -1, -2).astype(np.float32)
-    ctx.write(instr.dst, _per_item_matmul(xt, y.astype(np.float32)), None, instr.accumulate)
+    out = _per_item_matmul(np.swapaxes(x, -1, -2), y)
+    ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def _unbroadcast(a: np.ndarray) -> np.ndarray:
+    """A batched operand with its repeated batch axes (stride 0: the operand does not depend
+    on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
+    nb = a.ndim - 2
+    if not any(a.strides[b] == 0 and a.shape[b] > 1 for b in range(nb)):
+        return a
+    return a[tuple(slice(0, 1) if a.strides[b] == 0 else slice(None) for b in range(nb))]
 
 
 def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` over leading batch axes in fp32 through BLAS: one gemm per item. Operands are
-    made C-contiguous (a stacked matmul of transposed views leaves BLAS and is 4-6x slower);
-    BLAS gives the reference's transposed-operand gemm the same sums, which the differential
-    tests check."""
-    return np.matmul(_contig(a), _contig(b), dtype=np.float32)
+    """``a @ b`` over (broadcast) leading batch axes in fp32 through BLAS: one gemm per item,
+    each with the reference's operand shapes. The left operand is made a C-contiguous fp32 copy
+    (a stacked matmul of transposed views leaves BLAS and is 4-6x slower); the right one is
+    used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
+    the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
+    the differential tests check."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
+        b = np.ascontiguousarray(b, dtype=np.float32)
+    return np.matmul(a, b, dtype=np.float32)
 
 
 def _transpose(instr: Instr, ctx: BCtx) -> None:
@@ -271,15 +294,67 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     sacc, macc = instr.srcs
     assert isinstance(sacc, Access) and isinstance(macc, Access)
     k = sacc.shape[0]
-    s = numerics.to_compute(_contig(ctx.read(sacc))).reshape((*ctx.dims, k, -1))
-    m = numerics.to_compute(_contig(ctx.read(macc))).reshape((*ctx.dims, k, -1))
+    s = _unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
+    m = _unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
     out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
     dst = instr.dst
     assert dst is not None
     ctx.write(dst, out.reshape((*ctx.dims, *dst.shape)), ctx.mask(instr), instr.accumulate)
 
 
+def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
+    """A batched tile as (batch..., K, F): a view for 2-D tiles (keeping stride-0 batch axes),
+    else a reshaped copy."""
+    return a if a.ndim == nb + 2 else _contig(a).reshape((*a.shape[:nb], k, -1))
+
+
+def _dma_copy(instr: Instr, ctx: BCtx) -> None:
+    src, dst = instr.srcs[0], instr.dst
+    assert isinstance(src, Access) and dst is not None
+    sel = ctx.mask(instr)
+    raw = ctx.read(src, sel if src.shape == dst.shape else None)
+    sdt, ddt = ctx.decl(src.tensor).dtype, ctx.decl(dst.tensor).dtype
+    if sdt == ddt:
+        vals = raw
+    elif numerics.dma_copies_bits(sdt, ddt):
+        vals = raw.view(numerics.storage_dtype(ddt))
+    else:
+        vals = numerics.to_compute(raw)
+    ctx.write(dst, vals.reshape((*ctx.dims, *dst.shape)), sel, None)
+
+
+def _reciprocal(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access)
+    _isa_store(instr, ctx, np.float32(1.0) / numerics.to_compute(ctx.read(src)))
+
+
+def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
+    data, o0, o1 = instr.srcs
+    assert isinstance(data, Access) and isinstance(o1, Access)
+    p = data.shape[0]
+    r = M.alu(
+        instr.attr("op0"), _pf(ctx, data), _scalar_operand(ctx, o0, p), instr.attr("reverse0")
+    )
+    _isa_store(instr, ctx, M.alu(instr.attr("op1"), r, _pf(ctx, o1), instr.attr("reverse1")))
+
+
+def _tensor_reduce(instr: Instr, ctx: BCtx) -> None:
+    src = instr.srcs[0]
+    assert isinstance(src, Access)
+    nb = len(ctx.dims)
+    x = numerics.to_compute(np.ascontiguousarray(ctx.read(src)))
+    r = M.reduce(instr.attr("op"), x, tuple(a + nb for a in instr.attr("axes")))
+    if instr.attr("negate"):
+        r = -np.asarray(r, dtype=np.float32)
+    _isa_store(instr, ctx, r)
+
+
 ISA: dict[str, Callable[[Instr, BCtx], None]] = {
+    "dma_copy": _dma_copy,
+    "reciprocal": _reciprocal,
+    "scalar_tensor_tensor": _scalar_tensor_tensor,
+    "tensor_reduce": _tensor_reduce,
     "tensor_tensor": _tensor_tensor,
     "tensor_scalar": _tensor_scalar,
     "activation": _activation,
@@ -297,6 +372,18 @@ def _isa(instr: Instr, ctx: BCtx) -> None:
 def _unsupported_isa(instr: Instr, what: str) -> str | None:
     if instr.op not in ISA:
         return f"{what} has no batched executor"
+    if instr.op == "dma_copy" and (instr.attr("rmw") or instr.accumulate):
+        return f"{what} accumulates (dst_rmw_op)"
+    if instr.op == "reciprocal" and not isinstance(instr.srcs[0], Access):
+        return f"{what} of a constant"
+    if instr.op == "scalar_tensor_tensor" and (
+        OPS[instr.attr("op0")].bitvec or OPS[instr.attr("op1")].bitvec
+    ):
+        return f"{what} is a bit-vector op"
+    if instr.op == "tensor_reduce" and (
+        OPS[instr.attr("op")].bitvec or instr.attr("op") == "subtract" or instr.mask is not None
+    ):
+        return f"{what} is a bit-vector, subtracting or masked reduction"
     if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
         return f"{what} is a bit-vector op"
     if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:

@@ -16,6 +16,7 @@ Environment variables (read when no explicit value is given):
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 
@@ -49,18 +50,38 @@ class SimConfig:
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> SimConfig:
-        env = dict(os.environ) if env is None else env
-        target = env.get("NEURON_PLATFORM_TARGET_OVERRIDE") or env.get("NKI_SIM_TARGET")
-        precise = env.get("NKI_PRECISE_FP", "1").strip().lower() not in ("0", "false", "no")
-        seed = env.get("NKI_SIM_SHUFFLE_SEED")
-        try:
-            seed_val = int(seed) if seed not in (None, "") else None
-        except ValueError:
-            raise NKIError(f"NKI_SIM_SHUFFLE_SEED must be an integer, got {seed!r}") from None
-        return SimConfig(
-            target=target or DEFAULT_TARGET,
-            precise_fp=precise,
-            checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),
-            shuffle_seed=seed_val,
-            backend=env.get("NKI_SIM_BACKEND", "auto").strip().lower(),
-        )
+        if env is None:  # (read per call: only the variables it uses, parsed once per value)
+            return _from_values(tuple(os.environ.get(k) for k in _ENV_KEYS))
+        return _parse(env)
+
+
+_ENV_KEYS = (
+    "NEURON_PLATFORM_TARGET_OVERRIDE",
+    "NKI_SIM_TARGET",
+    "NKI_PRECISE_FP",
+    "NKI_SIM_SHUFFLE_SEED",
+    "NKI_SIM_CHECKS",
+    "NKI_SIM_BACKEND",
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _from_values(values: tuple[str | None, ...]) -> SimConfig:
+    return _parse({k: v for k, v in zip(_ENV_KEYS, values) if v is not None})
+
+
+def _parse(env: dict[str, str]) -> SimConfig:
+    target = env.get("NEURON_PLATFORM_TARGET_OVERRIDE") or env.get("NKI_SIM_TARGET")
+    precise = env.get("NKI_PRECISE_FP", "1").strip().lower() not in ("0", "false", "no")
+    seed = env.get("NKI_SIM_SHUFFLE_SEED")
+    try:
+        seed_val = int(seed) if seed not in (None, "") else None
+    except ValueError:
+        raise NKIError(f"NKI_SIM_SHUFFLE_SEED must be an integer, got {seed!r}") from None
+    return SimConfig(
+        target=target or DEFAULT_TARGET,
+        precise_fp=precise,
+        checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),
+        shuffle_seed=seed_val,
+        backend=env.get("NKI_SIM_BACKEND", "auto").strip().lower(),
+    )

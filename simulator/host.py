@@ -14,11 +14,14 @@ from nki.ir import KernelIR, TensorDecl
 
 from . import numerics
 from .config import SimConfig
+from .coverage import unfilled_outputs
 
 
-def host_array(decl: TensorDecl, config: SimConfig) -> np.ndarray:
-    """Fresh storage for a tensor, filled with the uninitialised-memory sentinel. Running out
-    of host memory is reported at the tensor's declaration, not as a bare MemoryError."""
+def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.ndarray:
+    """Fresh storage for a tensor, filled with the uninitialised-memory sentinel (``fill=False``:
+    left as it comes, for a tensor the kernel provably overwrites before anyone sees it).
+    Running out of host memory is reported at the tensor's declaration, not as a bare
+    MemoryError."""
     sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
     nbytes = sd.itemsize * math.prod(decl.shape)
     err = None
@@ -26,6 +29,8 @@ def host_array(decl: TensorDecl, config: SimConfig) -> np.ndarray:
         err = "more than the host's available memory"  # filling it would invoke the OOM killer
     else:
         try:
+            if not fill:
+                return np.empty(decl.shape, dtype=sd)
             return np.full(decl.shape, numerics.fill_value(decl.dtype), dtype=sd)
         except MemoryError:
             err = "MemoryError"
@@ -60,14 +65,25 @@ def storage_input(
     return np.array(arr, dtype=sd, copy=True, order="C")
 
 
+_WRITTEN: dict[int, tuple[KernelIR, frozenset[str]]] = {}  # id(ir) -> (ir, written params)
+
+
 def written_params(ir: KernelIR) -> frozenset[str]:
-    """The parameters some instruction writes (directly or through a reshape / dtype view)."""
+    """The parameters some instruction writes (directly or through a reshape / dtype view);
+    computed once per traced kernel."""
+    got = _WRITTEN.get(id(ir))
+    if got is not None and got[0] is ir:
+        return got[1]
     out: set[str] = set()
     for instr, _ in ir.instructions():
         if instr.dst is not None:
             d = ir.tensor(instr.dst.tensor)
             out.add(d.alias_of or d.name)
-    return frozenset(out) & frozenset(ir.params)
+    names = frozenset(out) & frozenset(ir.params)
+    if len(_WRITTEN) > 512:
+        _WRITTEN.clear()
+    _WRITTEN[id(ir)] = (ir, names)
+    return names
 
 
 def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:
@@ -103,9 +119,11 @@ def shared_storage(
     ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
 ) -> dict[str, np.ndarray]:
     """The launch's shared HBM: the parameters' storage and a fresh array for every shared
-    output / local HBM tensor (views share their base's storage)."""
+    output / local HBM tensor (views share their base's storage). Tensors the kernel writes
+    entirely and never reads are not filled (``coverage.unfilled_outputs``)."""
     shared: dict[str, np.ndarray] = dict(inputs)
+    unfilled = unfilled_outputs(ir)
     for d in ir.tensors:
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
-            shared[d.name] = host_array(d, config)
+            shared[d.name] = host_array(d, config, fill=d.name not in unfilled)
     return shared

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -62,11 +63,14 @@ def schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:
         instances = [instances[i] for i in rng.permutation(len(instances))]
     by_core: dict[int, list[Instance]] = {}
     placed = any(core for d in grid.dims for _, core in d.factors)  # any nl.nc() factor
-    for inst in instances:
-        core = grid.core_of(inst) if placed else 0
+    if not placed:  # one core: the common case, built in bulk (grids of thousands)
+        info.placement.update(dict.fromkeys(instances, 0))
+        by_core[0] = instances
+    for inst in instances if placed else ():
+        core = grid.core_of(inst)
         info.placement[inst] = core
         by_core.setdefault(core, []).append(inst)
-    order = tuple((inst, core) for core in sorted(by_core) for inst in by_core[core])
+    order = tuple(chain.from_iterable(zip(by_core[c], repeat(c)) for c in sorted(by_core)))
     loops = collective_loops(ir) if rng is not None else frozenset()
     return Schedule(order, rng, loops)
 

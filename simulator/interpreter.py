@@ -48,7 +48,7 @@ def execute(
         ctx = Ctx(mine, config, shared, inst, core, sched.rng, shadow_shared)
         ctx.collective_loops = sched.collective_loops
         ctx.writers = writers
-        return ctx, _walk(mine.body, ctx)
+        return ctx, _released(_walk(mine.body, ctx), ctx)
 
     run_instances(sched, start, ir.grid.shape, info)
     if config.checks == "full":
@@ -131,6 +131,13 @@ def _walk(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
             ctx.env.pop(n.sym, None)
         elif isinstance(n, Alloc):
             ctx.allocate(ctx.decl(n.tensor))
+
+
+def _released(walk: Iterator[Instr], ctx: Ctx) -> Iterator[Instr]:
+    """An instance's walk that drops its private memory (tiles, private HBM, shadows) when it
+    ends: a launch holds one instance's on-chip state at a time, not the whole grid's."""
+    yield from walk
+    ctx.arrays, ctx.shadow, ctx.state = {}, {}, {}
 
 
 def _register(acc: Access, ctx: Ctx) -> int:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from simulator.batched_plan import plan
+from simulator.config import SimConfig
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> bool:
@@ -211,8 +214,8 @@ def bitwise(a):
 
 def test_unsupported_kernels_fall_back_and_say_why():
     a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
-    k = seeded.configure(backend="batched", checks="full")
-    assert np.array_equal(k(a), a + 1)
+    k = ragged_scale.configure(backend="batched", checks="full")
+    assert np.array_equal(k(a), a * 3)
     assert k.last_run.backend == "numpy" and "checks='full'" in k.last_run.reason
     k = seeded.configure(backend="auto", shuffle_seed=3)
     assert np.array_equal(k(a), a + 1)
@@ -258,3 +261,244 @@ def test_iterations_writing_the_same_elements_fall_back():
     got = k(a)
     assert k.last_run.backend == "numpy" and "same elements of" in k.last_run.reason
     assert np.array_equal(got, a[256:])  # the last iteration's tile, as in program order
+
+
+@nki.jit
+def stored_results(a, b):
+    """Tiles computed whole and stored whole: each lives in its store's destination."""
+    s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    e = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    d = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        r = slice(i * 128, (i + 1) * 128)
+        x, y = nl.load(a[r, :]), nl.load(b[r, :])
+        nl.store(s[r, :], value=nl.subtract(nl.maximum(x, y), 0.25))
+        nl.store(e[r, :], value=nl.exp(x))
+        nl.store(t[r, :], value=nl.add(x, y, dtype=nl.bfloat16))
+        q = nisa.tensor_tensor(x, y, op=nl.divide)
+        nl.store(d[r, :], value=q)
+    return s, e, t, d
+
+
+@nki.jit
+def stored_twice(a):
+    """A tile stored to two outputs is not fused into either."""
+    o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    o2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        r = slice(i * 128, (i + 1) * 128)
+        y = nl.multiply(nl.load(a[r, :]), 2.0)
+        nl.store(o1[r, :], value=y)
+        nl.store(o2[r, :], value=nl.add(y, 1.0))
+    return o1, o2
+
+
+def test_results_written_straight_into_their_outputs():
+    rng = np.random.default_rng(5)
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        a, b = (rng.standard_normal((256, 64)).astype(dt) for _ in range(2))
+        b[3, 4] = 0  # x / 0 and NaN lanes land in the same places
+        a[7, 1] = np.nan
+        gots, wants, info = _both(stored_results, None, a, b)
+        assert info.backend == "batched"
+        for got, want in zip(gots, wants):
+            assert _same(got, want)
+        af, bf = a.astype(np.float32), b.astype(np.float32)
+        ref = (np.maximum(af, bf) - np.float32(0.25)).astype(dt)
+        assert _same(gots[0], ref)
+        assert _same(gots[2], (af + bf).astype(ml_dtypes.bfloat16))
+    a = rng.standard_normal((384, 32)).astype(np.float32)
+    (o1, o2), (w1, w2), info = _both(stored_twice, None, a)
+    assert info.backend == "batched" and _same(o1, w1) and _same(o2, w2)
+    assert np.array_equal(o2, a * 2 + 1)
+    cfg = SimConfig()
+    k1, k2 = stored_results.configure(backend="batched"), stored_twice.configure(backend="batched")
+    k1(a[:, :8], a[:, :8]), k2(a)
+    assert len(plan(k1.last_ir, cfg).fused) == 4  # every result tile
+    assert plan(k2.last_ir, cfg).fused_names == {"sb5"}  # not the tile stored twice
+
+
+@nki.jit
+def reads_unwritten(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nl.store(out, value=nl.add(t, nl.load(a)))
+    return out
+
+
+@nki.jit
+def writes_half(a):
+    out = nl.ndarray((256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[0:128, :], value=nl.load(a))
+    return out
+
+
+def test_full_checks_run_batched_when_nothing_can_be_reported():
+    """checks='full' runs batched when every tile is written whole before it is read and every
+    output is written entirely (nothing the run-time checks look for can happen); otherwise the
+    interpreter runs it and reports what it finds."""
+    rng = np.random.default_rng(6)
+    a, b = (rng.standard_normal((256, 128)).astype(np.float32) for _ in range(2))
+    for kernel, grid, args in [(grid_add, (2, 2), (a, b)), (row_softmax, None, (a,)),
+                               (tiled_matmul, None, (a, b))]:  # fmt: skip
+        k = kernel.configure(checks="full")
+        got = (k[grid] if grid else k)(*args)
+        assert k.last_run.backend == "batched", k.last_run.reason
+        want = kernel.configure(backend="numpy", checks="full")
+        assert _same(got, (want[grid] if grid else want)(*args))
+    k = reads_unwritten.configure(checks="full")
+    with pytest.raises(nki.NKIError, match="uninitialised") as e:
+        k(a[:128])
+    assert "err_uninitialized_read" in str(e.value) and "test_batched_backend.py" in str(e.value)
+    k = writes_half.configure(checks="full")
+    with pytest.raises(nki.NKIError, match="err_unwritten_output"):
+        k(a[:128])
+
+
+@given(
+    m_tiles=st.integers(1, 3),
+    n_tiles=st.integers(1, 3),
+    k_tiles=st.integers(1, 3),
+    width=st.sampled_from([64, 128, 192]),
+    bf16=st.booleans(),
+    form=st.sampled_from(["transpose_x", "plain", "nc_matmul"]),
+)
+def test_generated_matmuls_match_the_interpreter(m_tiles, n_tiles, k_tiles, width, bf16, form):
+    """Products over (m, n) output tiles accumulated over k: operands shared by a row or column
+    of output tiles are broadcast, not copied, and each product keeps the reference's shapes."""
+
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray((m_tiles * 64, n_tiles * width), dtype=nl.float32, buffer=nl.shared_hbm)
+        for m in nl.affine_range(m_tiles):
+            for n in nl.affine_range(n_tiles):
+                acc = nl.zeros((64, width), dtype=nl.float32, buffer=nl.psum)
+                for k in nl.affine_range(k_tiles):
+                    bt = nl.load(b[k * 128 : (k + 1) * 128, n * width : (n + 1) * width])
+                    if form == "plain":
+                        at = nl.load(a[m * 64 : (m + 1) * 64, k * 128 : (k + 1) * 128])
+                        acc += nl.matmul(at, bt)
+                    else:
+                        at = nl.load(a[k * 128 : (k + 1) * 128, m * 64 : (m + 1) * 64])
+                        if form == "nc_matmul":
+                            acc += nisa.nc_matmul(at, bt)
+                        else:
+                            acc += nl.matmul(at, bt, transpose_x=True)
+                nl.store(out[m * 64 : (m + 1) * 64, n * width : (n + 1) * width], value=acc)
+        return out
+
+    dt = ml_dtypes.bfloat16 if bf16 else np.float32
+    rng = np.random.default_rng(m_tiles * 100 + n_tiles * 10 + k_tiles)
+    shape_a = (m_tiles * 64, k_tiles * 128) if form == "plain" else (k_tiles * 128, m_tiles * 64)
+    a = rng.standard_normal(shape_a).astype(dt)
+    b = rng.standard_normal((k_tiles * 128, n_tiles * width)).astype(dt)
+    got, want, info = _both(kernel, None, a, b)
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    ref = (af if form == "plain" else af.T) @ bf
+    assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def accumulated_in_sbuf(a):
+    """In-place +=, -= and *= on SBUF tiles over a K loop (fp32 and bf16 accumulators)."""
+    out = nl.ndarray((128, a.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    low = nl.ndarray((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    s = nl.zeros((128, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    p = nl.ones((128, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.zeros((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+    for k in nl.affine_range(a.shape[0] // 128):
+        t = nl.load(a[k * 128 : (k + 1) * 128, :])
+        s += t
+        s -= nl.multiply(t, 0.5)
+        p *= t
+        b += t
+    nl.store(out, value=nl.add(s, p))
+    nl.store(low, value=b)
+    return out, low
+
+
+def test_in_place_accumulation_matches_the_interpreter():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((512, 48)).astype(np.float32)
+    a[3, 5] = np.nan
+    (o, lo), (wo, wlo), info = _both(accumulated_in_sbuf, None, a)
+    assert info.backend == "batched", info.reason
+    assert _same(o, wo) and _same(lo, wlo)
+    t = a.reshape(4, 128, 48)
+    s = np.zeros((128, 48), np.float32)
+    for k in range(4):
+        s = (s + t[k]) - t[k] * np.float32(0.5)
+    assert np.allclose(o, s + np.prod(t, axis=0), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@nki.jit
+def current_copies(a, ai):
+    """Current-API DMA copies: plain, casting to bf16, bit copies int32 -> uint32, reshaping."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    low = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    bits = nl.ndarray(ai.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
+    flat = nl.ndarray((a.shape[0] // 2, a.shape[1] * 2), dtype=a.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(a.shape[0] // 128):
+        lo = t * 128
+        x = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        y = nl.ndarray((128, a.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        s = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((128, ai.shape[1]), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a[lo : lo + 128, :])
+        nisa.dma_copy(dst=y, src=a[lo : lo + 128, :])
+        nisa.tensor_tensor(dst=s, data1=x, data2=x, op=nl.multiply)
+        nisa.dma_copy(dst=u, src=ai[lo : lo + 128, :])
+        nisa.dma_copy(dst=out[lo : lo + 128, :], src=s)
+        nisa.dma_copy(dst=low[lo : lo + 128, :], src=y)
+        nisa.dma_copy(dst=bits[lo : lo + 128, :], src=u)
+        nisa.dma_copy(dst=flat[t * 64 : (t + 1) * 64, :], src=x)
+    return out, low, bits, flat
+
+
+def test_current_api_dma_copies_match_the_interpreter():
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((256, 32)).astype(np.float32)
+    ai = rng.integers(-(2**31), 2**31 - 1, size=(256, 16), dtype=np.int32)
+    gots, wants, info = _both(current_copies, None, a, ai)
+    assert info.backend == "batched", info.reason
+    for got, want in zip(gots, wants):
+        assert _same(got, want) if got.dtype.kind == "f" else np.array_equal(got, want)
+    out, low, bits, flat = gots
+    assert np.array_equal(out, a * a) and _same(low, a.astype(ml_dtypes.bfloat16))
+    assert np.array_equal(bits, ai.view(np.uint32))
+    assert np.array_equal(flat, a.reshape(128, 64))
+
+
+@nki.jit
+def isa_reductions(a, b):
+    """Row reductions, reciprocals and scalar_tensor_tensor, as in norm kernels."""
+    rows = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[i * 128 : (i + 1) * 128, :])
+        y = nl.load(b[i * 128 : (i + 1) * 128, :])
+        s = nisa.tensor_reduce(np.add, x, axis=(1,), keepdims=True)
+        m = nisa.tensor_reduce(np.max, x, axis=(1,), keepdims=True, negate=True)
+        r = nisa.reciprocal(s)
+        t = nisa.scalar_tensor_tensor(data=x, op0=np.multiply, operand0=r, op1=np.add, operand1=y)
+        nl.store(rows[i * 128 : (i + 1) * 128, :], value=nl.add(r, m))
+        nl.store(out[i * 128 : (i + 1) * 128, :], value=t)
+    return rows, out
+
+
+def test_isa_reductions_and_reciprocals_match_the_interpreter():
+    rng = np.random.default_rng(9)
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        a, b = (rng.standard_normal((384, 96)).astype(dt) for _ in range(2))
+        a[5, 7] = np.nan
+        gots, wants, info = _both(isa_reductions, None, a, b)
+        assert info.backend == "batched", info.reason
+        for got, want in zip(gots, wants):
+            assert _same(got, want)
+        af = a.astype(np.float64).reshape(3, 128, 96)
+        want_rows = (1 / af.sum(axis=2) - af.max(axis=2)).reshape(-1, 1)
+        tol = 1e-3 if dt == np.float32 else 3e-2  # (bf16 intermediate tiles)
+        assert np.allclose(gots[0], want_rows, rtol=tol, atol=tol, equal_nan=True)

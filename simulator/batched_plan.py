@@ -1,0 +1,347 @@
+"""Planning the batched backend (``batched.py``): which loops become batch axes, which tiles
+need no fill, which loads are views of HBM and which tiles live in their store's destination;
+and whether the kernel is inside the batched subset at all (``Declined`` says why not)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym
+
+from . import numerics
+from .batched_ops import unsupported_instr
+from .config import SimConfig
+from .coverage import fully_written, instructions_of, nodes_of
+
+
+class Declined(Exception):
+    """The kernel is outside the batched subset (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    batch_loops: frozenset[int]  # ids of loops that become batch axes
+    fresh: frozenset[int]  # ids of Alloc nodes whose tile is fully written before any read
+    tile_bytes: int  # bytes of one instance's on-chip tiles (one iteration of every loop)
+    whole: frozenset[int] = frozenset()  # ids of instructions filling a fresh tile entirely
+    # ids of loads whose fresh tile can simply be a view of the HBM tensor (the tensor is never
+    # written, the tile is written by this load only, same storage dtype: no copy at all)
+    elided: frozenset[int] = frozenset()
+    # id(Alloc) -> the store that alone reads the tile: the tile is a view of the store's
+    # destination, so the instruction filling it writes straight into HBM
+    fused: dict[int, Instr] = field(default_factory=dict)
+    skipped: frozenset[int] = frozenset()  # ids of those stores (done by the fused tile)
+    fused_names: frozenset[str] = frozenset()
+    viewed: frozenset[str] = frozenset()  # tiles of elided loads (no storage of their own)
+    # why checks="full" could find something at run time here (None: provably nothing)
+    unproven: str | None = None
+
+
+_PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
+
+
+def plan(ir: KernelIR, config: SimConfig) -> Plan:
+    key = id(ir)
+    got = _PLANS.get(key)
+    if got is None or got[1] != config.precise_fp:
+        try:
+            p: Plan | str = _plan(ir, config)
+        except Declined as e:
+            p = str(e)
+        got = (ir, config.precise_fp, p)
+        _PLANS[key] = got
+    if isinstance(got[2], str):
+        raise Declined(got[2])
+    return got[2]
+
+
+def _plan(ir: KernelIR, config: SimConfig) -> Plan:
+    if ir.has_runtime_loops:
+        raise Declined(
+            "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
+        )
+    for d in ir.tensors:
+        if d.alias_of is not None:
+            raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
+        if d.buffer not in ("sbuf", "psum", "shared_hbm"):
+            raise Declined(f"tensor '{d.name}' lives in {d.buffer}")
+    hbm_written: set[str] = set()
+    hbm_read: set[str] = set()
+    for instr, _ in instructions_of(ir):
+        why = unsupported_instr(instr, ir)
+        if why:
+            raise Declined(why)
+        for s in instr.srcs:
+            if isinstance(s, Access) and ir.tensor(s.tensor).buffer == "shared_hbm":
+                hbm_read.add(s.tensor)
+        if instr.dst is not None and ir.tensor(instr.dst.tensor).buffer == "shared_hbm":
+            if instr.accumulate is not None:
+                raise Declined("an accumulating write to HBM (order across instances matters)")
+            hbm_written.add(instr.dst.tensor)
+    both = hbm_written & hbm_read
+    if both:
+        raise Declined(f"HBM tensor '{sorted(both)[0]}' is both written and read")
+    _check_static_bounds(ir)
+    batch: set[int] = set()
+    fresh: set[int] = set()
+    whole: set[int] = set()
+    _classify(ir, ir.body, batch, fresh, whole)
+    _check_distinct_writes(ir, batch)
+    _check_tiles_stay_in_their_loop(ir, batch)
+    writes: dict[str, int] = {}
+    for instr, _ in instructions_of(ir):
+        if instr.dst is not None:
+            writes[instr.dst.tensor] = writes.get(instr.dst.tensor, 0) + 1
+    elided = set()
+    for instr, _ in instructions_of(ir):
+        src = instr.srcs[0] if instr.srcs else None
+        if id(instr) in whole and _is_copy(instr) and isinstance(src, Access):
+            assert instr.dst is not None
+            sd, dd = ir.tensor(src.tensor), ir.tensor(instr.dst.tensor)
+            same = numerics.storage_dtype(sd.dtype, config.precise_fp) == numerics.storage_dtype(
+                dd.dtype, config.precise_fp
+            )
+            if sd.buffer == "shared_hbm" and src.tensor not in hbm_written and same:
+                if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
+                    elided.add(id(instr))
+    fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
+    loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
+    views = set(loaded)
+    views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
+    tile_bytes = sum(
+        math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
+        for d in ir.tensors
+        if d.on_chip and d.name not in views
+    )
+    return Plan(
+        frozenset(batch),
+        frozenset(fresh),
+        max(tile_bytes, 1),
+        frozenset(whole),
+        frozenset(elided),
+        fused,
+        frozenset(id(s) for s in fused.values()),
+        frozenset(s.srcs[0].tensor for s in fused.values()),  # type: ignore[union-attr]
+        frozenset(loaded),
+        _full_checks_unproven(ir, fresh),
+    )
+
+
+def _full_checks_unproven(ir: KernelIR, fresh: set[int]) -> str | None:
+    """Why the run-time checks of ``checks="full"`` might report something on this kernel, or
+    None when they provably cannot: every on-chip tile is filled entirely by the instruction
+    right after its allocation and read only later in its scope, HBM reads are of parameters
+    (the caller's data), every output is entirely written (``coverage.fully_written``) and no
+    instruction leaves engine registers unset. The batched run then equals a checked one."""
+    order: dict[int, int] = {}
+    scope: dict[str, tuple[int, tuple[int, ...]]] = {}  # tile -> (alloc position, its loops)
+    for pos, (n, loops) in enumerate(nodes_of(ir)):
+        order[id(n)] = pos
+        if isinstance(n, Alloc) and ir.tensor(n.tensor).on_chip:
+            if id(n) not in fresh:
+                return f"tile '{n.tensor}' is not entirely written right after its allocation"
+            scope[n.tensor] = (pos, tuple(id(lp) for lp in loops))
+    for instr, loops in instructions_of(ir):
+        if any(isinstance(v, Access) for _, v in instr.attrs):
+            return f"'{instr.api or instr.op}' has a secondary operand (e.g. reduce_res)"
+        here = tuple(id(lp) for lp in loops)
+        for s in instr.srcs:
+            if not isinstance(s, Access):
+                continue
+            d = ir.tensor(s.tensor)
+            if not d.on_chip:
+                if d.name not in ir.params:
+                    return f"HBM tensor '{d.name}' is read"
+                continue
+            got = scope.get(d.name)
+            if got is None or order[id(instr)] < got[0] or here[: len(got[1])] != got[1]:
+                return f"tile '{d.name}' may be read outside the scope of its allocation"
+    for name in ir.outputs:
+        if name not in ir.params and not fully_written(ir, name):
+            return f"output '{name}' is not provably written entirely"
+    return None
+
+
+def _fuse_stores(
+    ir: KernelIR,
+    nodes: tuple[Node, ...],
+    fresh: set[int],
+    elided: set[int],
+    writes: dict[str, int],
+    config: SimConfig,
+) -> dict[int, Instr]:
+    """Fresh tiles that are computed whole, then stored whole (same storage dtype) by the one
+    instruction that reads them, into an HBM tensor that store alone writes: such a tile can
+    live in its store's destination (same nest of loops, so the same batch)."""
+    reads: dict[str, int] = {}
+    for instr, _ in instructions_of(ir):
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                reads[s.tensor] = reads.get(s.tensor, 0) + 1
+    reader: dict[str, Instr] = {}
+    for instr, _ in instructions_of(ir):
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                reader[s.tensor] = instr
+    out: dict[int, Instr] = {}
+
+    def visit(nodes: tuple[Node, ...]) -> None:
+        at = {id(n): i for i, n in enumerate(nodes)}
+        for i, n in enumerate(nodes):
+            if isinstance(n, Loop):
+                visit(n.body)
+            if not (isinstance(n, Alloc) and id(n) in fresh) or id(nodes[i + 1]) in elided:
+                continue
+            if writes.get(n.tensor) != 1 or reads.get(n.tensor) != 1:
+                continue
+            store = reader[n.tensor]  # the one reader: fused when it comes later at this level
+            later = at.get(id(store), -1) > i + 1
+            if later and _plain_store_of(store, n.tensor, ir, writes, config):
+                out[id(n)] = store
+
+    visit(nodes)
+    return out
+
+
+def _plain_store_of(
+    instr: Instr, name: str, ir: KernelIR, writes: dict[str, int], config: SimConfig
+) -> bool:
+    """``instr`` copies all of tile ``name`` unchanged into an HBM tensor only it writes."""
+    dst = instr.dst
+    if not _is_copy(instr) or dst is None or instr.mask is not None or instr.accumulate:
+        return False
+    src = instr.srcs[0]
+    tile, out = ir.tensor(name), ir.tensor(dst.tensor)
+    if not isinstance(src, Access) or src.tensor != name or src.indirect or dst.indirect:
+        return False
+    if out.buffer != "shared_hbm" or writes.get(dst.tensor) != 1 or dst.shape != tile.shape:
+        return False
+    if not _identity(src, tile.shape):
+        return False
+    same = numerics.storage_dtype(tile.dtype, config.precise_fp) == numerics.storage_dtype(
+        out.dtype, config.precise_fp
+    )
+    return same and not numerics.dma_copies_bits(tile.dtype, out.dtype)
+
+
+def _is_copy(instr: Instr) -> bool:
+    """A plain DMA copying its source tile, element for element, into its destination."""
+    if instr.kind == "dma":
+        return True
+    if instr.kind != "isa" or instr.op != "dma_copy" or instr.attr("rmw"):
+        return False
+    src = instr.srcs[0]
+    return isinstance(src, Access) and instr.dst is not None and src.shape == instr.dst.shape
+
+
+def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
+    """``acc`` is the whole tile of ``shape``, element for element."""
+    if acc.shape != shape:
+        return False
+    for d, e in enumerate(acc.index):
+        if e.base.terms or e.base.const:
+            return False
+        # (a tile axis of length 1 takes only index 0: its coefficient does not matter)
+        if any(c != (t == d) for t, c in enumerate(e.coeffs) if shape[t] > 1):
+            return False
+    return True
+
+
+def _check_static_bounds(ir: KernelIR) -> None:
+    """Unmasked accesses become unchecked strided views: they must be in bounds for every
+    instance and iteration (else the interpreter runs the kernel and reports where)."""
+    ranges: dict[Sym, tuple[int, int]] = {
+        PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
+    }
+    for n, _ in nodes_of(ir):
+        if isinstance(n, Loop):
+            ranges[n.sym] = n.value_range()
+    for instr, _ in instructions_of(ir):
+        if instr.mask is not None:
+            continue
+        for acc in (instr.dst, *instr.srcs):
+            if not isinstance(acc, Access):
+                continue
+            shape = ir.tensor(acc.tensor).shape
+            for e, size in zip(acc.index, shape):
+                lo, hi = e.bounds(ranges)
+                if lo < 0 or hi >= size:
+                    raise Declined(f"an access to '{acc.tensor}' may be out of bounds")
+
+
+def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
+    """Every instance / batched iteration must write its own HBM elements: when several write
+    the same ones, the last in program order wins, which one batched assignment does not fix."""
+    grid = {PidSym(a) for a, n in enumerate(ir.grid.shape) if n > 1}
+    for instr, loops in instructions_of(ir):
+        if instr.dst is None or ir.tensor(instr.dst.tensor).buffer != "shared_hbm":
+            continue
+        want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
+        used = {sym for e in instr.dst.index for sym, c in e.base.terms if c}
+        if want - used:
+            raise Declined(
+                f"several instances / iterations write the same elements of '{instr.dst.tensor}'"
+            )
+
+
+def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
+    """A tile allocated in a batched loop has a batch axis only inside it (after the loop the
+    interpreter would see the last iteration's tile)."""
+    home: dict[str, frozenset[int]] = {}
+    for n, loops in nodes_of(ir):
+        if isinstance(n, Alloc):
+            home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
+    for instr, loops in instructions_of(ir):
+        inside = {id(lp) for lp in loops}
+        for acc in (instr.dst, *instr.srcs):
+            if isinstance(acc, Access) and not home.get(acc.tensor, frozenset()) <= inside:
+                raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
+
+
+def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
+    out: set[str] = set()
+    for n in nodes:
+        if isinstance(n, Instr) and n.dst is not None and ir.tensor(n.dst.tensor).on_chip:
+            out.add(n.dst.tensor)
+        elif isinstance(n, Loop):
+            out |= _written_on_chip(n.body, ir)
+    return out
+
+
+def _allocated(nodes: tuple[Node, ...]) -> set[str]:
+    out: set[str] = set()
+    for n in nodes:
+        if isinstance(n, Alloc):
+            out.add(n.tensor)
+        elif isinstance(n, Loop):
+            out |= _allocated(n.body)
+    return out
+
+
+def _classify(
+    ir: KernelIR, nodes: tuple[Node, ...], batch: set[int], fresh: set[int], whole: set[int]
+) -> None:
+    for i, n in enumerate(nodes):
+        if isinstance(n, Loop):
+            carried = _written_on_chip(n.body, ir) - _allocated(n.body)
+            if n.kind == "affine" and not carried:
+                batch.add(id(n))
+            _classify(ir, n.body, batch, fresh, whole)
+        elif isinstance(n, Alloc) and i + 1 < len(nodes):
+            nxt = nodes[i + 1]
+            if isinstance(nxt, Instr) and _overwrites_whole(nxt, n.tensor, ir):
+                fresh.add(id(n))
+                whole.add(id(nxt))
+
+
+def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
+    """``instr`` writes every element of tile ``name`` without reading it first."""
+    dst = instr.dst
+    if dst is None or dst.tensor != name or instr.mask is not None or instr.accumulate:
+        return False
+    if any(isinstance(s, Access) and s.tensor == name for s in instr.srcs):
+        return False
+    if instr.kind in ("matmul",) and instr.attr("psum_group", False):
+        return False
+    return _identity(dst, ir.tensor(name).shape)

@@ -1,0 +1,193 @@
+"""Static write coverage: which HBM tensors the kernel's plain writes cover entirely, over the
+grid and their enclosing loops.
+
+A tensor that is entirely overwritten and never read needs no uninitialised-memory fill (no one
+can see the sentinel), and under ``checks="full"`` cannot be reported as an unwritten output.
+The analysis is exact for the common case (each tensor dimension indexed by its own loop
+symbols, program ids and tile axes) and answers "not covered" otherwise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nki.ir import Access, Cond, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
+
+_MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
+_MAX_MAP = 1 << 24  # elements of the largest tensor whose coverage by several writes is mapped
+
+_HOLDS = {
+    "<": lambda lo, hi: hi < 0,
+    "<=": lambda lo, hi: hi <= 0,
+    ">": lambda lo, hi: lo > 0,
+    ">=": lambda lo, hi: lo >= 0,
+    "==": lambda lo, hi: lo == hi == 0,
+    "!=": lambda lo, hi: lo > 0 or hi < 0,
+}
+
+_LAST: tuple[object, tuple, tuple] = (None, (), ())  # the last IR walked, its nodes, its instrs
+
+
+def nodes_of(ir: KernelIR) -> tuple[tuple[Node, tuple[Loop, ...]], ...]:
+    """``ir.walk()`` as a tuple, kept for the last IR asked about (planning passes walk the
+    same kernel many times)."""
+    return _walked(ir)[1]
+
+
+def instructions_of(ir: KernelIR) -> tuple[tuple[Instr, tuple[Loop, ...]], ...]:
+    """``instructions_of(ir)`` as a tuple (see ``nodes_of``)."""
+    return _walked(ir)[2]
+
+
+def _walked(ir: KernelIR) -> tuple[object, tuple, tuple]:
+    global _LAST
+    got = _LAST
+    if got[0] is not ir:
+        nodes = tuple(ir.walk())
+        got = (ir, nodes, tuple(p for p in nodes if isinstance(p[0], Instr)))
+        _LAST = got
+    return got
+
+
+# id(ir) -> (ir, names); the IR is kept alive so ids are not reused
+_UNFILLED: dict[int, tuple[KernelIR, frozenset[str]]] = {}
+
+
+def unfilled_outputs(ir: KernelIR) -> frozenset[str]:
+    """Shared-HBM outputs / locals of ``ir`` that need no uninitialised-memory fill: no
+    instruction reads them, no view aliases them, and plain writes cover every element."""
+    got = _UNFILLED.get(id(ir))
+    if got is None or got[0] is not ir:
+        got = (ir, _unfilled(ir))
+        if len(_UNFILLED) > 512:
+            _UNFILLED.clear()
+        _UNFILLED[id(ir)] = got
+    return got[1]
+
+
+def _unfilled(ir: KernelIR) -> frozenset[str]:
+    cands = {
+        d.name
+        for d in ir.tensors
+        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
+    }
+    cands -= {d.alias_of for d in ir.tensors if d.alias_of is not None}
+    for instr, _ in instructions_of(ir):
+        for s in instr.srcs:
+            if isinstance(s, Access):
+                cands.discard(s.tensor)
+                cands -= {a.tensor for _, a in s.indirect}
+        if instr.dst is not None:
+            cands -= {a.tensor for _, a in instr.dst.indirect}
+            if instr.accumulate is not None or instr.attr("rmw") is not None:
+                cands.discard(instr.dst.tensor)
+    return frozenset(n for n in cands if fully_written(ir, n))
+
+
+def fully_written(ir: KernelIR, name: str) -> bool:
+    """The plain writes (DMAs, unmasked or with a mask that always holds) to tensor ``name``
+    cover every element of it over the grid and the loops around them: one of them alone, or
+    together (their footprints marked on a map of the tensor, for tensors up to 16M
+    elements)."""
+    shape = ir.tensor(name).shape
+    hit: np.ndarray | None = None
+    for instr, loops in instructions_of(ir):
+        dst = instr.dst
+        if dst is None or dst.tensor != name or not _plain_write(instr):
+            continue
+        ranges = _ranges(ir, loops)
+        if ranges is None or not _mask_keeps_in_bounds(instr.mask, ranges, dst, shape):
+            continue
+        sets = _footprint(dst, shape, ranges)
+        if sets is None:
+            continue
+        if all(len(v) == n for v, n in zip(sets, shape)):
+            return True  # (the sets hold distinct in-bounds indices)
+        if math.prod(shape) > _MAX_MAP:
+            continue
+        if hit is None:
+            hit = np.zeros(shape, dtype=bool)
+        hit[np.ix_(*sets)] = True
+    return hit is not None and bool(hit.all())
+
+
+def _plain_write(instr: Instr) -> bool:
+    """A write that stores every element of its destination tile (and reads none of it)."""
+    if instr.accumulate is not None or (instr.dst is not None and instr.dst.indirect):
+        return False
+    if instr.kind == "dma":
+        return True
+    return instr.kind == "isa" and instr.op == "dma_copy" and instr.attr("rmw") is None
+
+
+def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, range] | None:
+    """The values of every symbol in scope (None: a device loop, whose trips are unknown)."""
+    out: dict[Sym, range] = {PidSym(a): range(n) for a, n in enumerate(ir.grid.shape)}
+    for lp in loops:
+        if isinstance(lp, RuntimeLoop):
+            return None
+        out[lp.sym] = range(lp.start, lp.stop, lp.step)
+    return out
+
+
+def _mask_keeps_in_bounds(
+    mask: Mask | None, ranges: dict[Sym, range], dst: Access, shape: tuple[int, ...]
+) -> bool:
+    """Every in-bounds element of the write is selected: each condition holds everywhere, or
+    only bounds a destination index by the tensor's own extent (the ragged-tile idiom
+    ``i * 128 + ip < n`` on a tensor of n rows)."""
+    if mask is None:
+        return True
+    if any(len(r) == 0 for r in ranges.values()):
+        return False
+    inclusive = {s: (min(r[0], r[-1]), max(r[0], r[-1])) for s, r in ranges.items()}
+    return all(
+        _HOLDS[c.op](*c.expr.bounds(inclusive)) or _only_bounds(c, dst, shape) for c in mask.conds
+    )
+
+
+# for ``index + k <op> 0``: the condition keeps every index in [0, n)
+_KEEPS_ALL = {
+    "<": lambda k, n: -k >= n,
+    "<=": lambda k, n: -k >= n - 1,
+    ">": lambda k, n: -k < 0,
+    ">=": lambda k, n: -k <= 0,
+}
+
+
+def _only_bounds(c: Cond, dst: Access, shape: tuple[int, ...]) -> bool:
+    """Condition ``c`` is ``dst.index[d] + k <op> 0`` and holds for every in-bounds index."""
+    e = c.expr
+    for idx, n in zip(dst.index, shape):
+        if e.coeffs == idx.coeffs and e.shape == idx.shape and e.base.terms == idx.base.terms:
+            keeps = _KEEPS_ALL.get(c.op)
+            if keeps is not None and keeps(e.base.const - idx.base.const, n):
+                return True
+    return False
+
+
+def _footprint(
+    acc: Access, shape: tuple[int, ...], ranges: dict[Sym, range]
+) -> list[np.ndarray] | None:
+    """The distinct in-bounds indices the access touches on each dimension, when its footprint
+    is their product: each symbol / tile axis indexes one dimension only. None otherwise (or
+    when a dimension's index takes too many values to list)."""
+    seen: set[object] = set()
+    for e in acc.index:
+        mine = {s for s, k in e.base.terms if k} | {t for t, k in enumerate(e.coeffs) if k}
+        if mine & seen:
+            return None
+        seen |= mine
+    out = []
+    for e, size in zip(acc.index, shape):
+        vals = np.array([e.base.const], dtype=np.int64)
+        steps = [(k, np.arange(len(ranges[s]), dtype=np.int64) * ranges[s].step + ranges[s].start)
+                 for s, k in e.base.terms if k]  # fmt: skip
+        steps += [(k, np.arange(n, dtype=np.int64)) for k, n in zip(e.coeffs, acc.shape) if k]
+        if math.prod(len(v) for _, v in steps) > _MAX_VALUES:
+            return None
+        for k, v in steps:
+            vals = (vals[:, None] + k * v[None, :]).reshape(-1)
+        out.append(np.unique(vals[(vals >= 0) & (vals < size)]))
+    return out
