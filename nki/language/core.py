@@ -522,10 +522,19 @@ class tile_size:  # noqa: N801 - classic name
     psum_min_align = 4
     sbuf_min_align = 1
 
-    class _Usable:
+    class _PerTarget:
+        """A limit read from the target being traced (trn2 outside a trace)."""
+
+        def __init__(self, fn: Any) -> None:
+            self.fn = fn
+
         def __get__(self, obj: object, owner: type) -> int:
             st = current()
             target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
-            return int(target.sbuf_usable_per_partition)
+            return int(self.fn(target))
 
-    total_available_sbuf_size = _Usable()
+    total_available_sbuf_size = _PerTarget(lambda t: t.sbuf_usable_per_partition)
+    # current API: usable bytes per partition, the same in fp32 elements, all partitions
+    sbuf_fmax_bytes = _PerTarget(lambda t: t.sbuf_usable_per_partition)
+    sbuf_fmax = _PerTarget(lambda t: t.sbuf_usable_per_partition // 4)
+    sbuf_size_bytes = _PerTarget(lambda t: t.sbuf_bytes_per_partition * t.pmax)

@@ -43,6 +43,8 @@ class TraceState:
         # construct that decided it (what, where): see ``note_generation``
         self.generation: str | None = None
         self.generation_why: tuple[str, SrcLoc | None] | None = None
+        if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
+            self.generation, self.generation_why = "current", _THREAD.preset[-1]
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -65,6 +67,8 @@ class _ThreadTraces(threading.local):
     def __init__(self) -> None:
         self.stack: list[TraceState] = []
         self.unroll_sites: list[frozenset[tuple[str, int, int]]] = [frozenset()]
+        # the construct that made the kernel being retraced current-API (see RetraceAsCurrent)
+        self.preset: list[tuple[str, SrcLoc | None] | None] = [None]
 
 
 _THREAD = _ThreadTraces()
@@ -113,6 +117,16 @@ class NeedsUnroll(NKIControlFlowError):
     def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
         super().__init__(message, **kw)
         self.sites = sites
+
+
+class RetraceAsCurrent(Exception):
+    """The kernel turned out to be current-API after it opened ``nl.affine_range`` /
+    ``sequential_range`` loops, which the current API defines as Python ``range`` (unrolled,
+    plain int iterators, program order): the trace restarts with the generation decided."""
+
+    def __init__(self, why: tuple[str, SrcLoc | None]) -> None:
+        super().__init__(why[0])
+        self.why = why
 
 
 def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
@@ -193,6 +207,8 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         return
     loc = loc or user_loc()
     if st.generation is None:
+        if gen == "current" and st.loop_ranges:
+            raise RetraceAsCurrent((what, loc))
         st.generation, st.generation_why = gen, (what, loc)
         return
     if st.generation != gen:
@@ -250,14 +266,16 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
 
 
 def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scalar]:
-    """Generator behind ``affine_range`` / ``sequential_range``: yields one symbolic iterator
+    """Generator behind ``affine_range`` / ``sequential_range``. In a current-API kernel they are
+    Python ``range`` (plain int iterators, unrolled); otherwise it yields one symbolic iterator
     and records the body traced in between as a Loop node."""
     st = state(f"nl.{kind}_range")
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
     site = (loc.file, loc.line, loc.col)
-    if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
+    # current API: Python range; classic `if` on this loop's iterator: trace per iteration
+    if st.generation == "current" or site in st.unroll_sites:
         yield from range(start, stop, step)  # type: ignore[misc]
         return
     sym = LoopSym(st._next_id, kind)
@@ -290,11 +308,20 @@ def trace_with_unrolling(do_trace: Any) -> Any:
     iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
     at least one new call site)."""
     sites: frozenset[tuple[str, int, int]] = frozenset()
+    preset: tuple[str, SrcLoc | None] | None = None
     while True:
         try:
             with unrolling(sites):
-                return do_trace()
+                _THREAD.preset.append(preset)
+                try:
+                    return do_trace()
+                finally:
+                    _THREAD.preset.pop()
         except NeedsUnroll as e:
             if e.sites <= sites:
                 raise
             sites = sites | e.sites
+        except RetraceAsCurrent as e:
+            if preset is not None:
+                raise NKIError(f"internal: retrace of a current-API kernel: {e}") from None
+            preset = e.why
