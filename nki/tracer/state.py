@@ -114,9 +114,37 @@ class NeedsUnroll(NKIControlFlowError):
     """Python ``if`` on a predicate over loop iterators that holds for some iterations only.
     In classic mode the trace is restarted with the loops at ``sites`` unrolled."""
 
-    def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        sites: frozenset[tuple[str, int, int]],
+        undecided: NKIError | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(message, **kw)
         self.sites = sites
+        # set when the kernel's generation was undecided: the error to report if the kernel
+        # turns out not to be current-API (where loop iterators are plain ints)
+        self.undecided = undecided
+
+
+def unroll_if_undecided(syms: Any, err: NKIError) -> None:
+    """A loop iterator needs a concrete value (``lst[i]``, ``min(i * n, m)``, ``if i > 0``)
+    before the kernel's generation is decided: retrace with those loops unrolled, which is
+    what the current API means by ``nl.affine_range``; ``err`` is reported if the kernel
+    ends up classic."""
+    st = current()
+    if st is None or st.generation is not None or classic_mode() or not syms:
+        return
+    if not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
+        return
+    sites = frozenset(st.loop_sites[s] for s in syms)
+    raise NeedsUnroll(err.message, sites, undecided=err, loc=err.loc)
+
+
+def _concrete_value(x: Any, err: NKIError) -> None:
+    if isinstance(x, Scalar):
+        unroll_if_undecided(x.aff.symbols(), err)
 
 
 class RetraceAsCurrent(Exception):
@@ -171,7 +199,10 @@ def decide_condition(pred: Any) -> bool:
             "nl.program_id instead, or run the kernel with LNC=1 where it is a plain int"
         )
     if not (classic_mode() and static and loops_only):
-        raise NKIControlFlowError(msg, loc=user_loc())
+        err = NKIControlFlowError(msg, loc=user_loc())
+        if static and loops_only:
+            unroll_if_undecided(syms, err)
+        raise err
     verdicts = []
     for c in pred.conds:
         lo, hi = c.expr.base.bounds(st.loop_ranges)
@@ -301,6 +332,7 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
+TRACE_HOOKS["concrete_value"] = _concrete_value
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:
@@ -309,18 +341,23 @@ def trace_with_unrolling(do_trace: Any) -> Any:
     at least one new call site)."""
     sites: frozenset[tuple[str, int, int]] = frozenset()
     preset: tuple[str, SrcLoc | None] | None = None
+    undecided: NKIError | None = None  # see unroll_if_undecided
     while True:
         try:
             with unrolling(sites):
                 _THREAD.preset.append(preset)
                 try:
-                    return do_trace()
+                    traced = do_trace()
                 finally:
                     _THREAD.preset.pop()
+            if undecided is not None and getattr(traced, "generation", None) != "current":
+                raise undecided
+            return traced
         except NeedsUnroll as e:
             if e.sites <= sites:
-                raise
+                raise e.undecided or e from None
             sites = sites | e.sites
+            undecided = undecided or e.undecided
         except RetraceAsCurrent as e:
             if preset is not None:
                 raise NKIError(f"internal: retrace of a current-API kernel: {e}") from None

@@ -95,11 +95,12 @@ class TileOps:
     def __ge__(self, o):
         return _op("greater_equal")(self, o)
 
+    # `t == None` / `t != None` (optional tensor arguments) is a Python comparison
     def __eq__(self, o):  # type: ignore[override]
-        return _op("equal")(self, o)
+        return False if o is None else _op("equal")(self, o)
 
     def __ne__(self, o):  # type: ignore[override]
-        return _op("not_equal")(self, o)
+        return True if o is None else _op("not_equal")(self, o)
 
     def __and__(self, o):
         return _op("bitwise_and")(self, o)
