@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Affine, IndexExpr, LoopSym, RuntimeLoop
+from ..symbolic import Scalar
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
 
 __all__ = [
@@ -159,8 +160,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
     if not callable(body_fun):
         raise NKITypeError(f"{api}: body_fun must be callable", loc=user_loc())
     if isinstance(lo, int) and isinstance(hi, int):
-        for it in symbolic_loop("sequential", lo, hi, step):
-            _call_body(api, body_fun, _induction(it.aff, api))
+        for it in symbolic_loop("sequential", lo, hi, step, device=True):
+            aff = it.aff if isinstance(it, Scalar) else Affine.constant(it)  # unrolled (classic)
+            _call_body(api, body_fun, _induction(aff, api))
         return None
 
     def body(sym: LoopSym) -> None:

@@ -296,17 +296,20 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
 # --------------------------------------------------------------------------------------------
 
 
-def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scalar]:
+def symbolic_loop(
+    kind: str, start: int, stop: int, step: int, device: bool = False
+) -> Iterator[Scalar]:
     """Generator behind ``affine_range`` / ``sequential_range``. In a current-API kernel they are
-    Python ``range`` (plain int iterators, unrolled); otherwise it yields one symbolic iterator
-    and records the body traced in between as a Loop node."""
+    Python ``range`` (plain int iterators, unrolled); otherwise, and for the device loops of
+    ``nl.fori_loop`` (``device=True``), it yields one symbolic iterator and records the body
+    traced in between as a Loop node."""
     st = state(f"nl.{kind}_range")
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
     site = (loc.file, loc.line, loc.col)
     # current API: Python range; classic `if` on this loop's iterator: trace per iteration
-    if st.generation == "current" or site in st.unroll_sites:
+    if (st.generation == "current" and not device) or site in st.unroll_sites:
         yield from range(start, stop, step)  # type: ignore[misc]
         return
     sym = LoopSym(st._next_id, kind)
