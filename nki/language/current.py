@@ -6,6 +6,7 @@ is_sbuf``, and ``nl.range`` (the plain Python loop real kernels use)."""
 from __future__ import annotations
 
 import builtins
+import inspect
 from enum import Enum
 from typing import Any
 
@@ -13,11 +14,28 @@ from ..tracer import TileOps
 from .core import Buffer, _buffer_name
 
 
-class NKIObject:
+class _NKIObjectMeta(type):
+    """NKI synthesises a keyword per class attribute: ``Cfg(size=4)`` sets ``size`` even when
+    a ``@dataclass`` subclass declares ``size = None`` without an annotation (no dataclass
+    field, so the generated ``__init__`` would not take it)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        params = inspect.signature(cls.__init__).parameters
+        extra = {}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in params and hasattr(cls, k)}
+        obj = super().__call__(*args, **kwargs)
+        for k, v in extra.items():
+            setattr(obj, k, v)
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectMeta):
     """Base class of kernel dataclasses and configuration objects (``@dataclass class
     Cfg(nl.NKIObject)``). Kernels pass them as arguments or build them inside the body; in
     nki-sim they are ordinary Python objects (the body runs as Python). ``NKIObject(**kw)``
-    sets one attribute per keyword; equality is structural (same class, same attributes)."""
+    sets one attribute per keyword (a subclass takes a keyword for each class attribute);
+    equality is structural (same class, same attributes)."""
 
     def __init__(self, **kwargs: Any) -> None:
         for k, v in kwargs.items():
