@@ -56,7 +56,7 @@ def shared_identity_matrix(n: int, dtype: Any = "uint8", dst: Any = None, **_kw:
     ``shared_constant``). Current API: an SBUF tile holding it (written into ``dst`` when
     given, an ``(n, n)`` on-chip tensor), ready as a matmul operand."""
     c = shared_constant(np.identity(int(n)), dtype=dtype)
-    if dst is None and generation() != "current":
+    if dst is None and generation(sensitive=True) != "current":
         return c
     api = "nl.shared_identity_matrix"
     if dst is None:

@@ -43,6 +43,8 @@ class TraceState:
         # construct that decided it (what, where): see ``note_generation``
         self.generation: str | None = None
         self.generation_why: tuple[str, SrcLoc | None] | None = None
+        # a construct whose meaning depends on the generation was traced while undecided
+        self.generation_sensitive = False
         if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
             self.generation, self.generation_why = "current", _THREAD.preset[-1]
 
@@ -238,7 +240,7 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         return
     loc = loc or user_loc()
     if st.generation is None:
-        if gen == "current" and st.loop_ranges:
+        if gen == "current" and (st.loop_ranges or st.generation_sensitive):
             raise RetraceAsCurrent((what, loc))
         st.generation, st.generation_why = gen, (what, loc)
         return
@@ -254,10 +256,17 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         )
 
 
-def generation() -> str | None:
-    """The generation of the kernel being traced (None: not decided yet, or no trace)."""
+def generation(sensitive: bool = False) -> str | None:
+    """The generation of the kernel being traced (None: not decided yet, or no trace). With
+    ``sensitive``, the caller builds something different per generation: if the answer is
+    "undecided" and the kernel later turns out current-API, the trace restarts (see
+    RetraceAsCurrent) so the caller sees "current"."""
     st = current()
-    return st.generation if st is not None else None
+    if st is None:
+        return None
+    if st.generation is None and sensitive:
+        st.generation_sensitive = True
+    return st.generation
 
 
 def state(api: str = "this call") -> TraceState:
