@@ -228,3 +228,18 @@ def test_view_dtype_of_a_strided_last_dim_is_a_located_error():
     with pytest.raises(NKIError, match="must be contiguous") as e:
         nki.simulate(bad_view)(np.zeros((P, 64), np.float32))
     assert e.value.loc.line == _line(bad_view.fn, "# STRIDED")
+
+
+@nki.jit
+def packed_dtype(x):
+    assert str(nl.float4_e2m1fn_x4) == "float4_e2m1fn_x4"  # kernels compare dtype names
+    t = nl.ndarray((P, 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)  # PACKED
+    nisa.memset(dst=t, value=0)
+    return x
+
+
+def test_packed_mx_dtype_names_exist_and_allocating_one_is_a_located_error():
+    with pytest.raises(NKIError, match="unsupported data type 'float8_e4m3fn_x4'") as e:
+        nki.simulate(packed_dtype)(np.zeros((2, 2), np.float32))
+    assert e.value.code == "err_unsupported_dtype"
+    assert e.value.loc.line == _line(packed_dtype.fn, "# PACKED")
