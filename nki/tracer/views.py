@@ -508,36 +508,6 @@ def ap(
     return view
 
 
-def view_dtype(self: TileOps, dtype: Any) -> View:
-    """``t.view(dtype)``: the same bytes read as ``dtype`` (a bit reinterpretation, no
-    conversion). The last dim is scaled by the itemsize ratio and must be contiguous (stride
-    1); the view's start must fall on a whole element of ``dtype``. Not after a dynamic
-    select or offset."""
-    t, acc = _parts(self)
-    dt = dtypes.name_of(dtype)
-    old, new = dtypes.itemsize(t.decl.dtype), dtypes.itemsize(dt)
-    if acc.indirect:
-        raise _err(f"view({dt}): '{t.name}' is indexed dynamically here; reinterpret first")
-    st, shape = list(strides(self)), list(acc.shape)
-    if shape[-1] > 1 and st[-1] != 1:
-        raise _err(
-            f"view({dt}): the last dim of view {shape} of '{t.name}' must be contiguous "
-            f"(stride 1), got stride {st[-1]}"
-        )
-    start = offset(self)
-    scaled = [s * old for s in st[:-1]] + [shape[-1] * old, start * old]
-    if any(v % new for v in scaled):
-        raise _err(
-            f"view({dt}): view {shape} of '{t.name}' ({t.decl.dtype}) does not split into whole "
-            f"{dt} elements ({new} bytes): its last dim, strides or start are not multiples"
-        )
-    pat = [[s * old // new, n] for s, n in zip(st[:-1], shape[:-1])]
-    pat.append([1, shape[-1] * old // new])
-    if _on_chip(t) and len(shape) == 1:
-        raise _err(f"view({dt}): an on-chip view needs its partition dim")
-    return ap(self, pat, offset=start * old // new, dtype=dt)
-
-
 METHODS = {
     "slice": slice_,
     "select": select,
@@ -560,13 +530,3 @@ def install() -> None:
     for name, fn in PROPERTIES.items():
         setattr(TileOps, name, property(fn))
     View.reshape = reshape_view  # type: ignore[method-assign]
-    hbm_view = NkiTensor.view  # a whole HBM tensor: an alias tensor (returnable as output)
-
-    def view(self: TileOps, dtype: Any) -> Any:
-        if isinstance(self, NkiTensor) and not _on_chip(self):
-            return hbm_view(self, dtype)
-        return view_dtype(self, dtype)
-
-    view.__doc__ = view_dtype.__doc__
-    NkiTensor.view = view  # type: ignore[method-assign]
-    View.view = view  # type: ignore[attr-defined]
