@@ -243,3 +243,65 @@ def test_packed_mx_dtype_names_exist_and_allocating_one_is_a_located_error():
         nki.simulate(packed_dtype)(np.zeros((2, 2), np.float32))
     assert e.value.code == "err_unsupported_dtype"
     assert e.value.loc.line == _line(packed_dtype.fn, "# PACKED")
+
+
+@nki.jit
+def nl_wrappers(x, y):
+    """The nl convenience layer in a current-API kernel: each call makes a new SBUF tile
+    (PSUM for matmul / transpose), which nisa calls then read."""
+    out = nl.ndarray((P, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, b = nl.load(x), nl.load(y)
+    s = nl.softmax(nl.add(a, b), axis=1)
+    prod = nl.matmul(a[:, 0:64], b[:, 0:64], transpose_x=True)  # (64, 64) in PSUM
+    pt = nl.transpose(nl.copy(prod))  # PSUM again
+    r = nl.ndarray((P, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=r, value=0.0)
+    nisa.tensor_tensor(dst=r[0:64], data1=s[0:64], data2=pt, op=nl.add)
+    nisa.tensor_copy(dst=r[64:P], src=s[64:P])
+    nl.store(out, r)
+    return out
+
+
+def test_nl_wrappers_in_a_current_kernel_match_numpy():
+    x, y = (RNG.standard_normal((P, 64)).astype(np.float32) for _ in range(2))
+    z = (x + y).astype(np.float64)
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    want[0:64] += (x.T @ y).T
+    np.testing.assert_allclose(nki.simulate(nl_wrappers)(x, y), want, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def store_from_psum(x):
+    out = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ps = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(dst=ps, data=t)
+    nl.store(out, ps)  # PSUM_STORE
+    return out
+
+
+@nki.jit
+def masked_load(x):
+    out = nl.ndarray((P, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0)
+    i_p = nl.arange(P)[:, None]
+    t2 = nl.load(x, mask=(i_p < 100))  # MASKED
+    nisa.dma_copy(dst=out, src=t2)
+    return out
+
+
+@pytest.mark.parametrize(
+    "kernel,mark,code,msg",
+    [
+        (store_from_psum, "# PSUM_STORE", "err_unsupported_memory", "DMA cannot read PSUM"),
+        (masked_load, "# MASKED", "err_mixed_api_generations", "has no masks"),
+    ],
+)
+def test_nl_wrapper_restrictions_of_the_current_api(kernel, mark, code, msg):
+    with pytest.raises(NKIError, match=msg) as e:
+        nki.simulate(kernel)(np.zeros((P, 64 if kernel is masked_load else P), np.float32))
+    assert e.value.code == code
+    assert e.value.loc.line == _line(kernel.fn, mark)
