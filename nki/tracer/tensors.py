@@ -376,6 +376,9 @@ class View(TileOps):
         acc = compose(self.acc, sub)
         if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
             acc = as_2d(acc, self.base)
+        elif not acc.shape and self.acc.shape:  # HBM: indexed dims drop, the result is >= 1-D
+            one = tuple(IndexExpr(e.base, (0,), (1,)) for e in acc.index)
+            acc = Access(acc.tensor, (1,), one, acc.indirect)
         return View(self.base, acc)
 
     def __setitem__(self, key: object, value: object) -> None:

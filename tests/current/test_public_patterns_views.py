@@ -118,3 +118,25 @@ def test_indirect_needs_neuroncore_v4():
     with pytest.raises(NKIError, match="NeuronCore-v4") as e:
         nki.simulate(gather_columns)(x, idx)
     assert e.value.loc.line == _line(gather_columns.fn, ".indirect(")
+
+
+@nki.jit
+def index_edges(x):
+    # on chip results stay >= 2-D (select too); on HBM indexed dims drop down to 1-D
+    t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[1])
+    assert t[:, 2].shape == (64, 1) and t.select(1, 2).shape == (64, 1) and t[3, 2].shape == (1, 1)
+    assert x[1, 2, 3].shape == (1,) and x[:, 1].shape == (2, 8)
+    out = nl.ndarray((64, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:1], src=t.select(1, 2))
+    nisa.dma_copy(dst=out[:, 1:2], src=x[0, :, 5])
+    one = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=one[0], src=x[1, 2, 3])
+    return out, one
+
+
+def test_integer_indexing_edge_cases():
+    x = RNG.standard_normal((2, 64, 8)).astype(np.float32)
+    out, one = nki.simulate(index_edges)(x)
+    np.testing.assert_array_equal(out, np.stack([x[1, :, 2], x[0, :, 5]], axis=1))
+    assert one[0, 0] == x[1, 2, 3]
