@@ -33,6 +33,7 @@ _INFOS = [
     DTypeInfo("float8_e4m3", np.dtype(ml_dtypes.float8_e4m3), "f", 8, 4, 3),
     DTypeInfo("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), "f", 8, 4, 3),
     DTypeInfo("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), "f", 8, 5, 2),
+    DTypeInfo("float8_e8m0fnu", np.dtype(ml_dtypes.float8_e8m0fnu), "f", 8, 8, 0),
     DTypeInfo("int8", np.dtype(np.int8), "i", 8),
     DTypeInfo("int16", np.dtype(np.int16), "i", 16),
     DTypeInfo("int32", np.dtype(np.int32), "i", 32),
@@ -40,7 +41,18 @@ _INFOS = [
     DTypeInfo("uint16", np.dtype(np.uint16), "u", 16),
     DTypeInfo("uint32", np.dtype(np.uint32), "u", 32),
     DTypeInfo("bool_", np.dtype(np.bool_), "b", 8),
+    # Microscaling (MX) packed types: four fp8 / fp4 values in one 32- / 16-bit element (value
+    # i of element k is logical element 4k + i, in byte / nibble i, little-endian). nki-sim
+    # stores them as their raw bits (unsigned integers); only the MX instructions unpack them.
+    DTypeInfo("float8_e5m2_x4", np.dtype(np.uint32), "u", 32),
+    DTypeInfo("float8_e4m3fn_x4", np.dtype(np.uint32), "u", 32),
+    DTypeInfo("float4_e2m1fn_x4", np.dtype(np.uint16), "u", 16),
 ]
+PACKED_X4 = {  # packed MX dtype -> the dtype of each of its four values
+    "float8_e5m2_x4": "float8_e5m2",
+    "float8_e4m3fn_x4": "float8_e4m3fn",
+    "float4_e2m1fn_x4": "float4_e2m1fn",
+}
 INFO: dict[str, DTypeInfo] = {i.name: i for i in _INFOS}
 _BY_NP: dict[np.dtype, str] = {}
 for _i in _INFOS:

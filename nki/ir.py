@@ -308,6 +308,17 @@ class Loop:
     def trip_count(self) -> int:
         return len(range(self.start, self.stop, self.step))
 
+    @property
+    def is_runtime(self) -> bool:
+        """A device loop (:class:`RuntimeLoop`) whose trips are known only when it runs:
+        ``start`` / ``stop`` describe one trip, not the loop (see ``static_trips``)."""
+        return False
+
+    @property
+    def static_trips(self) -> range | None:
+        """The iteration values when known at trace time (None: only at run time)."""
+        return range(self.start, self.stop, self.step)
+
     def value_range(self) -> tuple[int, int]:
         r = range(self.start, self.stop, self.step)
         return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
@@ -316,9 +327,15 @@ class Loop:
 @dataclass(frozen=True)
 class RuntimeLoop(Loop):
     """A loop whose trip count is known only on the device (``nl.fori_loop`` with a register
-    bound, ``nl.while_loop``). Static passes see one trip (``start=0, stop=1``); the
-    interpreter reads ``lower`` / ``upper`` (one-element register tiles, else the constants)
-    when the loop starts, or ``cond`` before every iteration of a while loop."""
+    bound, ``nl.while_loop``). The interpreter reads ``lower`` / ``upper`` (one-element register
+    tiles, else the constants) when the loop starts, or ``cond`` before every iteration of a
+    while loop.
+
+    It is a :class:`Loop` so that every pass walks and checks its body (bounds, capacity,
+    races see one symbolic trip: ``start=0, stop=1``). A pass that runs or counts iterations
+    must not read ``start`` / ``stop`` / ``trip_count`` of it: it asks ``is_runtime`` /
+    ``static_trips`` on the loop, or ``KernelIR.has_runtime_loops`` on the kernel (the
+    backends that batch or compile loops decline such kernels there)."""
 
     lower: Access | None = None
     upper: Access | None = None
@@ -326,6 +343,16 @@ class RuntimeLoop(Loop):
     upper_const: int = 0
     cond: Access | None = None
     max_iterations: int = 1 << 20
+
+    @property
+    def is_runtime(self) -> bool:
+        return True
+
+    @property
+    def static_trips(self) -> range | None:
+        if self.cond is None and self.lower is None and self.upper is None:
+            return range(self.lower_const, self.upper_const, self.step)  # constant bounds
+        return None
 
 
 Node = Union[Alloc, Instr, Loop]
@@ -414,6 +441,11 @@ class KernelIR:
     writes_back: tuple[str, ...] = ()
     # the API generation the trace decided ("classic" / "current"; None: undecided)
     generation: str | None = None
+    # a current-API launch on two physical cores whose cores differ (Python control flow on
+    # nl.program_id) or interact (core_barrier, sendrecv, collectives): one trace per core,
+    # core c runs ``cores[c]`` (a one-instance IR whose program id was a plain int). ``body``
+    # is core 0's; ``walk`` visits every core's. Empty: every instance runs ``body``.
+    cores: tuple[KernelIR, ...] = ()
     _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
 
     def tensor(self, name: str) -> TensorDecl:
@@ -437,7 +469,15 @@ class KernelIR:
                 if isinstance(n, Loop):
                     yield from rec(n.body, loops + (n,))
 
+        if self.cores:
+            return itertools.chain.from_iterable(rec(c.body, ()) for c in self.cores)
         return rec(self.body, ())
+
+    @property
+    def has_runtime_loops(self) -> bool:
+        """Whether any loop of the kernel (any core's) is a device loop (``Loop.is_runtime``):
+        the one question a backend that batches or compiles loops asks before taking it."""
+        return any(isinstance(n, Loop) and n.is_runtime for n, _ in self.walk())
 
     def instructions(self) -> Iterator[tuple[Instr, tuple[Loop, ...]]]:
         for n, loops in self.walk():
@@ -464,7 +504,12 @@ class KernelIR:
                         text = f"{text:<72s}  # line {n.loc.line}"
                     lines.append(text)
 
-        rec(self.body, "  ")
+        if self.cores:  # one trace per physical core
+            for c, one in enumerate(self.cores):
+                lines.append(f"  core {c}:")
+                rec(one.body, "    ")
+        else:
+            rec(self.body, "  ")
         outs = ", ".join(self.outputs)
         lines.append(f"  return {outs}" if self.returns_outputs else f"  # writes {outs}")
         return "\n".join(lines)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .cores import merge_cores
 from .errors import (
     NKIError,
     NKIShapeError,
@@ -30,6 +31,7 @@ from .ir import Grid, GridDim, KernelIR, TensorDecl
 from .language.core import nc, spmd_dim
 from .targets import get_target
 from .tracer import (
+    NeedsPerCore,
     NkiTensor,
     TraceState,
     new_trace,
@@ -243,7 +245,7 @@ class Kernel:
             # traced outside the lock (tracing state is per thread, and a kernel may call
             # another kernel while tracing); the first finished trace of a key wins
             try:
-                traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+                traced = self._trace_launch(grid, bound, target)
             except RecursionError as e:
                 code = self.fn.__code__
                 tb, line = e.__traceback__, code.co_firstlineno
@@ -266,6 +268,20 @@ class Kernel:
         self.last_ir = ir
         return ir
 
+    def _trace_launch(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
+        """One trace, or one per core for a current-API launch on two cores
+        (``nki/cores.py``): there ``nl.program_id(0)`` is a plain int on each core."""
+        why = None
+        try:
+            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            if ir.generation != "current" or tuple(grid.shape) != (2,):
+                return ir
+        except NeedsPerCore as e:  # Python control flow on the program id, cores that meet
+            why = (e.message.removesuffix(" needs one trace per core"), e.loc)
+        grid = lnc_grid(grid, target)  # kernel[2] of a current-API kernel: two cores
+        trace = functools.partial(self._trace, grid, bound, target, why=why)
+        return merge_cores(lambda c: trace_with_unrolling(lambda: trace(core=c)), grid)
+
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""
         return ir.generation or self.api
@@ -282,13 +298,23 @@ class Kernel:
                 loc=SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__),
             ) from None
 
-    def _trace(self, grid: Grid, bound: inspect.BoundArguments, target_name: str) -> KernelIR:
+    def _trace(
+        self,
+        grid: Grid,
+        bound: inspect.BoundArguments,
+        target_name: str,
+        core: int | None = None,
+        why: tuple[str, SrcLoc | None] | None = None,
+    ) -> KernelIR:
         target = get_target(target_name)
         st = TraceState(self.fn.__name__, target, grid.shape)
+        st.core = core  # a per-core trace (nki/cores.py): nl.program_id(0) is this int
         code = self.fn.__code__
         def_loc = SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__)
         if self.api is not None:  # nki.jit(api=...) forces the generation
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
+        elif why is not None:  # what made the launch trace per core decided the generation
+            st.generation, st.generation_why = "current", why
         sig = inspect.signature(self.fn)
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
@@ -461,7 +487,7 @@ class Launch:
             grid = lnc_grid(self.grid, cfg.target)
         check_grid_fits(grid, cfg.target)
         ir = k.trace(grid, bound, cfg.target)
-        if k.api is None and k.generation(ir) == "current" and grid is self.grid:
+        if k.api is None and k.generation(ir) == "current" and grid is self.grid and not ir.cores:
             # a current-API kernel: kernel[n] is a launch on n cores (LNC), not an SPMD grid
             lgrid = lnc_grid(self.grid, cfg.target)
             if lgrid != self.grid:

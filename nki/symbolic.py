@@ -51,6 +51,7 @@ class _Traced:
     _what = "a traced value"
 
     def __bool__(self) -> bool:
+        _per_core(self)
         raise NKIControlFlowError(
             f"Python control flow (if / while / and / or / not) cannot depend on {self._what}; "
             "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
@@ -59,6 +60,7 @@ class _Traced:
         )
 
     def __index__(self) -> int:
+        _per_core(self)
         err = NKIControlFlowError(
             f"{self._what} has no concrete integer value at trace time (it is symbolic), so it "
             "cannot drive Python control flow or be converted with int() / used as a list "
@@ -76,7 +78,17 @@ class _Traced:
         return id(self)
 
 
+def _per_core(x: object) -> None:
+    """A current-API LNC=2 program id needs a concrete value: the trace asks to be retraced
+    once per physical core (the ``per_core`` hook raises; absent outside a trace)."""
+    hook = TRACE_HOOKS.get("per_core")
+    if hook is not None:
+        hook(x)
+
+
 def _non_affine(op: str, a: object, b: object) -> NKIError:
+    for x in (a, b):  # a current-API LNC=2 program id is an int: `pid % 2` is legal there
+        _per_core(x)
     if op in ("//", "%"):
         unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
         if unroll is not None:

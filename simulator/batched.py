@@ -34,7 +34,6 @@ from nki.ir import (
     Loop,
     Node,
     PidSym,
-    RuntimeLoop,
     Sym,
 )
 from nki.optable import OPS
@@ -85,7 +84,7 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 
 
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
-    if any(isinstance(n, RuntimeLoop) for n, _ in ir.walk()):
+    if ir.has_runtime_loops:
         raise Declined(
             "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
         )

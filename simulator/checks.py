@@ -13,6 +13,7 @@ from nki.ir import KernelIR
 from .bounds import check_bounds
 from .capacity import check_capacity, check_hbm
 from .config import SimConfig
+from .core_races import check_core_races
 from .races import check_loop_carried, check_spmd_races
 
 # (id(ir), target) of kernels already checked; the IR is kept alive so ids are not reused
@@ -26,11 +27,15 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
     key = (id(ir), config.target)
     if _CHECKED.get(key) is ir:
         return
-    check_bounds(ir)
-    check_capacity(ir, config.target)
+    for one in ir.cores or (ir,):  # per-core traces (LNC=2) are checked core by core
+        check_bounds(one)
+        check_capacity(one, config.target)
+        check_loop_carried(one)
     check_hbm(ir, config.target)
-    check_loop_carried(ir)
-    check_spmd_races(ir)
+    if ir.cores:
+        check_core_races(ir)
+    else:
+        check_spmd_races(ir)
     if len(_CHECKED) > 512:
         _CHECKED.clear()
     _CHECKED[key] = ir

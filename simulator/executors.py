@@ -28,7 +28,7 @@ PREPARE: dict[str, Executor] = {}
 _RESOLVED: dict[tuple[str, str], Executor | None] = {}
 
 # instruction kinds at which the instances of a launch wait for each other (``nl.all_reduce``)
-COLLECTIVES = frozenset({"all_reduce"})
+COLLECTIVES = frozenset({"all_reduce", "lnc"})  # "lnc": between the cores of LNC=2
 
 
 def executes(kind: str, op: str = ANY) -> Callable[[Executor], Executor]:

@@ -17,6 +17,7 @@ from nki.ir import Instr, KernelIR
 from .collectives import combine
 from .config import SimConfig
 from .executors import COLLECTIVES
+from .isa.sync import meet
 from .memory import Ctx
 
 Instance = tuple[int, ...]
@@ -102,5 +103,7 @@ def run_instances(
                 del running[inst]
             else:
                 waiting[inst] = at
-        if waiting:
+        if any(i.kind == "lnc" for i in waiting.values()):
+            meet(waiting, ctxs)  # per-core traces of an LNC=2 launch
+        elif waiting:
             combine(waiting, ctxs, grid)

@@ -44,10 +44,11 @@ def execute(
     writers: dict[str, set[int]] = {}
 
     def start(inst: Instance, core: int) -> tuple[Ctx, Iterator[Instr]]:
-        ctx = Ctx(ir, config, shared, inst, core, sched.rng, shadow_shared)
+        mine = ir.cores[core] if ir.cores else ir  # per-core traces: this core's own
+        ctx = Ctx(mine, config, shared, inst, core, sched.rng, shadow_shared)
         ctx.collective_loops = sched.collective_loops
         ctx.writers = writers
-        return ctx, _walk(ir.body, ctx)
+        return ctx, _walk(mine.body, ctx)
 
     run_instances(sched, start, ir.grid.shape, info)
     if config.checks == "full":

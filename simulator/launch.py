@@ -24,8 +24,9 @@ from . import batched, interpreter, numba_backend
 from .capacity import check_hbm, check_host_memory
 from .checks import static_checks
 from .config import SimConfig
+from .executors import COLLECTIVES
 from .host import output_array, output_view, shared_storage, storage_input, written_params
-from .instances import RunInfo, schedule
+from .instances import RunInfo, Schedule, schedule
 
 __all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
 
@@ -52,13 +53,30 @@ def run(
     shared = shared_storage(ir, inputs, config)
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = schedule(ir, config, info)
+    if not ir.cores:
+        _execute(ir, shared, config, sched, info)
+    elif config.checks == "full" or any(i.kind in COLLECTIVES for i, _ in ir.instructions()):
+        # per-core traces whose cores meet (barrier, sendrecv, collectives), or checked as one
+        # launch (outputs written by either core): the interpreter steps both cores together
+        interpreter.execute(ir, shared, config, sched, info)
+    else:  # cores that never meet: each core's one-instance trace runs alone on shared HBM
+        for inst, core in sched.order:
+            n = len(info.order)
+            one = Schedule((((), core),), sched.rng, frozenset())
+            _execute(ir.cores[core], shared, config, one, info)
+            info.order[n:] = [inst]
+    return shared, info
+
+
+def _execute(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> None:
     for backend in BACKENDS:
         if backend.NAME not in _ALLOWED[config.backend]:
             continue
         if backend.execute(ir, shared, config, sched, info):
             info.backend = backend.NAME
             break
-    return shared, info
 
 
 def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIError, user_stacklevel
-from nki.ir import KernelIR, PidSym, RuntimeLoop
+from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
 
 from . import numerics
@@ -113,7 +113,7 @@ def unsupported_reason(ir: KernelIR, config: SimConfig) -> str | None:
         return "checks='full' tracks uninitialised reads in the interpreter"
     if config.shuffle_seed is not None:
         return "shuffle_seed reorders instances / iterations in the interpreter"
-    if any(isinstance(n, RuntimeLoop) for n, _ in ir.walk()):
+    if ir.has_runtime_loops:
         return "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
     if config.checks == "none":
         # compiled code does not bounds-check unmasked accesses: they must be proven in bounds

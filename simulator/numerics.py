@@ -31,9 +31,10 @@ def to_compute(x: np.ndarray, *, exact_int: bool = False) -> np.ndarray:
 def dma_copies_bits(src: str, dst: str) -> bool:
     """A DMA between integer types of the same width copies the bits (an int32 tile of -1
     lands as 0xFFFFFFFF in uint32 and back; AWS's find-index kernel stores nc_find_index8's
-    all-ones "not found" into int32 as -1); other conversions go through ``cast``."""
+    all-ones "not found" into int32 as -1; uint32 <-> the packed MX types, stored as their raw
+    bits); other conversions go through ``cast``."""
     a, b = dtypes.INFO[src], dtypes.INFO[dst]
-    return a.kind in "iu" and b.kind in "iu" and a.kind != b.kind and a.bits == b.bits
+    return a.kind in "iu" and b.kind in "iu" and a.bits == b.bits
 
 
 def fill_value(name: str) -> object:

@@ -3,7 +3,9 @@
 Calls take input tiles and return a new tile (classic semantics); ``mask=`` and ``dtype=`` work
 as in the classic API. Each instruction checks its engine / dtype / size / buffer rules for the
 target being traced (``nki.targets.ISA_RULES``) and records one IR instruction executed by
-its executor in ``simulator/isa/<family>.py``."""
+its executor in ``simulator/isa/<family>.py``. Instructions of the current API only
+(``exponential``, ``activate2``, ``topk``, ``rng``, ``quantize_mx``, ...) are in
+``current_*.py`` and take only the destination-first form."""
 
 import numpy as np
 
@@ -12,6 +14,10 @@ from ..language.loops import register_alloc, register_load, register_move, regis
 from . import current as _current
 from . import enums as _enums
 from . import spec as _spec
+from .current_gpsimd import dma_compute, nc_n_gather, nonzero_with_count, topk
+from .current_mx import nc_matmul_mx, quantize_mx
+from .current_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed
+from .current_vector import activate2, exponential, tensor_scalar_cumulative
 from .dma import dma_copy, dma_transpose
 from .enums import (
     dge_mode,
@@ -48,6 +54,7 @@ from .selection import (
     tensor_copy_dynamic_src,
     tensor_copy_predicated,
 )
+from .sync import NkiScalar, core_barrier, dma_engine, scalar_load, scalar_store, sendrecv
 from .tensor_ops import nc_matmul, nc_transpose
 from .vector import (
     scalar_tensor_tensor,
@@ -76,16 +83,25 @@ def _take_both_forms() -> None:
 _take_both_forms()
 
 __all__ = [
+    "NkiScalar",
+    "activate2",
+    "core_barrier",
+    "dma_engine",
+    "scalar_load",
+    "scalar_store",
+    "sendrecv",
     "activation",
     "activation_reduce",
     "affine_select",
     "bn_aggr",
     "bn_stats",
     "dge_mode",
+    "dma_compute",
     "dma_copy",
     "dma_transpose",
     "dropout",
     "engine",
+    "exponential",
     "get_nc_version",
     "gpsimd_engine",
     "iota",
@@ -96,13 +112,21 @@ __all__ = [
     "nc_find_index8",
     "nc_match_replace8",
     "nc_matmul",
+    "nc_matmul_mx",
+    "nc_n_gather",
     "nc_stream_shuffle",
     "nc_transpose",
     "nc_version",
+    "nonzero_with_count",
     "oob_mode",
+    "quantize_mx",
+    "rand2",
+    "rand_get_state",
+    "rand_set_state",
     "range_select",
     "reciprocal",
     "reduce_cmd",
+    "rng",
     "register_alloc",
     "register_load",
     "register_move",
@@ -110,6 +134,7 @@ __all__ = [
     "scalar_engine",
     "scalar_tensor_tensor",
     "select_reduce",
+    "set_rng_seed",
     "sequence_bounds",
     "tensor_copy",
     "tensor_copy_dynamic_dst",
@@ -119,9 +144,11 @@ __all__ = [
     "tensor_partition_reduce",
     "tensor_reduce",
     "tensor_scalar",
+    "tensor_scalar_cumulative",
     "tensor_scalar_reduce",
     "tensor_tensor",
     "tensor_tensor_scan",
+    "topk",
     "unknown_engine",
     "vector_engine",
 ]

@@ -35,6 +35,7 @@ from ..tracer import (
     operand,
 )
 from . import spec
+from .enums import enum_value, reduce_cmd
 from .spec import CLASSIC, CURRENT
 
 _TILE_ROLES = ("dst", "in", "out")
@@ -271,8 +272,29 @@ def _affine_select(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, 
     return None, {}
 
 
+def _tensor_scalar_reduce(
+    name: str, dst: Any, a: dict[str, Any]
+) -> tuple[str | None, dict[str, Any]]:
+    """The current form's accumulator controls (``reduce_cmd``, ``reduce_init`` for
+    load_reduce, ``reduce_res_negate``) ride on the instruction as attributes."""
+    api = f"nisa.{name}"
+    cmd = enum_value(a.pop("reduce_cmd"), reduce_cmd, api, "reduce_cmd").name
+    init, negate = a.pop("reduce_init"), a.pop("reduce_res_negate")
+    if (cmd == "load_reduce") != (init is not None) or _is_tile(init):
+        raise NKIUnsupportedError(
+            f"reduce_init={init!r} of {api} with reduce_cmd={cmd}: load_reduce needs a scalar "
+            "reduce_init (a (P, 1) tile is not simulated yet) and other commands none",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    a["dtype"] = _dst_dtype(dst)
+    init_value = None if init is None else float(init)
+    return None, {"reduce_cmd": cmd, "reduce_init": init_value, "reduce_res_negate": bool(negate)}
+
+
 _ADAPTERS: dict[str, Callable[[str, Any, dict[str, Any]], tuple[str | None, dict[str, Any]]]] = {
     "memset": _memset,
+    "tensor_scalar_reduce": _tensor_scalar_reduce,
     "iota": _iota,
     "affine_select": _affine_select,
     "nc_matmul": _matmul,

@@ -346,6 +346,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, "
         "name=None",
+        ir_op="dma_compute", ir_attrs=("engine", "oob", "unique"),
         poison="element",
     ),
     # --- GpSimd ---------------------------------------------------------------------------------
@@ -405,17 +406,20 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "nc_n_gather", "gpsimd", ("gpsimd",),
         "dst[p, j] = data[p].flatten()[indices[p, j]] (uint32 indices, all SBUF).",
         classic=None, current="dst, data, indices, name=None",
+        ir_op="nc_n_gather", poison="row",
     ),
     Instruction(
         "nonzero_with_count", "gpsimd", ("gpsimd",),
         "Positions of the nonzero elements of a row plus their count.",
         classic=None, current="dst, src, index_offset=0, padding_val=-1, name=None",
+        ir_op="nonzero_with_count", ir_attrs=("engine", "index_offset", "padding_val"),
         poison="row", targets=_V3,
     ),
     Instruction(
         "topk", "gpsimd", ("gpsimd",),
         "The K largest bf16 values (ascending) and their uint32 indices.",
         classic=None, current="val_dst, idx_dst, src, n, name=None",
+        ir_op="topk", ir_attrs=("engine", "n", "idx_dst"),
         result_current="writes val_dst and idx_dst in place",
     ),
     # --- Scalar ---------------------------------------------------------------------------------
@@ -444,6 +448,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, "
         "reverse1=False, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None",
+        ir_op="activate2",
+        ir_attrs=("engine", "op", "op0", "op1", "reverse0", "reverse1", "reduce_op",
+                  "reduce_cmd", "reduce_res"),
         poison="element", targets=_V4,
     ),
     # --- Tensor ---------------------------------------------------------------------------------
@@ -476,6 +483,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, "
         "tile_size=None, accumulate=None, name=None",
+        ir_op="nc_matmul_mx", ir_attrs=("engine", "psum_group", "tile_position", "tile_size"),
+        poison="matmul",
         targets=_V4,
     ),
     Instruction(
@@ -537,7 +546,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, "
         "name=None",
         ir_op="tensor_scalar_reduce",
-        ir_attrs=("engine", "op0", "reverse0", "reduce_op", "reduce_res"), poison="row",
+        ir_attrs=("engine", "op0", "reverse0", "reduce_op", "reduce_res", "reduce_cmd",
+                  "reduce_init", "reduce_res_negate"),
+        poison="row",
     ),
     Instruction(
         "tensor_scalar_cumulative", "vector", ("vector",),
@@ -545,6 +556,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, "
         "name=None",
+        ir_op="tensor_scalar_cumulative", ir_attrs=("engine", "op0", "op1", "reduce_cmd"),
         poison="row",
     ),
     Instruction(
@@ -553,6 +565,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         classic=None,
         current="dst, src, max_value=0.0, reduce_res=None, reduce_cmd=reduce_cmd.idle, "
         "reduce_init=0.0, name=None",
+        ir_op="exponential", ir_attrs=("engine", "reduce_cmd", "reduce_res"),
         poison="element", targets=_V4,
     ),
     Instruction(
@@ -708,33 +721,36 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "quantize_mx", "vector", ("vector",),
         "Quantise bf16/fp16 data to x4 fp8 with per-group e8m0 scales (NeuronCore-v4).",
         classic=None, current="dst, src, dst_scale, name=None",
+        ir_op="quantize_mx", ir_attrs=("engine", "dst_scale"),
         targets=_V4, result_current="writes dst and dst_scale in place",
     ),
     Instruction(
         "rng", "random", ("vector", "gpsimd"),
         "32 random bits per element (low bits kept for narrower integer dtypes).",
-        classic=None, current="dst, engine=engine.vector, name=None",
+        classic=None, current="dst, engine=engine.vector, name=None", ir_op="rng",
     ),
     Instruction(
         "rand2", "random", ("vector",),
         "Uniform fp32 random values in [min, max] (NeuronCore-v4).",
-        classic=None, current="dst, min, max, name=None", targets=_V4,
+        classic=None, current="dst, min, max, name=None", targets=_V4, ir_op="rand2",
     ),
     Instruction(
         "set_rng_seed", "random", ("vector",),
         "Seed the random generator from a [1, 1] 32-bit tile.",
         classic=None, current="src_seeds, name=None", result_current="no result",
+        ir_op="set_rng_seed",
     ),
     Instruction(
         "rand_set_state", "random", ("gpsimd", "vector"),
         "Load the per-lane XORWOW random state.",
         classic=None, current="src_seeds, engine=engine.gpsimd, name=None",
-        targets=_V3, result_current="no result",
+        targets=_V3, result_current="no result", ir_op="rand_set_state",
     ),
     Instruction(
         "rand_get_state", "random", ("gpsimd", "vector"),
         "Store the per-lane XORWOW random state into dst.",
         classic=None, current="dst, engine=engine.gpsimd, name=None", targets=_V3,
+        ir_op="rand_get_state",
     ),
     # --- registers and synchronisation (current API only) ---------------------------------------
     Instruction(

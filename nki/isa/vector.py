@@ -272,7 +272,8 @@ def tensor_scalar_reduce(
     mask: Any = None,
 ) -> NkiTensor:
     """``data op0 operand0`` (one arithmetic op) plus a reduction of the result over all free
-    axes into ``reduce_res`` (P, 1) with add / subtract / multiply / max / min.
+    axes into ``reduce_res`` (P, 1) with add / subtract / multiply / max / min, through the
+    Vector engine's accumulator registers (``reduce_res=None``: the registers only).
 
     Example: ``y = nisa.tensor_scalar_reduce(data=x, op0=np.multiply, operand0=2.0,
     reduce_op=np.add, reduce_res=s)``.
@@ -292,16 +293,19 @@ def tensor_scalar_reduce(
     rop = _reducer(
         reduce_op, api, "reduce_op", ("add", "subtract", "multiply", "maximum", "minimum")
     )
-    racc, _rt = _res_vector(reduce_res, acc.shape[0], api, "reduce_res")
     out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
     attrs = {
         "engine": "vector",
         "op0": f0.name,
         "reverse0": bool(reverse0),
         "reduce_op": rop.name,
-        "reduce_res": racc,
     }
-    emit_isa("tensor_scalar_reduce", out.access_(), (acc, o0), attrs, mask=mask, outputs=(racc,))
+    outputs = ()
+    if reduce_res is not None:
+        racc, _rt = _res_vector(reduce_res, acc.shape[0], api, "reduce_res")
+        attrs["reduce_res"] = racc
+        outputs = (racc,)
+    emit_isa("tensor_scalar_reduce", out.access_(), (acc, o0), attrs, mask=mask, outputs=outputs)
     return out
 
 

@@ -46,10 +46,6 @@ from .current import (
     MemoryRegion,
     NKIObject,
     NkiTensor,
-    float4_e2m1fn_x4,
-    float8_e4m3fn_x4,
-    float8_e5m2_x4,
-    float8_e8m0fnu,
     is_hbm,
     is_on_chip,
     is_psum,
@@ -72,6 +68,7 @@ from .shaping import (
     static_cast,
     where,
 )
+from .tokens import abs_max, abs_min, bypass, prelu  # op tokens of the current API
 
 # Python operators and methods on tiles (``a + b``, ``t.astype(dt)``) call these
 _TILE_OPERATORS.update(
@@ -128,6 +125,10 @@ int32 = _D("int32")
 uint8 = _D("uint8")
 uint16 = _D("uint16")
 uint32 = _D("uint32")
+float8_e8m0fnu = _D("float8_e8m0fnu")  # MX scales (current API)
+float8_e5m2_x4 = _D("float8_e5m2_x4")  # MX packed data (current API)
+float8_e4m3fn_x4 = _D("float8_e4m3fn_x4")
+float4_e2m1fn_x4 = _D("float4_e2m1fn_x4")
 bool_ = _D("bool_")
 fp32 = float32
 bfp16 = _Bfp16("bfloat16")
@@ -136,10 +137,6 @@ __all__ = [
     "MemoryRegion",
     "NKIObject",
     "NkiTensor",
-    "float4_e2m1fn_x4",
-    "float8_e4m3fn_x4",
-    "float8_e5m2_x4",
-    "float8_e8m0fnu",
     "is_hbm",
     "is_on_chip",
     "is_psum",
@@ -195,6 +192,10 @@ __all__ = [
     "uint8",
     "uint16",
     "uint32",
+    "float8_e8m0fnu",
+    "float8_e5m2_x4",
+    "float8_e4m3fn_x4",
+    "float4_e2m1fn_x4",
     "bool_",
     "fp32",
     "bfp16",
@@ -222,6 +223,10 @@ __all__ = [
     "transpose",
     "var",
     "where",
+    "abs_max",
+    "abs_min",
+    "bypass",
+    "prelu",
 ]
 
 from .keywords import check_module as _check_module  # noqa: E402

@@ -160,7 +160,8 @@ class spmd_dim:  # noqa: N801 - classic name
 
 
 def program_id(axis: int) -> Scalar | int:
-    """The index of this SPMD instance along grid ``axis`` (symbolic while tracing)."""
+    """The index of this SPMD instance along grid ``axis``: symbolic while tracing (classic
+    kernels), a plain int in a current-API launch on two cores (traced once per core)."""
     st = state("nl.program_id")
     axis = _static_int(axis, "nl.program_id axis")
     nd = len(st.grid_shape)
@@ -171,6 +172,8 @@ def program_id(axis: int) -> Scalar | int:
             code="err_invalid_program_axis",
             loc=user_loc(),
         )
+    if st.core is not None and axis == 0:
+        return st.core  # a per-core trace of an LNC=2 launch
     if not nd or st.grid_shape[axis] == 1:
         return 0  # a single instance along this axis (LNC=1): a plain int, branches are legal
     return Scalar(Affine.of(PidSym(axis)))

@@ -90,18 +90,6 @@ def is_sbuf(buffer: Any) -> bool:
     return _region(buffer) == "sbuf"
 
 
-class _UnsupportedDtype(str):
-    """A dtype name of the current API that nki-sim does not simulate yet (the packed MX
-    formats): kernels may compare against it; allocating with it is a located
-    ``err_unsupported_dtype``."""
-
-
-float8_e4m3fn_x4 = _UnsupportedDtype("float8_e4m3fn_x4")
-float8_e5m2_x4 = _UnsupportedDtype("float8_e5m2_x4")
-float4_e2m1fn_x4 = _UnsupportedDtype("float4_e2m1fn_x4")
-float8_e8m0fnu = _UnsupportedDtype("float8_e8m0fnu")
-
-
 def range(*args: int) -> builtins.range:  # noqa: A001 - the current API's name
     """``nl.range(...)``: Python's ``range`` (the current API unrolls every trace-time loop)."""
     return builtins.range(*args)

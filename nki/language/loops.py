@@ -109,10 +109,10 @@ def _require_one_element(x: Any, api: str, role: str) -> None:
 def _bound(x: Any, api: str, what: str) -> int | TileOps:
     if isinstance(x, int) and not isinstance(x, bool):
         return x
-    if _is_register(x):
+    if _is_register(x) and x.tensor_().decl.dtype != "int64":  # an int64 NkiScalar cannot
         return x
     raise NKITypeError(
-        f"{api}: {what} must be an int or a register, got {x!r}",
+        f"{api}: {what} must be an int, a register or an int32 NkiScalar, got {x!r}",
         code="err_unsupported_operand",
         loc=user_loc(),
     )

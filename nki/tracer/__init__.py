@@ -50,6 +50,7 @@ from .operands import (
     to_mask,
 )
 from .state import (
+    NeedsPerCore,
     NeedsUnroll,
     TraceState,
     classic_mode,
@@ -58,6 +59,7 @@ from .state import (
     generation,
     new_trace,
     note_generation,
+    request_per_core,
     set_classic_mode,
     state,
     symbolic_loop,
@@ -75,6 +77,7 @@ _install_layouts()
 __all__ = [
     "TILE_OPERATORS",
     "DynOffset",
+    "NeedsPerCore",
     "NeedsUnroll",
     "NkiTensor",
     "TileOps",
@@ -93,6 +96,7 @@ __all__ = [
     "decide_condition",
     "generation",
     "note_generation",
+    "request_per_core",
     "emit",
     "new_tensor",
     "new_trace",

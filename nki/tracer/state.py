@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
-from ..ir import Affine, Loop, LoopSym, Node, TensorDecl
+from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
 
 
@@ -43,6 +43,9 @@ class TraceState:
         # construct that decided it (what, where): see ``note_generation``
         self.generation: str | None = None
         self.generation_why: tuple[str, SrcLoc | None] | None = None
+        # the physical core this trace is for (current API, LNC=2: one trace per core, where
+        # nl.program_id(0) is this int); None: one trace with symbolic program ids
+        self.core: int | None = None
         # a construct whose meaning depends on the generation was traced while undecided
         self.generation_sensitive = False
         if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
@@ -178,6 +181,34 @@ def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
     )
 
 
+class NeedsPerCore(NKIControlFlowError):
+    """A current-API kernel launched on two cores needs a concrete ``nl.program_id`` (Python
+    control flow on it) or makes its cores interact (``nisa.core_barrier``, ``nisa.sendrecv``,
+    ``nki.collectives``): the launch traces it once per physical core instead."""
+
+
+def wants_per_core(st: TraceState, syms: Any = None) -> bool:
+    """Whether this trace of a possibly-LNC=2 launch should restart as one trace per core:
+    a symbolic-pid trace of a kernel that is not classic, over one grid axis of 2, and (when
+    ``syms`` is given) a value involving the program id."""
+    if st.core is not None or st.generation == "classic" or tuple(st.grid_shape) != (2,):
+        return False
+    return syms is None or any(isinstance(s, PidSym) for s in syms)
+
+
+def request_per_core(what: str, syms: Any = None) -> None:
+    """Raise :class:`NeedsPerCore` when :func:`wants_per_core` (``what``: the construct)."""
+    st = current()
+    if st is not None and wants_per_core(st, syms):
+        raise NeedsPerCore(f"{what} needs one trace per core", loc=user_loc())
+
+
+def _per_core_hook(x: Any) -> None:
+    aff = getattr(x, "aff", None)
+    if aff is not None:
+        request_per_core("Python control flow on nl.program_id", aff.symbols())
+
+
 def decide_condition(pred: Any) -> bool:
     """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
 
@@ -187,6 +218,7 @@ def decide_condition(pred: Any) -> bool:
     program ids, strict mode) is the usual control-flow error."""
     st = state("control flow")
     syms = {s for c in pred.conds for s in c.expr.base.symbols()}
+    request_per_core("Python control flow on nl.program_id", syms)
     static = all(not any(c.expr.coeffs) for c in pred.conds)
     loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
     msg = (
@@ -194,12 +226,6 @@ def decide_condition(pred: Any) -> bool:
         "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
         "nl.affine_range / nl.sequential_range for loops"
     )
-    if st.generation == "current" and syms and not loops_only:
-        msg = (
-            "Python control flow on nl.program_id of an LNC=2 launch is not simulated yet "
-            "(nki-sim runs both cores from one trace with a symbolic program id); index with "
-            "nl.program_id instead, or run the kernel with LNC=1 where it is a plain int"
-        )
     if not (classic_mode() and static and loops_only):
         err = NKIControlFlowError(msg, loc=user_loc())
         if static and loops_only:
@@ -345,6 +371,7 @@ def symbolic_loop(
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
 TRACE_HOOKS["concrete_value"] = _concrete_value
+TRACE_HOOKS["per_core"] = _per_core_hook
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

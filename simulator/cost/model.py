@@ -233,7 +233,7 @@ def cost_of(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     if engine == "dma":
         return _dma(instr, ir, t)
     if engine == "tensor":
-        if instr.kind == "matmul" or instr.op == "nc_matmul":
+        if instr.kind == "matmul" or instr.op in ("nc_matmul", "nc_matmul_mx"):
             return _matmul(instr, ir, t)
         return _transpose(instr, ir, t)
     return _elementwise(instr, ir, t, engine)

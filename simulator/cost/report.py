@@ -201,7 +201,17 @@ def _depends_on(acc: Access, sym: object) -> bool:
 
 
 def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint]:
-    out: list[Lint] = []
+    out: list[Lint] = [
+        Lint(
+            "runtime-trip-count",
+            lp.loc,
+            "device loop (nl.fori_loop with a register bound / nl.while_loop): its trip count "
+            "is known at run time only, so the estimate counts ONE trip; multiply its cost by "
+            "the expected trips",
+            0.0,
+        )
+        for lp in dict.fromkeys(s.runtime_loops)  # once per loop, in program order
+    ]
     peak_bw = t.dma_bytes_per_ns
     for site in s.sites.values():
         c = s.costs[id(site.instr)]
@@ -309,6 +319,8 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     tname = target or ir.target
     table = table_for(get_target(tname).name)
     s = schedule(ir, table)
+    if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
+        s = max((schedule(c, table) for c in ir.cores), key=lambda x: x.latency_ns)
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)

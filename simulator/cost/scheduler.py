@@ -77,6 +77,7 @@ class Schedule:
     events: list[Event]
     end_event: int
     costs: dict[int, InstrCost] = field(default_factory=dict)
+    runtime_loops: list[Loop] = field(default_factory=list)  # estimated as one trip each
 
 
 _NONE = (-1.0, -1)  # (time, event) of "never"
@@ -100,6 +101,7 @@ class _State:
         self.costs: dict[int, InstrCost] = {}
         self.queue_of: dict[int, str] = {}
         self.events: list[Event] = []
+        self.runtime_loops: list[Loop] = []  # device loops estimated as one trip
         self.flops = 0.0
         self.dma_bytes = 0.0
         self.last_stationary: object = None
@@ -309,7 +311,10 @@ class _State:
         return period, d_free, d_busy
 
     def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
-        values = range(lp.start, lp.stop, lp.step)
+        values = lp.static_trips
+        if values is None:  # a device loop: its trips are known at run time only
+            self.runtime_loops.append(lp)
+            values = range(1)  # estimated as one trip (the report says so)
         n = len(values)
         # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's)
         cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> (len(loops) - 1))
@@ -428,4 +433,5 @@ def schedule(ir: KernelIR, table: CostTable) -> Schedule:
         st.events,
         st.end[1],
         st.costs,
+        st.runtime_loops,
     )

@@ -135,6 +135,8 @@ OP_FACTORS: dict[str, float] = {
     "bn_aggr": 13.0 / 3.0,
     "select_reduce": 2.0,
     "tensor_copy_predicated": 2.0,
+    # topk: 4n + K GpSimd cycles for n snake elements, 16 per source column [isa-cost]
+    "topk": 64.0,
 }
 # Vector ops that run 4x on 2-byte SBUF data in the NC-v3+ performance mode [arch-v3]
 FAST_COPY_OPS = frozenset({"copy", "tensor_copy", "tensor_scalar", "memset"})

@@ -13,6 +13,7 @@ from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
 from .common import all_int, operand, src_tile, store, tile, write_res
+from .current_vector import accumulate
 
 
 @executes("isa", "tensor_tensor")
@@ -61,7 +62,13 @@ def _tensor_scalar_reduce(instr: Instr, ctx: Ctx) -> None:
     x = tile(ctx, data, p, False)
     r = np.asarray(M.alu(instr.attr("op0"), x, operand(ctx, o0, p), instr.attr("reverse0")))
     r = r.astype(np.float32)
-    write_res(ctx, instr, "reduce_res", M.free_reduce(instr.attr("reduce_op"), r))
+    # the reduction goes through the Vector engine's accumulator registers (shared with
+    # exponential, tensor_scalar_cumulative, select_reduce, range_select); reduce_res reads them
+    op, cmd = instr.attr("reduce_op"), instr.attr("reduce_cmd", "reset_reduce")
+    regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r), instr.attr("reduce_init"))
+    if instr.attr("reduce_res_negate"):
+        regs = -regs  # the written value only; the registers keep their sign
+    write_res(ctx, instr, "reduce_res", regs, "vector")
     store(instr, ctx, r)
 
 

@@ -23,3 +23,44 @@ def test_readme_opens_with_the_demo_and_test_commands():
     assert lines[2] == 'pip install -e ".[all]" && python -m pytest'
     ci = (README.parent / ".ci" / "run").read_text()
     assert "grep -m1 -E '^pip install .*pytest' README.md" in ci
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    return {_anchor(m) for m in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_readme_and_docs_links_resolve():
+    pages = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = page.read_text()
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text()):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
+
+
+def test_readme_has_homes_for_new_material():
+    """Sections other work adds to: keep them (or update the headings here and in the notes)."""
+    headings = set(re.findall(r"^#+ (.*)$", README.read_text(), re.M))
+    for h in (
+        "A 5-minute tour",
+        "The current API (destination-first)",
+        "SPMD grids, LNC=2 and collectives",
+        "Troubleshooting",
+        "Measured speed",
+        "Reference",
+    ):
+        assert h in headings, h

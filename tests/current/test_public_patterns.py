@@ -231,21 +231,6 @@ def test_view_dtype_of_a_strided_last_dim_is_a_located_error():
 
 
 @nki.jit
-def packed_dtype(x):
-    assert str(nl.float4_e2m1fn_x4) == "float4_e2m1fn_x4"  # kernels compare dtype names
-    t = nl.ndarray((P, 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)  # PACKED
-    nisa.memset(dst=t, value=0)
-    return x
-
-
-def test_packed_mx_dtype_names_exist_and_allocating_one_is_a_located_error():
-    with pytest.raises(NKIError, match="unsupported data type 'float8_e4m3fn_x4'") as e:
-        nki.simulate(packed_dtype)(np.zeros((2, 2), np.float32))
-    assert e.value.code == "err_unsupported_dtype"
-    assert e.value.loc.line == _line(packed_dtype.fn, "# PACKED")
-
-
-@nki.jit
 def nl_wrappers(x, y):
     """The nl convenience layer in a current-API kernel: each call makes a new SBUF tile
     (PSUM for matmul / transpose), which nisa calls then read."""
@@ -305,3 +290,17 @@ def test_nl_wrapper_restrictions_of_the_current_api(kernel, mark, code, msg):
         nki.simulate(kernel)(np.zeros((P, 64 if kernel is masked_load else P), np.float32))
     assert e.value.code == code
     assert e.value.loc.line == _line(kernel.fn, mark)
+
+
+@nki.jit
+def bad_dtype(x):
+    t = nl.ndarray((P, 4), dtype="complex64", buffer=nl.sbuf)  # BAD_DTYPE
+    nisa.memset(dst=t, value=0)
+    return x
+
+
+def test_an_error_raised_without_a_location_gets_the_kernel_line():
+    with pytest.raises(NKIError, match="unsupported data type 'complex64'") as e:
+        nki.simulate(bad_dtype)(np.zeros((2, 2), np.float32))
+    assert e.value.code == "err_unsupported_dtype"
+    assert e.value.loc.line == _line(bad_dtype.fn, "# BAD_DTYPE")

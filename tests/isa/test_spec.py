@@ -29,6 +29,8 @@ from helpers import expect, expect_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
+# every instruction nki-sim runs: the classic ones and the current-only ones with an IR op
+SIMULATED = tuple(i.name for i in spec.INSTRUCTIONS if i.ir_op)
 
 
 def _isa_executors() -> dict[str, Any]:
@@ -111,16 +113,19 @@ def test_ignored_keywords_are_classic_parameters():
 # ---- executors, Numba lowering, poison rules ---------------------------------------------------
 
 
-def test_every_classic_instruction_has_an_executor():
+def test_every_simulated_instruction_has_an_executor():
     executors = _isa_executors()
-    missing = [n for n in CLASSIC if spec.get(n).ir_op not in executors]
+    missing = [n for n in SIMULATED if spec.get(n).ir_op not in executors]
     assert not missing
     # and every executor belongs to an instruction of the spec
-    assert set(executors) <= {spec.get(n).ir_op for n in CLASSIC}
+    assert set(executors) <= {spec.get(n).ir_op for n in SIMULATED}
+    # a current-only instruction is simulated exactly when nki.isa has its function
+    current_only = {i.name for i in spec.INSTRUCTIONS if i.current_only and i.ir_op}
+    assert current_only <= set(nisa.__all__)
 
 
-def test_every_classic_instruction_is_lowered_or_hosted_by_numba():
-    for n in CLASSIC:
+def test_every_simulated_instruction_is_lowered_or_hosted_by_numba():
+    for n in SIMULATED:
         lowered = ("isa", spec.get(n).ir_op) in LOWERINGS or ("isa", "*") in LOWERINGS
         assert spec.get(n).numba == ("native" if lowered else "hosted"), n
     # and the generator really hands an isa instruction back to the interpreter
@@ -139,7 +144,7 @@ def k_tensor_tensor(x):
 
 def test_executors_read_only_declared_attributes():
     executors = _isa_executors()
-    for n in CLASSIC:
+    for n in SIMULATED:
         i = spec.get(n)
         src = inspect.getsource(executors[i.ir_op])
         read = set(re.findall(r'instr\.attr\("(\w+)"', src))
@@ -150,7 +155,7 @@ def _acc(name: str) -> Access:
     return Access(name, (128, 64), ())  # (the rule looks at attributes, not indices)
 
 
-@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("name", SIMULATED)
 def test_the_simulator_reads_poison_rules_from_the_spec(name):
     i = spec.get(name)
     # the attributes any rule may depend on, each way (plus the spec's own overrides)
@@ -170,7 +175,7 @@ def test_every_instruction_has_an_explicit_poison_rule():
 # ---- targets, limits, tests, README ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", CLASSIC)
+@pytest.mark.parametrize("name", SIMULATED)
 def test_an_instruction_exists_from_its_first_target_on(name):
     # a later NeuronCore generation keeps every instruction of the earlier ones
     have = spec.get(name).targets
@@ -188,11 +193,11 @@ def test_limits_are_the_strategies_limits():
             assert lim.value(TARGETS[t], isa_rules(t)) == strategies.free_limit(key, t), (key, t)
 
 
-def test_every_classic_instruction_is_exercised_by_a_test():
+def test_every_simulated_instruction_is_exercised_by_a_test():
     text = "\n".join(
         p.read_text() for p in (ROOT / "tests").rglob("*.py") if p.name != "test_spec.py"
     )
-    untested = [n for n in CLASSIC if not re.search(rf"\bn?isa\.{n}\(", text)]
+    untested = [n for n in SIMULATED if not re.search(rf"\bn?isa\.{n}\(", text)]
     assert not untested
 
 

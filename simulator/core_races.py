@@ -1,0 +1,233 @@
+"""Races between the two cores of a current-API LNC=2 launch traced once per core.
+
+The cores run at the same time and share HBM. Two accesses to the same shared-HBM element, on
+different cores, at least one a write, race unless ``nisa.core_barrier`` orders them. Barriers
+pair up in order (a core's k-th barrier meets the other core's k-th), so an access's *epoch* is
+the number of barriers its core passed before it; accesses of different epochs are ordered.
+An epoch is affine in the enclosing loops' iterations, so the analysis treats it as one more
+index dimension: two accesses conflict when, for some iteration of each one's loops, every
+tensor dimension overlaps and the epochs are equal. Iterations are enumerated exactly up to
+512 per access; beyond that the per-dimension lattice bound of ``races.py`` decides (it may
+report interleaved blocks that never meet).
+
+Not decided here (no report): accesses after a barrier inside a device loop (``fori_loop`` with
+a register bound, ``while_loop``), whose epochs depend on run-time trip counts; indirect
+(data-dependent) accesses; accesses through a reshape of another shape; and, as in
+``races.py``, accumulating writes against each other. Only ``core_barrier`` orders HBM
+accesses; ``sendrecv`` and the collectives exchange data but do not order other accesses."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nki.errors import NKIDependencyError
+from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
+
+from .races import _DimForm, _form, _is_candidate, _reads, _rest
+
+BARRIER = ("lnc", "core_barrier")  # the IR (kind, op) of nisa.core_barrier
+# collectives whose every rank writes the same values: both cores may write one destination
+SAME_RESULT = frozenset({("lnc", "all_reduce"), ("lnc", "all_gather")})
+
+# (barriers before, at iteration 0 of every loop; ((id(loop), barriers per trip, trips), ...))
+_Epoch = tuple[int, tuple[tuple[int, int, int], ...]] | None
+
+
+def _is_barrier(n: Node) -> bool:
+    return isinstance(n, Instr) and (n.kind, n.op) == BARRIER
+
+
+def _barriers(nodes: tuple[Node, ...]) -> int | None:
+    """Barriers one pass over ``nodes`` runs (None: it depends on a device loop's trips)."""
+    total = 0
+    for n in nodes:
+        if isinstance(n, Loop):
+            inner = _barriers(n.body)
+            if inner is None or (inner and n.is_runtime):
+                return None
+            total += inner * n.trip_count
+        elif _is_barrier(n):
+            total += 1
+    return total
+
+
+def _accesses(ir: KernelIR) -> list[tuple[Instr, tuple[Loop, ...], _Epoch]]:
+    """Every instruction of ``ir`` with its loops and epoch (None: not known statically)."""
+    out: list[tuple[Instr, tuple[Loop, ...], _Epoch]] = []
+
+    def rec(nodes: tuple[Node, ...], loops: tuple[Loop, ...], epoch: _Epoch) -> _Epoch:
+        for n in nodes:
+            if isinstance(n, Loop):
+                per = _barriers(n.body)
+                if epoch is None or per is None or (per and n.is_runtime):
+                    rec(n.body, loops + (n,), None)
+                    epoch = None if per != 0 else epoch
+                elif per == 0:
+                    rec(n.body, loops + (n,), epoch)
+                else:
+                    const, terms = epoch
+                    rec(n.body, loops + (n,), (const, terms + ((id(n), per, n.trip_count),)))
+                    epoch = (const + per * n.trip_count, terms)
+            elif _is_barrier(n):
+                epoch = None if epoch is None else (epoch[0] + 1, epoch[1])
+            elif isinstance(n, Instr):
+                out.append((n, loops, epoch))
+        return epoch
+
+    rec(ir.body, (), (0, ()))
+    return out
+
+
+def _epoch_form(epoch: tuple[int, tuple[tuple[int, int], ...]]) -> _DimForm:
+    const, terms = epoch
+    hi, g = 0, 0
+    for per, trips in terms:
+        if trips > 1:
+            hi += per * (trips - 1)
+            g = math.gcd(g, per)
+    return _DimForm(const, (), (), 0, hi, g)
+
+
+def _overlap(fa: list[_DimForm], fb: list[_DimForm]) -> bool:
+    """Whether the two accesses may touch one element in the same epoch (last dim: epoch)."""
+    for x, y in zip(fa, fb):
+        d = x.const - y.const
+        g = math.gcd(x.g, y.g)
+        if not y.rlo - x.rhi <= d <= y.rhi - x.rlo or (d % g if g else d):
+            return False
+    return True
+
+
+def _shared(ir: KernelIR, acc: Access) -> bool:
+    d = ir.tensor(acc.tensor)
+    base = ir.tensor(d.alias_of) if d.alias_of else d
+    return base.buffer in HBM_BUFFERS and (base.kind == "param" or base.buffer == "shared_hbm")
+
+
+_MAX_POINTS = 512  # loop iterations enumerated per access (else the lattice bound)
+
+
+@dataclass(frozen=True)
+class _Event:
+    """One shared-HBM access of a core: ``points`` (iterations x (dims + epoch)) are the exact
+    index bases and epoch of every iteration of its loops, each widened by the tile window of
+    ``tile``; without ``points`` (too many iterations) ``forms`` bound them per dimension."""
+
+    instr: Instr
+    acc: Access
+    write: bool
+    forms: list[_DimForm]
+    points: np.ndarray | None
+    tile: list[tuple[int, int, int]]  # per dim: (lo, hi, lattice) of the tile axes
+
+
+def _points(acc: Access, loops: tuple[Loop, ...], epoch: tuple[int, tuple]) -> np.ndarray | None:
+    """The index bases and epoch of ``acc`` at every iteration of its (static) loops."""
+    if any(lp.is_runtime for lp in loops):
+        return None
+    ranges = [range(lp.start, lp.stop, lp.step) for lp in loops]
+    if math.prod(len(r) for r in ranges) > _MAX_POINTS:
+        return None
+    rows = []
+    for values in itertools.product(*ranges):
+        env = {lp.sym: v for lp, v in zip(loops, values)}
+        bases = [e.base.evaluate(env) for e in acc.index]
+        rows.append(bases + [_epoch_at(epoch, loops, values)])
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(acc.index) + 1)
+
+
+def _epoch_at(epoch: tuple[int, tuple], loops: tuple[Loop, ...], values: tuple[int, ...]) -> int:
+    const, terms = epoch
+    by_loop = dict(terms)
+    return const + sum(
+        by_loop.get(id(lp), 0) * ((v - lp.start) // lp.step) for lp, v in zip(loops, values)
+    )
+
+
+def _tile(acc: Access) -> list[tuple[int, int, int]]:
+    out = []
+    for e in acc.index:
+        lo = hi = g = 0
+        for c, n in zip(e.coeffs, e.shape):
+            if c and n > 1:
+                lo += min(0, c * (n - 1))
+                hi += max(0, c * (n - 1))
+                g = math.gcd(g, abs(c))
+        out.append((lo, hi, g))
+    return out + [(0, 0, 0)]  # the epoch: exact
+
+
+def _events(ir: KernelIR) -> list[_Event]:
+    """Every shared-HBM access of ``ir`` whose epoch is known statically."""
+    out = []
+    for instr, loops, epoch in _accesses(ir):
+        if epoch is None:
+            continue
+        rest = _rest(loops)
+        ef = _epoch_form((epoch[0], tuple((per, n) for _, per, n in epoch[1])))
+        exact = (epoch[0], tuple((key, per) for key, per, _ in epoch[1]))
+        accs = []
+        if _is_candidate(ir, instr, True) and (instr.kind, instr.op) not in SAME_RESULT:
+            assert isinstance(instr.dst, Access)
+            accs.append((instr.dst, True))
+        accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]
+        for acc, write in accs:
+            forms = _form(acc, [], rest) + [ef]
+            out.append(_Event(instr, acc, write, forms, _points(acc, loops, exact), _tile(acc)))
+    return out
+
+
+def _conflict(a: _Event, b: _Event) -> bool:
+    if a.points is None or b.points is None:
+        return _overlap(a.forms, b.forms)
+    # base_a + ra == base_b + rb  <=>  base_a - base_b in [b.lo - a.hi, b.hi - a.lo]
+    d = a.points[:, None, :] - b.points[None, :, :]
+    hit = np.ones(d.shape[:2], dtype=bool)
+    for k, ((alo, ahi, ag), (blo, bhi, bg)) in enumerate(zip(a.tile, b.tile)):
+        dk = d[:, :, k]
+        g = math.gcd(ag, bg)
+        hit &= (dk >= blo - ahi) & (dk <= bhi - alo)
+        hit &= (dk % g == 0) if g else (dk == 0)
+    return bool(hit.any())
+
+
+def check_core_races(ir: KernelIR) -> None:
+    """No two accesses of different cores to one shared-HBM element, one a write, in the same
+    barrier epoch (``ir.cores``: the per-core traces of an LNC=2 launch)."""
+    if len(ir.cores) < 2:
+        return
+    events = [_events(c) for c in ir.cores]
+    for ca, cb in ((0, 1), (1, 0)):
+        for ea in events[ca]:
+            if not ea.write:
+                continue
+            for eb in events[cb]:
+                if eb.write and ca > cb:
+                    continue  # write/write pairs are checked once
+                if ea.acc.tensor != eb.acc.tensor or len(ea.acc.index) != len(eb.acc.index):
+                    continue
+                if _conflict(ea, eb):
+                    _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
+
+
+def _report(
+    ir: KernelIR, first: tuple[int, Instr, Access], second: tuple[int, Instr, Access, bool]
+) -> None:
+    ca, a, acc_a = first
+    cb, b, acc_b, write_b = second
+    what = "writes" if write_b else "reads"
+    raise NKIDependencyError(
+        f"race between the two cores of an LNC=2 launch: core {ca} writes '{acc_a}' (line "
+        f"{a.loc.line if a.loc else '?'}) and core {cb} {what} '{acc_b}' (line "
+        f"{b.loc.line if b.loc else '?'}), the same elements of shared HBM tensor "
+        f"{ir.label(acc_a.tensor)}, with no nisa.core_barrier between them; the cores run at "
+        "the same time, so the result depends on their timing. Give each core its own part "
+        "(index with nl.program_id) or order the accesses with nisa.core_barrier",
+        code="err_spmd_write_race",
+        loc=a.loc,
+        related=((f"core {cb}'s access", b.loc),) if b.loc is not None else (),
+    )
