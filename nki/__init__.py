@@ -5,6 +5,7 @@ with ``@nki.jit`` and call it with NumPy arrays."""
 
 from . import errors, language, typing
 from .classic import benchmark, profile, trace  # classic tooling entry points
+from .dtypes import NkiDtype as dtype  # the dtype type kernels annotate with (nki.dtype)
 from .errors import NKIError
 from .estimates import estimate
 from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
@@ -29,6 +30,7 @@ __all__ = [
     "language",
     "typing",
     "tensor",
+    "dtype",
 ]
 
 

@@ -242,6 +242,22 @@ def _raise_at(exc: BaseException, loc: SrcLoc) -> types.TracebackType | None:
     return None
 
 
+def locate_in_traceback(exc: NKIError) -> NKIError:
+    """Give an error raised without a location the innermost kernel-author statement of its
+    traceback (an error from a helper that does not know the call site)."""
+    if exc.loc is not None:
+        return exc
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            last = tb
+        tb = tb.tb_next
+    if last is not None:
+        code = last.tb_frame.f_code
+        exc.with_context(loc=SrcLoc(code.co_filename, last.tb_lineno, 0, code.co_name))
+    return exc
+
+
 def user_facing(exc: BaseException) -> BaseException:
     """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement."""
     frames = []

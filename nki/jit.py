@@ -18,7 +18,15 @@ import numpy as np
 
 from . import dtypes
 from .cores import merge_cores
-from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
+from .errors import (
+    NKIError,
+    NKIShapeError,
+    NKITypeError,
+    SrcLoc,
+    locate_in_traceback,
+    user_facing,
+    user_loc,
+)
 from .ir import Grid, GridDim, KernelIR, TensorDecl
 from .language.core import nc, spmd_dim
 from .targets import get_target
@@ -338,7 +346,11 @@ class Kernel:
                 call_args[name] = NkiTensor(decl, ())
             b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
-                ret = self.fn(*b2.args, **b2.kwargs)
+                try:
+                    ret = self.fn(*b2.args, **b2.kwargs)
+                except NKIError as e:
+                    locate_in_traceback(e)
+                    raise
             outputs, returns = self._outputs(st, ret)
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back

@@ -61,13 +61,16 @@ class _Traced:
 
     def __index__(self) -> int:
         _per_core(self)
-        raise NKIControlFlowError(
+        err = NKIControlFlowError(
             f"{self._what} has no concrete integer value at trace time (it is symbolic), so it "
             "cannot drive Python control flow or be converted with int() / used as a list "
             "index / range() bound; use it in affine index expressions and masks instead",
             code="err_dynamic_control_flow_not_supported",
             loc=user_loc(),
         )
+        if "concrete_value" in TRACE_HOOKS:  # a kernel of undecided generation may unroll
+            TRACE_HOOKS["concrete_value"](self, err)
+        raise err
 
     __int__ = __index__
 

@@ -48,6 +48,7 @@ class _Live:
     start: int
     end: int
     loc: SrcLoc | None
+    first_use: int | None = None  # program position of the first access (None: never used)
 
 
 def _accesses(instr: Instr) -> list[Access]:
@@ -80,14 +81,14 @@ def live_ranges(ir: KernelIR) -> list[_Live]:
         d = ir.tensor(name)
         return d.alias_of if d.alias_of else name
 
-    def rec(nodes: tuple[Node, ...], loop_stack: list[tuple[int, list[str]]]) -> None:
+    def rec(nodes: tuple[Node, ...], loop_stack: list[tuple[int, list[str], int]]) -> None:
         nonlocal pos
         for n in nodes:
             pos += 1
             if isinstance(n, Alloc):
                 d = ir.tensor(n.tensor)
                 if d.on_chip and d.alias_of is None:
-                    ids = tuple(id_ for id_, _ in loop_stack)
+                    ids = tuple(id_ for id_, _, _ in loop_stack)
                     alloc_pos[d.name] = (pos, ids)
                     live[d.name] = _Live(d, pos, pos, n.loc or d.loc)
             elif isinstance(n, Instr):
@@ -95,17 +96,21 @@ def live_ranges(ir: KernelIR) -> list[_Live]:
                     b = base(name)
                     if b not in live:
                         continue
-                    end = pos
+                    end = first = pos
                     a_ids = alloc_pos[b][1]
-                    # used inside loops the alloc is outside of: live until the outermost ends
-                    for lid, ends in loop_stack:
+                    # used inside loops the alloc is outside of: live from the outermost's
+                    # start until its end
+                    for lid, ends, start in loop_stack:
                         if lid not in a_ids:
                             ends.append(b)
+                            first = start
                             break
                     live[b].end = max(live[b].end, end)
+                    if live[b].first_use is None:
+                        live[b].first_use = first
             elif isinstance(n, Loop):
                 pending: list[str] = []
-                loop_stack.append((id(n), pending))
+                loop_stack.append((id(n), pending, pos))
                 rec(n.body, loop_stack)
                 loop_stack.pop()
                 for b in pending:
@@ -227,12 +232,19 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
 
 
 def _check_address_overlaps(ranges: list[_Live]) -> None:
-    """Two live tensors placed with ``nl.ndarray(address=...)`` in the same buffer share no
-    partition x byte cell (PSUM: no bank) while both are live."""
-    placed = sorted((lv for lv in ranges if lv.decl.address is not None), key=lambda v: v.start)
+    """Two tensors placed with ``nl.ndarray(address=...)`` in the same buffer share no
+    partition x byte cell (PSUM: no bank) while both are in use. A placed tensor is in use
+    from its first access to its last: placing it only names memory, so allocators that
+    rotate several tensors through one address (allocated together, used one after another)
+    are fine."""
+
+    def span(lv: _Live) -> tuple[int, int]:
+        return (lv.start if lv.first_use is None else lv.first_use, lv.end)
+
+    placed = sorted((lv for lv in ranges if lv.decl.address is not None), key=span)
     for i, a in enumerate(placed):
         for b in placed[i + 1 :]:
-            if b.start > a.end:
+            if span(b)[0] > span(a)[1]:
                 break
             da, db = a.decl, b.decl
             if da.buffer != db.buffer or da.address is None or db.address is None:

@@ -42,9 +42,19 @@ from .core import (
     zeros,
     zeros_like,
 )
+from .current import (
+    MemoryRegion,
+    NKIObject,
+    NkiTensor,
+    is_hbm,
+    is_on_chip,
+    is_psum,
+    is_sbuf,
+    range,  # noqa: A004 - the current API's nl.range
+)
 from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
 from .loop_reduce import loop_reduce
-from .loops import fori_loop, while_loop
+from .loops import dynamic_range, fori_loop, while_loop
 from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
 from .randomness import dropout, rand, random_seed
@@ -124,9 +134,18 @@ fp32 = float32
 bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
+    "MemoryRegion",
+    "NKIObject",
+    "NkiTensor",
+    "is_hbm",
+    "is_on_chip",
+    "is_psum",
+    "is_sbuf",
+    "range",
     "loop_reduce",
     "fori_loop",
     "while_loop",
+    "dynamic_range",
     "all_reduce",
     "finfo",
     "iinfo",

@@ -21,6 +21,7 @@ from ..tracer import (
     const_operand,
     current,
     emit,
+    generation,
     new_tensor,
     operand,
     require_buffer,
@@ -462,6 +463,13 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     dacc, dt = operand(dst, "nl.store", "dst")
     require_buffer(dt, HBM_BUFFERS, "store", "dst")
     vacc, vt = operand(value, "nl.store", "value")
+    if vt.decl.buffer == "psum" and generation(sensitive=True) == "current":
+        raise NKIMemoryError(
+            f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read PSUM; "
+            "copy it to SBUF first (nisa.tensor_copy or nl.copy)",
+            code="err_unsupported_memory",
+            loc=user_loc(),
+        )
     require_buffer(vt, ("sbuf", "psum"), "store", "value")
     check_partitions(vacc.shape, "store", "value")
     check_broadcast_into(vacc.shape, dacc.shape, "store")
@@ -525,10 +533,19 @@ class tile_size:  # noqa: N801 - classic name
     psum_min_align = 4
     sbuf_min_align = 1
 
-    class _Usable:
+    class _PerTarget:
+        """A limit read from the target being traced (trn2 outside a trace)."""
+
+        def __init__(self, fn: Any) -> None:
+            self.fn = fn
+
         def __get__(self, obj: object, owner: type) -> int:
             st = current()
             target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
-            return int(target.sbuf_usable_per_partition)
+            return int(self.fn(target))
 
-    total_available_sbuf_size = _Usable()
+    total_available_sbuf_size = _PerTarget(lambda t: t.sbuf_usable_per_partition)
+    # current API: usable bytes per partition, the same in fp32 elements, all partitions
+    sbuf_fmax_bytes = _PerTarget(lambda t: t.sbuf_usable_per_partition)
+    sbuf_fmax = _PerTarget(lambda t: t.sbuf_usable_per_partition // 4)
+    sbuf_size_bytes = _PerTarget(lambda t: t.sbuf_bytes_per_partition * t.pmax)

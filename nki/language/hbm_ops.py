@@ -17,6 +17,7 @@ from ..tracer import (
     _Assigned,
     check_broadcast_into,
     emit,
+    generation,
     new_tensor,
     operand,
     require_buffer,
@@ -50,9 +51,21 @@ def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
     return t
 
 
-def shared_identity_matrix(n: int, dtype: Any = "uint8", **_kw: Any) -> NkiTensor:
-    """An ``(n, n)`` identity matrix as a shared-HBM constant (see ``shared_constant``)."""
-    return shared_constant(np.identity(int(n)), dtype=dtype)
+def shared_identity_matrix(n: int, dtype: Any = "uint8", dst: Any = None, **_kw: Any) -> Any:
+    """An ``(n, n)`` identity matrix. Classic API: a shared-HBM constant (see
+    ``shared_constant``). Current API: an SBUF tile holding it (written into ``dst`` when
+    given, an ``(n, n)`` on-chip tensor), ready as a matmul operand."""
+    c = shared_constant(np.identity(int(n)), dtype=dtype)
+    if dst is None and generation(sensitive=True) != "current":
+        return c
+    api = "nl.shared_identity_matrix"
+    if dst is None:
+        dst = new_tensor((int(n), int(n)), dtypes.name_of(dtype), "sbuf", api=api)
+    dacc, dt = operand(dst.view if isinstance(dst, _Assigned) else dst, api, "dst")
+    require_buffer(dt, ("sbuf", "psum"), api, "dst")
+    check_broadcast_into(c.access_().shape, dacc.shape, api)
+    emit("dma", "copy", dacc, (c.access_(),), api=api)
+    return dst
 
 
 def atomic_rmw(dst: Any, value: Any, op: Any, *, mask: Any = None, **_kw: Any) -> None:

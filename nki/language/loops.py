@@ -10,11 +10,13 @@ when the loop starts (``fori_loop``) or before every iteration (``while_loop``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from ..errors import NKIError, NKITypeError, user_loc
+from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
 from ..ir import HBM_BUFFERS, Affine, IndexExpr, LoopSym, RuntimeLoop
+from ..symbolic import Scalar
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
 
 __all__ = [
@@ -116,10 +118,12 @@ def _bound(x: Any, api: str, what: str) -> int | TileOps:
     )
 
 
-def _runtime_loop(kind: str, lower: Any, upper: Any, step: int, cond: Any, body: Callable) -> Any:
-    """Trace ``body`` once inside a RuntimeLoop node; returns what ``body`` returned."""
+@contextmanager
+def _device_loop(
+    kind: str, lower: Any, upper: Any, step: int, cond: Any, loc: SrcLoc
+) -> Iterator[LoopSym]:
+    """The body traced inside this context becomes one RuntimeLoop node."""
     st = state(f"nl.{kind}")
-    loc = user_loc(2)
     sym = LoopSym(st._next_id, "sequential")
     st._next_id += 1
     st.loop_ranges[sym] = (0, 0)
@@ -128,7 +132,7 @@ def _runtime_loop(kind: str, lower: Any, upper: Any, step: int, cond: Any, body:
     st.loops.append(sym)
     st.loop_kinds.append("sequential")
     try:
-        got = body(sym)
+        yield sym
     finally:
         nodes = st.bodies.pop()
         st.loops.pop()
@@ -143,7 +147,32 @@ def _runtime_loop(kind: str, lower: Any, upper: Any, step: int, cond: Any, body:
         max_iterations=MAX_WHILE_ITERATIONS,
     )  # fmt: skip
     st.append(node)
-    return got
+
+
+def _runtime_loop(kind: str, lower: Any, upper: Any, step: int, cond: Any, body: Callable) -> Any:
+    """Trace ``body`` once inside a RuntimeLoop node; returns what ``body`` returned."""
+    with _device_loop(kind, lower, upper, step, cond, user_loc()) as sym:
+        return body(sym)
+
+
+def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> Iterator[NkiTensor]:
+    """``for i in nl.dynamic_range(start, stop, step)`` (NKI 0.4-0.6; removed in 0.7, where
+    ``nl.fori_loop`` replaces it): a loop run on the device, its body traced once. Bounds are
+    ints or registers; ``step`` a compile-time positive int; ``i`` a read-only register
+    usable as ``scalar_offset``."""
+    api = "nl.dynamic_range"
+    if stop is None:
+        start, stop = 0, start
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise NKIError(f"{api}: step must be a compile-time positive int, got {step!r}",
+                       code="err_unsupported_operand", loc=user_loc())  # fmt: skip
+    lo, hi = _bound(start, api, "start"), _bound(stop, api, "stop")
+    if isinstance(lo, int) and isinstance(hi, int):
+        for it in symbolic_loop("sequential", lo, hi, step, device=True):
+            yield _induction(it.aff if isinstance(it, Scalar) else Affine.constant(it), api)
+        return
+    with _device_loop("dynamic_range", lo, hi, step, None, user_loc()) as sym:
+        yield _induction(Affine.of(sym), api)
 
 
 def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int = 1) -> None:
@@ -159,8 +188,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
     if not callable(body_fun):
         raise NKITypeError(f"{api}: body_fun must be callable", loc=user_loc())
     if isinstance(lo, int) and isinstance(hi, int):
-        for it in symbolic_loop("sequential", lo, hi, step):
-            _call_body(api, body_fun, _induction(it.aff, api))
+        for it in symbolic_loop("sequential", lo, hi, step, device=True):
+            aff = it.aff if isinstance(it, Scalar) else Affine.constant(it)  # unrolled (classic)
+            _call_body(api, body_fun, _induction(aff, api))
         return None
 
     def body(sym: LoopSym) -> None:

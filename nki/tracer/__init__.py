@@ -40,6 +40,7 @@ from .emission import (
     result_tile,
     stage_psum_operand,
 )
+from .layouts import install as _install_layouts
 from .operands import (
     as_2d,
     check_partitions,
@@ -71,6 +72,7 @@ from .subscripts import compose, parse_subscript, prod
 from .views import install as _install_views
 
 _install_views()  # the current API's view methods on tensor handles
+_install_layouts()
 
 __all__ = [
     "TILE_OPERATORS",

@@ -23,7 +23,7 @@ from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 
 # handles are reached through their module (see .subscripts for the cycle)
 from . import tensors
-from .state import TraceState, state
+from .state import TraceState, generation, state
 
 if TYPE_CHECKING:
     from .tensors import NkiTensor
@@ -120,6 +120,13 @@ def check_partitions(shape: tuple[int, ...], api: str, role: str) -> None:
 def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
     if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
+    if generation(sensitive=True) == "current":
+        raise NKIError(
+            f"mask= of '{api}' is classic-API only: the current NKI API has no masks; bound a "
+            "partial tile with min()-sized slices (t[0:rows]) instead",
+            code="err_mixed_api_generations",
+            loc=user_loc(),
+        )
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
     if not isinstance(mask, Pred):

@@ -46,6 +46,10 @@ class TraceState:
         # the physical core this trace is for (current API, LNC=2: one trace per core, where
         # nl.program_id(0) is this int); None: one trace with symbolic program ids
         self.core: int | None = None
+        # a construct whose meaning depends on the generation was traced while undecided
+        self.generation_sensitive = False
+        if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
+            self.generation, self.generation_why = "current", _THREAD.preset[-1]
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -68,6 +72,8 @@ class _ThreadTraces(threading.local):
     def __init__(self) -> None:
         self.stack: list[TraceState] = []
         self.unroll_sites: list[frozenset[tuple[str, int, int]]] = [frozenset()]
+        # the construct that made the kernel being retraced current-API (see RetraceAsCurrent)
+        self.preset: list[tuple[str, SrcLoc | None] | None] = [None]
 
 
 _THREAD = _ThreadTraces()
@@ -113,9 +119,47 @@ class NeedsUnroll(NKIControlFlowError):
     """Python ``if`` on a predicate over loop iterators that holds for some iterations only.
     In classic mode the trace is restarted with the loops at ``sites`` unrolled."""
 
-    def __init__(self, message: str, sites: frozenset[tuple[str, int, int]], **kw: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        sites: frozenset[tuple[str, int, int]],
+        undecided: NKIError | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(message, **kw)
         self.sites = sites
+        # set when the kernel's generation was undecided: the error to report if the kernel
+        # turns out not to be current-API (where loop iterators are plain ints)
+        self.undecided = undecided
+
+
+def unroll_if_undecided(syms: Any, err: NKIError) -> None:
+    """A loop iterator needs a concrete value (``lst[i]``, ``min(i * n, m)``, ``if i > 0``)
+    before the kernel's generation is decided: retrace with those loops unrolled, which is
+    what the current API means by ``nl.affine_range``; ``err`` is reported if the kernel
+    ends up classic."""
+    st = current()
+    if st is None or st.generation is not None or classic_mode() or not syms:
+        return
+    if not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
+        return
+    sites = frozenset(st.loop_sites[s] for s in syms)
+    raise NeedsUnroll(err.message, sites, undecided=err, loc=err.loc)
+
+
+def _concrete_value(x: Any, err: NKIError) -> None:
+    if isinstance(x, Scalar):
+        unroll_if_undecided(x.aff.symbols(), err)
+
+
+class RetraceAsCurrent(Exception):
+    """The kernel turned out to be current-API after it opened ``nl.affine_range`` /
+    ``sequential_range`` loops, which the current API defines as Python ``range`` (unrolled,
+    plain int iterators, program order): the trace restarts with the generation decided."""
+
+    def __init__(self, why: tuple[str, SrcLoc | None]) -> None:
+        super().__init__(why[0])
+        self.why = why
 
 
 def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
@@ -183,7 +227,10 @@ def decide_condition(pred: Any) -> bool:
         "nl.affine_range / nl.sequential_range for loops"
     )
     if not (classic_mode() and static and loops_only):
-        raise NKIControlFlowError(msg, loc=user_loc())
+        err = NKIControlFlowError(msg, loc=user_loc())
+        if static and loops_only:
+            unroll_if_undecided(syms, err)
+        raise err
     verdicts = []
     for c in pred.conds:
         lo, hi = c.expr.base.bounds(st.loop_ranges)
@@ -219,6 +266,8 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         return
     loc = loc or user_loc()
     if st.generation is None:
+        if gen == "current" and (st.loop_ranges or st.generation_sensitive):
+            raise RetraceAsCurrent((what, loc))
         st.generation, st.generation_why = gen, (what, loc)
         return
     if st.generation != gen:
@@ -233,10 +282,17 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         )
 
 
-def generation() -> str | None:
-    """The generation of the kernel being traced (None: not decided yet, or no trace)."""
+def generation(sensitive: bool = False) -> str | None:
+    """The generation of the kernel being traced (None: not decided yet, or no trace). With
+    ``sensitive``, the caller builds something different per generation: if the answer is
+    "undecided" and the kernel later turns out current-API, the trace restarts (see
+    RetraceAsCurrent) so the caller sees "current"."""
     st = current()
-    return st.generation if st is not None else None
+    if st is None:
+        return None
+    if st.generation is None and sensitive:
+        st.generation_sensitive = True
+    return st.generation
 
 
 def state(api: str = "this call") -> TraceState:
@@ -275,15 +331,20 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
 # --------------------------------------------------------------------------------------------
 
 
-def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scalar]:
-    """Generator behind ``affine_range`` / ``sequential_range``: yields one symbolic iterator
-    and records the body traced in between as a Loop node."""
+def symbolic_loop(
+    kind: str, start: int, stop: int, step: int, device: bool = False
+) -> Iterator[Scalar]:
+    """Generator behind ``affine_range`` / ``sequential_range``. In a current-API kernel they are
+    Python ``range`` (plain int iterators, unrolled); otherwise, and for the device loops of
+    ``nl.fori_loop`` (``device=True``), it yields one symbolic iterator and records the body
+    traced in between as a Loop node."""
     st = state(f"nl.{kind}_range")
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
     site = (loc.file, loc.line, loc.col)
-    if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
+    # current API: Python range; classic `if` on this loop's iterator: trace per iteration
+    if (st.generation == "current" and not device) or site in st.unroll_sites:
         yield from range(start, stop, step)  # type: ignore[misc]
         return
     sym = LoopSym(st._next_id, kind)
@@ -309,6 +370,7 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
+TRACE_HOOKS["concrete_value"] = _concrete_value
 TRACE_HOOKS["per_core"] = _per_core_hook
 
 
@@ -317,11 +379,25 @@ def trace_with_unrolling(do_trace: Any) -> Any:
     iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
     at least one new call site)."""
     sites: frozenset[tuple[str, int, int]] = frozenset()
+    preset: tuple[str, SrcLoc | None] | None = None
+    undecided: NKIError | None = None  # see unroll_if_undecided
     while True:
         try:
             with unrolling(sites):
-                return do_trace()
+                _THREAD.preset.append(preset)
+                try:
+                    traced = do_trace()
+                finally:
+                    _THREAD.preset.pop()
+            if undecided is not None and getattr(traced, "generation", None) != "current":
+                raise undecided
+            return traced
         except NeedsUnroll as e:
             if e.sites <= sites:
-                raise
+                raise e.undecided or e from None
             sites = sites | e.sites
+            undecided = undecided or e.undecided
+        except RetraceAsCurrent as e:
+            if preset is not None:
+                raise NKIError(f"internal: retrace of a current-API kernel: {e}") from None
+            preset = e.why

@@ -95,11 +95,12 @@ class TileOps:
     def __ge__(self, o):
         return _op("greater_equal")(self, o)
 
+    # `t == None` / `t != None` (optional tensor arguments) is a Python comparison
     def __eq__(self, o):  # type: ignore[override]
-        return _op("equal")(self, o)
+        return False if o is None else _op("equal")(self, o)
 
     def __ne__(self, o):  # type: ignore[override]
-        return _op("not_equal")(self, o)
+        return True if o is None else _op("not_equal")(self, o)
 
     def __and__(self, o):
         return _op("bitwise_and")(self, o)
@@ -375,6 +376,9 @@ class View(TileOps):
         acc = compose(self.acc, sub)
         if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
             acc = as_2d(acc, self.base)
+        elif not acc.shape and self.acc.shape:  # HBM: indexed dims drop, the result is >= 1-D
+            one = tuple(IndexExpr(e.base, (0,), (1,)) for e in acc.index)
+            acc = Access(acc.tensor, (1,), one, acc.indirect)
         return View(self.base, acc)
 
     def __setitem__(self, key: object, value: object) -> None:

@@ -161,7 +161,7 @@ def select(self: TileOps, dim: int, index: Any) -> View:
             f"use slice(0, {index}, {index + 1})"
         )
     key = tuple(index if j == d else slice(None) for j in range(self.ndim))
-    return _view(t, compose(acc, parse_subscript(key, acc.shape, f"tensor '{t.name}'")))
+    return View(t, acc)[key]  # the indexing rules: on chip the result stays >= 2-D
 
 
 def vector_select(self: TileOps, dim: int, offsets: Any) -> View:

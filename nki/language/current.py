@@ -1,0 +1,95 @@
+"""Names of the current NKI API's ``nki.language`` that have no classic counterpart:
+``nl.NKIObject`` (base of kernel configuration classes), ``nl.NkiTensor`` (the tensor handle
+type), ``nl.MemoryRegion`` and the buffer queries ``nl.is_hbm / is_on_chip / is_psum /
+is_sbuf``, and ``nl.range`` (the plain Python loop real kernels use)."""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+from enum import Enum
+from typing import Any
+
+from ..tracer import TileOps
+from .core import Buffer, _buffer_name
+
+
+class _NKIObjectMeta(type):
+    """NKI synthesises a keyword per class attribute: ``Cfg(size=4)`` sets ``size`` even when
+    a ``@dataclass`` subclass declares ``size = None`` without an annotation (no dataclass
+    field, so the generated ``__init__`` would not take it)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        params = inspect.signature(cls.__init__).parameters
+        extra = {}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in params and hasattr(cls, k)}
+        obj = super().__call__(*args, **kwargs)
+        for k, v in extra.items():
+            setattr(obj, k, v)
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectMeta):
+    """Base class of kernel dataclasses and configuration objects (``@dataclass class
+    Cfg(nl.NKIObject)``). Kernels pass them as arguments or build them inside the body; in
+    nki-sim they are ordinary Python objects (the body runs as Python). ``NKIObject(**kw)``
+    sets one attribute per keyword (a subclass takes a keyword for each class attribute);
+    equality is structural (same class, same attributes)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return vars(self) == vars(other)
+
+    __hash__ = object.__hash__
+
+
+# every tensor handle (allocations and views) is a TileOps: `isinstance(x, nl.NkiTensor)`
+NkiTensor = TileOps
+
+
+class MemoryRegion(Enum):
+    """The memory a tensor lives in; ``nl.sbuf`` etc. compare equal to these."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+def _region(buffer: Any) -> str:
+    if isinstance(buffer, MemoryRegion):
+        return buffer.value
+    if isinstance(buffer, TileOps):
+        buffer = buffer.buffer
+    return _buffer_name(buffer if isinstance(buffer, (Buffer, str)) else str(buffer))
+
+
+def is_hbm(buffer: Any) -> bool:
+    """Whether ``buffer`` (a buffer, a MemoryRegion or a tensor) is HBM (private or shared)."""
+    return _region(buffer) in ("private_hbm", "shared_hbm")
+
+
+def is_on_chip(buffer: Any) -> bool:
+    """Whether ``buffer`` is SBUF or PSUM."""
+    return _region(buffer) in ("sbuf", "psum")
+
+
+def is_psum(buffer: Any) -> bool:
+    """Whether ``buffer`` is PSUM."""
+    return _region(buffer) == "psum"
+
+
+def is_sbuf(buffer: Any) -> bool:
+    """Whether ``buffer`` is SBUF."""
+    return _region(buffer) == "sbuf"
+
+
+def range(*args: int) -> builtins.range:  # noqa: A001 - the current API's name
+    """``nl.range(...)``: Python's ``range`` (the current API unrolls every trace-time loop)."""
+    return builtins.range(*args)
