@@ -102,7 +102,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             same = numerics.storage_dtype(sd.dtype, config.precise_fp) == numerics.storage_dtype(
                 dd.dtype, config.precise_fp
             )
-            if sd.buffer == "shared_hbm" and src.tensor not in hbm_written and same:
+            # only a tile may become a view of its source: an HBM destination is the caller's
+            if sd.buffer == "shared_hbm" and dd.on_chip and src.tensor not in hbm_written and same:
                 if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
                     elided.add(id(instr))
     fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)

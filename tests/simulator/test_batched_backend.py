@@ -502,3 +502,19 @@ def test_isa_reductions_and_reciprocals_match_the_interpreter():
         want_rows = (1 / af.sum(axis=2) - af.max(axis=2)).reshape(-1, 1)
         tol = 1e-3 if dt == np.float32 else 3e-2  # (bf16 intermediate tiles)
         assert np.allclose(gots[0], want_rows, rtol=tol, atol=tol, equal_nan=True)
+
+
+@nki.jit
+def copy_straight_to_output(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x)  # one whole HBM -> HBM copy: the output must be written
+    return out
+
+
+def test_a_whole_copy_into_an_output_writes_the_output():
+    x = np.random.default_rng(3).standard_normal((128, 512)).astype(np.float32)
+    k = copy_straight_to_output.configure(backend="batched")
+    got = k(x)
+    assert k.last_run.backend == "batched"
+    np.testing.assert_array_equal(got, x)
+    assert not np.shares_memory(got, x)
