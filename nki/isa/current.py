@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,8 @@ def call_current(
         return Instruction(name, _last_instr())
     adapter = _ADAPTERS.get(name, _generic)
     dst = a.pop("dst")
+    if name == "iota":  # (affine_select's on_true_tile keeps dst's own shape)
+        dst = _dst_in_pattern_shape(name, dst, a["pattern"])
     accumulate, extra = adapter(name, dst, a)
     result = fn(**a)
     return Instruction(name, _into(dst, result, accumulate, extra))
@@ -212,6 +215,29 @@ def _matmul(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, dict[st
     if acc is False:
         return None, {"psum_group": False}
     return "add", {"psum_group": acc is None}
+
+
+def _dst_in_pattern_shape(name: str, dst: Any, pattern: Any) -> Any:
+    """``dst`` seen as ``[P, num_0, num_1, ...]`` (the pattern's pairs, outermost first) when the
+    pairs cover its elements per partition in another shape: the engine walks the pattern and
+    writes dst's elements in order."""
+    t = dst.view if isinstance(dst, _Assigned) else dst
+    try:
+        nums = tuple(int(pair[1]) for pair in pattern)
+    except (TypeError, IndexError, ValueError):
+        return dst  # _pattern_value reports the malformed pattern
+    shape = tuple(t.shape)
+    if isinstance(dst, _Assigned) or nums == shape[1:] or not hasattr(t, "reshape"):
+        return dst
+    if math.prod(nums) != math.prod(shape[1:]):
+        raise NKIUnsupportedError(
+            f"pattern {pattern!r} of nisa.{name} walks {math.prod(nums)} elements per partition "
+            f"but dst {list(shape)} has {math.prod(shape[1:])}: the [step, num] pairs must cover "
+            "dst's elements per partition exactly",
+            code="err_free_size_mismatch",
+            loc=user_loc(),
+        )
+    return t.reshape((shape[0], *nums))
 
 
 def _pattern_value(name: str, dst: Any, pattern: Any, offset: Any, cm: Any) -> Any:
