@@ -51,7 +51,8 @@ def triton_peers() -> dict[str, Callable[..., Peer]] | None:
             rk = k0 * BK + tl.arange(0, BK)
             at = tl.load(a_t + rk[:, None] * M + rm[None, :])  # [BK, BM]
             bt = tl.load(b + rk[:, None] * N + rn[None, :])  # [BK, BN]
-            acc += tl.dot(tl.trans(at), bt)
+            # bf16 tiles are widened first (exact): the interpreter's bf16 tl.dot is wrong here
+            acc += tl.dot(tl.trans(at.to(tl.float32)), bt.to(tl.float32))
         tl.store(o + rm[:, None] * N + rn[None, :], acc)
 
     @triton.jit

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+# one BLAS thread for every contender (NumPy, nki-sim's NumPy, Triton's interpreter): on a
+# shared 2-core machine threaded BLAS makes medians meaningless; override to measure threads
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
@@ -272,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny shapes, no peers: a smoke test")
     ap.add_argument("--only", nargs="*", default=None, help="workloads whose name contains any")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peers", action="store_true", help="time the peers in --quick mode too")
     ap.add_argument("--backends", default="auto,numba", help="nki-sim backends to time")
     ap.add_argument("--examples", type=int, default=200, help="property-test examples")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "run.json"))
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.peers import pallas_peers, triton_peers
 
     peers: dict[str, dict] = {}
-    if not (args.quick or args.no_peers):
+    if (args.peers or not args.quick) and not args.no_peers:
         for pname, build in (("triton", triton_peers), ("pallas", pallas_peers)):
             got = build()
             if got is not None:

@@ -265,6 +265,11 @@ class Emitter:
                     out.append((e.base, n, self.coeffs4(e, rank)))
         return out
 
+    @staticmethod
+    def unit(shape: tuple[int, ...], blocks: list[tuple[Affine, list[int]]]) -> bool:
+        """Every block steps by one element along the innermost tile axis (or it has size 1)."""
+        return (not shape or shape[-1] == 1) or all(st[-1] == 1 for _, st in blocks)
+
     def call(
         self,
         spec: Spec,

@@ -98,6 +98,7 @@ class Spec:
     mask: int = 0  # 0 unmasked, 1 masked-out lanes skipped, 2 masked-out lanes set to 0
     two_phase: bool = False  # compute the whole tile into ``tmp`` before writing any of it
     checks: bool = False  # bounds-check masked-in elements before writing anything
+    unit: bool = False  # ew / copy: every array's innermost stride is 1
 
     def source(self) -> str:
         return HEADER + {"ew": _ew, "copy": _copy, "reduce": _reduce, "check": _check}[self.kind](
@@ -113,11 +114,16 @@ class Spec:
 
 
 def _loops(
-    body: list[str], offsets: list[tuple[str, str, str]], depth: int = 1, full: bool = False
+    body: list[str],
+    offsets: list[tuple[str, str, str]],
+    depth: int = 1,
+    full: bool = False,
+    unit: bool = False,
 ) -> list[str]:
     """A rank-4 loop nest over the mask's ranges (``full``: the whole tile); ``offsets`` =
     (name, base, stride prefix): ``name`` is the unsigned flat offset
-    ``base + sum(u_k * stride_k)`` at the innermost point (computed level by level)."""
+    ``base + sum(u_k * stride_k)`` at the innermost point (computed level by level). ``unit``:
+    every innermost stride is 1 (LLVM can then vectorise the innermost loop)."""
     out = []
     for k in range(RANK):
         ind = "    " * (depth + k)
@@ -126,7 +132,8 @@ def _loops(
         for name, base, st in offsets:
             prev = base if k == 0 else f"{name}_{k - 1}"
             here = name if k == RANK - 1 else f"{name}_{k}"
-            out.append(f"{ind}    {here} = {prev} + u{k} * {st}{k}")
+            step = f"u{k}" if unit and k == RANK - 1 else f"u{k} * {st}{k}"
+            out.append(f"{ind}    {here} = {prev} + {step}")
     ind = "    " * (depth + RANK)
     return out + [ind + line for line in body]
 
@@ -168,11 +175,12 @@ def _ew(s: Spec) -> str:
     offs = [("d", "db", "ds")] + [(f"o{j}", f"a{j}b", f"a{j}s") for j in arrays]
     if s.two_phase:
         offs.append(("q", "U(0)", "ts"))
-    src += "\n".join(_loops(body, offs)) + "\n"
+    src += "\n".join(_loops(body, offs, unit=s.unit)) + "\n"
     if s.two_phase:
         body = [RESIDUAL, "    continue"] if s.mask else []
         body.append(STORE[s.dst].format(x="dst[d]", v="tmp[q]"))
-        src += "\n".join(_loops(body, [("d", "db", "ds"), ("q", "U(0)", "ts")])) + "\n"
+        offs = [("d", "db", "ds"), ("q", "U(0)", "ts")]
+        src += "\n".join(_loops(body, offs, unit=s.unit)) + "\n"
     return src + "    return 0\n"
 
 
@@ -186,10 +194,10 @@ def _copy(s: Spec) -> str:
     offs = [("d", "db", "ds"), ("o0", "a0b", "a0s")]
     if s.two_phase:
         offs.append(("q", "U(0)", "ts"))
-    src += "\n".join(_loops(mask + [f"{target} = x0[o0]"], offs)) + "\n"
+    src += "\n".join(_loops(mask + [f"{target} = x0[o0]"], offs, unit=s.unit)) + "\n"
     if s.two_phase:
         offs = [("d", "db", "ds"), ("q", "U(0)", "ts")]
-        src += "\n".join(_loops(mask + ["dst[d] = tmp[q]"], offs)) + "\n"
+        src += "\n".join(_loops(mask + ["dst[d] = tmp[q]"], offs, unit=s.unit)) + "\n"
     return src + "    return 0\n"
 
 

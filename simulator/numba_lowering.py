@@ -12,6 +12,8 @@ NumPy back (numba's libm differs from NumPy's SIMD functions by 1-3 ulp)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from nki import dtypes
@@ -60,6 +62,7 @@ def elementwise(g: Emitter, ins: Instr, expr: str, srcs: tuple) -> None:
     rank = len(S)
     tmp = g.scratch(S) if two_phase else "Z"
     blocks = [g.flat(dst, rank)] + [g.flat(a, rank) for a in accs]
+    spec = dataclasses.replace(spec, unit=g.unit(S, blocks))
     args = [g.arg(dst.tensor)] + [g.arg(a.tensor) for a in accs] + [tmp]
     consts = [const_value(c) for c in srcs if not isinstance(c, Access)]
     g.call(spec, S, rank, args, blocks, ins.mask, checks, consts=consts)
@@ -84,8 +87,9 @@ def raw_copy(g: Emitter, ins: Instr, src: Access) -> bool:
     checks = g.bound_checks([src, dst], len(S)) if masked else []
     two_phase = g.overlaps(ins)
     tmp = g.scratch(S, g.args[dst.tensor].dtype) if two_phase else g.arg(dst.tensor)
-    spec = Spec("copy", mask=1 if masked else 0, two_phase=two_phase, checks=bool(checks))
     blocks = [g.flat(dst, len(S)), g.flat(src, len(S))]
+    spec = Spec("copy", mask=int(masked), two_phase=two_phase, checks=bool(checks),
+                unit=g.unit(S, blocks))  # fmt: skip
     args = [g.arg(dst.tensor), g.arg(src.tensor), tmp]
     g.call(spec, S, len(S), args, blocks, ins.mask, checks)
     return True
@@ -183,6 +187,7 @@ def numpy_ew(g: Emitter, ins: Instr) -> None:
         mask = ins.mask if masked and s.shape == S else None
         spec = Spec("ew", expr="{v0}", dst="f", operands=(g.kind(s.tensor),), mask=2 * bool(mask))
         blocks = [g.dense(s.shape), g.flat(s, rank)]
+        spec = dataclasses.replace(spec, unit=g.unit(s.shape, blocks))
         g.call(spec, s.shape, rank, [gathered, g.arg(s.tensor), "Z"], blocks, mask, consts=[])
     r = g.scratch(S)
     g.ew_calls[g.cur] = (ins.op, tuple(S), tuple(args), r)
@@ -198,6 +203,7 @@ def numpy_ew(g: Emitter, ins: Instr) -> None:
     )
     tmp = g.scratch(S) if spec.two_phase else "Z"
     blocks = [g.flat(dst, rank), g.dense(S)]
+    spec = dataclasses.replace(spec, unit=g.unit(S, blocks))
     g.call(spec, S, rank, [g.arg(dst.tensor), r, tmp], blocks, ins.mask, consts=[])
 
 
