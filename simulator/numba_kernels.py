@@ -36,12 +36,12 @@ import numpy as np
 
 RANK = 4
 MASK_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3, "==": 4, "!=": 5}
-_VERSION = "4"  # bump when generated code changes meaning
+_VERSION = "5"  # bump when generated code changes meaning
 
 HEADER = """# nki-sim Numba backend library kernel
 import numpy as np
 from numba import njit
-from simulator.numba_rt import (checks_fail, fmax, fmin, from_bf16, fsign, mask_ok,
+from simulator.numba_rt import (checks_box_fail, checks_fail, fmax, fmin, from_bf16, fsign, mask_ok,
                                 mask_ranges, pairwise_sum, to_bf16)
 
 U = np.uint64
@@ -143,6 +143,8 @@ def _strides(prefix: str, at: str) -> str:
 
 
 def _check_pass(s: Spec) -> str:
+    """Return 1 when a masked-in element's index leaves its tensor: over the mask's box at
+    once, or per element when conditions remain to test."""
     if not s.checks:
         return ""
     body = [
@@ -151,7 +153,9 @@ def _check_pass(s: Spec) -> str:
         "if checks_fail(P, cp, D, cd, i0, i1, i2, i3):",
         "    return 1",
     ]
-    return "\n".join(_loops(body, [])) + "\n"
+    box = "checks_box_fail(P, cp, D, cd, l0, l1, l2, l3, h0, h1, h2, h3)"
+    head = f"    if not res:\n        if {box}:\n            return 1\n    else:\n"
+    return head + "\n".join(_loops(body, [], depth=2)) + "\n"
 
 
 def _ew(s: Spec) -> str:
