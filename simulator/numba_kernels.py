@@ -36,7 +36,7 @@ import numpy as np
 
 RANK = 4
 MASK_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3, "==": 4, "!=": 5}
-_VERSION = "5"  # bump when generated code changes meaning
+_VERSION = "6"  # bump when generated code changes meaning
 
 HEADER = """# nki-sim Numba backend library kernel
 import numpy as np
@@ -72,7 +72,8 @@ _PRELUDE_T = """    n0, n1, n2, n3 = P[po], P[po + 1], P[po + 2], P[po + 3]
     ts0 = U(n1 * n2 * n3)
 """
 _MASKED = "l0, l1, l2, l3, h0, h1, h2, h3, res = mask_ranges(P, mp, D, md, n0, n1, n2, n3)"
-_WHOLE = "l0, l1, l2, l3, h0, h1, h2, h3, res = 0, 0, 0, 0, n0, n1, n2, n3, False"
+# (zeros computed, not literal: numba would specialise callees on a literal 0)
+_WHOLE = "l0 = l1 = l2 = l3 = n0 - n0\n    h0, h1, h2, h3, res = n0, n1, n2, n3, False"
 
 
 def _prelude(s: Spec) -> str:

@@ -250,10 +250,11 @@ def checks_box_fail(P, cp, D, cd, l0, l1, l2, l3, h0, h1, h2, h3):  # type: igno
     for c in range(P[cp]):
         q = cp + 1 + 5 * c
         lo = hi = D[cd + c]
-        for k, a, b in ((0, l0, h0 - 1), (1, l1, h1 - 1), (2, l2, h2 - 1), (3, l3, h3 - 1)):
-            co = P[q + 1 + k]
-            lo += min(co * a, co * b)
-            hi += max(co * a, co * b)
+        c0, c1, c2, c3 = P[q + 1], P[q + 2], P[q + 3], P[q + 4]
+        lo += min(c0 * l0, c0 * (h0 - 1)) + min(c1 * l1, c1 * (h1 - 1))
+        lo += min(c2 * l2, c2 * (h2 - 1)) + min(c3 * l3, c3 * (h3 - 1))
+        hi += max(c0 * l0, c0 * (h0 - 1)) + max(c1 * l1, c1 * (h1 - 1))
+        hi += max(c2 * l2, c2 * (h2 - 1)) + max(c3 * l3, c3 * (h3 - 1))
         if lo < 0 or hi >= P[q]:
             return True
     return False
