@@ -1,9 +1,10 @@
-"""Access lowering for the Numba backend's code generator: the generated function's array
-arguments (tensors in the dtype numba sees: bfloat16 as ``uint16`` bits, bool as ``uint8``),
-index expressions at a tile point, fp32 reads and rounded writes of a tensor element, masks,
-loop nests over a tile, run-time bounds checks of masked instructions and call-backs into
-Python. :class:`Emitter` holds the code being generated; the per-kind instruction lowerings
-(``numba_lowering.py``) and the kernel walk (``numba_codegen.py``) write through it."""
+"""Access lowering for the Numba backend's code generator: the driver's array arguments
+(tensors in the dtype numba sees: bfloat16 as ``uint16`` bits, bool as ``uint8``), accesses as
+flat offsets (a base affine in the program ids and loop iterators, a stride per tile axis),
+mask and bounds-check parameter blocks, library kernel calls, whole-tile bounds checks of
+masked instructions and call-backs into Python. :class:`Emitter` holds the driver being
+generated; the per-kind instruction lowerings (``numba_lowering.py``) and the kernel walk
+(``numba_codegen.py``) write through it."""
 
 from __future__ import annotations
 
@@ -49,19 +50,6 @@ def affine(a: Affine) -> list[str]:
     if a.const:
         parts.append(str(a.const))
     return parts
-
-
-def index_expr(e: IndexExpr, ivars: list[str]) -> str:
-    """``e`` at the tile point ``ivars`` (the iteration axes, right-aligned to ``e``'s axes)."""
-    off = len(ivars) - len(e.shape)
-    if off < 0:
-        raise Unsupported("index expression of higher rank than its instruction")
-    parts = affine(e.base)
-    for d, c in enumerate(e.coeffs):
-        if c and e.shape[d] != 1:
-            v = ivars[d + off]
-            parts.append(v if c == 1 else f"{c} * {v}")
-    return " + ".join(parts) if parts else "0"
 
 
 def f32_literal(v: object) -> str:

@@ -1,5 +1,6 @@
-"""Per-kind instruction lowering for the Numba backend: each ``@lowers(kind)`` function writes
-the loop nest of one instruction through an :class:`~simulator.numba_access.Emitter`, or raises
+"""Per-kind instruction lowering for the Numba backend: each ``@lowers(kind)`` function emits
+the library kernel call(s) of one instruction (``numba_kernels.Spec``: the kernel, its
+parameters) through an :class:`~simulator.numba_access.Emitter`, or raises
 :class:`~simulator.numba_access.Unsupported` (the instruction is then hosted: compiled code
 calls the interpreter's executor for it). Lowerings are found through the executor registry's
 keys (``executors.lowering_of``).
