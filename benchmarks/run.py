@@ -1,25 +1,38 @@
-"""Timing harness: runs each benchmark kernel in the simulator, the same computation in plain
-NumPy and, when JAX is installed, the same kernel in JAX Pallas' interpret mode (a peer kernel
-interpreter); prints medians and the slowdown ratio, and writes the figures to a JSON file.
+"""Benchmarks: issue 15's workloads (plus flash attention at S=4096, the 4096x8192x8192 bf16
+matmul and a 200-example property-test run) on nki-sim's ``auto`` and ``numba`` backends, in
+Triton's interpreter and in JAX Pallas' interpret mode when they are installed
+(``pip install nki-sim[bench]``), and in NumPy doing the same math. Every contender's result is
+checked against NumPy's; the table shows medians (after a warm-up call) and the ratio to NumPy;
+the figures and the machine go to a JSON file.
 
-Run: python benchmarks/run.py [--repeat 7] [--out benchmarks/results.json]
+Run: python benchmarks/run.py [--repeat 5] [--only NAME ...] [--out benchmarks/results/run.json]
+     python benchmarks/run.py --quick   # tiny shapes, nki-sim and NumPy only: a smoke test
 
-The simulator is an interpreter over tiles, so a ratio well above 1 is expected; the point of the
-figures is to track it from change to change (quote medians; the machines here are noisy)."""
+The machines here are noisy (2 cores shared with other jobs): quote medians, and compare
+figures from one run only."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
-import numpy as np
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+# one BLAS thread for every contender (NumPy, nki-sim's NumPy, Triton's interpreter): on a
+# shared 2-core machine threaded BLAS makes medians meaningless; override to measure threads
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,110 +113,232 @@ def _np_softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def issue_cases(rng: np.random.Generator) -> list[tuple[str, Callable, Callable]]:
-    """The workloads of issue 15 on the batched backend, each with its NumPy peer."""
-    big = [rng.standard_normal((4096, 4096)).astype(np.float32) for _ in range(2)]
-    tiny = [rng.standard_normal((8192, 512)).astype(np.float32) for _ in range(2)]
-    mm32 = [rng.standard_normal((2048, 2048)).astype(np.float32) for _ in range(2)]
-    mm16 = [m.astype(ml_dtypes.bfloat16) for m in mm32]
-    up16 = [m.astype(np.float32) for m in mm16]
-    b = {k: k.configure(backend="batched") for k in (tensor_add, loop_add, tiny_add)}
-    mmb, smb = tiled_matmul.configure(backend="batched"), row_softmax.configure(backend="batched")
-    return [
-        ("add 4096^2 grid (32, 8) [128, 512]", lambda: b[tensor_add][32, 8](*big),
-         lambda: big[0] + big[1]),
-        ("add 4096^2 affine_range 256 tiles", lambda: b[loop_add](*big), lambda: big[0] + big[1]),
-        ("4096 tiny [128, 8] adds, grid 64x64", lambda: b[tiny_add][64, 64](*tiny),
-         lambda: tiny[0] + tiny[1]),
-        ("matmul 2048^3 fp32", lambda: mmb(*mm32), lambda: mm32[0].T @ mm32[1]),
-        ("matmul 2048^3 bf16 inputs", lambda: mmb(*mm16), lambda: up16[0].T @ up16[1]),
-        ("row softmax 4096x4096", lambda: smb(big[0]), lambda: _np_softmax(big[0])),
+@nki.jit
+def flash_attention(q_t, k_t, v):
+    """softmax(q k^T / sqrt(d)) v with an online softmax: an instance-free loop over blocks of
+    128 queries (affine_range), each walking blocks of 128 keys (sequential_range)."""
+    d, s = q_t.shape
+    out = nl.ndarray((s, d), dtype=nl.float32, buffer=nl.shared_hbm)
+    scale = 1.0 / math.sqrt(d)
+    for i in nl.affine_range(s // 128):
+        q = nl.load(q_t[:, i * 128 : (i + 1) * 128])
+        m = nl.full((128, 1), -1e30, dtype=nl.float32)
+        den = nl.zeros((128, 1), dtype=nl.float32)
+        acc = nl.zeros((128, d), dtype=nl.float32)
+        for j in nl.sequential_range(s // 128):
+            k = nl.load(k_t[:, j * 128 : (j + 1) * 128])
+            vv = nl.load(v[j * 128 : (j + 1) * 128, :])
+            sc = nl.multiply(nl.matmul(q, k, transpose_x=True), scale)
+            m_new = nl.maximum(m, nl.max(sc, axis=1, keepdims=True))
+            p = nl.exp(nl.subtract(sc, m_new))
+            corr = nl.exp(nl.subtract(m, m_new))
+            den[...] = nl.add(nl.multiply(den, corr), nl.sum(p, axis=1, keepdims=True))
+            acc[...] = nl.add(nl.multiply(acc, corr), nl.matmul(p, vv))
+            m[...] = m_new
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.divide(acc, den))
+    return out
+
+
+def _np_attention(q_t: np.ndarray, k_t: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+    q, k, vv = (x.astype(np.float32) for x in (q_t, k_t, v))
+    s = q.T @ k / np.float32(math.sqrt(q.shape[0]))
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape, dtype=bool)), s, np.float32(-np.inf))
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ vv
+
+
+@dataclass
+class Workload:
+    """One row: the nki-sim launch (a function of the kernel configured for a backend), the
+    inputs, NumPy's computation of the same result, the peers' name in ``peers.py``."""
+
+    name: str
+    sim: Callable[[object], Callable[..., object]]  # kernel config -> launch
+    kernel: object
+    inputs: tuple
+    numpy: Callable[..., np.ndarray]
+    peer: str | None = None
+    tol: float = 1e-4
+    skip: tuple[str, ...] = ()  # nki-sim backends not timed on this workload
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def workloads(quick: bool) -> list[Workload]:
+    rng = np.random.default_rng(0)
+
+    def f32(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    n = 256 if quick else 4096
+    big = (f32(n, 4 * n if quick else n), f32(n, 4 * n if quick else n))
+    tiny = (f32(256, 16), f32(256, 16)) if quick else (f32(8192, 512), f32(8192, 512))
+    tg = (2, 2) if quick else (64, 64)
+    mk = 256 if quick else 2048
+    mm32 = (f32(mk, mk), f32(mk, 2 * mk if quick else mk))
+    mm16 = tuple(x.astype(ml_dtypes.bfloat16) for x in mm32)
+    sm = f32(256, 512) if quick else f32(4096, 4096)
+    d, s_att = 64, 128
+    att = (f32(d, s_att), f32(d, s_att), f32(s_att, d))
+    s_fa = 256 if quick else 4096
+    fa = (f32(d, s_fa), f32(d, s_fa), f32(s_fa, d))
+    gshape = (big[0].shape[0] // 128, big[0].shape[1] // 512)
+    sys.path.insert(0, str(ROOT / "tutorials" / "attention"))
+    from causal_attention import causal_attention_kernel
+
+    def up(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float32)
+
+    rows = [
+        Workload(f"add {big[0].shape[0]}x{big[0].shape[1]} fp32, grid {gshape} of [128, 512]",
+                 lambda k: k[gshape], tensor_add, big, np.add, "grid_add"),
+        Workload(f"same add, one instance, affine_range over {gshape[0] * gshape[1]} tiles",
+                 lambda k: k, loop_add, big, np.add, "loop_add"),
+        Workload(f"{tg[0] * tg[1]} tiny [128, 8] tile adds, grid {tg}",
+                 lambda k: k[tg], tiny_add, tiny, np.add, "tiny_add"),
+        Workload(f"tiled matmul {mk}^3 fp32", lambda k: k, tiled_matmul, mm32,
+                 lambda a, b: a.T @ b, "matmul", tol=1e-3),
+        Workload(f"tiled matmul {mk}^3 bf16 inputs", lambda k: k, tiled_matmul, mm16,
+                 lambda a, b: up(a).T @ up(b), "matmul", tol=1e-3),
+        Workload(f"row softmax {sm.shape[0]}x{sm.shape[1]}", lambda k: k, row_softmax, (sm,),
+                 _np_softmax, "softmax"),
+        Workload(f"causal attention tutorial, S={s_att}", lambda k: k, causal_attention_kernel,
+                 att, lambda q, k, v: _np_attention(q, k, v, True), "causal_attention"),
+        Workload(f"flash attention S={s_fa}, d={d}", lambda k: k, flash_attention, fa,
+                 lambda q, k, v: _np_attention(q, k, v, False), "flash_attention", tol=1e-3),
     ]  # fmt: skip
+    if not quick:
+        m_, k_, n_ = 4096, 8192, 8192
+        a_t = rng.standard_normal((k_, m_), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        b = rng.standard_normal((k_, n_), dtype=np.float32).astype(ml_dtypes.bfloat16)
+        rows.append(Workload(
+            f"tiled matmul {m_}x{k_}x{n_} bf16 inputs", lambda k: k, tiled_matmul, (a_t, b),
+            lambda a, b: up(a).T @ up(b), None, tol=1e-2, skip=("numba", "numpy"),
+            note="one timed call; peers not run (minutes each in an interpreter)"))  # fmt: skip
+    return rows
 
 
-def _median(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm up (tracing, caches)
+def _timed(fn: Callable[[], object], repeat: int, budget: float) -> tuple[float, float, object]:
+    """(first call s, median of the next calls s, result); fewer repeats when a call is slow."""
+    t0 = time.perf_counter()
+    out = fn()
+    first = time.perf_counter() - t0
     times = []
-    for _ in range(repeat):
+    for _ in range(max(1, min(repeat, int(budget / max(first, 1e-9))))):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return first, statistics.median(times), out
 
 
-def _pallas_peers(a: np.ndarray, b: np.ndarray) -> dict[str, Callable[[], object]]:
-    """The same kernels in JAX Pallas' interpret mode (a peer kernel interpreter on CPU), if
-    JAX is installed: name -> callable returning a NumPy array."""
+def _close(got: object, want: np.ndarray, tol: float) -> bool:
+    g = np.asarray(got).astype(np.float32)
+    return g.shape == want.shape and bool(np.allclose(g, want, rtol=tol, atol=tol))
+
+
+def property_run(examples: int) -> float:
+    """Seconds for ``check_kernel`` to test the property-testing tutorial's ragged tiled add on
+    ``examples`` drawn cases (shapes, dtypes, the kernel against NumPy)."""
+    from hypothesis import strategies as st
+
+    from nki.testing import check_kernel, dtypes, hbm_shapes
+
+    sys.path.insert(0, str(ROOT / "tutorials" / "property_testing"))
+    from property_testing import MAX_F, TILE_P
+    from property_testing import tensor_add as ragged_add
+
+    shape = st.shared(hbm_shapes((TILE_P, MAX_F), max_tiles=(3, 1), multiple=None), key="ab")
+    t0 = time.perf_counter()
+    n = check_kernel(ragged_add, np.add, shapes=[shape, shape],
+                     dtypes=dtypes(float_only=True, fp8=False), max_examples=examples)  # fmt: skip
+    took = time.perf_counter() - t0
+    assert n >= 1
+    return took
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
     try:
-        import jax
-        import jax.numpy as jnp
-        from jax.experimental import pallas as pl
-    except ImportError:
-        return {}
-
-    def add_body(x_ref, y_ref, o_ref):
-        o_ref[...] = x_ref[...] + y_ref[...]
-
-    def exp_body(x_ref, o_ref):
-        o_ref[...] = jnp.exp(x_ref[...])
-
-    out = jax.ShapeDtypeStruct(a.shape, jnp.float32)
-    tile = pl.BlockSpec((128, 512), lambda i, j: (i, j))
-    rows = pl.BlockSpec((128, a.shape[1]), lambda i: (i, 0))
-    add = jax.jit(pl.pallas_call(add_body, out_shape=out, grid=(8, 4), in_specs=[tile, tile],
-                                 out_specs=tile, interpret=True))  # fmt: skip
-    exp = jax.jit(pl.pallas_call(exp_body, out_shape=out, grid=(a.shape[0] // 128,),
-                                 in_specs=[rows], out_specs=rows, interpret=True))  # fmt: skip
-    return {"tensor_add": lambda: np.asarray(add(a, b)), "exp": lambda: np.asarray(exp(a))}
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results.json"))
-    what = "basic: the small kernels vs Pallas; issue: issue 15's workloads"
-    ap.add_argument("--only", choices=("all", "basic", "issue"), default="all", help=what)
-    args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((1024, 2048)).astype(np.float32)
-    b = rng.standard_normal((1024, 2048)).astype(np.float32)
-    peers = _pallas_peers(a, b)
-    cases = [
-        ("tensor_add grid 8x4 (1024x2048 fp32)", lambda: tensor_add[8, 4](a, b), lambda: a + b,
-         peers.get("tensor_add")),
-        ("exp affine_range x8 (1024x2048 fp32)", lambda: row_loop_exp(a), lambda: np.exp(a),
-         peers.get("exp")),
-    ]  # fmt: skip
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--budget", type=float, default=10.0, help="seconds of repeats per cell")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes, no peers: a smoke test")
+    ap.add_argument("--only", nargs="*", default=None, help="workloads whose name contains any")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peers", action="store_true", help="time the peers in --quick mode too")
+    ap.add_argument("--backends", default="auto,numba", help="nki-sim backends to time")
+    ap.add_argument("--examples", type=int, default=200, help="property-test examples")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "run.json"))
+    args = ap.parse_args(argv)
+    repeat = 1 if args.quick else args.repeat
+    from benchmarks.peers import pallas_peers, triton_peers
+
+    peers: dict[str, dict] = {}
+    if (args.peers or not args.quick) and not args.no_peers:
+        for pname, build in (("triton", triton_peers), ("pallas", pallas_peers)):
+            got = build()
+            if got is not None:
+                peers[pname] = got
+    cols = [*args.backends.split(","), *peers]
+    print(f"machine: {machine()}; Python {platform.python_version()}; peers: "
+          f"{', '.join(peers) or 'none'}")  # fmt: skip
+    print(f"{'workload':58s} {'numpy':>9s}  " + "  ".join(f"{c:>17s}" for c in cols))
     rows = []
-    if args.only == "issue":
-        cases = []
-    for name, sim, ref, peer in cases:
-        want = ref()
-        assert np.allclose(sim(), want, rtol=1e-6), name  # every contender computes the same
-        t_sim, t_np = _median(sim, args.repeat), _median(ref, args.repeat)
-        row = {"case": name, "sim_s": t_sim, "numpy_s": t_np, "ratio": t_sim / t_np}
-        ratio = t_sim / t_np
-        line = f"{name:38s} sim {t_sim * 1e3:7.2f} ms  numpy {t_np * 1e3:6.2f} ms  x{ratio:5.1f}"
-        if peer is not None:
-            assert np.allclose(peer(), want, rtol=1e-6), name
-            row["pallas_interpret_s"] = t_peer = _median(peer, args.repeat)
-            line += f"  pallas(interpret) {t_peer * 1e3:7.2f} ms"
+    for w in workloads(args.quick):
+        if args.only and not any(o in w.name for o in args.only):
+            continue
+        want = np.asarray(w.numpy(*w.inputs), dtype=np.float32)
+        _, t_np, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
+        row: dict = {"workload": w.name, "numpy_s": t_np, "note": w.note}
+        cells = []
+        for c in cols:
+            if c not in peers:
+                if c in w.skip:
+                    cells.append("-")
+                    continue
+                kern = w.kernel.configure(backend=c)
+                launch = w.sim(kern)
+                first, t, out = _timed(lambda f=launch, w=w: f(*w.inputs), repeat, args.budget)
+                row[f"{c}_ran"] = kern.last_run.backend
+            else:
+                make = peers[c].get(w.peer) if w.peer else None
+                if make is None:
+                    cells.append("-")
+                    continue
+                fn = make()
+                first, t, out = _timed(lambda f=fn, w=w: f(*w.inputs), repeat, args.budget)
+            if isinstance(out, tuple):
+                out = out[0]
+            ok = _close(out, want, w.tol)
+            row[f"{c}_s"], row[f"{c}_first_s"], row[f"{c}_ratio"] = t, first, t / t_np
+            row[f"{c}_matches_numpy"] = ok
+            cells.append(f"{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!"))
         rows.append(row)
-        print(line)
-    if args.only != "basic":
-        print("issue 15 workloads, batched backend (medians; ratio to NumPy):")
-        for name, sim, ref in issue_cases(rng):
-            want = ref()
-            assert np.allclose(sim(), want, rtol=1e-3, atol=1e-3), name
-            t_sim, t_np = _median(sim, args.repeat), _median(ref, args.repeat)
-            rows.append({"case": name, "backend": "batched", "sim_s": t_sim, "numpy_s": t_np,
-                         "ratio": t_sim / t_np})  # fmt: skip
-            print(f"{name:38s} sim {t_sim * 1e3:8.2f} ms  numpy {t_np * 1e3:7.2f} ms  "
-                  f"x{t_sim / t_np:5.2f}")  # fmt: skip
-    Path(args.out).write_text(
-        json.dumps({"python": platform.python_version(), "results": rows}, indent=2)
-    )
-    print(f"wrote {args.out}")
+        print(f"{w.name[:58]:58s} {t_np * 1e3:7.1f}ms  " + "  ".join(f"{c:>17s}" for c in cells),
+              flush=True)  # fmt: skip
+    if not args.only or any("property" in o for o in args.only):
+        examples = 5 if args.quick else args.examples
+        took = property_run(examples)
+        rows.append({"workload": f"property test, {examples} examples of a ragged tiled add",
+                     "auto_s": took})  # fmt: skip
+        print(f"property test: {examples} examples of a ragged tiled add in {took:.2f} s")
+    print("(ratio = median / NumPy's median on the same math; ! = result differs from NumPy)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "python": platform.python_version(),
+                               "quick": args.quick, "results": rows}, indent=2))  # fmt: skip
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Access lowering for the Numba backend's code generator: the generated function's array
-arguments (tensors in the dtype numba sees: bfloat16 as ``uint16`` bits, bool as ``uint8``),
-index expressions at a tile point, fp32 reads and rounded writes of a tensor element, masks,
-loop nests over a tile, run-time bounds checks of masked instructions and call-backs into
-Python. :class:`Emitter` holds the code being generated; the per-kind instruction lowerings
-(``numba_lowering.py``) and the kernel walk (``numba_codegen.py``) write through it."""
+"""Access lowering for the Numba backend's code generator: the driver's array arguments
+(tensors in the dtype numba sees: bfloat16 as ``uint16`` bits, bool as ``uint8``), accesses as
+flat offsets (a base affine in the program ids and loop iterators, a stride per tile axis),
+mask and bounds-check parameter blocks, library kernel calls, whole-tile bounds checks of
+masked instructions and call-backs into Python. :class:`Emitter` holds the driver being
+generated; the per-kind instruction lowerings (``numba_lowering.py``) and the kernel walk
+(``numba_codegen.py``) write through it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from nki.ir import Access, Affine, IndexExpr, Instr, KernelIR, LoopSym, Mask, Pi
 
 from . import numerics
 from .config import SimConfig
+from .numba_kernels import MASK_OPS, RANK, Spec
 
 
 class Unsupported(Exception):
@@ -48,19 +50,6 @@ def affine(a: Affine) -> list[str]:
     if a.const:
         parts.append(str(a.const))
     return parts
-
-
-def index_expr(e: IndexExpr, ivars: list[str]) -> str:
-    """``e`` at the tile point ``ivars`` (the iteration axes, right-aligned to ``e``'s axes)."""
-    off = len(ivars) - len(e.shape)
-    if off < 0:
-        raise Unsupported("index expression of higher rank than its instruction")
-    parts = affine(e.base)
-    for d, c in enumerate(e.coeffs):
-        if c and e.shape[d] != 1:
-            v = ivars[d + off]
-            parts.append(v if c == 1 else f"{c} * {v}")
-    return " + ".join(parts) if parts else "0"
 
 
 def f32_literal(v: object) -> str:
@@ -127,6 +116,13 @@ class Emitter:
         self.ew_calls: dict[int, tuple] = {}
         self.alloc_slots: dict[str, int] = {}  # per-instance tensor -> its EPOCH counter
         self.pending: dict[str, int] = {}  # tile -> line of its NaN fill, until first used
+        # the library kernels' parameters: static ints, per-call bases (affine in the symbols;
+        # constant ones are filled in before the run), fp32 scalars
+        self.P: list[int] = []
+        self.D: list[Affine] = []
+        self.FC: list[float] = []
+        self.kernels: dict[str, tuple[Spec, str]] = {}  # spec key -> (spec, name in the driver)
+        self.calls: set[tuple[str, tuple[str, ...]]] = set()  # (spec key, argument names)
 
     def emit(self, s: str) -> None:
         self.lines.append("    " * self.depth + s)
@@ -172,42 +168,6 @@ class Emitter:
         self.args[name] = Buffer(name, None, tuple(shape), np.dtype(dtype))
         return name
 
-    def access(self, acc: Access, ivars: list[str]) -> str:
-        if acc.indirect:
-            raise Unsupported("indirect (data-dependent) DMA")
-        d = self.ir.tensor(acc.tensor)
-        if len(acc.index) != len(d.shape):
-            raise Unsupported("access rank differs from the tensor rank")
-        self.kind(acc.tensor)
-        idx = ", ".join(index_expr(e, ivars) for e in acc.index)
-        return f"{ident(acc.tensor)}[{idx}]"
-
-    def read(self, acc: Access, ivars: list[str]) -> str:
-        """fp32 value of ``acc`` at the tile point (the interpreter's ``to_compute``)."""
-        k = self.kind(acc.tensor)
-        a = self.access(acc, ivars)
-        return {"f": a, "h": f"from_bf16({a})", "b": f"np.float32({a})"}[k]
-
-    def store(self, acc: Access, ivars: list[str], value: str) -> None:
-        """Write an fp32 value with the interpreter's rounding (``numerics.cast``)."""
-        k = self.kind(acc.tensor)
-        a = self.access(acc, ivars)
-        v = {"f": value, "h": f"to_bf16({value})", "b": f"np.uint8(({value}) != 0)"}[k]
-        self.emit(f"{a} = {v}")
-
-    def mask_cond(self, mask: Mask, ivars: list[str]) -> str:
-        return " and ".join(f"({index_expr(c.expr, ivars)}) {c.op} 0" for c in mask.conds)
-
-    def loops(self, shape: tuple[int, ...], prefix: str = "i") -> list[str]:
-        ivars = [f"{prefix}{d}" for d in range(len(shape))]
-        for v, n in zip(ivars, shape):
-            self.emit(f"for {v} in range({n}):")
-            self.depth += 1
-        return ivars
-
-    def close(self, n: int) -> None:
-        self.depth -= n
-
     # ---- run-time bounds checks of masked instructions (before the instruction writes) -------
 
     def _in_bounds(self, e: IndexExpr, n: int) -> bool:
@@ -224,14 +184,6 @@ class Emitter:
             self.emit(f"    ERR[{j + 1}] = {sym(s)}")
         self.emit("    return 1")
 
-    def elem_checks(self, accs: list[Access], ivars: list[str]) -> list[str]:
-        return [
-            f"not (0 <= {index_expr(e, ivars)} < {n})"
-            for a in accs
-            for e, n in zip(a.index, self.ir.tensor(a.tensor).shape)
-            if not self._in_bounds(e, n)
-        ]
-
     def tile_checks(self, accs: list[Access]) -> None:
         """Whole-tile checks of operands the interpreter reads without the mask."""
         for a in accs:
@@ -243,17 +195,121 @@ class Emitter:
                 hi = sum(max(0, c * (m - 1)) for c, m in zip(e.coeffs, e.shape) if m > 0)
                 self.fail(f"({base}) + {lo} < 0 or ({base}) + {hi} >= {n}")
 
-    def precheck(self, ins: Instr, S: tuple[int, ...], masked_accs: list[Access]) -> None:
-        """Masked-in elements of ``masked_accs`` (all of shape ``S``) must be in bounds."""
-        assert ins.mask is not None
-        iv = [f"i{d}" for d in range(len(S))]
-        conds = self.elem_checks(masked_accs, iv)
-        if not conds:
-            return
-        self.loops(S)
-        self.emit(f"if not ({self.mask_cond(ins.mask, iv)}): continue")
-        self.fail(" or ".join(conds))
-        self.close(len(S))
+    # ---- library kernel calls ----------------------------------------------------------------
+
+    def tensor_strides(self, name: str) -> list[int]:
+        shape = self.ir.tensor(name).shape
+        out, acc = [], 1
+        for n in reversed(shape):
+            out.append(acc)
+            acc *= n
+        return out[::-1]
+
+    def flat(self, acc: Access, rank: int) -> tuple[Affine, list[int]]:
+        """``acc`` as a flat offset into its tensor's storage: (base, stride per padded tile
+        axis) for an instruction tile of rank ``rank``."""
+        if acc.indirect:
+            raise Unsupported("indirect (data-dependent) DMA")
+        d = self.ir.tensor(acc.tensor)
+        if len(acc.index) != len(d.shape):
+            raise Unsupported("access rank differs from the tensor rank")
+        self.kind(acc.tensor)
+        base, strides = Affine(), [0] * RANK
+        for e, st in zip(acc.index, self.tensor_strides(acc.tensor)):
+            base = base + e.base.scale(st)
+            for axis, c in self.axis_coeffs(e, rank):
+                strides[axis] += c * st
+        return base, strides
+
+    @staticmethod
+    def axis_coeffs(e: IndexExpr, rank: int) -> list[tuple[int, int]]:
+        """(padded tile axis, coefficient) of ``e`` (right-aligned to the tile's axes)."""
+        if len(e.shape) > rank:
+            raise Unsupported("index expression of higher rank than its instruction")
+        off = RANK - len(e.shape)
+        return [(off + d, c) for d, c in enumerate(e.coeffs) if c and e.shape[d] != 1]
+
+    def coeffs4(self, e: IndexExpr, rank: int) -> list[int]:
+        out = [0] * RANK
+        for axis, c in self.axis_coeffs(e, rank):
+            out[axis] += c
+        return out
+
+    @staticmethod
+    def dense(shape: tuple[int, ...]) -> tuple[Affine, list[int]]:
+        """A scratch tile of ``shape`` in C order (the whole array, base 0)."""
+        strides, acc = [0] * RANK, 1
+        for k, n in zip(range(RANK - 1, -1, -1), reversed(shape)):
+            strides[k] = acc if n != 1 else 0
+            acc *= n
+        return Affine(), strides
+
+    def bound_checks(self, accs: list[Access], rank: int) -> list[tuple[Affine, int, list[int]]]:
+        """(base, extent, coefficients) of every index of ``accs`` not proven in bounds."""
+        out = []
+        for a in accs:
+            for e, n in zip(a.index, self.ir.tensor(a.tensor).shape):
+                if not self._in_bounds(e, n):
+                    out.append((e.base, n, self.coeffs4(e, rank)))
+        return out
+
+    @staticmethod
+    def unit(shape: tuple[int, ...], blocks: list[tuple[Affine, list[int]]]) -> bool:
+        """Every block steps by one element along the innermost tile axis (or it has size 1)."""
+        return (not shape or shape[-1] == 1) or all(st[-1] == 1 for _, st in blocks)
+
+    def call(
+        self,
+        spec: Spec,
+        shape: tuple[int, ...],
+        rank: int,
+        args: list[str],
+        blocks: list[tuple[Affine, list[int]]],
+        mask: Mask | None = None,
+        checks: list[tuple[Affine, int, list[int]]] = (),  # type: ignore[assignment]
+        extra: list[int] = (),  # type: ignore[assignment]
+        consts: list[float] | None = None,
+    ) -> None:
+        """Emit a call of the library kernel ``spec`` over a tile of ``shape``: its parameter
+        block (shape, mask, checks, ``extra``, each block's strides) goes to P, the bases to D
+        (written by the driver when they depend on symbols)."""
+        if len(shape) > RANK:
+            raise Unsupported(f"tiles of rank {len(shape)}")
+        po, do = len(self.P), len(self.D)
+        P = [1] * (RANK - len(shape)) + [int(n) for n in shape]
+        conds = mask.conds if mask is not None else ()
+        P.append(len(conds))
+        bases: list[Affine] = []
+        for c in conds:
+            P += [MASK_OPS[c.op], *self.coeffs4(c.expr, rank)]
+            bases.append(c.expr.base)
+        P.append(len(checks))
+        for base, n, co in checks:
+            P += [n, *co]
+            bases.append(base)
+        P += list(extra)
+        for base, strides in blocks:
+            P += strides
+            bases.append(base)
+        self.P += P
+        self.D += bases
+        for j, b in enumerate(bases):
+            if not b.is_const:
+                self.emit(f"D[{do + j}] = {' + '.join(affine(b))}")
+        name = self.kernels.setdefault(spec.key, (spec, f"K{len(self.kernels)}"))[1]
+        # offsets as int64 values, not literals: numba would compile a kernel per literal
+        head = ["P", f"I({po})", "D", f"I({do})"]
+        if consts is not None:
+            head += ["FC", f"I({len(self.FC)})"]
+            self.FC += consts
+        call = f"{name}({', '.join(head + args)})"
+        self.calls.add((spec.key, tuple("#" if a.startswith("I(") else a for a in head + args)))
+        if checks:
+            st = self.new("st")
+            self.emit(f"{st} = {call}")
+            self.fail(f"{st} != 0")
+        else:
+            self.emit(call)
 
     def callback(self, kind: int) -> None:
         """Call back into Python (``kind`` 0: hosted instruction, 1: NumPy op-table row) with

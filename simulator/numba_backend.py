@@ -1,4 +1,4 @@
-"""The Numba backend: runs a traced kernel as one compiled loop nest instead of walking its IR.
+"""The Numba backend: runs a traced kernel as compiled code instead of walking its IR.
 
 ``SimConfig.backend`` selects it:
 
@@ -18,21 +18,22 @@ bookkeeping always use it:
 ``checks="none"`` the kernel must still pass the static bounds check (compiled code does not
 bounds-check unmasked accesses).
 
-Compiled code is cached in memory per traced kernel and on disk: the generated module is written
-to ``$NKI_SIM_CACHE_DIR`` (default ``~/.cache/nki-sim``) under a hash of its source (which is a
-function of the IR) and compiled with numba's ``cache=True`` next to it, so a new process loads
-it instead of compiling again. ``kernel.last_run.backend`` says which backend ran.
+A kernel compiles as a thin driver (``numba_codegen``) calling small library kernels, one per
+instruction kind and access shape (``numba_kernels``), so compile time grows linearly with the
+kernel and the library kernels are shared between kernels; above ``PY_DRIVER_MIN``
+instructions the driver runs as plain Python. Everything compiled is cached in memory and on
+disk: generated modules are written to ``$NKI_SIM_CACHE_DIR`` (default ``~/.cache/nki-sim``)
+under a hash of their source and compiled with numba's ``cache=True`` next to them, so a new
+process loads them instead of compiling again; an entry numba cannot load is deleted and
+rebuilt (:class:`CacheRepairedWarning`). Compiled loops poll for Ctrl-C.
+``kernel.last_run.backend`` says which backend ran.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
-import importlib.util
-import os
-import sys
-import tempfile
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from nki.errors import NKIError, user_stacklevel
 from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
 
+from . import numba_kernels as lib
 from . import numerics
 from .bounds import check_bounds
 from .config import SimConfig
@@ -48,6 +50,7 @@ from .host import alias_array
 from .instances import RunInfo, Schedule
 from .interpreter import execute_instruction
 from .numba_codegen import Plan, Unsupported, generate
+from .numba_kernels import cache_dir
 
 NAME = "numba"
 
@@ -58,13 +61,13 @@ NAME = "numba"
 INTERP_PER_EXEC = 50e-6
 INTERP_PER_ELEMENT = 0.5e-9
 NUMBA_PER_ELEMENT = 2.5e-9
-COMPILE_BASE = 0.9  # a cold compile: ~0.9 s + 0.002 s x (instructions)^2 (6 -> 0.85 s, 82 -> 14 s)
-COMPILE_PER_INSTR2 = 0.002
-DISK_LOAD = 0.3  # loading the compiled kernel from the disk cache
-# Numba's compile time grows with the square of the generated function's size (250 unrolled
-# instructions: ~150 s CPU); above this many instructions the kernel is interpreted instead.
-MAX_INSTRUCTIONS = 120
-_VERSION = "1"  # bump when the generated code changes meaning
+# a cold compile (from runs on the shared 2-core machine): the driver, base + per instruction
+# (none for a plain-Python driver), and each library kernel not yet built
+DRIVER_BASE = 0.4
+DRIVER_PER_INSTR = 0.03
+KERNEL_COMPILE = 0.6
+DISK_LOAD = 0.05  # loading one compiled module from the disk cache
+_VERSION = "2"  # bump when the generated code changes meaning
 
 
 class BackendFallbackWarning(UserWarning):
@@ -79,14 +82,6 @@ class CacheRepairedWarning(UserWarning):
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | None, str]] = {}
 _FUNCS: dict[str, Any] = {}  # source hash -> compiled numba dispatcher
 _WARNED: set[tuple[int, str]] = set()
-
-
-def cache_dir() -> Path:
-    """Where generated modules (and numba's cache files next to them) are kept."""
-    d = os.environ.get("NKI_SIM_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "nki-sim"
-    )
-    return Path(d) / "numba"
 
 
 def plan(ir: KernelIR, config: SimConfig) -> tuple[Plan | None, str]:
@@ -121,14 +116,6 @@ def unsupported_reason(ir: KernelIR, config: SimConfig) -> str | None:
             check_bounds(ir)
         except NKIError:
             return "an unmasked access fails the static bounds check"
-    n = sum(1 for _ in ir.instructions())
-    if n > MAX_INSTRUCTIONS:
-        return (
-            f"the kernel has {n} instructions after unrolling, more than the "
-            f"{MAX_INSTRUCTIONS} the Numba backend compiles (compile time grows with the square "
-            f"of the count: ~{COMPILE_BASE + COMPILE_PER_INSTR2 * n * n:.0f} s here); keep loops "
-            "rolled with nl.affine_range / nl.sequential_range instead of nl.static_range"
-        )
     p, reason = plan(ir, config)
     return None if p is not None else reason
 
@@ -140,61 +127,52 @@ def _source_key(p: Plan) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _writable_dir() -> Path:
-    d = cache_dir()
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".probe"
-        probe.write_text("")
-        probe.unlink()
-        return d
-    except OSError:
-        d = Path(tempfile.gettempdir()) / "nki-sim-numba"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+def _driver_stem(p: Plan) -> str:
+    return f"nki_{_source_key(p)}"
 
 
-def compiled(p: Plan) -> Any:
-    """The numba dispatcher for a plan: from memory, from the disk cache, or compiled now."""
+def _signature(args: list[Any]) -> tuple:
+    import numba
+
+    return tuple(numba.typeof(a) for a in args)
+
+
+def compiled(p: Plan, args: list[Any] | None = None) -> Any:
+    """The driver of a plan, its library kernels loaded (from memory, from the disk cache or
+    compiled now); with ``args``, the compiled driver is built for them before it runs, so a
+    cache entry numba cannot load fails here, before anything has run."""
     key = _source_key(p)
     fn = _FUNCS.get(key)
     if fn is not None:
         return fn
-    d = _writable_dir()
-    path = d / f"nki_{key}.py"
-    if not path.exists() or path.read_text() != p.source:
-        tmp = d / f".nki_{key}.{os.getpid()}.tmp"
-        tmp.write_text(p.source)
-        os.replace(tmp, path)  # atomic: concurrent processes see a whole file
-    name = f"nki_sim_generated_{key}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    fn = getattr(mod, p.func)
+    for spec in p.kernels:
+        lib.kernel(spec)
+    fn = getattr(lib.load(_driver_stem(p), p.source), p.func)
+    if args is not None and not p.python:
+        fn.compile(_signature(args))
+    elif args is not None:  # plain-Python driver: build each library kernel it will call
+        for disp, call in _kernel_calls(p, args):
+            disp.compile(_signature(call))
     _FUNCS[key] = fn
     return fn
 
 
-def _numba_cache_files(key: str) -> list[Path]:
-    """Numba's index / object files for the generated module ``key`` (next to it)."""
-    return sorted((cache_dir() / "__pycache__").glob(f"nki_{key}.*"))
-
-
 def _purge(p: Plan) -> bool:
-    """Forget the compiled kernel of ``p`` and delete its disk-cache entry; False when there was
-    no Numba cache entry on disk (then a failure is not the cache's fault)."""
-    key = _source_key(p)
-    files = _numba_cache_files(key)
-    _FUNCS.pop(key, None)
-    sys.modules.pop(f"nki_sim_generated_{key}", None)
-    for f in [*files, cache_dir() / f"nki_{key}.py"]:
-        try:
-            f.unlink()
-        except OSError:
-            pass
-    return bool(files)
+    """Forget the compiled driver of ``p`` and its library kernels and delete their disk-cache
+    entries; False when there was no Numba cache entry on disk (then a failure is not the
+    cache's fault)."""
+    _FUNCS.pop(_source_key(p), None)
+    found = False
+    for stem in [_driver_stem(p)] + [f"nki_k_{spec.key}" for spec in p.kernels]:
+        found = lib.purge(stem) or found
+    return found
+
+
+def forget_compiled() -> None:
+    """Drop every compiled driver and library kernel from memory (as in a new process: the
+    next run loads them from the disk cache)."""
+    _FUNCS.clear()
+    lib.forget()
 
 
 def is_compiled(p: Plan) -> bool:
@@ -203,8 +181,8 @@ def is_compiled(p: Plan) -> bool:
 
 
 def on_disk(p: Plan) -> bool:
-    """The generated module is in the disk cache (numba's cache files sit next to it)."""
-    return (cache_dir() / f"nki_{_source_key(p)}.py").exists()
+    """The compiled driver is in the disk cache (a plain-Python driver needs none)."""
+    return p.python or lib.on_disk(_driver_stem(p))
 
 
 def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
@@ -236,13 +214,20 @@ def estimate(p: Plan) -> tuple[float, float]:
 
 
 def setup_cost(p: Plan) -> float:
-    """Seconds before the compiled kernel can run: 0 when compiled in this process, a disk-cache
-    load, or a cold compile growing with the square of the instruction count."""
+    """Seconds before the compiled kernel can run: 0 when compiled in this process, else
+    loading or compiling the driver (growing linearly with its instructions) and each library
+    kernel not yet loaded."""
     if is_compiled(p):
         return 0.0
-    if on_disk(p):
-        return DISK_LOAD
-    return COMPILE_BASE + COMPILE_PER_INSTR2 * len(p.instrs) ** 2
+    cost = 0.0
+    for spec in p.kernels:
+        stem = f"nki_k_{spec.key}"
+        if not lib.loaded(stem):
+            cost += DISK_LOAD if lib.on_disk(stem) else KERNEL_COMPILE
+    if not p.python:
+        on = lib.on_disk(_driver_stem(p))
+        cost += DISK_LOAD if on else DRIVER_BASE + DRIVER_PER_INSTR * len(p.instrs)
+    return cost
 
 
 class _Host:
@@ -302,13 +287,14 @@ class _Host:
 def _array_args(
     ir: KernelIR, p: Plan, shared: dict[str, np.ndarray], precise: bool
 ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
-    """The compiled function's array arguments (in the views numba sees) and, by tensor name,
-    the same arrays."""
+    """The driver's array arguments (flat, in the dtypes numba sees) and, by name, the same
+    memory in the tensor's shape (what hosted instructions and NumPy call-backs use)."""
     out, by_name = [], {}
     for b in p.args:
         if b.tensor is None:  # scratch
-            out.append(np.empty(b.shape, dtype=b.dtype))
-            by_name[b.arg] = out[-1]
+            a = np.empty(b.shape, dtype=b.dtype)
+            out.append(a.reshape(-1))
+            by_name[b.arg] = a
             continue
         d = ir.tensor(b.tensor)
         root = d.alias_of or d.name
@@ -321,9 +307,30 @@ def _array_args(
             a = np.empty(d.shape, dtype=sd)
         if not a.flags.c_contiguous:
             raise Unsupported(f"non-contiguous storage for '{b.tensor}'")
-        out.append(a.view(b.dtype))
-        by_name[b.tensor] = out[-1]
+        by_name[b.tensor] = a.view(b.dtype)
+        out.append(by_name[b.tensor].reshape(-1))
     return out, by_name
+
+
+_EXTRA = ("order", "ERR", "ENV", "EPOCH", "CB", "P", "D", "FC", "Z", "SIGCHECK", "SIGCLEAR")
+
+
+def _kernel_calls(p: Plan, args: list[Any]) -> list[tuple[Any, list[Any]]]:
+    """(library kernel, example arguments) for every distinct call the driver makes."""
+    named = dict(zip([b.arg for b in p.args] + list(_EXTRA), args))
+    return [
+        (lib.kernel(spec), [0 if a == "#" else named[a] for a in names]) for spec, names in p.calls
+    ]
+
+
+# Python's pending signal handlers (Ctrl-C) run from compiled loops through the C API; the
+# exception a handler raised is cleared there and re-raised as KeyboardInterrupt by run()
+_SIGCHECK = ctypes.CFUNCTYPE(ctypes.c_int)(("PyErr_CheckSignals", ctypes.pythonapi))
+_SIGCLEAR = ctypes.CFUNCTYPE(None)(("PyErr_Clear", ctypes.pythonapi))
+
+
+def _no_signal() -> int:
+    return 0
 
 
 def run(
@@ -340,12 +347,18 @@ def run(
     host = _Host(ir, config, p)
     ndim = len(ir.grid.shape)
     order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
-    args, host.arrays = _array_args(ir, p, shared, config.precise_fp)
+    arrays, host.arrays = _array_args(ir, p, shared, config.precise_fp)
     err = np.zeros(64, dtype=np.int64)
-    cb = CALLBACK(host.callback)
-    try:
-        # numba loads (or compiles) at the first call: nothing has run when this raises
-        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
+    zero = np.zeros(1, np.float32)
+    if p.python:  # plain Python calls back directly; Ctrl-C interrupts it anyway
+        cb: Any = host.callback
+        sig: tuple[Any, Any] = (_no_signal, _no_signal)
+    else:
+        cb, sig = CALLBACK(host.callback), (_SIGCHECK, _SIGCLEAR)
+    D = p.D.copy()  # the driver writes the symbol-dependent bases
+    args = [*arrays, order_arr, err, host.env, host.epoch, cb, p.P, D, p.FC, zero, *sig]
+    try:  # load or compile everything before anything runs
+        fn = compiled(p, args)
     except (NKIError, Unsupported):
         raise
     except Exception as e:
@@ -357,7 +370,10 @@ def run(
             CacheRepairedWarning,
             stacklevel=user_stacklevel(),
         )
-        rc = compiled(p)(*args, order_arr, err, host.env, host.epoch, cb)
+        fn = compiled(p, args)
+    rc = fn(*args)
+    if rc == 3:
+        raise KeyboardInterrupt
     if rc == 2:
         assert host.error is not None
         raise host.error

@@ -1,10 +1,15 @@
-"""IR -> Python source of one ``@numba.njit`` function (the Numba backend's code generator).
+"""IR -> Python source of the Numba backend's driver: one function that walks the kernel and
+calls a small library kernel (``numba_kernels``) per instruction.
 
-The generated function takes every tensor as an array argument (bfloat16 storage as ``uint16``
-bits, bool as ``uint8``), the SPMD instance order, preallocated scratch buffers and a call-back
+The driver takes every tensor as a flat array argument (bfloat16 storage as ``uint16`` bits,
+bool as ``uint8``), the SPMD instance order, preallocated scratch buffers, the library kernels'
+parameter arrays (``P`` static ints, ``D`` per-call bases, ``FC`` fp32 scalars) and a call-back
 into Python; it loops over the instances, keeps ``affine_range`` / ``sequential_range`` loops as
 loops, refills per-instance tiles at their ``Alloc`` (NaN, unless the next instruction
-overwrites the whole tile) and turns each instruction into a loop nest over its tile.
+overwrites the whole tile), writes the bases of each instruction's accesses (affine in the
+program ids and loop iterators) into ``D`` and calls its kernel. Its size, and so its compile
+time, grows linearly with the kernel; the kernels are shared and cached on disk. Above
+``PY_DRIVER_MIN`` instructions the same source runs as plain Python (no compile at all).
 
 This module walks the kernel (loops, allocations, instructions); ``numba_access.py`` lowers
 accesses and ``numba_lowering.py`` the instruction kinds it compiles natively, on fp32 /
@@ -12,9 +17,10 @@ bfloat16 / bool tiles. Every other instruction (matmul, nki.isa, gathers, intege
 tiles...) is *hosted*: compiled code calls the interpreter's own executor for it
 (``interpreter.execute_instruction``), on the same arrays.
 
-The function returns 0; 1 when a masked access would leave its tensor (checked before the
+The driver returns 0; 1 when a masked access would leave its tensor (checked before the
 instruction writes anything; the caller re-runs that instruction on the interpreter, which
-raises the exact error); 2 when a call-back raised (the caller re-raises it).
+raises the exact error); 2 when a call-back raised (the caller re-raises it); 3 when a signal
+handler raised (Ctrl-C: loops run Python's pending signal handlers every ``TICK`` elements).
 """
 
 from __future__ import annotations
@@ -31,7 +37,13 @@ from . import numerics
 from .config import SimConfig
 from .executors import COLLECTIVES, lowering_of
 from .numba_access import Buffer, Emitter, Unsupported, accesses, f32_literal, sym, view_dtype
+from .numba_kernels import Spec, module_name
 from .numba_lowering import ACCUMULATE, NATIVE
+
+# kernels with more instructions than this run their driver as plain Python (each instruction
+# one call of its compiled library kernel) instead of compiling it
+PY_DRIVER_MIN = 40
+TICK = 1 << 20  # tile elements between two polls for KeyboardInterrupt
 
 __all__ = ["NATIVE", "Buffer", "Plan", "Unsupported", "generate", "ir_key"]
 
@@ -53,11 +65,28 @@ class Plan:
     # instruction index -> (op, tile shape, operands: scratch names / fp32 constants, result)
     ew_calls: dict[int, tuple] = field(default_factory=dict)
     alloc_slots: dict[str, int] = field(default_factory=dict)  # tensor -> allocation counter
+    P: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    D: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # constant bases
+    FC: np.ndarray = field(default_factory=lambda: np.zeros(1, np.float32))
+    kernels: list[Spec] = field(default_factory=list)  # library kernels the driver calls
+    python: bool = False  # the driver runs as plain Python
+    # (library kernel, the driver's argument names it is called with; '#' an int)
+    calls: list[tuple[Spec, tuple[str, ...]]] = field(default_factory=list)
 
 
 class _Gen(Emitter):
     """The kernel walk: loops stay loops, allocations refill their tile, each instruction is
     lowered natively (``numba_lowering``) or hosted."""
+
+    def tick(self, body: tuple[Node, ...]) -> None:
+        """Count this iteration's elements; every ``TICK`` of them, poll for Ctrl-C."""
+        w = 1 + sum(math.prod(n.dst.shape) for n in body if isinstance(n, Instr) and n.dst)
+        self.emit(f"tick += {w}")
+        self.emit(f"if tick > {TICK}:")
+        self.emit("    tick = 0")
+        self.emit("    if SIGCHECK() != 0:")  # a signal handler raised (Ctrl-C)
+        self.emit("        SIGCLEAR()")
+        self.emit("        return 3")
 
     def nodes(self, nodes: tuple[Node, ...], trips: int) -> None:
         for n in nodes:
@@ -65,7 +94,7 @@ class _Gen(Emitter):
                 self.pending.clear()  # fills before a loop stay (conservative)
                 self.emit(f"for {sym(n.sym)} in range({n.start}, {n.stop}, {n.step}):")
                 self.depth += 1
-                self.emit("pass")
+                self.tick(n.body)
                 self.ranges[n.sym] = n.value_range()
                 self.scope.append(n.sym)
                 self.nodes(n.body, trips * n.trip_count)
@@ -121,6 +150,7 @@ class _Gen(Emitter):
         names = tuple(dict.fromkeys(a.tensor for a in accesses((ins.dst, ins.srcs, ins.attrs))))
         self.instrs.append((ins, tuple(self.scope), names))
         mark = (len(self.lines), dict(self.args), self.uid, self.depth)
+        pmark = (len(self.P), len(self.D), len(self.FC), dict(self.kernels), set(self.calls))
         self.emit(f"# {str(ins)[:90]}")
         try:
             self.native(ins)
@@ -130,6 +160,9 @@ class _Gen(Emitter):
         except Unsupported:  # undo what was generated, host the instruction instead
             self.lines = self.lines[: mark[0]]
             self.args, self.uid, self.depth = mark[1], mark[2], mark[3]
+            del self.P[pmark[0] :], self.D[pmark[1] :], self.FC[pmark[2] :]
+            self.kernels = pmark[3]
+            self.calls = pmark[4]
             self.ew_calls.pop(self.cur, None)
             self.host(ins, names)
             full = None
@@ -166,32 +199,39 @@ def ir_key(ir: KernelIR, config: SimConfig) -> str:
 
 
 def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
-    """Python source of one njit function for ``ir``; raises :class:`Unsupported` when the
-    kernel cannot run this way at all."""
+    """Python source of the driver for ``ir``; raises :class:`Unsupported` when the kernel
+    cannot run this way at all."""
     if any(ins.kind in COLLECTIVES for ins, _ in ir.instructions()):
         raise Unsupported("collectives (nl.all_reduce): instances wait for each other")
     key = ir_key(ir, config)
     g = _Gen(ir, config, key)
     g.depth = 2
+    g.tick(ir.body)
     for a in range(len(ir.grid.shape)):
         g.emit(f"pid{a} = order[k, {a}]")
     g.nodes(ir.body, 1)
+    python = len(g.instrs) > PY_DRIVER_MIN
     args = list(g.args.values())
-    sig = ", ".join([b.arg for b in args] + ["order", "ERR", "ENV", "EPOCH", "CB"])
+    extra = ["order", "ERR", "ENV", "EPOCH", "CB", "P", "D", "FC", "Z", "SIGCHECK", "SIGCLEAR"]
+    sig = ", ".join([b.arg for b in args] + extra)
+    specs = list(g.kernels.values())
     head = [
-        f"# nki-sim Numba backend: kernel {ir.name}, IR {key}",
+        f"# nki-sim Numba backend: driver of kernel {ir.name}, IR {key}",
         "import numpy as np",
         "from numba import njit",
-        "from simulator.numba_rt import fmax, fmin, from_bf16, fsign, pairwise_sum, to_bf16",
+        "",
+        "I = np.int64",
+        *[f"from {module_name('nki_k_' + sp.key)} import kern as {name}" for sp, name in specs],
         "",
         "",
-        '@njit(cache=True, error_model="numpy")',
+        "" if python else '@njit(cache=True, error_model="numpy", _nrt=False)',
         f"def {func}({sig}):",
+        "    tick = 0",
         "    for k in range(order.shape[0]):",
-        "        pass",
     ]
     src = "\n".join(head + g.lines + ["    return 0", ""])
     grid = int(np.prod(ir.grid.shape)) if ir.grid.dims else 1
+    D = np.array([b.const if b.is_const else 0 for b in g.D] or [0], dtype=np.int64)
     return Plan(
         src,
         func,
@@ -204,4 +244,10 @@ def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
         g.hosted,
         g.ew_calls,
         g.alloc_slots,
+        np.array(g.P or [0], dtype=np.int64),
+        D,
+        np.array(g.FC or [0.0], dtype=np.float32),
+        [sp for sp, _ in specs],
+        python,
+        [(g.kernels[k][0], a) for k, a in sorted(g.calls)],
     )

@@ -1,5 +1,6 @@
-"""Per-kind instruction lowering for the Numba backend: each ``@lowers(kind)`` function writes
-the loop nest of one instruction through an :class:`~simulator.numba_access.Emitter`, or raises
+"""Per-kind instruction lowering for the Numba backend: each ``@lowers(kind)`` function emits
+the library kernel call(s) of one instruction (``numba_kernels.Spec``: the kernel, its
+parameters) through an :class:`~simulator.numba_access.Emitter`, or raises
 :class:`~simulator.numba_access.Unsupported` (the instruction is then hosted: compiled code
 calls the interpreter's executor for it). Lowerings are found through the executor registry's
 keys (``executors.lowering_of``).
@@ -12,6 +13,8 @@ NumPy back (numba's libm differs from NumPy's SIMD functions by 1-3 ulp)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from nki import dtypes
@@ -19,7 +22,8 @@ from nki.ir import Access, Const, Instr
 from nki.optable import NATIVE, NATIVE_INT_OK, OPS
 
 from .executors import lowers
-from .numba_access import Emitter, Unsupported, broadcastable, f32_literal
+from .numba_access import Emitter, Unsupported, broadcastable
+from .numba_kernels import Spec
 
 # Op-table rows are computed natively in fp32 from the table's ``native`` column (NATIVE: exact
 # IEEE arithmetic, one rounding, so the result equals NumPy's); NATIVE_INT_OK are the rows the
@@ -29,37 +33,46 @@ ACCUMULATE = ("add", "subtract", "multiply", "maximum", "minimum")
 REDUCE = ("sum", "max", "min")
 
 
-def elementwise(g: Emitter, ins: Instr, value_of, operands: list[Access]) -> None:
-    """``value_of(ivars) -> fp32 expression``; ``operands`` are the Access operands."""
+def elementwise(g: Emitter, ins: Instr, expr: str, srcs: tuple) -> None:
+    """One ew-kernel call: ``expr`` is the fp32 value over ``{v0}, {v1}...`` (the values of
+    ``srcs``: tile accesses or scalars)."""
     dst = ins.dst
     assert dst is not None
     S = dst.shape
-    for a in operands:
+    accs = [a for a in srcs if isinstance(a, Access)]
+    for a in accs:
         if not broadcastable(a.shape, S):
             raise Unsupported("operand shape does not broadcast to the destination")
     masked = ins.mask is not None
+    checks = []
     if masked:  # operands not of the mask's shape are read whole
-        g.tile_checks([a for a in operands if a.shape != S])
-        g.precheck(ins, S, [a for a in operands if a.shape == S] + [dst])
+        g.tile_checks([a for a in accs if a.shape != S])
+        checks = g.bound_checks([a for a in accs if a.shape == S] + [dst], len(S))
     two_phase = ins.accumulate is not None or g.overlaps(ins)
-    tmp = g.scratch(S) if two_phase else ""
-    iv = g.loops(S)
-    if masked:
-        g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-    v = value_of(iv)
-    if ins.accumulate is not None:
-        v = NATIVE[ins.accumulate].format(a=g.read(dst, iv), b=f"({v})")
-    if two_phase:
-        g.emit(f"{tmp}[{', '.join(iv)}] = {v}")
-    else:
-        g.store(dst, iv, v)
-    g.close(len(S))
-    if two_phase:
-        iv = g.loops(S)
-        if masked:
-            g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-        g.store(dst, iv, f"{tmp}[{', '.join(iv)}]")
-        g.close(len(S))
+    kinds = tuple(g.kind(a.tensor) if isinstance(a, Access) else "c" for a in srcs)
+    spec = Spec(
+        "ew",
+        expr=expr,
+        dst=g.kind(dst.tensor),
+        operands=kinds,
+        acc=NATIVE[ins.accumulate] if ins.accumulate is not None else "",
+        mask=1 if masked else 0,
+        two_phase=two_phase,
+        checks=bool(checks),
+    )
+    rank = len(S)
+    tmp = g.scratch(S) if two_phase else "Z"
+    blocks = [g.flat(dst, rank)] + [g.flat(a, rank) for a in accs]
+    spec = dataclasses.replace(spec, unit=g.unit(S, blocks))
+    args = [g.arg(dst.tensor)] + [g.arg(a.tensor) for a in accs] + [tmp]
+    consts = [const_value(c) for c in srcs if not isinstance(c, Access)]
+    g.call(spec, S, rank, args, blocks, ins.mask, checks, consts=consts)
+
+
+def const_value(c: object) -> float:
+    if isinstance(c, Const) and isinstance(c.value, (bool, int, float, np.generic)):
+        return float(np.float32(c.value))  # the interpreter makes every scalar an np.float32
+    raise Unsupported(f"operand {c!s}")
 
 
 def raw_copy(g: Emitter, ins: Instr, src: Access) -> bool:
@@ -72,22 +85,14 @@ def raw_copy(g: Emitter, ins: Instr, src: Access) -> bool:
     if not broadcastable(src.shape, S):
         raise Unsupported("source shape does not broadcast to the destination")
     masked = ins.mask is not None
-    if masked:
-        g.precheck(ins, S, [src, dst])
+    checks = g.bound_checks([src, dst], len(S)) if masked else []
     two_phase = g.overlaps(ins)
-    tmp = g.scratch(S, g.args[dst.tensor].dtype) if two_phase else ""
-    iv = g.loops(S)
-    if masked:
-        g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-    target = f"{tmp}[{', '.join(iv)}]" if two_phase else g.access(dst, iv)
-    g.emit(f"{target} = {g.access(src, iv)}")
-    g.close(len(S))
-    if two_phase:
-        iv = g.loops(S)
-        if masked:
-            g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-        g.emit(f"{g.access(dst, iv)} = {tmp}[{', '.join(iv)}]")
-        g.close(len(S))
+    tmp = g.scratch(S, g.args[dst.tensor].dtype) if two_phase else g.arg(dst.tensor)
+    blocks = [g.flat(dst, len(S)), g.flat(src, len(S))]
+    spec = Spec("copy", mask=int(masked), two_phase=two_phase, checks=bool(checks),
+                unit=g.unit(S, blocks))  # fmt: skip
+    args = [g.arg(dst.tensor), g.arg(src.tensor), tmp]
+    g.call(spec, S, len(S), args, blocks, ins.mask, checks)
     return True
 
 
@@ -100,7 +105,7 @@ def lower_move(g: Emitter, ins: Instr) -> None:
     if ins.mask is not None and src.shape != ins.dst.shape:  # type: ignore[union-attr]
         raise Unsupported("masked move between tiles of different shapes")
     if not raw_copy(g, ins, src):
-        elementwise(g, ins, lambda iv: g.read(src, iv), [src])
+        elementwise(g, ins, "{v0}", (src,))
 
 
 @lowers("memset")
@@ -110,16 +115,7 @@ def lower_memset(g: Emitter, ins: Instr) -> None:
         raise Unsupported("memset form")
     if not isinstance(c.value, (bool, int, float, np.generic)):
         raise Unsupported("memset of a non-scalar")
-    lit = f32_literal(c.value)
-    elementwise(g, ins, lambda iv: lit, [])
-
-
-def operand(g: Emitter, s: object, iv: list[str]) -> str:
-    if isinstance(s, Access):
-        return g.read(s, iv)
-    if isinstance(s, Const) and isinstance(s.value, (bool, int, float, np.generic)):
-        return f32_literal(s.value)
-    raise Unsupported(f"operand {s!s}")
+    elementwise(g, ins, "{v0}", (c,))
 
 
 def is_int_operand(g: Emitter, s: object) -> bool:
@@ -155,15 +151,10 @@ def lower_ew(g: Emitter, ins: Instr) -> None:
             raise Unsupported(f"operand {s!s}")
     if op.exact_int:
         check_exact(g, ins, ins.op in NATIVE_INT_OK)
-    accs = [s for s in ins.srcs if isinstance(s, Access)]
     if ins.op in NATIVE:
-        tpl = NATIVE[ins.op]
-
-        def value(iv: list[str]) -> str:
-            vals = [operand(g, s, iv) for s in ins.srcs]
-            return tpl.format(a=f"({vals[0]})", b=f"({vals[-1]})")
-
-        elementwise(g, ins, value, accs)
+        last = len(ins.srcs) - 1
+        expr = NATIVE[ins.op].format(a="{v0}", b=f"{{v{last}}}")
+        elementwise(g, ins, expr, tuple(ins.srcs))
     else:
         numpy_ew(g, ins)
 
@@ -173,44 +164,48 @@ def numpy_ew(g: Emitter, ins: Instr) -> None:
     dst = ins.dst
     assert dst is not None
     S = dst.shape
+    rank = len(S)
     masked = ins.mask is not None
     accs = [s for s in ins.srcs if isinstance(s, Access)]
     for s in accs:
         if not broadcastable(s.shape, S):
             raise Unsupported("operand shape does not broadcast to the destination")
-    if masked:
+    if masked:  # everything is checked before anything is gathered
         g.tile_checks([a for a in accs if a.shape != S])
-        g.precheck(ins, S, [a for a in accs if a.shape == S] + [dst])
+        checks = g.bound_checks([a for a in accs if a.shape == S] + [dst], rank)
+        if checks:
+            g.call(Spec("check", checks=True), S, rank, [], [], ins.mask, checks)
     args: list[object] = []  # scratch names (gathered tiles) or fp32 constants
     for s in ins.srcs:
         if isinstance(s, Const):
-            args.append(float(np.float32(s.value)))
+            args.append(const_value(s))
             continue
-        assert isinstance(s, Access)
+        if not isinstance(s, Access):
+            raise Unsupported(f"operand {s!s}")
         gathered = g.scratch(s.shape)
         args.append(gathered)
-        iv = g.loops(s.shape)
-        if masked and s.shape == S:  # masked-out lanes are not read (their value is unused)
-            g.emit(f"if not ({g.mask_cond(ins.mask, iv)}):")
-            g.emit(f"    {gathered}[{', '.join(iv)}] = np.float32(0.0)")
-            g.emit("    continue")
-        g.emit(f"{gathered}[{', '.join(iv)}] = {g.read(s, iv)}")
-        g.close(len(s.shape))
+        # masked-out lanes are not read (their value is unused)
+        mask = ins.mask if masked and s.shape == S else None
+        spec = Spec("ew", expr="{v0}", dst="f", operands=(g.kind(s.tensor),), mask=2 * bool(mask))
+        blocks = [g.dense(s.shape), g.flat(s, rank)]
+        spec = dataclasses.replace(spec, unit=g.unit(s.shape, blocks))
+        g.call(spec, s.shape, rank, [gathered, g.arg(s.tensor), "Z"], blocks, mask, consts=[])
     r = g.scratch(S)
     g.ew_calls[g.cur] = (ins.op, tuple(S), tuple(args), r)
     g.callback(1)
-    iv = g.loops(S)
-    if masked:
-        g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-    if ins.accumulate is not None:  # old values are all read before any is written
-        v = NATIVE[ins.accumulate].format(a=g.read(dst, iv), b=f"{r}[{', '.join(iv)}]")
-        g.emit(f"{r}[{', '.join(iv)}] = {v}")
-        g.close(len(S))
-        iv = g.loops(S)
-        if masked:
-            g.emit(f"if not ({g.mask_cond(ins.mask, iv)}): continue")
-    g.store(dst, iv, f"{r}[{', '.join(iv)}]")
-    g.close(len(S))
+    spec = Spec(
+        "ew",
+        expr="{v0}",
+        dst=g.kind(dst.tensor),
+        operands=("f",),
+        acc=NATIVE[ins.accumulate] if ins.accumulate is not None else "",
+        mask=1 if masked else 0,
+        two_phase=ins.accumulate is not None,  # old values are all read before any is written
+    )
+    tmp = g.scratch(S) if spec.two_phase else "Z"
+    blocks = [g.flat(dst, rank), g.dense(S)]
+    spec = dataclasses.replace(spec, unit=g.unit(S, blocks))
+    g.call(spec, S, rank, [g.arg(dst.tensor), r, tmp], blocks, ins.mask, consts=[])
 
 
 @lowers("select")
@@ -219,13 +214,10 @@ def lower_select(g: Emitter, ins: Instr) -> None:
         raise Unsupported("select form")
     if all(is_int_operand(g, s) for s in ins.srcs[1:]):
         raise Unsupported("exact integer select")
-    accs = [s for s in ins.srcs if isinstance(s, Access)]
-
-    def value(iv: list[str]) -> str:
-        c, a, b = (operand(g, s, iv) for s in ins.srcs)
-        return f"(({a}) if ({c}) != 0 else ({b}))"
-
-    elementwise(g, ins, value, accs)
+    for s in ins.srcs:
+        if not isinstance(s, (Access, Const)):
+            raise Unsupported(f"operand {s!s}")
+    elementwise(g, ins, "(({v1}) if ({v0}) != 0 else ({v2}))", tuple(ins.srcs))
 
 
 @lowers("reduce")
@@ -248,78 +240,17 @@ def lower_reduce(g: Emitter, ins: Instr) -> None:
     outer, inner = src.shape[:k], src.shape[k:]
     if int(np.prod(outer)) != int(np.prod(dst.shape)):
         raise Unsupported("reduction result shape")
+    if len(dst.shape) > rank:
+        raise Unsupported("reduction result of higher rank than its source")
     masked = ins.mask is not None
-    ident = {
-        "sum": "np.float32(0.0)",
-        "max": "np.float32(-np.inf)",
-        "min": "np.float32(np.inf)",
-    }
-    if masked:
-        g.tile_checks([src])  # read whole; the destination where any input is selected
-        reduce_loops(g, ins, outer, inner, dst, None, check=True)
-    row = g.scratch((max(1, int(np.prod(inner))),)) if ins.op == "sum" else ""
-    acc, n, x = g.new("acc"), g.new("n"), g.new("x")
-
-    def per_element(iv: list[str]) -> None:
-        if masked:
-            g.emit(f"if {g.mask_cond(ins.mask, iv)}:")
-            g.emit(f"    {x} = {g.read(src, iv)}")
-            g.emit("else:")
-            g.emit(f"    {x} = {ident[ins.op]}")
-        else:
-            g.emit(f"{x} = {g.read(src, iv)}")
-        if ins.op == "sum":
-            g.emit(f"{row}[{n}] = {x}")
-            g.emit(f"{n} += 1")
-        else:
-            g.emit(f"{acc} = {'fmax' if ins.op == 'max' else 'fmin'}({acc}, {x})")
-
-    def start() -> None:
-        g.emit(f"{acc} = {ident[ins.op]}")
-        g.emit(f"{n} = 0")
-
-    def finish(dv: list[str]) -> None:
-        if ins.op == "sum":
-            g.emit(f"{acc} = pairwise_sum({row}, 0, {n})")
-        g.store(dst, dv, acc)
-
-    reduce_loops(g, ins, outer, inner, dst, (start, per_element, finish), check=False)
-
-
-def reduce_loops(g: Emitter, ins, outer, inner, dst, parts, check: bool) -> None:
-    """Loop over the outer points; per point over the reduced axes; then the destination
-    element (the C-order position of the outer point in the destination tile)."""
-    fo, hit = g.new("fo"), g.new("any")
-    g.emit(f"{fo} = 0")
-    ov = g.loops(outer, "o")
-    g.emit(f"{hit} = False")
-    if parts:
-        parts[0]()
-    iv = ov + g.loops(inner, "r")
-    if ins.mask is not None:
-        g.emit(f"if {g.mask_cond(ins.mask, iv)}:")
-        g.emit(f"    {hit} = True")
-    if parts:
-        parts[1](iv)
-    g.close(len(inner))
-    dv = [g.new("d") for _ in dst.shape]
-    q = g.new("q")
-    g.emit(f"{q} = {fo}")
-    for v, m in zip(reversed(dv), reversed(dst.shape)):
-        g.emit(f"{v} = {q} % {m}")
-        g.emit(f"{q} //= {m}")
-    g.emit(f"{fo} += 1")
-    if ins.mask is not None:
-        g.emit(f"if {hit}:")
-        g.depth += 1
-    if check:
-        conds = g.elem_checks([dst], dv)
-        if conds:
-            g.fail(" or ".join(conds))
-        else:
-            g.emit("pass")
-    else:
-        parts[2](dv)
-    if ins.mask is not None:
-        g.depth -= 1
-    g.close(len(outer))
+    checks = []
+    if masked:  # the source is read whole; the destination where any input is selected
+        g.tile_checks([src])
+        checks = g.bound_checks([dst], len(dst.shape))
+    row = g.scratch((max(1, int(np.prod(inner))),)) if ins.op == "sum" else "Z"
+    spec = Spec("reduce", expr=ins.op, dst=g.kind(dst.tensor), operands=(g.kind(src.tensor),),
+                mask=int(masked), checks=bool(checks))  # fmt: skip
+    eshape = [1] * (4 - len(dst.shape)) + [int(n) for n in dst.shape]
+    blocks = [g.flat(dst, len(dst.shape)), g.flat(src, rank)]
+    args = [g.arg(dst.tensor), g.arg(src.tensor), row]
+    g.call(spec, src.shape, rank, args, blocks, ins.mask, checks, extra=[len(axes), *eshape])
