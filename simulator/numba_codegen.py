@@ -224,7 +224,7 @@ def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
         *[f"from {module_name('nki_k_' + sp.key)} import kern as {name}" for sp, name in specs],
         "",
         "",
-        "" if python else '@njit(cache=True, error_model="numpy", _nrt=False)',
+        "" if python else '@njit(cache=True, error_model="numpy")',
         f"def {func}({sig}):",
         "    tick = 0",
         "    for k in range(order.shape[0]):",
