@@ -16,6 +16,8 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
+from .bool_masks import join_pending, left_of_boolean
+from .loop_exits import check_loop_statement
 
 
 class TraceState:
@@ -134,6 +136,40 @@ def unroll_for_division(op: str, a: object, b: object) -> NKIError | None:
     )
 
 
+def _control_flow_message(st: TraceState, syms: set, static: bool) -> str:
+    """Why Python control flow cannot decide a condition on traced values, naming what it
+    depends on, and how to write it instead."""
+    what, fixes = [], []
+    loops = sorted((s for s in syms if isinstance(s, LoopSym)), key=lambda s: s.id)
+    for s in loops:
+        site = st.loop_sites.get(s)
+        line = f", line {site[1]}" if site else ""
+        name = f"'{s.name}'" if s.name not in ("affine", "sequential") else "the iterator"
+        what.append(f"loop iterator {name} (a symbolic loop{line})")
+    pids = sorted(s.axis for s in syms if not isinstance(s, LoopSym))
+    what += [f"nl.program_id({a})" for a in pids]
+    if not static:
+        what.append("tile indices (nl.arange / nl.mgrid)")
+    if loops:
+        fixes.append(
+            "iterate with nl.static_range so the iterator is a Python int (the loop is "
+            "unrolled), or turn on classic mode (nki.classic.set_classic_mode(True) or "
+            "NKI_CLASSIC=1), where an `if` "
+            "on loop iterators unrolls the loop as the classic compiler did"
+        )
+    if loops or pids or not static:
+        fixes.append("guard the instructions with a mask instead (mask=(i * 128 + ip < n))")
+    if pids:
+        fixes.append("or index with nl.program_id so every instance runs the same code")
+    deps = " and ".join(what) or "a traced value"
+    return (
+        f"Python control flow (if / while / not / a conditional expression) on a condition "
+        f"that depends on {deps}: its value differs between iterations / instances, and the "
+        f"body is traced once for all of them, so Python cannot decide it while tracing. "
+        f"To write it: {'; '.join(fixes)}"
+    )
+
+
 def decide_condition(pred: Any) -> bool:
     """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
 
@@ -142,14 +178,12 @@ def decide_condition(pred: Any) -> bool:
     raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
     program ids, strict mode) is the usual control-flow error."""
     st = state("control flow")
+    if left_of_boolean(pred):
+        return True  # `mask=(a and b)`: joined to b when b is made
     syms = {s for c in pred.conds for s in c.expr.base.symbols()}
     static = all(not any(c.expr.coeffs) for c in pred.conds)
     loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
-    msg = (
-        "Python control flow (if / while / and / or / not) cannot depend on a mask predicate; "
-        "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
-        "nl.affine_range / nl.sequential_range for loops"
-    )
+    msg = _control_flow_message(st, syms, static)
     if st.generation == "current" and syms and not loops_only:
         msg = (
             "Python control flow on nl.program_id of an LNC=2 launch is not simulated yet "
@@ -256,11 +290,12 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
+    var = check_loop_statement(kind, loc)
     site = (loc.file, loc.line, loc.col)
     if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
         yield from range(start, stop, step)  # type: ignore[misc]
         return
-    sym = LoopSym(st._next_id, kind)
+    sym = LoopSym(st._next_id, var or kind)
     st._next_id += 1
     r = range(start, stop, step)
     st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
@@ -283,6 +318,7 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
+TRACE_HOOKS["join_and"] = join_pending
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:
