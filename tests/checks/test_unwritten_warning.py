@@ -1,0 +1,170 @@
+"""Output elements no instruction writes are known before the kernel runs (stores are affine):
+the default check level warns (``UnwrittenOutputWarning``, an ``NKIWarning``) with the output's
+name, the unwritten region and the lines that wrote the rest; kernels whose stores cover their
+outputs never warn."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.errors import NKIError, NKIWarning
+from simulator.coverage import UnwrittenOutputWarning
+
+from helpers import line_of
+
+
+def _warned(fn, *args, grid=None, **opts):
+    k = nki.jit(fn, **opts)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        result = (k[grid] if grid is not None else k)(*args)
+    return result, [w for w in got if issubclass(w.category, NKIWarning)]
+
+
+def _silent(fn, *args, grid=None, **opts):
+    k = nki.jit(fn, **opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NKIWarning)
+        return (k[grid] if grid is not None else k)(*args)
+
+
+def _masked_last_row(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)  # OUT
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(64)[None, :]
+    nl.store(out[ip, jf], value=nl.load(x), mask=(ip < 127))  # STORE
+    return out
+
+
+def test_a_mask_that_leaves_a_row_unwritten_warns_with_region_and_lines():
+    got, ws = _warned(_masked_last_row, np.ones((128, 64), np.float32))
+    assert np.isnan(got[127]).all() and not np.isnan(got[:127]).any()
+    assert len(ws) == 1 and ws[0].category is UnwrittenOutputWarning
+    msg = str(ws[0].message)
+    assert "output 'out' [128, 64] has 64 element(s)" in msg
+    assert "[127:128, 0:64]" in msg
+    assert f"line {line_of(_masked_last_row, '# STORE')} writes the rest" in msg
+    assert ws[0].lineno == line_of(_masked_last_row, "# OUT")
+
+
+def test_full_checks_report_it_as_an_error_without_the_warning():
+    k = nki.jit(_masked_last_row, checks="full")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NKIWarning)
+        with pytest.raises(NKIError) as e:
+            k(np.ones((128, 64), np.float32))
+    assert e.value.code == "err_unwritten_output"
+
+
+def _zero_trip(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 256):
+        nl.store(out[i * 128 : (i + 1) * 128, :], value=nl.load(x[i * 128 : (i + 1) * 128, :]))
+    return out
+
+
+def test_a_zero_trip_loop_warns_that_nothing_writes_the_output():
+    _, ws = _warned(_zero_trip, np.ones((128, 8), np.float32))
+    assert len(ws) == 1 and "no instruction writes any of it" in str(ws[0].message)
+
+
+def _ragged_tiles(x):
+    n = x.shape[0]
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(x.shape[1])[None, :]
+    for i in nl.affine_range((n + 127) // 128):
+        t = nl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < n))
+        nl.store(out[i * 128 + ip, jf], value=t, mask=(i * 128 + ip < n))
+    return out
+
+
+def _ragged_tiles_short(x):
+    n = x.shape[0]
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(x.shape[1])[None, :]
+    for i in nl.affine_range((n + 127) // 128):
+        t = nl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < n - 1))
+        nl.store(out[i * 128 + ip, jf], value=t, mask=(i * 128 + ip < n - 1))
+    return out
+
+
+def test_ragged_masked_tiles_that_cover_the_output_do_not_warn():
+    x = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
+    np.testing.assert_array_equal(_silent(_ragged_tiles, x), x)
+
+
+def test_ragged_tiles_masked_one_short_warn_about_the_last_row():
+    x = np.ones((300, 4), np.float32)
+    _, ws = _warned(_ragged_tiles_short, x)
+    assert len(ws) == 1 and "4 element(s)" in str(ws[0].message)
+    assert "[299:300, 0:4]" in str(ws[0].message)
+
+
+def _interleaved(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(4)[None, :]
+    for i in nl.affine_range(2):
+        nl.store(out[ip, 2 * jf + i], nl.load(a[ip, 2 * jf + i]))
+    return out
+
+
+def _every_other_column(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(4)[None, :]
+    nl.store(out[ip, 2 * jf], nl.load(a[ip, 2 * jf]))
+    return out
+
+
+def test_strided_stores_are_tracked_element_by_element():
+    a = np.arange(1024, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(_silent(_interleaved, a), a)
+    _, ws = _warned(_every_other_column, a)
+    assert len(ws) == 1 and "512 element(s)" in str(ws[0].message)
+
+
+def _per_instance(x):
+    out = nl.ndarray((384, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    p = nl.program_id(0)
+    nl.store(out[p * 128 : (p + 1) * 128, :], value=nl.load(x[p * 128 : (p + 1) * 128, :]))
+    return out
+
+
+def test_grid_instances_cover_the_output_only_with_enough_instances():
+    x = np.arange(384 * 8, dtype=np.float32).reshape(384, 8)
+    np.testing.assert_array_equal(_silent(_per_instance, x, grid=3), x)
+    _, ws = _warned(_per_instance, x, grid=2)
+    assert len(ws) == 1 and "[256:384, 0:8]" in str(ws[0].message)
+
+
+def _returned_psum(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    return acc
+
+
+def test_a_returned_psum_tile_never_written_warns():
+    got, ws = _warned(_returned_psum, np.ones((128, 8), np.float32))
+    assert np.isnan(got).all()
+    assert len(ws) == 1
+    msg = str(ws[0].message)
+    assert "PSUM tile 'acc' [128, 8]" in msg and "no instruction writes any of it" in msg
+    assert "stored into an output at line" in msg
+
+
+def _returned_psum_written(x):
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+    acc[...] = nl.load(x)
+    return acc
+
+
+def test_a_returned_psum_tile_that_is_written_does_not_warn():
+    x = np.full((128, 8), 2.0, np.float32)
+    np.testing.assert_array_equal(_silent(_returned_psum_written, x), x)
