@@ -102,3 +102,8 @@ def join_pending(pred: Any) -> Any:
             keep.append((f, end, left))  # another frame's `and` still being evaluated
     items[:] = keep
     return out
+
+
+def clear_pending() -> None:
+    """Forget pending ``and`` operands (a trace ended: their frames are done)."""
+    _items().clear()

@@ -1,10 +1,12 @@
-"""``break`` / ``return`` in the body of a symbolic loop (``nl.affine_range`` /
-``nl.sequential_range``).
+"""The ``for`` statement of a symbolic loop (``nl.affine_range`` / ``nl.sequential_range``) read
+from the kernel's source: the loop variable's name (for messages) and the ``break`` /
+``return`` that left the body.
 
 The body of a symbolic loop is traced once and stands for every iteration, so an early exit
 taken while tracing would silently apply to all of them (the trace would record one body and
-the loop would still run every iteration). The compiler cannot express it either. The check
-reads the ``for`` statement from the kernel's source: cheap, done once per loop call site."""
+the loop would still run every iteration). The compiler cannot express it either: the tracer
+notices the exit (the loop's generator is closed before it finished) and reports it at the
+statement the source shows."""
 
 from __future__ import annotations
 
@@ -51,27 +53,38 @@ def _exits(nodes: list[ast.AST], in_inner_loop: bool = False) -> ast.stmt | None
     return None
 
 
-def check_loop_statement(kind: str, loc: SrcLoc) -> str:
-    """Read the ``for`` statement over the symbolic loop created at ``loc``: raise a located
-    error when its body has a ``break`` or a ``return`` (outside nested loops and functions);
-    return the loop variable's name ('' when the source or a plain name is not available)."""
+def _for_node(loc: SrcLoc) -> ast.For | None:
     lines = linecache.getlines(loc.file)
     if not lines:
-        return ""
+        return None
     tree = _tree(loc.file, hash(tuple(lines)))
-    node = _for_at(tree, loc.line) if tree is not None else None
+    return _for_at(tree, loc.line) if tree is not None else None
+
+
+def loop_variable(loc: SrcLoc) -> str:
+    """The name of the ``for`` variable of the symbolic loop created at ``loc`` ('' when the
+    source or a plain name is not available)."""
+    node = _for_node(loc)
+    return node.target.id if node is not None and isinstance(node.target, ast.Name) else ""
+
+
+def early_exit_error(kind: str, loc: SrcLoc) -> NKIControlFlowError | None:
+    """The error for a symbolic loop (created at ``loc``) whose body was left by ``break`` or
+    ``return`` while tracing, located at that statement when the source shows it. None when
+    the loop is not iterated by a ``for`` statement (``next(iter(nl.affine_range(n)))``: the
+    iterator escapes its loop, which the bounds check reports)."""
+    node = _for_node(loc)
     if node is None:
-        return ""
+        return None
     hit = _exits(node.body)
-    if hit is None:
-        return node.target.id if isinstance(node.target, ast.Name) else ""
-    what = "return" if isinstance(hit, ast.Return) else "break"
-    raise NKIControlFlowError(
+    what = "return" if isinstance(hit, ast.Return) else "break" if hit is not None else "exit"
+    where = loc if hit is None else SrcLoc(loc.file, hit.lineno, hit.col_offset, loc.func)
+    return NKIControlFlowError(
         f"'{what}' inside nl.{kind}_range: the loop body is traced once and stands for every "
         f"iteration, so the compiler (and nki-sim) cannot leave the loop early; every "
         f"iteration would still run. Shorten the range, skip the work of some iterations with "
         f"a mask (mask=i * 128 + ip < n), or use nl.static_range, which unrolls the loop at "
         f"trace time so '{what}' is plain Python (nl.sequential_range is traced once too)",
         code="err_dynamic_control_flow_not_supported",
-        loc=SrcLoc(loc.file, hit.lineno, hit.col_offset, loc.func),
+        loc=where,
     )

@@ -16,8 +16,8 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
-from .bool_masks import join_pending, left_of_boolean
-from .loop_exits import check_loop_statement
+from .bool_masks import clear_pending, join_pending, left_of_boolean
+from .loop_exits import early_exit_error, loop_variable
 
 
 class TraceState:
@@ -45,6 +45,14 @@ class TraceState:
         # construct that decided it (what, where): see ``note_generation``
         self.generation: str | None = None
         self.generation_why: tuple[str, SrcLoc | None] | None = None
+        # a symbolic loop left early (break / return), reported at the next instruction
+        self.early_exit: NKIError | None = None
+
+    def check_early_exit(self) -> None:
+        """Raise the error of a symbolic loop left by ``break`` / ``return`` (see
+        ``symbolic_loop``): at the next instruction or when the kernel returns."""
+        if self.early_exit is not None:
+            raise self.early_exit
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -274,8 +282,10 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
     _THREAD.stack.append(st)
     try:
         yield st
+        st.check_early_exit()
     finally:
         _THREAD.stack.pop()
+        clear_pending()
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,12 +300,11 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
     loc = user_loc(2)
     if len(range(start, stop, step)) == 0:
         return
-    var = check_loop_statement(kind, loc)
     site = (loc.file, loc.line, loc.col)
     if site in st.unroll_sites:  # classic `if` on this loop's iterator: trace per iteration
         yield from range(start, stop, step)  # type: ignore[misc]
         return
-    sym = LoopSym(st._next_id, var or kind)
+    sym = LoopSym(st._next_id, loop_variable(loc) or kind)
     st._next_id += 1
     r = range(start, stop, step)
     st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
@@ -307,6 +316,9 @@ def symbolic_loop(kind: str, start: int, stop: int, step: int) -> Iterator[Scala
     try:
         yield Scalar(Affine.of(sym))
         done = True
+    except GeneratorExit:  # `break` / `return` left the body: reported by the next emit
+        st.early_exit = st.early_exit or early_exit_error(kind, loc)
+        raise
     finally:
         body = st.bodies.pop()
         st.loops.pop()

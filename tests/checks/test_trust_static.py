@@ -107,6 +107,24 @@ def test_break_inside_a_symbolic_sequential_range_is_a_located_error_too():
     expect(_break_in_sequential, X, code="err_dynamic_control_flow_not_supported")
 
 
+def _break_never_taken(x, stop_early=False):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        nl.store(out[i * 64 : (i + 1) * 64, :], value=nl.load(x[i * 64 : (i + 1) * 64, :]))
+        if stop_early:
+            break
+    return out
+
+
+def test_a_break_the_trace_never_takes_is_not_reported():
+    x = np.arange(1024, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(nki.jit(_break_never_taken)(x), x)
+    with pytest.raises(NKIError) as e:
+        nki.jit(_break_never_taken)(x, stop_early=True)
+    assert e.value.code == "err_dynamic_control_flow_not_supported"
+    assert e.value.loc.line == line_of(_break_never_taken, "            break")
+
+
 def _break_in_static(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(out, value=nl.zeros(x.shape, dtype=x.dtype))
