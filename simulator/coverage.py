@@ -313,10 +313,12 @@ def warn_unwritten_outputs(ir: KernelIR) -> None:
         what = f"output {ir.label(u.tensor)} {list(u.shape)}"
         if u.stored_at is not None:
             mem = ir.tensor(u.tensor).buffer.upper()
-            what = (
-                f"{mem} tile {ir.label(u.tensor)} {list(u.shape)}, stored into an output at "
-                f"line {u.stored_at.line},"
+            how = (
+                f"stored into an output at line {u.stored_at.line}"
+                if u.stored_at.func == ir.name
+                else "returned by the kernel"  # the copy a `return tile` makes
             )
+            what = f"{mem} tile {ir.label(u.tensor)} {list(u.shape)}, {how},"
         msg = (
             f"{what} has {u.count} element(s) no instruction writes (within [{u.region}]; "
             f"they will hold NaN/garbage): {by}. Check the masks and loop bounds of the writes "
