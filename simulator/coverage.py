@@ -25,7 +25,7 @@ from nki.errors import NKIWarning, SrcLoc
 from nki.ir import Access, Affine, IndexExpr, KernelIR, Loop, Mask, PidSym, RuntimeLoop, Sym
 
 _MAX_ELEMENTS = 1 << 24  # larger tensors are not analysed
-_MAX_POINTS = 1 << 22  # index points enumerated per tensor (general path)
+_MAX_POINTS = 1 << 21  # index points enumerated per tensor (general path)
 _MAX_COMBOS = 1 << 16  # loop / grid value combinations per access (box path)
 
 
@@ -157,7 +157,11 @@ def _mark_boxes(out: np.ndarray, acc: Access, mask: Mask | None, syms, vals) -> 
             start, stop, step = min(first, last), max(first, last), abs(c)
             if start < 0:
                 start += (-start + step - 1) // step * step  # first element >= 0
-            idx.append(slice(int(start), int(min(stop, size - 1)) + 1, step))
+            stop = min(stop, size - 1)
+            if start > stop:  # entirely outside the tensor (a masked access past the edge)
+                idx = None
+                break
+            idx.append(slice(int(start), int(stop) + 1, step))
         if idx is not None:
             out[tuple(idx)] = True
     return True
@@ -169,16 +173,20 @@ def _mark_points(out: np.ndarray, acc: Access, mask: Mask | None, syms, vals) ->
     npts = len(vals) * math.prod(shape)
     if npts > _MAX_POINTS:
         raise _GiveUp
-    grids = np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
+    grids = (
+        np.indices(shape, dtype=np.int64).reshape(len(shape), -1)
+        if shape
+        else np.zeros((0, 1), np.int64)
+    )
 
     def value(e: IndexExpr) -> np.ndarray:
         if not _fits(e, shape):
             raise _GiveUp
         coeffs = [c if n > 1 else 0 for c, n in zip(e.coeffs, e.shape)]
-        tile = np.asarray(coeffs, dtype=np.int64) @ grids if shape else np.zeros(1, np.int64)
+        tile = np.asarray(coeffs, dtype=np.int64).reshape(-1) @ grids
         return _at(e.base, syms, vals)[:, None] + tile[None, :]
 
-    ok = np.ones((len(vals), grids.shape[1] if shape else 1), dtype=bool)
+    ok = np.ones((len(vals), grids.shape[1]), dtype=bool)
     for cond in mask.conds if mask is not None else ():
         v = value(cond.expr)
         ops = {"<": v < 0, "<=": v <= 0, ">": v > 0, ">=": v >= 0, "==": v == 0, "!=": v != 0}
