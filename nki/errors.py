@@ -83,6 +83,14 @@ def user_stacklevel() -> int:
     return level
 
 
+def user_frame(depth: int = 1) -> types.FrameType | None:
+    """The first stack frame outside nki-sim's own packages (None if there is none)."""
+    frame = sys._getframe(depth + 1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_loc(depth: int = 1) -> SrcLoc:
     """The first stack frame outside nki-sim's own packages (the kernel author's statement)."""
     frame = sys._getframe(depth)
@@ -209,6 +217,13 @@ class NKIRuntimeError(NKIError):
 
 class NKIUnsupportedError(NKIError):
     """A feature of the real NKI this simulator does not provide (yet)."""
+
+
+class NKIWarning(UserWarning):
+    """Base class of the warnings nki-sim gives about a kernel (something that runs but is
+    probably wrong, such as output elements no instruction writes). Turn them into errors with
+    ``warnings.simplefilter("error", nki.errors.NKIWarning)`` (pytest:
+    ``-W error::nki.errors.NKIWarning``)."""
 
 
 class NKIAttributeError(NKITypeError, AttributeError):

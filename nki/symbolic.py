@@ -206,7 +206,9 @@ class _Affine(_Traced):
                 code="err_unsupported_expression_in_mask",
                 loc=user_loc(),
             )
-        return Pred((Cond(_lin(self._expr(), 1, o, -1), op),))
+        pred = Pred((Cond(_lin(self._expr(), 1, o, -1), op),))
+        join = TRACE_HOOKS.get("join_and")  # the right operand of `mask=(a and b)`
+        return join(pred) if join is not None else pred
 
     def __lt__(self, other):
         return self._cmp(other, "<")

@@ -22,15 +22,15 @@ def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], 
         lo, hi = e.bounds(ranges)
         if lo < 0 or hi >= n:
             raise NKIIndexError(
-                f"out-of-bound access for tensor '{acc.tensor}' on dimension {dim}: index range "
-                f"[{lo}, {hi}] exceeds the dimension size of {n} (in '{instr.api or instr.op}'; "
-                "use a mask to make a partial access legal)",
+                f"out-of-bound access for tensor {ir.label(acc.tensor)} on dimension {dim}: "
+                f"index range [{lo}, {hi}] exceeds the dimension size of {n} "
+                f"(in '{instr.api or instr.op}'; use a mask to make a partial access legal)",
                 code="err_tensor_access_out_of_bound",
                 loc=instr.loc,
             )
 
 
-def _check_in_scope(acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
+def _check_in_scope(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
     """An iterator used outside its loop (``list(nl.affine_range(n))``, ``next(iter(...))``)
     has no value where the instruction runs."""
     for e in acc.index:
@@ -38,9 +38,9 @@ def _check_in_scope(acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> N
             if s not in ranges:
                 raise NKIError(
                     f"'{instr.api or instr.op}' uses the iterator of a loop it is not inside "
-                    f"(index {e} of '{acc.tensor}'): a loop iterator exists only inside the "
-                    "`for` statement over nl.affine_range / sequential_range; iterate the range "
-                    "directly instead of list(...), next(iter(...)) or keeping the iterator",
+                    f"(index {e} of {ir.label(acc.tensor)}): a loop iterator exists only inside "
+                    "the `for` statement over nl.affine_range / sequential_range; iterate the "
+                    "range directly instead of list(...), next(iter(...)) or keeping the iterator",
                     code="err_local_variable_used_out_of_scope",
                     loc=instr.loc,
                 )
@@ -51,7 +51,7 @@ def check_bounds(ir: KernelIR) -> None:
         ranges = _ranges(ir, loops)
         for a in (instr.dst, *instr.srcs):
             if isinstance(a, Access):
-                _check_in_scope(a, ranges, instr)
+                _check_in_scope(ir, a, ranges, instr)
         if instr.mask is not None:
             continue  # masked accesses may reach past the edge; checked at run time
         for a in (instr.dst, *instr.srcs):

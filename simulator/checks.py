@@ -3,8 +3,8 @@
 The tracer already rejects per-instruction rule breaks while it records them (partition and
 free-size limits, partition mismatches, operands in the wrong memory, immutable parameters...).
 The analyses here need the whole kernel: static out-of-bounds over loop and grid ranges, SBUF /
-PSUM capacity from live allocations, loop-carried HBM writes in ``affine_range`` and races
-between SPMD instances."""
+PSUM capacity from live allocations, loop-carried HBM writes in ``affine_range``, races
+between SPMD instances and (a warning) output elements no instruction writes."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ from .capacity import check_capacity, check_hbm
 from .config import SimConfig
 from .core_races import check_core_races
 from .races import check_loop_carried, check_spmd_races
+from .unwritten import warn_unwritten_outputs
 
 # (id(ir), target) of kernels already checked; the IR is kept alive so ids are not reused
-_CHECKED: dict[tuple[int, str], KernelIR] = {}
+_CHECKED: dict[tuple[int, str, str], KernelIR] = {}
 
 
 def static_checks(ir: KernelIR, config: SimConfig) -> None:
     """Run every static analysis on ``ir``; raises the first NKIError found.
 
     Results are cached per traced IR and target (the IR itself is cached per signature)."""
-    key = (id(ir), config.target)
+    key = (id(ir), config.target, config.checks)
     if _CHECKED.get(key) is ir:
         return
     for one in ir.cores or (ir,):  # per-core traces (LNC=2) are checked core by core
@@ -36,6 +37,8 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
         check_core_races(ir)
     else:
         check_spmd_races(ir)
+    if config.checks == "static":  # under "full" the run reports unwritten elements exactly
+        warn_unwritten_outputs(ir)
     if len(_CHECKED) > 512:
         _CHECKED.clear()
     _CHECKED[key] = ir

@@ -27,7 +27,7 @@ import numpy as np
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 
-from .races import _DimForm, _form, _is_candidate, _reads, _rest
+from .races import _DimForm, _form, _is_candidate, _reads, _rest, _written
 
 BARRIER = ("lnc", "core_barrier")  # the IR (kind, op) of nisa.core_barrier
 # collectives whose every rank writes the same values: both cores may write one destination
@@ -171,9 +171,8 @@ def _events(ir: KernelIR) -> list[_Event]:
         ef = _epoch_form((epoch[0], tuple((per, n) for _, per, n in epoch[1])))
         exact = (epoch[0], tuple((key, per) for key, per, _ in epoch[1]))
         accs = []
-        if _is_candidate(ir, instr, True) and (instr.kind, instr.op) not in SAME_RESULT:
-            assert isinstance(instr.dst, Access)
-            accs.append((instr.dst, True))
+        if (instr.kind, instr.op) not in SAME_RESULT:
+            accs += [(a, True) for a in _written(instr) if _is_candidate(ir, instr, a, True)]
         accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]
         for acc, write in accs:
             forms = _form(acc, [], rest) + [ef]

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
+from nki.isa.spec import OUTPUT_ATTRS
 from nki.optable import OPS
 
 _MAX_POINTS = 2048  # varying-index vectors enumerated per analysis (N^2 pairs)
@@ -107,12 +109,21 @@ def _first_conflict(
     return tuple(int(v) for v in pts[i]), tuple(int(v) for v in pts[j])
 
 
+def _written(instr: Instr) -> list[Access]:
+    """Accesses an instruction writes: its destination and its secondary outputs
+    (``reduce_res``, ``dst_idx``), which ride in its attributes."""
+    out = [instr.dst] if isinstance(instr.dst, Access) else []
+    return out + [v for k, v in instr.attrs if k in OUTPUT_ATTRS and isinstance(v, Access)]
+
+
 def _writes(nodes, loops: tuple[Loop, ...]):
+    """(instruction, written access, enclosing loops) for every write in ``nodes``."""
     for n in nodes:
         if isinstance(n, Loop):
             yield from _writes(n.body, loops + (n,))
         elif isinstance(n, Instr):
-            yield n, loops
+            for acc in _written(n):
+                yield n, acc, loops
 
 
 def _allocs(nodes) -> list[str]:
@@ -127,13 +138,17 @@ def _allocs(nodes) -> list[str]:
 
 
 def _is_candidate(
-    ir: KernelIR, instr: Instr, shared_only: bool, private: frozenset[str] = frozenset()
+    ir: KernelIR,
+    instr: Instr,
+    dst: Access,
+    shared_only: bool,
+    private: frozenset[str] = frozenset(),
 ) -> bool:
     """A plain (non-accumulating, direct) write that may conflict. SPMD races concern shared
     HBM only; loop-carried dependencies concern every memory, except on-chip tiles allocated
-    inside the loop (``private``: each iteration has its own)."""
-    dst = instr.dst
-    if not isinstance(dst, Access) or dst.indirect or _accumulates(instr) or _reduces(instr):
+    inside the loop (``private``: each iteration has its own). Secondary outputs are plain
+    writes even when the destination accumulates."""
+    if dst.indirect or (dst is instr.dst and (_accumulates(instr) or _reduces(instr))):
         return False
     if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
         return False
@@ -159,6 +174,14 @@ def _reduces(instr: Instr) -> bool:
 def _base_name(ir: KernelIR, name: str) -> str:
     d = ir.tensor(name)
     return d.alias_of or name
+
+
+def _shown(ir: KernelIR, acc: Access) -> str:
+    """An access as the user wrote it: the tensor's user name (see ``KernelIR.label``) and loop
+    iterators by their variable names where the tracer knows them."""
+    names = {str(n.sym): n.sym.name for n, _ in ir.walk() if isinstance(n, Loop) and n.sym.name}
+    text = ir.label(acc.tensor).split("'")[1] + str(acc)[len(acc.tensor) :]
+    return re.sub(r"\bl\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
 
 
 def _mask_uses(instr: Instr, syms: set[Sym]) -> bool:
@@ -196,8 +219,7 @@ class _Timeline:
                     reads = {_base_name(ir, a.tensor) for a in _reads(n)}
                     for t in reads:
                         touches.setdefault(t, []).append((pos, True, n))
-                    if isinstance(n.dst, Access):
-                        t = _base_name(ir, n.dst.tensor)
+                    for t in dict.fromkeys(_base_name(ir, a.tensor) for a in _written(n)):
                         if t not in reads:
                             touches.setdefault(t, []).append((pos, False, n))
                     pos += 1
@@ -233,12 +255,12 @@ def _reads(instr: Instr) -> list[Access]:
             out.append(a)
             out.extend(ind for _, ind in a.indirect)
 
-    for a in (*instr.srcs, *(v for _, v in instr.attrs)):
+    for a in (*instr.srcs, *(v for k, v in instr.attrs if k not in OUTPUT_ATTRS)):
         add(a)
-    if isinstance(instr.dst, Access):
-        out.extend(ind for _, ind in instr.dst.indirect)
-        if _accumulates(instr):
-            out.append(instr.dst)
+    for w in _written(instr):
+        out.extend(ind for _, ind in w.indirect)
+    if isinstance(instr.dst, Access) and _accumulates(instr):
+        out.append(instr.dst)
     return out
 
 
@@ -261,40 +283,41 @@ def check_loop_carried(ir: KernelIR) -> None:
 def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Timeline) -> None:
     private = frozenset(_base_name(ir, t) for t in _allocs(loop.body))
     ws = [
-        (i, inner)
-        for i, inner in _writes(loop.body, ())
-        if _is_candidate(ir, i, False, private) and not _mask_uses(i, {loop.sym})
+        (i, acc, inner)
+        for i, acc, inner in _writes(loop.body, ())
+        if _is_candidate(ir, i, acc, False, private) and not _mask_uses(i, {loop.sym})
     ]
     varying = [(loop.sym, loop.start, loop.step)]
-    for ia, (a, ia_loops) in enumerate(ws):
-        for b, ib_loops in ws[ia:]:
-            if _base_name(ir, a.dst.tensor) != _base_name(ir, b.dst.tensor):
+    for ia, (a, wa, ia_loops) in enumerate(ws):
+        for b, wb, ib_loops in ws[ia:]:
+            if _base_name(ir, wa.tensor) != _base_name(ir, wb.tensor):
                 continue
-            if a.dst.tensor != b.dst.tensor or len(a.dst.index) != len(b.dst.index):
+            if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
-            fa = _form(a.dst, varying, _rest(ia_loops))
-            fb = _form(b.dst, varying, _rest(ib_loops))
-            hit = _first_conflict(fa, fb, [loop.trip_count], a is b)
+            fa = _form(wa, varying, _rest(ia_loops))
+            fb = _form(wb, varying, _rest(ib_loops))
+            same = a is b and wa is wb
+            hit = _first_conflict(fa, fb, [loop.trip_count], same)
             if hit is None:
                 continue
             va = loop.start + hit[0][0] * loop.step
             vb = loop.start + hit[1][0] * loop.step
             second = (
                 ("the same statement in another iteration; loop", loop.loc)
-                if a is b
+                if same
                 else ("conflicting write", b.loc)
             )
-            related = (second,) if a is b else (second, ("affine_range loop", loop.loc))
-            base = _base_name(ir, a.dst.tensor)
+            related = (second,) if same else (second, ("affine_range loop", loop.loc))
+            base = _base_name(ir, wa.tensor)
             mem = ir.tensor(base).buffer
             on_chip = mem in ("sbuf", "psum")
-            what = f"HBM tensor '{a.dst.tensor}'"
+            what = f"HBM tensor {ir.label(wa.tensor)}"
             fix, why = "", ""
             if on_chip:
                 seen = timeline.observed(base, loop)
                 if seen is None:
                     continue  # scratch reuse: no iteration sees another's value
-                what = f"{mem.upper()} tile '{a.dst.tensor}'"
+                what = f"{mem.upper()} tile {ir.label(wa.tensor)}"
                 fix = ", allocate the tile inside the loop"
                 why = f", allocated outside the loop: {seen[0]}"
                 related += (("read", seen[1].loc),)
@@ -302,7 +325,8 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
                 f"loop-carried dependency in affine_range: iterations {va} and {vb} of "
                 f"'{loop.sym.name or loop.sym}' (range({loop.start}, {loop.stop}, {loop.step})) "
                 f"both write the same elements of {what} "
-                f"('{a.dst}'{'' if a is b else f' and {b.dst}'}){why}; affine_range iterations "
+                f"('{_shown(ir, wa)}'{'' if same else f' and {_shown(ir, wb)}'}){why}; "
+                "affine_range iterations "
                 f"must be independent: index the write with the loop variable{fix} or use "
                 "nl.sequential_range (accumulating with += is allowed)",
                 code="err_unexpected_output_dependencies",
@@ -318,25 +342,27 @@ def check_spmd_races(ir: KernelIR) -> None:
         return
     pids = {PidSym(a) for a in range(len(shape))}
     ws = [
-        (i, loops)
-        for i, loops in _writes(ir.body, ())
-        if _is_candidate(ir, i, True) and not _mask_uses(i, pids)
+        (i, acc, loops)
+        for i, acc, loops in _writes(ir.body, ())
+        if _is_candidate(ir, i, acc, True) and not _mask_uses(i, pids)
     ]
     varying = [(PidSym(a), 0, 1) for a in range(len(shape))]
-    for ia, (a, la) in enumerate(ws):
-        for b, lb in ws[ia:]:
-            if a.dst.tensor != b.dst.tensor or len(a.dst.index) != len(b.dst.index):
+    for ia, (a, wa, la) in enumerate(ws):
+        for b, wb, lb in ws[ia:]:
+            same = a is b and wa is wb
+            if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
-            fa = _form(a.dst, varying, _rest(la))
-            fb = _form(b.dst, varying, _rest(lb))
-            hit = _first_conflict(fa, fb, list(shape), a is b)
+            fa = _form(wa, varying, _rest(la))
+            fb = _form(wb, varying, _rest(lb))
+            hit = _first_conflict(fa, fb, list(shape), same)
             if hit is None:
                 continue
-            other = "the same statement in" if a is b else "a write at this line in"
+            other = "the same statement in" if same else "a write at this line in"
             raise NKIDependencyError(
                 f"race between SPMD instances: grid instances {hit[0]} and {hit[1]} both write "
-                f"the same elements of shared HBM tensor '{a.dst.tensor}' ('{a.dst}'"
-                f"{'' if a is b else f' and {b.dst}'}); the result depends on which instance "
+                f"the same elements of shared HBM tensor {ir.label(wa.tensor)} "
+                f"('{_shown(ir, wa)}'{'' if same else f' and {_shown(ir, wb)}'}); "
+                "the result depends on which instance "
                 "runs last. Index the write with nl.program_id so instances write disjoint tiles",
                 code="err_spmd_write_race",
                 loc=a.loc,

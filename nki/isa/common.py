@@ -19,6 +19,7 @@ from ..tracer import (
     TileOps,
     _Assigned,
     check_partitions,
+    check_start_partition,
     const_operand,
     emit,
     operand,
@@ -76,25 +77,6 @@ def tile(
     if compute and t.decl.on_chip:
         check_start_partition(acc, t, api, role)
     return acc, t
-
-
-def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> None:
-    """Compute engines address partitions in 32-partition quadrants: an access of more than 64
-    partitions starts at 0, of 33..64 at 0 or 64, of up to 32 at 0, 32, 64 or 96. Only starts
-    known at trace time are checked (loop-dependent starts are left to the hardware)."""
-    e = acc.index[t.decl.par_dim]
-    if not e.base.is_const:
-        return
-    start, n = e.base.const, acc.shape[0]
-    allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
-    if start not in allowed:
-        raise NKIShapeError(
-            f"operand '{role}' of '{api}' accesses {n} partitions starting at partition {start} "
-            f"of '{t.name}'; compute engines need a start partition in {list(allowed)} for an "
-            f"access of {n} partitions",
-            code="err_unsupported_start_partition",
-            loc=user_loc(),
-        )
 
 
 def dt(t: NkiTensor) -> str:

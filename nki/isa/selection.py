@@ -8,13 +8,14 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import NKIError, NKITypeError, user_loc
+from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Const
 from ..tracer import NkiTensor, assign, operand
 from .common import (
     alu_op,
     dt,
     emit_isa,
+    free_size,
     is_tile,
     not_both_psum,
     out_dtype,
@@ -312,15 +313,24 @@ def nc_stream_shuffle(
 ) -> None:
     """Cross-partition move within each 32-partition quadrant: destination partition ``i`` of a
     quadrant copies source partition ``shuffle_mask[i]`` of the same quadrant; 255 leaves it
-    unchanged. ``shuffle_mask`` has 32 entries; ``src`` and ``dst`` have the same dtype,
-    partition count and elements per partition. In-place (src is dst) is allowed.
+    unchanged. ``shuffle_mask`` has 32 entries; ``src`` and ``dst`` have the same dtype and
+    elements per partition; every partition the mask reads must exist in ``src`` (a
+    one-partition source broadcast to 32 partitions: ``shuffle_mask=[0] * 32``). In-place (src
+    is dst) is allowed.
 
     Example: ``nisa.nc_stream_shuffle(src=x, dst=y, shuffle_mask=list(range(31, -1, -1)))``.
     """
     api = "nisa.nc_stream_shuffle"
     sacc, st = tile(src, api, "src", compute=False)
     dacc, dtt = tile(dst, api, "dst", compute=False)
-    same_elements(sacc.shape, dacc.shape, api, "src", "dst")
+    if free_size(sacc.shape) != free_size(dacc.shape):
+        raise NKIShapeError(
+            f"'{api}' needs the same number of elements per partition in 'src' "
+            f"{list(sacc.shape)} ({free_size(sacc.shape)}) and 'dst' {list(dacc.shape)} "
+            f"({free_size(dacc.shape)})",
+            code="err_free_size_mismatch",
+            loc=user_loc(),
+        )
     if dt(st) != dt(dtt):
         raise NKITypeError(
             f"'src' ({dt(st)}) and 'dst' ({dt(dtt)}) of '{api}' must have the same dtype",
@@ -331,7 +341,7 @@ def nc_stream_shuffle(
         m = tuple(int(v) for v in shuffle_mask)
     except (TypeError, ValueError):
         m = ()
-    parts = sacc.shape[0]
+    parts, dparts = sacc.shape[0], dacc.shape[0]
     if len(m) != 32 or any(not (0 <= v < 32 or v == 255) for v in m):
         raise NKIError(
             f"'shuffle_mask' of '{api}' must be 32 integers in [0, 32) or 255; got "
@@ -339,10 +349,17 @@ def nc_stream_shuffle(
             code="err_invalid_shuffle_mask",
             loc=user_loc(),
         )
-    if parts % 32 and any(v != 255 and v >= parts for v in m[:parts]):
+    reads = [
+        (q + i, q + v)
+        for q in range(0, dparts, 32)
+        for i, v in enumerate(m)
+        if q + i < dparts and v != 255 and q + v >= parts
+    ]
+    if reads:
+        dp, sp = reads[0]
         raise NKIError(
-            f"'shuffle_mask' of '{api}' reads partitions beyond the {parts} partitions of "
-            f"'src'{list(sacc.shape)}",
+            f"'shuffle_mask' of '{api}' makes destination partition {dp} read source partition "
+            f"{sp}, beyond the {parts} partitions of 'src' {list(sacc.shape)}",
             code="err_invalid_shuffle_mask",
             loc=user_loc(),
         )

@@ -178,6 +178,8 @@ _VOCAB: dict[str, tuple[str, str, str | None]] = {
     "name": ("name", "str", None),
     "x": ("register", "int | None", None),
 }
+# IR attributes holding a secondary output (an access the instruction writes, not reads)
+OUTPUT_ATTRS = frozenset(attr for role, _, attr in _VOCAB.values() if role == "out" and attr)
 # parameters whose role depends on the instruction
 _OVERRIDES: dict[tuple[str, str], tuple[str, str, str | None]] = {
     ("tensor_copy_predicated", "src"): ("operand", "tile | scalar", None),

@@ -18,6 +18,7 @@ from ..tracer import (
     TileOps,
     check_broadcast_into,
     check_partitions,
+    check_start_partition,
     const_operand,
     current,
     emit,
@@ -165,10 +166,12 @@ def program_id(axis: int) -> Scalar | int:
     st = state("nl.program_id")
     axis = _static_int(axis, "nl.program_id axis")
     nd = len(st.grid_shape)
-    if axis < 0 or (nd and axis >= nd):
+    if axis < 0 or axis >= max(nd, 1):  # no grid: one instance, axis 0 only
+        grid = f"a launch grid of {nd} dimension(s) {st.grid_shape}" if nd else "no launch grid"
         raise NKIError(
-            f"nl.program_id({axis}) is out of range for a launch grid of {nd} dimension(s) "
-            f"{st.grid_shape}",
+            f"nl.program_id({axis}) is out of range: the kernel was launched with {grid} "
+            f"(axis {axis} exists only when kernel[...] launches it over at least {axis + 1} "
+            "grid dimensions)",
             code="err_invalid_program_axis",
             loc=user_loc(),
         )
@@ -479,6 +482,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
 def copy(src: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
     """A copy of an on-chip tile (cast to ``dtype`` if given)."""
     acc, t = operand(src, "nl.copy", "src")
+    check_start_partition(acc, t, "nl.copy", "src")
     require_buffer(t, ("sbuf", "psum"), "copy", "src")
     check_partitions(acc.shape, "copy", "src")
     out = result_tile(

@@ -9,7 +9,7 @@ from ..errors import user_loc
 from ..ir import Alloc, Const, Instr, LoopSym, TensorDecl
 from ..optable import lookup_reducer
 from ..symbolic import Scalar
-from ..tracer import NkiTensor, _Assigned, emit, operand, state, to_mask
+from ..tracer import NkiTensor, _Assigned, check_start_partition, emit, operand, state, to_mask
 
 __all__ = ["loop_reduce"]
 
@@ -33,6 +33,7 @@ def loop_reduce(
     if isinstance(x, _Assigned):
         x = x.view
     acc_x, tx = operand(x, api, "x")
+    check_start_partition(acc_x, tx, api, "x")
     items = list(loop_indices) if isinstance(loop_indices, (list, tuple)) else [loop_indices]
     syms = {
         s

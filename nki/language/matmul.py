@@ -16,6 +16,7 @@ from ..tracer import (
     NkiTensor,
     _Assigned,
     check_partitions,
+    check_start_partition,
     classic_mode,
     emit,
     operand,
@@ -34,6 +35,7 @@ def _tile2d(x: Any, api: str, role: str) -> tuple[Access, NkiTensor]:
     if isinstance(x, _Assigned):
         x = x.view
     acc, t = operand(x, api, role)
+    check_start_partition(acc, t, api, role)
     if len(acc.shape) != 2:
         raise NKIShapeError(
             f"operand '{role}' of '{api}' must be a 2-D tile, got shape {list(acc.shape)}",

@@ -19,6 +19,7 @@ from ..tracer import (
     TileOps,
     _Assigned,
     check_partitions,
+    check_start_partition,
     const_operand,
     emit,
     operand,
@@ -44,6 +45,7 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
             a = a.view
         if isinstance(a, TileOps):
             acc, t = operand(a, api, role)
+            check_start_partition(acc, t, api, role)
             if t.buffer not in ("sbuf", "psum"):
                 raise NKIMemoryError(
                     f"expected operand '{role}' of '{api}' to be in address space 'sbuf' or "

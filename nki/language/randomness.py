@@ -14,6 +14,7 @@ from ..tracer import (
     NkiTensor,
     TileOps,
     _Assigned,
+    check_start_partition,
     const_operand,
     emit,
     operand,
@@ -59,6 +60,7 @@ def dropout(x: Any, rate: Any, *, dtype: Any = None, mask: Any = None, **_kw: An
     if isinstance(x, _Assigned):
         x = x.view
     acc, t = operand(x, api, "x")
+    check_start_partition(acc, t, api, "x")
     if isinstance(rate, _Assigned):
         rate = rate.view
     if isinstance(rate, TileOps):

@@ -13,7 +13,16 @@ from typing import Any
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..ir import Access, IndexExpr
-from ..tracer import NkiTensor, _Assigned, check_partitions, emit, operand, result_tile, to_mask
+from ..tracer import (
+    NkiTensor,
+    _Assigned,
+    check_partitions,
+    check_start_partition,
+    emit,
+    operand,
+    result_tile,
+    to_mask,
+)
 
 # reduction name -> (op-table row of the combining op, default result-dtype rule)
 REDUCTIONS: dict[str, tuple[str, str]] = {
@@ -92,6 +101,7 @@ def reduce(
     if isinstance(x, _Assigned):
         x = x.view
     acc, t = operand(x, api, "x")
+    check_start_partition(acc, t, api, "x")
     if t.buffer not in ("sbuf", "psum"):
         raise NKITypeError(
             f"operand 'x' of '{api}' must be an on-chip tile (sbuf/psum), got a tensor in "

@@ -15,6 +15,7 @@ from ..tracer import (
     View,
     _Assigned,
     check_partitions,
+    check_start_partition,
     emit,
     operand,
     require_buffer,
@@ -99,6 +100,7 @@ def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTenso
         return got[()] if scalar else got
     acc, t = operand(_unwrap(x), api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
+    check_start_partition(acc, t, api, "x")
     out = result_tile(acc.shape, dtypes.name_of(dtype), "sbuf", api)
     emit("copy", "static_cast", out.access_(), (acc,), mask=to_mask(mask, acc.shape, api),
          api=api)  # fmt: skip
@@ -137,6 +139,7 @@ def _fp_tile(x: Any, api: str) -> tuple[Any, NkiTensor]:
     acc, t = operand(_unwrap(x), api, "x")
     require_buffer(t, ("sbuf", "psum"), api, "x")
     check_partitions(acc.shape, api, "x")
+    check_start_partition(acc, t, api, "x")
     return acc, t
 
 

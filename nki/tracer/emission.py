@@ -79,6 +79,7 @@ def emit(
     api: str = "",
 ) -> Instr:
     st = state(api)
+    st.check_early_exit()
     instr = Instr(kind, op, dst, tuple(srcs), attrs, mask, user_loc(), accumulate, api)
     st.append(instr)
     if dst is not None:

@@ -18,7 +18,7 @@ from ..errors import (
     NKITypeError,
     user_loc,
 )
-from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl
+from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl, tensor_label
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 
 # handles are reached through their module (see .subscripts for the cycle)
@@ -113,6 +113,29 @@ def check_partitions(shape: tuple[int, ...], api: str, role: str) -> None:
             f"number of partitions {shape[0]} of operand '{role}' of '{api}' exceeds the "
             f"architecture limitation of {pmax} (shape {list(shape)})",
             code="err_num_partition_exceed_arch_limit",
+            loc=user_loc(),
+        )
+
+
+def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> None:
+    """Compute engines address partitions in 32-partition quadrants: an access of more than 64
+    partitions starts at 0, of 33..64 at 0 or 64, of up to 32 at 0, 32, 64 or 96. One rule for
+    ``nl.*`` and ``nisa.*`` calls (they run on the same engines). Only starts known at trace
+    time are checked (loop-dependent starts are left to the hardware)."""
+    if not t.decl.on_chip or not acc.index:
+        return
+    e = acc.index[t.decl.par_dim]
+    if not e.base.is_const:
+        return
+    start, n = e.base.const, acc.shape[0]
+    allowed = (0,) if n > 64 else (0, 64) if n > 32 else (0, 32, 64, 96)
+    if start not in allowed:
+        raise NKIShapeError(
+            f"operand '{role}' of '{api}' accesses {n} partitions starting at partition {start} "
+            f"of {tensor_label(t.decl)}; compute engines need a start partition in "
+            f"{list(allowed)} for an access of {n} partitions (copy the rows to a tile that "
+            "starts at partition 0 with nl.load / a DMA first)",
+            code="err_unsupported_start_partition",
             loc=user_loc(),
         )
 

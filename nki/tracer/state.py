@@ -16,6 +16,8 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
+from .bool_masks import clear_pending, join_pending, left_of_boolean
+from .loop_exits import early_exit_error, loop_variable
 
 
 class TraceState:
@@ -50,6 +52,14 @@ class TraceState:
         self.generation_sensitive = False
         if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
             self.generation, self.generation_why = "current", _THREAD.preset[-1]
+        # a symbolic loop left early (break / return), reported at the next instruction
+        self.early_exit: NKIError | None = None
+
+    def check_early_exit(self) -> None:
+        """Raise the error of a symbolic loop left by ``break`` / ``return`` (see
+        ``symbolic_loop``): at the next instruction or when the kernel returns."""
+        if self.early_exit is not None:
+            raise self.early_exit
 
     def fresh(self, prefix: str) -> str:
         while True:
@@ -209,6 +219,40 @@ def _per_core_hook(x: Any) -> None:
         request_per_core("Python control flow on nl.program_id", aff.symbols())
 
 
+def _control_flow_message(st: TraceState, syms: set, static: bool) -> str:
+    """Why Python control flow cannot decide a condition on traced values, naming what it
+    depends on, and how to write it instead."""
+    what, fixes = [], []
+    loops = sorted((s for s in syms if isinstance(s, LoopSym)), key=lambda s: s.id)
+    for s in loops:
+        site = st.loop_sites.get(s)
+        line = f", line {site[1]}" if site else ""
+        name = f"'{s.name}'" if s.name not in ("affine", "sequential") else "the iterator"
+        what.append(f"loop iterator {name} (a symbolic loop{line})")
+    pids = sorted(s.axis for s in syms if not isinstance(s, LoopSym))
+    what += [f"nl.program_id({a})" for a in pids]
+    if not static:
+        what.append("tile indices (nl.arange / nl.mgrid)")
+    if loops:
+        fixes.append(
+            "iterate with nl.static_range so the iterator is a Python int (the loop is "
+            "unrolled), or turn on classic mode (nki.classic.set_classic_mode(True) or "
+            "NKI_CLASSIC=1), where an `if` "
+            "on loop iterators unrolls the loop as the classic compiler did"
+        )
+    if loops or pids or not static:
+        fixes.append("guard the instructions with a mask instead (mask=(i * 128 + ip < n))")
+    if pids:
+        fixes.append("or index with nl.program_id so every instance runs the same code")
+    deps = " and ".join(what) or "a traced value"
+    return (
+        f"Python control flow (if / while / not / a conditional expression) on a condition "
+        f"that depends on {deps}: its value differs between iterations / instances, and the "
+        f"body is traced once for all of them, so Python cannot decide it while tracing. "
+        f"To write it: {'; '.join(fixes)}"
+    )
+
+
 def decide_condition(pred: Any) -> bool:
     """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
 
@@ -217,15 +261,13 @@ def decide_condition(pred: Any) -> bool:
     raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
     program ids, strict mode) is the usual control-flow error."""
     st = state("control flow")
+    if left_of_boolean(pred):
+        return True  # `mask=(a and b)`: joined to b when b is made
     syms = {s for c in pred.conds for s in c.expr.base.symbols()}
     request_per_core("Python control flow on nl.program_id", syms)
     static = all(not any(c.expr.coeffs) for c in pred.conds)
     loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
-    msg = (
-        "Python control flow (if / while / and / or / not) cannot depend on a mask predicate; "
-        "kernel control flow is fixed at trace time. Use mask= for partial tiles and "
-        "nl.affine_range / nl.sequential_range for loops"
-    )
+    msg = _control_flow_message(st, syms, static)
     if not (classic_mode() and static and loops_only):
         err = NKIControlFlowError(msg, loc=user_loc())
         if static and loops_only:
@@ -322,8 +364,10 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
     _THREAD.stack.append(st)
     try:
         yield st
+        st.check_early_exit()
     finally:
         _THREAD.stack.pop()
+        clear_pending()
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +391,7 @@ def symbolic_loop(
     if (st.generation == "current" and not device) or site in st.unroll_sites:
         yield from range(start, stop, step)  # type: ignore[misc]
         return
-    sym = LoopSym(st._next_id, kind)
+    sym = LoopSym(st._next_id, loop_variable(loc) or kind)
     st._next_id += 1
     r = range(start, stop, step)
     st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
@@ -359,6 +403,9 @@ def symbolic_loop(
     try:
         yield Scalar(Affine.of(sym))
         done = True
+    except GeneratorExit:  # `break` / `return` left the body: reported by the next emit
+        st.early_exit = st.early_exit or early_exit_error(kind, loc)
+        raise
     finally:
         body = st.bodies.pop()
         st.loops.pop()
@@ -372,6 +419,7 @@ TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
 TRACE_HOOKS["concrete_value"] = _concrete_value
 TRACE_HOOKS["per_core"] = _per_core_hook
+TRACE_HOOKS["join_and"] = join_pending
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

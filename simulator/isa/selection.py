@@ -106,15 +106,15 @@ def _nc_stream_shuffle(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     dst = instr.dst
     assert dst is not None
-    p = src.shape[0]
+    p, dparts = src.shape[0], dst.shape[0]  # a 1-partition source may fill 32 (broadcast)
     raw = ctx.read(src).reshape(p, -1)
-    out = np.zeros_like(raw)
-    rows = np.zeros(p, dtype=bool)
+    out = np.zeros((dparts, raw.shape[1]), dtype=raw.dtype)
+    rows = np.zeros(dparts, dtype=bool)
     shuffle = instr.attr("shuffle")
-    for q in range(0, max(p, 1), 32):
+    for q in range(0, max(dparts, 1), 32):
         for i, m in enumerate(shuffle):
             dp, sp = q + i, q + m
-            if m == 255 or dp >= p:
+            if m == 255 or dp >= dparts:
                 continue
             if sp >= p:
                 raise NKIRuntimeError(
@@ -124,7 +124,7 @@ def _nc_stream_shuffle(instr: Instr, ctx: Ctx) -> None:
                 )
             out[dp] = raw[sp]
             rows[dp] = True
-    sel = np.broadcast_to(rows.reshape(p, *([1] * (len(dst.shape) - 1))), dst.shape)
+    sel = np.broadcast_to(rows.reshape(dparts, *([1] * (len(dst.shape) - 1))), dst.shape)
     m = ctx.mask(instr)
     ctx.write(dst, out.reshape(dst.shape), sel if m is None else sel & m)
 

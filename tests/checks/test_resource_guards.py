@@ -116,6 +116,7 @@ def test_corrupted_numba_disk_cache_is_deleted_and_rebuilt(tmp_path, monkeypatch
     assert k2.last_run.backend == "numba"
 
 
+@pytest.mark.filterwarnings("ignore::nki.errors.NKIWarning")  # writes part of its output
 def test_host_memory_is_checked_cumulatively_before_allocating(monkeypatch):
     def private_scratch(a):
         out = nl.ndarray((64, 128), dtype=a.dtype, buffer=nl.shared_hbm)

@@ -368,7 +368,7 @@ def test_spmd_race_reports_both_instances():
         grid=2,
         cls=NKIDependencyError,
         code="err_spmd_write_race",
-        values=["(0,) and (1,)", "'hbm"],
+        values=["(0,) and (1,)", "'out'"],
     )
     assert [r.line for _, r in e.related] == [line_of(k_race)]
     np.testing.assert_array_equal(nki.jit(k_no_race)[2](a), a)

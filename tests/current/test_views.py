@@ -444,7 +444,7 @@ def k_int_index(x):
     assert t[:, 2].shape == (64, 16)
     assert x[3].shape == (8, 16) and x[3, 2].shape == (16,)
     out = nl.ndarray((1, 8, 16), dtype=x.dtype, buffer=nl.shared_hbm)
-    nl.store(out, nl.copy(t[-1]))
+    nl.store(out, t[-1])  # (a compute copy of partition 63 would break the quadrant rule)
     return out
 
 
