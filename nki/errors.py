@@ -14,9 +14,11 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
+import sysconfig
 import types
 from dataclasses import dataclass
 
@@ -67,11 +69,20 @@ class SrcLoc:
         return linecache.getline(self.file, self.line).rstrip("\n")
 
 
+# the standard library (not site-packages) and code it generates (a dataclass's __init__ is
+# "<string>") sit between our frames but are never the kernel author's statement
+_STDLIB = os.path.normpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE = tuple(os.path.normpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib"))
+
+
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
     path = os.path.normpath(os.path.abspath(filename))
     if path.startswith(_KERNEL_LIBRARY):
         return False
-    return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename
+    if path.startswith(_STDLIB) and not path.startswith(_SITE):
+        return True
+    return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename or filename == "<string>"
 
 
 def user_stacklevel() -> int:
@@ -97,6 +108,25 @@ def user_loc(depth: int = 1) -> SrcLoc:
     except (AttributeError, IndexError, TypeError):
         col = 0
     return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
+    """The user's statement a traceback went through last (the innermost frame outside nki-sim):
+    for an error raised below a kernel statement, that statement."""
+    hit = None
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            hit = tb
+        tb = tb.tb_next
+    if hit is None:
+        return None
+    code = hit.tb_frame.f_code
+    col = 0
+    try:
+        col = list(code.co_positions())[hit.tb_lasti // 2][2] or 0
+    except (AttributeError, IndexError, TypeError):
+        col = 0
+    return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
 
 
 class NKIError(Exception):
@@ -243,7 +273,10 @@ def _raise_at(exc: BaseException, loc: SrcLoc) -> types.TracebackType | None:
 
 
 def user_facing(exc: BaseException) -> BaseException:
-    """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement."""
+    """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement. An
+    NKIError that still has no location gets the caller's line (a launch or setting error)."""
+    if isinstance(exc, NKIError) and exc.loc is None:
+        exc.with_context(loc=raise_loc(exc.__traceback__) or user_loc())
     frames = []
     tb = exc.__traceback__
     exc.__traceback__ = None

@@ -7,8 +7,10 @@ import copy
 import dataclasses
 import functools
 import inspect
+import linecache
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -179,6 +181,7 @@ class Kernel:
                 f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
                 "the kernel's first generation-specific construct decides)",
                 code="err_invalid_argument",
+                loc=user_loc(),
             )
         self.api: str | None = api
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
@@ -202,7 +205,12 @@ class Kernel:
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:
-            raise NKIError(f"unknown simulator setting(s) {sorted(bad)}", code="err_invalid_config")
+            raise NKIError(
+                f"unknown simulator setting(s) {sorted(bad)}; expected target, "
+                + ", ".join(_CONFIG_KEYS),
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         k = copy.copy(self)
         over = dict(overrides)
         if "target" in over:
@@ -236,6 +244,10 @@ class Kernel:
             # another kernel while tracing); the first finished trace of a key wins
             try:
                 traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
+            except NKIError as e:
+                if e.code == "err_kernel_output_must_be_hbm" and e.loc is None:
+                    e.with_context(loc=self._return_loc(grid, bound, target))
+                raise
             except RecursionError as e:
                 code = self.fn.__code__
                 tb, line = e.__traceback__, code.co_firstlineno
@@ -257,6 +269,28 @@ class Kernel:
                     self.trace_count += 1
         self.last_ir = ir
         return ir
+
+    def _return_loc(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> SrcLoc:
+        """The ``return`` statement the kernel's trace ends at, for an error about what it
+        returns: found by tracing once more with a profile hook (on this error path only)."""
+        code = self.fn.__code__
+        lines: list[int] = []
+
+        def hook(frame: Any, event: str, _arg: Any) -> None:
+            if event == "return" and frame.f_code is code:
+                lines.append(frame.f_lineno)
+
+        old = sys.getprofile()
+        sys.setprofile(hook)
+        try:
+            trace_with_unrolling(lambda: self._trace(grid, bound, target))
+        except NKIError:
+            pass
+        finally:
+            sys.setprofile(old)
+        line = lines[-1] if lines else code.co_firstlineno
+        src = linecache.getline(code.co_filename, line)
+        return SrcLoc(code.co_filename, line, len(src) - len(src.lstrip()), self.fn.__name__)
 
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""
@@ -356,8 +390,7 @@ class Kernel:
                 raise NKIError(
                     f"a kernel must return HBM tensors created with nl.ndarray(..., "
                     f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
-                    code="err_kernel_output_must_be_hbm",
-                    loc=user_loc(),
+                    code="err_kernel_output_must_be_hbm",  # located at the return by trace()
                 )
             name = r.decl.alias_of or r.name
             decl = st.tensors[name]
@@ -526,7 +559,9 @@ def _as_launch(kernel: Any) -> Launch:
         return Launch(kernel, kernel.default_grid)
     if callable(kernel):
         return Launch(Kernel(kernel), Grid(()))
-    raise NKITypeError(f"expected a kernel, got {type(kernel).__name__}")
+    raise NKITypeError(
+        f"expected a kernel, got {type(kernel).__name__}", code="err_invalid_mode", loc=user_loc()
+    )
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:

@@ -218,7 +218,24 @@ def _pattern_value(name: str, dst: Any, pattern: Any, offset: Any, cm: Any) -> A
     ``[[step, num], ...]`` pairs, as an affine index expression (one free dim of dst per pair)."""
     t = dst.view if isinstance(dst, _Assigned) else dst
     shape = tuple(t.shape)
-    pairs = [tuple(pair) for pair in pattern]
+    seq = isinstance(pattern, (list, tuple))
+    pairs = [tuple(q) if isinstance(q, (list, tuple)) else (q,) for q in pattern] if seq else []
+    if not pairs or any(
+        len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        for pair in pairs
+    ):
+        raise NKITypeError(
+            f"pattern of nisa.{name} must be a list of [step, num] int pairs; got {pattern!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    for what, v in (("offset", offset), ("channel_multiplier", cm)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise NKITypeError(
+                f"{what} of nisa.{name} must be an int; got {v!r}",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            )
     if tuple(n for _, n in pairs) != shape[1:] and not (
         len(shape) == 2 and len(pairs) == 1 and pairs[0][1] == shape[1]
     ):

@@ -897,7 +897,16 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
         for k in kwargs:
             if k not in valid:
                 raise _unknown_keyword(name, k, _names(name, CLASSIC))
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if e.__traceback__ is None or e.__traceback__.tb_next is not None:
+                raise  # raised inside the function, not by binding its arguments
+            raise NKITypeError(
+                f"'nisa.{name}': {e} (signature: nisa.{name}{signature(name, CLASSIC)})",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            ) from None
 
     return call
 

@@ -177,9 +177,23 @@ def _induction(value: Affine, api: str) -> NkiTensor:
 
 
 def _call_body(api: str, fn: Callable, arg: Any) -> None:
-    got = fn(arg)
+    got = _call_user(api, fn, arg)
     if got is not None:
         raise NKITypeError(f"{api}: body_fun must return None, got {got!r}", loc=user_loc())
+
+
+def _call_user(api: str, fn: Callable, arg: Any) -> Any:
+    """``fn(arg)``; a body that cannot take the one argument is a located error."""
+    try:
+        return fn(arg)
+    except TypeError as e:
+        if e.__traceback__ is None or e.__traceback__.tb_next is not None:
+            raise  # raised inside the body
+        raise NKITypeError(
+            f"{api}: body_fun must take one argument (the iterator register): {e}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        ) from None
 
 
 def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
@@ -194,7 +208,7 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
     def body(sym: LoopSym) -> None:
         arg = register_alloc()
         register_move(arg, cond)  # passed by value
-        nxt = body_fun(arg)
+        nxt = _call_user(api, body_fun, arg)
         if not _is_register(nxt):
             raise NKITypeError(
                 f"{api}: body_fun must return the next condition register, got {nxt!r}",
