@@ -229,8 +229,8 @@ def draw_current(r: random.Random) -> dict:
     )
     p["typo"] = r.choice(["ds", "dts", "data", "dat1", "data3", "ops", "opp", "dst_", "out"])
     p["bad"] = {
-        "cur_op_str": lambda: r.choice(["addd", np.add, None, 3, nl.exp, nl.sbuf]),
-        "cur_buffer": lambda: r.choice(["sbuf", None, 3, nl.float32, nl.hbm, nl.psum]),
+        "cur_op_str": lambda: r.choice(["addd", np.sin, None, 3, nl.exp, nl.sbuf]),
+        "cur_buffer": lambda: r.choice(["sbuf_", "x", 3, nl.float32, nl.hbm, nl.psum]),
         "cur_dtype": lambda: r.choice(["float99", np.float64, int, 3, nl.sbuf, None]),
         "cur_ap_pattern": lambda: r.choice(
             ["x", [[1]], [[0, 0]], 3, [[1, 10**9], [1, 2]], [[1, 2.5]], [[-1, 4], [1, 4]], []]
@@ -314,6 +314,16 @@ def _good_value(name: str, par, t: dict):
     return 1
 
 
+def _mutated(p: dict) -> str:
+    """What an ``args`` mutant changed (for the report of accepted mutants)."""
+    params = spec.get(p["instr"]).params(p["form"])
+    if p["mut"] != "wrong_type":
+        return ""
+    q = params[p["pick"] % len(params)]
+    bad = _bad_values(q, dict.fromkeys(("hbm", "wide", "int", "tile"), "<tile>"))
+    return f"{q.name}={bad[p['seed'] % len(bad)]!r}"
+
+
 def build_args(p: dict):
     name, form, m = p["instr"], p["form"], p["mut"]
     tp, cg = p["tp"], p["cg"]
@@ -344,7 +354,7 @@ def build_args(p: dict):
         if m == "kw_typo":
             key = p["pick"] % len(args) if args else 0
             k0 = sorted(args)[key] if args else "name"
-            args[k0[:-1] + k0[-1].upper() if p["seed"] % 2 else k0 + "s"] = args.pop(k0, 1)
+            args[k0[1:] if p["seed"] % 2 else k0 + "s"] = args.pop(k0, 1)
         elif m == "kw_unknown":
             args[p["unknown"]] = 1
         elif m == "missing" and args:
@@ -432,7 +442,7 @@ def draw_launch(r: random.Random) -> dict:
         "arg_count": lambda: r.choice([1, 3, 0]),
         "arg_kw": lambda: r.choice(["c", "out", "a_"]),
         "arg_type": lambda: r.choice(["x", None, [[1.0, 2.0]], {"a": 1}, 3.5]),
-        "arg_dtype": lambda: r.choice([np.float64, np.complex64, np.int64, object, np.float16]),
+        "arg_dtype": lambda: r.choice([np.float64, np.complex64, np.int64, object, np.uint64]),
     }[m]()
     return dict(mut=m, bad=bad, rows=128, cg=8)
 
@@ -528,12 +538,14 @@ def main() -> int:
     ap.add_argument("--kernels", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--show-accepted", action="store_true", help="list accepted args mutants")
     args = ap.parse_args()
     r = random.Random(args.seed)
     sys.setrecursionlimit(600)  # the recursion mutation ends quickly
     counts: collections.Counter[str] = collections.Counter()
     by_family: collections.Counter[tuple[str, str]] = collections.Counter()
     bad: list[str] = []
+    accepted: list[str] = []
     t0 = time.time()
     for _ in range(args.kernels):
         p = draw(r)
@@ -545,6 +557,8 @@ def main() -> int:
                 elif got == "clean" and p["family"] == "args":
                     got = "clean (accepted)"
                 counts[got] += 1
+                if got == "clean (accepted)" and checks == "static" and backend == "numpy":
+                    accepted.append(f"{p['instr']} {p['form']} {p['mut']} {_mutated(p)}")
                 by_family[(p["family"], got.split(":")[0])] += 1
                 if got not in ("located", "clean (full-only mistake)", "clean (accepted)"):
                     bad.append(f"{got} {checks} {backend} {p}")
@@ -554,6 +568,9 @@ def main() -> int:
         print(f"  {v:6d}  {k}")
     for (fam, got), v in sorted(by_family.items()):
         print(f"  {fam:8s} {got:28s} {v:6d}")
+    if args.show_accepted:
+        for line in sorted(set(accepted)):
+            print("ACCEPTED", line)
     for line in bad[:40]:
         print("BAD", line)
     return 1 if bad else 0

@@ -199,7 +199,7 @@ def trace_signature(
         check_grid_fits(launch.grid, cfg.target)
         ir = launch.kernel.trace(launch.grid, bound, cfg.target)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
     if legacy:
         return Signature(ir, tuple(out_specs), True, out_params)
     if not ir.returns_outputs:
@@ -249,7 +249,7 @@ def run(launch: Launch, args: tuple, kwargs: dict) -> Any:
     try:
         return launch.run_numpy(*args, **kwargs)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
 
 def as_tuple(x: Any) -> tuple:

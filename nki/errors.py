@@ -15,12 +15,14 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import os
 import sys
 import sysconfig
 import types
 from dataclasses import dataclass
+from typing import Any
 
 from .error_codes import meaning
 
@@ -127,6 +129,40 @@ def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
     except (AttributeError, IndexError, TypeError):
         col = 0
     return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
+
+
+def binding_failed(e: TypeError) -> bool:
+    """Whether ``e``, caught right around a call, was raised because the call's arguments do not
+    bind to the callee's parameters (no frame of the callee was entered)."""
+    return e.__traceback__ is not None and e.__traceback__.tb_next is None
+
+
+def arguments_checked(api: str) -> Any:
+    """Decorator: a call of the decorated function whose arguments do not bind (a missing,
+    extra or unknown one) is a located ``NKITypeError`` naming ``api`` and its parameters."""
+
+    def deco(fn: Any) -> Any:
+        empty = inspect.Parameter.empty
+        params = [p.replace(annotation=empty) for p in inspect.signature(fn).parameters.values()]
+        if params and params[0].name == "self":  # a method: callers do not pass self
+            params = params[1:]
+        sig = inspect.Signature(params)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except TypeError as e:
+                if not binding_failed(e):
+                    raise
+                text = str(e).replace(f"{fn.__name__}()", f"{api}()")
+                raise NKITypeError(
+                    f"{text} (signature: {api}{sig})", code="err_invalid_argument", loc=user_loc()
+                ) from None
+
+        return call
+
+    return deco
 
 
 class NKIError(Exception):

@@ -73,7 +73,7 @@ def estimate(kernel: Any, target: str | None = None) -> Callable[..., Report]:
             ir = trace_launch(kernel, args, kwargs, target)
             return estimate_ir(ir)
         except NKIError as e:
-            raise user_facing(e) from None
+            raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
     return run
 

@@ -459,7 +459,7 @@ class Launch:
         try:
             return self.run_numpy(*args, **kwargs)
         except NKIError as e:
-            raise user_facing(e) from None
+            raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
         k = self.kernel

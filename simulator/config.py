@@ -48,6 +48,12 @@ class SimConfig:
                 code="err_invalid_config",
                 loc=user_loc(),
             )
+        if not isinstance(self.precise_fp, bool):
+            raise NKIError(
+                f"SimConfig.precise_fp must be True or False, got {self.precise_fp!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         if self.shuffle_seed is not None and not isinstance(self.shuffle_seed, int):
             raise NKIError(
                 f"SimConfig.shuffle_seed must be an int, got {self.shuffle_seed!r}",

@@ -35,6 +35,7 @@ from ..tracer import (
     operand,
 )
 from . import spec
+from .enums import engine as _engine
 from .spec import CLASSIC, CURRENT
 
 _TILE_ROLES = ("dst", "in", "out")
@@ -141,7 +142,15 @@ def call_current(
     name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Instruction:
     bound = spec.bind(name, args, kwargs, CURRENT)
+    spec.check_kinds(name, CURRENT, bound.arguments)
     a = dict(bound.arguments)
+    eng = a.get("engine")
+    if eng is not None and not isinstance(eng, _engine) and not isinstance(eng, spec.Ref):
+        raise NKITypeError(
+            f"engine= of nisa.{name} must be a nisa.engine value, got {eng!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
     a.pop("name", None)
     a.pop("priority", None)
     info = spec.get(name)
@@ -151,6 +160,12 @@ def call_current(
         return Instruction(name, _last_instr())
     adapter = _ADAPTERS.get(name, _generic)
     dst = a.pop("dst")
+    if not _is_tile(dst):
+        raise NKITypeError(
+            f"dst of nisa.{name} must be a tile (an nl.ndarray or a view of one); got {dst!r}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
     accumulate, extra = adapter(name, dst, a)
     result = fn(**a)
     return Instruction(name, _into(dst, result, accumulate, extra))

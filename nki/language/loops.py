@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import NKIError, NKITypeError, user_loc
+from ..errors import NKIError, NKITypeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
 
@@ -39,6 +39,7 @@ def _set_const(reg: TileOps, value: Affine, api: str) -> None:
          attrs=(("engine", "gpsimd"),), api=api)  # fmt: skip
 
 
+@arguments_checked("nisa.register_alloc")
 def register_alloc(x: Any = None) -> NkiTensor:
     """A virtual register (a 32-bit integer), optionally set to the int ``x``."""
     api = "nisa.register_alloc"
@@ -48,6 +49,7 @@ def register_alloc(x: Any = None) -> NkiTensor:
     return reg
 
 
+@arguments_checked("nisa.register_move")
 def register_move(dst: Any, src: Any) -> None:
     """``dst = src``: ``src`` an int or another register."""
     api = "nisa.register_move"
@@ -64,6 +66,7 @@ def register_move(dst: Any, src: Any) -> None:
         )
 
 
+@arguments_checked("nisa.register_load")
 def register_load(dst: Any, src: Any) -> None:
     """``dst = src[0]``: read a one-element SBUF or HBM tensor into a register."""
     api = "nisa.register_load"
@@ -75,6 +78,7 @@ def register_load(dst: Any, src: Any) -> None:
         assign(dst.access_(), src, api=api)
 
 
+@arguments_checked("nisa.register_store")
 def register_store(dst: Any, src: Any) -> None:
     """``dst[0] = src``: write a register into a one-element SBUF or HBM tensor."""
     api = "nisa.register_store"

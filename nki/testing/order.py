@@ -58,7 +58,7 @@ def run(
     try:
         out = launch.run_numpy(*ins, _config=cfg, **kw)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
     return as_tuple(out), list(getattr(k.last_run, "order", []))
 
 

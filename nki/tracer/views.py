@@ -9,12 +9,10 @@ chip). Dynamic offsets use the tracer's indirect (run-time index) machinery."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKIIndexError, NKIShapeError, NKITypeError, user_loc
+from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
 from .state import state
 from .subscripts import compose, parse_subscript, prod
@@ -419,7 +417,8 @@ def ap(
     row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
     base = t.decl
-    pat = [tuple(p) for p in pattern]
+    seq = isinstance(pattern, (list, tuple))
+    pat = [tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in pattern] if seq else []
     if (
         not pat
         or len(pat) > MAX_VIEW_DIMS
@@ -525,32 +524,10 @@ METHODS = {
 PROPERTIES = {"strides": strides, "offset": offset, "size": size}
 
 
-def _bound_checked(name: str, fn: Any) -> Any:
-    """``fn`` as the method ``.name()``: a call whose arguments do not bind (missing or extra
-    ones) is a located error naming the method and its parameters."""
-    sig = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def method(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except TypeError as e:
-            if e.__traceback__ is None or e.__traceback__.tb_next is not None:
-                raise  # raised inside the method, not by binding its arguments
-            text = str(e).replace(f"{fn.__name__}()", f".{name}()")
-            raise NKITypeError(
-                f"{text} (signature: .{name}{str(sig).replace('(self, ', '(')})",
-                code="err_invalid_argument",
-                loc=user_loc(),
-            ) from None
-
-    return method
-
-
 def install() -> None:
     """Attach the view methods and queries to the tensor handle classes."""
     for name, fn in METHODS.items():
-        setattr(TileOps, name, _bound_checked(name, fn))
+        setattr(TileOps, name, arguments_checked(f".{name}")(fn))
     for name, fn in PROPERTIES.items():
         setattr(TileOps, name, property(fn))
     View.reshape = reshape_view  # type: ignore[method-assign]
