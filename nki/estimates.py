@@ -56,7 +56,9 @@ def trace_launch(launch: Any, args: tuple, kwargs: dict, target: str | None = No
         bound = inspect.signature(k.fn).bind(*args, **kwargs)
     except TypeError as e:
         raise NKITypeError(
-            f"bad arguments for kernel '{k.fn.__name__}': {e}", loc=user_loc()
+            f"bad arguments for kernel '{k.fn.__name__}': {e}",
+            code="err_invalid_argument",
+            loc=user_loc(),
         ) from None
     bound.apply_defaults()
     check_grid_fits(lch.grid, cfg.target)

@@ -468,7 +468,9 @@ class Launch:
             bound = inspect.signature(k.fn).bind(*args, **kwargs)
         except TypeError as e:
             raise NKITypeError(
-                f"bad arguments for kernel '{k.fn.__name__}': {e}", loc=user_loc()
+                f"bad arguments for kernel '{k.fn.__name__}': {e}",
+                code="err_invalid_argument",
+                loc=user_loc(),
             ) from None
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):

@@ -434,7 +434,7 @@ class BCtx:
             if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
                 return np.int64(v)
             return np.float32(v)
-        raise NKIRuntimeError(f"unsupported operand {src!r}")
+        raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
     def allocate(self, name: str, fresh: bool) -> None:
         d = self.decl(name)

@@ -161,7 +161,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
                        code="err_unsupported_operand", loc=user_loc())  # fmt: skip
     lo, hi = _bound(lower, api, "lower"), _bound(upper, api, "upper")
     if not callable(body_fun):
-        raise NKITypeError(f"{api}: body_fun must be callable", loc=user_loc())
+        raise NKITypeError(
+            f"{api}: body_fun must be callable", code="err_invalid_argument", loc=user_loc()
+        )
     if isinstance(lo, int) and isinstance(hi, int):
         for it in symbolic_loop("sequential", lo, hi, step):
             _call_body(api, body_fun, _induction(it.aff, api))
@@ -183,7 +185,11 @@ def _induction(value: Affine, api: str) -> NkiTensor:
 def _call_body(api: str, fn: Callable, arg: Any) -> None:
     got = _call_user(api, fn, arg)
     if got is not None:
-        raise NKITypeError(f"{api}: body_fun must return None, got {got!r}", loc=user_loc())
+        raise NKITypeError(
+            f"{api}: body_fun must return None, got {got!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
 
 
 def _call_user(api: str, fn: Callable, arg: Any) -> Any:
