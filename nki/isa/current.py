@@ -144,6 +144,15 @@ def call_current(
     bound = spec.bind(name, args, kwargs, CURRENT)
     spec.check_kinds(name, CURRENT, bound.arguments)
     a = dict(bound.arguments)
+    prio = a.get("priority")
+    if prio is not None and (
+        not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 3
+    ):
+        raise NKITypeError(
+            f"priority= of nisa.{name} must be None or an int from 0 to 3, got {prio!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
     eng = a.get("engine")
     if eng is not None and not isinstance(eng, _engine) and not isinstance(eng, spec.Ref):
         raise NKITypeError(

@@ -73,6 +73,30 @@ def _iota_pattern(x):
     return x
 
 
+def _flag_not_a_bool(x):
+    t = nl.load(x)
+    nisa.tensor_tensor_scan(t, t, 0.0, nl.multiply, nl.add, reverse0="yes")  # ERR
+    return x
+
+
+def _engine_not_an_engine(x):
+    t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, engine=nl.add)  # ERR
+    return x
+
+
+def _priority_out_of_range(x):
+    t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x, priority=7)  # ERR
+    return x
+
+
+def _ap_pattern_not_pairs(x):
+    t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(3))  # ERR
+    return x
+
+
 TRACE_CASES = [
     (_dtype_argument, "err_unsupported_dtype", "unsupported data type 'float99'"),
     (
@@ -88,6 +112,10 @@ TRACE_CASES = [
     (_loop_body_arity, "err_invalid_argument", "body_fun must take one argument"),
     (_dst_not_a_tile, "err_unsupported_operand", "dst of nisa.tensor_copy must be a tile"),
     (_iota_pattern, "err_invalid_argument", "list of [step, num] int pairs; got 3"),
+    (_flag_not_a_bool, "err_invalid_argument", "'reverse0' of 'nisa.tensor_tensor_scan' must be"),
+    (_engine_not_an_engine, "err_invalid_argument", "engine= of nisa.dma_copy must be a nisa.e"),
+    (_priority_out_of_range, "err_invalid_argument", "an int from 0 to 3, got 7"),
+    (_ap_pattern_not_pairs, "err_invalid_view", "[stride, count] int pairs, got 3"),
 ]
 
 
@@ -164,6 +192,17 @@ def test_invalid_check_level_names_the_call_line():
     assert (e.value.loc.file, e.value.loc.line) == (
         HERE,
         _line(test_invalid_check_level_names_the_call_line, "# CALL"),
+    )
+
+
+def test_non_bool_precise_fp_names_the_configure_line():
+    with pytest.raises(NKIError) as e:
+        nki.jit(_copy).configure(precise_fp="maybe")  # CALL
+    assert e.value.code == "err_invalid_config"
+    assert "SimConfig.precise_fp must be True or False, got 'maybe'" in e.value.message
+    assert (e.value.loc.file, e.value.loc.line) == (
+        HERE,
+        _line(test_non_bool_precise_fp_names_the_configure_line, "# CALL"),
     )
 
 
