@@ -58,6 +58,7 @@ MUTATIONS = (
     "reduce_res_idle",
     "readonly_out",
     "store_small",
+    "nl_positional",
 )
 TYPOS = {"mask": ("msk", "maks", "masks"), "dtype": ("dtyp", "dype", "type_")}
 
@@ -83,6 +84,10 @@ def build(p: dict):
                 x = nl.load(a[row, col], **kw) if p["where"] else nl.load(a[row, col], mask=mask)
                 y = nl.load(b[row, col], mask=mask)
                 z = op(x, y) if p["where"] else op(x, y, **kw)
+            elif m == "nl_positional":  # a keyword-only argument passed by position
+                x = nl.load(a[row, col], mask) if p["where"] else nl.load(a[row, col], mask=mask)
+                y = nl.load(b[row, col], mask=mask)
+                z = op(x, y) if p["where"] else op(x, y, nl.float32)
             else:
                 x = nl.load(a[row, col], mask=mask)
                 if m == "load_sbuf":

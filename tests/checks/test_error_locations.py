@@ -97,6 +97,12 @@ def _ap_pattern_not_pairs(x):
     return x
 
 
+def _nl_keyword_only_by_position(x):
+    t = nl.load(x)
+    nl.add(t, t, nl.float32)  # ERR
+    return x
+
+
 TRACE_CASES = [
     (_dtype_argument, "err_unsupported_dtype", "unsupported data type 'float99'"),
     (
@@ -116,6 +122,11 @@ TRACE_CASES = [
     (_engine_not_an_engine, "err_invalid_argument", "engine= of nisa.dma_copy must be a nisa.e"),
     (_priority_out_of_range, "err_invalid_argument", "an int from 0 to 3, got 7"),
     (_ap_pattern_not_pairs, "err_invalid_view", "[stride, count] int pairs, got 3"),
+    (
+        _nl_keyword_only_by_position,
+        "err_invalid_argument",
+        "nl.add() takes 2 positional arguments but 3 were given (signature: nl.add(x, y, *,",
+    ),
 ]
 
 
