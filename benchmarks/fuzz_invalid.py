@@ -441,6 +441,8 @@ def draw_launch(r: random.Random) -> dict:
                 ("api", "newest"),
                 ("platform_target", 3),
                 ("mode", None),
+                ("chekcs", "full"),
+                ("target", "trn1"),
             ]
         ),  # fmt: skip
         "configure": lambda: r.choice([("chekcs", "full"), ("target", "trn7"), ("grid", 2)]),

@@ -131,6 +131,29 @@ def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
     return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
 
 
+def return_loc(code: types.CodeType, run: Any) -> SrcLoc:
+    """The ``return`` statement of the function ``code`` that ``run()`` (which calls it) ends at,
+    found with a profile hook: for an error about a returned value, on that error path only.
+    ``run`` may raise an NKIError; the function's first line when it never returns."""
+    lines: list[int] = []
+
+    def hook(frame: Any, event: str, _arg: Any) -> None:
+        if event == "return" and frame.f_code is code:
+            lines.append(frame.f_lineno)
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        run()
+    except NKIError:
+        pass
+    finally:
+        sys.setprofile(old)
+    line = lines[-1] if lines else code.co_firstlineno
+    src = linecache.getline(code.co_filename, line)
+    return SrcLoc(code.co_filename, line, len(src) - len(src.lstrip()), code.co_name)
+
+
 def binding_failed(e: TypeError) -> bool:
     """Whether ``e``, caught right around a call, was raised because the call's arguments do not
     bind to the callee's parameters (no frame of the callee was entered)."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
-import linecache
 import math
 import os
-import sys
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -19,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing, user_loc
+from .errors import (
+    NKIError,
+    NKIShapeError,
+    NKITypeError,
+    SrcLoc,
+    return_loc,
+    user_facing,
+    user_loc,
+)
 from .ir import Grid, GridDim, KernelIR, TensorDecl
 from .language.core import nc, spmd_dim
 from .targets import get_target
@@ -38,6 +45,7 @@ from simulator.launch import launch as simulator_launch  # isort: skip
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
+_JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
 
 
 MAX_GRID_INSTANCES = 1 << 20
@@ -184,6 +192,16 @@ class Kernel:
                 loc=user_loc(),
             )
         self.api: str | None = api
+        for k in options:  # compile options are ignored; a misspelt setting must not be
+            close = difflib.get_close_matches(k, _JIT_KEYS, n=1, cutoff=0.8)
+            if close or k == "target":
+                hint = "platform_target" if k == "target" else close[0]
+                raise NKIError(
+                    f"unknown nki.jit option '{k}'; did you mean '{hint}'? (nki.jit takes "
+                    f"{', '.join(_JIT_KEYS)} and ignores compile options such as save_neff_name)",
+                    code="err_invalid_config",
+                    loc=user_loc(),
+                )
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
@@ -246,7 +264,10 @@ class Kernel:
                 traced = trace_with_unrolling(lambda: self._trace(grid, bound, target))
             except NKIError as e:
                 if e.code == "err_kernel_output_must_be_hbm" and e.loc is None:
-                    e.with_context(loc=self._return_loc(grid, bound, target))
+                    again = functools.partial(self._trace, grid, bound, target)
+                    e.with_context(
+                        loc=return_loc(self.fn.__code__, lambda: trace_with_unrolling(again))
+                    )
                 raise
             except RecursionError as e:
                 code = self.fn.__code__
@@ -269,28 +290,6 @@ class Kernel:
                     self.trace_count += 1
         self.last_ir = ir
         return ir
-
-    def _return_loc(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> SrcLoc:
-        """The ``return`` statement the kernel's trace ends at, for an error about what it
-        returns: found by tracing once more with a profile hook (on this error path only)."""
-        code = self.fn.__code__
-        lines: list[int] = []
-
-        def hook(frame: Any, event: str, _arg: Any) -> None:
-            if event == "return" and frame.f_code is code:
-                lines.append(frame.f_lineno)
-
-        old = sys.getprofile()
-        sys.setprofile(hook)
-        try:
-            trace_with_unrolling(lambda: self._trace(grid, bound, target))
-        except NKIError:
-            pass
-        finally:
-            sys.setprofile(old)
-        line = lines[-1] if lines else code.co_firstlineno
-        src = linecache.getline(code.co_filename, line)
-        return SrcLoc(code.co_filename, line, len(src) - len(src.lstrip()), self.fn.__name__)
 
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""

@@ -240,6 +240,21 @@ def test_unknown_target_names_the_call_line():
     )
 
 
+@pytest.mark.parametrize("key,hint", [("chekcs", "checks"), ("target", "platform_target")])
+def test_misspelt_jit_setting_names_the_jit_line(key, hint):
+    with pytest.raises(NKIError) as e:
+        nki.jit(_copy, **{key: "full"})  # CALL
+    assert e.value.code == "err_invalid_config"
+    assert f"unknown nki.jit option '{key}'; did you mean '{hint}'?" in e.value.message
+    line = _line(test_misspelt_jit_setting_names_the_jit_line, "# CALL")
+    assert (e.value.loc.file, e.value.loc.line) == (HERE, line)
+
+
+def test_compile_options_are_still_accepted():
+    k = nki.jit(_copy, save_neff_name="k.neff", artifacts_dir="/tmp/x")
+    np.testing.assert_array_equal(k(X), X)
+
+
 def test_unknown_api_names_the_jit_line():
     with pytest.raises(NKIError) as e:
         nki.jit(_copy, api="newest")  # CALL
