@@ -321,6 +321,8 @@ def nc_stream_shuffle(
     sacc, st = tile(src, api, "src", compute=False)
     dacc, dtt = tile(dst, api, "dst", compute=False)
     same_elements(sacc.shape, dacc.shape, api, "src", "dst")
+    if dtype is not None:
+        out_dtype(dtype, dt(dtt))  # accepted and ignored, but it must name a dtype
     if dt(st) != dt(dtt):
         raise NKITypeError(
             f"'src' ({dt(st)}) and 'dst' ({dt(dtt)}) of '{api}' must have the same dtype",

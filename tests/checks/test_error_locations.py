@@ -103,6 +103,13 @@ def _nl_keyword_only_by_position(x):
     return x
 
 
+def _ignored_dtype_is_still_a_dtype(x):
+    t = nl.load(x[0:32, :])
+    u = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.nc_stream_shuffle(t, u, list(range(32)), dtype="float99")  # ERR
+    return x
+
+
 TRACE_CASES = [
     (_dtype_argument, "err_unsupported_dtype", "unsupported data type 'float99'"),
     (
@@ -122,6 +129,7 @@ TRACE_CASES = [
     (_engine_not_an_engine, "err_invalid_argument", "engine= of nisa.dma_copy must be a nisa.e"),
     (_priority_out_of_range, "err_invalid_argument", "an int from 0 to 3, got 7"),
     (_ap_pattern_not_pairs, "err_invalid_view", "[stride, count] int pairs, got 3"),
+    (_ignored_dtype_is_still_a_dtype, "err_unsupported_dtype", "unsupported data type 'float99'"),
     (
         _nl_keyword_only_by_position,
         "err_invalid_argument",
