@@ -16,8 +16,9 @@ import numpy as np
 
 from nki import dtypes
 from nki.errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing
+from nki.grids import check_grid_fits, parse_grid
 from nki.ir import Grid, KernelIR
-from nki.jit import Kernel, Launch, check_grid_fits, parse_grid
+from nki.jit import Kernel, Launch
 from nki.language.core import nc, spmd_dim
 
 # Frames in these packages are never "the user's line" for an error raised at the framework
@@ -199,7 +200,7 @@ def trace_signature(
         check_grid_fits(launch.grid, cfg.target)
         ir = launch.kernel.trace(launch.grid, bound, cfg.target)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
     if legacy:
         return Signature(ir, tuple(out_specs), True, out_params)
     if not ir.returns_outputs:
@@ -249,7 +250,7 @@ def run(launch: Launch, args: tuple, kwargs: dict) -> Any:
     try:
         return launch.run_numpy(*args, **kwargs)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
 
 def as_tuple(x: Any) -> tuple:

@@ -26,7 +26,8 @@ from simulator.cost import estimate_ir
 from simulator.cost.export import write_trace
 
 from . import dtypes
-from .jit import Kernel, Launch, parse_grid
+from .grids import parse_grid
+from .jit import Kernel, Launch
 from .tracer import classic_mode, onchip_return, set_classic_mode, trace_with_unrolling
 from .typing import _TensorType
 

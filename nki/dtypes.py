@@ -236,7 +236,9 @@ def scalar_dtype(value: object) -> str:
         return "int32"
     if isinstance(value, float):
         return "float32"
-    raise NKITypeError(f"expected a number, got {type(value).__name__}")
+    raise NKITypeError(
+        f"expected a number, got {type(value).__name__}", code="err_invalid_argument"
+    )
 
 
 # --------------------------------------------------------------------------------------------

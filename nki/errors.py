@@ -14,11 +14,15 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import linecache
 import os
 import sys
+import sysconfig
 import types
 from dataclasses import dataclass
+from typing import Any
 
 from .error_codes import meaning
 
@@ -67,11 +71,20 @@ class SrcLoc:
         return linecache.getline(self.file, self.line).rstrip("\n")
 
 
+# the standard library (not site-packages) and code it generates (a dataclass's __init__ is
+# "<string>") sit between our frames but are never the kernel author's statement
+_STDLIB = os.path.normpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE = tuple(os.path.normpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib"))
+
+
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
     path = os.path.normpath(os.path.abspath(filename))
     if path.startswith(_KERNEL_LIBRARY):
         return False
-    return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename
+    if path.startswith(_STDLIB) and not path.startswith(_SITE):
+        return True
+    return path.startswith(_INTERNAL_PREFIXES) or "<frozen" in filename or filename == "<string>"
 
 
 def user_stacklevel() -> int:
@@ -105,6 +118,82 @@ def user_loc(depth: int = 1) -> SrcLoc:
     except (AttributeError, IndexError, TypeError):
         col = 0
     return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
+    """The user's statement a traceback went through last (the innermost frame outside nki-sim):
+    for an error raised below a kernel statement, that statement."""
+    hit = None
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            hit = tb
+        tb = tb.tb_next
+    if hit is None:
+        return None
+    code = hit.tb_frame.f_code
+    col = 0
+    try:
+        col = list(code.co_positions())[hit.tb_lasti // 2][2] or 0
+    except (AttributeError, IndexError, TypeError):
+        col = 0
+    return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
+
+
+def return_loc(code: types.CodeType, run: Any) -> SrcLoc:
+    """The ``return`` statement of the function ``code`` that ``run()`` (which calls it) ends at,
+    found with a profile hook: for an error about a returned value, on that error path only.
+    ``run`` may raise an NKIError; the function's first line when it never returns."""
+    lines: list[int] = []
+
+    def hook(frame: Any, event: str, _arg: Any) -> None:
+        if event == "return" and frame.f_code is code:
+            lines.append(frame.f_lineno)
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        run()
+    except NKIError:
+        pass
+    finally:
+        sys.setprofile(old)
+    line = lines[-1] if lines else code.co_firstlineno
+    src = linecache.getline(code.co_filename, line)
+    return SrcLoc(code.co_filename, line, len(src) - len(src.lstrip()), code.co_name)
+
+
+def binding_failed(e: TypeError) -> bool:
+    """Whether ``e``, caught right around a call, was raised because the call's arguments do not
+    bind to the callee's parameters (no frame of the callee was entered)."""
+    return e.__traceback__ is not None and e.__traceback__.tb_next is None
+
+
+def arguments_checked(api: str) -> Any:
+    """Decorator: a call of the decorated function whose arguments do not bind (a missing,
+    extra or unknown one) is a located ``NKITypeError`` naming ``api`` and its parameters."""
+
+    def deco(fn: Any) -> Any:
+        empty = inspect.Parameter.empty
+        params = [p.replace(annotation=empty) for p in inspect.signature(fn).parameters.values()]
+        if params and params[0].name == "self":  # a method: callers do not pass self
+            params = params[1:]
+        sig = inspect.Signature(params)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except TypeError as e:
+                if not binding_failed(e):
+                    raise
+                text = str(e).replace(f"{fn.__name__}()", f"{api}()")
+                raise NKITypeError(
+                    f"{text} (signature: {api}{sig})", code="err_invalid_argument", loc=user_loc()
+                ) from None
+
+        return call
+
+    return deco
 
 
 class NKIError(Exception):
@@ -274,7 +363,10 @@ def locate_in_traceback(exc: NKIError) -> NKIError:
 
 
 def user_facing(exc: BaseException) -> BaseException:
-    """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement."""
+    """Rewrite ``exc``'s traceback: drop nki-sim frames and end at the kernel's statement. An
+    NKIError that still has no location gets the caller's line (a launch or setting error)."""
+    if isinstance(exc, NKIError) and exc.loc is None:
+        exc.with_context(loc=raise_loc(exc.__traceback__) or user_loc())
     frames = []
     tb = exc.__traceback__
     exc.__traceback__ = None

@@ -14,8 +14,9 @@ from simulator.cost import Report, estimate_ir
 
 from . import dtypes
 from .errors import NKIError, NKITypeError, user_facing, user_loc
+from .grids import check_grid_fits
 from .ir import KernelIR
-from .jit import Kernel, _as_launch, check_grid_fits
+from .jit import Kernel, _as_launch
 from .typing import _TensorType
 
 
@@ -56,7 +57,9 @@ def trace_launch(launch: Any, args: tuple, kwargs: dict, target: str | None = No
         bound = inspect.signature(k.fn).bind(*args, **kwargs)
     except TypeError as e:
         raise NKITypeError(
-            f"bad arguments for kernel '{k.fn.__name__}': {e}", loc=user_loc()
+            f"bad arguments for kernel '{k.fn.__name__}': {e}",
+            code="err_invalid_argument",
+            loc=user_loc(),
         ) from None
     bound.apply_defaults()
     check_grid_fits(lch.grid, cfg.target)
@@ -73,7 +76,7 @@ def estimate(kernel: Any, target: str | None = None) -> Callable[..., Report]:
             ir = trace_launch(kernel, args, kwargs, target)
             return estimate_ir(ir)
         except NKIError as e:
-            raise user_facing(e) from None
+            raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
     return run
 

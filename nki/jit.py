@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
-import os
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -24,11 +24,12 @@ from .errors import (
     NKITypeError,
     SrcLoc,
     locate_in_traceback,
+    return_loc,
     user_facing,
     user_loc,
 )
-from .ir import Grid, GridDim, KernelIR, TensorDecl
-from .language.core import nc, spmd_dim
+from .grids import check_grid_fits, lnc_grid, parse_grid
+from .ir import Grid, KernelIR, TensorDecl
 from .targets import get_target
 from .tracer import (
     NeedsPerCore,
@@ -46,42 +47,7 @@ from simulator.launch import launch as simulator_launch  # isort: skip
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
-
-
-MAX_GRID_INSTANCES = 1 << 20
-
-
-def parse_grid(grid: object) -> Grid:
-    """``kernel[g0, g1, ...]``: each dim is a positive int, ``nl.nc(k)`` or ``nl.spmd_dim``."""
-    items = grid if isinstance(grid, tuple) else (grid,)
-    dims = []
-    for it in items:
-        if isinstance(it, (int, np.integer)) and not isinstance(it, bool) and int(it) >= 1:
-            dims.append(GridDim(((int(it), False),)))
-        elif isinstance(it, nc):
-            dims.append(GridDim(((it.k, True),)))
-        elif isinstance(it, spmd_dim):
-            dims.append(GridDim(it.factors))
-        else:
-            raise NKIError(
-                f"invalid launch grid {grid!r}: each grid dimension must be a positive int, "
-                f"nl.nc(k) or nl.spmd_dim(...), got {it!r}",
-                code="err_invalid_grid",
-                loc=user_loc(),
-            )
-    g = Grid(tuple(dims))
-    n = math.prod(g.shape)
-    if n > MAX_GRID_INSTANCES:
-        # every instance is simulated one after another: a grid this large would run for hours
-        # and its instance list alone could exhaust host memory
-        raise NKIError(
-            f"launch grid {grid!r} has {n} instances; the simulator runs at most "
-            f"{MAX_GRID_INSTANCES} instances per launch (give each instance a bigger tile, or "
-            "loop inside the kernel with nl.affine_range)",
-            code="err_invalid_grid",
-            loc=user_loc(),
-        )
-    return g
+_JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
 
 
 def _is_array(x: object) -> bool:
@@ -189,8 +155,19 @@ class Kernel:
                 f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
                 "the kernel's first generation-specific construct decides)",
                 code="err_invalid_argument",
+                loc=user_loc(),
             )
         self.api: str | None = api
+        for k in options:  # compile options are ignored; a misspelt setting must not be
+            close = difflib.get_close_matches(k, _JIT_KEYS, n=1, cutoff=0.8)
+            if close or k == "target":
+                hint = "platform_target" if k == "target" else close[0]
+                raise NKIError(
+                    f"unknown nki.jit option '{k}'; did you mean '{hint}'? (nki.jit takes "
+                    f"{', '.join(_JIT_KEYS)} and ignores compile options such as save_neff_name)",
+                    code="err_invalid_config",
+                    loc=user_loc(),
+                )
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
@@ -212,7 +189,12 @@ class Kernel:
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:
-            raise NKIError(f"unknown simulator setting(s) {sorted(bad)}", code="err_invalid_config")
+            raise NKIError(
+                f"unknown simulator setting(s) {sorted(bad)}; expected target, "
+                + ", ".join(_CONFIG_KEYS),
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         k = copy.copy(self)
         over = dict(overrides)
         if "target" in over:
@@ -246,6 +228,11 @@ class Kernel:
             # another kernel while tracing); the first finished trace of a key wins
             try:
                 traced = self._trace_launch(grid, bound, target)
+            except NKIError as e:
+                if e.code == "err_kernel_output_must_be_hbm" and e.loc is None:
+                    again = functools.partial(self._trace_launch, grid, bound, target)
+                    e.with_context(loc=return_loc(self.fn.__code__, again))
+                raise
             except RecursionError as e:
                 code = self.fn.__code__
                 tb, line = e.__traceback__, code.co_firstlineno
@@ -394,8 +381,7 @@ class Kernel:
                 raise NKIError(
                     f"a kernel must return HBM tensors created with nl.ndarray(..., "
                     f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
-                    code="err_kernel_output_must_be_hbm",
-                    loc=user_loc(),
+                    code="err_kernel_output_must_be_hbm",  # located at the return by trace()
                 )
             name = r.decl.alias_of or r.name
             decl = st.tensors[name]
@@ -464,7 +450,7 @@ class Launch:
         try:
             return self.run_numpy(*args, **kwargs)
         except NKIError as e:
-            raise user_facing(e) from None
+            raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
         k = self.kernel
@@ -473,7 +459,9 @@ class Launch:
             bound = inspect.signature(k.fn).bind(*args, **kwargs)
         except TypeError as e:
             raise NKITypeError(
-                f"bad arguments for kernel '{k.fn.__name__}': {e}", loc=user_loc()
+                f"bad arguments for kernel '{k.fn.__name__}': {e}",
+                code="err_invalid_argument",
+                loc=user_loc(),
             ) from None
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
@@ -496,58 +484,6 @@ class Launch:
         return result
 
 
-LNC_ENV_VAR = "NEURON_LOGICAL_NC_CONFIG"
-
-
-def lnc_grid(grid: Grid, target_name: str) -> Grid:
-    """A current-API launch: ``kernel(args)`` runs on one core (LNC=1, or the LNC of
-    ``NEURON_LOGICAL_NC_CONFIG``), ``kernel[lnc](args)`` on ``lnc`` in {1, 2} physical cores of
-    one logical NeuronCore (2 only where the target has LNC=2). Each core is one instance with
-    private SBUF / PSUM; HBM is shared."""
-    t = get_target(target_name)
-    if not grid.dims:
-        env = os.environ.get(LNC_ENV_VAR, "").strip()
-        if not env:
-            return grid
-        if env not in ("1", "2"):
-            raise NKIError(
-                f"{LNC_ENV_VAR}={env!r}: the logical NeuronCore size must be 1 or 2",
-                code="err_invalid_grid",
-                loc=user_loc(),
-            )
-        lnc = int(env)
-    elif len(grid.dims) == 1 and len(grid.dims[0].factors) == 1:
-        lnc = grid.dims[0].factors[0][0]
-    else:
-        raise NKIError(
-            f"a current-API kernel is launched as kernel[lnc] with one integer lnc in {{1, 2}}; "
-            f"got the grid {grid} (multi-dimensional grids, nl.nc and nl.spmd_dim are classic)",
-            code="err_invalid_grid",
-            loc=user_loc(),
-        )
-    if lnc not in (1, 2) or lnc > t.max_lnc:
-        allowed = "1 or 2" if t.max_lnc >= 2 else "1"
-        raise NKIError(
-            f"kernel[{lnc}]: a {t.name} logical NeuronCore spans {allowed} physical core(s); "
-            f"the LNC of a current-API launch must be {allowed}",
-            code="err_invalid_grid",
-            loc=user_loc(),
-        )
-    return Grid((GridDim(((lnc, True),)),))
-
-
-def check_grid_fits(grid: Grid, target_name: str) -> None:
-    """The grid's physical cores fit the target's logical NeuronCore (``max_lnc``)."""
-    t = get_target(target_name)
-    if grid.num_cores > t.max_lnc:
-        raise NKIError(
-            f"launch grid {grid} places instances on {grid.num_cores} physical NeuronCores, but "
-            f"a {t.name} logical NeuronCore has at most {t.max_lnc}",
-            code="err_invalid_grid",
-            loc=user_loc(),
-        )
-
-
 def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
     """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
     or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
@@ -564,7 +500,9 @@ def _as_launch(kernel: Any) -> Launch:
         return Launch(kernel, kernel.default_grid)
     if callable(kernel):
         return Launch(Kernel(kernel), Grid(()))
-    raise NKITypeError(f"expected a kernel, got {type(kernel).__name__}")
+    raise NKITypeError(
+        f"expected a kernel, got {type(kernel).__name__}", code="err_invalid_mode", loc=user_loc()
+    )
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:

@@ -386,7 +386,9 @@ def _static_int(x: object, what: str) -> int:
     try:
         return int(x.__index__())  # type: ignore[union-attr]
     except (AttributeError, TypeError):
-        raise NKIError(f"{what} must be an integer, got {x!r}", loc=user_loc()) from None
+        raise NKIError(
+            f"{what} must be an integer, got {x!r}", code="err_invalid_argument", loc=user_loc()
+        ) from None
 
 
 def arange(start: int, stop: int | None = None, step: int = 1) -> Index:
@@ -396,10 +398,12 @@ def arange(start: int, stop: int | None = None, step: int = 1) -> Index:
     stop = _static_int(stop, "nl.arange stop")
     step = _static_int(step, "nl.arange step")
     if step == 0:
-        raise NKIError("nl.arange step must not be 0", loc=user_loc())
+        raise NKIError("nl.arange step must not be 0", code="err_invalid_argument", loc=user_loc())
     n = len(range(start, stop, step))
     if n <= 0:
-        raise NKIError(f"nl.arange({start}, {stop}, {step}) is empty", loc=user_loc())
+        raise NKIError(
+            f"nl.arange({start}, {stop}, {step}) is empty", code="err_invalid_shape", loc=user_loc()
+        )
     return Index(IndexExpr(Affine.constant(start), (step,), (n,)))
 
 
@@ -420,7 +424,11 @@ class MGrid:
 
     def _axis(self, i: int) -> Index:
         if i >= len(self._c):
-            raise NKIError(f"this mgrid has only {len(self._c)} axes", loc=user_loc())
+            raise NKIError(
+                f"this mgrid has only {len(self._c)} axes",
+                code="err_too_many_indices",
+                loc=user_loc(),
+            )
         return self._c[i]
 
     @property
@@ -446,7 +454,11 @@ class _MGridMaker:
         ranges = []
         for k in keys:
             if not isinstance(k, slice):
-                raise NKIError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]", loc=user_loc())
+                raise NKIError(
+                    "nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]",
+                    code="err_unsupported_index_expression",
+                    loc=user_loc(),
+                )
             start = _static_int(0 if k.start is None else k.start, "nl.mgrid start")
             stop = _static_int(k.stop, "nl.mgrid stop")
             step = _static_int(1 if k.step is None else k.step, "nl.mgrid step")

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nki.errors import NKIError
+from nki.errors import NKIError, user_loc
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def target_name(name: str) -> str:
             f"unknown platform target {name!r}: expected one of trn1|gen2|inf2, trn2|gen3, "
             "trn3|gen4",
             code="err_invalid_platform_target",
+            loc=user_loc(),
         )
     return key
 

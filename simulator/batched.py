@@ -257,7 +257,7 @@ class BCtx:
             if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
                 return np.int64(v)
             return np.float32(v)
-        raise NKIRuntimeError(f"unsupported operand {src!r}")
+        raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
     def _storage(self, name: str) -> np.ndarray:
         """The storage of a tile still pending (else the unknown tensor's KeyError)."""

@@ -20,7 +20,7 @@ import functools
 import os
 from dataclasses import dataclass, replace
 
-from nki.errors import NKIError
+from nki.errors import NKIError, user_loc
 from nki.targets import DEFAULT_TARGET, target_name
 
 CHECK_LEVELS = ("none", "static", "full")
@@ -38,11 +38,29 @@ class SimConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", target_name(self.target))
         if self.checks not in CHECK_LEVELS:
-            raise NKIError(f"SimConfig.checks must be one of {CHECK_LEVELS}, got {self.checks!r}")
+            raise NKIError(
+                f"SimConfig.checks must be one of {CHECK_LEVELS}, got {self.checks!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         if self.backend not in BACKENDS:
-            raise NKIError(f"SimConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+            raise NKIError(
+                f"SimConfig.backend must be one of {BACKENDS}, got {self.backend!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
+        if not isinstance(self.precise_fp, bool):
+            raise NKIError(
+                f"SimConfig.precise_fp must be True or False, got {self.precise_fp!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         if self.shuffle_seed is not None and not isinstance(self.shuffle_seed, int):
-            raise NKIError(f"SimConfig.shuffle_seed must be an int, got {self.shuffle_seed!r}")
+            raise NKIError(
+                f"SimConfig.shuffle_seed must be an int, got {self.shuffle_seed!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
 
     def with_(self, **changes: object) -> SimConfig:
         changes = {k: v for k, v in changes.items() if v is not None}
@@ -77,7 +95,11 @@ def _parse(env: dict[str, str]) -> SimConfig:
     try:
         seed_val = int(seed) if seed not in (None, "") else None
     except ValueError:
-        raise NKIError(f"NKI_SIM_SHUFFLE_SEED must be an integer, got {seed!r}") from None
+        raise NKIError(
+            f"NKI_SIM_SHUFFLE_SEED must be an integer, got {seed!r}",
+            code="err_invalid_config",
+            loc=user_loc(),
+        ) from None
     return SimConfig(
         target=target or DEFAULT_TARGET,
         precise_fp=precise,

@@ -173,7 +173,9 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
     ctx.instr = instr
     try:
         if fn is None:
-            raise NKIRuntimeError(f"no executor for instruction kind '{instr.kind}'")
+            raise NKIRuntimeError(
+                f"no executor for instruction kind '{instr.kind}'", code="err_internal"
+            )
         if ctx.full_checks:
             ctx.poison.start(rule_of(instr) if _on_chip(instr, ctx) else REPORT)
         with np.errstate(all="ignore"):

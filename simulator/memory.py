@@ -106,7 +106,9 @@ class Ctx:
         if a is None:
             d = self.decl(name)
             if d.alias_of is None:
-                raise NKIRuntimeError(f"tensor '{name}' is used before it is allocated")
+                raise NKIRuntimeError(
+                    f"tensor '{name}' is used before it is allocated", code="err_internal"
+                )
             a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
             self.arrays[name] = a
             if d.alias_of in self.shadow and d.on_chip:  # a reshaped tile shares its shadow
@@ -298,7 +300,7 @@ class Ctx:
             return np.float32(v)
         if isinstance(src, IndexExpr):
             return np.asarray(eval_index(src, self.env), dtype=np.int64)
-        raise NKIRuntimeError(f"unsupported operand {src!r}")
+        raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
 
 def lanes_of(sel: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:

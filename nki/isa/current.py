@@ -36,6 +36,7 @@ from ..tracer import (
     operand,
 )
 from . import spec
+from .enums import engine as _engine
 from .enums import enum_value, reduce_cmd
 from .spec import CLASSIC, CURRENT
 
@@ -143,7 +144,24 @@ def call_current(
     name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Instruction:
     bound = spec.bind(name, args, kwargs, CURRENT)
+    spec.check_kinds(name, CURRENT, bound.arguments)
     a = dict(bound.arguments)
+    prio = a.get("priority")
+    if prio is not None and (
+        not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 3
+    ):
+        raise NKITypeError(
+            f"priority= of nisa.{name} must be None or an int from 0 to 3, got {prio!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    eng = a.get("engine")
+    if eng is not None and not isinstance(eng, _engine) and not isinstance(eng, spec.Ref):
+        raise NKITypeError(
+            f"engine= of nisa.{name} must be a nisa.engine value, got {eng!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
     a.pop("name", None)
     a.pop("priority", None)
     info = spec.get(name)
@@ -153,6 +171,12 @@ def call_current(
         return Instruction(name, _last_instr())
     adapter = _ADAPTERS.get(name, _generic)
     dst = a.pop("dst")
+    if not _is_tile(dst):
+        raise NKITypeError(
+            f"dst of nisa.{name} must be a tile (an nl.ndarray or a view of one); got {dst!r}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
     if name == "iota":  # (affine_select's on_true_tile keeps dst's own shape)
         dst = _dst_in_pattern_shape(name, dst, a["pattern"])
     accumulate, extra = adapter(name, dst, a)
@@ -245,7 +269,24 @@ def _pattern_value(name: str, dst: Any, pattern: Any, offset: Any, cm: Any) -> A
     ``[[step, num], ...]`` pairs, as an affine index expression (one free dim of dst per pair)."""
     t = dst.view if isinstance(dst, _Assigned) else dst
     shape = tuple(t.shape)
-    pairs = [tuple(pair) for pair in pattern]
+    seq = isinstance(pattern, (list, tuple))
+    pairs = [tuple(q) if isinstance(q, (list, tuple)) else (q,) for q in pattern] if seq else []
+    if not pairs or any(
+        len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        for pair in pairs
+    ):
+        raise NKITypeError(
+            f"pattern of nisa.{name} must be a list of [step, num] int pairs; got {pattern!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    for what, v in (("offset", offset), ("channel_multiplier", cm)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise NKITypeError(
+                f"{what} of nisa.{name} must be an int; got {v!r}",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            )
     if tuple(n for _, n in pairs) != shape[1:] and not (
         len(shape) == 2 and len(pairs) == 1 and pairs[0][1] == shape[1]
     ):

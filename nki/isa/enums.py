@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from ..errors import NKITypeError, user_loc
+from ..errors import NKITypeError, arguments_checked, user_loc
 from ..targets import env_target
 from ..tracer import current
 
@@ -109,6 +109,7 @@ def enum_value(x: object, cls: type[enum.Enum], api: str, role: str) -> enum.Enu
     )
 
 
+@arguments_checked("nisa.get_nc_version")
 def get_nc_version() -> nc_version:
     """The NeuronCore version of the target being traced (trn1 -> gen2, trn2 -> gen3, trn3 ->
     gen4); outside a kernel, the target selected by ``NEURON_PLATFORM_TARGET_OVERRIDE``."""

@@ -331,6 +331,8 @@ def nc_stream_shuffle(
             code="err_free_size_mismatch",
             loc=user_loc(),
         )
+    if dtype is not None:
+        out_dtype(dtype, dt(dtt))  # accepted and ignored, but it must name a dtype
     if dt(st) != dt(dtt):
         raise NKITypeError(
             f"'src' ({dt(st)}) and 'dst' ({dt(dtt)}) of '{api}' must have the same dtype",

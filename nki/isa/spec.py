@@ -903,6 +903,27 @@ def bind(
     return bound
 
 
+# kinds of parameter the spec can check by value alone (the functions check the rest)
+_KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "bool": lambda v: type(v).__name__ in ("bool", "bool_"),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+def check_kinds(name: str, form: str, arguments: dict[str, Any]) -> None:
+    """A flag given a non-bool (``reverse0="yes"``) or an instruction name given a non-str is a
+    located error (they would otherwise be taken as true or dropped)."""
+    for p in get(name).params(form):
+        v = arguments.get(p.name)
+        check = _KIND_CHECKS.get(p.type)
+        if v is not None and check is not None and not check(v):
+            raise NKITypeError(
+                f"'{p.name}' of 'nisa.{name}' must be a {p.type}, got {v!r}",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            )
+
+
 def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator of a classic ``nki.isa`` function: its name must have a classic form in the
     spec, and a keyword outside that form is a located error naming the closest valid keyword
@@ -915,7 +936,21 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
         for k in kwargs:
             if k not in valid:
                 raise _unknown_keyword(name, k, _names(name, CLASSIC))
-        return fn(*args, **kwargs)
+        if kwargs:
+            check_kinds(name, CLASSIC, kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if e.__traceback__ is None or e.__traceback__.tb_next is not None:
+                raise  # raised inside the function, not by binding its arguments
+            forms = f"nisa.{name}{signature(name, CLASSIC)}"
+            if get(name).current is not None:
+                forms += f"; destination-first: nisa.{name}{signature(name, CURRENT)}"
+            raise NKITypeError(
+                f"'nisa.{name}': {e} (signature: {forms})",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            ) from None
 
     return call
 

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from ..dtypes import itemsize
-from ..errors import NKIError, NKITypeError, user_loc
+from ..errors import NKIError, NKITypeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Const
 from ..tracer import (
     NkiTensor,
@@ -86,6 +86,7 @@ def _rank(x: Any, api: str, role: str) -> int:
     return x
 
 
+@arguments_checked("nisa.core_barrier")
 def core_barrier(data: Any, cores: Any, engine: Any = engine.gpsimd, name: Any = None) -> None:
     """Both cores of an LNC=2 launch wait here until each has reached it.
 
@@ -115,6 +116,7 @@ def core_barrier(data: Any, cores: Any, engine: Any = engine.gpsimd, name: Any =
     emit("lnc", "core_barrier", None, (acc,), attrs=(("cores", (0, 1)), ("engine", eng)), api=api)
 
 
+@arguments_checked("nisa.sendrecv")
 def sendrecv(
     src: Any,
     dst: Any,
@@ -266,6 +268,7 @@ def _one_element(x: Any, api: str, role: str) -> tuple[Any, NkiTensor]:
     return acc, t
 
 
+@arguments_checked("nisa.scalar_load")
 def scalar_load(src: Any) -> NkiScalar:
     """Read a one-element int32 / int64 tensor (SBUF or HBM) as an :class:`NkiScalar` of that
     width."""
@@ -277,6 +280,7 @@ def scalar_load(src: Any) -> NkiScalar:
     return out
 
 
+@arguments_checked("nisa.scalar_store")
 def scalar_store(dst: Any, value: Any) -> None:
     """Write an :class:`NkiScalar` into a one-element tensor of the same width (a Python int
     is rejected: write constants with ``nisa.memset`` / ``nisa.iota``)."""

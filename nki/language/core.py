@@ -72,7 +72,9 @@ def _buffer_name(b: object) -> str:
         name = b
     else:
         raise NKITypeError(
-            f"buffer must be nl.sbuf, nl.psum or an HBM buffer, got {b!r}", loc=user_loc()
+            f"buffer must be nl.sbuf, nl.psum or an HBM buffer, got {b!r}",
+            code="err_unsupported_memory",
+            loc=user_loc(),
         )
     if name == "hbm":
         name = "private_hbm"
@@ -221,7 +223,7 @@ def _range_args(start: Any, stop: Any, step: Any, api: str) -> tuple[int, int, i
     s1 = _static_int(stop, f"{api} stop")
     st = _static_int(step, f"{api} step")
     if st == 0:
-        raise NKIError(f"{api} step must not be 0", loc=user_loc())
+        raise NKIError(f"{api} step must not be 0", code="err_invalid_argument", loc=user_loc())
     return s0, s1, st
 
 
@@ -406,7 +408,11 @@ def _like(a: Any) -> tuple[tuple[int, ...], str, str]:
     if isinstance(a, TileOps):
         t = a.tensor_()
         return tuple(a.shape), str(a.dtype), t.buffer
-    raise NKITypeError(f"expected a tensor, got {type(a).__name__}", loc=user_loc())
+    raise NKITypeError(
+        f"expected a tensor, got {type(a).__name__}",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
 
 
 def empty_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NKIError, user_loc
+from ..errors import NKIError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS
 from ..optable import lookup
 from ..tracer import emit, note_generation, operand, request_per_core, state
@@ -54,6 +54,7 @@ class ReplicaGroup:
         return f"ReplicaGroup({[list(g) for g in self.groups]})"
 
 
+@arguments_checked("nki.collectives.rank_id")
 def rank_id() -> int:
     """This core's rank in the LNC=2 launch (its ``nl.program_id(0)``; 0 without LNC)."""
     st = state("nki.collectives.rank_id")
@@ -201,6 +202,7 @@ def _divisible(api: str, pairs: list, dim: int, groups: Any, core: int) -> None:
             )
 
 
+@arguments_checked("nki.collectives.all_reduce")
 def all_reduce(
     srcs: Any, dsts: Any, replica_group: Any, op: Any, priority: Any = None, name: Any = None
 ) -> None:
@@ -215,6 +217,7 @@ def all_reduce(
     _emit("all_reduce", api, pairs, groups, core, (("op", _op(op, api)),), _same)
 
 
+@arguments_checked("nki.collectives.all_gather")
 def all_gather(
     srcs: Any,
     dsts: Any,
@@ -234,6 +237,7 @@ def all_gather(
     _emit("all_gather", api, pairs, groups, core, (("dim", dim),), _scaled(dim, True))
 
 
+@arguments_checked("nki.collectives.reduce_scatter")
 def reduce_scatter(
     srcs: Any,
     dsts: Any,
@@ -257,6 +261,7 @@ def reduce_scatter(
     _emit("reduce_scatter", api, pairs, groups, core, extra, _scaled(dim, False))
 
 
+@arguments_checked("nki.collectives.all_to_all")
 def all_to_all(
     srcs: Any,
     dsts: Any,
@@ -277,6 +282,7 @@ def all_to_all(
     _emit("all_to_all", api, pairs, groups, core, (("dim", dim),), _same)
 
 
+@arguments_checked("nki.collectives.collective_permute")
 def collective_permute(
     srcs: Any, dsts: Any, source_target_pairs: Any, priority: Any = None, name: Any = None
 ) -> None:

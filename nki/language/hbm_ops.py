@@ -34,7 +34,9 @@ def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
     st = state(api)
     arr = np.asarray(constant)
     if arr.ndim == 0:
-        raise NKIShapeError(f"'{api}' needs an array, got a scalar", loc=user_loc())
+        raise NKIShapeError(
+            f"'{api}' needs an array, got a scalar", code="err_invalid_shape", loc=user_loc()
+        )
     if dtype is None:
         narrow = {"f": np.float32, "i": np.int32, "u": np.uint32, "b": np.bool_}
         dt = dtypes.name_of(narrow[arr.dtype.kind] if arr.dtype.itemsize > 4 else arr.dtype)

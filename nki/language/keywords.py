@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import NKITypeError, user_loc
+from ..errors import NKITypeError, binding_failed, user_loc
 
 IGNORED: dict[str, frozenset[str]] = {
     # a scheduling hint of the classic compiler's loops (no effect on values)
@@ -32,12 +32,14 @@ def _valid(fn: Callable[..., Any]) -> list[str]:
 
 
 def checked(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
-    """``fn`` (which swallows unknown keywords) with its keywords checked."""
+    """``fn`` with its keywords checked (also where it swallows unknown ones), and a call whose
+    arguments do not bind (one missing, one too many) a located error with its signature."""
     params = inspect.signature(fn).parameters
-    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return fn
     valid = _valid(fn)
-    allowed = frozenset(valid) | IGNORED.get(api, frozenset())
+    named = [p.name for p in params.values() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    allowed = frozenset(named) | IGNORED.get(api, frozenset())
+    empty = inspect.Parameter.empty
+    sig = inspect.Signature([p.replace(annotation=empty) for p in params.values()])
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -51,7 +53,15 @@ def checked(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
                     code="err_unexpected_keyword_argument",
                     loc=user_loc(),
                 )
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if not binding_failed(e):
+                raise  # raised inside the function
+            text = str(e).replace(f"{fn.__name__}()", f"nl.{api}()")
+            raise NKITypeError(
+                f"{text} (signature: nl.{api}{sig})", code="err_invalid_argument", loc=user_loc()
+            ) from None
 
     return call
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
+from ..errors import NKIError, NKITypeError, SrcLoc, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
@@ -41,6 +41,7 @@ def _set_const(reg: TileOps, value: Affine, api: str) -> None:
          attrs=(("engine", "gpsimd"),), api=api)  # fmt: skip
 
 
+@arguments_checked("nisa.register_alloc")
 def register_alloc(x: Any = None) -> NkiTensor:
     """A virtual register (a 32-bit integer), optionally set to the int ``x``."""
     api = "nisa.register_alloc"
@@ -50,6 +51,7 @@ def register_alloc(x: Any = None) -> NkiTensor:
     return reg
 
 
+@arguments_checked("nisa.register_move")
 def register_move(dst: Any, src: Any) -> None:
     """``dst = src``: ``src`` an int or another register."""
     api = "nisa.register_move"
@@ -66,6 +68,7 @@ def register_move(dst: Any, src: Any) -> None:
         )
 
 
+@arguments_checked("nisa.register_load")
 def register_load(dst: Any, src: Any) -> None:
     """``dst = src[0]``: read a one-element SBUF or HBM tensor into a register."""
     api = "nisa.register_load"
@@ -77,6 +80,7 @@ def register_load(dst: Any, src: Any) -> None:
         assign(dst.access_(), src, api=api)
 
 
+@arguments_checked("nisa.register_store")
 def register_store(dst: Any, src: Any) -> None:
     """``dst[0] = src``: write a register into a one-element SBUF or HBM tensor."""
     api = "nisa.register_store"
@@ -186,7 +190,9 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
                        code="err_unsupported_operand", loc=user_loc())  # fmt: skip
     lo, hi = _bound(lower, api, "lower"), _bound(upper, api, "upper")
     if not callable(body_fun):
-        raise NKITypeError(f"{api}: body_fun must be callable", loc=user_loc())
+        raise NKITypeError(
+            f"{api}: body_fun must be callable", code="err_invalid_argument", loc=user_loc()
+        )
     if isinstance(lo, int) and isinstance(hi, int):
         for it in symbolic_loop("sequential", lo, hi, step, device=True):
             aff = it.aff if isinstance(it, Scalar) else Affine.constant(it)  # unrolled (classic)
@@ -207,9 +213,27 @@ def _induction(value: Affine, api: str) -> NkiTensor:
 
 
 def _call_body(api: str, fn: Callable, arg: Any) -> None:
-    got = fn(arg)
+    got = _call_user(api, fn, arg)
     if got is not None:
-        raise NKITypeError(f"{api}: body_fun must return None, got {got!r}", loc=user_loc())
+        raise NKITypeError(
+            f"{api}: body_fun must return None, got {got!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+
+
+def _call_user(api: str, fn: Callable, arg: Any) -> Any:
+    """``fn(arg)``; a body that cannot take the one argument is a located error."""
+    try:
+        return fn(arg)
+    except TypeError as e:
+        if e.__traceback__ is None or e.__traceback__.tb_next is not None:
+            raise  # raised inside the body
+        raise NKITypeError(
+            f"{api}: body_fun must take one argument (the iterator register): {e}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        ) from None
 
 
 def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
@@ -224,7 +248,7 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
     def body(sym: LoopSym) -> None:
         arg = register_alloc()
         register_move(arg, cond)  # passed by value
-        nxt = body_fun(arg)
+        nxt = _call_user(api, body_fun, arg)
         if not _is_register(nxt):
             raise NKITypeError(
                 f"{api}: body_fun must return the next condition register, got {nxt!r}",

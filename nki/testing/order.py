@@ -14,7 +14,8 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import NKIError, user_facing
-from ..jit import Launch, _as_launch, parse_grid
+from ..grids import parse_grid
+from ..jit import Launch, _as_launch
 from .tolerance import ACC_EPS, Accumulation, _as_numpy, accumulations
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4, 5)
@@ -58,7 +59,7 @@ def run(
     try:
         out = launch.run_numpy(*ins, _config=cfg, **kw)
     except NKIError as e:
-        raise user_facing(e) from None
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
     return as_tuple(out), list(getattr(k.last_run, "order", []))
 
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from simulator.config import SimConfig
 
 from .. import dtypes as _dt
+from ..grids import parse_grid
 from ..isa import spec
-from ..jit import parse_grid
 from ..language.core import nc, spmd_dim
 from ..targets import get_target, isa_rules
 

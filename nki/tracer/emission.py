@@ -55,7 +55,9 @@ def new_tensor(
     for s in shape:
         if not isinstance(s, int) or s <= 0:
             raise NKIShapeError(
-                f"tensor dimensions must be positive integers, got {shape}", loc=loc
+                f"tensor dimensions must be positive integers, got {shape}",
+                code="err_invalid_shape",
+                loc=loc,
             )
     prefix = {"sbuf": "sb", "psum": "ps"}.get(buffer, "hbm")
     nm = st.fresh(f"{name}_") if name and name in st.tensors else (name or st.fresh(prefix))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKIIndexError, NKIShapeError, user_loc
+from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
 from .state import state
 from .subscripts import compose, parse_subscript, prod
@@ -417,7 +417,8 @@ def ap(
     row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
     base = t.decl
-    pat = [tuple(p) for p in pattern]
+    seq = isinstance(pattern, (list, tuple))
+    pat = [tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in pattern] if seq else []
     if (
         not pat
         or len(pat) > MAX_VIEW_DIMS
@@ -526,7 +527,7 @@ PROPERTIES = {"strides": strides, "offset": offset, "size": size}
 def install() -> None:
     """Attach the view methods and queries to the tensor handle classes."""
     for name, fn in METHODS.items():
-        setattr(TileOps, name, fn)
+        setattr(TileOps, name, arguments_checked(f".{name}")(fn))
     for name, fn in PROPERTIES.items():
         setattr(TileOps, name, property(fn))
     View.reshape = reshape_view  # type: ignore[method-assign]

@@ -1,8 +1,13 @@
 """Fuzz: random mis-shaped / mis-placed / out-of-bounds kernels always end in an NKIError with a
 kernel location (never an internal IndexError, AssertionError, KeyError, NumPy error or crash),
-and the valid kernels of the same generator run clean and match NumPy."""
+and the valid kernels of the same generator run clean and match NumPy. The generator of
+``benchmarks/fuzz_invalid.py`` adds current-API kernels, argument checking of every ``nki.isa``
+instruction in both calling forms, and wrong launches."""
 
 from __future__ import annotations
+
+import importlib.util
+import pathlib
 
 import numpy as np
 import pytest
@@ -172,7 +177,7 @@ def reference(p, a, b):
 
 # a broken kernel may also warn (an output region it never writes) before it fails
 @pytest.mark.filterwarnings("ignore::nki.errors.NKIWarning")
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(kernels(), st.integers(0, 2**31 - 1))
 def test_fuzz_kernels_end_in_nki_errors_or_run_clean(p, seed):
     rng = np.random.default_rng(seed)
@@ -193,3 +198,27 @@ def test_fuzz_kernels_end_in_nki_errors_or_run_clean(p, seed):
         assert e.code != "err_runtime", f"{p}: internal failure surfaced as: {e}"
     else:
         raise AssertionError(f"broken kernel ran clean: {p}")
+
+
+_FUZZ_PATH = pathlib.Path(__file__).parents[2] / "benchmarks" / "fuzz_invalid.py"
+_spec = importlib.util.spec_from_file_location("fuzz_invalid", _FUZZ_PATH)
+fuzz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fuzz)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["classic", "current", "args", "launch"]), st.randoms(use_true_random=False))
+def test_fuzz_current_api_arguments_and_launches_end_in_located_errors(family, r):
+    p = fuzz.draw(r, family)
+    if p.get("mut") == "recursion":
+        return  # recursing to Python's limit takes seconds; the benchmark covers it
+    try:
+        fuzz.launch_one(p, "static", "numpy")
+    except NKIError as e:
+        assert e.code, f"{p}: {e!r} has no code"
+        assert e.loc is not None and e.loc.file == fuzz.__file__ and e.loc.line > 0, f"{p}: {e}"
+        assert e.code != "err_runtime", f"{p}: internal failure surfaced as: {e}"
+    else:
+        # an argument mutant may be legal after all (a negative axis, an int tile); a
+        # full-only mistake runs at the default level: every other mutant must be reported
+        assert family == "args" or p["mut"] in fuzz.FULL_ONLY, f"mutant ran clean: {p}"
