@@ -195,6 +195,7 @@ class BCtx:
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         if sel is None:
             return self.view(acc)
+        sel = _selection_for(sel, len(self.dims), acc.shape)
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
@@ -424,3 +425,14 @@ def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | N
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
     return None
+
+
+def _selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The selection of an instruction (batch + its tile shape) as seen by an operand of
+    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
+    of the operand is read when any lane it broadcasts to is selected."""
+    tile = sel.shape[nb:]
+    if tuple(tile) == tuple(shape):
+        return sel
+    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True) if axes else sel

@@ -153,6 +153,27 @@ def test_ragged_masked_tiles():
     assert np.array_equal(got, a * 3)
 
 
+@nki.jit
+def masked_broadcast_store(a):
+    """A (P, 1) tile stored over a wider free range under a partition mask, per grid row."""
+    out = nl.ndarray((a.shape[0], 3), dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    ip, jf = nl.arange(128)[:, None], nl.arange(3)[None, :]
+    col = nl.load(a[i * 128 + ip, nl.arange(1)[None, :]])
+    nl.store(out[i * 128 + ip, jf], value=col, mask=(ip < 100))
+    return out
+
+
+def test_a_masked_store_broadcasts_a_one_column_source():
+    a = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+    got, want, info = _both(masked_broadcast_store, 2, a)
+    assert info.backend == "batched" and _same(got, want)
+    for t in range(2):
+        rows = slice(t * 128, t * 128 + 100)
+        assert np.array_equal(got[rows], np.repeat(a[rows, :1], 3, axis=1))
+        assert np.isnan(got[t * 128 + 100 : (t + 1) * 128]).all()
+
+
 def test_isa_vector_and_scalar_engine_ops():
     rng = np.random.default_rng(4)
     a, b = (rng.standard_normal((256, 64)).astype(np.float32) for _ in range(2))
