@@ -24,6 +24,8 @@ import numpy as np
 from nki.errors import NKIWarning, SrcLoc
 from nki.ir import Access, Affine, IndexExpr, KernelIR, Loop, Mask, PidSym, RuntimeLoop, Sym
 
+from .coverage import fully_written
+
 _MAX_ELEMENTS = 1 << 24  # larger tensors are not analysed
 _MAX_POINTS = 1 << 21  # index points enumerated per tensor (general path)
 _MAX_COMBOS = 1 << 16  # loop / grid value combinations per access (box path)
@@ -51,15 +53,29 @@ class Unwritten:
     stored_at: SrcLoc | None = None  # on-chip tile: where it is stored into an output
 
 
-def _combos(ir: KernelIR, loops: tuple[Loop, ...]) -> tuple[list[Sym], np.ndarray]:
-    """Every value combination of the grid's program ids and the enclosing loops' iterators."""
-    syms: list[Sym] = [PidSym(a) for a in range(len(ir.grid.shape))]
-    ranges = [range(n) for n in ir.grid.shape]
+def _combos(
+    ir: KernelIR, loops: tuple[Loop, ...], acc: Access, mask: Mask | None
+) -> tuple[list[Sym], np.ndarray]:
+    """Every value combination of the program ids and enclosing loop iterators that ``acc`` or
+    ``mask`` uses (the others do not move the footprint; an empty range of one still means the
+    write never runs)."""
+    used = {s for e in acc.index for s in e.base.symbols()}
+    if mask is not None:
+        used |= {s for c in mask.conds for s in c.expr.base.symbols()}
+    syms: list[Sym] = []
+    ranges: list[range] = []
+    every = [(PidSym(a), range(n)) for a, n in enumerate(ir.grid.shape)]
     for lp in loops:
         if isinstance(lp, RuntimeLoop):
             raise _GiveUp  # trip count known only on the device
-        syms.append(lp.sym)
-        ranges.append(range(lp.start, lp.stop, lp.step))
+        every.append((lp.sym, range(lp.start, lp.stop, lp.step)))
+    for sym, r in every:
+        if sym in used:
+            syms.append(sym)
+            ranges.append(r)
+        elif len(r) == 0:
+            ranges.append(r)  # no combination at all
+            syms.append(sym)
     if math.prod(len(r) for r in ranges) > _MAX_COMBOS:
         raise _GiveUp
     combos = list(itertools.product(*ranges))
@@ -234,7 +250,7 @@ def written_elements(
         if acc.indirect:
             raise _GiveUp
         view = flat.reshape(ir.tensor(acc.tensor).shape)
-        syms, vals = _combos(ir, loops)
+        syms, vals = _combos(ir, loops, acc, mask)
         if not _mark_boxes(view, acc, mask, syms, vals):
             budget -= _mark_points(view, acc, mask, syms, vals)
             if budget < 0:
@@ -263,6 +279,9 @@ def unwritten_outputs(ir: KernelIR) -> list[Unwritten]:
     found: list[Unwritten] = []
     for out in dict.fromkeys(_base(ir, o) for o in ir.outputs):
         if out in ir.params:
+            continue
+        if fully_written(ir, out):  # the cheap exact proof of the common case
+            found += _unwritten_sources(ir, writes, out)
             continue
         try:
             written, lines = written_elements(ir, out, writes.get(out, []))
@@ -295,7 +314,7 @@ def _unwritten_sources(ir: KernelIR, writes: dict[str, list[_Write]], out: str) 
                 continue
             written, lines = done[base]
             read = np.zeros(written.shape, dtype=bool)
-            syms, vals = _combos(ir, loops)
+            syms, vals = _combos(ir, loops, src, instr.mask)
             view = read.reshape(ir.tensor(src.tensor).shape)
             if not _mark_boxes(view, src, instr.mask, syms, vals):
                 _mark_points(view, src, instr.mask, syms, vals)
