@@ -5,7 +5,9 @@ The ranks of a collective are the physical cores of the ``kernel[2]`` launch (ra
 the collective among themselves. Collectives across devices (more ranks) are not simulated.
 Each call takes lists of tensors (all in HBM or all in SBUF) and records one meeting of the
 cores per (source, destination) pair; the simulator checks at run time that both cores reach
-the same collective with the same groups and parameters (``simulator/isa/sync.py``)."""
+the same collective with the same groups and parameters (``simulator/isa/sync.py``). A
+collective whose result on each core needs the other core's data orders the cores' shared-HBM
+accesses like ``nisa.core_barrier`` (``simulator/core_races.py``)."""
 
 from __future__ import annotations
 
