@@ -1,7 +1,8 @@
-"""nisa.tensor_scalar_reduce's accumulator controls in the current API: reduce_cmd
-(reset_reduce, reduce, load_reduce), load_reduce's reduce_init as an fp32 scalar or a (P, 1)
-float32 tile, chaining through the Vector engine's registers with reduce_res=None, and
-reduce_res_negate (negates the written value only), against NumPy; invalid uses are located
+"""Initial values of the Vector engine's accumulator registers in the current API:
+nisa.tensor_scalar_reduce's reduce_cmd (reset_reduce, reduce, load_reduce), load_reduce's
+reduce_init as an fp32 scalar or a (P, 1) float32 tile, chaining with reduce_res=None and
+reduce_res_negate (negates the written value only); exponential's reduce_init and
+tensor_scalar_cumulative's imm1 as float32 tiles; against NumPy, invalid uses as located
 errors."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
 
-from helpers import expect
+from helpers import expect, expect_error, run
 
 RNG = np.random.default_rng(77)
 P, F = 128, 48
@@ -128,3 +129,49 @@ I32 = np.zeros((P, 1), np.float32)
 )  # fmt: skip
 def test_invalid_reduce_init_is_a_located_error(cmd, start, init, code, values):
     expect(_init_kernel, X, init, cmd, start, cls=NKIError, code=code, values=values)
+
+
+def exp_and_cumulative(x, init):
+    """exponential: load_reduce from the tile ``init``; tensor_scalar_cumulative: a running
+    sum from the tile ``init`` (load_reduce, imm1)."""
+    s_out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    c_out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, e, c, i, s = _sb((P, F)), _sb((P, F)), _sb((P, F)), _sb((P, 1)), _sb((P, 1))
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=i, src=init)
+    load = nisa.reduce_cmd.load_reduce
+    nisa.exponential(e, a, max_value=1.0, reduce_res=s, reduce_cmd=load, reduce_init=i)
+    nisa.tensor_scalar_cumulative(c, a, nl.multiply, nl.add, 2.0, imm1=i, reduce_cmd=load)
+    nisa.dma_copy(dst=s_out, src=s)
+    nisa.dma_copy(dst=c_out, src=c)
+    return s_out, c_out
+
+
+def test_exponential_and_cumulative_start_from_a_tile():
+    x = RNG.uniform(-1, 1, (P, F)).astype(np.float32)
+    init = RNG.uniform(-2, 2, (P, 1)).astype(np.float32)
+    s, c = run(exp_and_cumulative, x, init, target="trn3")
+    want_s = init[:, 0] + np.exp(x - np.float32(1)).sum(axis=1)
+    np.testing.assert_allclose(s[:, 0], want_s, rtol=1e-5)
+    np.testing.assert_allclose(c, init + np.cumsum(2 * x, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def bf16_start(x, which):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, e, i = _sb((P, F)), _sb((P, F)), _sb((P, 1), nl.bfloat16)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.memset(i, 1.0)
+    load = nisa.reduce_cmd.load_reduce
+    if which == "exponential":
+        nisa.exponential(e, a, reduce_cmd=load, reduce_init=i)  # E:exponential
+    else:
+        nisa.tensor_scalar_cumulative(e, a, nl.multiply, nl.add, 1.0, i, load)  # E:cumulative
+    nisa.dma_copy(dst=out, src=e)
+    return out
+
+
+@pytest.mark.parametrize("which, role", [("exponential", "reduce_init"), ("cumulative", "imm1")])
+def test_a_non_fp32_initial_tile_is_a_located_error(which, role):
+    expect_error(bf16_start, X, which, cls=NKIError, code="err_invalid_operand_dtype",
+                 fragments=[role, "float32", "bfloat16"], target="trn3",
+                 marker=f"# E:{which}")  # fmt: skip
