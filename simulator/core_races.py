@@ -6,8 +6,9 @@ Meetings are the instructions the documentation defines as points both cores mus
 before either proceeds: ``nisa.core_barrier``; ``nisa.sendrecv`` between the two cores (calls
 of one ``pipe_id`` group "must complete before any can proceed"; the default DMA mode runs on a
 core barrier); and an ``nki.collectives`` call whose result on each core needs the other's data
-(``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` over a group holding both
-cores; ``collective_permute`` with pairs in both directions). Not meetings: a collective over
+(``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` and the ring permutes
+``collective_permute_implicit(_reduce)`` over a group holding both cores;
+``collective_permute`` with pairs in both directions). Not meetings: a collective over
 groups of one core, a one-way ``collective_permute`` (only the receiver waits, and the analysis
 does not model half-orders) and a ``sendrecv`` of a core with itself.
 
@@ -46,7 +47,10 @@ from .races import _DimForm, _form, _is_candidate, _reads, _rest, _written
 # collectives whose every rank writes the same values: both cores may write one destination
 SAME_RESULT = frozenset({("lnc", "all_reduce"), ("lnc", "all_gather")})
 # collectives whose result on a rank needs every rank of its group: a meeting of the group
-GROUP_MEETINGS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+GROUP_MEETINGS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute_implicit",
+     "permute_implicit_reduce"}
+)  # fmt: skip
 
 # (epoch at iteration 0 of every loop; ((id(loop), epoch steps per trip, trips), ...))
 _Epoch = tuple[int, tuple[tuple[int, int, int], ...]] | None
