@@ -138,6 +138,13 @@ def _pairs(srcs: Any, dsts: Any, api: str, hbm_only: bool) -> list[tuple[Any, An
             code="err_unsupported_memory",
             loc=user_loc(),
         )
+    if len(out) > 1 and spaces == {"sbuf"}:
+        raise NKIError(
+            f"'{api}' with {len(out)} tensors per list (coalesced): supported only for HBM "
+            "tensors; pass SBUF tiles one per call",
+            code="err_unsupported_memory",
+            loc=user_loc(),
+        )
     return out
 
 
@@ -372,7 +379,8 @@ def collective_permute_implicit(
     srcs = _one_per_channel(srcs_by_channel, api, "srcs_by_channel")
     dsts = _one_per_channel(dsts_by_channel, api, "dsts_by_channel")
     _channels(channel_ids, len(srcs), api)
-    pairs = _pairs(srcs, dsts, api, hbm_only=False)
+    # one tensor per channel: channels are separate transfers, not a coalesced list
+    pairs = [p for s, d in zip(srcs, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
     groups = _group(replica_group, core, cores, api)
     _emit("permute_implicit", api, pairs, groups, core, (), _same)
 
@@ -406,8 +414,8 @@ def collective_permute_implicit_reduce(
             loc=user_loc(),
         )
     _channels(channel_ids, len(dsts), api)
-    left = _pairs(s0, dsts, api, hbm_only=False)
-    right = _pairs(s1, dsts, api, hbm_only=False)
+    left = [p for s, d in zip(s0, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
+    right = [p for s, d in zip(s1, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
     groups = _group(replica_group, core, cores, api)
     reduce = _op(op, api)
     for (a0, _, da, _), (a1, _, _, _) in zip(left, right):

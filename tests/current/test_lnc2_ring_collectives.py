@@ -162,3 +162,17 @@ def test_variable_length_collectives_need_more_ranks_than_two_cores(which, need)
     a = np.zeros((2 * R, 8), np.float32)
     expect(variable_length, a, which, cls=NKIError, code="err_unsupported_instruction_for_target",
            values=(need, "two cores"), grid=2)  # fmt: skip
+
+
+def coalesced_sbuf(a):
+    r = cc.rank_id()
+    t, u, x, y = (_sb((R, 8)) for _ in range(4))
+    nisa.dma_copy(dst=t, src=a[r * R : r * R + R, :])
+    nisa.dma_copy(dst=u, src=a[r * R : r * R + R, :])
+    cc.all_reduce([t, u], [x, y], cc.ReplicaGroup([[0, 1]]), nl.add)  # ERR
+    return a
+
+
+def test_coalesced_collectives_take_hbm_tensors_only():
+    expect(coalesced_sbuf, np.zeros((2 * R, 8), np.float32), cls=NKIError,
+           code="err_unsupported_memory", values=("coalesced", "HBM"), grid=2)  # fmt: skip
