@@ -1,20 +1,35 @@
 """Races between the two cores of a current-API LNC=2 launch traced once per core.
 
 The cores run at the same time and share HBM. Two accesses to the same shared-HBM element, on
-different cores, at least one a write, race unless ``nisa.core_barrier`` orders them. Barriers
-pair up in order (a core's k-th barrier meets the other core's k-th), so an access's *epoch* is
-the number of barriers its core passed before it; accesses of different epochs are ordered.
-An epoch is affine in the enclosing loops' iterations, so the analysis treats it as one more
-index dimension: two accesses conflict when, for some iteration of each one's loops, every
-tensor dimension overlaps and the epochs are equal. Iterations are enumerated exactly up to
-512 per access; beyond that the per-dimension lattice bound of ``races.py`` decides (it may
+different cores, at least one a write, race unless a *meeting* of the two cores orders them.
+Meetings are the instructions the documentation defines as points both cores must reach
+before either proceeds: ``nisa.core_barrier``; ``nisa.sendrecv`` between the two cores (calls
+of one ``pipe_id`` group "must complete before any can proceed"; the default DMA mode runs on a
+core barrier); and an ``nki.collectives`` call whose result on each core needs the other's data
+(``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` and the ring permutes
+``collective_permute_implicit(_reduce)`` over a group holding both cores;
+``collective_permute`` with pairs in both directions). Not meetings: a collective over
+groups of one core, a one-way ``collective_permute`` (only the receiver waits, and the analysis
+does not model half-orders) and a ``sendrecv`` of a core with itself.
+
+Meetings pair up in order (the run time checks that both cores reach the same ones in the same
+order), so an access's *epoch* is twice the number of meetings its core passed before it, and a
+meeting's own accesses (a collective's HBM sources and destinations) have the odd epoch between
+the two: accesses of different epochs are ordered. As for ``core_barrier`` from the start, a
+meeting orders every shared-HBM access before it in the kernel's order against every access
+after it (the hardware blocks only the meeting's engine, and the compiler's dependency tracking
+does the rest; the analysis does not model a kernel that relies on an access overtaking a
+meeting). An epoch is affine in the enclosing loops' iterations, so the analysis treats it as
+one more index dimension: two accesses conflict when, for some iteration of each one's loops,
+every tensor dimension overlaps and the epochs are equal. Iterations are enumerated exactly up
+to 512 per access; beyond that the per-dimension lattice bound of ``races.py`` decides (it may
 report interleaved blocks that never meet).
 
-Not decided here (no report): accesses after a barrier inside a device loop (``fori_loop`` with
-a register bound, ``while_loop``), whose epochs depend on run-time trip counts; indirect
+Not decided here (no report): accesses after a meeting inside a device loop (``fori_loop`` with
+a register bound, ``while_loop``), whose epochs depend on run-time trip counts; kernels whose
+cores run different numbers of meetings (the run time reports the mismatch); indirect
 (data-dependent) accesses; accesses through a reshape of another shape; and, as in
-``races.py``, accumulating writes against each other. Only ``core_barrier`` orders HBM
-accesses; ``sendrecv`` and the collectives exchange data but do not order other accesses."""
+``races.py``, accumulating writes against each other."""
 
 from __future__ import annotations
 
@@ -29,40 +44,68 @@ from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 
 from .races import _DimForm, _form, _is_candidate, _reads, _rest, _written
 
-BARRIER = ("lnc", "core_barrier")  # the IR (kind, op) of nisa.core_barrier
 # collectives whose every rank writes the same values: both cores may write one destination
 SAME_RESULT = frozenset({("lnc", "all_reduce"), ("lnc", "all_gather")})
+# collectives whose result on a rank needs every rank of its group: a meeting of the group
+GROUP_MEETINGS = frozenset(
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute_implicit",
+     "permute_implicit_reduce"}
+)  # fmt: skip
 
-# (barriers before, at iteration 0 of every loop; ((id(loop), barriers per trip, trips), ...))
+# (epoch at iteration 0 of every loop; ((id(loop), epoch steps per trip, trips), ...))
 _Epoch = tuple[int, tuple[tuple[int, int, int], ...]] | None
 
 
-def _is_barrier(n: Node) -> bool:
-    return isinstance(n, Instr) and (n.kind, n.op) == BARRIER
+def _sendrecv_meets(instr: Instr, core: int) -> bool:
+    return instr.attr("recv_from") != core or instr.attr("send_to") != core
 
 
-def _barriers(nodes: tuple[Node, ...]) -> int | None:
-    """Barriers one pass over ``nodes`` runs (None: it depends on a device loop's trips)."""
+def _group_meets(instr: Instr, core: int) -> bool:
+    return any(core in g and len(g) > 1 for g in instr.attr("groups"))
+
+
+def _permute_meets(instr: Instr, core: int) -> bool:
+    pairs = set(instr.attr("pairs"))
+    return any(s != t and (t, s) in pairs for s, t in pairs)
+
+
+# IR op of an ``lnc`` instruction -> whether, on ``core``, it is a meeting of both cores
+MEETS = {
+    "core_barrier": lambda instr, core: True,
+    "sendrecv": _sendrecv_meets,
+    "collective_permute": _permute_meets,
+    **{op: _group_meets for op in GROUP_MEETINGS},
+}
+
+
+def _is_meeting(n: Node, core: int) -> bool:
+    return isinstance(n, Instr) and n.kind == "lnc" and MEETS.get(n.op, lambda i, c: False)(n, core)
+
+
+def _meetings(nodes: tuple[Node, ...], core: int) -> int | None:
+    """Epoch steps (2 per meeting) one pass over ``nodes`` runs (None: it depends on a device
+    loop's trips)."""
     total = 0
     for n in nodes:
         if isinstance(n, Loop):
-            inner = _barriers(n.body)
+            inner = _meetings(n.body, core)
             if inner is None or (inner and n.is_runtime):
                 return None
             total += inner * n.trip_count
-        elif _is_barrier(n):
-            total += 1
+        elif _is_meeting(n, core):
+            total += 2
     return total
 
 
-def _accesses(ir: KernelIR) -> list[tuple[Instr, tuple[Loop, ...], _Epoch]]:
-    """Every instruction of ``ir`` with its loops and epoch (None: not known statically)."""
+def _accesses(ir: KernelIR, core: int) -> list[tuple[Instr, tuple[Loop, ...], _Epoch]]:
+    """Every instruction of ``ir`` (core ``core``'s trace) with its loops and epoch (None: not
+    known statically). A meeting's own accesses get the odd epoch between before and after."""
     out: list[tuple[Instr, tuple[Loop, ...], _Epoch]] = []
 
     def rec(nodes: tuple[Node, ...], loops: tuple[Loop, ...], epoch: _Epoch) -> _Epoch:
         for n in nodes:
             if isinstance(n, Loop):
-                per = _barriers(n.body)
+                per = _meetings(n.body, core)
                 if epoch is None or per is None or (per and n.is_runtime):
                     rec(n.body, loops + (n,), None)
                     epoch = None if per != 0 else epoch
@@ -72,8 +115,10 @@ def _accesses(ir: KernelIR) -> list[tuple[Instr, tuple[Loop, ...], _Epoch]]:
                     const, terms = epoch
                     rec(n.body, loops + (n,), (const, terms + ((id(n), per, n.trip_count),)))
                     epoch = (const + per * n.trip_count, terms)
-            elif _is_barrier(n):
-                epoch = None if epoch is None else (epoch[0] + 1, epoch[1])
+            elif _is_meeting(n, core):
+                if epoch is not None and n.op != "core_barrier":  # the barrier's data: a token
+                    out.append((n, loops, (epoch[0] + 1, epoch[1])))
+                epoch = None if epoch is None else (epoch[0] + 2, epoch[1])
             elif isinstance(n, Instr):
                 out.append((n, loops, epoch))
         return epoch
@@ -161,10 +206,11 @@ def _tile(acc: Access) -> list[tuple[int, int, int]]:
     return out + [(0, 0, 0)]  # the epoch: exact
 
 
-def _events(ir: KernelIR) -> list[_Event]:
-    """Every shared-HBM access of ``ir`` whose epoch is known statically."""
+def _events(ir: KernelIR, core: int) -> list[_Event]:
+    """Every shared-HBM access of core ``core``'s trace ``ir`` whose epoch is known
+    statically."""
     out = []
-    for instr, loops, epoch in _accesses(ir):
+    for instr, loops, epoch in _accesses(ir, core):
         if epoch is None:
             continue
         rest = _rest(loops)
@@ -196,10 +242,12 @@ def _conflict(a: _Event, b: _Event) -> bool:
 
 def check_core_races(ir: KernelIR) -> None:
     """No two accesses of different cores to one shared-HBM element, one a write, in the same
-    barrier epoch (``ir.cores``: the per-core traces of an LNC=2 launch)."""
+    epoch (``ir.cores``: the per-core traces of an LNC=2 launch)."""
     if len(ir.cores) < 2:
         return
-    events = [_events(c) for c in ir.cores]
+    if len({_meetings(c.body, k) for k, c in enumerate(ir.cores)}) > 1:
+        return  # the cores cannot pair their meetings: the run time reports where they part
+    events = [_events(c, k) for k, c in enumerate(ir.cores)]
     for ca, cb in ((0, 1), (1, 0)):
         for ea in events[ca]:
             if not ea.write:
@@ -223,9 +271,10 @@ def _report(
         f"race between the two cores of an LNC=2 launch: core {ca} writes '{acc_a}' (line "
         f"{a.loc.line if a.loc else '?'}) and core {cb} {what} '{acc_b}' (line "
         f"{b.loc.line if b.loc else '?'}), the same elements of shared HBM tensor "
-        f"{ir.label(acc_a.tensor)}, with no nisa.core_barrier between them; the cores run at "
-        "the same time, so the result depends on their timing. Give each core its own part "
-        "(index with nl.program_id) or order the accesses with nisa.core_barrier",
+        f"{ir.label(acc_a.tensor)}, with no nisa.core_barrier (nor sendrecv or collective between "
+        "the two cores) between them; the cores run at the same time, so the result depends "
+        "on their timing. Give each core its own part (index with nl.program_id) or order the "
+        "accesses with nisa.core_barrier",
         code="err_core_race",
         loc=a.loc,
         related=((f"core {cb}'s access", b.loc),) if b.loc is not None else (),

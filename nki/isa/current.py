@@ -36,6 +36,7 @@ from ..tracer import (
     operand,
 )
 from . import spec
+from .common import scalar_or_vector
 from .enums import engine as _engine
 from .enums import enum_value, reduce_cmd
 from .spec import CLASSIC, CURRENT
@@ -342,21 +343,28 @@ def _affine_select(name: str, dst: Any, a: dict[str, Any]) -> tuple[str | None, 
 def _tensor_scalar_reduce(
     name: str, dst: Any, a: dict[str, Any]
 ) -> tuple[str | None, dict[str, Any]]:
-    """The current form's accumulator controls (``reduce_cmd``, ``reduce_init`` for
-    load_reduce, ``reduce_res_negate``) ride on the instruction as attributes."""
+    """The current form's accumulator controls ride on the instruction: ``reduce_cmd`` and
+    ``reduce_res_negate`` as attributes, load_reduce's ``reduce_init`` (an fp32 scalar or a
+    (P, 1) float32 tile) as a third source."""
     api = f"nisa.{name}"
     cmd = enum_value(a.pop("reduce_cmd"), reduce_cmd, api, "reduce_cmd").name
     init, negate = a.pop("reduce_init"), a.pop("reduce_res_negate")
-    if (cmd == "load_reduce") != (init is not None) or _is_tile(init):
-        raise NKIUnsupportedError(
-            f"reduce_init={init!r} of {api} with reduce_cmd={cmd}: load_reduce needs a scalar "
-            "reduce_init (a (P, 1) tile is not simulated yet) and other commands none",
+    if (cmd == "load_reduce") != (init is not None):
+        raise NKIError(
+            f"reduce_init={init!r} of {api} with reduce_cmd={cmd}: reduce_cmd.load_reduce loads "
+            "the accumulators from reduce_init (a scalar or a (P, 1) float32 tile), so it needs "
+            "one, and the other commands take none",
             code="err_invalid_argument",
             loc=user_loc(),
         )
     a["dtype"] = _dst_dtype(dst)
-    init_value = None if init is None else float(init)
-    return None, {"reduce_cmd": cmd, "reduce_init": init_value, "reduce_res_negate": bool(negate)}
+    extra: dict[str, Any] = {"reduce_cmd": cmd, "reduce_res_negate": bool(negate)}
+    if init is not None:
+        parts = operand(a["data"], api, "data")[0].shape[0]
+        if isinstance(init, bool):
+            init = float(init)
+        extra[_EXTRA_SRC] = scalar_or_vector(init, parts, api, "reduce_init", fp32_only=True)[0]
+    return None, extra
 
 
 _ADAPTERS: dict[str, Callable[[str, Any, dict[str, Any]], tuple[str | None, dict[str, Any]]]] = {
@@ -368,6 +376,9 @@ _ADAPTERS: dict[str, Callable[[str, Any, dict[str, Any]], tuple[str | None, dict
 }
 
 
+_EXTRA_SRC = "+src"  # an adapter's extra: one more source of the instruction
+
+
 def _last_instr() -> Instr | None:
     st = current()
     body = st.bodies[-1] if st is not None else []
@@ -376,12 +387,15 @@ def _last_instr() -> Instr | None:
 
 def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) -> Instr | None:
     """Make the instruction that produced ``result`` write ``dst`` instead (same shape and
-    dtype), or copy ``result`` into ``dst`` (the copy casts, as a dtype= result would)."""
+    dtype), or copy ``result`` into ``dst`` (the copy casts, as a dtype= result would). The
+    producer takes the adapter's ``extra`` attributes (and source)."""
     st = current()
     assert st is not None
     dview = dst.view if isinstance(dst, _Assigned) else dst
     dacc, dt = operand(dview, "destination", "dst")
     body = st.bodies[-1]
+    extra = dict(extra)
+    more = (extra.pop(_EXTRA_SRC),) if _EXTRA_SRC in extra else ()
     if isinstance(result, NkiTensor) and result.temp and len(body) >= 2:
         last, alloc = body[-1], body[-2]
         if (
@@ -390,15 +404,15 @@ def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) 
             and alloc.tensor == result.name
             and last.dst is not None
             and last.dst.tensor == result.name
-            and st.tensors[result.name].dtype == dt.decl.dtype
         ):
-            if last.dst.shape != dacc.shape:
+            same_dtype = st.tensors[result.name].dtype == dt.decl.dtype
+            if same_dtype and last.dst.shape != dacc.shape:
                 check_broadcast_into(last.dst.shape, dacc.shape, f"nisa.{last.op}")
-            if last.dst.shape == dacc.shape:
-                attrs = dict(last.attrs)
-                attrs.update(extra)
+            attrs = dict(last.attrs)
+            attrs.update(extra)
+            if same_dtype and last.dst.shape == dacc.shape:
                 instr = Instr(
-                    last.kind, last.op, dacc, last.srcs, tuple(attrs.items()), last.mask,
+                    last.kind, last.op, dacc, last.srcs + more, tuple(attrs.items()), last.mask,
                     last.loc, accumulate, last.api,
                 )  # fmt: skip
                 body[-2:] = [instr]
@@ -406,6 +420,11 @@ def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) 
                 st.written.pop(result.name, None)
                 st.written.setdefault(dacc.tensor, instr.loc)
                 return instr
+            # the producer stays, writing the temporary the copy below reads into dst
+            body[-1] = Instr(
+                last.kind, last.op, last.dst, last.srcs + more, tuple(attrs.items()), last.mask,
+                last.loc, last.accumulate, last.api,
+            )  # fmt: skip
     assign(dacc, result, accumulate=accumulate, api="destination")
     return _last_instr()
 

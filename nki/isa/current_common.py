@@ -77,8 +77,8 @@ def command(x: Any, api: str) -> str:
     return enum_value(x, _reduce_cmd, api, "reduce_cmd").name
 
 
-def imm(x: Any, parts: int, api: str, role: str) -> Any:
-    """An fp32 immediate: a Python / NumPy scalar or a (P, 1) tile."""
+def imm(x: Any, parts: int, api: str, role: str, fp32: bool = False) -> Any:
+    """An fp32 immediate: a Python / NumPy scalar or a (P, 1) tile (float32 with ``fp32``)."""
     if x is None:
         raise NKITypeError(
             f"'{role}' of '{api}' must be a scalar or a ({parts}, 1) tile, got None",
@@ -87,7 +87,7 @@ def imm(x: Any, parts: int, api: str, role: str) -> Any:
         )
     if isinstance(x, bool):
         return Const(float(x))
-    return scalar_or_vector(x, parts, api, role)[0]
+    return scalar_or_vector(x, parts, api, role, fp32_only=fp32)[0]
 
 
 def res_vector(x: Any, parts: int, api: str, role: str = "reduce_res"):

@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import NKIError, user_loc
-from ..ir import Const
+from ..ir import Access, Const
 from ..language import core as _core
 from .common import (
     alu_op,
+    dt,
     emit_isa,
     same_elements,
     tile,
@@ -89,7 +90,7 @@ def exponential(
         rank_at_most(acc.shape, 4, api, role)
         dtype_in(t, _EXP_DTYPES, api, role)
     parts = dacc.shape[0]
-    mv = imm(max_value, parts, api, "max_value")
+    mv = imm(max_value, parts, api, "max_value", fp32=True)
     cmd = command(reduce_cmd, api)
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
         raise NKIError(
@@ -98,7 +99,7 @@ def exponential(
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    init = imm(reduce_init, parts, api, "reduce_init")
+    init = imm(reduce_init, parts, api, "reduce_init", fp32=True)
     attrs: dict[str, Any] = {"engine": "vector", "reduce_cmd": cmd}
     outputs = ()
     if reduce_res is not None:
@@ -143,7 +144,7 @@ def tensor_scalar_cumulative(
     f0 = op_name(op0, api, "op0", _ARITH)
     f1 = op_name(op1, api, "op1", _CUMULATIVE_OPS)
     parts = dacc.shape[0]
-    o0 = imm(imm0, parts, api, "imm0")
+    o0 = imm(imm0, parts, api, "imm0", fp32=True)
     cmd = command(reduce_cmd, api)
     if cmd == "load_reduce" and imm1 is None:
         raise NKIError(
@@ -152,7 +153,7 @@ def tensor_scalar_cumulative(
             code="err_missing_operand",
             loc=user_loc(),
         )
-    o1 = imm(imm1, parts, api, "imm1") if imm1 is not None else Const(0.0)
+    o1 = imm(imm1, parts, api, "imm1", fp32=True) if imm1 is not None else Const(0.0)
     attrs = {"engine": "vector", "op0": f0, "op1": f1, "reduce_cmd": cmd}
     emit_isa("tensor_scalar_cumulative", dacc, (sacc, o0, o1), attrs, api=api)
     return handle("tensor_scalar_cumulative")
@@ -225,9 +226,25 @@ def activate2(
             code="err_unsupported_op",
             loc=user_loc(),
         )
+    for flag, step, role in ((reverse0, pair[0], "op0"), (reverse1, pair[1], "op1")):
+        if flag and step == "bypass":
+            raise NKIError(
+                f"reverse{role[-1]}=True of '{api}' swaps the operands of {role}, which is "
+                f"nl.bypass here; set {role} or drop the flag",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            )
     parts = dacc.shape[0]
     o0 = imm(imm0, parts, api, "imm0") if pair[0] != "bypass" else Const(0.0)
     o1 = imm(imm1, parts, api, "imm1") if pair[1] != "bypass" else Const(0.0)
+    if isinstance(o0, Access) and isinstance(o1, Access):
+        d0, d1 = (dt(tile(v, api, r)[1]) for v, r in ((imm0, "imm0"), (imm1, "imm1")))
+        if d0 != d1:
+            raise NKIError(
+                f"the tile immediates of '{api}' must share a dtype; imm0 is {d0} and imm1 {d1}",
+                code="err_invalid_operand_dtype",
+                loc=user_loc(),
+            )
     rp = imm(relu_param, parts, api, "relu_param")
     cmd = command(reduce_cmd, api)
     if cmd == "load_reduce":

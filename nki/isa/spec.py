@@ -549,7 +549,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "name=None",
         ir_op="tensor_scalar_reduce",
         ir_attrs=("engine", "op0", "reverse0", "reduce_op", "reduce_res", "reduce_cmd",
-                  "reduce_init", "reduce_res_negate"),
+                  "reduce_res_negate"),
         poison="row",
     ),
     Instruction(

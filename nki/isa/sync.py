@@ -3,7 +3,8 @@
 * ``core_barrier(data, cores)``: both cores wait for each other; HBM accesses before it on one
   core happen before those after it on the other (the race analysis orders them).
 * ``sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id)``: each core sends its SBUF tile
-  ``src`` to a core and receives another core's ``src`` into its ``dst`` (src first).
+  ``src`` to a core and receives another core's ``src`` into its ``dst`` (src first); between
+  the two cores it is a meeting that orders HBM accesses like ``core_barrier``.
 * ``scalar_load(src)`` / ``scalar_store(dst, value)``: an :class:`NkiScalar`, a signed 32- or
   64-bit integer known on the device only, with wraparound ``+ - *`` and unary ``-``.
 

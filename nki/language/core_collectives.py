@@ -5,23 +5,36 @@ The ranks of a collective are the physical cores of the ``kernel[2]`` launch (ra
 the collective among themselves. Collectives across devices (more ranks) are not simulated.
 Each call takes lists of tensors (all in HBM or all in SBUF) and records one meeting of the
 cores per (source, destination) pair; the simulator checks at run time that both cores reach
-the same collective with the same groups and parameters (``simulator/isa/sync.py``)."""
+the same collective with the same groups and parameters (``simulator/isa/sync.py``). The ring
+collectives (``collective_permute_implicit*``) send to the next rank of the caller's group and
+receive from the previous one; in a group of the two cores that is a swap. The ``_v``
+collectives are documented for rank lists of four ranks or several devices, which two cores
+cannot form: calling them is a located error. A
+collective whose result on each core needs the other core's data orders the cores' shared-HBM
+accesses like ``nisa.core_barrier`` (``simulator/core_races.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import NKIError, arguments_checked, user_loc
-from ..ir import HBM_BUFFERS
+from ..ir import HBM_BUFFERS, Access, IndexExpr
 from ..optable import lookup
-from ..tracer import emit, note_generation, operand, request_per_core, state
+from ..symbolic import Scalar
+from ..tracer import emit, new_tensor, note_generation, operand, request_per_core, state
+from .loops import register_alloc
 
 __all__ = [
     "ReplicaGroup",
     "all_gather",
+    "all_gather_v",
     "all_reduce",
     "all_to_all",
+    "all_to_all_v",
     "collective_permute",
+    "collective_permute_implicit",
+    "collective_permute_implicit_current_processing_rank_id",
+    "collective_permute_implicit_reduce",
     "rank_id",
     "reduce_scatter",
 ]
@@ -55,7 +68,7 @@ class ReplicaGroup:
 
 
 @arguments_checked("nki.collectives.rank_id")
-def rank_id() -> int:
+def rank_id(name: Any = None) -> int:
     """This core's rank in the LNC=2 launch (its ``nl.program_id(0)``; 0 without LNC)."""
     st = state("nki.collectives.rank_id")
     note_generation("current", "nki.collectives.rank_id")
@@ -122,6 +135,13 @@ def _pairs(srcs: Any, dsts: Any, api: str, hbm_only: bool) -> list[tuple[Any, An
         want = "all in HBM" if hbm_only else "all in HBM or all in SBUF"
         raise NKIError(
             f"'{api}' tensors must be {want}; got {sorted(spaces)}",
+            code="err_unsupported_memory",
+            loc=user_loc(),
+        )
+    if len(out) > 1 and spaces == {"sbuf"}:
+        raise NKIError(
+            f"'{api}' with {len(out)} tensors per list (coalesced): supported only for HBM "
+            "tensors; pass SBUF tiles one per call",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
@@ -309,3 +329,183 @@ def collective_permute(
             loc=user_loc(),
         )
     _emit("collective_permute", api, pairs, ((0, 1),), core, (("pairs", stp),), _same)
+
+
+# ---- ring collectives: each rank sends to the next rank of its group --------------------------
+MAX_CHANNELS = 4  # the documented maximum (replica groups holding every device of a node)
+
+
+def _one_per_channel(by_channel: Any, api: str, role: str) -> list[Any]:
+    """The tensors of ``[[t0], [t1], ...]`` (one inner list of exactly one tensor per channel)."""
+    ok = isinstance(by_channel, (list, tuple)) and by_channel
+    ok = ok and all(isinstance(c, (list, tuple)) and len(c) == 1 for c in by_channel)
+    if not ok:
+        raise NKIError(
+            f"'{api}' {role} must be a list with one list of exactly one tensor per channel, "
+            f"e.g. [[t]]; got {by_channel!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    return [c[0] for c in by_channel]
+
+
+def _channels(channel_ids: Any, n: int, api: str) -> None:
+    ids = list(channel_ids) if isinstance(channel_ids, (list, tuple)) else None
+    if ids != list(range(n)) or n > MAX_CHANNELS:
+        raise NKIError(
+            f"'{api}' channel_ids={channel_ids!r}: expected consecutive ids from 0, one per "
+            f"channel of the tensor lists ({n}), at most {MAX_CHANNELS}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+
+
+@arguments_checked("nki.collectives.collective_permute_implicit")
+def collective_permute_implicit(
+    srcs_by_channel: Any,
+    dsts_by_channel: Any,
+    replica_group: Any,
+    channel_ids: Any = (0,),
+    priority: Any = None,
+    name: Any = None,
+) -> None:
+    """On every channel, send ``srcs_by_channel[c][0]`` to the next rank of this core's group
+    (in rank-list order, wrapping) and receive the previous rank's into
+    ``dsts_by_channel[c][0]``. Constraints: a ``kernel[2]`` launch; one tensor per channel;
+    ``channel_ids`` = ``[0, 1, ...]`` (at most 4); each destination the shape of its source;
+    tensors all in HBM or all in SBUF."""
+    api = "nki.collectives.collective_permute_implicit"
+    core, cores = _setup(api)
+    srcs = _one_per_channel(srcs_by_channel, api, "srcs_by_channel")
+    dsts = _one_per_channel(dsts_by_channel, api, "dsts_by_channel")
+    _channels(channel_ids, len(srcs), api)
+    # one tensor per channel: channels are separate transfers, not a coalesced list
+    pairs = [p for s, d in zip(srcs, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
+    groups = _group(replica_group, core, cores, api)
+    _emit("permute_implicit", api, pairs, groups, core, (), _same)
+
+
+@arguments_checked("nki.collectives.collective_permute_implicit_reduce")
+def collective_permute_implicit_reduce(
+    srcs0_by_channel: Any,
+    srcs1_by_channel: Any,
+    dsts_by_channel: Any,
+    replica_group: Any,
+    op: Any,
+    channel_ids: Any = (0,),
+    priority: Any = None,
+    name: Any = None,
+) -> None:
+    """On every channel, reduce this core's ``op(srcs0[c][0], srcs1[c][0])`` (fp32 math), send
+    it to the next rank of the group and receive the previous rank's reduction into
+    ``dsts_by_channel[c][0]``. ``op``: ``nl.add``, ``nl.minimum`` or ``nl.maximum``; the three
+    tensors of a channel have one shape; the constraints of
+    :func:`collective_permute_implicit` otherwise."""
+    api = "nki.collectives.collective_permute_implicit_reduce"
+    core, cores = _setup(api)
+    s0 = _one_per_channel(srcs0_by_channel, api, "srcs0_by_channel")
+    s1 = _one_per_channel(srcs1_by_channel, api, "srcs1_by_channel")
+    dsts = _one_per_channel(dsts_by_channel, api, "dsts_by_channel")
+    if not len(s0) == len(s1) == len(dsts):
+        raise NKIError(
+            f"'{api}' needs as many channels in srcs0, srcs1 and dsts (got {len(s0)}, "
+            f"{len(s1)} and {len(dsts)})",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    _channels(channel_ids, len(dsts), api)
+    left = [p for s, d in zip(s0, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
+    right = [p for s, d in zip(s1, dsts) for p in _pairs([s], [d], api, hbm_only=False)]
+    groups = _group(replica_group, core, cores, api)
+    reduce = _op(op, api)
+    for (a0, _, da, _), (a1, _, _, _) in zip(left, right):
+        for a in (a0, a1):
+            if tuple(a.shape) != tuple(da.shape):
+                raise _shape_error(api, a, da, tuple(a.shape), "the same shape")
+        attrs = (("groups", groups), ("op", reduce))
+        emit("lnc", "permute_implicit_reduce", da, (a0, a1), attrs=attrs, api=api)
+
+
+@arguments_checked("nki.collectives.collective_permute_implicit_current_processing_rank_id")
+def collective_permute_implicit_current_processing_rank_id(
+    iteration_id: Any, replica_group: Any, channel_id: Any = 0, name: Any = None
+) -> Any:
+    """A register holding the rank whose data a ring collective step ``iteration_id`` works on:
+    this core's own rank at step 0, then the previous rank of the group, and so on around the
+    ring. ``iteration_id``: an int, a loop iterator, or a register / int32 NkiScalar."""
+    api = "nki.collectives.collective_permute_implicit_current_processing_rank_id"
+    core, cores = _setup(api)
+    groups = _group(replica_group, core, cores, api)
+    ring = next(g for g in groups if core in g)
+    if not isinstance(channel_id, int) or isinstance(channel_id, bool):
+        raise NKIError(
+            f"'{api}' channel_id={channel_id!r} must be an int",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    pos = ring.index(core)
+    if isinstance(iteration_id, int) and not isinstance(iteration_id, bool):
+        return register_alloc(ring[(pos - iteration_id) % len(ring)])
+    if isinstance(iteration_id, Scalar):  # a loop iterator: materialise it in a register
+        step = new_tensor((1, 1), "int32", "sbuf", api=api)
+        emit("isa", "iota", step.access_(), (IndexExpr(iteration_id.aff, (0, 0), (1, 1)),),
+             attrs=(("engine", "gpsimd"),), api=api)  # fmt: skip
+        src: Access = step.access_()
+    else:
+        src, t = operand(iteration_id, api, "iteration_id")
+        if t.buffer != "sbuf" or t.decl.dtype != "int32" or tuple(src.shape) not in ((1,), (1, 1)):
+            raise NKIError(
+                f"'{api}' iteration_id must be an int, a loop iterator or an int32 register; "
+                f"got {list(src.shape)} {t.decl.dtype} in {t.buffer}",
+                code="err_unsupported_operand",
+                loc=user_loc(),
+            )
+    out = new_tensor((1, 1), "int32", "sbuf", api=api)
+    attrs = (("ring", ring), ("pos", pos))
+    emit("nkiscalar", "ring_rank", out.access_(), (src,), attrs=attrs, api=api)
+    return out
+
+
+def _not_two_ranks(api: str, need: str) -> NKIError:
+    return NKIError(
+        f"'{api}' is documented for {need}; the ranks nki-sim simulates are the two cores of "
+        "one LNC=2 launch, which cannot form them",
+        code="err_unsupported_instruction_for_target",
+        loc=user_loc(),
+    )
+
+
+@arguments_checked("nki.collectives.all_to_all_v")
+def all_to_all_v(
+    srcs: Any,
+    dsts: Any,
+    replica_group: Any,
+    metadata_tensor: Any,
+    recv_counts_known: Any = False,
+    has_rdispls: Any = False,
+    priority: Any = None,
+    name: Any = None,
+) -> None:
+    """Variable-length all-to-all over flat HBM buffers. Documented only for rank lists that
+    span several devices, so within nki-sim (two cores) every call is a located error."""
+    note_generation("current", "nki.collectives.all_to_all_v")
+    raise _not_two_ranks(
+        "nki.collectives.all_to_all_v", "replica groups spanning more than one device"
+    )
+
+
+@arguments_checked("nki.collectives.all_gather_v")
+def all_gather_v(
+    srcs: Any,
+    dsts: Any,
+    replica_group: Any,
+    metadata_tensor: Any,
+    recv_counts_known: Any = False,
+    has_rdispls: Any = False,
+    priority: Any = None,
+    name: Any = None,
+) -> None:
+    """Variable-length all-gather over flat HBM buffers. Documented only for rank lists of
+    exactly four ranks, so within nki-sim (two cores) every call is a located error."""
+    note_generation("current", "nki.collectives.all_gather_v")
+    raise _not_two_ranks("nki.collectives.all_gather_v", "rank lists of exactly four ranks")

@@ -209,6 +209,23 @@ COMBINERS["collective_permute"] = _permute
 POSTERS["collective_permute"] = _post_src
 
 
+# ring collectives: each rank receives what the previous rank of its group posted
+def _from_previous(instr: Instr, vals: list[np.ndarray], me: int) -> np.ndarray:
+    return vals[(me - 1) % len(vals)]
+
+
+def _post_reduced(instr: Instr, ctx: Ctx) -> Any:
+    """op(srcs0, srcs1) of this core, in fp32 (``permute_implicit_reduce``)."""
+    a, b = (np.asarray(ctx.read(s)) for s in instr.srcs[:2])
+    return _fold(instr.attr("op"), [a, b]), np.dtype(np.float32)
+
+
+COMBINERS["permute_implicit"] = _per_group(_from_previous)
+POSTERS["permute_implicit"] = _post_src
+COMBINERS["permute_implicit_reduce"] = _per_group(_from_previous)
+POSTERS["permute_implicit_reduce"] = _post_reduced
+
+
 # ---- NkiScalar arithmetic: fixed-width two's-complement wraparound ------------------------------
 _SCALAR_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "copy": lambda a, b: a,
@@ -229,6 +246,11 @@ def _nkiscalar(instr: Instr, ctx: Ctx) -> None:
     assert instr.dst is not None
     dtype = np.dtype(ctx.decl(instr.dst.tensor).dtype)  # int32 / int64
     vals = [_scalar_value(s, ctx, dtype) for s in instr.srcs]
+    if instr.op == "ring_rank":  # the rank a ring collective's step works on
+        ring, pos = instr.attr("ring"), instr.attr("pos")
+        got = np.array([ring[(pos - int(vals[0][0])) % len(ring)]], dtype=dtype)
+        ctx.write(instr.dst, got.reshape(instr.dst.shape))
+        return
     with np.errstate(over="ignore"):
         got = _SCALAR_OPS[instr.op](vals[0], vals[-1]).astype(dtype)
     ctx.write(instr.dst, got.reshape(instr.dst.shape))

@@ -65,7 +65,9 @@ def _tensor_scalar_reduce(instr: Instr, ctx: Ctx) -> None:
     # the reduction goes through the Vector engine's accumulator registers (shared with
     # exponential, tensor_scalar_cumulative, select_reduce, range_select); reduce_res reads them
     op, cmd = instr.attr("reduce_op"), instr.attr("reduce_cmd", "reset_reduce")
-    regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r), instr.attr("reduce_init"))
+    # load_reduce's reduce_init (current API): a scalar or (P, 1) fp32 tile, the third source
+    init = operand(ctx, instr.srcs[2], p) if len(instr.srcs) > 2 else None
+    regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r), init)
     if instr.attr("reduce_res_negate"):
         regs = -regs  # the written value only; the registers keep their sign
     write_res(ctx, instr, "reduce_res", regs, "vector")

@@ -1,0 +1,177 @@
+"""Initial values of the Vector engine's accumulator registers in the current API:
+nisa.tensor_scalar_reduce's reduce_cmd (reset_reduce, reduce, load_reduce), load_reduce's
+reduce_init as an fp32 scalar or a (P, 1) float32 tile, chaining with reduce_res=None and
+reduce_res_negate (negates the written value only); exponential's reduce_init and
+tensor_scalar_cumulative's imm1 as float32 tiles; against NumPy, invalid uses as located
+errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIError
+
+from helpers import expect, expect_error, run
+
+RNG = np.random.default_rng(77)
+P, F = 128, 48
+
+REDUCE = {
+    "add": (nl.add, np.sum),
+    "multiply": (nl.multiply, np.prod),
+    "maximum": (nl.maximum, np.max),
+    "minimum": (nl.minimum, np.min),
+}
+FOLD = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
+
+
+def _sb(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def load_then_reduce(x, x2, init, rop, tile_init, negate):
+    """Call 1: load_reduce from reduce_init (scalar 0.75, or the tile ``init``), no read-out;
+    call 2: reduce on top, reading the registers out (negated if ``negate``); call 3: reduce
+    again (the registers kept their sign), read out."""
+    r1 = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    r2 = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    y = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    a, b, i, s = _sb((P, F)), _sb((P, F)), _sb((P, 1)), _sb((P, 1))
+    d = _sb((P, F), nl.bfloat16)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=b, src=x2)
+    nisa.dma_copy(dst=i, src=init)
+    start = i if tile_init else 0.75
+    load = nisa.reduce_cmd.load_reduce
+    nisa.tensor_scalar_reduce(d, a, nl.multiply, 0.5, rop, None, reduce_cmd=load, reduce_init=start)
+    nisa.dma_copy(dst=y, src=d)
+    t = _sb((P, F))
+    nisa.tensor_scalar_reduce(dst=t, data=b, op0=nl.add, operand0=i, reduce_op=rop,
+                              reduce_res=s, reduce_cmd=nisa.reduce_cmd.reduce,
+                              reduce_res_negate=negate)  # fmt: skip
+    nisa.dma_copy(dst=r1, src=s)
+    s2 = _sb((P, 1))
+    nisa.tensor_scalar_reduce(t, b, nl.add, i, rop, s2, reduce_cmd=nisa.reduce_cmd.reduce)
+    nisa.dma_copy(dst=r2, src=s2)
+    return r1, r2, y
+
+
+@pytest.mark.parametrize("rop", sorted(REDUCE))
+@pytest.mark.parametrize("tile_init", [False, True])
+def test_load_reduce_starts_from_reduce_init_then_reduce_chains(rop, tile_init):
+    x = RNG.uniform(0.5, 1.5, (P, F)).astype(np.float32)
+    x2 = RNG.uniform(0.5, 1.5, (P, F)).astype(np.float32)
+    init = RNG.uniform(-2, 2, (P, 1)).astype(np.float32)
+    negate = rop == "add"
+    r1, r2, y = nki.jit(load_then_reduce)(x, x2, init, REDUCE[rop][0], tile_init, negate)
+    fold, red = FOLD[rop], REDUCE[rop][1]
+    start = init[:, 0] if tile_init else np.float32(0.75)
+    regs = fold(start, red(x * np.float32(0.5), axis=1))
+    regs = fold(regs, red(x2 + init, axis=1))
+    sign = -1 if negate else 1
+    np.testing.assert_allclose(r1[:, 0], sign * regs, rtol=2e-5)
+    regs = fold(regs, red(x2 + init, axis=1))
+    np.testing.assert_allclose(r2[:, 0], regs, rtol=2e-5)
+    np.testing.assert_array_equal(
+        y.astype(np.float32), (x * 0.5).astype(y.dtype).astype(np.float32)
+    )
+
+
+def reset_reduce_default(x):
+    """The default reduce_cmd (reset_reduce) starts from the identity whatever the registers
+    held: a previous load_reduce from 100 does not leak in."""
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, t, s = _sb((P, F)), _sb((P, F)), _sb((P, 1))
+    nisa.dma_copy(dst=a, src=x)
+    load = nisa.reduce_cmd.load_reduce
+    nisa.tensor_scalar_reduce(t, a, nl.multiply, 1.0, nl.add, reduce_cmd=load, reduce_init=100.0)
+    nisa.tensor_scalar_reduce(t, a, nl.subtract, 1.0, nl.maximum, s)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+def test_reset_reduce_default_ignores_earlier_register_contents():
+    x = RNG.standard_normal((P, F)).astype(np.float32)
+    got = nki.jit(reset_reduce_default)(x)
+    np.testing.assert_array_equal(got[:, 0], (x - np.float32(1)).max(axis=1))
+
+
+def _init_kernel(x, init, cmd, start):
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, t, s = _sb((P, F)), _sb((P, F)), _sb((P, 1))
+    i = _sb(init.shape, init.dtype)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=i, src=init)
+    v = i if start == "tile" else start
+    nisa.tensor_scalar_reduce(t, a, nl.add, 1.0, nl.add, s, reduce_cmd=cmd, reduce_init=v)  # ERR
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+X = RNG.standard_normal((P, F)).astype(np.float32)
+I32 = np.zeros((P, 1), np.float32)
+
+
+@pytest.mark.parametrize(
+    "cmd, start, init, code, values",
+    [
+        (nisa.reduce_cmd.load_reduce, None, I32, "err_invalid_argument", ("needs one",)),
+        (nisa.reduce_cmd.reset_reduce, 1.0, I32, "err_invalid_argument", ("reset_reduce",)),
+        (nisa.reduce_cmd.load_reduce, "tile", np.zeros((P, 2), np.float32),
+         "err_scalar_or_vector_operand_shape", ("reduce_init", "(128, 1)")),
+        (nisa.reduce_cmd.load_reduce, "tile", np.zeros((P, 1), np.int32),
+         "err_invalid_operand_dtype", ("reduce_init", "float32", "int32")),
+    ],
+)  # fmt: skip
+def test_invalid_reduce_init_is_a_located_error(cmd, start, init, code, values):
+    expect(_init_kernel, X, init, cmd, start, cls=NKIError, code=code, values=values)
+
+
+def exp_and_cumulative(x, init):
+    """exponential: load_reduce from the tile ``init``; tensor_scalar_cumulative: a running
+    sum from the tile ``init`` (load_reduce, imm1)."""
+    s_out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    c_out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, e, c, i, s = _sb((P, F)), _sb((P, F)), _sb((P, F)), _sb((P, 1)), _sb((P, 1))
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=i, src=init)
+    load = nisa.reduce_cmd.load_reduce
+    nisa.exponential(e, a, max_value=1.0, reduce_res=s, reduce_cmd=load, reduce_init=i)
+    nisa.tensor_scalar_cumulative(c, a, nl.multiply, nl.add, 2.0, imm1=i, reduce_cmd=load)
+    nisa.dma_copy(dst=s_out, src=s)
+    nisa.dma_copy(dst=c_out, src=c)
+    return s_out, c_out
+
+
+def test_exponential_and_cumulative_start_from_a_tile():
+    x = RNG.uniform(-1, 1, (P, F)).astype(np.float32)
+    init = RNG.uniform(-2, 2, (P, 1)).astype(np.float32)
+    s, c = run(exp_and_cumulative, x, init, target="trn3")
+    want_s = init[:, 0] + np.exp(x - np.float32(1)).sum(axis=1)
+    np.testing.assert_allclose(s[:, 0], want_s, rtol=1e-5)
+    np.testing.assert_allclose(c, init + np.cumsum(2 * x, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def bf16_start(x, which):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, e, i = _sb((P, F)), _sb((P, F)), _sb((P, 1), nl.bfloat16)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.memset(i, 1.0)
+    load = nisa.reduce_cmd.load_reduce
+    if which == "exponential":
+        nisa.exponential(e, a, reduce_cmd=load, reduce_init=i)  # E:exponential
+    else:
+        nisa.tensor_scalar_cumulative(e, a, nl.multiply, nl.add, 1.0, i, load)  # E:cumulative
+    nisa.dma_copy(dst=out, src=e)
+    return out
+
+
+@pytest.mark.parametrize("which, role", [("exponential", "reduce_init"), ("cumulative", "imm1")])
+def test_a_non_fp32_initial_tile_is_a_located_error(which, role):
+    expect_error(bf16_start, X, which, cls=NKIError, code="err_invalid_operand_dtype",
+                 fragments=[role, "float32", "bfloat16"], target="trn3",
+                 marker=f"# E:{which}")  # fmt: skip
