@@ -75,7 +75,7 @@ def register_load(dst: Any, src: Any) -> None:
     _require_register(dst, api, "dst")
     _require_one_element(src, api, "src")
     if src.tensor_().buffer in HBM_BUFFERS:
-        emit("dma", "copy", dst.access_(), (src.access_(),), api=api)
+        emit("dma", "copy", dst.access_(), (_like(src, dst).access_(),), api=api)
     else:
         assign(dst.access_(), src, api=api)
 
@@ -87,9 +87,15 @@ def register_store(dst: Any, src: Any) -> None:
     _require_register(src, api, "src")
     _require_one_element(dst, api, "dst")
     if dst.tensor_().buffer in HBM_BUFFERS:
-        emit("dma", "copy", dst.access_(), (src.access_(),), api=api)
+        emit("dma", "copy", _like(dst, src).access_(), (src.access_(),), api=api)
     else:
         assign(dst.access_(), src, api=api)
+
+
+def _like(one: Any, reg: Any) -> Any:
+    """The one-element HBM tensor ``one`` in the register's shape (a DMA copies equal shapes;
+    ``[1]``, ``[1, 1]`` and ``[1, 1, 1]`` hold the same element)."""
+    return one if tuple(one.shape) == tuple(reg.shape) else one.reshape(tuple(reg.shape))
 
 
 def _require_register(x: Any, api: str, role: str) -> None:

@@ -157,3 +157,16 @@ def test_fori_loop_rejects_a_non_int_step():
     with pytest.raises(NKIError, match="positive int") as e:
         _run(k, np.zeros((1, 1), np.float32))
     assert e.value.loc.line == _line(k, "# STEP")
+
+
+@pytest.mark.filterwarnings("ignore::nki.errors.NKIWarning")  # out's other elements stay unset
+def test_register_load_and_store_through_one_element_hbm_views_of_any_rank():
+    def kernel(a):
+        out = nl.ndarray((4,), dtype=nl.int32, buffer=nl.shared_hbm)
+        r = register_alloc(0)
+        register_load(r, a[3:4])  # a rank-1 view; the register is [1, 1]
+        register_store(out[2:3], r)
+        return out
+
+    got = nki.jit(kernel, api="current")(np.arange(8, dtype=np.int32))
+    assert got[2] == 3
