@@ -331,6 +331,8 @@ class Pred(_Traced):
             return Pred(self.conds + other.conds)
         if other is True:
             return self
+        if getattr(other, "is_disjunction", False):  # a mask built with `or` (nki/tracer)
+            return NotImplemented
         raise _bad_mask("&", other)
 
     __rand__ = __and__
