@@ -259,13 +259,14 @@ def _region(code: types.CodeType, offset: int) -> _Region | None:
 
 
 class _Open:
-    """An expression being evaluated: its frame, region and the operands tested so far."""
+    """An expression being evaluated: its frame, region, location and the operands tested."""
 
-    __slots__ = ("frame", "region", "operands")
+    __slots__ = ("frame", "region", "loc", "operands")
 
-    def __init__(self, frame: types.FrameType, region: _Region) -> None:
+    def __init__(self, frame: types.FrameType, region: _Region, loc: SrcLoc) -> None:
         self.frame = frame
         self.region = region
+        self.loc = loc
         self.operands: list[tuple[Any, _Jump]] = []
 
 
@@ -278,9 +279,23 @@ def _items() -> list[_Open]:
     return _PENDING.items
 
 
-def _live(items: list[_Open]) -> None:
-    """Drop expressions whose frame has moved past them (an exception left them unfinished)."""
-    items[:] = [o for o in items if o.frame.f_lasti < o.region.end]
+def check_pending() -> None:
+    """Raise for a mask expression whose frame has moved past its end without its last
+    operand being made: that operand compared Python values (``ix < n or m > 4``), so the
+    expression's value is a Python bool that lost the traced operands."""
+    items = _items()
+    done = [o for o in items if o.frame.f_lasti >= o.region.end]
+    if not done:
+        return
+    items[:] = [o for o in items if o not in done]
+    raise NKIError(
+        "'and' / 'or' between mask predicates needs a last operand that compares nl.arange "
+        "indices, loop iterators or program ids; here it compares Python values, so the "
+        "expression would be a plain True / False. Decide that part in Python first "
+        "(mask=(ix < n) if flag else ...)",
+        code="err_unsupported_expression_in_mask",
+        loc=done[0].loc,
+    )
 
 
 def left_of_boolean(pred: Any) -> bool | None:
@@ -294,8 +309,8 @@ def left_of_boolean(pred: Any) -> bool | None:
     jump = _jump_at(frame.f_code, frame.f_lasti)
     if jump is None:
         return None
+    check_pending()
     items = _items()
-    _live(items)
     open_ = next((o for o in reversed(items) if o.frame is frame), None)
     if open_ is None:
         region = _region(frame.f_code, frame.f_lasti)
@@ -309,7 +324,7 @@ def left_of_boolean(pred: Any) -> bool | None:
                 code="err_unsupported_expression_in_mask",
                 loc=user_loc(),
             )
-        open_ = _Open(frame, region)
+        open_ = _Open(frame, region, user_loc())
         items.append(open_)
     open_.operands.append((pred, jump))
     return not jump.when
@@ -322,7 +337,7 @@ def join_pending(pred: Any) -> Any:
     if not items:
         return pred
     frame = user_frame(2)
-    _live(items)
+    check_pending()
     for o in reversed(items):
         if o.frame is frame and o.region.last is not None and frame.f_lasti == o.region.last.offset:
             items.remove(o)
@@ -392,10 +407,13 @@ class MaskCover:
 
 # kinds whose mask only selects the destination elements written, each computed independently
 # of the others: splitting one into disjoint pieces writes the same values
-_SPLITTABLE = {"copy", "dma", "ew", "memset", "const", "select", "transpose", "gather",
-               "atomic_rmw", "all_reduce", "isa"}  # fmt: skip
-# nisa instructions whose mask selects inputs or that draw random numbers
-_ISA_NOT_SPLITTABLE = {"bn_stats", "dropout", "rand", "random", "rand2", "rand_set_state"}
+_SPLITTABLE = {"copy", "dma", "ew", "memset", "const", "select", "transpose", "gather", "matmul",
+               "atomic_rmw", "all_reduce", "softmax", "rms_norm", "reshape", "isa"}  # fmt: skip
+_RANDOM = "it draws random numbers, and each piece would draw again"
+_REDUCES = "its mask selects the elements it reduces, and each piece would reduce only its own"
+_WHY_NOT = {"reduce": _REDUCES, "rand": _RANDOM, "dropout": _RANDOM, "seed": _RANDOM,
+            "isa.bn_stats": _REDUCES, "isa.dropout": _RANDOM, "isa.rand2": _RANDOM,
+            "isa.rand_set_state": _RANDOM}  # fmt: skip
 
 
 def expand_covers(body: list[Any], tensors: dict[str, Any]) -> list[Any]:
@@ -415,20 +433,9 @@ def expand_covers(body: list[Any], tensors: dict[str, Any]) -> list[Any]:
 
 
 def _check_splittable(instr: Instr, tensors: dict[str, Any]) -> None:
-    cover = instr.mask
-    assert isinstance(cover, MaskCover)
-    why = None
-    if instr.kind not in _SPLITTABLE or (instr.kind == "isa" and instr.op in _ISA_NOT_SPLITTABLE):
-        why = "its mask selects the elements it reads, or it draws random numbers"
-    elif instr.dst is None or tuple(instr.dst.shape) != tuple(cover.shape):
-        why = "its mask selects the elements it reads (a reduction), not the ones it writes"
-    elif any(isinstance(v, Access) for _, v in instr.attrs):
-        why = "it writes a second output (reduce_res, ...) computed over the masked elements"
-    else:
-        base = _base(instr.dst.tensor, tensors)
-        for s in instr.srcs:
-            if isinstance(s, Access) and _touches(s, base, tensors) and s != instr.dst:
-                why = "it reads its own destination through another index"
+    why = _WHY_NOT.get(instr.kind) or _WHY_NOT.get(f"{instr.kind}.{instr.op}")
+    if why is None:
+        why = _split_problem(instr, tensors)
     if why is not None:
         raise NKIError(
             f"a mask built with 'or' is emitted as one instruction per disjoint piece, which "
@@ -437,6 +444,22 @@ def _check_splittable(instr: Instr, tensors: dict[str, Any]) -> None:
             code="err_unsupported_expression_in_mask",
             loc=instr.loc if isinstance(instr.loc, SrcLoc) else None,
         )
+
+
+def _split_problem(instr: Instr, tensors: dict[str, Any]) -> str | None:
+    cover = instr.mask
+    assert isinstance(cover, MaskCover)
+    if instr.kind not in _SPLITTABLE:
+        return "its mask does not only select the elements it writes"
+    if instr.dst is None or tuple(instr.dst.shape) != tuple(cover.shape):
+        return "its mask selects the elements it reads, not the ones it writes"
+    if any(isinstance(v, Access) for _, v in instr.attrs):
+        return "it writes a second output (reduce_res, ...) computed over the masked elements"
+    base = _base(instr.dst.tensor, tensors)
+    for s in instr.srcs:
+        if isinstance(s, Access) and _touches(s, base, tensors) and s != instr.dst:
+            return "it reads its own destination through another index"
+    return None
 
 
 def _base(name: str, tensors: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 
 # handles are reached through their module (see .subscripts for the cycle)
 from . import tensors
-from .bool_masks import Disj, MaskCover, disjoint_cover
+from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
 from .state import TraceState, generation, state
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskC
         )
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
+    check_pending()  # an `and` / `or` whose last operand was not traced
     if isinstance(mask, Disj):  # built with `or`: disjoint conjunctions, one instruction each
         pieces = disjoint_cover(mask)
         if not pieces:

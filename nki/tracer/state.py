@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
-from .bool_masks import clear_pending, expand_covers, join_pending, left_of_boolean
+from .bool_masks import check_pending, clear_pending, expand_covers, join_pending, left_of_boolean
 from .loop_exits import early_exit_error, loop_variable
 
 
@@ -368,6 +368,7 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
     try:
         yield st
         st.check_early_exit()
+        check_pending()
         if st.mask_covers:  # masks built with `or`: one instruction per disjoint piece
             st.bodies[0][:] = expand_covers(st.bodies[0], st.tensors)
     finally:
