@@ -409,7 +409,7 @@ class MaskCover:
 # of the others: splitting one into disjoint pieces writes the same values
 _SPLITTABLE = {"copy", "dma", "ew", "memset", "const", "select", "transpose", "gather", "matmul",
                "atomic_rmw", "all_reduce", "softmax", "rms_norm", "reshape", "isa"}  # fmt: skip
-_RANDOM = "it draws random numbers, and each piece would draw again"
+_RANDOM = "it draws random numbers or sets the random state, and each piece would again"
 _REDUCES = "its mask selects the elements it reduces, and each piece would reduce only its own"
 _WHY_NOT = {"reduce": _REDUCES, "rand": _RANDOM, "dropout": _RANDOM, "seed": _RANDOM,
             "isa.bn_stats": _REDUCES, "isa.dropout": _RANDOM, "isa.rand2": _RANDOM,
