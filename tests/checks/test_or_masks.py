@@ -162,6 +162,54 @@ def test_psum_accumulation_under_an_or_mask_adds_each_element_once_per_matmul(ba
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def k_ragged_rows(x):
+    n = x.shape[0]
+    out = nl.ndarray((n, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(P)[:, None]
+    jf = nl.arange(F)[None, :]
+    for i in nl.affine_range((n + P - 1) // P):
+        rows = i * P + ip
+        nl.store(out[rows, jf], value=nl.zeros((P, F), dtype=x.dtype), mask=rows < n)
+        t = nl.load(x[rows, jf], mask=(rows < n))
+        nl.store(out[rows, jf], value=t, mask=(rows < n and jf < 40 or jf >= 60 and rows < n))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_or_mask_over_loop_iterators_on_a_ragged_last_tile(backend):
+    x = rand((300, F))
+    k = nki.jit(k_ragged_rows, backend=backend)
+    got = k(x)
+    assert k.last_run.backend == backend
+    jf = np.arange(F)[None, :]
+    np.testing.assert_array_equal(got, np.where(np.logical_or(jf < 40, jf >= 60), x, 0))
+
+
+def k_loop_dependent_accumulation(x):
+    out = nl.ndarray((64, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    ik = nl.arange(P)[:, None]
+    im = nl.arange(64)[:, None]
+    iy = nl.arange(F)[None, :]
+    a = nl.load(x[ik, iy])
+    acc = nl.zeros((64, F), dtype=nl.float32, buffer=nl.psum)
+    for r in nl.sequential_range(4):  # the selected region grows with r
+        acc[im, iy] += nl.matmul(
+            a[ik, nl.arange(64)[None, :]], a[ik, iy], transpose_x=True, mask=(im < 8 * r or iy < r)
+        )
+    nl.store(out, value=nl.copy(acc))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched"])
+def test_accumulation_under_a_loop_dependent_or_mask_counts_each_trip_once(backend):
+    x = rand((P, F))
+    got = nki.jit(k_loop_dependent_accumulation, backend=backend)(x)
+    a = x.astype(np.float64)
+    i, j = np.mgrid[0:64, 0:F]
+    trips = sum(np.logical_or(i < 8 * r, j < r).astype(np.float64) for r in range(4))
+    np.testing.assert_allclose(got, trips * (a[:, :64].T @ a), rtol=1e-4, atol=1e-4)
+
+
 def k_isa(x):
     out = nl.ndarray((3, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
     ix = nl.arange(P)[:, None]
