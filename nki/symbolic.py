@@ -349,7 +349,10 @@ class Pred(_Traced):
     def __invert__(self) -> Pred:
         flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
         if len(self.conds) != 1:
-            raise _bad_mask("~", self)
+            negate = TRACE_HOOKS.get("negate_mask")  # ~(a & b): a disjunction (nki/tracer)
+            if negate is None:
+                raise _bad_mask("~", self)
+            return negate(self)
         c = self.conds[0]
         return Pred((Cond(c.expr, flip[c.op]),))
 

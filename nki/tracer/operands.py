@@ -144,6 +144,7 @@ def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> Non
 def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskCover | None:
     """The IR mask of ``mask=`` over ``tile_shape``; a mask built with ``or`` becomes a
     MaskCover (disjoint conjunctions), emitted as one instruction per piece."""
+    check_pending()  # an `and` / `or` whose last operand was not traced
     if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
     if generation(sensitive=True) == "current":
@@ -155,9 +156,10 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskC
         )
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
-    check_pending()  # an `and` / `or` whose last operand was not traced
     if isinstance(mask, Disj):  # built with `or`: disjoint conjunctions, one instruction each
         pieces = disjoint_cover(mask)
+        if any(not p for p in pieces):  # a piece with no condition: every element
+            return None
         if not pieces:
             return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
         masks = tuple(Mask(_fit_conds(p, tuple(tile_shape), api)) for p in pieces)

@@ -16,7 +16,14 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
-from .bool_masks import check_pending, clear_pending, expand_covers, join_pending, left_of_boolean
+from .bool_masks import (
+    check_pending,
+    clear_pending,
+    expand_covers,
+    join_pending,
+    left_of_boolean,
+    negate,
+)
 from .loop_exits import early_exit_error, loop_variable
 
 
@@ -426,6 +433,7 @@ TRACE_HOOKS["unroll_for_division"] = unroll_for_division
 TRACE_HOOKS["concrete_value"] = _concrete_value
 TRACE_HOOKS["per_core"] = _per_core_hook
 TRACE_HOOKS["join_and"] = join_pending
+TRACE_HOOKS["negate_mask"] = negate
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

@@ -6,6 +6,8 @@ check that the static and dynamic checks still see the pieces at the kernel's li
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nki
 import nki.isa as nisa
@@ -422,3 +424,46 @@ def test_error_lines_are_the_kernel_lines():
     with pytest.raises(NKIError) as ei:
         nki.jit(k_sum)(rand((P, F)))
     assert ei.value.loc.line == line_of(k_sum)
+
+
+# ---- random mask expressions against NumPy ---------------------------------------------------
+
+ATOMS = ["i < {c}", "j >= {c}", "i + j < {c}", "i - 2 * j > {c}", "j == {c}", "i != {c}"]
+
+
+@st.composite
+def mask_exprs(draw, depth=3):
+    """(Python source of a mask over i, j with and / or / & / ~, NumPy source of the same)."""
+
+    def atom():
+        text = draw(st.sampled_from(ATOMS)).format(c=draw(st.integers(-4, 140)))
+        return text, text
+
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return atom()
+    kind = draw(st.sampled_from(["or", "and", "&", "~"]))
+    left_py, left_np = draw(mask_exprs(depth=depth - 1))
+    if kind == "~":
+        return f"~({left_py})", f"~({left_np})"
+    if kind == "&":
+        right_py, right_np = draw(mask_exprs(depth=depth - 1))
+        return f"({left_py}) & ({right_py})", f"({left_np}) & ({right_np})"
+    right_py, right_np = atom()  # the last operand of `and` / `or` is a comparison
+    op = "|" if kind == "or" else "&"
+    return f"({left_py}) {kind} {right_py}", f"({left_np}) {op} ({right_np})"
+
+
+@settings(deadline=None)
+@given(mask_exprs(), st.sampled_from(["numpy", "batched"]))
+def test_random_mask_expressions_match_numpy(expr, backend):
+    py, ref = expr
+    # the kernel evaluates the `and` / `or` itself (a file name of its own: "<string>" is internal)
+    mask_of = eval(compile(f"lambda i, j: {py}", "<mask expression>", "eval"))
+    x, y = rand((P, F), seed=3), rand((P, F), seed=4)
+    try:
+        got = nki.jit(_masked_add(mask_of), backend=backend)(x, y)
+    except NKIError as e:  # a condition past the piece limit is refused, nothing else
+        assert "more than 16" in str(e), (py, str(e))
+        return
+    want = np.where(eval(ref, {"i": IX, "j": IY}), x + y, 0)
+    np.testing.assert_array_equal(got, want, err_msg=py)
