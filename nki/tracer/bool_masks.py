@@ -106,17 +106,55 @@ def _terms(x: Any) -> tuple[Conj, ...]:
 
 
 def _meet(a: Conj, b: Conj) -> Conj | None:
-    """``a & b`` without repeated conditions; None when a condition meets its complement."""
+    """``a & b`` without repeated or implied conditions; None when it selects nothing."""
     out = list(a)
     for c in b:
         if Cond(c.expr, _FLIP[c.op]) in out:
             return None
         if c not in out:
             out.append(c)
-    return tuple(out)
+    return _tighten(tuple(out))
+
+
+# `linear + k <op> 0` as a bound on `linear`: (is_lower, bound)
+_BOUND = {"<": lambda k: (False, -k - 1), "<=": lambda k: (False, -k),
+          ">": lambda k: (True, -k + 1), ">=": lambda k: (True, -k)}  # fmt: skip
+
+
+def _tighten(conds: Conj) -> Conj | None:
+    """Keep the tightest lower and upper bound on each linear expression (``j >= 60`` makes
+    ``j >= 32`` redundant); None when the bounds cross (``j < 32 & j >= 60``)."""
+    best: dict[tuple[Any, ...], list[Any]] = {}  # key -> [lower, lower cond, upper, upper cond]
+    for c in conds:
+        if c.op not in _BOUND:
+            continue
+        e = c.expr
+        key = (e.base.terms, e.coeffs, e.shape)
+        lower, v = _BOUND[c.op](e.base.const)
+        b = best.setdefault(key, [None, None, None, None])
+        if lower and (b[0] is None or v > b[0]):
+            b[0], b[1] = v, c
+        if not lower and (b[2] is None or v < b[2]):
+            b[2], b[3] = v, c
+    if any(b[0] is not None and b[2] is not None and b[0] > b[2] for b in best.values()):
+        return None
+    keep = {id(c) for b in best.values() for c in (b[1], b[3]) if c is not None}
+    return tuple(c for c in conds if c.op not in _BOUND or id(c) in keep)
+
+
+def _absorb(terms: list[Conj]) -> list[Conj]:
+    """Drop repeated terms and terms that contain another (``x or (x & y)`` is ``x``)."""
+    sets = [frozenset(t) for t in terms]
+    out = []
+    for k, t in enumerate(terms):
+        if any(u < sets[k] or (u == sets[k] and m < k) for m, u in enumerate(sets) if m != k):
+            continue
+        out.append(t)
+    return out
 
 
 def _make(terms: list[Conj], disjoint: bool) -> Any:
+    terms = terms if disjoint else _absorb(terms)
     if len(terms) > 4 * MAX_PIECES:
         raise _too_many(len(terms))
     if len(terms) == 1:
@@ -159,9 +197,10 @@ def disjoint_cover(x: Any) -> list[Conj]:
     if isinstance(x, Disj) and x.disjoint:
         return list(x.terms)
     pieces: list[Conj] = []
-    for k, t in enumerate(_terms(x)):
+    terms = sorted(_terms(x), key=len)  # the complement of a short term splits into few pieces
+    for k, t in enumerate(terms):
         part = [t]
-        for prev in _terms(x)[:k]:
+        for prev in terms[:k]:
             part = [m for p in part for n in _not_conj(prev) if (m := _meet(p, n)) is not None]
             if len(part) + len(pieces) > MAX_PIECES:
                 raise _too_many(len(part) + len(pieces))
@@ -379,6 +418,8 @@ def _ite(p: Any, on_true: Any, on_false: Any) -> Any:
         return conj(p, on_true)
     if on_true is True:
         return disj(p, on_false)
+    if set(_terms(on_false)) <= set(_terms(on_true)):  # `(a and b) or c`: c wherever a is
+        return disj(conj(p, on_true), on_false)
     return disj(conj(p, on_true), conj(negate(p), on_false))
 
 

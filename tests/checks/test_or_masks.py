@@ -245,7 +245,7 @@ def test_the_ir_holds_conjunction_masks_only_one_instruction_per_disjoint_piece(
     k = nki.jit(_masked_add(FORMS["a or b or c"][0]))
     k(rand((P, F)), rand((P, F)))
     masked = [n.mask for n, _ in k.last_ir.walk() if isinstance(n, Instr) and n.mask is not None]
-    assert len(masked) == 3  # i < 16 | j < 8 & i >= 16 | i >= 100 & i >= 16 & j >= 8
+    assert len(masked) == 3  # i < 16 | j < 8 & i >= 16 | i >= 100 & j >= 8
     assert all(type(m).__name__ == "Mask" for m in masked)
 
 
@@ -404,12 +404,12 @@ def k_too_many(x):
     i = nl.arange(P)[:, None]
     j = nl.arange(F)[None, :]
     m = (
-        (i < 8) & (j < 8) & (i + j < 9)
-        or (i > 9) & (j > 9) & (i - j < 3)
-        or (i > 20) & (j < 30) & (i + 2 * j > 40)
-        or (i < 90) & (j > 2) & (2 * i - j > 7)
+        (i + j < 50) & (i - j > 3) & (2 * i + j != 7)
+        or (i + 3 * j < 90) & (3 * i - j > 5) & (i + 2 * j != 11)
+        or (2 * i - 3 * j < 9) & (i - 4 * j > -100) & (3 * i + 2 * j != 13)
+        or (i + 5 * j < 70) & (5 * i - j > 1) & (4 * i + j != 17)
         or j == 63
-    )
+    )  # 1 + 1 + 3 + 9 + 27 disjoint pieces
     nl.store(out[i, j], value=nl.load(x[i, j]), mask=m)  # ERR
     return out
 
