@@ -388,7 +388,19 @@ def _rebuild(o: _Open, last: Any) -> Any:
     """The value of the expression from the jumps its operands would take."""
     ops = o.operands
     starts = {j.next_start: k + 1 for k, (_, j) in enumerate(ops)}
+    code = o.frame.f_code
     memo: dict[int, Any] = {}
+
+    def landing(j: _Jump) -> int:
+        """Where a taken jump ends up: a kept operand whose truth is known (``j.when``) may
+        land on the test of an enclosing ``and`` / ``or``, which then jumps or not."""
+        target, seen = j.target, 0
+        while target != o.region.end and target not in starts and seen < len(ops) + 2:
+            nxt = _kept_test_at(code, target) if j.keeps else None
+            if nxt is None:
+                break
+            target, seen = nxt.target if nxt.when == j.when else nxt.next_start, seen + 1
+        return target
 
     def value(k: int) -> Any:
         if k == len(ops):
@@ -396,12 +408,11 @@ def _rebuild(o: _Open, last: Any) -> Any:
         if k in memo:
             return memo[k]
         p, j = ops[k]
-        if j.target == o.region.end:
-            if not j.keeps:
-                raise _unsupported("a boolean expression this tracer cannot read")
+        target = landing(j)
+        if target == o.region.end and j.keeps:
             taken: Any = j.when  # the operand itself is the value: True after `or`, ...
-        elif j.target in starts:
-            taken = value(starts[j.target])
+        elif target in starts:
+            taken = value(starts[target])
         else:
             raise _unsupported("a boolean expression this tracer cannot read")
         on_true, on_false = (taken, value(k + 1)) if j.when else (value(k + 1), taken)
@@ -410,6 +421,19 @@ def _rebuild(o: _Open, last: Any) -> Any:
         return out
 
     return value(0)
+
+
+def _kept_test_at(code: types.CodeType, offset: int) -> _Jump | None:
+    """The value-keeping jump that tests the value on the stack at ``offset`` (3.12+: after
+    ``COPY 1``), or None."""
+    ins, index = _code_table(code)
+    i = index.get(offset)
+    if i is None:
+        return None
+    if ins[i].opname == "COPY" and i + 1 < len(ins):
+        i += 1
+    j = _jump_at(code, ins[i].offset)
+    return j if j is not None and j.keeps else None
 
 
 def _ite(p: Any, on_true: Any, on_false: Any) -> Any:
