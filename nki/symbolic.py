@@ -346,7 +346,7 @@ class Pred(_Traced):
         # classic kernels write ``if i * 128 >= j * 512:`` on loop iterators (nki.classic)
         return TRACE_HOOKS["decide_condition"](self)
 
-    def __invert__(self) -> Pred:
+    def __invert__(self) -> Any:  # a Pred, or a disjunction for ~(a & b)
         flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
         if len(self.conds) != 1:
             negate = TRACE_HOOKS.get("negate_mask")  # ~(a & b): a disjunction (nki/tracer)
