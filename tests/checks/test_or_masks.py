@@ -47,6 +47,10 @@ def test_or_masks_on_load_and_store_match_numpy(backend):
 
 # every form a mask expression may take, with its NumPy meaning
 FORMS = {
+    "issue reproducer": (
+        lambda i, j: i < P // 2 or j < F // 2,
+        lambda i, j: np.logical_or(i < P // 2, j < F // 2),
+    ),
     "a or b": (lambda i, j: i < 16 or j >= 40, lambda i, j: np.logical_or(i < 16, j >= 40)),
     "a or b or c": (
         lambda i, j: i < 16 or j < 8 or i >= 100,
