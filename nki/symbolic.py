@@ -331,6 +331,8 @@ class Pred(_Traced):
             return Pred(self.conds + other.conds)
         if other is True:
             return self
+        if getattr(other, "is_disjunction", False):  # a mask built with `or` (nki/tracer)
+            return NotImplemented
         raise _bad_mask("&", other)
 
     __rand__ = __and__
@@ -344,10 +346,13 @@ class Pred(_Traced):
         # classic kernels write ``if i * 128 >= j * 512:`` on loop iterators (nki.classic)
         return TRACE_HOOKS["decide_condition"](self)
 
-    def __invert__(self) -> Pred:
+    def __invert__(self) -> Any:  # a Pred, or a disjunction for ~(a & b)
         flip = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
         if len(self.conds) != 1:
-            raise _bad_mask("~", self)
+            negate = TRACE_HOOKS.get("negate_mask")  # ~(a & b): a disjunction (nki/tracer)
+            if negate is None:
+                raise _bad_mask("~", self)
+            return negate(self)
         c = self.conds[0]
         return Pred((Cond(c.expr, flip[c.op]),))
 

@@ -23,6 +23,7 @@ from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 
 # handles are reached through their module (see .subscripts for the cycle)
 from . import tensors
+from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
 from .state import TraceState, generation, state
 
 if TYPE_CHECKING:
@@ -140,7 +141,10 @@ def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> Non
         )
 
 
-def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
+def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskCover | None:
+    """The IR mask of ``mask=`` over ``tile_shape``; a mask built with ``or`` becomes a
+    MaskCover (disjoint conjunctions), emitted as one instruction per piece."""
+    check_pending()  # an `and` / `or` whose last operand was not traced
     if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
     if generation(sensitive=True) == "current":
@@ -152,28 +156,44 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | None:
         )
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
+    if isinstance(mask, Disj):  # built with `or`: disjoint conjunctions, one instruction each
+        pieces = disjoint_cover(mask)
+        if any(not p for p in pieces):  # a piece with no condition: every element
+            return None
+        if not pieces:
+            return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
+        masks = tuple(Mask(_fit_conds(p, tuple(tile_shape), api)) for p in pieces)
+        if len(masks) == 1:
+            return masks[0]
+        state(api).mask_covers = True
+        return MaskCover(masks, tuple(tile_shape))
     if not isinstance(mask, Pred):
         raise NKIError(
             f"mask= of '{api}' must be an affine predicate built from comparisons of nl.arange "
-            f"indices, loop iterators and program ids combined with '&'; got "
+            f"indices, loop iterators and program ids combined with '&', 'and' or 'or'; got "
             f"{type(mask).__name__}",
             code="err_unsupported_expression_in_mask",
             loc=user_loc(),
         )
-    mask = Pred(tuple(_fit_mask_rank(c, tuple(tile_shape)) for c in mask.conds))
-    for c in mask.conds:
+    return Mask(_fit_conds(mask.conds, tuple(tile_shape), api))
+
+
+def _fit_conds(conds: tuple[Cond, ...], tile_shape: tuple[int, ...], api: str) -> tuple[Cond, ...]:
+    """The conditions of one conjunction fitted to the tile shape (or a shape error)."""
+    out = tuple(_fit_mask_rank(c, tile_shape) for c in conds)
+    for c in out:
         try:
             bs = broadcast_shapes(c.expr.shape, tile_shape)
         except NKIIndexError:
             bs = None
-        if bs != tuple(tile_shape) and c.expr.shape:
+        if bs != tile_shape and c.expr.shape:
             raise NKIError(
-                f"mask of shape {c.expr.shape} does not match the tile shape {tuple(tile_shape)} "
+                f"mask of shape {c.expr.shape} does not match the tile shape {tile_shape} "
                 f"of '{api}'",
                 code="err_mask_shape_mismatch",
                 loc=user_loc(),
             )
-    return Mask(tuple(mask.conds))
+    return out
 
 
 def _fit_mask_rank(c: Cond, tile_shape: tuple[int, ...]) -> Cond:

@@ -16,7 +16,14 @@ from typing import Any
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
 from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
 from ..symbolic import TRACE_HOOKS, Scalar
-from .bool_masks import clear_pending, join_pending, left_of_boolean
+from .bool_masks import (
+    check_pending,
+    clear_pending,
+    expand_covers,
+    join_pending,
+    left_of_boolean,
+    negate,
+)
 from .loop_exits import early_exit_error, loop_variable
 
 
@@ -54,6 +61,8 @@ class TraceState:
             self.generation, self.generation_why = "current", _THREAD.preset[-1]
         # a symbolic loop left early (break / return), reported at the next instruction
         self.early_exit: NKIError | None = None
+        # an instruction was traced with a mask built with `or` (see bool_masks.MaskCover)
+        self.mask_covers = False
 
     def check_early_exit(self) -> None:
         """Raise the error of a symbolic loop left by ``break`` / ``return`` (see
@@ -261,8 +270,9 @@ def decide_condition(pred: Any) -> bool:
     raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
     program ids, strict mode) is the usual control-flow error."""
     st = state("control flow")
-    if left_of_boolean(pred):
-        return True  # `mask=(a and b)`: joined to b when b is made
+    value = left_of_boolean(pred)
+    if value is not None:  # `mask=(a and b)` / `(a or b)`: rebuilt when the last one is made
+        return value
     syms = {s for c in pred.conds for s in c.expr.base.symbols()}
     request_per_core("Python control flow on nl.program_id", syms)
     static = all(not any(c.expr.coeffs) for c in pred.conds)
@@ -365,6 +375,9 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
     try:
         yield st
         st.check_early_exit()
+        check_pending()
+        if st.mask_covers:  # masks built with `or`: one instruction per disjoint piece
+            st.bodies[0][:] = expand_covers(st.bodies[0], st.tensors)
     finally:
         _THREAD.stack.pop()
         clear_pending()
@@ -420,6 +433,7 @@ TRACE_HOOKS["unroll_for_division"] = unroll_for_division
 TRACE_HOOKS["concrete_value"] = _concrete_value
 TRACE_HOOKS["per_core"] = _per_core_hook
 TRACE_HOOKS["join_and"] = join_pending
+TRACE_HOOKS["negate_mask"] = negate
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:

@@ -153,7 +153,8 @@ def build(p):
             elif brk == "loop_carried":
                 nl.store(out[ip, col], value=z, mask=(ip < rows))
             elif brk == "or_mask":
-                nl.store(out[row, col], value=z, mask=(row < rows or jf < cg))
+                # `or` whose right operand is not a comparison (a bare `or` is a disjunction)
+                nl.store(out[row, col], value=z, mask=(row < rows or (jf < cg) & (ip < tp)))
             else:
                 nl.store(out[row, col], value=z, mask=m)
             if brk == "loop_break":

@@ -164,15 +164,37 @@ def test_python_and_between_mask_predicates_is_a_conjunction():
 
 def _or_mask(x):
     out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.zeros((128, 64), dtype=x.dtype))
     ix = nl.arange(128)[:, None]
     iy = nl.arange(64)[None, :]
-    nl.store(out[ix, iy], value=nl.load(x[ix, iy]), mask=(ix < 64 or iy < 32))  # ERR
+    nl.store(out[ix, iy], value=nl.load(x[ix, iy]), mask=(ix < 64 or iy < 32))
     return out
 
 
-def test_python_or_between_mask_predicates_is_a_located_error():
+def test_python_or_between_mask_predicates_is_a_disjunction():
+    x = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    ix, iy = np.mgrid[0:128, 0:64]
+    want = np.where(np.logical_or(ix < 64, iy < 32), x, 0)
+    np.testing.assert_array_equal(nki.jit(_or_mask)(x), want)
+
+
+def _or_mask_right_not_a_comparison(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix = nl.arange(128)[:, None]
+    iy = nl.arange(64)[None, :]
+    m = iy < 32
+    nl.store(out[ix, iy], value=nl.load(x[ix, iy]), mask=(ix < 64 or m))  # ERR
+    return out
+
+
+def test_or_with_a_right_operand_that_is_not_a_comparison_is_a_located_error():
     x = np.ones((128, 64), np.float32)
-    expect(_or_mask, x, code="err_unsupported_expression_in_mask", values=["'or'", "split"])
+    expect(
+        _or_mask_right_not_a_comparison,
+        x,
+        code="err_unsupported_expression_in_mask",
+        values=["'or'", "comparison"],
+    )
 
 
 def _if_and(x):
