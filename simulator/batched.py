@@ -12,9 +12,12 @@ holds stay under ``BUDGET`` bytes.
 
 The executors here repeat the reference interpreter's numerics (``simulator/language``): fp32
 compute, the same NumPy calls on contiguous operands, ``numerics.cast`` on write, so results are
-bit-identical. Planning (``batched_plan.py``) decides the batch axes and the copies it can
-skip. ``execute`` declines (returns False, with the reason in ``RunInfo.reason``)
-kernels outside the subset; the next backend runs them."""
+bit-identical. An instruction without a batched executor is hosted (``batched_host.py``): it
+runs per batch position with the interpreter's executor. Planning (``batched_plan.py``) decides
+the batch axes, the hosted instructions and the copies it can skip. ``execute`` declines
+(returns False, with the reason in ``RunInfo.reason``) kernels whose semantics need the
+per-instance walk (collectives, device loops, HBM read after write...); the next backend runs
+them."""
 
 from __future__ import annotations
 
