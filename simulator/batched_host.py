@@ -96,8 +96,11 @@ def touched(instr: Instr) -> tuple[list[Access], list[Access]]:
         instr.accumulate or instr.attr("rmw") or instr.kind == "atomic_rmw"
     ):
         reads.append(instr.dst)
-    for a in [*reads, *writes]:
-        reads.extend(ind for _, ind in a.indirect)
+    todo = [*reads, *writes]
+    while todo:  # (index tiles may themselves be indirect accesses)
+        for _, ind in todo.pop().indirect:
+            reads.append(ind)
+            todo.append(ind)
     return reads, writes
 
 
