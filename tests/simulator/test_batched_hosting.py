@@ -144,6 +144,10 @@ def test_gather_hosted_between_batched_loads_and_stores():
     assert _same(got, want)
     np.testing.assert_array_equal(got, 2 * np.take_along_axis(data, idx, axis=1))
     assert "1 affine_range loop(s) batched" in k.last_run.reason
+    # checks="full" tracks a hosted instruction's values per instance: the interpreter runs it
+    kf = gather_then_scale.configure(backend="batched", checks="full")
+    assert _same(kf[grid](data, idx), want)
+    assert kf.last_run.backend == "numpy" and "runs hosted" in kf.last_run.reason
 
 
 def test_indirect_load_hosted():
