@@ -12,9 +12,12 @@ holds stay under ``BUDGET`` bytes.
 
 The executors here repeat the reference interpreter's numerics (``simulator/language``): fp32
 compute, the same NumPy calls on contiguous operands, ``numerics.cast`` on write, so results are
-bit-identical. Planning (``batched_plan.py``) decides the batch axes and the copies it can
-skip. ``execute`` declines (returns False, with the reason in ``RunInfo.reason``)
-kernels outside the subset; the next backend runs them."""
+bit-identical. An instruction without a batched executor is hosted (``batched_host.py``): it
+runs per batch position with the interpreter's executor. Planning (``batched_plan.py``) decides
+the batch axes, the hosted instructions and the copies it can skip. ``execute`` declines
+(returns False, with the reason in ``RunInfo.reason``) kernels whose semantics need the
+per-instance walk (collectives, device loops, HBM read after write...); the next backend runs
+them."""
 
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from nki.ir import (
 )
 from nki.optable import OPS
 
-from . import numerics
+from . import interpreter, numerics
+from .batched_host import Host, StateUsed
 from .batched_ops import EXECUTORS
 from .batched_plan import Declined, Plan, plan
 from .config import SimConfig
@@ -69,6 +73,7 @@ class BCtx:
         # fresh tiles without storage yet (shape, dtype): the instruction that fills them
         # either hands over its result array or gets empty storage to write into
         self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self.host: Host | None = None  # runs the hosted instructions (``batched_host``)
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -355,6 +360,10 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
     if id(instr) in p.skipped:  # its tile already lives in the destination
         return
     ctx.instr = instr
+    if id(instr) in p.hosted:  # the interpreter's executor per position (errors located)
+        assert ctx.host is not None
+        ctx.host.run(instr, ctx, id(instr) in p.stateful)
+        return
     ctx.whole = id(instr) in p.whole
     if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
         assert instr.dst is not None
@@ -408,15 +417,46 @@ def execute(
         return False
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
+    ctx.host = Host(ir, dict(sched.order))
+    n = len(info.order)
     info.order.extend(sched.instances)
-    with np.errstate(all="ignore"):  # once per launch, not per instruction
-        _run_nodes(_body_with_grid(ir), ctx, p)
+    try:
+        with np.errstate(all="ignore"):  # once per launch, not per instruction
+            _run_nodes(_body_with_grid(ir), ctx, p)
+    except StateUsed:
+        # (the next backend reruns the kernel from the start: no HBM tensor it writes is read)
+        del info.order[n:]
+        info.reason = "batched: a hosted instruction in a batched loop uses engine state"
+        return False
+    except NKIError as e:
+        del info.order[n:]
+        _first_error(ir, shared, config, sched, e)
+        raise
+    n_host = len(p.hosted)
+    hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
     info.reason = (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "
-        f"load(s) read in place, {len(p.fused)} result(s) written straight into HBM)"
+        f"load(s) read in place, {len(p.fused)} result(s) written straight into HBM{hosted})"
     )
     return True
+
+
+def _first_error(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, err: NKIError
+) -> None:
+    """Raise the error the interpreter meets first: batched, instructions run for every
+    position before the next one, so ``err`` may come from a later instance (or a later
+    instruction of the same one) than the interpreter's. The interpreter reruns the instances
+    up to ``err``'s (all when unknown) on the same storage: no HBM tensor the kernel writes is
+    read, so what the batched run wrote changes nothing. Returns when it meets no error."""
+    order = sched.order
+    if err.instance is not None:
+        at = [i for i, (inst, _) in enumerate(order) if inst == tuple(err.instance)]
+        if at:
+            order = order[: at[0] + 1]
+    info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
+    interpreter.execute(ir, shared, config, Schedule(order, None, frozenset()), info)
 
 
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:

@@ -2,7 +2,7 @@
 ``simulator/language`` restated over operands with leading batch axes. Each repeats its
 reference's numerics call for call (fp32 compute, same NumPy functions on contiguous operands,
 ``numerics.cast`` on write) so results are bit-identical; ``unsupported_instr`` says which
-instructions are outside the subset."""
+instructions have no batched executor (they are hosted, see ``batched_host.py``)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _same_rank(instr: Instr) -> bool:
 
 
 def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
-    """Why ``instr`` cannot run batched (None: it can)."""
+    """Why ``instr`` cannot run batched (None: it can); such an instruction is hosted."""
     what = f"'{instr.api or instr.kind + '.' + instr.op}'"
     if instr.kind not in EXECUTORS:
         return f"{what} has no batched executor"

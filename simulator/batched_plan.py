@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym
 
 from . import numerics
+from .batched_host import not_hostable, touched, uses_engine_state
 from .batched_ops import unsupported_instr
 from .config import SimConfig
 from .coverage import fully_written, instructions_of, nodes_of
@@ -34,6 +35,9 @@ class Plan:
     skipped: frozenset[int] = frozenset()  # ids of those stores (done by the fused tile)
     fused_names: frozenset[str] = frozenset()
     viewed: frozenset[str] = frozenset()  # tiles of elided loads (no storage of their own)
+    # ids of instructions run per position with the interpreter's executor (``batched_host``)
+    hosted: frozenset[int] = frozenset()
+    stateful: frozenset[int] = frozenset()  # ids of hosted instructions using engine state
     # why checks="full" could find something at run time here (None: provably nothing)
     unproven: str | None = None
 
@@ -66,33 +70,51 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
         if d.buffer not in ("sbuf", "psum", "shared_hbm"):
             raise Declined(f"tensor '{d.name}' lives in {d.buffer}")
+    ranges = _symbol_ranges(ir)
+    hosted: set[int] = set()
+    stateful: set[int] = set()
     hbm_written: set[str] = set()
     hbm_read: set[str] = set()
     for instr, _ in instructions_of(ir):
-        why = unsupported_instr(instr, ir)
+        # (an access that may be out of bounds is hosted: the interpreter's checks report it)
+        why = unsupported_instr(instr, ir) or _maybe_out_of_bounds(ir, instr, ranges)
         if why:
-            raise Declined(why)
-        for s in instr.srcs:
-            if isinstance(s, Access) and ir.tensor(s.tensor).buffer == "shared_hbm":
-                hbm_read.add(s.tensor)
-        if instr.dst is not None and ir.tensor(instr.dst.tensor).buffer == "shared_hbm":
+            never = not_hostable(instr)
+            if never:
+                raise Declined(never)
+            hosted.add(id(instr))
+            if uses_engine_state(instr):
+                stateful.add(id(instr))
+        reads, written = touched(instr)
+        hbm_read |= {a.tensor for a in reads if ir.tensor(a.tensor).buffer == "shared_hbm"}
+        for w in written:
+            if ir.tensor(w.tensor).buffer != "shared_hbm":
+                continue
             if instr.accumulate is not None:
                 raise Declined("an accumulating write to HBM (order across instances matters)")
-            hbm_written.add(instr.dst.tensor)
+            if w.indirect:
+                raise Declined(
+                    f"an indirect write to '{w.tensor}' (instances may write the same elements)"
+                )
+            hbm_written.add(w.tensor)
     both = hbm_written & hbm_read
     if both:
         raise Declined(f"HBM tensor '{sorted(both)[0]}' is both written and read")
-    _check_static_bounds(ir)
     batch: set[int] = set()
     fresh: set[int] = set()
     whole: set[int] = set()
-    _classify(ir, ir.body, batch, fresh, whole)
+    around = {id(lp) for i, loops in instructions_of(ir) if id(i) in stateful for lp in loops}
+    _classify(ir, ir.body, batch, fresh, whole, hosted, stateful | around)
     _check_distinct_writes(ir, batch)
     _check_tiles_stay_in_their_loop(ir, batch)
     writes: dict[str, int] = {}
+    host_touched: set[str] = set()
     for instr, _ in instructions_of(ir):
-        if instr.dst is not None:
-            writes[instr.dst.tensor] = writes.get(instr.dst.tensor, 0) + 1
+        reads, written = touched(instr)
+        for w in written:
+            writes[w.tensor] = writes.get(w.tensor, 0) + 1
+        if id(instr) in hosted:
+            host_touched |= {a.tensor for a in (*reads, *written)}
     elided = set()
     for instr, _ in instructions_of(ir):
         src = instr.srcs[0] if instr.srcs else None
@@ -107,6 +129,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
                 if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
                     elided.add(id(instr))
     fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
+    # (a tile a hosted instruction touches is never a view of its store's HBM destination)
+    fused = {k: v for k, v in fused.items() if v.srcs[0].tensor not in host_touched}  # type: ignore[union-attr]
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
     views = set(loaded)
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
@@ -125,16 +149,21 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         frozenset(id(s) for s in fused.values()),
         frozenset(s.srcs[0].tensor for s in fused.values()),  # type: ignore[union-attr]
         frozenset(loaded),
-        _full_checks_unproven(ir, fresh),
+        hosted=frozenset(hosted),
+        stateful=frozenset(stateful),
+        unproven=_full_checks_unproven(ir, fresh, hosted),
     )
 
 
-def _full_checks_unproven(ir: KernelIR, fresh: set[int]) -> str | None:
+def _full_checks_unproven(ir: KernelIR, fresh: set[int], hosted: set[int]) -> str | None:
     """Why the run-time checks of ``checks="full"`` might report something on this kernel, or
     None when they provably cannot: every on-chip tile is filled entirely by the instruction
     right after its allocation and read only later in its scope, HBM reads are of parameters
     (the caller's data), every output is entirely written (``coverage.fully_written``) and no
     instruction leaves engine registers unset. The batched run then equals a checked one."""
+    for instr, _ in instructions_of(ir):
+        if id(instr) in hosted:
+            return f"'{instr.api or instr.op}' runs hosted (its checks are per instance)"
     order: dict[int, int] = {}
     scope: dict[str, tuple[int, tuple[int, ...]]] = {}  # tile -> (alloc position, its loops)
     for pos, (n, loops) in enumerate(nodes_of(ir)):
@@ -249,26 +278,33 @@ def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _check_static_bounds(ir: KernelIR) -> None:
-    """Unmasked accesses become unchecked strided views: they must be in bounds for every
-    instance and iteration (else the interpreter runs the kernel and reports where)."""
+def _symbol_ranges(ir: KernelIR) -> dict[Sym, tuple[int, int]]:
     ranges: dict[Sym, tuple[int, int]] = {
         PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
     }
     for n, _ in nodes_of(ir):
         if isinstance(n, Loop):
             ranges[n.sym] = n.value_range()
-    for instr, _ in instructions_of(ir):
-        if instr.mask is not None:
+    return ranges
+
+
+def _maybe_out_of_bounds(
+    ir: KernelIR, instr: Instr, ranges: dict[Sym, tuple[int, int]]
+) -> str | None:
+    """Unmasked accesses of batched instructions are unchecked strided views: one that may be
+    out of bounds for some instance or iteration is hosted instead (the interpreter's checks
+    then report where)."""
+    if instr.mask is not None:
+        return None
+    for acc in (instr.dst, *instr.srcs):
+        if not isinstance(acc, Access):
             continue
-        for acc in (instr.dst, *instr.srcs):
-            if not isinstance(acc, Access):
-                continue
-            shape = ir.tensor(acc.tensor).shape
-            for e, size in zip(acc.index, shape):
-                lo, hi = e.bounds(ranges)
-                if lo < 0 or hi >= size:
-                    raise Declined(f"an access to '{acc.tensor}' may be out of bounds")
+        shape = ir.tensor(acc.tensor).shape
+        for e, size in zip(acc.index, shape):
+            lo, hi = e.bounds(ranges)
+            if lo < 0 or hi >= size:
+                return f"an access to '{acc.tensor}' may be out of bounds"
+    return None
 
 
 def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
@@ -276,14 +312,15 @@ def _check_distinct_writes(ir: KernelIR, batch: set[int]) -> None:
     the same ones, the last in program order wins, which one batched assignment does not fix."""
     grid = {PidSym(a) for a, n in enumerate(ir.grid.shape) if n > 1}
     for instr, loops in instructions_of(ir):
-        if instr.dst is None or ir.tensor(instr.dst.tensor).buffer != "shared_hbm":
-            continue
-        want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
-        used = {sym for e in instr.dst.index for sym, c in e.base.terms if c}
-        if want - used:
-            raise Declined(
-                f"several instances / iterations write the same elements of '{instr.dst.tensor}'"
-            )
+        for w in touched(instr)[1]:
+            if ir.tensor(w.tensor).buffer != "shared_hbm":
+                continue
+            want = grid | {lp.sym for lp in loops if id(lp) in batch and lp.trip_count > 1}
+            used = {sym for e in w.index for sym, c in e.base.terms if c}
+            if want - used:
+                raise Declined(
+                    f"several instances / iterations write the same elements of '{w.tensor}'"
+                )
 
 
 def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
@@ -295,16 +332,16 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
             home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
     for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
-        for acc in (instr.dst, *instr.srcs):
-            if isinstance(acc, Access) and not home.get(acc.tensor, frozenset()) <= inside:
+        for acc in (a for part in touched(instr) for a in part):
+            if not home.get(acc.tensor, frozenset()) <= inside:
                 raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
 
 
 def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
     out: set[str] = set()
     for n in nodes:
-        if isinstance(n, Instr) and n.dst is not None and ir.tensor(n.dst.tensor).on_chip:
-            out.add(n.dst.tensor)
+        if isinstance(n, Instr):
+            out |= {w.tensor for w in touched(n)[1] if ir.tensor(w.tensor).on_chip}
         elif isinstance(n, Loop):
             out |= _written_on_chip(n.body, ir)
     return out
@@ -321,17 +358,32 @@ def _allocated(nodes: tuple[Node, ...]) -> set[str]:
 
 
 def _classify(
-    ir: KernelIR, nodes: tuple[Node, ...], batch: set[int], fresh: set[int], whole: set[int]
+    ir: KernelIR,
+    nodes: tuple[Node, ...],
+    batch: set[int],
+    fresh: set[int],
+    whole: set[int],
+    hosted: set[int],
+    stateful: set[int],
 ) -> None:
+    """(``stateful``: ids of instructions and of the loops around them that use engine state.)
+    Batch loops: ``affine_range`` loops carrying no on-chip tile and holding no instruction
+    that uses per-instance engine state (batching would reorder its uses). Fresh tiles: filled
+    entirely by the batched instruction right after their allocation (a hosted one may write
+    less than its destination access, so its tile keeps the fill)."""
     for i, n in enumerate(nodes):
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
-            if n.kind == "affine" and not carried:
+            if n.kind == "affine" and not carried and id(n) not in stateful:
                 batch.add(id(n))
-            _classify(ir, n.body, batch, fresh, whole)
+            _classify(ir, n.body, batch, fresh, whole, hosted, stateful)
         elif isinstance(n, Alloc) and i + 1 < len(nodes):
             nxt = nodes[i + 1]
-            if isinstance(nxt, Instr) and _overwrites_whole(nxt, n.tensor, ir):
+            if (
+                isinstance(nxt, Instr)
+                and id(nxt) not in hosted
+                and _overwrites_whole(nxt, n.tensor, ir)
+            ):
                 fresh.add(id(n))
                 whole.add(id(nxt))
 

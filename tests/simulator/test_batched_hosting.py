@@ -1,0 +1,336 @@
+"""Hosted instructions in the batched backend: an instruction without a batched executor (a
+gather, an indirect load, a bit-vector op, a masked reduction, an nki.isa instruction) runs per
+batch position with the interpreter's executor while the rest of the kernel stays batched. The
+launch must still be batched, bit-identical to the interpreter, equal to a NumPy reference, and
+report the interpreter's errors (code, line, instance)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from simulator import batched_host
+from simulator.batched_plan import plan
+from simulator.config import SimConfig
+
+L = 3  # affine_range iterations per instance in these kernels
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-identical, NaN positions included."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
+
+
+def _both(kernel, grid, *args):
+    """(batched result, interpreter result, the batched kernel); the batched run must batch."""
+    kb = kernel.configure(backend="batched")
+    got = kb[grid](*args)
+    info = kb.last_run
+    kn = kernel.configure(backend="numpy")
+    want = kn[grid](*args)
+    assert kn.last_run.backend == "numpy"
+    assert info.backend == "batched", info.reason
+    assert "hosted" in info.reason, info.reason
+    return got, want, kb
+
+
+@nki.jit
+def gather_then_scale(data, idx):
+    """Per 128-row tile: out = 2 * data[p, idx[p, j]] (nl.gather_flattened hosted)."""
+    out = nl.ndarray(idx.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        d = nl.load(data[r, :])
+        ix = nl.load(idx[r, :])
+        got = nl.gather_flattened(d, ix)
+        nl.store(out[r, :], value=nl.multiply(got, 2.0))
+    return out
+
+
+@nki.jit
+def gather_rows_add(data, idx, bias):
+    """Per tile: out = data[idx[rows]] + bias[rows] (an indirect load hosted)."""
+    out = nl.ndarray(bias.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(data.shape[1])[None, :]
+    for j in nl.affine_range(L):
+        base = (g * L + j) * 128
+        it = nl.load(idx[base + ip, 0])
+        x = nl.load(data[it[ip, 0], jf])
+        nl.store(out[base + ip, jf], value=nl.add(x, nl.load(bias[base + ip, jf])))
+    return out
+
+
+@nki.jit
+def xor_then_add(a, b):
+    """Per tile: out = (a ^ b) + a (the bit-vector op hosted, the add batched)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        x = nl.load(a[r, :])
+        y = nl.bitwise_xor(x, nl.load(b[r, :]))
+        nl.store(out[r, :], value=nl.add(y, x))
+    return out
+
+
+@nki.jit
+def masked_row_max(a, limit):
+    """Per tile: the row maximum of the rows below ``limit`` (a masked reduction), + 1."""
+    out = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    for j in nl.affine_range(L):
+        base = (g * L + j) * 128
+        t = nl.load(a[base + ip, jf])
+        m = nl.max(t, axis=1, keepdims=True, mask=(base + ip < limit))
+        nl.store(out[base + ip, 0], value=nl.add(m, 1.0), mask=(base + ip < limit))
+    return out
+
+
+@nki.jit
+def lower_triangle(a):
+    """Per tile: keep a[p, f] where p >= f, else -1 (nisa.affine_select hosted), times 3."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(a.shape[1])[None, :]
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        t = nl.load(a[r, :])
+        s = nisa.affine_select(ip >= jf, t, -1.0)
+        nl.store(out[r, :], value=nl.multiply(s, 3.0))
+    return out
+
+
+@nki.jit
+def exp_row_sums(a):
+    """Per tile: exp(a) and its row sums through activation_reduce (engine accumulator state:
+    its loop is iterated, the grid batched)."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    sums = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        t = nl.load(a[r, :])
+        rs = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        e = nisa.activation_reduce(nl.exp, t, reduce_op=nl.add, reduce_res=rs)
+        nl.store(out[r, :], value=nl.add(e, 0.5))
+        nl.store(sums[r, :], value=rs)
+    return out, sums
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def test_gather_hosted_between_batched_loads_and_stores():
+    grid = 4
+    data = _rng().standard_normal((grid * L * 128, 32)).astype(np.float32)
+    idx = _rng(1).integers(0, 32, (grid * L * 128, 16)).astype(np.int32)
+    got, want, k = _both(gather_then_scale, grid, data, idx)
+    assert _same(got, want)
+    np.testing.assert_array_equal(got, 2 * np.take_along_axis(data, idx, axis=1))
+    assert "1 affine_range loop(s) batched" in k.last_run.reason
+    # checks="full" tracks a hosted instruction's values per instance: the interpreter runs it
+    kf = gather_then_scale.configure(backend="batched", checks="full")
+    assert _same(kf[grid](data, idx), want)
+    assert kf.last_run.backend == "numpy" and "runs hosted" in kf.last_run.reason
+
+
+def test_indirect_load_hosted():
+    grid = 3
+    data = _rng().standard_normal((500, 24)).astype(np.float32)
+    idx = _rng(2).integers(0, 500, (grid * L * 128, 1)).astype(np.int32)
+    bias = _rng(3).standard_normal((grid * L * 128, 24)).astype(np.float32)
+    got, want, _ = _both(gather_rows_add, grid, data, idx, bias)
+    assert _same(got, want)
+    np.testing.assert_array_equal(got, data[idx[:, 0]] + bias)
+
+
+def test_bit_vector_op_hosted():
+    grid = 2
+    a = _rng().integers(-1000, 1000, (grid * L * 128, 8)).astype(np.int32)
+    b = _rng(1).integers(-1000, 1000, (grid * L * 128, 8)).astype(np.int32)
+    got, want, _ = _both(xor_then_add, grid, a, b)
+    assert _same(got, want)
+    np.testing.assert_array_equal(got, (a ^ b) + a)
+
+
+_UNWRITTEN = "ignore::simulator.unwritten.UnwrittenOutputWarning"  # (rows past the limit)
+
+
+@pytest.mark.filterwarnings(_UNWRITTEN)
+def test_masked_reduction_hosted():
+    grid = 2
+    a = _rng().standard_normal((grid * L * 128, 40)).astype(np.float32)
+    limit = 5 * 128 + 17  # the last tile of the second instance is partly masked off
+    got, want, _ = _both(masked_row_max, grid, a, limit)
+    assert _same(got, want)
+    np.testing.assert_array_equal(got[:limit, 0], a[:limit].max(axis=1) + 1)
+    assert np.isnan(got[limit:]).all()  # never written
+
+
+def test_isa_instruction_hosted():
+    grid = 2
+    a = _rng().standard_normal((grid * L * 128, 64)).astype(np.float32)
+    got, want, k = _both(lower_triangle, grid, a)
+    assert _same(got, want)
+    keep = np.tile(np.arange(128)[:, None] >= np.arange(64)[None, :], (grid * L, 1))
+    np.testing.assert_array_equal(got, np.where(keep, a, np.float32(-1)) * np.float32(3))
+    # the multiply's tile lives in the output; the tile affine_select writes has its own
+    p = plan(k.last_ir, SimConfig())
+    tiles = {i.api: i.dst.tensor for i, _ in k.last_ir.instructions()}
+    assert p.fused_names == {tiles["nl.multiply"]}
+    assert tiles["nisa.affine_select"] not in p.viewed
+    assert "1 affine_range loop(s) batched" in k.last_run.reason
+
+
+def test_engine_state_keeps_its_loop_iterated():
+    grid = 2
+    a = _rng().standard_normal((grid * L * 128, 16)).astype(np.float32)
+    (got, got_sums), (want, want_sums), k = _both(exp_row_sums, grid, a)
+    assert _same(got, want) and _same(got_sums, want_sums)
+    assert "0 affine_range loop(s) batched" in k.last_run.reason  # (the grid still is)
+    np.testing.assert_allclose(got, np.exp(a) + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(got_sums[:, 0], np.exp(a).sum(axis=1), rtol=1e-5)
+
+
+@nki.jit
+def noisy_tiles(a):
+    """Per tile: a + nl.rand (each instance's generator advances once per iteration)."""
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        u = nl.rand((128, a.shape[1]))
+        nl.store(out[r, :], value=nl.add(nl.load(a[r, :]), u))
+    return out
+
+
+def test_random_generators_advance_per_instance_in_order():
+    grid = 3
+    a = np.zeros((grid * L * 128, 8), np.float32)
+    got, want, k = _both(noisy_tiles, grid, a)
+    assert _same(got, want)
+    assert "0 affine_range loop(s) batched" in k.last_run.reason
+    # instances draw from their own generators: tiles differ across instances and iterations
+    tiles = got.reshape(grid * L, 128, 8)
+    assert len({t.tobytes() for t in tiles}) == grid * L
+    assert ((got >= 0) & (got < 1)).all()
+
+
+def test_unexpected_engine_state_in_a_batched_loop_goes_to_the_next_backend(monkeypatch):
+    """The safety net: a hosted instruction the plan took for stateless uses engine state
+    inside a batched loop; the launch reruns on the next backend with the same results."""
+    monkeypatch.setattr(batched_host, "_STATEFUL_ISA", batched_host._STATEFUL_ISA - {"activation"})
+    monkeypatch.setattr(batched_host, "_STATE_ATTRS", ())
+    a = _rng().standard_normal((L * 128, 16)).astype(np.float32)
+    k = exp_row_sums.configure(backend="batched")
+    got, sums = k[1](a)
+    assert k.last_run.backend == "numpy"
+    assert "engine state" in k.last_run.reason
+    want, want_sums = exp_row_sums.configure(backend="numpy")[1](a)
+    assert _same(got, want) and _same(sums, want_sums)
+
+
+@nki.jit
+def two_indirect_loads(data, idx_a, idx_b):
+    """Two hosted indirect loads; the first line may fail in a later instance than the second."""
+    out = nl.ndarray((idx_a.shape[0], data.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(data.shape[1])[None, :]
+    for j in nl.affine_range(L):
+        base = (g * L + j) * 128
+        ia = nl.load(idx_a[base + ip, 0])
+        ib = nl.load(idx_b[base + ip, 0])
+        x = nl.load(data[ia[ip, 0], jf])  # FIRST
+        y = nl.load(data[ib[ip, 0], jf])  # SECOND
+        nl.store(out[base + ip, jf], value=nl.add(x, y))
+    return out
+
+
+def _line(marker: str) -> int:
+    src, start = inspect.getsourcelines(two_indirect_loads.fn)
+    return start + next(i for i, s in enumerate(src) if marker in s)
+
+
+def test_out_of_bounds_indirect_index_reported_like_the_interpreter():
+    grid = 4
+    data = np.zeros((100, 8), np.float32)
+    idx_a = np.zeros((grid * L * 128, 1), np.int32)
+    idx_b = np.zeros((grid * L * 128, 1), np.int32)
+    idx_a[(3 * L + 1) * 128 + 5] = 100  # instance 3, iteration 1: the first load fails
+    idx_b[(1 * L + 2) * 128 + 7] = -1  # instance 1, iteration 2: the second load fails
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            two_indirect_loads.configure(backend=backend)[grid](data, idx_a, idx_b)
+        errors.append(e.value)
+    want, got = errors
+    # the interpreter meets instance 1 (second load) before instance 3 (first load)
+    assert want.instance == (1,) and want.loc.line == _line("# SECOND")
+    assert (got.code, got.loc.line, got.instance) == (want.code, want.loc.line, want.instance)
+    assert got.code == "err_tensor_access_out_of_bound"
+    assert str(got) == str(want)
+    # one bad index only: the same error, found without replaying earlier instances' errors
+    idx_b[:] = 0
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            two_indirect_loads.configure(backend=backend)[grid](data, idx_a, idx_b)
+        assert e.value.instance == (3,) and e.value.loc.line == _line("# FIRST")
+
+
+_KINDS = {
+    "gather": gather_then_scale,
+    "indirect": gather_rows_add,
+    "xor": xor_then_add,
+    "masked_max": masked_row_max,
+    "affine_select": lower_triangle,
+}
+
+
+def _args(kind: str, grid: int, seed: int) -> tuple:
+    rng = _rng(seed)
+    n = grid * L * 128
+    if kind == "gather":
+        return (
+            rng.standard_normal((n, 8)).astype(np.float32),
+            rng.integers(0, 8, (n, 4)).astype(np.int32),
+        )
+    if kind == "indirect":
+        return (
+            rng.standard_normal((64, 4)).astype(np.float32),
+            rng.integers(0, 64, (n, 1)).astype(np.int32),
+            rng.standard_normal((n, 4)).astype(np.float32),
+        )
+    if kind == "xor":
+        return tuple(rng.integers(-(2**20), 2**20, (n, 4)).astype(np.int32) for _ in range(2))
+    if kind == "masked_max":
+        return (rng.standard_normal((n, 4)).astype(np.float32), int(rng.integers(0, n + 1)))
+    return (rng.standard_normal((n, 8)).astype(np.float32),)
+
+
+@pytest.mark.filterwarnings(_UNWRITTEN)
+@given(
+    kind=st.sampled_from(sorted(_KINDS)),
+    grid=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_hosted_kinds_match_the_interpreter(kind, grid, seed):
+    args = _args(kind, grid, seed)
+    got, want, _ = _both(_KINDS[kind], grid, *args)
+    assert _same(got, want)
