@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import sys
-import textwrap
 import threading
 from typing import Any
 
@@ -76,24 +76,43 @@ def annotation_of(ann: Any) -> _TensorType | None:
 # --------------------------------------------------------------------------------------------
 
 
+def _function_node(fn: Any) -> ast.AST | None:
+    """The ``def`` of ``fn`` parsed from its whole file, so that a nested function, a method, a
+    decorated one or one with lines indented less than its ``def`` (a docstring or a string
+    continued at column 0, which defeat dedenting the function's own lines) is found as the
+    file's parser sees it. Line numbers of the result are the file's."""
+    code = inspect.unwrap(fn).__code__
+    lines = linecache.getlines(code.co_filename)
+    try:
+        tree = ast.parse("".join(lines)) if lines else None
+    except SyntaxError:
+        tree = None
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if code.co_firstlineno in (first, node.lineno):
+                return node
+    return None
+
+
 def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
     """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
     name -> (annotation, line of the assignment)."""
-    try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError):
-        return {}
     out: dict[str, tuple[_TensorType, int]] = {}
     with _PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
         try:
-            tree = ast.parse(textwrap.dedent("".join(lines)))
-        except SyntaxError:
+            node = _function_node(fn)
+        except (AttributeError, TypeError):  # not a Python function: nothing to read
             return {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                ann = _eval_annotation(node.annotation, fn)
+        if node is None:
+            return {}
+        for n in ast.walk(node):
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                ann = _eval_annotation(n.annotation, fn)
                 if ann is not None and ann.shape is not None:
-                    out[node.target.id] = (ann, first + node.lineno - 1)
+                    out[n.target.id] = (ann, n.lineno)
     return out
 
 

@@ -4,6 +4,7 @@ caller sees. Both backends use these (a view's storage is the same for both)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -84,6 +85,22 @@ def written_params(ir: KernelIR) -> frozenset[str]:
         _WRITTEN.clear()
     _WRITTEN[id(ir)] = (ir, names)
     return names
+
+
+def storage_config(ir: KernelIR, config: SimConfig) -> SimConfig:
+    """The storage a launch of ``ir`` uses. Fast-fp storage keeps narrow floats as float32,
+    which cannot reinterpret bytes, so a kernel that views a tensor as a type of another
+    width (``scale_fp32.view(nl.float8_e4m3)``) runs with exact storage."""
+    if config.precise_fp:
+        return config
+    for kernel in (ir, *ir.cores):
+        for d in kernel.tensors:
+            if d.alias_of is None:
+                continue
+            base = kernel.tensor(d.alias_of).dtype
+            if d.dtype != base and dtypes.itemsize(d.dtype) != dtypes.itemsize(base):
+                return dataclasses.replace(config, precise_fp=True)
+    return config
 
 
 def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:

@@ -25,7 +25,14 @@ from .capacity import check_hbm, check_host_memory
 from .checks import static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
-from .host import output_array, output_view, shared_storage, storage_input, written_params
+from .host import (
+    output_array,
+    output_view,
+    shared_storage,
+    storage_config,
+    storage_input,
+    written_params,
+)
 from .instances import RunInfo, Schedule, schedule
 
 __all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
@@ -105,6 +112,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
     Returns the kernel's outputs as the caller sees them (one array, a tuple, or None for a
     kernel that writes its outputs into parameters, which are then updated in place; returned
     mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
+    config = storage_config(ir, config)
     if config.checks != "none":
         static_checks(ir, config)
     else:

@@ -21,8 +21,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nki import dtypes
 from nki.errors import NKIWarning, SrcLoc
-from nki.ir import Access, Affine, IndexExpr, KernelIR, Loop, Mask, PidSym, RuntimeLoop, Sym
+from nki.ir import (
+    Access,
+    Affine,
+    IndexExpr,
+    KernelIR,
+    Loop,
+    Mask,
+    PidSym,
+    RuntimeLoop,
+    Sym,
+    TensorDecl,
+)
 
 from .coverage import fully_written
 
@@ -313,17 +325,29 @@ def _unwritten_sources(ir: KernelIR, writes: dict[str, list[_Write]], out: str) 
             if done[base] is None:
                 continue
             written, lines = done[base]
-            read = np.zeros(written.shape, dtype=bool)
             syms, vals = _combos(ir, loops, src, instr.mask)
-            view = read.reshape(ir.tensor(src.tensor).shape)
+            view = np.zeros(ir.tensor(src.tensor).shape, dtype=bool)
             if not _mark_boxes(view, src, instr.mask, syms, vals):
                 _mark_points(view, src, instr.mask, syms, vals)
+            read = _in_base_elements(view, ir.tensor(src.tensor), ir.tensor(base))
         except _GiveUp:
             continue
         missing = read & ~written
         if missing.any():
             found[base] = _report(ir, base, missing, lines, instr.loc)
     return list(found.values())
+
+
+def _in_base_elements(seen: np.ndarray, view: TensorDecl, base: TensorDecl) -> np.ndarray:
+    """``seen`` (elements of a reshape or ``.view(dtype)`` alias of ``base``) as elements of
+    ``base``: a dtype view splits or merges the last dimension's elements by their bytes."""
+    if seen.size == math.prod(base.shape) and view.dtype == base.dtype:
+        return seen.reshape(base.shape)
+    vb, bb = dtypes.itemsize(view.dtype), dtypes.itemsize(base.dtype)
+    if view.shape[:-1] != base.shape[:-1] or view.shape[-1] * vb != base.shape[-1] * bb:
+        raise _GiveUp
+    by_byte = np.repeat(seen, vb, axis=-1)
+    return by_byte.reshape(*base.shape, bb).any(axis=-1)
 
 
 def warn_unwritten_outputs(ir: KernelIR) -> None:

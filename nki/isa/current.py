@@ -393,6 +393,8 @@ def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) 
     assert st is not None
     dview = dst.view if isinstance(dst, _Assigned) else dst
     dacc, dt = operand(dview, "destination", "dst")
+    if isinstance(result, NkiTensor) and _same_elements_other_shape(result.shape, dacc.shape):
+        result = result.reshape(tuple(dacc.shape))  # dst is written in its own free-dim order
     body = st.bodies[-1]
     extra = dict(extra)
     more = (extra.pop(_EXTRA_SRC),) if _EXTRA_SRC in extra else ()
@@ -427,6 +429,22 @@ def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) 
             )  # fmt: skip
     assign(dacc, result, accumulate=accumulate, api="destination")
     return _last_instr()
+
+
+def _same_elements_other_shape(result: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """A destination of another shape with the result's partitions and elements per partition
+    (``[128, 1, 128]`` for a ``[128, 128]`` result), into which the result does not broadcast:
+    the instruction writes it element by element in the destination's free-dim order."""
+    result, dst = tuple(result), tuple(dst)
+    if result == dst or not result or not dst or result[0] != dst[0]:
+        return False
+    if math.prod(result[1:]) != math.prod(dst[1:]):
+        return False
+    try:
+        check_broadcast_into(result, dst, "destination")
+    except NKIError:
+        return True
+    return False
 
 
 def signature_of(name: str) -> inspect.Signature:

@@ -927,12 +927,18 @@ def check_kinds(name: str, form: str, arguments: dict[str, Any]) -> None:
 def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator of a classic ``nki.isa`` function: its name must have a classic form in the
     spec, and a keyword outside that form is a located error naming the closest valid keyword
-    (instead of being swallowed, as ``dst=`` or a misspelled ``bais=`` once were)."""
+    (instead of being swallowed, as ``dst=`` or a misspelled ``bais=`` once were). A string
+    ``name=`` (the instruction's label, which classic kernels pass through ``**kwargs``) is
+    accepted and has no effect."""
     name = fn.__name__
     valid = frozenset(p.name for p in get(name).params(CLASSIC))
+    drop_label = "name" not in valid
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if drop_label and isinstance(kwargs.get("name"), str):
+            # classic instructions took **kwargs: name= labels the instruction for the compiler
+            del kwargs["name"]
         for k in kwargs:
             if k not in valid:
                 raise _unknown_keyword(name, k, _names(name, CLASSIC))

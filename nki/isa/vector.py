@@ -45,6 +45,23 @@ def _binary(op: Any, api: str, role: str) -> Op:
     return fn
 
 
+def _first_op(op: Any, operand: Any, api: str) -> tuple[Op, Any]:
+    """``op0`` of tensor_scalar / tensor_scalar_reduce and its operand: a binary ALU op, or a
+    unary one (``nl.abs``, ``nl.rsqrt``, ...) applied to the data alone, whose ``operand0``
+    must then be None or 0 (the operand slot is unused)."""
+    fn = alu_op(op, api, "op0")
+    if fn.arity != 1:
+        return _binary(op, api, "op0"), operand
+    if operand is not None and not (isinstance(operand, (int, float)) and operand == 0):
+        raise NKIError(
+            f"'op0'={fn.name} of '{api}' is a unary operator: 'operand0' must be None or 0, "
+            f"got {operand!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    return fn, 0.0
+
+
 def _reducer(op: Any, api: str, role: str, allowed: tuple[str, ...] = _TILE_REDUCERS) -> Op:
     fn = alu_op(op, api, role)
     if fn.name not in allowed:
@@ -153,7 +170,7 @@ def tensor_scalar(
     api = "nisa.tensor_scalar"
     acc, t = tile(data, api, "data")
     parts = acc.shape[0]
-    f0 = _binary(op0, api, "op0")
+    f0, operand0 = _first_op(op0, operand0, api)
     o0, d0 = scalar_or_vector(operand0, parts, api, "operand0")
     f1 = None
     o1: Any = Const(0)
@@ -280,7 +297,7 @@ def tensor_scalar_reduce(
     """
     api = "nisa.tensor_scalar_reduce"
     acc, t = tile(data, api, "data")
-    f0 = _binary(op0, api, "op0")
+    f0, operand0 = _first_op(op0, operand0, api)
     if f0.bitvec:
         raise NKIError(
             f"'op0'={f0.name} of '{api}' must be an arithmetic operator (bit-vector operators "

@@ -6,6 +6,7 @@ is_sbuf``, and ``nl.range`` (the plain Python loop real kernels use)."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import inspect
 from enum import Enum
 from typing import Any
@@ -14,16 +15,37 @@ from ..tracer import TileOps
 from .core import Buffer, _buffer_name
 
 
+def _generated_init_fields(cls: type) -> list[str]:
+    """The fields of a ``@dataclass`` whose ``__init__`` the dataclass generated (not one the
+    user wrote) that have no default."""
+    init = cls.__dict__.get("__init__") if dataclasses.is_dataclass(cls) else None
+    if init is None or getattr(init, "__code__", None) is None:
+        return []
+    if init.__code__.co_filename != "<string>":  # written by the user
+        return []
+    missing = (dataclasses.MISSING,)
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and f.default in missing and f.default_factory in missing
+    ]
+
+
 class _NKIObjectMeta(type):
     """NKI synthesises a keyword per class attribute: ``Cfg(size=4)`` sets ``size`` even when
     a ``@dataclass`` subclass declares ``size = None`` without an annotation (no dataclass
-    field, so the generated ``__init__`` would not take it)."""
+    field, so the generated ``__init__`` would not take it). The initializer NKI generates
+    gives every field a default, None for a field declared without one (``C()`` of
+    ``x: int`` has ``x is None``), so a field left out is None instead of a TypeError."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         params = inspect.signature(cls.__init__).parameters
         extra = {}
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in params and hasattr(cls, k)}
+        required = _generated_init_fields(cls)
+        for name in required[len(args) :]:
+            kwargs.setdefault(name, None)
         obj = super().__call__(*args, **kwargs)
         for k, v in extra.items():
             setattr(obj, k, v)

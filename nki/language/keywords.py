@@ -16,6 +16,8 @@ from typing import Any
 from ..errors import NKITypeError, binding_failed, user_loc
 
 IGNORED: dict[str, frozenset[str]] = {
+    # the instruction's label in the compiler's output (classic calls took **kwargs)
+    "*": frozenset({"name"}),
     # a scheduling hint of the classic compiler's loops (no effect on values)
     "affine_range": frozenset({"precise_schedule"}),
     "sequential_range": frozenset({"precise_schedule"}),
@@ -37,7 +39,8 @@ def checked(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
     params = inspect.signature(fn).parameters
     valid = _valid(fn)
     named = [p.name for p in params.values() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    allowed = frozenset(named) | IGNORED.get(api, frozenset())
+    dropped = (IGNORED["*"] | IGNORED.get(api, frozenset())) - frozenset(named)
+    allowed = frozenset(named) | dropped
     empty = inspect.Parameter.empty
     sig = inspect.Signature([p.replace(annotation=empty) for p in params.values()])
 
@@ -53,6 +56,8 @@ def checked(fn: Callable[..., Any], api: str) -> Callable[..., Any]:
                     code="err_unexpected_keyword_argument",
                     loc=user_loc(),
                 )
+        for k in dropped.intersection(kwargs):
+            del kwargs[k]
         try:
             return fn(*args, **kwargs)
         except TypeError as e:

@@ -256,6 +256,13 @@ class NkiTensor(TileOps):
     def tensor_(self) -> NkiTensor:
         return self
 
+    def __bool__(self) -> bool:
+        # an HBM tensor is an argument or an allocation, never a computed value: `if bias:`
+        # tests that it was given, as for any Python object; an on-chip tile stays ambiguous
+        if self.decl.buffer in HBM_BUFFERS:
+            return True
+        return TileOps.__bool__(self)
+
     def __getitem__(self, key: object) -> View:
         return View(self, self.access_())[key]
 

@@ -28,9 +28,11 @@ def wrap(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def alu(op: str, a: Any, b: Any, reverse: bool = False) -> Any:
-    """An engine ALU step: ``op(a, b)`` (or ``op(b, a)`` when reversed) through the op table's
-    ``apply`` (fp32, or int64 for exact integer math)."""
+    """An engine ALU step: ``op(a, b)`` (or ``op(b, a)`` when reversed), or ``op(a)`` for a
+    unary op, through the op table's ``apply`` (fp32, or int64 for exact integer math)."""
     with np.errstate(all="ignore"):
+        if OPS[op].arity == 1:  # a unary op0 (nl.abs, ...): the operand slot is unused
+            return apply(OPS[op], (a,))
         return apply(OPS[op], (b, a) if reverse else (a, b))
 
 
