@@ -46,6 +46,7 @@ from .batched_host import Host, StateUsed
 from .batched_ops import EXECUTORS
 from .batched_plan import Declined, Plan, plan
 from .config import SimConfig
+from .coverage import HOLDS_THROUGHOUT
 from .instances import RunInfo, Schedule
 
 NAME = "batched"
@@ -178,7 +179,7 @@ class BCtx:
         for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
             lo += min(0, k * (n - 1))
             hi += max(0, k * (n - 1))
-        return _ALWAYS[op](lo, hi)
+        return HOLDS_THROUGHOUT[op](lo, hi)
 
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
@@ -303,16 +304,6 @@ def _contig(a: np.ndarray) -> np.ndarray:
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}  # fmt: skip
-
-
-_ALWAYS = {
-    "<": lambda lo, hi: hi < 0,
-    "<=": lambda lo, hi: hi <= 0,
-    ">": lambda lo, hi: lo > 0,
-    ">=": lambda lo, hi: lo >= 0,
-    "==": lambda lo, hi: lo == hi == 0,
-    "!=": lambda lo, hi: lo > 0 or hi < 0,
-}
 
 
 # ---- the walk --------------------------------------------------------------------------------

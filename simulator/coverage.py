@@ -17,7 +17,8 @@ from nki.ir import Access, Cond, Instr, KernelIR, Loop, Mask, Node, PidSym, Runt
 _MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
 _MAX_MAP = 1 << 24  # elements of the largest tensor whose coverage by several writes is mapped
 
-_HOLDS = {
+# ``expr op 0`` holds for every value in [lo, hi]
+HOLDS_THROUGHOUT = {
     "<": lambda lo, hi: hi < 0,
     "<=": lambda lo, hi: hi <= 0,
     ">": lambda lo, hi: lo > 0,
@@ -143,7 +144,8 @@ def _mask_keeps_in_bounds(
         return False
     inclusive = {s: (min(r[0], r[-1]), max(r[0], r[-1])) for s, r in ranges.items()}
     return all(
-        _HOLDS[c.op](*c.expr.bounds(inclusive)) or _only_bounds(c, dst, shape) for c in mask.conds
+        HOLDS_THROUGHOUT[c.op](*c.expr.bounds(inclusive)) or _only_bounds(c, dst, shape)
+        for c in mask.conds
     )
 
 

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..errors import NKIError, user_loc
 from ..ir import Access, Const
-from ..language import core as _core
 from .common import (
-    alu_op,
     dt,
     emit_isa,
     same_elements,
@@ -37,6 +33,7 @@ from .current_common import (
     res_vector,
 )
 from .enums import reduce_cmd as _reduce_cmd
+from .scalar import activation_fn
 
 _EXP_DTYPES = (
     "float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32",
@@ -160,18 +157,9 @@ def tensor_scalar_cumulative(
 
 
 def _activation_function(op: Any, api: str) -> str:
-    if getattr(op, "__wrapped__", op) is _core.copy or op is np.copy:
-        return "copy"
     if getattr(op, "nki_token", None) == "prelu":
         return "prelu"
-    fn = alu_op(op, api, "op")
-    if fn.arity != 1 or "scalar" not in fn.engines:
-        raise NKIError(
-            f"'op'={fn.name} of '{api}' is not a Scalar-engine activation function",
-            code="err_unsupported_activation",
-            loc=user_loc(),
-        )
-    return fn.name
+    return activation_fn(op, api).name
 
 
 @current_only

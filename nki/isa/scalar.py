@@ -83,6 +83,21 @@ def activation_reduce(
     )
 
 
+def activation_fn(op: Any, api: str) -> Any:
+    """The op-table row of an activation function: a unary op the Scalar engine runs
+    (``nl.copy`` doubles as the identity); anything else is ``err_unsupported_activation``."""
+    if getattr(op, "__wrapped__", op) is _core.copy or op is np.copy:
+        op = "copy"
+    fn = alu_op(op, api, "op")
+    if fn.arity != 1 or "scalar" not in fn.engines:
+        raise NKIError(
+            f"'op'={fn.name} of '{api}' is not a Scalar-engine activation function",
+            code="err_unsupported_activation",
+            loc=user_loc(),
+        )
+    return fn
+
+
 def _activation(
     api: str,
     op: Any,
@@ -95,15 +110,7 @@ def _activation(
     mask: Any,
     dtype: Any,
 ) -> NkiTensor:
-    if getattr(op, "__wrapped__", op) is _core.copy or op is np.copy:
-        op = "copy"  # nl.copy doubles as the identity activation
-    fn = alu_op(op, api, "op")
-    if fn.arity != 1 or "scalar" not in fn.engines:
-        raise NKIError(
-            f"'op'={fn.name} of '{api}' is not a Scalar-engine activation function",
-            code="err_unsupported_activation",
-            loc=user_loc(),
-        )
+    fn = activation_fn(op, api)
     dacc, dtile = tile(data, api, "data")
     parts = dacc.shape[0]
     if is_tile(scale):
