@@ -393,7 +393,10 @@ def execute(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
 ) -> bool:
     """The backend interface (see ``launch.py``): True when the kernel ran batched; False (the
-    reason in ``info.reason``) when the next backend must run it."""
+    reason in ``info.reason``) when the next backend must run it. A shared-HBM tensor the
+    kernel both writes and reads is copied before the run (one extra copy of each such tensor
+    per launch) so that the replay of an error, or the next backend after a late decline,
+    starts from the data the launch was given."""
     reason = _decline_reason(ir, config, sched)
     if reason is None:
         try:
@@ -411,16 +414,20 @@ def execute(
     ctx.host = Host(ir, dict(sched.order))
     n = len(info.order)
     info.order.extend(sched.instances)
+    # (what the kernel both writes and reads, as it was: a rerun must start from it)
+    saved = {name: shared[name].copy() for name in sorted(p.reread)}
     try:
         with np.errstate(all="ignore"):  # once per launch, not per instruction
             _run_nodes(_body_with_grid(ir), ctx, p)
     except StateUsed:
-        # (the next backend reruns the kernel from the start: no HBM tensor it writes is read)
+        # (the next backend reruns the kernel from the start)
         del info.order[n:]
+        _restore(shared, saved)
         info.reason = "batched: a hosted instruction in a batched loop uses engine state"
         return False
     except NKIError as e:
         del info.order[n:]
+        _restore(shared, saved)
         _first_error(ir, shared, config, sched, e)
         raise
     n_host = len(p.hosted)
@@ -439,8 +446,9 @@ def _first_error(
     """Raise the error the interpreter meets first: batched, instructions run for every
     position before the next one, so ``err`` may come from a later instance (or a later
     instruction of the same one) than the interpreter's. The interpreter reruns the instances
-    up to ``err``'s (all when unknown) on the same storage: no HBM tensor the kernel writes is
-    read, so what the batched run wrote changes nothing. Returns when it meets no error."""
+    up to ``err``'s (all when unknown) on the same storage, where the tensors the kernel both
+    writes and reads are back as they were before the batched run (``Plan.reread``); what the
+    batched run wrote elsewhere no instruction reads. Returns when it meets no error."""
     order = sched.order
     if err.instance is not None:
         at = [i for i, (inst, _) in enumerate(order) if inst == tuple(err.instance)]
@@ -448,6 +456,11 @@ def _first_error(
             order = order[: at[0] + 1]
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     interpreter.execute(ir, shared, config, Schedule(order, None, frozenset()), info)
+
+
+def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> None:
+    for name, arr in saved.items():
+        shared[name][...] = arr
 
 
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:

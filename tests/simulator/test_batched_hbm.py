@@ -1,0 +1,445 @@
+"""The batched backend on kernels that write HBM and read it back (in-place updates, scratch
+tensors, accumulation into an output argument), accumulate into HBM or scatter into it: it runs
+them when no batch position (instance x batched iteration) can see another's HBM writes, bit
+for bit as the interpreter, and otherwise declines naming the tensor and the two lines."""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import nki.typing as nt
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-identical, NaN positions included."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
+
+
+def _run(kernel, grid, make_args, backend):
+    """Run on fresh arguments; (arguments after the run, the return value, run info)."""
+    k = kernel.configure(backend=backend)
+    args = make_args()
+    ret = (k[grid] if grid else k)(*args)
+    return args, ret, k.last_run
+
+
+def _both(kernel, grid, make_args):
+    """(batched arguments, batched return, numpy arguments, numpy return, batched run info)."""
+    args_b, ret_b, info = _run(kernel, grid, make_args, "batched")
+    args_n, ret_n, info_n = _run(kernel, grid, make_args, "numpy")
+    assert info_n.backend == "numpy"
+    return args_b, ret_b, args_n, ret_n, info
+
+
+def _line(kernel, marker: str) -> int:
+    src, start = inspect.getsourcelines(kernel.fn)
+    return start + next(i for i, s in enumerate(src) if marker in s)
+
+
+def _rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+# ---- read after write on HBM, each position its own elements ----------------------------------
+
+
+@nki.jit
+def in_place_update(a):
+    """Legacy output argument updated in place: each instance loads its tile and stores it back."""
+    i, j = nl.program_id(0), nl.program_id(1)
+    r, c = slice(i * 128, (i + 1) * 128), slice(j * 64, (j + 1) * 64)
+    t = nl.load(a[r, c])
+    nl.store(a[r, c], value=nl.add(nl.multiply(t, 3.0), 1.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_in_place_update_over_a_grid(dtype):
+    a = _rng(1).standard_normal((512, 256)).astype(dtype)
+    a[5, 7] = np.nan
+    (got,), _, (want,), _, info = _both(in_place_update, (4, 4), lambda: (a.copy(),))
+    assert info.backend == "batched", info.reason
+    assert "every instruction ran once per batch" in info.reason
+    assert _same(got, want)
+    ref = (a.astype(np.float32) * np.float32(3) + np.float32(1)).astype(dtype)
+    assert _same(got, ref)
+
+
+@nki.jit
+def scratch_round_trip(a):
+    """A scratch HBM tensor written tile by tile, then read back in reverse tile order by a
+    second loop of the same instance (the instance indexes its own slab)."""
+    g = nl.program_id(0)
+    n = a.shape[1] // 128
+    tmp = nl.ndarray((2, a.shape[1], a.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        x = nl.load(a[g, i * 128 : (i + 1) * 128, :])
+        nl.store(tmp[g, i * 128 : (i + 1) * 128, :], value=nl.exp(x))
+    for i in nl.affine_range(n):
+        y = nl.load(tmp[g, (n - 1 - i) * 128 : (n - i) * 128, :])
+        nl.store(out[g, i * 128 : (i + 1) * 128, :], value=nl.multiply(y, 0.5))
+    return out
+
+
+def test_scratch_tensor_written_then_read_back():
+    a = _rng(2).standard_normal((2, 512, 48)).astype(np.float32)
+    _, got, _, want, info = _both(scratch_round_trip, (2,), lambda: (a,))
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    t = (np.exp(a) * np.float32(0.5)).reshape(2, 4, 128, 48)[:, ::-1].reshape(a.shape)
+    np.testing.assert_allclose(got, t, rtol=1e-6)
+
+
+@nki.jit
+def load_after_compute(a, b):
+    """The stored result is computed before another load of the same elements: it must not be
+    written into ``a`` before that load runs."""
+    i = nl.program_id(0)
+    r = slice(i * 128, (i + 1) * 128)
+    e = nl.exp(nl.load(a[r, :]))
+    old = nl.load(a[r, :])
+    nl.store(a[r, :], value=e)
+    nl.store(b[r, :], value=nl.add(old, 1.0))
+
+
+def test_a_result_stored_over_its_source_waits_for_later_loads():
+    a = _rng(3).standard_normal((256, 32)).astype(np.float32)
+
+    def make():
+        return a.copy(), np.zeros_like(a)
+
+    (ga, gb), _, (wa, wb), _, info = _both(load_after_compute, (2,), make)
+    assert info.backend == "batched", info.reason
+    assert _same(ga, wa) and _same(gb, wb)
+    assert np.array_equal(ga, np.exp(a)) and np.array_equal(gb, a + np.float32(1))
+
+
+@nki.jit
+def sequential_accumulate(x, out):
+    """Each instance adds K tiles into its own rows of ``out`` through HBM, one trip at a time."""
+    g = nl.program_id(0)
+    r = slice(g * 128, (g + 1) * 128)
+    for k in nl.sequential_range(x.shape[0]):
+        acc = nl.load(out[r, :])
+        nl.store(out[r, :], value=nl.add(acc, nl.load(x[k, r, :])))
+
+
+def test_sequential_accumulation_through_hbm():
+    x = _rng(4).standard_normal((3, 256, 16)).astype(np.float32)
+    init = _rng(5).standard_normal((256, 16)).astype(np.float32)
+    (_, got), _, (_, want), _, info = _both(sequential_accumulate, (2,), lambda: (x, init.copy()))
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    assert np.array_equal(got, ((init + x[0]) + x[1]) + x[2])
+
+
+@nki.jit
+def current_accumulate_into(x, out: nt.mutable_tensor):
+    """Current API: the output is an argument; each tile is read, added to and written back."""
+    for i in nl.affine_range(x.shape[0] // 128):
+        for j in nl.affine_range(x.shape[1] // 32):
+            r, c = slice(i * 128, (i + 1) * 128), slice(j * 32, (j + 1) * 32)
+            t = nl.ndarray((128, 32), dtype=out.dtype, buffer=nl.sbuf)
+            u = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=out[r, c])
+            nisa.dma_copy(dst=u, src=x[r, c])
+            nisa.tensor_tensor(dst=t, data1=t, data2=u, op=nl.add)
+            nisa.dma_copy(dst=out[r, c], src=t)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_current_api_accumulates_into_its_output_argument(dtype):
+    x = _rng(6).standard_normal((256, 96)).astype(np.float32)
+    init = _rng(7).standard_normal((256, 96)).astype(dtype)
+    _, got, _, want, info = _both(current_accumulate_into, None, lambda: (x, init.copy()))
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    ref = (init.astype(np.float32) + x).astype(dtype)
+    assert _same(got, ref)
+
+
+# ---- accumulating writes ---------------------------------------------------------------------
+
+
+@nki.jit
+def rmw_per_tile(x, out):
+    """Accumulating DMAs (dst_rmw_op): each instance / iteration accumulates its own tile."""
+    g = nl.program_id(0)
+    for i in nl.affine_range(2):
+        rows = slice((g * 2 + i) * 128, (g * 2 + i + 1) * 128)
+        nisa.dma_copy(dst=out[rows, :], src=nl.load(x[rows, :]), dst_rmw_op=nl.add)
+        nisa.dma_copy(dst=out[rows, :], src=nl.load(x[rows, :]), dst_rmw_op=nl.add)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_accumulating_dma_into_distinct_tiles(dtype):
+    x = _rng(8).standard_normal((1024, 24)).astype(np.float32)
+    init = _rng(9).standard_normal((1024, 24)).astype(dtype)
+    (_, got), _, (_, want), _, info = _both(rmw_per_tile, (4,), lambda: (x, init.copy()))
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    once = (init.astype(np.float32) + x).astype(dtype)  # rounded to bf16 after each add
+    assert _same(got, (once.astype(np.float32) + x).astype(dtype))
+
+
+@nki.jit
+def rmw_sum_over_grid(x, out):
+    """Every instance accumulates into the same tile: one hosted instruction alone touches
+    ``out``, so positions run in the interpreter's order and the sums round alike."""
+    g = nl.program_id(0)
+    nisa.dma_copy(dst=out, src=nl.load(x[g]), dst_rmw_op=nl.add)
+
+
+@nki.jit
+def rmw_sum_over_2d_grid(x, out):
+    g, h = nl.program_id(0), nl.program_id(1)
+    nisa.dma_copy(dst=out, src=nl.load(x[g * 2 + h]), dst_rmw_op=nl.add)  # SUM2D
+
+
+def test_accumulation_by_every_instance_into_one_tile():
+    x = _rng(10).standard_normal((8, 128, 8)).astype(ml_dtypes.bfloat16)
+    make = lambda: (x, np.zeros((128, 8), ml_dtypes.bfloat16))  # noqa: E731
+    (_, got), _, (_, want), _, info = _both(rmw_sum_over_grid, (8,), make)
+    assert info.backend == "batched", info.reason
+    assert _same(got, want)
+    ref = np.zeros((128, 8), ml_dtypes.bfloat16)
+    for g in range(8):  # instance order, bf16 rounding after each add
+        ref = (ref.astype(np.float32) + x[g].astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert _same(got, ref)
+    # two grid axes: positions are not run in the interpreter's order along one axis
+    (_, got), _, (_, want), _, info = _both(rmw_sum_over_2d_grid, (4, 2), make)
+    assert info.backend == "numpy"
+    line = _line(rmw_sum_over_2d_grid, "# SUM2D")
+    assert f"several instances / iterations write the same elements of 'out' (line {line}" in (
+        info.reason
+    )
+    assert _same(got, want)
+
+
+# ---- indirect writes -------------------------------------------------------------------------
+
+
+@nki.jit
+def scatter_rows(idx, vals, out):
+    """Each instance scatters its 128 rows into ``out`` by index; indices collide across
+    instances, and the interpreter's last writer wins."""
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(vals.shape[1])[None, :]
+    ix = nl.load(idx[g * 128 + ip, 0])
+    nisa.dma_copy(dst=out[ix[ip, 0], jf], src=nl.load(vals[g * 128 + ip, jf]))
+
+
+@nki.jit
+def scatter_then_read(idx, vals, out, back):
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(vals.shape[1])[None, :]
+    ix = nl.load(idx[g * 128 + ip, 0])
+    nisa.dma_copy(dst=out[ix[ip, 0], jf], src=nl.load(vals[g * 128 + ip, jf]))  # SCATTER
+    nl.store(back[g * 128 + ip, jf], value=nl.load(out[g * 128 + ip, jf]))  # READ
+
+
+@nki.jit
+def two_scatters(idx, vals, out):
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(vals.shape[1])[None, :]
+    for t in nl.affine_range(2):
+        ix = nl.load(idx[t * 128 + ip, 0])
+        nisa.dma_copy(dst=out[ix[ip, 0], jf], src=nl.load(vals[t * 128 + ip, jf]))  # FIRST
+        nisa.dma_copy(dst=out[ix[ip, 0], jf], src=nl.load(vals[t * 128 + ip, jf]))  # SECOND
+
+
+def test_scatter_with_colliding_indices():
+    grid = 4
+    idx = _rng(11).integers(0, 64, size=(grid * 128, 1)).astype(np.int32)
+    vals = _rng(12).standard_normal((grid * 128, 8)).astype(np.float32)
+    make = lambda: (idx, vals, np.zeros((64, 8), np.float32))  # noqa: E731
+    (_, _, got), _, (_, _, want), _, info = _both(scatter_rows, (grid,), make)
+    assert info.backend == "batched", info.reason
+    assert "hosted" in info.reason
+    ref = np.zeros((64, 8), np.float32)
+    for g in range(grid):
+        ref[idx[g * 128 : (g + 1) * 128, 0]] = vals[g * 128 : (g + 1) * 128]
+    assert _same(got, want) and _same(got, ref)
+
+
+def test_scatters_others_may_see_are_declined():
+    idx = _rng(13).integers(0, 256, size=(256, 1)).astype(np.int32)
+    vals = _rng(14).standard_normal((256, 8)).astype(np.float32)
+
+    def make():
+        return idx, vals, np.zeros((256, 8), np.float32), np.zeros((256, 8), np.float32)
+
+    (*_, got_back), _, (*_, want_back), _, info = _both(scatter_then_read, (2,), make)
+    assert info.backend == "numpy"
+    lines = [_line(scatter_then_read, m) for m in ("# SCATTER", "# READ")]
+    assert info.reason == (
+        "batched: an indirect (data-dependent) access to 'out': line {} and the read at line {} "
+        "may touch the same elements at different instances / iterations".format(*lines)
+    )
+    assert _same(got_back, want_back)
+    (*_, got), _, (*_, want), _, info = _both(two_scatters, None, lambda: make()[:3])
+    assert info.backend == "numpy"
+    first, second = (_line(two_scatters, m) for m in ("# FIRST", "# SECOND"))
+    assert f"'out': line {first} and the write at line {second}" in info.reason
+    assert _same(got, want)
+
+
+# ---- what other positions can see is declined ----------------------------------------------
+
+
+@nki.jit
+def shift_down(a):
+    """Instance i reads the rows instance i - 1 writes: a real cross-instance dependence."""
+    i = nl.program_id(0)
+    t = nl.load(a[i * 128 : (i + 1) * 128, :])  # LOAD
+    nl.store(a[(i + 1) * 128 : (i + 2) * 128, :], value=nl.add(t, 1.0))  # STORE
+
+
+@nki.jit
+def neighbour_sum(a):
+    """Each iteration reads its neighbour's tile after writing its own: overlapping windows."""
+    for i in nl.affine_range(a.shape[1] // 8 - 1):
+        t = nl.load(a[:, i * 8 : (i + 2) * 8])  # WINDOW
+        nl.store(a[:, i * 8 : (i + 1) * 8], value=nl.add(t[:, 0:8], t[:, 8:16]))  # OWN
+
+
+def test_cross_position_read_after_write_is_declined():
+    a = np.arange(512 * 8, dtype=np.float32).reshape(512, 8)
+    (got,), _, (want,), _, info = _both(shift_down, (3,), lambda: (a.copy(),))
+    assert info.backend == "numpy"
+    store, load = _line(shift_down, "# STORE"), _line(shift_down, "# LOAD")
+    assert info.reason == (
+        f"batched: HBM tensor 'a' is written and read: line {store} and the read at line "
+        f"{load} touch the same elements at different instances / iterations"
+    )
+    ref = a.copy()
+    for i in range(3):
+        ref[(i + 1) * 128 : (i + 2) * 128] = ref[i * 128 : (i + 1) * 128] + 1
+    assert _same(got, want) and _same(got, ref)
+    b = a.reshape(128, 32)
+    (got,), _, (want,), _, info = _both(neighbour_sum, None, lambda: (b.copy(),))
+    assert info.backend == "numpy"
+    own, window = _line(neighbour_sum, "# OWN"), _line(neighbour_sum, "# WINDOW")
+    assert f"line {own} and the read at line {window}" in info.reason
+    assert _same(got, want)
+
+
+# ---- errors after HBM writes: reported as the interpreter reports them ------------------------
+
+
+@nki.jit
+def bump_then_gather(idx, data, out):
+    """Each instance bumps its own index rows in place, reloads them and gathers with them; an
+    index bumped out of range fails in a later instance than the first (the replay must start
+    from the indices as they were, or it would fail at instance 0)."""
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    jf = nl.arange(data.shape[1])[None, :]
+    nl.store(idx[g * 128 + ip, 0], value=nl.add(nl.load(idx[g * 128 + ip, 0]), 100))
+    ix = nl.load(idx[g * 128 + ip, 0])
+    x = nl.load(data[ix[ip, 0], jf])  # GATHER
+    nl.store(out[g * 128 + ip, jf], value=x)
+
+
+def test_an_error_after_in_place_writes_is_the_interpreters():
+    grid = 4
+    data = _rng(15).standard_normal((200, 8)).astype(np.float32)
+    idx = _rng(16).integers(0, 100, size=(grid * 128, 1)).astype(np.int32)
+    idx[2 * 128 + 9] = 150  # instance 2: 250 after the bump, out of range
+    errors = []
+    for backend in ("numpy", "batched"):
+        k = bump_then_gather.configure(backend=backend)
+        with pytest.raises(nki.NKIError) as e:
+            k[grid](idx.copy(), data, np.zeros((grid * 128, 8), np.float32))
+        errors.append(e.value)
+    want, got = errors
+    assert want.instance == (2,) and want.loc.line == _line(bump_then_gather, "# GATHER")
+    assert (got.code, got.loc.line, got.instance) == (want.code, want.loc.line, want.instance)
+    assert str(got) == str(want)
+    fine = idx.copy()
+    fine[2 * 128 + 9] = 50
+
+    def make():
+        return fine.copy(), data, np.zeros((grid * 128, 8), np.float32)
+
+    (gi, _, got), _, (wi, _, want), _, info = _both(bump_then_gather, (grid,), make)
+    assert info.backend == "batched", info.reason
+    assert _same(got, want) and _same(got, data[fine[:, 0] + 100])
+    assert np.array_equal(gi, wi) and np.array_equal(gi, fine + 100)
+
+
+# ---- a differential property test --------------------------------------------------------------
+
+
+@given(
+    grid=st.integers(1, 3),
+    tiles=st.integers(1, 3),
+    width=st.sampled_from([8, 40]),
+    shift=st.sampled_from([0, 0, 1, 64]),
+    bf16=st.booleans(),
+)
+def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, shift, bf16):
+    """Instance g, iteration t update their tile in place; with a shift they read rows another
+    position writes (then the kernel is declined, and still computed as the interpreter does)."""
+
+    @nki.jit
+    def kernel(a):
+        g = nl.program_id(0)
+        for t in nl.affine_range(tiles):
+            base = (g * tiles + t) * 128
+            x = nl.load(a[base + shift : base + shift + 128, :])
+            nl.store(a[base : base + 128, :], value=nl.subtract(nl.multiply(x, x), 0.5))
+
+    dt = ml_dtypes.bfloat16 if bf16 else np.float32
+    a = _rng(grid * 100 + tiles * 10 + width).standard_normal((grid * tiles * 128 + 64, width))
+    a = a.astype(dt)
+    (got,), _, (want,), _, info = _both(kernel, (grid,), lambda: (a.copy(),))
+    apart = shift == 0 or grid * tiles == 1
+    assert (info.backend == "batched") == apart, info.reason
+    if not apart:
+        assert "'a' is written and read" in info.reason
+    assert _same(got, want)
+    ref = a.copy()  # instances, then iterations, in order
+    for p in range(grid * tiles):
+        x = ref[p * 128 + shift : p * 128 + shift + 128].astype(np.float32)
+        sq = (x * x).astype(dt).astype(np.float32)  # (a bf16 tile after the multiply)
+        ref[p * 128 : p * 128 + 128] = (sq - np.float32(0.5)).astype(dt)
+    assert _same(got, ref)
+
+
+@given(
+    extents=st.lists(st.integers(2, 5), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_position_differences_agree_with_the_race_analysis(extents, data):
+    """The planner's grouped enumeration of position differences decides the same overlaps as
+    ``races._first_conflict``'s enumeration of every pair of positions."""
+    from simulator import races
+    from simulator.batched_plan import _first_meeting
+
+    coeff = st.sampled_from([0, 0, 1, -1, 2, 64, 128])
+    fa, fb = [], []
+    for _ in range(data.draw(st.integers(1, 3))):
+        coeffs = tuple(data.draw(coeff) for _ in extents)
+        lo, hi = sorted(data.draw(st.integers(-130, 130)) for _ in range(2))
+        g = data.draw(st.sampled_from([0, 1, 2, 64]))
+        lo, hi = (0, 0) if g == 0 else (lo, hi)
+        ca, cb = data.draw(st.integers(-200, 200)), data.draw(st.integers(-200, 200))
+        fa.append(races._DimForm(ca, coeffs, (), lo, hi, g))
+        fb.append(races._DimForm(cb, coeffs, (), lo, hi, g))
+    want = races._first_conflict(fa, fb, extents, False) is not None
+    assert (_first_meeting(fa, fb, extents) is True) == want
