@@ -127,8 +127,15 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     exact = _exact_int(instr, ctx)
     if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
         out = ctx.into(instr.dst)
+        # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
+        # ``write`` copies into a C-ordered tile), the same values
+        fresh = out is None and ctx.whole and instr.dst.tensor in ctx.pending
+        if fresh:
+            out = np.empty((*ctx.dims, *instr.dst.shape), dtype=np.float32)
         if out is not None:  # fp32 in, fp32 out: the same values, no temporary
             _INTO[instr.op](*(ctx.value(s, contig=False) for s in instr.srcs), out=out)
+            if fresh:
+                ctx.write(instr.dst, out)
             return
     vals = []
     # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may

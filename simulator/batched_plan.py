@@ -118,14 +118,19 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
                 dd.dtype, config.precise_fp
             )
             # only a tile may become a view of its source: an HBM destination is the caller's
-            if sd.buffer == "shared_hbm" and dd.on_chip and src.tensor not in hbm_written and same:
+            if (
+                sd.buffer == "shared_hbm"
+                and dd.on_chip
+                and same
+                and not _written_while_viewed(ir, instr)
+            ):
                 if writes[dd.name] == 1 and not numerics.dma_copies_bits(sd.dtype, dd.dtype):
                     elided.add(id(instr))
     fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
     # (a tile a hosted instruction touches is never a view of its store's HBM destination)
     fused = {k: v for k, v in fused.items() if v.srcs[0].tensor not in host_touched}  # type: ignore[union-attr]
-    # (nor of one that is read: its producer would write HBM before the store's turn)
-    fused = {k: v for k, v in fused.items() if v.dst.tensor not in hbm_read}  # type: ignore[union-attr]
+    # (nor one whose producer would write a read tensor before another access sees it)
+    fused = {k: v for k, v in fused.items() if not _seen_before_store(ir, k, v, hbm_read, elided)}
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
     views = set(loaded)
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
@@ -228,6 +233,59 @@ def _fuse_stores(
 
     visit(nodes)
     return out
+
+
+def _order(ir: KernelIR) -> dict[int, int]:
+    """Position of each node in program order (loop bodies flattened in place)."""
+    return {id(n): i for i, (n, _) in enumerate(nodes_of(ir))}
+
+
+def _base_of(ir: KernelIR, name: str) -> str:
+    return ir.tensor(name).alias_of or name
+
+
+def _written_while_viewed(ir: KernelIR, load: Instr) -> bool:
+    """Some instruction writes the HBM tensor ``load`` reads after the load and up to the last
+    reader of its tile (in program order): a tile that is a view of the tensor would see it."""
+    assert load.dst is not None
+    order = _order(ir)
+    base = _base_of(ir, load.srcs[0].tensor)  # type: ignore[union-attr]
+    start = end = order[id(load)]
+    for instr, _ in instructions_of(ir):
+        if any(a.tensor == load.dst.tensor for a in touched(instr)[0]):
+            end = max(end, order[id(instr)])
+    return any(
+        start < order[id(instr)] <= end
+        and any(_base_of(ir, w.tensor) == base for w in touched(instr)[1])
+        for instr, _ in instructions_of(ir)
+    )
+
+
+def _seen_before_store(
+    ir: KernelIR, alloc: int, store: Instr, hbm_read: set[str], elided: set[int]
+) -> bool:
+    """A tile fused into its store's destination is written there by its producer (the
+    instruction after its allocation): too early when the destination tensor is read and the
+    producer, or an instruction between it and the store, accesses that tensor (directly or
+    through a tile that is a view of it)."""
+    assert store.dst is not None
+    base = _base_of(ir, store.dst.tensor)
+    if base not in hbm_read:
+        return False
+    nodes = nodes_of(ir)
+    order = _order(ir)
+    producer = next(i + 1 for i, (n, _) in enumerate(nodes) if id(n) == alloc)
+    views = {
+        i.dst.tensor  # type: ignore[union-attr]
+        for i, _ in instructions_of(ir)
+        if id(i) in elided and _base_of(ir, i.srcs[0].tensor) == base  # type: ignore[union-attr]
+    }
+    for n, _ in nodes[producer : order[id(store)]]:
+        if isinstance(n, Instr):
+            names = {a.tensor for part in touched(n) for a in part}
+            if names & views or base in {_base_of(ir, t) for t in names}:
+                return True
+    return False
 
 
 def _plain_store_of(
