@@ -126,6 +126,30 @@ def test_a_result_stored_over_its_source_waits_for_later_loads():
 
 
 @nki.jit
+def overwrite_then_use_old(a, b):
+    """The loaded tile is used after its elements are overwritten (and an exp is stored in
+    place of its own source): the tile must keep the old values."""
+    i = nl.program_id(0)
+    r = slice(i * 128, (i + 1) * 128)
+    t = nl.load(a[r, :])
+    u = nl.load(b[r, :])
+    nl.store(b[r, :], value=nl.exp(u))
+    nl.store(a[r, :], value=nl.multiply(t, 0.0))
+    nl.store(b[r, :], value=nl.add(t, nl.load(b[r, :])))
+
+
+def test_a_loaded_tile_keeps_values_overwritten_after_the_load():
+    a = _rng(17).standard_normal((256, 32)).astype(np.float32)
+    b = _rng(18).standard_normal((256, 32)).astype(np.float32)
+    (ga, gb), _, (wa, wb), _, info = _both(
+        overwrite_then_use_old, (2,), lambda: (a.copy(), b.copy())
+    )
+    assert info.backend == "batched", info.reason
+    assert _same(ga, wa) and _same(gb, wb)
+    assert np.array_equal(ga, a * np.float32(0)) and np.array_equal(gb, a + np.exp(b))
+
+
+@nki.jit
 def sequential_accumulate(x, out):
     """Each instance adds K tiles into its own rows of ``out`` through HBM, one trip at a time."""
     g = nl.program_id(0)
