@@ -194,6 +194,38 @@ def test_current_api_accumulates_into_its_output_argument(dtype):
     assert _same(got, ref)
 
 
+@nki.jit
+def private_scratch(x):
+    """Private HBM (nl.private_hbm, nl.hbm): one scratch per instance, written and read back;
+    a running sum kept in private HBM over a sequential loop."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    sums = nl.ndarray((x.shape[0] // 2, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    keep = nl.ndarray((128, x.shape[1]), dtype=nl.float32, buffer=nl.private_hbm)
+    nl.store(keep, value=nl.zeros((128, x.shape[1]), nl.float32))
+    tmp = nl.ndarray((2, 128, x.shape[1]), dtype=nl.bfloat16, buffer=nl.hbm)
+    for i in nl.affine_range(2):
+        r = slice((g * 2 + i) * 128, (g * 2 + i + 1) * 128)
+        nl.store(tmp[i], value=nl.exp(nl.load(x[r, :])))
+        nl.store(out[r, :], value=nl.load(tmp[i]))
+    for i in nl.sequential_range(2):
+        r = slice((g * 2 + i) * 128, (g * 2 + i + 1) * 128)
+        nl.store(keep, value=nl.add(nl.load(keep), nl.load(x[r, :])))
+    nl.store(sums[g * 128 : (g + 1) * 128, :], value=nl.load(keep))
+    return out, sums
+
+
+def test_private_hbm_is_storage_of_each_instance():
+    x = _rng(19).standard_normal((1024, 16)).astype(np.float32)
+    _, (out, sums), _, (w_out, w_sums), info = _both(private_scratch, (4,), lambda: (x,))
+    assert info.backend == "batched", info.reason
+    assert _same(out, w_out) and _same(sums, w_sums)
+    bf = np.exp(x).astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert _same(out, bf)
+    pairs = x.reshape(4, 2, 128, 16)
+    assert np.array_equal(sums, ((np.float32(0) + pairs[:, 0]) + pairs[:, 1]).reshape(512, 16))
+
+
 # ---- accumulating writes ---------------------------------------------------------------------
 
 
@@ -453,7 +485,7 @@ def test_position_differences_agree_with_the_race_analysis(extents, data):
     """The planner's grouped enumeration of position differences decides the same overlaps as
     ``races._first_conflict``'s enumeration of every pair of positions."""
     from simulator import races
-    from simulator.batched_plan import _first_meeting
+    from simulator.batched_hbm import first_meeting
 
     coeff = st.sampled_from([0, 0, 1, -1, 2, 64, 128])
     fa, fb = [], []
@@ -466,4 +498,4 @@ def test_position_differences_agree_with_the_race_analysis(extents, data):
         fa.append(races._DimForm(ca, coeffs, (), lo, hi, g))
         fb.append(races._DimForm(cb, coeffs, (), lo, hi, g))
     want = races._first_conflict(fa, fb, extents, False) is not None
-    assert (_first_meeting(fa, fb, extents) is True) == want
+    assert (first_meeting(fa, fb, extents) is True) == want

@@ -1,0 +1,283 @@
+"""Shared HBM in the batched backend (``batched.py``, planned by ``batched_plan.py``): which
+kernels that write HBM and read it back, accumulate into it or scatter into it run batched
+exactly, and which copies such a kernel can still skip.
+
+A batch position is one instance and one iteration of every batched loop around an
+instruction. Batched, each instruction runs for every position before the next instruction
+runs, so two positions see each other's HBM accesses in another order than the interpreter's
+(which runs each instance whole, each loop iteration whole); within one position program order
+is kept. So the batched run is exact when no element one position writes is read or written by
+another position. That is decided from the affine accesses (``races._form`` /
+``races._first_conflict``): two accesses can only meet at distinct positions along the batch
+axes they share (the grid's, and the batched loops around both), and accesses with the same
+coefficients depend only on the difference of the positions, enumerated per group of axes that
+share no tensor dimension. A tensor only one hosted instruction touches (a scatter, an
+accumulation by every instance) is exact when that instruction runs its positions in the
+interpreter's order."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nki.ir import Access, Instr, KernelIR, Loop, PidSym, Sym
+
+from . import races
+from .batched_host import touched
+from .coverage import instructions_of, nodes_of
+
+_MAX_DIFFERENCES = 1 << 21  # position differences enumerated per pair of accesses
+
+
+@dataclass(frozen=True)
+class _HbmUse:
+    instr: Instr
+    acc: Access
+    loops: tuple[Loop, ...]
+    writes: bool
+
+
+def check_positions(
+    ir: KernelIR, batch: set[int], hosted: set[int]
+) -> tuple[frozenset[str], str | None]:
+    """(shared-HBM tensors both written and read, why the kernel cannot run batched or None):
+    every element one batch position writes must be read or written by no other position (or
+    the tensor is touched by one hosted instruction only, running in the interpreter's order
+    of positions)."""
+    uses: dict[str, list[_HbmUse]] = {}
+    for instr, loops in instructions_of(ir):
+        reads, written = touched(instr)
+        for acc, w in [*((a, False) for a in reads), *((a, True) for a in written)]:
+            d = ir.tensor(acc.tensor)
+            base = d.alias_of or d.name
+            if ir.tensor(base).buffer == "shared_hbm":
+                uses.setdefault(base, []).append(_HbmUse(instr, acc, loops, w))
+    reread: set[str] = set()
+    for name, us in uses.items():
+        ws = [u for u in us if u.writes]
+        if not ws:
+            continue
+        if any(not u.writes for u in us):
+            reread.add(name)
+        if len({id(u.instr) for u in us}) == 1 and _in_interpreter_order(ir, us[0], batch, hosted):
+            continue  # one hosted instruction, positions in the interpreter's order
+        if len({u.acc.tensor for u in us}) > 1:
+            return frozenset(reread), f"HBM tensor '{name}' is written and accessed through a view"
+        pairs = [
+            (w, o) for i, w in enumerate(ws) for o in [*ws[i:], *(u for u in us if not u.writes)]
+        ]
+        pairs.sort(
+            key=lambda p: p[0].instr is p[1].instr
+        )  # (another line first: the clearer reason)
+        for w, o in pairs:
+            why = _positions_meet(ir, w, o, batch)
+            if why:
+                return frozenset(reread), why
+    return frozenset(reread), None
+
+
+def _line(u: _HbmUse) -> str:
+    return f"line {u.instr.loc.line}" if u.instr.loc is not None else f"'{u.instr.api}'"
+
+
+def _shared_axes(ir: KernelIR, a: _HbmUse, b: _HbmUse, batch: set[int]) -> list[tuple]:
+    """The batch axes two accesses share, as ``races._form``'s (symbol, start, step) with their
+    extents."""
+    axes = [((PidSym(g), 0, 1), n) for g, n in enumerate(ir.grid.shape) if n > 1]
+    inner = {id(lp) for lp in b.loops}
+    axes += [
+        ((lp.sym, lp.start, lp.step), lp.trip_count)
+        for lp in a.loops
+        if id(lp) in inner and id(lp) in batch and lp.trip_count > 1
+    ]
+    return axes
+
+
+def _positions_meet(ir: KernelIR, w: _HbmUse, o: _HbmUse, batch: set[int]) -> str | None:
+    """Why write ``w`` and access ``o`` may touch one element at two distinct batch positions
+    (None: provably they cannot)."""
+    axes = _shared_axes(ir, w, o, batch)
+    if not axes:
+        return None  # one position each time: program order decides, as in the interpreter
+    varying = [v for v, _ in axes]
+    extents = [n for _, n in axes]
+    what = "write" if o.writes else "read"
+    pair = f"{_line(w)} and the {what} at {_line(o)}"
+    if w.acc.indirect or o.acc.indirect:
+        return (
+            f"an indirect (data-dependent) access to '{w.acc.tensor}': {pair} may touch the "
+            "same elements at different instances / iterations"
+        )
+    if len(w.acc.index) != len(o.acc.index):
+        return f"HBM tensor '{w.acc.tensor}': {pair} index it with different ranks"
+
+    def rest(u: _HbmUse) -> dict[Sym, tuple[int, int, int]]:
+        out = {PidSym(g): (0, 1, n) for g, n in enumerate(ir.grid.shape) if n <= 1}
+        # (a device loop's trips are unknown: its symbol stays outside the forms, undecided)
+        out.update(
+            {lp.sym: (lp.start, lp.step, lp.trip_count) for lp in u.loops if not lp.is_runtime}
+        )
+        for s, _ in axes:
+            out.pop(s[0], None)
+        return out
+
+    fw, fo = races._form(w.acc, varying, rest(w)), races._form(o.acc, varying, rest(o))
+    met = first_meeting(fw, fo, extents)
+    if met is None:
+        return None
+    if o.writes:
+        return (
+            f"several instances / iterations write the same elements of '{w.acc.tensor}' "
+            f"({pair}){'' if met else ' (not provably distinct)'}"
+        )
+    return (
+        f"HBM tensor '{w.acc.tensor}' is written and read: {pair} "
+        f"{'touch the same elements at different' if met else 'are not provably apart across'}"
+        " instances / iterations"
+    )
+
+
+def first_meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
+    """Whether two accesses in ``races._form`` meet at two distinct positions: True when they
+    do, None when they provably do not, False when that cannot be decided here (symbols
+    outside the forms, too many positions). Accesses with the same coefficients (a read and a
+    write of the same tile, one write against itself) depend only on the positions' difference
+    ``delta``; the batch axes then split into groups that share no tensor dimension, each
+    group's differences enumerated on its own (``_differences_meeting``)."""
+    if any(x.fixed or y.fixed for x, y in zip(fa, fb)):
+        return False
+    if all(x.coeffs == y.coeffs for x, y in zip(fa, fb)):
+        dims = list(zip(fa, fb))
+        groups = _axis_groups([x.coeffs for x in fa], len(extents))
+        nonzero = any(not any(x.coeffs[a] for x in fa) for a in range(len(extents)))
+        for axes in groups:
+            mine = [(x, y) for x, y in dims if any(x.coeffs[a] for a in axes)]
+            got = _differences_meeting(mine, axes, extents)
+            if got is False:
+                return False
+            if got is None:
+                return None  # (this group's dimensions never hold: no meeting at all)
+            nonzero |= got == "nonzero"
+        if any(not _holds(x, y, x.const - y.const) for x, y in dims if not any(x.coeffs)):
+            return None
+        return nonzero or None
+    if math.prod(extents) > races._MAX_POINTS:
+        return False
+    return None if races._first_conflict(fa, fb, extents, False) is None else True
+
+
+def _axis_groups(coeffs: list[tuple[int, ...]], n: int) -> list[list[int]]:
+    """The batch axes used by some dimension, grouped so that no dimension uses two groups."""
+    group = list(range(n))
+
+    def root(a: int) -> int:
+        while group[a] != a:
+            a = group[a]
+        return a
+
+    for c in coeffs:
+        used = [a for a in range(n) if c[a]]
+        for a in used[1:]:
+            group[root(a)] = root(used[0])
+    out: dict[int, list[int]] = {}
+    for a in range(n):
+        if any(c[a] for c in coeffs):
+            out.setdefault(root(a), []).append(a)
+    return list(out.values())
+
+
+def _holds(x: races._DimForm, y: races._DimForm, d: np.ndarray | int) -> np.ndarray | bool:
+    """Index difference ``d`` (a's base minus b's) is within the reach of both tiles."""
+    g = math.gcd(x.g, y.g)
+    hit = (d >= y.rlo - x.rhi) & (d <= y.rhi - x.rlo)
+    return hit & ((d % g == 0) if g else (d == 0))
+
+
+def _differences_meeting(
+    dims: list[tuple[races._DimForm, races._DimForm]], axes: list[int], extents: list[int]
+) -> str | bool | None:
+    """Over the differences of one group of batch axes: "nonzero" when a nonzero difference
+    satisfies the group's dimensions, "zero" when only no difference does, None when none
+    does, False when there are too many differences to enumerate."""
+    if math.prod(2 * extents[a] - 1 for a in axes) > _MAX_DIFFERENCES:
+        return False
+    grids = np.meshgrid(*(np.arange(1 - extents[a], extents[a]) for a in axes), indexing="ij")
+    delta = np.stack([g.reshape(-1) for g in grids], axis=1)
+    ok = np.ones(len(delta), dtype=bool)
+    for x, y in dims:
+        ok &= _holds(x, y, delta @ np.array([x.coeffs[a] for a in axes]) + (x.const - y.const))
+    if not ok.any():
+        return None
+    return "nonzero" if (ok & np.any(delta != 0, axis=1)).any() else "zero"
+
+
+def _in_interpreter_order(ir: KernelIR, u: _HbmUse, batch: set[int], hosted: set[int]) -> bool:
+    """A hosted instruction runs its positions in ascending order along the batch axes
+    (``batched_host.Host.run``): the interpreter's order when only one axis varies around it,
+    chunked in order, with no iterated loop inside it and instances on one core."""
+    if id(u.instr) not in hosted or any(core for d in ir.grid.dims for _, core in d.factors):
+        return False
+    grid = [n for n in ir.grid.shape if n > 1]
+    inner = [lp for lp in u.loops if lp.is_runtime or lp.trip_count > 1]
+    if grid:
+        return len(grid) == 1 and not inner
+    batched = [lp for lp in inner if id(lp) in batch]
+    return not batched or (len(batched) == 1 and inner[-1] is batched[0])
+
+
+# ---- copies skipped on tensors the kernel writes and reads ------------------------------
+
+
+def _order(ir: KernelIR) -> dict[int, int]:
+    """Position of each node in program order (loop bodies flattened in place)."""
+    return {id(n): i for i, (n, _) in enumerate(nodes_of(ir))}
+
+
+def _base_of(ir: KernelIR, name: str) -> str:
+    return ir.tensor(name).alias_of or name
+
+
+def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
+    """Some instruction writes the HBM tensor ``load`` reads after the load and up to the last
+    reader of its tile (in program order): a tile that is a view of the tensor would see it."""
+    assert load.dst is not None
+    order = _order(ir)
+    base = _base_of(ir, load.srcs[0].tensor)  # type: ignore[union-attr]
+    start = end = order[id(load)]
+    for instr, _ in instructions_of(ir):
+        if any(a.tensor == load.dst.tensor for a in touched(instr)[0]):
+            end = max(end, order[id(instr)])
+    return any(
+        start < order[id(instr)] <= end
+        and any(_base_of(ir, w.tensor) == base for w in touched(instr)[1])
+        for instr, _ in instructions_of(ir)
+    )
+
+
+def seen_before_store(
+    ir: KernelIR, alloc: int, store: Instr, hbm_read: set[str], elided: set[int]
+) -> bool:
+    """A tile fused into its store's destination is written there by its producer (the
+    instruction after its allocation): too early when the destination tensor is read and the
+    producer, or an instruction between it and the store, accesses that tensor (directly or
+    through a tile that is a view of it)."""
+    assert store.dst is not None
+    base = _base_of(ir, store.dst.tensor)
+    if base not in hbm_read:
+        return False
+    nodes = nodes_of(ir)
+    order = _order(ir)
+    producer = next(i + 1 for i, (n, _) in enumerate(nodes) if id(n) == alloc)
+    views = {
+        i.dst.tensor  # type: ignore[union-attr]
+        for i, _ in instructions_of(ir)
+        if id(i) in elided and _base_of(ir, i.srcs[0].tensor) == base  # type: ignore[union-attr]
+    }
+    for n, _ in nodes[producer : order[id(store)]]:
+        if isinstance(n, Instr):
+            names = {a.tensor for part in touched(n) for a in part}
+            if names & views or base in {_base_of(ir, t) for t in names}:
+                return True
+    return False
