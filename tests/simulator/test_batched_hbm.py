@@ -438,6 +438,37 @@ def test_an_error_after_in_place_writes_is_the_interpreters():
     assert np.array_equal(gi, wi) and np.array_equal(gi, fine + 100)
 
 
+@nki.jit
+def bump_then_row_sums(a, sums):
+    """In place: a += 1, then exp and its row sums (engine accumulator state) of the new a."""
+    g = nl.program_id(0)
+    for j in nl.affine_range(3):
+        r = slice((g * 3 + j) * 128, (g * 3 + j + 1) * 128)
+        nl.store(a[r, :], value=nl.add(nl.load(a[r, :]), 1.0))
+        rs = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        e = nisa.activation_reduce(nl.exp, nl.load(a[r, :]), reduce_op=nl.add, reduce_res=rs)
+        nl.store(sums[r, :], value=rs)
+        nl.store(a[r, :], value=e)
+
+
+def test_a_late_decline_hands_the_next_backend_the_launchs_data(monkeypatch):
+    """A hosted instruction the plan took for stateless uses engine state inside a batched loop
+    after the batched run updated ``a`` in place: the next backend starts from the original."""
+    from simulator import batched_host
+
+    monkeypatch.setattr(batched_host, "_STATEFUL_ISA", batched_host._STATEFUL_ISA - {"activation"})
+    monkeypatch.setattr(batched_host, "_STATE_ATTRS", ())
+    a = _rng(20).standard_normal((768, 16)).astype(np.float32)
+
+    def make():
+        return a.copy(), np.zeros((768, 1), np.float32)
+
+    (ga, gs), _, (wa, ws), _, info = _both(bump_then_row_sums, (2,), make)
+    assert info.backend == "numpy" and "engine state" in info.reason
+    assert _same(ga, wa) and _same(gs, ws)
+    np.testing.assert_allclose(ga, np.exp(a + 1), rtol=1e-6)
+
+
 # ---- a differential property test --------------------------------------------------------------
 
 
