@@ -241,13 +241,16 @@ def _base_of(ir: KernelIR, name: str) -> str:
 
 def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
     """Some instruction writes the HBM tensor ``load`` reads after the load and up to the last
-    reader of its tile (in program order): a tile that is a view of the tensor would see it."""
+    reader of its tile (in program order): a tile that is a view of the tensor would see it.
+    (Also when the tile is read before the load in program order: a later loop trip.)"""
     assert load.dst is not None
     order = _order(ir)
     base = _base_of(ir, load.srcs[0].tensor)  # type: ignore[union-attr]
     start = end = order[id(load)]
     for instr, _ in instructions_of(ir):
         if any(a.tensor == load.dst.tensor for a in touched(instr)[0]):
+            if order[id(instr)] < start:
+                return True  # (read in a later trip of a loop, before it is reloaded)
             end = max(end, order[id(instr)])
     return any(
         start < order[id(instr)] <= end
