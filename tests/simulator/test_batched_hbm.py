@@ -251,6 +251,41 @@ def test_accumulating_dma_into_distinct_tiles(dtype):
 
 
 @nki.jit
+def augmented_into_hbm(x, out):
+    """Classic ``+=`` / ``-=`` / ``*=`` on HBM (batched accumulating copies): each instance
+    its own rows."""
+    g = nl.program_id(0)
+    ip, jf = nl.mgrid[0:128, 0:8]
+    t = nl.load(x[g * 128 + ip, jf])
+    out[g * 128 + ip, jf] += t
+    out[g * 128 + ip, jf] -= nl.multiply(t, 0.25)
+    out[g * 128 + ip, 8 + jf] *= t
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.int32])
+def test_augmented_assignment_into_hbm_rounds_like_the_interpreter(dtype):
+    rows = 384
+    x = (_rng(21).standard_normal((rows, 8)) * 5).astype(dtype)
+    init = (_rng(22).standard_normal((rows, 16)) * 5).astype(dtype)
+    (_, got), _, (_, want), _, info = _both(augmented_into_hbm, (3,), lambda: (x, init.copy()))
+    assert info.backend == "batched", info.reason
+    assert _same(got, want) if dtype != np.int32 else np.array_equal(got, want)
+    f = np.float32 if dtype != np.int32 else np.int64
+
+    def rnd(v):  # the stored dtype after each step
+        return v.astype(dtype).astype(f)
+
+    xf, ref = x.astype(f), init.astype(f)
+    if dtype == np.int32:  # (int32 x 0.25 is an fp32 tile: int - fp32 rounds to nearest even)
+        q = x.astype(np.float32) * np.float32(0.25)
+        ref[:, :8] = np.rint((ref[:, :8] + xf).astype(np.float32) - q).astype(f)
+    else:
+        ref[:, :8] = rnd(rnd(ref[:, :8] + xf) - rnd(xf * f(0.25)))
+    ref[:, 8:] = rnd(ref[:, 8:] * xf)
+    assert np.array_equal(got.astype(f), ref)
+
+
+@nki.jit
 def rmw_sum_over_grid(x, out):
     """Every instance accumulates into the same tile: one hosted instruction alone touches
     ``out``, so positions run in the interpreter's order and the sums round alike."""
