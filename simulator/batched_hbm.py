@@ -65,17 +65,46 @@ def check_positions(
             continue  # one hosted instruction, positions in the interpreter's order
         if len({u.acc.tensor for u in us}) > 1:
             return frozenset(reread), f"HBM tensor '{name}' is written and accessed through a view"
-        pairs = [
-            (w, o) for i, w in enumerate(ws) for o in [*ws[i:], *(u for u in us if not u.writes)]
-        ]
-        pairs.sort(
-            key=lambda p: p[0].instr is p[1].instr
-        )  # (another line first: the clearer reason)
+        pairs = _overlapping_pairs(ir, us)
+        # (another line first, writes before reads: the clearer reason)
+        pairs.sort(key=lambda p: (p[0].instr is p[1].instr, not p[1].writes))
         for w, o in pairs:
             why = _positions_meet(ir, w, o, batch)
             if why:
                 return frozenset(reread), why
     return frozenset(reread), None
+
+
+_FAR = 1 << 62  # the bound of an index whose range is unknown (indirect, device loop)
+
+
+def _overlapping_pairs(ir: KernelIR, us: list[_HbmUse]) -> list[tuple[_HbmUse, _HbmUse]]:
+    """(write, access) pairs of one tensor whose footprints over all positions overlap in every
+    dimension (each write against itself, later writes and every read): only those can meet.
+    One vectorised box test per write keeps this near-linear for kernels of many stores."""
+    ranges: dict[Sym, tuple[int, int]] = {
+        PidSym(g): (0, n - 1) for g, n in enumerate(ir.grid.shape)
+    }
+    lo = np.empty((len(us), len(us[0].acc.index)), dtype=np.int64)
+    hi = np.empty_like(lo)
+    for k, u in enumerate(us):
+        known = dict(ranges)
+        known.update({lp.sym: lp.value_range() for lp in u.loops if not lp.is_runtime})
+        indirect = dict(u.acc.indirect)
+        for d, e in enumerate(u.acc.index):
+            if d in indirect or any(s not in known for s in e.base.symbols()):
+                lo[k, d], hi[k, d] = -_FAR, _FAR
+            else:
+                lo[k, d], hi[k, d] = e.bounds(known)
+    writes = np.array([u.writes for u in us])
+    out = []
+    for i, w in enumerate(us):
+        if not w.writes:
+            continue
+        meets = np.all((lo <= hi[i]) & (hi >= lo[i]), axis=1)
+        meets &= ~writes | (np.arange(len(us)) >= i)
+        out += [(w, us[j]) for j in np.flatnonzero(meets)]
+    return out
 
 
 def _line(u: _HbmUse) -> str:
