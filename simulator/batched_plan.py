@@ -74,7 +74,6 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     ranges = _symbol_ranges(ir)
     hosted: set[int] = set()
     stateful: set[int] = set()
-    hbm_written: set[str] = set()
     hbm_read: set[str] = set()
     for instr, _ in instructions_of(ir):
         # (an access that may be out of bounds is hosted: the interpreter's checks report it)
@@ -86,9 +85,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             hosted.add(id(instr))
             if uses_engine_state(instr):
                 stateful.add(id(instr))
-        reads, written = touched(instr)
-        hbm_read |= {a.tensor for a in reads if ir.tensor(a.tensor).buffer == "shared_hbm"}
-        hbm_written |= {w.tensor for w in written if ir.tensor(w.tensor).buffer == "shared_hbm"}
+        bases = {ir.tensor(a.tensor).alias_of or a.tensor for a in touched(instr)[0]}
+        hbm_read |= {b for b in bases if ir.tensor(b).buffer == "shared_hbm"}
     batch: set[int] = set()
     fresh: set[int] = set()
     whole: set[int] = set()
