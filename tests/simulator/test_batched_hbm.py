@@ -513,24 +513,42 @@ def test_a_late_decline_hands_the_next_backend_the_launchs_data(monkeypatch):
     width=st.sampled_from([8, 40]),
     shift=st.sampled_from([0, 0, 1, 64]),
     bf16=st.booleans(),
+    current=st.booleans(),
 )
-def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, shift, bf16):
-    """Instance g, iteration t update their tile in place; with a shift they read rows another
-    position writes (then the kernel is declined, and still computed as the interpreter does)."""
+def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, shift, bf16, current):
+    """Instance g, iteration t update their tile in place (classic API, or the current API's
+    destination-first calls); with a shift they read rows another position writes (then the
+    kernel is declined, and still computed as the interpreter does)."""
 
     @nki.jit
-    def kernel(a):
+    def classic(a):
         g = nl.program_id(0)
         for t in nl.affine_range(tiles):
             base = (g * tiles + t) * 128
             x = nl.load(a[base + shift : base + shift + 128, :])
             nl.store(a[base : base + 128, :], value=nl.subtract(nl.multiply(x, x), 0.5))
 
+    @nki.jit
+    def destination_first(a):
+        g = nl.program_id(0)
+        for t in nl.affine_range(tiles):
+            base = (g * tiles + t) * 128
+            x = nl.ndarray((128, width), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a[base + shift : base + shift + 128, :])
+            nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.multiply)
+            y = nl.ndarray((128, width), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=y, data=x, op0=nl.subtract, operand0=0.5)
+            nisa.dma_copy(dst=a[base : base + 128, :], src=y)
+
+    kernel = destination_first if current else classic
+    grid = 1 if current else grid  # (a current-API grid is the LNC: one core here)
+
     dt = ml_dtypes.bfloat16 if bf16 else np.float32
     a = _rng(grid * 100 + tiles * 10 + width).standard_normal((grid * tiles * 128 + 64, width))
     a = a.astype(dt)
     (got,), _, (want,), _, info = _both(kernel, (grid,), lambda: (a.copy(),))
-    apart = shift == 0 or grid * tiles == 1
+    # (the current-API tracer unrolls the loop: one position, its program order kept)
+    apart = shift == 0 or grid * tiles == 1 or current
     assert (info.backend == "batched") == apart, info.reason
     if not apart:
         assert "'a' is written and read" in info.reason
