@@ -11,9 +11,11 @@ another position. That is decided from the affine accesses (``races._form`` /
 ``races._first_conflict``): two accesses can only meet at distinct positions along the batch
 axes they share (the grid's, and the batched loops around both), and accesses with the same
 coefficients depend only on the difference of the positions, enumerated per group of axes that
-share no tensor dimension. A tensor only one hosted instruction touches (a scatter, an
-accumulation by every instance) is exact when that instruction runs its positions in the
-interpreter's order."""
+share no tensor dimension. A hosted instruction that runs its positions in the interpreter's
+order (``_in_interpreter_order``) may meet itself at other positions (a scatter whose indices
+collide, an accumulation by every instance into one tile): the last writer, or the order of
+the additions, is the interpreter's; its accesses against other instructions' are proved apart
+as above."""
 
 from __future__ import annotations
 
@@ -43,9 +45,9 @@ def check_positions(
     ir: KernelIR, batch: set[int], hosted: set[int]
 ) -> tuple[frozenset[str], str | None]:
     """(shared-HBM tensors both written and read, why the kernel cannot run batched or None):
-    every element one batch position writes must be read or written by no other position (or
-    the tensor is touched by one hosted instruction only, running in the interpreter's order
-    of positions)."""
+    every element one batch position writes must be read or written by no other position
+    (except by the same hosted instruction running its positions in the interpreter's
+    order)."""
     uses: dict[str, list[_HbmUse]] = {}
     for instr, loops in instructions_of(ir):
         reads, written = touched(instr)
@@ -61,14 +63,19 @@ def check_positions(
             continue
         if any(not u.writes for u in us):
             reread.add(name)
-        if len({id(u.instr) for u in us}) == 1 and _in_interpreter_order(ir, us[0], batch, hosted):
-            continue  # one hosted instruction, positions in the interpreter's order
+        # (a hosted instruction running its positions in the interpreter's order meets itself
+        # in that order: a scatter's last writer, an accumulation's order of additions)
+        ordered = {id(u.instr) for u in us if _in_interpreter_order(ir, u, batch, hosted)}
         if len({u.acc.tensor for u in us}) > 1:
-            return frozenset(reread), f"HBM tensor '{name}' is written and accessed through a view"
+            return frozenset(
+                reread
+            ), f"HBM tensor {ir.label(name)} is written and accessed through a view"
         pairs = _overlapping_pairs(ir, us)
         # (another line first, writes before reads: the clearer reason)
         pairs.sort(key=lambda p: (p[0].instr is p[1].instr, not p[1].writes))
         for w, o in pairs:
+            if w.instr is o.instr and id(w.instr) in ordered:
+                continue
             why = _positions_meet(ir, w, o, batch)
             if why:
                 return frozenset(reread), why
@@ -134,13 +141,14 @@ def _positions_meet(ir: KernelIR, w: _HbmUse, o: _HbmUse, batch: set[int]) -> st
     extents = [n for _, n in axes]
     what = "write" if o.writes else "read"
     pair = f"{_line(w)} and the {what} at {_line(o)}"
+    name = ir.label(w.acc.tensor)
     if w.acc.indirect or o.acc.indirect:
         return (
-            f"an indirect (data-dependent) access to '{w.acc.tensor}': {pair} may touch the "
+            f"an indirect (data-dependent) access to {name}: {pair} may touch the "
             "same elements at different instances / iterations"
         )
     if len(w.acc.index) != len(o.acc.index):
-        return f"HBM tensor '{w.acc.tensor}': {pair} index it with different ranks"
+        return f"HBM tensor {name}: {pair} index it with different ranks"
 
     def rest(u: _HbmUse) -> dict[Sym, tuple[int, int, int]]:
         out = {PidSym(g): (0, 1, n) for g, n in enumerate(ir.grid.shape) if n <= 1}
@@ -158,11 +166,11 @@ def _positions_meet(ir: KernelIR, w: _HbmUse, o: _HbmUse, batch: set[int]) -> st
         return None
     if o.writes:
         return (
-            f"several instances / iterations write the same elements of '{w.acc.tensor}' "
+            f"several instances / iterations write the same elements of {name} "
             f"({pair}){'' if met else ' (not provably distinct)'}"
         )
     return (
-        f"HBM tensor '{w.acc.tensor}' is written and read: {pair} "
+        f"HBM tensor {name} is written and read: {pair} "
         f"{'touch the same elements at different' if met else 'are not provably apart across'}"
         " instances / iterations"
     )

@@ -319,6 +319,26 @@ def test_accumulation_by_every_instance_into_one_tile():
     assert _same(got, want)
 
 
+@nki.jit
+def rmw_over_iterations(a):
+    """A store, then an accumulating DMA by every loop iteration into the same tile."""
+    out = nl.ndarray((128, a.shape[2]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.zeros((128, a.shape[2]), nl.float32))
+    for i in nl.affine_range(a.shape[0]):
+        nisa.dma_copy(dst=out, src=nl.load(a[i]), dst_rmw_op=nl.add)
+    return out
+
+
+def test_accumulation_by_every_iteration_after_a_store():
+    a = _rng(23).standard_normal((6, 128, 4)).astype(np.float32)
+    _, got, _, want, info = _both(rmw_over_iterations, None, lambda: (a,))
+    assert info.backend == "batched", info.reason
+    ref = np.zeros((128, 4), np.float32)
+    for i in range(6):  # iteration order, fp32 rounding after each add
+        ref = ref + a[i]
+    assert _same(got, want) and _same(got, ref)
+
+
 # ---- indirect writes -------------------------------------------------------------------------
 
 
@@ -408,6 +428,21 @@ def neighbour_sum(a):
         nl.store(a[:, i * 8 : (i + 1) * 8], value=nl.add(t[:, 0:8], t[:, 8:16]))  # OWN
 
 
+@nki.jit
+def next_tile_of_scratch(a):
+    """Iteration i reads back the scratch rows iteration i + 1 writes."""
+    scratch = nl.ndarray((a.shape[0] + 256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        nl.store(
+            scratch[(i + 1) * 128 : (i + 2) * 128, :], value=nl.load(a[i * 128 : (i + 1) * 128, :])
+        )
+        nl.store(
+            out[i * 128 : (i + 1) * 128, :],
+            value=nl.load(scratch[(i + 2) * 128 : (i + 3) * 128, :]),
+        )
+
+
 def test_cross_position_read_after_write_is_declined():
     a = np.arange(512 * 8, dtype=np.float32).reshape(512, 8)
     (got,), _, (want,), _, info = _both(shift_down, (3,), lambda: (a.copy(),))
@@ -427,6 +462,11 @@ def test_cross_position_read_after_write_is_declined():
     own, window = _line(neighbour_sum, "# OWN"), _line(neighbour_sum, "# WINDOW")
     assert f"line {own} and the read at line {window}" in info.reason
     assert _same(got, want)
+    # a tensor the kernel creates is named as the user named it
+    c = np.arange(384 * 8, dtype=np.float32).reshape(384, 8)
+    _, _, _, _, info = _both(next_tile_of_scratch, None, lambda: (c,))
+    assert info.backend == "numpy"
+    assert info.reason.startswith("batched: HBM tensor 'scratch' is written and read: line")
 
 
 # ---- errors after HBM writes: reported as the interpreter reports them ------------------------
