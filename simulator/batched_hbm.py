@@ -67,9 +67,8 @@ def check_positions(
         # in that order: a scatter's last writer, an accumulation's order of additions)
         ordered = {id(u.instr) for u in us if _in_interpreter_order(ir, u, batch, hosted)}
         if len({u.acc.tensor for u in us}) > 1:
-            return frozenset(
-                reread
-            ), f"HBM tensor {ir.label(name)} is written and accessed through a view"
+            why = f"HBM tensor {ir.label(name)} is written and accessed through a view"
+            return frozenset(reread), why
         pairs = _overlapping_pairs(ir, us)
         # (another line first, writes before reads: the clearer reason)
         pairs.sort(key=lambda p: (p[0].instr is p[1].instr, not p[1].writes))
