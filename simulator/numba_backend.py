@@ -207,15 +207,23 @@ def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
     why = f"compiling does not pay off: interpreter ~{interp:.3g} s, compiled ~{compiled:.3g} s"
     if compiled >= interp:
         return False, why
-    setup = setup_cost(p)  # looked up only when it can matter (it imports numba)
-    limit = budget.budget()
-    if setup > limit:  # this launch compiles for the budget; the part left cold is hosted
-        done = limit / setup
-        compiled = done * compiled + (1.0 - done) * interp
-        setup = limit
+    # looked up only when it can matter (it imports numba)
+    setup, compiled = this_launch(interp, compiled, setup_cost(p))
     if compiled + setup < interp:
         return True, ""
     return False, f"{why} + {setup:.3g} s to compile or load"
+
+
+def this_launch(interp: float, compiled: float, setup: float) -> tuple[float, float]:
+    """(compile seconds, run seconds) of this launch on the Numba backend, for a kernel taking
+    ``interp`` / ``compiled`` seconds interpreted / fully compiled and ``setup`` seconds of
+    compiling: at most the compile budget is spent, and the share of the work whose compile
+    does not fit runs hosted at the interpreter's speed."""
+    limit = budget.budget()
+    if setup <= limit:
+        return setup, compiled
+    done = limit / setup
+    return limit, done * compiled + (1.0 - done) * interp
 
 
 def estimate(p: Plan) -> tuple[float, float]:
