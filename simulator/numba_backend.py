@@ -395,7 +395,8 @@ def prepare(
         try:
             part = generate(ir, config, p.func, built.deferred)
         except Unsupported:  # hosting cannot replace them here: build them all now
-            budget.build_kernels(_kernel_calls(p, args), p.uses, float("inf"), start, 0.0)
+            calls = _kernel_calls(p, args)
+            budget.build_kernels(calls, p.uses, float("inf"), start, KERNEL_COMPILE)
         else:
             hosted = len(part.hosted_ops) - len(p.hosted_ops)
             n = len(built.deferred)
