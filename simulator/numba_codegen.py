@@ -10,8 +10,8 @@ overwrites the whole tile), writes the bases of each instruction's accesses (aff
 program ids and loop iterators) into ``D`` and calls its kernel. Its size, and so its compile
 time, grows linearly with the kernel; the kernels are shared and cached on disk. Above
 ``PY_DRIVER_MIN`` instructions the same source runs as plain Python (no compile at all), as
-does a driver generated with library kernels ``defer``-red to a later launch (the compile
-budget, ``numba_budget``): the instructions calling them are hosted.
+does a driver generated with ``defer`` (library kernels the compile budget left for a later
+launch, ``numba_budget``): the instructions calling them are hosted.
 
 This module walks the kernel (loops, allocations, instructions); ``numba_access.py`` lowers
 accesses and ``numba_lowering.py`` the instruction kinds it compiles natively, on fp32 /
