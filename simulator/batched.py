@@ -75,6 +75,8 @@ class BCtx:
         # either hands over its result array or gets empty storage to write into
         self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.host: Host | None = None  # runs the hosted instructions (``batched_host``)
+        # reshape / dtype views: name -> (the base storage it was made from, the view)
+        self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -241,7 +243,9 @@ class BCtx:
             self.view(acc)[...] = stored
             return
         idx = self.indices(acc, sel)
-        self.arrays[acc.tensor][tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
+        arr = self.arrays.get(acc.tensor)
+        arr = self._storage(acc.tensor) if arr is None else arr
+        arr[tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
 
     def into(self, acc: Access) -> np.ndarray | None:
         """Where the running instruction may compute its fp32 result in place: the view of a
@@ -266,13 +270,39 @@ class BCtx:
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
+    def has_storage(self, name: str) -> bool:
+        """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending
+        tile or a view of one (not a tile a hosted device loop allocates)."""
+        base = self.decl(name).alias_of or name
+        return base in self.arrays or base in self.pending
+
     def _storage(self, name: str) -> np.ndarray:
-        """The storage of a tile still pending (else the unknown tensor's KeyError)."""
+        """The storage of a tile still pending or of a reshape / dtype view (else the unknown
+        tensor's KeyError)."""
+        d = self.decl(name)
+        if d.alias_of is not None:
+            return self._alias(d)
         pend = self.pending.pop(name, None)
         if pend is None:
             raise KeyError(name)
         self.arrays[name] = np.empty(*pend)
         return self.arrays[name]
+
+    def _alias(self, d: Any) -> np.ndarray:
+        """A reshape / dtype view: the same memory as its base's current storage, batch axes
+        kept (an HBM tensor's at depth 0); made once per base storage, so a tile's views
+        follow each new allocation and each position sees one view object per allocation."""
+        base = self.arrays.get(d.alias_of)
+        if base is None:
+            base = self._storage(d.alias_of)
+        got = self.aliases.get(d.name)
+        if got is not None and got[0] is base:
+            return got[1]
+        p = self.depth[d.alias_of]
+        out = alias_storage(base, p, d, self.config.precise_fp)
+        self.aliases[d.name] = (base, out)
+        self.depth[d.name] = p
+        return out
 
     def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
         d = self.decl(name)
@@ -291,6 +321,23 @@ class BCtx:
         else:
             self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
         self.depth[name] = len(self.dims)
+
+
+def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
+    """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
+    batch axes): the plan keeps the base of every view contiguous storage of its own, so this
+    is always a view (checked: a copy would lose the writes)."""
+    sd = numerics.storage_dtype(decl.dtype, precise_fp)
+    lead = base.shape[:p]
+    flat = base.reshape(*lead, -1)
+    if flat.dtype != sd:  # the same bytes as another type
+        flat = flat.view(sd)
+    out = flat.reshape(*lead, *decl.shape)
+    if out.size and not np.may_share_memory(out, base):
+        raise NKIRuntimeError(
+            f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"
+        )
+    return out
 
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
@@ -319,6 +366,9 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
             ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
         elif isinstance(n, _GridLoop):
             _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p)
+        elif id(n) in p.subtrees:  # a device loop: the interpreter's walk per position
+            assert ctx.host is not None
+            ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
         elif id(n) in p.batch_loops:
             _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
         else:
@@ -425,6 +475,8 @@ def execute(
         raise
     n_host = len(p.hosted)
     hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
+    if p.subtrees:
+        hosted += f", {len(p.subtrees)} device loop(s) run per instance by the interpreter"
     info.reason = (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "

@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, PidSym, Sym
+from nki.ir import Access, Instr, KernelIR, Node, PidSym, Sym
 from nki.isa.spec import OUTPUT_ATTRS
 
 from .executors import COLLECTIVES, executor_of
-from .interpreter import execute_instruction
+from .interpreter import execute_instruction, execute_nodes
 
 if TYPE_CHECKING:
     from .batched import BCtx
@@ -118,6 +118,23 @@ class _NoState(dict):
     __getitem__ = __setitem__ = __contains__ = get = pop = setdefault = _refuse  # type: ignore[assignment]
 
 
+class _LocalState(_NoState):
+    """What a hosted device loop sees in a batched loop: engine state refused, the
+    interpreter's table of each tile's reshape / dtype views (not engine state) allowed."""
+
+    _OWN = "aliases"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key != self._OWN:
+            raise StateUsed
+        return dict.get(self, key, default)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key != self._OWN:
+            raise StateUsed
+        dict.__setitem__(self, key, value)
+
+
 class _PositionArrays(dict):
     """The storage one position's executor sees: each tensor's view made on first use."""
 
@@ -133,6 +150,9 @@ class _PositionArrays(dict):
                 return default
             self[name] = got
         return got
+
+    def __contains__(self, name: object) -> bool:  # (``Ctx.allocate`` asks for shared HBM)
+        return self.get(name) is not None
 
 
 class Host:
@@ -154,8 +174,8 @@ class Host:
         assert ctx is not None
         arr = ctx.arrays.get(name)
         if arr is None:
-            if name not in ctx.pending:
-                return None
+            if not ctx.has_storage(name):
+                return None  # (a tile a hosted device loop allocates: the position's own)
             arr = ctx._storage(name)
         p = ctx.depth.get(name, 0)
         if p == 0:
@@ -173,6 +193,41 @@ class Host:
     def run(self, instr: Instr, ctx: BCtx, stateful: bool) -> None:
         """``instr`` once per position of the batch, in the interpreter's order (instances,
         then iterations, ascending)."""
+        for pos, env, inst, state in self._positions(ctx, stateful, _NoState):
+            execute_instruction(
+                self.ir,
+                ctx.config,
+                instr,
+                _PositionArrays(self, pos),  # type: ignore[arg-type]
+                env,
+                state,
+                inst,
+                self.cores.get(inst, 0),
+            )
+
+    def run_nodes(self, node: Node, ctx: BCtx, stateful: bool) -> None:
+        """A device loop with its whole body, once per position of the batch with the
+        interpreter's walker (registers are tiles: each position reads its own). Tiles it
+        allocates live in the position's storage only (the plan proves nothing reads them
+        after the loop)."""
+        for pos, env, inst, state in self._positions(ctx, stateful, _LocalState):
+            execute_nodes(
+                self.ir,
+                ctx.config,
+                (node,),
+                _PositionArrays(self, pos),  # type: ignore[arg-type]
+                env,
+                state,
+                inst,
+                self.cores.get(inst, 0),
+            )
+
+    def _positions(
+        self, ctx: BCtx, stateful: bool, refusing: type[dict]
+    ) -> Iterator[tuple[tuple[int, ...], dict[Sym, int], tuple[int, ...], dict[str, Any]]]:
+        """(position, its symbol values, its instance, the state its executors see) for every
+        position of the batch: the instance's engine state unless an ``affine_range`` loop is
+        batched around (then a ``refusing`` dict, see the module docstring)."""
         self.ctx = ctx
         ngrid = len(self.ir.grid.shape)
         in_loop = len(ctx.dims) > ngrid  # an affine_range loop is batched around it
@@ -186,14 +241,5 @@ class Host:
             if stateful or not in_loop:
                 state = self.states.setdefault(inst, {})
             else:
-                state = _NoState()
-            execute_instruction(
-                self.ir,
-                ctx.config,
-                instr,
-                _PositionArrays(self, pos),  # type: ignore[arg-type]
-                env,
-                state,
-                inst,
-                self.cores.get(inst, 0),
-            )
+                state = refusing()
+            yield pos, env, inst, state

@@ -3,7 +3,8 @@
 Each instruction runs its executor from the registry (``executors.py``; the executors live in
 ``simulator/language`` and ``simulator/isa``) on the instance's :class:`~simulator.memory.Ctx`.
 ``execute`` is this backend's entry point; ``execute_instruction`` runs one instruction on
-arrays another backend owns (the Numba backend hosts what it does not compile through it)."""
+arrays another backend owns (the Numba backend hosts what it does not compile through it), and
+``execute_nodes`` a subtree of the IR (the batched backend hosts device loops through it)."""
 
 from __future__ import annotations
 
@@ -106,6 +107,31 @@ def execute_instruction(
     ctx.env = env
     ctx.state = state
     _exec_instr(instr, ctx)
+
+
+def execute_nodes(
+    ir: KernelIR,
+    config: SimConfig,
+    nodes: tuple[Node, ...],
+    arrays: dict[str, np.ndarray],
+    env: dict[Sym, int],
+    state: dict[str, Any],
+    instance: Instance,
+    core: int,
+) -> None:
+    """Run a subtree of the IR (a device loop with its body) for one instance, as
+    ``execute_instruction`` runs one instruction: allocations inside it go into ``arrays``.
+    The subtree must hold no collective (it would wait for other instances)."""
+    ctx = Ctx(ir, config, {}, instance, core, None)
+    ctx.arrays = arrays
+    ctx.env = env
+    ctx.state = state
+    for instr in _walk(nodes, ctx):
+        raise NKIRuntimeError(
+            f"'{instr.api or instr.kind}' waits for other instances inside a hosted subtree",
+            code="err_internal",
+            loc=instr.loc,
+        )
 
 
 def _walk(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:

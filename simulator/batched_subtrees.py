@@ -1,0 +1,144 @@
+"""Planning the parts of a batched launch (``batched.py``) that are not plain batched
+instructions: device loops run per position by the interpreter, and reshape / dtype views.
+
+Device loops (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) run
+with their whole body once per batch position (``Host.run_nodes``), reading that position's
+registers (registers are one-element SBUF tiles). Positions stay independent when:
+- every HBM write inside is distinct per instance and batched iteration (the plan's
+  ``_check_distinct_writes``: the device loop's symbol is sequential, never a batch axis);
+- no tile allocated inside is used after the loop (it lives in the position's storage only);
+- a loop whose body uses engine state is not inside a batched ``affine_range`` loop (the loops
+  around it are iterated, as for a hosted instruction using engine state);
+- no collective is inside (it waits for other instances: the plan declines those anyway).
+
+Views (``t.reshape``, ``t.view(dtype)``, ``t.ap``...) are the same memory as their base in
+another shape or type. A view of an HBM tensor is a view of the launch's array; a view of a
+tile is a view of the tile part of its batched storage, which must then be contiguous storage
+of its own: a tile with views is never a view of HBM (elided load, store fusion), and an HBM
+tensor with views is never the home of a fused tile (the order of writes through its names
+stays the program's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
+
+from .batched_host import touched, uses_engine_state
+from .coverage import nodes_of
+
+
+@dataclass(frozen=True)
+class DeviceLoops:
+    loops: frozenset[int] = frozenset()  # ids of the outermost device loops
+    inside: frozenset[int] = frozenset()  # ids of every node inside them
+    stateful: frozenset[int] = frozenset()  # ids of those whose body uses engine state
+    around: frozenset[int] = frozenset()  # ids of the loops around a stateful one (iterated)
+    touched: frozenset[str] = frozenset()  # tensors touched inside (names and bases)
+
+
+def root(ir: KernelIR, name: str) -> str:
+    """The tensor whose storage ``name`` is (itself, or the base of a view)."""
+    return ir.tensor(name).alias_of or name
+
+
+def _where(n: Loop) -> str:
+    return f"the device loop at line {n.loc.line}" if n.loc is not None else "a device loop"
+
+
+def device_loops(ir: KernelIR, declined: type[Exception]) -> DeviceLoops:
+    """The device loops the batched backend hosts; raises ``declined`` (the plan's exception)
+    when one needs what a hosted loop cannot give (see the module docstring)."""
+    top: dict[int, RuntimeLoop] = {}
+    owner: dict[int, int] = {}  # id(node inside) -> id(its outermost device loop)
+    around: dict[int, tuple[Loop, ...]] = {}
+    for n, loops in nodes_of(ir):
+        outer = next((lp for lp in loops if lp.is_runtime), None)
+        if outer is not None:
+            owner[id(n)] = id(outer)
+        elif isinstance(n, RuntimeLoop):
+            top[id(n)] = n
+            around[id(n)] = loops
+    if not top:
+        return DeviceLoops()
+    allocated: dict[str, RuntimeLoop] = {}  # tile (base) -> the device loop allocating it
+    stateful: set[int] = set()
+    names: set[str] = set()
+    for n, _ in nodes_of(ir):
+        at = owner.get(id(n))
+        if at is None:
+            continue
+        if isinstance(n, Alloc):
+            allocated[n.tensor] = top[at]
+        elif isinstance(n, Instr):
+            if uses_engine_state(n):
+                stateful.add(at)
+            names |= {a.tensor for part in touched(n) for a in part}
+        elif isinstance(n, RuntimeLoop):
+            names |= {a.tensor for a in _registers(n)}
+    for lp in top.values():
+        names |= {a.tensor for a in _registers(lp)}
+    for n, _ in nodes_of(ir):
+        if id(n) in owner or not isinstance(n, Instr):
+            continue
+        for acc in (a for part in touched(n) for a in part):
+            home = allocated.get(root(ir, acc.tensor))
+            if home is not None:
+                raise declined(
+                    f"tile {ir.label(root(ir, acc.tensor))} allocated inside {_where(home)} "
+                    f"is used after it (line {n.loc.line if n.loc else '?'})"
+                )
+    return DeviceLoops(
+        frozenset(top),
+        frozenset(owner),
+        frozenset(stateful),
+        frozenset(id(lp) for i in stateful for lp in around[i]),
+        frozenset(names | {root(ir, t) for t in names}),
+    )
+
+
+def _registers(n: RuntimeLoop) -> list[Access]:
+    return [a for a in (n.lower, n.upper, n.cond) if a is not None]
+
+
+def check_views(ir: KernelIR, declined: type[Exception]) -> None:
+    """An HBM tensor written through one name and read through another (a view) is outside
+    the batched subset: instances would read each other's writes."""
+    written: dict[str, set[str]] = {}
+    read: dict[str, set[str]] = {}
+    for instr, _ in (p for p in nodes_of(ir) if isinstance(p[0], Instr)):
+        reads, writes = touched(instr)
+        for accs, into in ((reads, read), (writes, written)):
+            for a in accs:
+                if ir.tensor(a.tensor).buffer == "shared_hbm":
+                    into.setdefault(root(ir, a.tensor), set()).add(a.tensor)
+    for base in sorted(set(written) & set(read)):
+        if len(written[base] | read[base]) > 1:
+            raise declined(
+                f"HBM tensor {ir.label(base)} is written and read through a reshape / dtype view"
+            )
+
+
+def contiguous_views(
+    ir: KernelIR, elided: set[int], fused: dict[int, Instr]
+) -> tuple[set[int], dict[int, Instr]]:
+    """``elided`` loads and ``fused`` stores without those that would make the base of a view
+    strided storage or reorder writes through a view (see the module docstring)."""
+    viewed = {d.alias_of for d in ir.tensors if d.alias_of is not None}
+    if not viewed:
+        return elided, fused
+
+    def plain(name: str) -> bool:
+        return ir.tensor(name).alias_of is None and name not in viewed
+
+    keep = set()
+    for instr, _ in (p for p in nodes_of(ir) if isinstance(p[0], Instr)):
+        if id(instr) in elided and instr.dst is not None and plain(instr.dst.tensor):
+            keep.add(id(instr))
+    out = {}
+    for k, store in fused.items():
+        src = store.srcs[0]
+        if store.dst is not None and isinstance(src, Access):
+            if plain(store.dst.tensor) and plain(src.tensor):
+                out[k] = store
+    return keep, out
