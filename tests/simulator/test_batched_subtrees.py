@@ -1,0 +1,375 @@
+"""The batched backend with device loops and views: a device loop (``nl.fori_loop`` with a
+register bound, ``nl.while_loop``) runs per instance with the interpreter's walker while the
+rest of the kernel stays batched; reshape / dtype views of HBM tensors and tiles are views of
+the batched storage. Each launch must stay batched, be bit-identical to the interpreter, equal
+a NumPy reference and report the interpreter's errors (message, line, instance)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.ir import Access, Alloc, Loop
+from nki.language.loops import register_alloc, register_load, register_store
+from simulator.batched_plan import Declined, plan
+from simulator.config import SimConfig
+
+G = 4  # grid instances
+L = 3  # affine_range iterations
+F = 64  # free size of the tiles
+BF16 = ml_dtypes.bfloat16
+
+
+def classic(fn):
+    """Grids are classic launches (``kernel[g]``); device loops and registers work in both."""
+    return nki.jit(fn, api="classic")
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def _both(kernel, grid, *args, **opts):
+    """(batched result, interpreter result, the batched kernel): the first run must batch,
+    and both results are the same bits."""
+    kb = kernel.configure(backend="batched", **opts)
+    got = kb[grid](*args)
+    assert kb.last_run.backend == "batched", kb.last_run.reason
+    kn = kernel.configure(backend="numpy", **opts)
+    want = kn[grid](*args)
+    assert kn.last_run.backend == "numpy"
+    for g, w in zip(
+        got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
+    ):
+        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
+    return got, want, kb
+
+
+def _line(fn, marker: str) -> int:
+    src, start = inspect.getsourcelines(fn)
+    return start + next(i for i, s in enumerate(src) if marker in s)
+
+
+def _rows(g):
+    return slice(g * 128, (g + 1) * 128)
+
+
+# ---- device loops ----------------------------------------------------------------------------
+
+
+@classic
+def doubled_n_times(x, n):
+    """Instance g: its tile of x doubled n[g] times (a fori_loop with a register bound)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    cnt = nl.load(n[g : g + 1, :])
+    ub = register_alloc()
+    register_load(ub, cnt)
+
+    def body(i):
+        t[...] = nisa.tensor_scalar(t, op0=nl.multiply, operand0=2.0)
+
+    nl.fori_loop(0, ub, body)
+    nl.store(out[_rows(g), :], t)
+    return out
+
+
+def test_fori_loop_with_a_register_bound_over_a_grid():
+    x = np.random.default_rng(0).standard_normal((G * 128, F)).astype(np.float32)
+    n = np.array([[0], [1], [3], [2]], np.int32)
+    got, _, k = _both(doubled_n_times, G, x, n)
+    np.testing.assert_array_equal(got, x * np.repeat(2.0 ** n[:, 0], 128)[:, None])
+    assert "1 device loop(s) run per instance by the interpreter" in k.last_run.reason
+
+
+@classic
+def halved_while_positive(x, n):
+    """Instance g: its tile halved while a countdown register starting at n[g] is non-zero."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    cnt[...] = nl.load(n[g : g + 1, :])
+    r = register_alloc()
+    register_load(r, cnt)
+
+    def body(c):
+        t[...] = nl.multiply(t, 0.5)
+        register_store(cnt, c)
+        cnt[...] = nl.subtract(cnt, 1, dtype=nl.int32)
+        nxt = register_alloc()
+        register_load(nxt, cnt)
+        return nxt
+
+    nl.while_loop(r, body)  # WHILE
+    nl.store(out[_rows(g), :], nl.add(t, 1.0))
+    return out
+
+
+def test_while_loop_over_a_grid():
+    x = np.random.default_rng(1).standard_normal((G * 128, F)).astype(np.float32)
+    n = np.array([[2], [0], [5], [1]], np.int32)
+    got, _, _ = _both(halved_while_positive, G, x, n)
+    scale = np.repeat(np.float32(0.5) ** n[:, 0], 128)[:, None].astype(np.float32)
+    np.testing.assert_array_equal(got, x * scale + np.float32(1))
+
+
+@classic
+def fori_in_affine_range(x, n):
+    """Instance g, iteration j: tile (g, j) plus 1.0 n[g, j] times, then squared."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+        t[...] = nl.load(x[r, :])
+        cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        cnt[...] = nl.load(n[g * L + j : g * L + j + 1, :])
+        ub = register_alloc()
+        register_load(ub, cnt)
+
+        def body(i, t=t):
+            t[...] = nl.add(t, 1.0)
+
+        nl.fori_loop(0, ub, body)
+        nl.store(out[r, :], nl.multiply(t, t))
+    return out
+
+
+def test_device_loop_inside_a_batched_affine_range():
+    x = np.random.default_rng(2).standard_normal((G * L * 128, F)).astype(np.float32)
+    n = np.random.default_rng(3).integers(0, 4, (G * L, 1)).astype(np.int32)
+    got, _, k = _both(fori_in_affine_range, G, x, n)
+    t = x.copy()
+    for _ in range(3):
+        t = np.where(np.repeat(n[:, 0], 128)[:, None] > _, t + np.float32(1), t)
+    np.testing.assert_array_equal(got, t * t)
+    assert "1 affine_range loop(s) batched" in k.last_run.reason  # (no engine state inside)
+
+
+@classic
+def noise_in_device_loop(x, n):
+    """Instance g, iteration j: tile + n[g] draws of nl.rand (each instance's generator
+    advances in its own order: the affine_range loop is iterated, not batched)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+        t[...] = nl.load(x[r, :])
+        cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        cnt[...] = nl.load(n[g : g + 1, :])
+        ub = register_alloc()
+        register_load(ub, cnt)
+
+        def body(i, t=t):
+            t[...] = nl.add(t, nl.rand((128, F)))
+
+        nl.fori_loop(0, ub, body)
+        nl.store(out[r, :], t)
+    return out
+
+
+def test_engine_state_in_a_device_loop_keeps_the_loops_around_it_iterated():
+    x = np.zeros((G * L * 128, F), np.float32)
+    n = np.array([[1], [2], [0], [3]], np.int32)
+    got, _, k = _both(noise_in_device_loop, G, x, n)
+    assert "0 affine_range loop(s) batched" in k.last_run.reason
+    tiles = got.reshape(G, L, 128, F)
+    assert (tiles[2] == 0).all()  # no draw
+    assert ((tiles[3] >= 0) & (tiles[3] < 3)).all() and tiles[3].mean() > 1.2
+    assert len({t.tobytes() for t in tiles[[0, 1, 3]].reshape(-1, 128, F)}) == 3 * L
+
+
+@classic
+def prefix_rows(x, n):
+    """Instance g: the sum of the first n[g] rows of x (rows read at the register's value)."""
+    out = nl.ndarray((G, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    acc = nl.zeros((1, F), dtype=nl.float32, buffer=nl.sbuf)
+    ub = register_alloc()
+    register_load(ub, nl.load(n[g : g + 1, :]))
+    ip, jf = nl.mgrid[0:1, 0:F]
+
+    def body(i):
+        row = nl.load(x[i[0, 0] + ip, jf])  # ROW
+        acc[...] = nl.add(acc, row)
+
+    nl.fori_loop(0, ub, body)
+    nl.store(out[g : g + 1, :], acc)
+    return out
+
+
+def test_register_offsets_inside_a_device_loop():
+    x = np.random.default_rng(4).standard_normal((16, F)).astype(np.float32)
+    n = np.array([[5], [0], [16], [1]], np.int32)
+    got, _, _ = _both(prefix_rows, G, x, n)
+    want = np.stack([x[: k[0]].sum(axis=0) for k in n])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_an_error_inside_a_device_loop_is_the_interpreters():
+    """Instances 1 and 3 read past x; the interpreter meets instance 1 first."""
+    x = np.zeros((16, F), np.float32)
+    n = np.array([[2], [17], [3], [20]], np.int32)
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            prefix_rows.configure(backend=backend)[G](x, n)
+        errors.append(e.value)
+    want, got = errors
+    assert want.instance == (1,) and want.loc.line == _line(prefix_rows.fn, "# ROW")
+    assert (got.code, got.loc.line, got.instance) == (want.code, want.loc.line, want.instance)
+    assert str(got) == str(want) and "out-of-bound" in str(got)
+
+
+def test_a_non_terminating_while_loop_is_reported_for_its_instance(monkeypatch):
+    import nki.language.loops as loops
+
+    monkeypatch.setattr(loops, "MAX_WHILE_ITERATIONS", 40)
+    x = np.zeros((G * 128, F), np.float32)
+    n = np.array([[1], [-1], [2], [0]], np.int32)  # instance 1 counts down from -1: forever
+    kernel = nki.jit(halved_while_positive.fn)  # (traced again with the smaller limit)
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError, match="does not terminate") as e:
+            kernel.configure(backend=backend)[G](x, n)
+        errors.append(e.value)
+    want, got = errors
+    assert want.instance == (1,) and want.loc.line == _line(halved_while_positive.fn, "# WHILE")
+    assert str(got) == str(want) and got.instance == want.instance
+
+
+# ---- views ----------------------------------------------------------------------------------
+
+
+@classic
+def reshaped_input(x):
+    """x (G, 128 * F) read as (G * 128, F) rows, plus 1."""
+    out = nl.ndarray((x.shape[0] * 128, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    xr = x.reshape((x.shape[0] * 128, F))
+    nl.store(out[_rows(g), :], nl.add(nl.load(xr[_rows(g), :]), 1.0))
+    return out
+
+
+def test_reshape_of_an_hbm_input():
+    x = np.random.default_rng(5).standard_normal((G, 128 * F)).astype(np.float32)
+    got, _, _ = _both(reshaped_input, G, x)
+    np.testing.assert_array_equal(got, x.reshape(G * 128, F) + np.float32(1))
+
+
+@classic
+def abs_by_bits(x):
+    """|x| by clearing the sign bit of x's bits (float32 viewed as int32), then the bits as
+    float32 again through a view of the output."""
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.load(x.view(nl.int32)[_rows(g), :])
+    nl.store(out.view(nl.int32)[_rows(g), :], nl.bitwise_and(t, 0x7FFFFFFF))
+    return out
+
+
+def test_float32_int32_bit_views_of_hbm():
+    x = np.random.default_rng(6).standard_normal((G * 128, F)).astype(np.float32)
+    x[0, :4] = [-0.0, -np.inf, np.nan, -1e-40]
+    got, _, _ = _both(abs_by_bits, G, x)
+    np.testing.assert_array_equal(_bits(got), _bits(x) & 0x7FFFFFFF)
+
+
+@classic
+def bf16_bits(x):
+    """bf16 tiles stored as their uint16 bits, and the bits + 1 stored as bf16 (the next
+    representable magnitude) through a view of the second output."""
+    bits = nl.ndarray(x.shape, dtype=nl.uint16, buffer=nl.shared_hbm)
+    nxt = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    nl.store(bits[_rows(g), :], value=t.view(nl.uint16))
+    u = nl.add(t.view(nl.uint16), 1, dtype=nl.uint16)
+    nl.store(nxt.view(nl.uint16)[_rows(g), :], value=u)
+    return bits, nxt
+
+
+@pytest.mark.parametrize("precise_fp", [True, False])
+def test_bf16_uint16_views_keep_the_bytes(precise_fp):
+    x = np.random.default_rng(7).standard_normal((G * 128, F)).astype(BF16)
+    (bits, nxt), _, _ = _both(bf16_bits, G, x, precise_fp=precise_fp)
+    np.testing.assert_array_equal(bits, x.view(np.uint16))
+    np.testing.assert_array_equal(nxt.view(np.uint16), x.view(np.uint16) + 1)
+
+
+@classic
+def tile_reshape(x):
+    """Per (instance, iteration): four column blocks loaded into a (128, 4, 16) tile, read
+    back as (128, 64) through a reshape, times 3; a loaded tile reshaped, plus 1."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(L):
+        r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
+        t = nl.ndarray((128, 4, 16), dtype=x.dtype, buffer=nl.sbuf)
+        for b in nl.affine_range(4):
+            t[:, b, :] = nl.load(x[r, b * 16 : (b + 1) * 16])
+        nl.store(out[r, :], nl.multiply(t.reshape((128, F)), 3.0))
+        s = nl.load(x[r, :])  # (a load that would otherwise be a view of x)
+        nl.store(out2[r, :], nl.add(s.reshape((128, 4, 16)), 1.0).reshape((128, F)))
+    return out, out2
+
+
+def test_tile_reshapes_in_a_batched_loop():
+    x = np.random.default_rng(8).standard_normal((G * L * 128, F)).astype(np.float32)
+    (got, got2), _, k = _both(tile_reshape, G, x)
+    np.testing.assert_array_equal(got, x * np.float32(3))
+    np.testing.assert_array_equal(got2, x + np.float32(1))
+    assert "1 affine_range loop(s) batched" in k.last_run.reason
+
+
+# ---- still declined --------------------------------------------------------------------------
+
+
+@classic
+def written_then_read_through_a_view(x):
+    buf = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((F, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(buf, nl.load(x))
+    nl.store(out, nl.load(buf.reshape((F, 128))))
+    return out
+
+
+def test_still_declined_kernels_say_why():
+    x = np.random.default_rng(9).standard_normal((128, F)).astype(np.float32)
+    k = written_then_read_through_a_view.configure(backend="batched")
+    np.testing.assert_array_equal(k(x), x.reshape(F, 128))
+    assert k.last_run.backend == "numpy"
+    assert "written and read through a reshape / dtype view" in k.last_run.reason
+
+
+def test_a_tile_of_a_device_loop_read_after_it_is_declined():
+    """The front end reports such a kernel (a scope error); the plan refuses its IR too: the
+    tile lives in each position's own storage only while the loop runs."""
+    x = np.ones((G * 128, F), np.float32)
+    k = doubled_n_times.configure(backend="batched")
+    k[G](x, np.ones((G, 1), np.int32))
+    ir = k.last_ir
+    loop = next(n for n in ir.body if isinstance(n, Loop) and n.is_runtime)
+    reg = next(n.tensor for n in loop.body if isinstance(n, Alloc))  # (the induction register)
+    store = ir.body[-1]  # the last store, made to read the register after the loop
+    after = dataclasses.replace(store, srcs=(Access(reg, (1, 1), loop.body[1].dst.index),))
+    bad = dataclasses.replace(ir, body=(*ir.body, after), _by_name={})
+    with pytest.raises(
+        Declined, match=f"allocated inside the device loop at line {loop.loc.line} is used after it"
+    ):
+        plan(bad, SimConfig())
