@@ -37,6 +37,7 @@ from nki.ir import (
     KernelIR,
     Node,
     PidSym,
+    RuntimeLoop,
     Sym,
 )
 from nki.optable import OPS
@@ -77,6 +78,7 @@ class BCtx:
         self.host: Host | None = None  # runs the hosted instructions (``batched_host``)
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.device_loops = [0, 0]  # device loop runs: (batched, per position)
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -366,9 +368,8 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
             ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
         elif isinstance(n, _GridLoop):
             _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p)
-        elif id(n) in p.subtrees:  # a device loop: the interpreter's walk per position
-            assert ctx.host is not None
-            ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
+        elif id(n) in p.subtrees:
+            _run_device_loop(n, ctx, p)  # type: ignore[arg-type]
         elif id(n) in p.batch_loops:
             _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
         else:
@@ -376,6 +377,40 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
                 ctx.scalar[n.sym] = v
                 _run_nodes(n.body, ctx, p)
             ctx.scalar.pop(n.sym, None)
+
+
+def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    """A device loop: iterated around its batched body when its bounds are the same at every
+    position of the batch, else run per position by the interpreter's walker."""
+    trips = _same_trips(n, ctx)
+    if trips is None:
+        assert ctx.host is not None
+        ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
+        ctx.device_loops[1] += 1
+        return
+    ctx.device_loops[0] += 1
+    for v in trips:
+        ctx.scalar[n.sym] = v
+        _run_nodes(n.body, ctx, p)
+    ctx.scalar.pop(n.sym, None)
+
+
+def _same_trips(n: RuntimeLoop, ctx: BCtx) -> range | None:
+    """A fori_loop's iterations when its bound registers hold one value across the batch
+    (read when the loop starts, as the interpreter does); None otherwise (and for a while
+    loop, whose condition each position reads before every iteration)."""
+    if n.cond is not None:
+        return None
+    bounds = []
+    for acc, const in ((n.lower, n.lower_const), (n.upper, n.upper_const)):
+        if acc is None:
+            bounds.append(const)
+            continue
+        vals = np.asarray(ctx.view(acc)).reshape(-1)
+        if not (vals == vals[0]).all():
+            return None
+        bounds.append(int(vals[0]))
+    return range(bounds[0], bounds[1], n.step)
 
 
 def _run_batched(
@@ -476,7 +511,11 @@ def execute(
     n_host = len(p.hosted)
     hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
     if p.subtrees:
-        hosted += f", {len(p.subtrees)} device loop(s) run per instance by the interpreter"
+        same, per = ctx.device_loops
+        hosted += (
+            f", device loops run {same} time(s) batched (the same bounds at every position) "
+            f"and {per} time(s) per instance by the interpreter"
+        )
     info.reason = (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "

@@ -41,7 +41,9 @@ class Plan:
     stateful: frozenset[int] = frozenset()  # ids of hosted instructions using engine state
     # why checks="full" could find something at run time here (None: provably nothing)
     unproven: str | None = None
-    subtrees: frozenset[int] = frozenset()  # ids of device loops run per position (hosted)
+    # ids of device loops: batched when their bounds are the same at every position, else run
+    # per position by the interpreter (``stateful``: with the instance's engine state)
+    subtrees: frozenset[int] = frozenset()
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -103,8 +105,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     whole: set[int] = set()
     around = {id(lp) for i, loops in instructions_of(ir) if id(i) in stateful for lp in loops}
     around |= sub.around
-    hosted -= sub.inside  # (the interpreter runs the whole device loop)
-    stateful = (stateful - sub.inside) | sub.stateful
+    stateful |= sub.stateful
     _classify(ir, ir.body, batch, fresh, whole, hosted, stateful | around)
     _check_distinct_writes(ir, batch)
     _check_tiles_stay_in_their_loop(ir, batch)
@@ -289,8 +290,8 @@ def _symbol_ranges(ir: KernelIR) -> dict[Sym, tuple[int, int]]:
         PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
     }
     for n, _ in nodes_of(ir):
-        if isinstance(n, Loop):
-            ranges[n.sym] = n.value_range()
+        if isinstance(n, Loop):  # (a device loop's trips are known only when it runs)
+            ranges[n.sym] = (-(1 << 62), 1 << 62) if n.is_runtime else n.value_range()
     return ranges
 
 
@@ -379,11 +380,9 @@ def _classify(
     entirely by the batched instruction right after their allocation (a hosted one may write
     less than its destination access, so its tile keeps the fill)."""
     for i, n in enumerate(nodes):
-        if isinstance(n, Loop) and n.is_runtime:
-            continue  # (a device loop runs on the interpreter: nothing in it is batched)
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
-            if n.kind == "affine" and not carried and id(n) not in stateful:
+            if n.kind == "affine" and not n.is_runtime and not carried and id(n) not in stateful:
                 batch.add(id(n))
             _classify(ir, n.body, batch, fresh, whole, hosted, stateful)
         elif isinstance(n, Alloc) and i + 1 < len(nodes):

@@ -1,11 +1,14 @@
 """Planning the parts of a batched launch (``batched.py``) that are not plain batched
 instructions: device loops run per position by the interpreter, and reshape / dtype views.
 
-Device loops (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) run
-with their whole body once per batch position (``Host.run_nodes``), reading that position's
-registers (registers are one-element SBUF tiles). Positions stay independent when:
+A device loop (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) whose
+bounds are the same at every position of the batch (a fori_loop's bound registers, read once
+when it starts) runs batched, iterated like a ``sequential_range`` loop. Otherwise it runs with
+its whole body once per batch position (``Host.run_nodes``), reading that position's
+registers (registers are one-element SBUF tiles). Both are exact when:
 - every HBM write inside is distinct per instance and batched iteration (the plan's
-  ``_check_distinct_writes``: the device loop's symbol is sequential, never a batch axis);
+  ``_check_distinct_writes``: the device loop's symbol is sequential, never a batch axis; an
+  access whose index uses it is hosted, its range being unknown before the run);
 - no tile allocated inside is used after the loop (it lives in the position's storage only);
 - a loop whose body uses engine state is not inside a batched ``affine_range`` loop (the loops
   around it are iterated, as for a hosted instruction using engine state);
@@ -30,11 +33,10 @@ from .coverage import nodes_of
 
 @dataclass(frozen=True)
 class DeviceLoops:
-    loops: frozenset[int] = frozenset()  # ids of the outermost device loops
-    inside: frozenset[int] = frozenset()  # ids of every node inside them
+    loops: frozenset[int] = frozenset()  # ids of every device loop (nested ones too)
     stateful: frozenset[int] = frozenset()  # ids of those whose body uses engine state
     around: frozenset[int] = frozenset()  # ids of the loops around a stateful one (iterated)
-    touched: frozenset[str] = frozenset()  # tensors touched inside (names and bases)
+    touched: frozenset[str] = frozenset()  # tensors touched inside them (names and bases)
 
 
 def root(ir: KernelIR, name: str) -> str:
@@ -47,52 +49,46 @@ def _where(n: Loop) -> str:
 
 
 def device_loops(ir: KernelIR, declined: type[Exception]) -> DeviceLoops:
-    """The device loops the batched backend hosts; raises ``declined`` (the plan's exception)
-    when one needs what a hosted loop cannot give (see the module docstring)."""
-    top: dict[int, RuntimeLoop] = {}
-    owner: dict[int, int] = {}  # id(node inside) -> id(its outermost device loop)
-    around: dict[int, tuple[Loop, ...]] = {}
-    for n, loops in nodes_of(ir):
-        outer = next((lp for lp in loops if lp.is_runtime), None)
-        if outer is not None:
-            owner[id(n)] = id(outer)
-        elif isinstance(n, RuntimeLoop):
-            top[id(n)] = n
-            around[id(n)] = loops
-    if not top:
+    """The device loops of ``ir``, each of which may run per position; raises ``declined`` (the
+    plan's exception) when one needs what a hosted loop cannot give (see the module
+    docstring)."""
+    loops: dict[int, tuple[RuntimeLoop, tuple[Loop, ...]]] = {}
+    for n, outer in nodes_of(ir):
+        if isinstance(n, RuntimeLoop):
+            loops[id(n)] = (n, outer)
+    if not loops:
         return DeviceLoops()
-    allocated: dict[str, RuntimeLoop] = {}  # tile (base) -> the device loop allocating it
+    allocated: dict[str, list[RuntimeLoop]] = {}  # tile (base) -> the device loops around it
     stateful: set[int] = set()
     names: set[str] = set()
-    for n, _ in nodes_of(ir):
-        at = owner.get(id(n))
-        if at is None:
+    inside: dict[int, set[int]] = {}  # id(node) -> ids of the device loops around it
+    for n, outer in nodes_of(ir):
+        mine = [lp for lp in outer if id(lp) in loops]
+        if not mine:
             continue
+        inside[id(n)] = {id(lp) for lp in mine}
         if isinstance(n, Alloc):
-            allocated[n.tensor] = top[at]
+            allocated[n.tensor] = mine
         elif isinstance(n, Instr):
             if uses_engine_state(n):
-                stateful.add(at)
+                stateful |= inside[id(n)]
             names |= {a.tensor for part in touched(n) for a in part}
-        elif isinstance(n, RuntimeLoop):
-            names |= {a.tensor for a in _registers(n)}
-    for lp in top.values():
+    for lp, _ in loops.values():
         names |= {a.tensor for a in _registers(lp)}
     for n, _ in nodes_of(ir):
-        if id(n) in owner or not isinstance(n, Instr):
+        if not isinstance(n, Instr):
             continue
         for acc in (a for part in touched(n) for a in part):
-            home = allocated.get(root(ir, acc.tensor))
-            if home is not None:
-                raise declined(
-                    f"tile {ir.label(root(ir, acc.tensor))} allocated inside {_where(home)} "
-                    f"is used after it (line {n.loc.line if n.loc else '?'})"
-                )
+            for home in allocated.get(root(ir, acc.tensor), ()):
+                if id(home) not in inside.get(id(n), ()):
+                    raise declined(
+                        f"tile {ir.label(root(ir, acc.tensor))} allocated inside "
+                        f"{_where(home)} is used after it (line {n.loc.line if n.loc else '?'})"
+                    )
     return DeviceLoops(
-        frozenset(top),
-        frozenset(owner),
+        frozenset(loops),
         frozenset(stateful),
-        frozenset(id(lp) for i in stateful for lp in around[i]),
+        frozenset(id(lp) for i in stateful for lp in loops[i][1]),
         frozenset(names | {root(ir, t) for t in names}),
     )
 

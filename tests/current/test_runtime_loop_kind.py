@@ -58,7 +58,7 @@ def test_register_bound_is_a_runtime_loop_and_every_backend_sees_it():
     assert [lp.is_runtime for lp in _loops(ir)] == [True]
     assert _loops(ir)[0].static_trips is None
     assert k.last_run.backend == "batched", k.last_run.reason
-    assert "1 device loop(s) run per instance" in k.last_run.reason
+    assert "device loops run 1 time(s) batched" in k.last_run.reason
     kn = nki.jit(prefix_sum, backend="numba")
     with pytest.warns(BackendFallbackWarning, match="device loops"):
         np.testing.assert_array_equal(kn(x, np.array([[5]], np.int32)), got)

@@ -84,12 +84,55 @@ def doubled_n_times(x, n):
     return out
 
 
-def test_fori_loop_with_a_register_bound_over_a_grid():
+@pytest.mark.parametrize("same", [True, False])
+def test_fori_loop_with_a_register_bound_over_a_grid(same):
+    """The same bound everywhere: the loop runs batched; else per instance."""
     x = np.random.default_rng(0).standard_normal((G * 128, F)).astype(np.float32)
-    n = np.array([[0], [1], [3], [2]], np.int32)
+    n = np.full((G, 1), 3, np.int32) if same else np.array([[0], [1], [3], [2]], np.int32)
     got, _, k = _both(doubled_n_times, G, x, n)
     np.testing.assert_array_equal(got, x * np.repeat(2.0 ** n[:, 0], 128)[:, None])
-    assert "1 device loop(s) run per instance by the interpreter" in k.last_run.reason
+    runs = "1 time(s) batched (the same bounds at every position) and 0 time(s) per instance"
+    if not same:
+        runs = "0 time(s) batched (the same bounds at every position) and 1 time(s) per instance"
+    assert f"device loops run {runs}" in k.last_run.reason
+
+
+@classic
+def nested_device_loops(x, m, n):
+    """Instance g: m[g] times (the outer loop), its tile plus 1, then halved n[g] times."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    outer = register_alloc()
+    register_load(outer, nl.load(m[g : g + 1, :]))
+    inner = register_alloc()
+    register_load(inner, nl.load(n[g : g + 1, :]))
+
+    def halve(i):
+        t[...] = nl.multiply(t, 0.5)
+
+    def body(i):
+        t[...] = nl.add(t, 1.0)
+        nl.fori_loop(0, inner, halve)
+
+    nl.fori_loop(0, outer, body)
+    nl.store(out[_rows(g), :], t)
+    return out
+
+
+def test_nested_device_loops_batched_outside_per_instance_inside():
+    x = np.random.default_rng(10).standard_normal((G * 128, F)).astype(np.float32)
+    m = np.full((G, 1), 3, np.int32)
+    n = np.array([[0], [2], [1], [4]], np.int32)
+    got, _, k = _both(nested_device_loops, G, x, m, n)
+    want = x.reshape(G, 128, F).copy()
+    for g in range(G):
+        for _ in range(3):
+            want[g] = (want[g] + np.float32(1)) * np.float32(0.5) ** n[g, 0]
+    np.testing.assert_array_equal(got, want.reshape(G * 128, F))
+    assert "run 1 time(s) batched" in k.last_run.reason
+    assert "and 3 time(s) per instance" in k.last_run.reason
 
 
 @classic
@@ -232,6 +275,21 @@ def test_an_error_inside_a_device_loop_is_the_interpreters():
     assert want.instance == (1,) and want.loc.line == _line(prefix_rows.fn, "# ROW")
     assert (got.code, got.loc.line, got.instance) == (want.code, want.loc.line, want.instance)
     assert str(got) == str(want) and "out-of-bound" in str(got)
+
+
+def test_an_error_inside_a_batched_device_loop_is_the_interpreters():
+    """The same bound everywhere (the loop runs batched), past the end of x: instance 0 meets
+    it first."""
+    x = np.zeros((16, F), np.float32)
+    n = np.full((G, 1), 18, np.int32)
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            prefix_rows.configure(backend=backend)[G](x, n)
+        errors.append(e.value)
+    want, got = errors
+    assert want.instance == (0,) and want.loc.line == _line(prefix_rows.fn, "# ROW")
+    assert str(got) == str(want) and got.instance == want.instance
 
 
 def test_a_non_terminating_while_loop_is_reported_for_its_instance(monkeypatch):
