@@ -13,11 +13,14 @@ holds stay under ``BUDGET`` bytes.
 The executors here repeat the reference interpreter's numerics (``simulator/language``): fp32
 compute, the same NumPy calls on contiguous operands, ``numerics.cast`` on write, so results are
 bit-identical. An instruction without a batched executor is hosted (``batched_host.py``): it
-runs per batch position with the interpreter's executor. Planning (``batched_plan.py``) decides
-the batch axes, the hosted instructions and the copies it can skip. ``execute`` declines
-(returns False, with the reason in ``RunInfo.reason``) kernels whose semantics need the
-per-instance walk (collectives, device loops, HBM read after write...); the next backend runs
-them."""
+runs per batch position with the interpreter's executor. A device loop (``nl.fori_loop`` with a
+register bound, ``nl.while_loop``) is iterated around its batched body while its bounds or
+condition are the same at every position, else it runs with its body per position by the
+interpreter's walker (``batched_subtrees.py``). Reshape / dtype views are views of their base's
+(batched) storage. Planning (``batched_plan.py``) decides the batch axes, the hosted
+instructions and the copies it can skip. ``execute`` declines (returns False, with the reason
+in ``RunInfo.reason``) kernels whose semantics need the per-instance walk (collectives, HBM
+read after write...); the next backend runs them."""
 
 from __future__ import annotations
 
@@ -380,13 +383,16 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
 
 
 def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
-    """A device loop: iterated around its batched body when its bounds are the same at every
-    position of the batch, else run per position by the interpreter's walker."""
+    """A device loop, iterated around its batched body while its bounds (a fori_loop's, read
+    when it starts) or its condition (a while loop's, read before every trip) are the same at
+    every position of the batch; otherwise (from that trip on) run per position by the
+    interpreter's walker."""
+    if n.cond is not None:
+        _run_while(n, ctx, p)
+        return
     trips = _same_trips(n, ctx)
     if trips is None:
-        assert ctx.host is not None
-        ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
-        ctx.device_loops[1] += 1
+        _run_per_position(n, ctx, p)
         return
     ctx.device_loops[0] += 1
     for v in trips:
@@ -395,18 +401,44 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     ctx.scalar.pop(n.sym, None)
 
 
+def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    trips = 0
+    while True:
+        go = _registers(n.cond, ctx) != 0  # type: ignore[arg-type]
+        if not go.any():
+            break
+        if not go.all() or trips == n.max_iterations:
+            # (past the limit, the interpreter's walk reports the loop at its first position)
+            _run_per_position(n, ctx, p, trips)
+            return
+        ctx.scalar[n.sym] = trips
+        _run_nodes(n.body, ctx, p)
+        trips += 1
+    ctx.scalar.pop(n.sym, None)
+    ctx.device_loops[0] += 1
+
+
+def _run_per_position(n: RuntimeLoop, ctx: BCtx, p: Plan, first_trip: int = 0) -> None:
+    ctx.scalar.pop(n.sym, None)
+    assert ctx.host is not None
+    ctx.host.run_nodes(n, ctx, id(n) in p.stateful, first_trip)
+    ctx.device_loops[1] += 1
+
+
+def _registers(acc: Access, ctx: BCtx) -> np.ndarray:
+    """A register's value at every position of the batch (flat)."""
+    return np.asarray(ctx.view(acc)).reshape(-1)
+
+
 def _same_trips(n: RuntimeLoop, ctx: BCtx) -> range | None:
-    """A fori_loop's iterations when its bound registers hold one value across the batch
-    (read when the loop starts, as the interpreter does); None otherwise (and for a while
-    loop, whose condition each position reads before every iteration)."""
-    if n.cond is not None:
-        return None
+    """A fori_loop's iterations when its bound registers hold one value across the batch;
+    None otherwise."""
     bounds = []
     for acc, const in ((n.lower, n.lower_const), (n.upper, n.upper_const)):
         if acc is None:
             bounds.append(const)
             continue
-        vals = np.asarray(ctx.view(acc)).reshape(-1)
+        vals = _registers(acc, ctx)
         if not (vals == vals[0]).all():
             return None
         bounds.append(int(vals[0]))

@@ -18,6 +18,9 @@ What stays exact, and why:
   (:class:`StateUsed`): the launch then goes to the next backend.
 - Storage identity: the executor of a PSUM accumulation group recognises a tile's allocation
   by its array object, so each position's view is made once per allocation.
+- Device loops (``run_nodes``): a device loop whose bounds differ across the batch runs
+  with its whole body per position through ``interpreter.execute_nodes``; tiles it allocates
+  live in that position's storage (``batched_subtrees`` proves nothing reads them after it).
 - Errors: the first failing position raises the interpreter's error with its line and
   instance; ``batched.execute`` then replays the instances up to that one on the interpreter
   so the error reported is the one the interpreter meets first."""
@@ -205,11 +208,11 @@ class Host:
                 self.cores.get(inst, 0),
             )
 
-    def run_nodes(self, node: Node, ctx: BCtx, stateful: bool) -> None:
+    def run_nodes(self, node: Node, ctx: BCtx, stateful: bool, first_trip: int = 0) -> None:
         """A device loop with its whole body, once per position of the batch with the
-        interpreter's walker (registers are tiles: each position reads its own). Tiles it
-        allocates live in the position's storage only (the plan proves nothing reads them
-        after the loop)."""
+        interpreter's walker (registers are tiles: each position reads its own); a while loop
+        from trip ``first_trip``. Tiles it allocates live in the position's storage only (the
+        plan proves nothing reads them after the loop)."""
         for pos, env, inst, state in self._positions(ctx, stateful, _LocalState):
             execute_nodes(
                 self.ir,
@@ -220,6 +223,7 @@ class Host:
                 state,
                 inst,
                 self.cores.get(inst, 0),
+                first_trip,
             )
 
     def _positions(

@@ -155,7 +155,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         frozenset(loaded),
         hosted=frozenset(hosted),
         stateful=frozenset(stateful),
-        unproven="device loops run per instance"
+        unproven="device loops (their trips are known only at run time)"
         if sub.loops
         else _full_checks_unproven(ir, fresh, hosted),
         subtrees=sub.loops,

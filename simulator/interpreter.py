@@ -118,15 +118,23 @@ def execute_nodes(
     state: dict[str, Any],
     instance: Instance,
     core: int,
+    first_trip: int = 0,
 ) -> None:
     """Run a subtree of the IR (a device loop with its body) for one instance, as
     ``execute_instruction`` runs one instruction: allocations inside it go into ``arrays``.
-    The subtree must hold no collective (it would wait for other instances)."""
+    ``first_trip``: a while loop (``nodes`` is that one loop) goes on from that trip, the
+    earlier ones having run elsewhere. The subtree must hold no collective (it would wait for
+    other instances)."""
     ctx = Ctx(ir, config, {}, instance, core, None)
     ctx.arrays = arrays
     ctx.env = env
     ctx.state = state
-    for instr in _walk(nodes, ctx):
+    walk = _walk(nodes, ctx)
+    if first_trip:
+        (loop,) = nodes
+        assert isinstance(loop, RuntimeLoop) and loop.cond is not None
+        walk = _walk_runtime_loop(loop, ctx, first_trip)
+    for instr in walk:
         raise NKIRuntimeError(
             f"'{instr.api or instr.kind}' waits for other instances inside a hosted subtree",
             code="err_internal",
@@ -170,9 +178,9 @@ def _register(acc: Access, ctx: Ctx) -> int:
     return int(np.asarray(ctx.read(acc)).reshape(-1)[0])
 
 
-def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx) -> Iterator[Instr]:
+def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx, first_trip: int = 0) -> Iterator[Instr]:
     """A device loop: bounds read from registers when it starts (fori_loop), or its condition
-    register before every iteration (while_loop)."""
+    register before every iteration (while_loop; from trip ``first_trip``)."""
     if n.cond is None:
         lo = n.lower_const if n.lower is None else _register(n.lower, ctx)
         hi = n.upper_const if n.upper is None else _register(n.upper, ctx)
@@ -180,7 +188,7 @@ def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx) -> Iterator[Instr]:
             ctx.env[n.sym] = v
             yield from _walk(n.body, ctx)
     else:
-        trips = 0
+        trips = first_trip
         while _register(n.cond, ctx) != 0:
             if trips == n.max_iterations:
                 raise NKIRuntimeError(

@@ -160,12 +160,26 @@ def halved_while_positive(x, n):
     return out
 
 
-def test_while_loop_over_a_grid():
+@pytest.mark.parametrize(
+    "counts, runs",
+    [
+        ([3, 3, 3, 3], "1 time(s) batched (the same bounds at every position) and 0"),
+        (
+            [3, 5, 4, 3],
+            "0 time(s) batched (the same bounds at every position) and 1",
+        ),  # (3 trips first)
+        ([2, 0, 5, 1], "0 time(s) batched (the same bounds at every position) and 1"),
+    ],
+)
+def test_while_loop_over_a_grid(counts, runs):
+    """Batched while every position's condition holds, per instance from the first trip
+    where they differ."""
     x = np.random.default_rng(1).standard_normal((G * 128, F)).astype(np.float32)
-    n = np.array([[2], [0], [5], [1]], np.int32)
-    got, _, _ = _both(halved_while_positive, G, x, n)
+    n = np.array(counts, np.int32)[:, None]
+    got, _, k = _both(halved_while_positive, G, x, n)
     scale = np.repeat(np.float32(0.5) ** n[:, 0], 128)[:, None].astype(np.float32)
     np.testing.assert_array_equal(got, x * scale + np.float32(1))
+    assert f"device loops run {runs} time(s) per instance" in k.last_run.reason
 
 
 @classic
@@ -292,20 +306,24 @@ def test_an_error_inside_a_batched_device_loop_is_the_interpreters():
     assert str(got) == str(want) and got.instance == want.instance
 
 
-def test_a_non_terminating_while_loop_is_reported_for_its_instance(monkeypatch):
+@pytest.mark.parametrize("counts, first", [([1, -1, 2, 0], 1), ([-1, -1, -1, -1], 0)])
+def test_a_non_terminating_while_loop_is_reported_for_its_instance(monkeypatch, counts, first):
+    """A countdown from -1 never ends: in one instance (the loop runs per instance), or in
+    all (it runs batched up to the limit, then the interpreter reports the first)."""
     import nki.language.loops as loops
 
     monkeypatch.setattr(loops, "MAX_WHILE_ITERATIONS", 40)
     x = np.zeros((G * 128, F), np.float32)
-    n = np.array([[1], [-1], [2], [0]], np.int32)  # instance 1 counts down from -1: forever
-    kernel = nki.jit(halved_while_positive.fn)  # (traced again with the smaller limit)
+    n = np.array(counts, np.int32)[:, None]
+    kernel = classic(halved_while_positive.fn)  # (traced again with the smaller limit)
     errors = []
     for backend in ("numpy", "batched"):
         with pytest.raises(nki.NKIError, match="does not terminate") as e:
             kernel.configure(backend=backend)[G](x, n)
         errors.append(e.value)
     want, got = errors
-    assert want.instance == (1,) and want.loc.line == _line(halved_while_positive.fn, "# WHILE")
+    line = _line(halved_while_positive.fn, "# WHILE")
+    assert want.instance == (first,) and want.loc.line == line
     assert str(got) == str(want) and got.instance == want.instance
 
 
