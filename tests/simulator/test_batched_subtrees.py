@@ -12,6 +12,8 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import nki
 import nki.isa as nisa
@@ -449,3 +451,32 @@ def test_a_tile_of_a_device_loop_read_after_it_is_declined():
         Declined, match=f"allocated inside the device loop at line {loop.loc.line} is used after it"
     ):
         plan(bad, SimConfig())
+
+
+# ---- differential property test ----------------------------------------------------------------
+
+
+_LOOPS = {"fori": doubled_n_times, "while": halved_while_positive}
+
+
+@given(
+    kind=st.sampled_from(sorted(_LOOPS)),
+    grid=st.integers(1, 5),
+    same=st.booleans(),
+    bf16=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_device_loops_match_the_interpreter(kind, grid, same, bf16, seed):
+    """Random grids, trip counts (the same everywhere or per instance) and dtypes: the batched
+    run is the interpreter's, bit for bit."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((grid * 128, F)).astype(BF16 if bf16 else np.float32)
+    counts = rng.integers(0, 5, grid)
+    n = np.full((grid, 1), counts[0], np.int32) if same else counts.astype(np.int32)[:, None]
+    got, _, k = _both(_LOOPS[kind], grid, x, n)
+    if not bf16:
+        scale = (2.0 if kind == "fori" else 0.5) ** n[:, 0].astype(np.float64)
+        want = x * np.repeat(scale, 128)[:, None].astype(np.float32)
+        np.testing.assert_array_equal(got, want if kind == "fori" else want + np.float32(1))
+    if same or grid == 1 or len(set(counts)) == 1:
+        assert "device loops run 1 time(s) batched" in k.last_run.reason
