@@ -383,22 +383,31 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
 
 
 def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
-    """A device loop, iterated around its batched body while its bounds (a fori_loop's, read
-    when it starts) or its condition (a while loop's, read before every trip) are the same at
-    every position of the batch; otherwise (from that trip on) run per position by the
-    interpreter's walker."""
+    """A device loop, iterated around its batched body for the trips every position of the
+    batch shares: a fori_loop's values below every position's upper bound when the lower
+    bounds agree (bound registers read when it starts), a while loop's trips while every
+    condition register holds (read before each trip). The positions' other trips run per
+    position with the interpreter's walker."""
     if n.cond is not None:
         _run_while(n, ctx, p)
         return
-    trips = _same_trips(n, ctx)
-    if trips is None:
-        _run_per_position(n, ctx, p)
-        return
-    ctx.device_loops[0] += 1
-    for v in trips:
-        ctx.scalar[n.sym] = v
-        _run_nodes(n.body, ctx, p)
-    ctx.scalar.pop(n.sym, None)
+    lo, hi = (
+        _bound(acc, c, ctx) for acc, c in ((n.lower, n.lower_const), (n.upper, n.upper_const))
+    )
+    start = lo
+    if (lo == lo[0]).all():
+        shared = range(int(lo[0]), int(hi.min()), n.step)
+        for v in shared:
+            ctx.scalar[n.sym] = v
+            _run_nodes(n.body, ctx, p)
+        ctx.scalar.pop(n.sym, None)
+        start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
+    if (start < hi).any():  # (trips left for some positions)
+        assert ctx.host is not None
+        ctx.host.run_trips(n, ctx, id(n) in p.stateful, start, hi)
+        ctx.device_loops[1] += 1
+    else:
+        ctx.device_loops[0] += 1
 
 
 def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
@@ -409,7 +418,10 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
             break
         if not go.all() or trips == n.max_iterations:
             # (past the limit, the interpreter's walk reports the loop at its first position)
-            _run_per_position(n, ctx, p, trips)
+            ctx.scalar.pop(n.sym, None)
+            assert ctx.host is not None
+            ctx.host.run_nodes(n, ctx, id(n) in p.stateful, trips)
+            ctx.device_loops[1] += 1
             return
         ctx.scalar[n.sym] = trips
         _run_nodes(n.body, ctx, p)
@@ -418,31 +430,16 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     ctx.device_loops[0] += 1
 
 
-def _run_per_position(n: RuntimeLoop, ctx: BCtx, p: Plan, first_trip: int = 0) -> None:
-    ctx.scalar.pop(n.sym, None)
-    assert ctx.host is not None
-    ctx.host.run_nodes(n, ctx, id(n) in p.stateful, first_trip)
-    ctx.device_loops[1] += 1
-
-
 def _registers(acc: Access, ctx: BCtx) -> np.ndarray:
-    """A register's value at every position of the batch (flat)."""
-    return np.asarray(ctx.view(acc)).reshape(-1)
+    """A register's value at every position of the batch (flat, in the positions' order)."""
+    return np.asarray(ctx.view(acc)).reshape(-1).astype(np.int64)
 
 
-def _same_trips(n: RuntimeLoop, ctx: BCtx) -> range | None:
-    """A fori_loop's iterations when its bound registers hold one value across the batch;
-    None otherwise."""
-    bounds = []
-    for acc, const in ((n.lower, n.lower_const), (n.upper, n.upper_const)):
-        if acc is None:
-            bounds.append(const)
-            continue
-        vals = _registers(acc, ctx)
-        if not (vals == vals[0]).all():
-            return None
-        bounds.append(int(vals[0]))
-    return range(bounds[0], bounds[1], n.step)
+def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray:
+    """A fori_loop bound at every position: its register's values, or the constant."""
+    if acc is None:
+        return np.full(max(1, math.prod(ctx.dims)), const, dtype=np.int64)
+    return _registers(acc, ctx)
 
 
 def _run_batched(

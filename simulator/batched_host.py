@@ -18,8 +18,8 @@ What stays exact, and why:
   (:class:`StateUsed`): the launch then goes to the next backend.
 - Storage identity: the executor of a PSUM accumulation group recognises a tile's allocation
   by its array object, so each position's view is made once per allocation.
-- Device loops (``run_nodes``): a device loop whose bounds differ across the batch runs
-  with its whole body per position through ``interpreter.execute_nodes``; tiles it allocates
+- Device loops (``run_trips``, ``run_nodes``): the trips of a device loop that positions do
+  not share run per position through ``interpreter.execute_nodes``; tiles its body allocates
   live in that position's storage (``batched_subtrees`` proves nothing reads them after it).
 - Errors: the first failing position raises the interpreter's error with its line and
   instance; ``batched.execute`` then replays the instances up to that one on the interpreter
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, Node, PidSym, Sym
+from nki.ir import Access, Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
 from nki.isa.spec import OUTPUT_ATTRS
 
 from .executors import COLLECTIVES, executor_of
@@ -225,6 +225,29 @@ class Host:
                 self.cores.get(inst, 0),
                 first_trip,
             )
+
+    def run_trips(
+        self, n: RuntimeLoop, ctx: BCtx, stateful: bool, starts: np.ndarray, stops: np.ndarray
+    ) -> None:
+        """The trips ``range(starts[k], stops[k], n.step)`` of fori_loop ``n`` at each position
+        ``k`` of the batch (flat, in order), its body run with the interpreter's walker, as
+        ``interpreter._walk_runtime_loop`` runs them (the bounds were read when it started)."""
+        positions = self._positions(ctx, stateful, _LocalState)
+        for k, (pos, env, inst, state) in enumerate(positions):
+            trips = range(int(starts[k]), int(stops[k]), n.step)
+            arrays = _PositionArrays(self, pos)
+            for v in trips:
+                env[n.sym] = v
+                execute_nodes(
+                    self.ir,
+                    ctx.config,
+                    n.body,
+                    arrays,
+                    env,
+                    state,
+                    inst,
+                    self.cores.get(inst, 0),  # type: ignore[arg-type]
+                )
 
     def _positions(
         self, ctx: BCtx, stateful: bool, refusing: type[dict]

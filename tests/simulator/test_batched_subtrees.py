@@ -20,6 +20,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Access, Alloc, Loop
 from nki.language.loops import register_alloc, register_load, register_store
+from simulator import batched_host
 from simulator.batched_plan import Declined, plan
 from simulator.config import SimConfig
 
@@ -86,17 +87,28 @@ def doubled_n_times(x, n):
     return out
 
 
-@pytest.mark.parametrize("same", [True, False])
-def test_fori_loop_with_a_register_bound_over_a_grid(same):
-    """The same bound everywhere: the loop runs batched; else per instance."""
+@pytest.mark.parametrize(
+    "counts, batched, per_instance",
+    [([3, 3, 3, 3], 1, 0), ([3, 5, 4, 3], 0, 1), ([0, 1, 3, 2], 0, 1)],
+)
+def test_fori_loop_with_a_register_bound_over_a_grid(monkeypatch, counts, batched, per_instance):
+    """The trips every instance shares run batched (all of them when the bounds agree), the
+    others per instance."""
     x = np.random.default_rng(0).standard_normal((G * 128, F)).astype(np.float32)
-    n = np.full((G, 1), 3, np.int32) if same else np.array([[0], [1], [3], [2]], np.int32)
+    n = np.array(counts, np.int32)[:, None]
+    starts = []  # where each per-instance run starts, per instance
+    run_trips = batched_host.Host.run_trips
+
+    def spy(self, loop, ctx, stateful, first, stop):
+        starts.append(list(first))
+        run_trips(self, loop, ctx, stateful, first, stop)
+
+    monkeypatch.setattr(batched_host.Host, "run_trips", spy)
     got, _, k = _both(doubled_n_times, G, x, n)
     np.testing.assert_array_equal(got, x * np.repeat(2.0 ** n[:, 0], 128)[:, None])
-    runs = "1 time(s) batched (the same bounds at every position) and 0 time(s) per instance"
-    if not same:
-        runs = "0 time(s) batched (the same bounds at every position) and 1 time(s) per instance"
-    assert f"device loops run {runs}" in k.last_run.reason
+    runs = f"{batched} time(s) batched (the same bounds at every position) and {per_instance}"
+    assert f"device loops run {runs} time(s) per instance" in k.last_run.reason
+    assert starts == ([] if per_instance == 0 else [[min(counts)] * G])
 
 
 @classic
