@@ -427,6 +427,54 @@ def test_tile_reshapes_in_a_batched_loop():
     assert "1 affine_range loop(s) batched" in k.last_run.reason
 
 
+@classic
+def masked_through_a_view(x, limit):
+    """Per (instance, iteration): a (128, 4, 16) tile filled and scaled (columns below
+    ``limit``) through its (128, 64) view, stored masked (rows below 5 * 128 + 7)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip, jf = nl.mgrid[0:128, 0:F]
+    for j in nl.affine_range(L):
+        r = (g * L + j) * 128
+        t = nl.ndarray((128, 4, 16), dtype=x.dtype, buffer=nl.sbuf)
+        f = t.reshape((128, F))
+        f[ip, jf] = nl.load(x[r + ip, jf])
+        f[ip, jf] = nl.multiply(f[ip, jf], 2.0, mask=(jf < limit))
+        nl.store(out[r + ip, jf], t.reshape((128, F))[ip, jf], mask=(r + ip < 5 * 128 + 7))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::simulator.unwritten.UnwrittenOutputWarning")
+def test_masked_writes_and_reads_through_a_tile_view():
+    x = np.random.default_rng(11).standard_normal((G * L * 128, F)).astype(np.float32)
+    got, _, _ = _both(masked_through_a_view, G, x, 37)
+    want = x.copy()
+    want[:, :37] *= np.float32(2)
+    np.testing.assert_array_equal(got[: 5 * 128 + 7], want[: 5 * 128 + 7])
+    assert np.isnan(got[5 * 128 + 7 :]).all()  # never written
+
+
+@classic
+def matmul_into_a_psum_view(a, b):
+    """Instance g: a[:, g-th 128 columns].T @ b into a (128, 2, 64) PSUM tile through its
+    (128, 128) view, plus 1."""
+    out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ps = nl.ndarray((128, 2, 64), dtype=nl.float32, buffer=nl.psum)
+    pv = ps.reshape((128, 128))
+    pv[...] = nl.matmul(nl.load(a[:, g * 128 : (g + 1) * 128]), nl.load(b), transpose_x=True)
+    nl.store(out[g * 128 : (g + 1) * 128, :], nl.add(pv, 1.0))
+    return out
+
+
+def test_psum_tile_view():
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((128, 2 * 128)).astype(np.float32)
+    b = rng.standard_normal((128, 128)).astype(np.float32)
+    got, _, _ = _both(matmul_into_a_psum_view, 2, a, b)
+    np.testing.assert_allclose(got, a.T @ b + 1, rtol=1e-5, atol=1e-4)
+
+
 # ---- still declined --------------------------------------------------------------------------
 
 
