@@ -49,6 +49,7 @@ from . import interpreter, numerics
 from .batched_host import Host, StateUsed
 from .batched_ops import EXECUTORS
 from .batched_plan import Declined, Plan, plan
+from .batched_subtrees import alias_storage
 from .config import SimConfig
 from .coverage import HOLDS_THROUGHOUT
 from .instances import RunInfo, Schedule
@@ -328,23 +329,6 @@ class BCtx:
         self.depth[name] = len(self.dims)
 
 
-def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
-    """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
-    batch axes): the plan keeps the base of every view contiguous storage of its own, so this
-    is always a view (checked: a copy would lose the writes)."""
-    sd = numerics.storage_dtype(decl.dtype, precise_fp)
-    lead = base.shape[:p]
-    flat = base.reshape(*lead, -1)
-    if flat.dtype != sd:  # the same bytes as another type
-        flat = flat.view(sd)
-    out = flat.reshape(*lead, *decl.shape)
-    if out.size and not np.may_share_memory(out, base):
-        raise NKIRuntimeError(
-            f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"
-        )
-    return out
-
-
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
@@ -394,6 +378,11 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     lo, hi = (
         _bound(acc, c, ctx) for acc, c in ((n.lower, n.lower_const), (n.upper, n.upper_const))
     )
+    if lo is None or hi is None:  # (a float register that is not finite: as the interpreter)
+        assert ctx.host is not None
+        ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
+        ctx.device_loops[1] += 1
+        return
     start = lo
     if (lo == lo[0]).all():
         shared = range(int(lo[0]), int(hi.min()), n.step)
@@ -413,10 +402,11 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
 def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     trips = 0
     while True:
-        go = _registers(n.cond, ctx) != 0  # type: ignore[arg-type]
-        if not go.any():
+        cond = _registers(n.cond, ctx)  # type: ignore[arg-type]
+        go = None if cond is None else cond != 0
+        if go is not None and not go.any():
             break
-        if not go.all() or trips == n.max_iterations:
+        if go is None or not go.all() or trips == n.max_iterations:
             # (past the limit, the interpreter's walk reports the loop at its first position)
             ctx.scalar.pop(n.sym, None)
             assert ctx.host is not None
@@ -430,12 +420,18 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     ctx.device_loops[0] += 1
 
 
-def _registers(acc: Access, ctx: BCtx) -> np.ndarray:
-    """A register's value at every position of the batch (flat, in the positions' order)."""
-    return np.asarray(ctx.view(acc)).reshape(-1).astype(np.int64)
+def _registers(acc: Access, ctx: BCtx) -> np.ndarray | None:
+    """A register's value at every position of the batch (flat, in the positions' order), as
+    ``int()`` reads it; None when a float register holds NaN or infinity."""
+    vals = np.asarray(ctx.view(acc)).reshape(-1)
+    if vals.dtype.kind == "f" or vals.dtype.isbuiltin != 1:  # (ml_dtypes floats too)
+        vals = vals.astype(np.float64)
+        if not np.isfinite(vals).all():
+            return None
+    return vals.astype(np.int64)
 
 
-def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray:
+def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray | None:
     """A fori_loop bound at every position: its register's values, or the constant."""
     if acc is None:
         return np.full(max(1, math.prod(ctx.dims)), const, dtype=np.int64)

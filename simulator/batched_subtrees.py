@@ -24,9 +24,14 @@ stays the program's)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from nki.errors import NKIRuntimeError
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
 
+from . import numerics
 from .batched_host import touched, uses_engine_state
 from .coverage import nodes_of
 
@@ -138,3 +143,20 @@ def contiguous_views(
             if plain(store.dst.tensor) and plain(src.tensor):
                 out[k] = store
     return keep, out
+
+
+def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
+    """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
+    batch axes): the plan keeps the base of every view contiguous storage of its own, so this
+    is always a view (checked: a copy would lose the writes)."""
+    sd = numerics.storage_dtype(decl.dtype, precise_fp)
+    lead = base.shape[:p]
+    flat = base.reshape(*lead, -1)
+    if flat.dtype != sd:  # the same bytes as another type
+        flat = flat.view(sd)
+    out = flat.reshape(*lead, *decl.shape)
+    if out.size and not np.may_share_memory(out, base):
+        raise NKIRuntimeError(
+            f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"
+        )
+    return out

@@ -174,22 +174,30 @@ def _released(walk: Iterator[Instr], ctx: Ctx) -> Iterator[Instr]:
     ctx.arrays, ctx.shadow, ctx.state = {}, {}, {}
 
 
-def _register(acc: Access, ctx: Ctx) -> int:
-    return int(np.asarray(ctx.read(acc)).reshape(-1)[0])
+def _register(acc: Access, ctx: Ctx, loop: RuntimeLoop) -> int:
+    v = np.asarray(ctx.read(acc)).reshape(-1)[0]
+    try:
+        return int(v)
+    except (ValueError, OverflowError):  # a float register holding NaN or infinity
+        raise NKIRuntimeError(
+            f"the register {ctx.ir.label(acc.tensor)} of this device loop holds {v}, which is "
+            "not an integer trip bound or condition",
+            code="err_runtime",
+        ).with_context(loc=loop.loc, instance=ctx.instance, core=ctx.core) from None
 
 
 def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx, first_trip: int = 0) -> Iterator[Instr]:
     """A device loop: bounds read from registers when it starts (fori_loop), or its condition
     register before every iteration (while_loop; from trip ``first_trip``)."""
     if n.cond is None:
-        lo = n.lower_const if n.lower is None else _register(n.lower, ctx)
-        hi = n.upper_const if n.upper is None else _register(n.upper, ctx)
+        lo = n.lower_const if n.lower is None else _register(n.lower, ctx, n)
+        hi = n.upper_const if n.upper is None else _register(n.upper, ctx, n)
         for v in range(lo, hi, n.step):
             ctx.env[n.sym] = v
             yield from _walk(n.body, ctx)
     else:
         trips = first_trip
-        while _register(n.cond, ctx) != 0:
+        while _register(n.cond, ctx, n) != 0:
             if trips == n.max_iterations:
                 raise NKIRuntimeError(
                     f"nl.while_loop ran {trips} iterations without its condition register "

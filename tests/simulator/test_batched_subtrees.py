@@ -320,6 +320,40 @@ def test_an_error_inside_a_batched_device_loop_is_the_interpreters():
     assert str(got) == str(want) and got.instance == want.instance
 
 
+@classic
+def float_bound(x, n):
+    """Instance g: its tile doubled int(n[g]) times, the bound a float32 one-element tile."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    c = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    c[...] = nl.load(n[g : g + 1, :])
+
+    def body(i):
+        t[...] = nl.multiply(t, 2.0)
+
+    nl.fori_loop(0, c, body)  # FLOAT
+    nl.store(out[_rows(g), :], t)
+    return out
+
+
+def test_a_float_bound_register_reads_as_int_and_nan_is_reported():
+    x = np.ones((G * 128, F), np.float32)
+    n = np.array([[2.7], [2.2], [-0.5], [3.9]], np.float32)
+    got, _, _ = _both(float_bound, G, x, n)
+    np.testing.assert_array_equal(got[::128, 0], [4, 4, 1, 8])
+    n[2] = np.nan
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError, match="holds nan, which is not an integer") as e:
+            float_bound.configure(backend=backend)[G](x, n)
+        errors.append(e.value)
+    want, got = errors
+    assert want.instance == (2,) and want.loc.line == _line(float_bound.fn, "# FLOAT")
+    assert str(got) == str(want) and got.instance == want.instance
+
+
 @pytest.mark.parametrize("counts, first", [([1, -1, 2, 0], 1), ([-1, -1, -1, -1], 0)])
 def test_a_non_terminating_while_loop_is_reported_for_its_instance(monkeypatch, counts, first):
     """A countdown from -1 never ends: in one instance (the loop runs per instance), or in
