@@ -1,14 +1,16 @@
 """Planning the parts of a batched launch (``batched.py``) that are not plain batched
-instructions: device loops run per position by the interpreter, and reshape / dtype views.
+instructions: device loops, and reshape / dtype views (with their storage, ``alias_storage``).
 
-A device loop (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) whose
-bounds are the same at every position of the batch (a fori_loop's bound registers, read once
-when it starts) runs batched, iterated like a ``sequential_range`` loop. Otherwise it runs with
-its whole body once per batch position (``Host.run_nodes``), reading that position's
-registers (registers are one-element SBUF tiles). Both are exact when:
+A device loop (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) runs
+batched, iterated like a ``sequential_range`` loop, for the trips every position of the batch
+shares (a fori_loop's bound registers are read when it starts, a while loop's condition before
+every trip); the other trips run with its body once per batch position (``Host.run_trips`` /
+``Host.run_nodes``), reading that position's registers (one-element SBUF tiles). Both are
+exact when:
 - every HBM write inside is distinct per instance and batched iteration (the plan's
   ``_check_distinct_writes``: the device loop's symbol is sequential, never a batch axis; an
   access whose index uses it is hosted, its range being unknown before the run);
+- each position runs its trips in order (the shared ones first);
 - no tile allocated inside is used after the loop (it lives in the position's storage only);
 - a loop whose body uses engine state is not inside a batched ``affine_range`` loop (the loops
   around it are iterated, as for a hosted instruction using engine state);
