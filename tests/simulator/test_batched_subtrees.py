@@ -462,6 +462,34 @@ def test_tile_reshapes_in_a_batched_loop():
 
 
 @classic
+def halved_then_abs_by_tile_bits(x, n):
+    """Instance g: its tile halved n[g] times, then its sign bits cleared through an int32
+    view of the tile (a hosted bit-vector op on the view) into an int32 view of the output."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x[_rows(g), :])
+    count = register_alloc()
+    register_load(count, nl.load(n[g : g + 1, :]))
+
+    def body(i):
+        t[...] = nl.multiply(t, 0.5)
+
+    nl.fori_loop(0, count, body)
+    nl.store(out.view(nl.int32)[_rows(g), :], nl.bitwise_and(t.view(nl.int32), 0x7FFFFFFF))
+    return out
+
+
+@pytest.mark.parametrize("counts", [[3, 3, 3, 3], [0, 1, 2, 3]])
+def test_device_loop_then_a_hosted_op_on_a_tile_view(counts):
+    x = np.random.default_rng(13).standard_normal((G * 128, F)).astype(np.float32)
+    n = np.array(counts, np.int32)[:, None]
+    got, _, k = _both(halved_then_abs_by_tile_bits, G, x, n)
+    np.testing.assert_array_equal(got, np.abs(x * np.repeat(0.5 ** n[:, 0], 128)[:, None]))
+    assert "1 instruction(s) hosted" in k.last_run.reason
+
+
+@classic
 def masked_through_a_view(x, limit):
     """Per (instance, iteration): a (128, 4, 16) tile filled and scaled (columns below
     ``limit``) through its (128, 64) view, stored masked (rows below 5 * 128 + 7)."""
