@@ -12,6 +12,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym
 from . import numerics
 from .batched_host import not_hostable, touched, uses_engine_state
 from .batched_ops import unsupported_instr
+from .batched_subtrees import check_views, contiguous_views, device_loops, root
 from .config import SimConfig
 from .coverage import fully_written, instructions_of, nodes_of
 
@@ -40,6 +41,9 @@ class Plan:
     stateful: frozenset[int] = frozenset()  # ids of hosted instructions using engine state
     # why checks="full" could find something at run time here (None: provably nothing)
     unproven: str | None = None
+    # ids of device loops: batched when their bounds are the same at every position, else run
+    # per position by the interpreter (``stateful``: with the instance's engine state)
+    subtrees: frozenset[int] = frozenset()
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -61,13 +65,9 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 
 
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
-    if ir.has_runtime_loops:
-        raise Declined(
-            "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
-        )
+    sub = device_loops(ir, Declined)  # run per position by the interpreter
+    check_views(ir, Declined)
     for d in ir.tensors:
-        if d.alias_of is not None:
-            raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
         if d.buffer not in ("sbuf", "psum", "shared_hbm"):
             raise Declined(f"tensor '{d.name}' lives in {d.buffer}")
     ranges = _symbol_ranges(ir)
@@ -104,6 +104,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     fresh: set[int] = set()
     whole: set[int] = set()
     around = {id(lp) for i, loops in instructions_of(ir) if id(i) in stateful for lp in loops}
+    around |= sub.around
+    stateful |= sub.stateful
     _classify(ir, ir.body, batch, fresh, whole, hosted, stateful | around)
     _check_distinct_writes(ir, batch)
     _check_tiles_stay_in_their_loop(ir, batch)
@@ -115,6 +117,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             writes[w.tensor] = writes.get(w.tensor, 0) + 1
         if id(instr) in hosted:
             host_touched |= {a.tensor for a in (*reads, *written)}
+    host_touched |= sub.touched
     elided = set()
     for instr, _ in instructions_of(ir):
         src = instr.srcs[0] if instr.srcs else None
@@ -131,13 +134,14 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     fused = _fuse_stores(ir, ir.body, fresh, elided, writes, config)
     # (a tile a hosted instruction touches is never a view of its store's HBM destination)
     fused = {k: v for k, v in fused.items() if v.srcs[0].tensor not in host_touched}  # type: ignore[union-attr]
+    elided, fused = contiguous_views(ir, elided, fused)
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
     views = set(loaded)
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
     tile_bytes = sum(
         math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
         for d in ir.tensors
-        if d.on_chip and d.name not in views
+        if d.on_chip and d.name not in views and d.alias_of is None
     )
     return Plan(
         frozenset(batch),
@@ -151,7 +155,10 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         frozenset(loaded),
         hosted=frozenset(hosted),
         stateful=frozenset(stateful),
-        unproven=_full_checks_unproven(ir, fresh, hosted),
+        unproven="device loops (their trips are known only at run time)"
+        if sub.loops
+        else _full_checks_unproven(ir, fresh, hosted),
+        subtrees=sub.loops,
     )
 
 
@@ -283,8 +290,8 @@ def _symbol_ranges(ir: KernelIR) -> dict[Sym, tuple[int, int]]:
         PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
     }
     for n, _ in nodes_of(ir):
-        if isinstance(n, Loop):
-            ranges[n.sym] = n.value_range()
+        if isinstance(n, Loop):  # (a device loop's trips are known only when it runs)
+            ranges[n.sym] = (-(1 << 62), 1 << 62) if n.is_runtime else n.value_range()
     return ranges
 
 
@@ -333,15 +340,16 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
     for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
         for acc in (a for part in touched(instr) for a in part):
-            if not home.get(acc.tensor, frozenset()) <= inside:
-                raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
+            name = root(ir, acc.tensor)
+            if not home.get(name, frozenset()) <= inside:
+                raise Declined(f"tile '{name}' is used after the loop that allocates it")
 
 
 def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
     out: set[str] = set()
     for n in nodes:
         if isinstance(n, Instr):
-            out |= {w.tensor for w in touched(n)[1] if ir.tensor(w.tensor).on_chip}
+            out |= {root(ir, w.tensor) for w in touched(n)[1] if ir.tensor(w.tensor).on_chip}
         elif isinstance(n, Loop):
             out |= _written_on_chip(n.body, ir)
     return out
@@ -374,7 +382,7 @@ def _classify(
     for i, n in enumerate(nodes):
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
-            if n.kind == "affine" and not carried and id(n) not in stateful:
+            if n.kind == "affine" and not n.is_runtime and not carried and id(n) not in stateful:
                 batch.add(id(n))
             _classify(ir, n.body, batch, fresh, whole, hosted, stateful)
         elif isinstance(n, Alloc) and i + 1 < len(nodes):
