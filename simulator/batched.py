@@ -13,11 +13,14 @@ holds stay under ``BUDGET`` bytes.
 The executors here repeat the reference interpreter's numerics (``simulator/language``): fp32
 compute, the same NumPy calls on contiguous operands, ``numerics.cast`` on write, so results are
 bit-identical. An instruction without a batched executor is hosted (``batched_host.py``): it
-runs per batch position with the interpreter's executor. Planning (``batched_plan.py``) decides
-the batch axes, the hosted instructions and the copies it can skip. ``execute`` declines
-(returns False, with the reason in ``RunInfo.reason``) kernels whose semantics need the
-per-instance walk (collectives, device loops, HBM read after write...); the next backend runs
-them."""
+runs per batch position with the interpreter's executor. A device loop (``nl.fori_loop`` with a
+register bound, ``nl.while_loop``) is iterated around its batched body while its bounds or
+condition are the same at every position, else it runs with its body per position by the
+interpreter's walker (``batched_subtrees.py``). Reshape / dtype views are views of their base's
+(batched) storage. Planning (``batched_plan.py``) decides the batch axes, the hosted
+instructions and the copies it can skip. ``execute`` declines (returns False, with the reason
+in ``RunInfo.reason``) kernels whose semantics need the per-instance walk (collectives, HBM
+read after write...); the next backend runs them."""
 
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from nki.ir import (
     KernelIR,
     Node,
     PidSym,
+    RuntimeLoop,
     Sym,
 )
 from nki.optable import OPS
@@ -45,6 +49,7 @@ from . import interpreter, numerics
 from .batched_host import Host, StateUsed
 from .batched_ops import EXECUTORS
 from .batched_plan import Declined, Plan, plan
+from .batched_subtrees import alias_storage
 from .config import SimConfig
 from .coverage import HOLDS_THROUGHOUT
 from .instances import RunInfo, Schedule
@@ -75,6 +80,9 @@ class BCtx:
         # either hands over its result array or gets empty storage to write into
         self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         self.host: Host | None = None  # runs the hosted instructions (``batched_host``)
+        # reshape / dtype views: name -> (the base storage it was made from, the view)
+        self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.device_loops = [0, 0]  # device loop runs: (batched, per position)
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -241,7 +249,9 @@ class BCtx:
             self.view(acc)[...] = stored
             return
         idx = self.indices(acc, sel)
-        self.arrays[acc.tensor][tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
+        arr = self.arrays.get(acc.tensor)
+        arr = self._storage(acc.tensor) if arr is None else arr
+        arr[tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
 
     def into(self, acc: Access) -> np.ndarray | None:
         """Where the running instruction may compute its fp32 result in place: the view of a
@@ -266,13 +276,39 @@ class BCtx:
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
+    def has_storage(self, name: str) -> bool:
+        """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending
+        tile or a view of one (not a tile a hosted device loop allocates)."""
+        base = self.decl(name).alias_of or name
+        return base in self.arrays or base in self.pending
+
     def _storage(self, name: str) -> np.ndarray:
-        """The storage of a tile still pending (else the unknown tensor's KeyError)."""
+        """The storage of a tile still pending or of a reshape / dtype view (else the unknown
+        tensor's KeyError)."""
+        d = self.decl(name)
+        if d.alias_of is not None:
+            return self._alias(d)
         pend = self.pending.pop(name, None)
         if pend is None:
             raise KeyError(name)
         self.arrays[name] = np.empty(*pend)
         return self.arrays[name]
+
+    def _alias(self, d: Any) -> np.ndarray:
+        """A reshape / dtype view: the same memory as its base's current storage, batch axes
+        kept (an HBM tensor's at depth 0); made once per base storage, so a tile's views
+        follow each new allocation and each position sees one view object per allocation."""
+        base = self.arrays.get(d.alias_of)
+        if base is None:
+            base = self._storage(d.alias_of)
+        got = self.aliases.get(d.name)
+        if got is not None and got[0] is base:
+            return got[1]
+        p = self.depth[d.alias_of]
+        out = alias_storage(base, p, d, self.config.precise_fp)
+        self.aliases[d.name] = (base, out)
+        self.depth[d.name] = p
+        return out
 
     def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
         d = self.decl(name)
@@ -319,6 +355,8 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
             ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
         elif isinstance(n, _GridLoop):
             _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p)
+        elif id(n) in p.subtrees:
+            _run_device_loop(n, ctx, p)  # type: ignore[arg-type]
         elif id(n) in p.batch_loops:
             _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
         else:
@@ -326,6 +364,78 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
                 ctx.scalar[n.sym] = v
                 _run_nodes(n.body, ctx, p)
             ctx.scalar.pop(n.sym, None)
+
+
+def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    """A device loop, iterated around its batched body for the trips every position of the
+    batch shares: a fori_loop's values below every position's upper bound when the lower
+    bounds agree (bound registers read when it starts), a while loop's trips while every
+    condition register holds (read before each trip). The positions' other trips run per
+    position with the interpreter's walker."""
+    if n.cond is not None:
+        _run_while(n, ctx, p)
+        return
+    lo, hi = (
+        _bound(acc, c, ctx) for acc, c in ((n.lower, n.lower_const), (n.upper, n.upper_const))
+    )
+    if lo is None or hi is None:  # (a float register that is not finite: as the interpreter)
+        assert ctx.host is not None
+        ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
+        ctx.device_loops[1] += 1
+        return
+    start = lo
+    if (lo == lo[0]).all():
+        shared = range(int(lo[0]), int(hi.min()), n.step)
+        for v in shared:
+            ctx.scalar[n.sym] = v
+            _run_nodes(n.body, ctx, p)
+        ctx.scalar.pop(n.sym, None)
+        start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
+    if (start < hi).any():  # (trips left for some positions)
+        assert ctx.host is not None
+        ctx.host.run_trips(n, ctx, id(n) in p.stateful, start, hi)
+        ctx.device_loops[1] += 1
+    else:
+        ctx.device_loops[0] += 1
+
+
+def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    trips = 0
+    while True:
+        cond = _registers(n.cond, ctx)  # type: ignore[arg-type]
+        go = None if cond is None else cond != 0
+        if go is not None and not go.any():
+            break
+        if go is None or not go.all() or trips == n.max_iterations:
+            # (past the limit, the interpreter's walk reports the loop at its first position)
+            ctx.scalar.pop(n.sym, None)
+            assert ctx.host is not None
+            ctx.host.run_nodes(n, ctx, id(n) in p.stateful, trips)
+            ctx.device_loops[1] += 1
+            return
+        ctx.scalar[n.sym] = trips
+        _run_nodes(n.body, ctx, p)
+        trips += 1
+    ctx.scalar.pop(n.sym, None)
+    ctx.device_loops[0] += 1
+
+
+def _registers(acc: Access, ctx: BCtx) -> np.ndarray | None:
+    """A register's value at every position of the batch (flat, in the positions' order), as
+    ``int()`` reads it; None when a float register holds NaN or infinity."""
+    vals = np.asarray(ctx.view(acc)).reshape(-1)
+    if vals.dtype.kind == "f" or vals.dtype.isbuiltin != 1:  # (ml_dtypes floats too)
+        vals = vals.astype(np.float64)
+        if not np.isfinite(vals).all():
+            return None
+    return vals.astype(np.int64)
+
+
+def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray | None:
+    """A fori_loop bound at every position: its register's values, or the constant."""
+    if acc is None:
+        return np.full(max(1, math.prod(ctx.dims)), const, dtype=np.int64)
+    return _registers(acc, ctx)
 
 
 def _run_batched(
@@ -432,6 +542,12 @@ def execute(
         raise
     n_host = len(p.hosted)
     hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
+    if p.subtrees:
+        same, per = ctx.device_loops
+        hosted += (
+            f", device loops run {same} time(s) batched (the same bounds at every position) "
+            f"and {per} time(s) per instance by the interpreter"
+        )
     info.reason = (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "

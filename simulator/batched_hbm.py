@@ -177,13 +177,19 @@ def _positions_meet(ir: KernelIR, w: _HbmUse, o: _HbmUse, batch: set[int]) -> st
 
 def first_meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
     """Whether two accesses in ``races._form`` meet at two distinct positions: True when they
-    do, None when they provably do not, False when that cannot be decided here (symbols
-    outside the forms, too many positions). Accesses with the same coefficients (a read and a
+    do, None when they provably do not, False when that cannot be decided here (symbols of
+    unknown range, too many positions). Accesses with the same coefficients (a read and a
     write of the same tile, one write against itself) depend only on the positions' difference
     ``delta``; the batch axes then split into groups that share no tensor dimension, each
     group's differences enumerated on its own (``_differences_meeting``)."""
-    if any(x.fixed or y.fixed for x, y in zip(fa, fb)):
-        return False
+    # (a dimension indexed by a symbol of unknown range, a device loop's, may always meet)
+    kept = [(x, y) for x, y in zip(fa, fb) if not (x.fixed or y.fixed)]
+    met = _meeting([x for x, _ in kept], [y for _, y in kept], extents)
+    return False if met and len(kept) < len(fa) else met
+
+
+def _meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
+    """``first_meeting`` on forms of known symbols only."""
     if all(x.coeffs == y.coeffs for x, y in zip(fa, fb)):
         dims = list(zip(fa, fb))
         groups = _axis_groups([x.coeffs for x in fa], len(extents))

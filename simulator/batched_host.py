@@ -18,6 +18,9 @@ What stays exact, and why:
   (:class:`StateUsed`): the launch then goes to the next backend.
 - Storage identity: the executor of a PSUM accumulation group recognises a tile's allocation
   by its array object, so each position's view is made once per allocation.
+- Device loops (``run_trips``, ``run_nodes``): the trips of a device loop that positions do
+  not share run per position through ``interpreter.execute_nodes``; tiles its body allocates
+  live in that position's storage (``batched_subtrees`` proves nothing reads them after it).
 - Errors: the first failing position raises the interpreter's error with its line and
   instance; ``batched.execute`` then replays the instances up to that one on the interpreter
   so the error reported is the one the interpreter meets first."""
@@ -30,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, PidSym, Sym
+from nki.ir import Access, Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
 from nki.isa.spec import OUTPUT_ATTRS
 
 from .executors import COLLECTIVES, executor_of
-from .interpreter import execute_instruction
+from .interpreter import execute_instruction, execute_nodes
 
 if TYPE_CHECKING:
     from .batched import BCtx
@@ -118,6 +121,23 @@ class _NoState(dict):
     __getitem__ = __setitem__ = __contains__ = get = pop = setdefault = _refuse  # type: ignore[assignment]
 
 
+class _LocalState(_NoState):
+    """What a hosted device loop sees in a batched loop: engine state refused, the
+    interpreter's table of each tile's reshape / dtype views (not engine state) allowed."""
+
+    _OWN = "aliases"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key != self._OWN:
+            raise StateUsed
+        return dict.get(self, key, default)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key != self._OWN:
+            raise StateUsed
+        dict.__setitem__(self, key, value)
+
+
 class _PositionArrays(dict):
     """The storage one position's executor sees: each tensor's view made on first use."""
 
@@ -133,6 +153,9 @@ class _PositionArrays(dict):
                 return default
             self[name] = got
         return got
+
+    def __contains__(self, name: object) -> bool:  # (``Ctx.allocate`` asks for shared HBM)
+        return self.get(name) is not None
 
 
 class Host:
@@ -154,8 +177,8 @@ class Host:
         assert ctx is not None
         arr = ctx.arrays.get(name)
         if arr is None:
-            if name not in ctx.pending:
-                return None
+            if not ctx.has_storage(name):
+                return None  # (a tile a hosted device loop allocates: the position's own)
             arr = ctx._storage(name)
         p = ctx.depth.get(name, 0)
         if p == 0:
@@ -173,6 +196,65 @@ class Host:
     def run(self, instr: Instr, ctx: BCtx, stateful: bool) -> None:
         """``instr`` once per position of the batch, in the interpreter's order (instances,
         then iterations, ascending)."""
+        for pos, env, inst, state in self._positions(ctx, stateful, _NoState):
+            execute_instruction(
+                self.ir,
+                ctx.config,
+                instr,
+                _PositionArrays(self, pos),  # type: ignore[arg-type]
+                env,
+                state,
+                inst,
+                self.cores.get(inst, 0),
+            )
+
+    def run_nodes(self, node: Node, ctx: BCtx, stateful: bool, first_trip: int = 0) -> None:
+        """A device loop with its whole body, once per position of the batch with the
+        interpreter's walker (registers are tiles: each position reads its own); a while loop
+        from trip ``first_trip``. Tiles it allocates live in the position's storage only (the
+        plan proves nothing reads them after the loop)."""
+        for pos, env, inst, state in self._positions(ctx, stateful, _LocalState):
+            execute_nodes(
+                self.ir,
+                ctx.config,
+                (node,),
+                _PositionArrays(self, pos),  # type: ignore[arg-type]
+                env,
+                state,
+                inst,
+                self.cores.get(inst, 0),
+                first_trip,
+            )
+
+    def run_trips(
+        self, n: RuntimeLoop, ctx: BCtx, stateful: bool, starts: np.ndarray, stops: np.ndarray
+    ) -> None:
+        """The trips ``range(starts[k], stops[k], n.step)`` of fori_loop ``n`` at each position
+        ``k`` of the batch (flat, in order), its body run with the interpreter's walker, as
+        ``interpreter._walk_runtime_loop`` runs them (the bounds were read when it started)."""
+        positions = self._positions(ctx, stateful, _LocalState)
+        for k, (pos, env, inst, state) in enumerate(positions):
+            trips = range(int(starts[k]), int(stops[k]), n.step)
+            arrays = _PositionArrays(self, pos)
+            for v in trips:
+                env[n.sym] = v
+                execute_nodes(
+                    self.ir,
+                    ctx.config,
+                    n.body,
+                    arrays,
+                    env,
+                    state,
+                    inst,
+                    self.cores.get(inst, 0),  # type: ignore[arg-type]
+                )
+
+    def _positions(
+        self, ctx: BCtx, stateful: bool, refusing: type[dict]
+    ) -> Iterator[tuple[tuple[int, ...], dict[Sym, int], tuple[int, ...], dict[str, Any]]]:
+        """(position, its symbol values, its instance, the state its executors see) for every
+        position of the batch: the instance's engine state unless an ``affine_range`` loop is
+        batched around (then a ``refusing`` dict, see the module docstring)."""
         self.ctx = ctx
         ngrid = len(self.ir.grid.shape)
         in_loop = len(ctx.dims) > ngrid  # an affine_range loop is batched around it
@@ -186,14 +268,5 @@ class Host:
             if stateful or not in_loop:
                 state = self.states.setdefault(inst, {})
             else:
-                state = _NoState()
-            execute_instruction(
-                self.ir,
-                ctx.config,
-                instr,
-                _PositionArrays(self, pos),  # type: ignore[arg-type]
-                env,
-                state,
-                inst,
-                self.cores.get(inst, 0),
-            )
+                state = refusing()
+            yield pos, env, inst, state

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nki import dtypes
-from nki.ir import Access, Const, Instr, KernelIR
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR
 from nki.optable import OPS, apply
 
 from . import numerics
@@ -46,7 +46,7 @@ def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
     accs = [a for a in (instr.dst, *instr.srcs) if isinstance(a, Access)]
     if any(a.indirect for a in accs):
         return f"{what} uses an indirect (data-dependent) access"
-    if any(not isinstance(s, (Access, Const)) for s in instr.srcs):
+    if any(not isinstance(s, (Access, Const)) for s in instr.srcs) and not _is_iota(instr):
         return f"{what} takes an index-expression operand"
     if instr.kind == "ew":
         if OPS[instr.op].bitvec:
@@ -369,6 +369,22 @@ ISA: dict[str, Callable[[Instr, BCtx], None]] = {
     "memset": _isa_memset,
     "nc_matmul": _nc_matmul,
 }
+
+
+def _is_iota(instr: Instr) -> bool:
+    return instr.kind == "isa" and instr.op == "iota"
+
+
+def _iota(instr: Instr, ctx: BCtx) -> None:
+    """The index expression's values over the batch (a device loop's induction register is an
+    iota of its symbol), in int32 arithmetic as the interpreter computes them."""
+    e, dst = instr.srcs[0], instr.dst
+    assert isinstance(e, IndexExpr) and dst is not None
+    v = np.broadcast_to(ctx.index_values(e, len(dst.shape)), (*ctx.dims, *dst.shape))
+    _isa_store(instr, ctx, (np.asarray(v, dtype=np.int64) + 2**31) % 2**32 - 2**31)
+
+
+ISA["iota"] = _iota
 
 
 def _isa(instr: Instr, ctx: BCtx) -> None:

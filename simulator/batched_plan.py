@@ -12,6 +12,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym, Tens
 from . import batched_hbm, numerics
 from .batched_host import not_hostable, touched, uses_engine_state
 from .batched_ops import unsupported_instr
+from .batched_subtrees import check_views, contiguous_views, device_loops, root
 from .config import SimConfig
 from .coverage import fully_written, instructions_of, nodes_of
 
@@ -43,6 +44,9 @@ class Plan:
     # shared-HBM tensors both written and read (accumulated...): ``batched.execute`` keeps a
     # copy of them for the error replay and for handing the launch to the next backend
     reread: frozenset[str] = frozenset()
+    # ids of device loops: batched when their bounds are the same at every position, else run
+    # per position by the interpreter (``stateful``: with the instance's engine state)
+    subtrees: frozenset[int] = frozenset()
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -64,13 +68,8 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 
 
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
-    if ir.has_runtime_loops:
-        raise Declined(
-            "device loops (nl.fori_loop with a register bound, nl.while_loop) run per trip"
-        )
-    for d in ir.tensors:
-        if d.alias_of is not None:
-            raise Declined(f"tensor '{d.name}' is a reshape / dtype view")
+    sub = device_loops(ir, Declined)  # run per position by the interpreter
+    check_views(ir, Declined)
     ranges = _symbol_ranges(ir)
     hosted: set[int] = set()
     stateful: set[int] = set()
@@ -91,6 +90,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     fresh: set[int] = set()
     whole: set[int] = set()
     around = {id(lp) for i, loops in instructions_of(ir) if id(i) in stateful for lp in loops}
+    around |= sub.around
+    stateful |= sub.stateful
     _classify(ir, ir.body, batch, fresh, whole, hosted, stateful | around)
     reread, why = batched_hbm.check_positions(ir, batch, hosted)
     if why:
@@ -104,6 +105,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             writes[w.tensor] = writes.get(w.tensor, 0) + 1
         if id(instr) in hosted:
             host_touched |= {a.tensor for a in (*reads, *written)}
+    host_touched |= sub.touched
     elided = set()
     for instr, _ in instructions_of(ir):
         src = instr.srcs[0] if instr.srcs else None
@@ -131,13 +133,14 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         for k, v in fused.items()
         if not batched_hbm.seen_before_store(ir, k, v, hbm_read, elided)
     }
+    elided, fused = contiguous_views(ir, elided, fused)
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
     views = set(loaded)
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
     tile_bytes = sum(
         math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
         for d in ir.tensors
-        if _per_position(d) and d.name not in views
+        if _per_position(d) and d.name not in views and d.alias_of is None
     )
     return Plan(
         frozenset(batch),
@@ -151,8 +154,11 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         frozenset(loaded),
         hosted=frozenset(hosted),
         stateful=frozenset(stateful),
-        unproven=_full_checks_unproven(ir, fresh, hosted),
+        unproven="device loops (their trips are known only at run time)"
+        if sub.loops
+        else _full_checks_unproven(ir, fresh, hosted),
         reread=reread,
+        subtrees=sub.loops,
     )
 
 
@@ -284,8 +290,8 @@ def _symbol_ranges(ir: KernelIR) -> dict[Sym, tuple[int, int]]:
         PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
     }
     for n, _ in nodes_of(ir):
-        if isinstance(n, Loop):
-            ranges[n.sym] = n.value_range()
+        if isinstance(n, Loop):  # (a device loop's trips are known only when it runs)
+            ranges[n.sym] = (-(1 << 62), 1 << 62) if n.is_runtime else n.value_range()
     return ranges
 
 
@@ -318,8 +324,9 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
     for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
         for acc in (a for part in touched(instr) for a in part):
-            if not home.get(acc.tensor, frozenset()) <= inside:
-                raise Declined(f"tile '{acc.tensor}' is used after the loop that allocates it")
+            name = root(ir, acc.tensor)
+            if not home.get(name, frozenset()) <= inside:
+                raise Declined(f"tile '{name}' is used after the loop that allocates it")
 
 
 def _per_position(d: TensorDecl) -> bool:
@@ -334,7 +341,7 @@ def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
     out: set[str] = set()
     for n in nodes:
         if isinstance(n, Instr):
-            out |= {w.tensor for w in touched(n)[1] if _per_position(ir.tensor(w.tensor))}
+            out |= {root(ir, w.tensor) for w in touched(n)[1] if _per_position(ir.tensor(w.tensor))}
         elif isinstance(n, Loop):
             out |= _written_on_chip(n.body, ir)
     return out
@@ -367,7 +374,7 @@ def _classify(
     for i, n in enumerate(nodes):
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
-            if n.kind == "affine" and not carried and id(n) not in stateful:
+            if n.kind == "affine" and not n.is_runtime and not carried and id(n) not in stateful:
                 batch.add(id(n))
             _classify(ir, n.body, batch, fresh, whole, hosted, stateful)
         elif isinstance(n, Alloc) and i + 1 < len(nodes):

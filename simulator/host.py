@@ -90,7 +90,8 @@ def written_params(ir: KernelIR) -> frozenset[str]:
 def storage_config(ir: KernelIR, config: SimConfig) -> SimConfig:
     """The storage a launch of ``ir`` uses. Fast-fp storage keeps narrow floats as float32,
     which cannot reinterpret bytes, so a kernel that views a tensor as a type of another
-    width (``scale_fp32.view(nl.float8_e4m3)``) runs with exact storage."""
+    width (``scale_fp32.view(nl.float8_e4m3)``) or views a narrow float's bytes
+    (``bf16_tile.view(nl.uint16)``) runs with exact storage."""
     if config.precise_fp:
         return config
     for kernel in (ir, *ir.cores):
@@ -98,7 +99,11 @@ def storage_config(ir: KernelIR, config: SimConfig) -> SimConfig:
             if d.alias_of is None:
                 continue
             base = kernel.tensor(d.alias_of).dtype
-            if d.dtype != base and dtypes.itemsize(d.dtype) != dtypes.itemsize(base):
+            if d.dtype != base and (
+                dtypes.itemsize(d.dtype) != dtypes.itemsize(base)
+                or any(numerics.storage_dtype(t, False).itemsize != dtypes.itemsize(t)
+                       for t in (d.dtype, base))
+            ):  # fmt: skip
                 return dataclasses.replace(config, precise_fp=True)
     return config
 

@@ -3,7 +3,8 @@
 Each instruction runs its executor from the registry (``executors.py``; the executors live in
 ``simulator/language`` and ``simulator/isa``) on the instance's :class:`~simulator.memory.Ctx`.
 ``execute`` is this backend's entry point; ``execute_instruction`` runs one instruction on
-arrays another backend owns (the Numba backend hosts what it does not compile through it)."""
+arrays another backend owns (the Numba backend hosts what it does not compile through it), and
+``execute_nodes`` a subtree of the IR (the batched backend hosts device loops through it)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,39 @@ def execute_instruction(
     _exec_instr(instr, ctx)
 
 
+def execute_nodes(
+    ir: KernelIR,
+    config: SimConfig,
+    nodes: tuple[Node, ...],
+    arrays: dict[str, np.ndarray],
+    env: dict[Sym, int],
+    state: dict[str, Any],
+    instance: Instance,
+    core: int,
+    first_trip: int = 0,
+) -> None:
+    """Run a subtree of the IR (a device loop with its body) for one instance, as
+    ``execute_instruction`` runs one instruction: allocations inside it go into ``arrays``.
+    ``first_trip``: a while loop (``nodes`` is that one loop) goes on from that trip, the
+    earlier ones having run elsewhere. The subtree must hold no collective (it would wait for
+    other instances)."""
+    ctx = Ctx(ir, config, {}, instance, core, None)
+    ctx.arrays = arrays
+    ctx.env = env
+    ctx.state = state
+    walk = _walk(nodes, ctx)
+    if first_trip:
+        (loop,) = nodes
+        assert isinstance(loop, RuntimeLoop) and loop.cond is not None
+        walk = _walk_runtime_loop(loop, ctx, first_trip)
+    for instr in walk:
+        raise NKIRuntimeError(
+            f"'{instr.api or instr.kind}' waits for other instances inside a hosted subtree",
+            code="err_internal",
+            loc=instr.loc,
+        )
+
+
 def _walk(nodes: tuple[Node, ...], ctx: Ctx) -> Iterator[Instr]:
     """Run ``nodes`` for one instance. A generator: it stops at each collective instruction
     (``nl.all_reduce``) after reading its input, until the scheduler has combined the inputs
@@ -140,22 +174,30 @@ def _released(walk: Iterator[Instr], ctx: Ctx) -> Iterator[Instr]:
     ctx.arrays, ctx.shadow, ctx.state = {}, {}, {}
 
 
-def _register(acc: Access, ctx: Ctx) -> int:
-    return int(np.asarray(ctx.read(acc)).reshape(-1)[0])
+def _register(acc: Access, ctx: Ctx, loop: RuntimeLoop) -> int:
+    v = np.asarray(ctx.read(acc)).reshape(-1)[0]
+    try:
+        return int(v)
+    except (ValueError, OverflowError):  # a float register holding NaN or infinity
+        raise NKIRuntimeError(
+            f"the register {ctx.ir.label(acc.tensor)} of this device loop holds {v}, which is "
+            "not an integer trip bound or condition",
+            code="err_runtime",
+        ).with_context(loc=loop.loc, instance=ctx.instance, core=ctx.core) from None
 
 
-def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx) -> Iterator[Instr]:
+def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx, first_trip: int = 0) -> Iterator[Instr]:
     """A device loop: bounds read from registers when it starts (fori_loop), or its condition
-    register before every iteration (while_loop)."""
+    register before every iteration (while_loop; from trip ``first_trip``)."""
     if n.cond is None:
-        lo = n.lower_const if n.lower is None else _register(n.lower, ctx)
-        hi = n.upper_const if n.upper is None else _register(n.upper, ctx)
+        lo = n.lower_const if n.lower is None else _register(n.lower, ctx, n)
+        hi = n.upper_const if n.upper is None else _register(n.upper, ctx, n)
         for v in range(lo, hi, n.step):
             ctx.env[n.sym] = v
             yield from _walk(n.body, ctx)
     else:
-        trips = 0
-        while _register(n.cond, ctx) != 0:
+        trips = first_trip
+        while _register(n.cond, ctx, n) != 0:
             if trips == n.max_iterations:
                 raise NKIRuntimeError(
                     f"nl.while_loop ran {trips} iterations without its condition register "

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from nki import dtypes
 from nki.errors import NKIIndexError, NKIRuntimeError
 from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Mask, PidSym, Sym, TensorDecl
 from nki.optable import OPS
@@ -111,8 +112,9 @@ class Ctx:
                 )
             a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
             self.arrays[name] = a
-            if d.alias_of in self.shadow and d.on_chip:  # a reshaped tile shares its shadow
-                self.shadow[name] = self.shadow[d.alias_of].reshape(d.shape)
+            base = self.shadow.get(d.alias_of) if d.on_chip else None
+            if base is not None and base.size == a.size:  # a reshaped tile shares its shadow
+                self.shadow[name] = base.reshape(d.shape)
         return a
 
     def allocate(self, decl: TensorDecl) -> None:
@@ -120,20 +122,27 @@ class Ctx:
             return  # shared across instances: allocated once per launch
         self.arrays[decl.name] = host_array(decl, self.config)
         if self.full_checks and decl.alias_of is None:
-            self.shadow[decl.name] = np.zeros(decl.shape, dtype=bool)
+            # (a tile also read as another width is not tracked: a bool per element cannot
+            # follow bytes, and a false alarm is worse than a missed one)
+            other_width = decl.name in self._aliases()[1]
+            self.shadow[decl.name] = np.full(decl.shape, other_width, dtype=bool)
         if decl.on_chip:  # reshaped views of the tile follow its new storage
-            for alias in self._aliases().get(decl.name, ()):
+            for alias in self._aliases()[0].get(decl.name, ()):
                 self.arrays.pop(alias, None)
                 self.shadow.pop(alias, None)
 
-    def _aliases(self) -> dict[str, list[str]]:
+    def _aliases(self) -> tuple[dict[str, list[str]], set[str]]:
+        """Each tile's reshape / dtype views, and the tiles viewed at another width."""
         got = self.state.get("aliases")
         if got is None:
             got = {}
+            widths = set()
             for d in self.ir.tensors:
                 if d.alias_of is not None and d.on_chip:
                     got.setdefault(d.alias_of, []).append(d.name)
-            self.state["aliases"] = got
+                    if dtypes.itemsize(d.dtype) != dtypes.itemsize(self.decl(d.alias_of).dtype):
+                        widths.add(d.alias_of)
+            got = self.state["aliases"] = (got, widths)
         return got
 
     # ---- accesses -------------------------------------------------------------------------

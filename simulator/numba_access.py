@@ -123,6 +123,10 @@ class Emitter:
         self.FC: list[float] = []
         self.kernels: dict[str, tuple[Spec, str]] = {}  # spec key -> (spec, name in the driver)
         self.calls: set[tuple[str, tuple[str, ...]]] = set()  # (spec key, argument names)
+        # library kernels not built yet: an instruction calling one is hosted instead
+        self.defer: frozenset[str] = frozenset()
+        self.cur_specs: list[str] = []  # library kernels the current instruction calls
+        self.uses: dict[str, int] = {}  # library kernel -> executions of its instructions
 
     def emit(self, s: str) -> None:
         self.lines.append("    " * self.depth + s)
@@ -275,6 +279,9 @@ class Emitter:
         (written by the driver when they depend on symbols)."""
         if len(shape) > RANK:
             raise Unsupported(f"tiles of rank {len(shape)}")
+        if spec.key in self.defer:
+            raise Unsupported("library kernel not compiled yet (compile budget)")
+        self.cur_specs.append(spec.key)
         po, do = len(self.P), len(self.D)
         P = [1] * (RANK - len(shape)) + [int(n) for n in shape]
         conds = mask.conds if mask is not None else ()

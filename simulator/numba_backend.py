@@ -21,7 +21,10 @@ bounds-check unmasked accesses).
 A kernel compiles as a thin driver (``numba_codegen``) calling small library kernels, one per
 instruction kind and access shape (``numba_kernels``), so compile time grows linearly with the
 kernel and the library kernels are shared between kernels; above ``PY_DRIVER_MIN``
-instructions the driver runs as plain Python. Everything compiled is cached in memory and on
+instructions the driver runs as plain Python. A launch compiles for at most a budget
+(``numba_budget``: 3 s, ``$NKI_SIM_COMPILE_BUDGET``): what does not fit is hosted for that
+launch and compiled at the next ones; ``kernel.last_run.reason`` says so. Everything compiled
+is cached in memory and on
 disk: generated modules are written to ``$NKI_SIM_CACHE_DIR`` (default ``~/.cache/nki-sim``)
 under a hash of their source and compiled with numba's ``cache=True`` next to them, so a new
 process loads them instead of compiling again; an entry numba cannot load is deleted and
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import time
 import warnings
 from typing import Any
 
@@ -42,6 +46,7 @@ from nki.errors import NKIError, user_stacklevel
 from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
 
+from . import numba_budget as budget
 from . import numba_kernels as lib
 from . import numerics
 from .bounds import check_bounds
@@ -61,11 +66,13 @@ NAME = "numba"
 INTERP_PER_EXEC = 50e-6
 INTERP_PER_ELEMENT = 0.5e-9
 NUMBA_PER_ELEMENT = 2.5e-9
-# a cold compile (from runs on the shared 2-core machine): the driver, base + per instruction
-# (none for a plain-Python driver), and each library kernel not yet built
-DRIVER_BASE = 0.4
-DRIVER_PER_INSTR = 0.03
+# a cold compile (from runs on the shared 2-core machine): each library kernel not yet built,
+# and the driver (none for a plain-Python driver): a base, per instruction and per library
+# kernel it calls (numba links their code in and optimises it again with the driver's)
 KERNEL_COMPILE = 0.6
+DRIVER_BASE = 0.3
+DRIVER_PER_INSTR = 0.02
+DRIVER_PER_KERNEL = 0.08
 DISK_LOAD = 0.05  # loading one compiled module from the disk cache
 _VERSION = "2"  # bump when the generated code changes meaning
 
@@ -151,8 +158,8 @@ def compiled(p: Plan, args: list[Any] | None = None) -> Any:
     if args is not None and not p.python:
         fn.compile(_signature(args))
     elif args is not None:  # plain-Python driver: build each library kernel it will call
-        for disp, call in _kernel_calls(p, args):
-            disp.compile(_signature(call))
+        for _, disp, sig in _kernel_calls(p, args):
+            disp.compile(sig)
     _FUNCS[key] = fn
     return fn
 
@@ -200,10 +207,23 @@ def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
     why = f"compiling does not pay off: interpreter ~{interp:.3g} s, compiled ~{compiled:.3g} s"
     if compiled >= interp:
         return False, why
-    setup = setup_cost(p)  # looked up only when it can matter (it imports numba)
+    # looked up only when it can matter (it imports numba)
+    setup, compiled = this_launch(interp, compiled, setup_cost(p))
     if compiled + setup < interp:
         return True, ""
     return False, f"{why} + {setup:.3g} s to compile or load"
+
+
+def this_launch(interp: float, compiled: float, setup: float) -> tuple[float, float]:
+    """(compile seconds, run seconds) of this launch on the Numba backend, for a kernel taking
+    ``interp`` / ``compiled`` seconds interpreted / fully compiled and ``setup`` seconds of
+    compiling: at most the compile budget is spent, and the share of the work whose compile
+    does not fit runs hosted at the interpreter's speed."""
+    limit = budget.budget()
+    if setup <= limit:
+        return setup, compiled
+    done = limit / setup
+    return limit, done * compiled + (1.0 - done) * interp
 
 
 def estimate(p: Plan) -> tuple[float, float]:
@@ -214,20 +234,41 @@ def estimate(p: Plan) -> tuple[float, float]:
 
 
 def setup_cost(p: Plan) -> float:
-    """Seconds before the compiled kernel can run: 0 when compiled in this process, else
-    loading or compiling the driver (growing linearly with its instructions) and each library
-    kernel not yet loaded."""
+    """Seconds of compiling before the kernel runs fully compiled: 0 when compiled in this
+    process, else loading or compiling the driver (growing linearly with its instructions) and
+    each library kernel not yet built. ``choose`` spends at most the compile budget of it per
+    launch (``numba_budget``)."""
     if is_compiled(p):
         return 0.0
+    if not p.python and lib.on_disk(_driver_stem(p)):
+        return DISK_LOAD  # the driver's cache entry holds its kernels' code
     cost = 0.0
+    on_disk = lib.disk_stems()
     for spec in p.kernels:
         stem = f"nki_k_{spec.key}"
-        if not lib.loaded(stem):
-            cost += DISK_LOAD if lib.on_disk(stem) else KERNEL_COMPILE
+        if not lib.built(stem):
+            cost += DISK_LOAD if stem in on_disk else KERNEL_COMPILE
     if not p.python:
-        on = lib.on_disk(_driver_stem(p))
-        cost += DISK_LOAD if on else DRIVER_BASE + DRIVER_PER_INSTR * len(p.instrs)
+        cost += driver_estimate(p)
     return cost
+
+
+def driver_estimate(p: Plan) -> float:
+    """Seconds a cold compile of the driver of ``p`` is expected to take (scaled by how fast
+    library kernels compiled in this process)."""
+    base = DRIVER_BASE + DRIVER_PER_INSTR * len(p.instrs) + DRIVER_PER_KERNEL * len(p.kernels)
+    return base * budget.speed(KERNEL_COMPILE)
+
+
+def left_to_compile(p: Plan) -> int:
+    """Library kernels of ``p`` neither built in this process nor in the disk cache, plus one
+    for the driver when it is compiled code not yet built (0: the kernel runs fully compiled)."""
+    if is_compiled(p):
+        return 0
+    on_disk = lib.disk_stems()
+    cold = [s for s in p.kernels if not lib.built(f"nki_k_{s.key}")]
+    n = sum(f"nki_k_{s.key}" not in on_disk for s in cold)
+    return n + (not p.python and _driver_stem(p) not in on_disk)
 
 
 class _Host:
@@ -239,6 +280,7 @@ class _Host:
         self.states: dict[tuple[int, ...], dict[str, Any]] = {}
         self.arrays: dict[str, np.ndarray] = {}  # tensors and scratch buffers by name
         self.env = np.zeros(64, dtype=np.int64)  # symbol values at a call back
+        self.err = np.zeros(64, dtype=np.int64)  # where compiled code stopped (return code 1)
         self.error: BaseException | None = None
         self.epoch = np.zeros(max(1, len(p.alloc_slots)), dtype=np.int64)
         self.views: dict[str, tuple[int, np.ndarray]] = {}
@@ -315,12 +357,57 @@ def _array_args(
 _EXTRA = ("order", "ERR", "ENV", "EPOCH", "CB", "P", "D", "FC", "Z", "SIGCHECK", "SIGCLEAR")
 
 
-def _kernel_calls(p: Plan, args: list[Any]) -> list[tuple[Any, list[Any]]]:
-    """(library kernel, example arguments) for every distinct call the driver makes."""
+def _kernel_calls(p: Plan, args: list[Any]) -> list[budget.KernelCall]:
+    """(library kernel, its dispatcher, numba signature) of every distinct call the driver
+    makes with ``args``."""
     named = dict(zip([b.arg for b in p.args] + list(_EXTRA), args))
-    return [
-        (lib.kernel(spec), [0 if a == "#" else named[a] for a in names]) for spec, names in p.calls
-    ]
+    out = []
+    for spec, names in p.calls:
+        sig = _signature([0 if a == "#" else named[a] for a in names])
+        out.append((spec, lib.kernel(spec), sig))
+    return out
+
+
+def _python_driver(p: Plan) -> Any:
+    """The driver of ``p`` as a plain Python function (kept in memory, not in the cache)."""
+    for spec in p.kernels:
+        lib.kernel(spec)  # the driver imports its kernels' modules by name
+    ns: dict[str, Any] = {}
+    exec(compile(p.py_source, f"<nki-sim driver {p.key}>", "exec"), ns)
+    return ns[p.func]
+
+
+def prepare(
+    ir: KernelIR, config: SimConfig, p: Plan, args: list[Any], start: float
+) -> tuple[Plan, Any, bool, str]:
+    """Build what the launch of ``p`` with ``args`` runs, compiling within the compile budget
+    counted from ``start`` (``numba_budget``): (the plan to run, its driver, whether the driver
+    is plain Python, the note for ``RunInfo.reason``). The plan is ``p``, or a version of it
+    hosting the instructions whose library kernels were left for the next launches."""
+    fn = _FUNCS.get(_source_key(p))
+    if fn is not None:
+        return p, fn, p.python, ""
+    if not p.python and lib.on_disk(_driver_stem(p)):
+        return p, compiled(p, args), False, ""  # its cache entry links its kernels in
+    limit = budget.budget()
+    built = budget.build_kernels(_kernel_calls(p, args), p.uses, limit, start, KERNEL_COMPILE)
+    if built.deferred:
+        try:
+            part = generate(ir, config, p.func, built.deferred)
+        except Unsupported:  # hosting cannot replace them here: build them all now
+            calls = _kernel_calls(p, args)
+            budget.build_kernels(calls, p.uses, float("inf"), start, KERNEL_COMPILE)
+        else:
+            hosted = len(part.hosted_ops) - len(p.hosted_ops)
+            n = len(built.deferred)
+            note = budget.hosted_note(limit, hosted, len(p.instrs), n, not p.python)
+            return part, _python_driver(part), True, note
+    if p.python:
+        return p, compiled(p, args), True, ""
+    est = driver_estimate(p)
+    if time.perf_counter() - start + est <= limit:
+        return p, compiled(p, args), False, ""
+    return p, _python_driver(p), True, budget.driver_note(limit, est)
 
 
 # Python's pending signal handlers (Ctrl-C) run from compiled loops through the C API; the
@@ -333,32 +420,48 @@ def _no_signal() -> int:
     return 0
 
 
-def run(
-    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
-) -> None:
-    """Run ``ir`` compiled over the instances in ``order``, updating ``shared`` (parameters and
-    the launch's shared HBM tensors, already allocated). Errors are the interpreter's: a
-    hosted instruction raises its own; a masked access found out of bounds before an
-    instruction runs is handed, with the state at that point, to the interpreter's executor."""
+def _launch_args(
+    ir: KernelIR,
+    config: SimConfig,
+    p: Plan,
+    shared: dict[str, np.ndarray],
+    order: np.ndarray,
+    python: bool,
+) -> tuple[_Host, list[Any]]:
+    """The host of ``p``'s call-backs and the driver's arguments for one launch (``python``:
+    the driver runs as plain Python and calls back directly; Ctrl-C interrupts it anyway)."""
     from .numba_rt import CALLBACK
 
-    p, _ = plan(ir, config)
-    assert p is not None
     host = _Host(ir, config, p)
-    ndim = len(ir.grid.shape)
-    order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
     arrays, host.arrays = _array_args(ir, p, shared, config.precise_fp)
-    err = np.zeros(64, dtype=np.int64)
     zero = np.zeros(1, np.float32)
-    if p.python:  # plain Python calls back directly; Ctrl-C interrupts it anyway
+    if python:
         cb: Any = host.callback
         sig: tuple[Any, Any] = (_no_signal, _no_signal)
     else:
         cb, sig = CALLBACK(host.callback), (_SIGCHECK, _SIGCLEAR)
     D = p.D.copy()  # the driver writes the symbol-dependent bases
-    args = [*arrays, order_arr, err, host.env, host.epoch, cb, p.P, D, p.FC, zero, *sig]
-    try:  # load or compile everything before anything runs
-        fn = compiled(p, args)
+    args = [*arrays, order, host.err, host.env, host.epoch, cb, p.P, D, p.FC, zero, *sig]
+    return host, args
+
+
+def run(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
+) -> str:
+    """Run ``ir`` compiled over the instances in ``order``, updating ``shared`` (parameters and
+    the launch's shared HBM tensors, already allocated); returns the note for
+    ``RunInfo.reason`` (empty when the kernel ran fully compiled). Errors are the
+    interpreter's: a hosted instruction raises its own; a masked access found out of bounds
+    before an instruction runs is handed, with the state at that point, to the interpreter's
+    executor."""
+    start = time.perf_counter()
+    p, _ = plan(ir, config)
+    assert p is not None
+    ndim = len(ir.grid.shape)
+    order_arr = np.array(order, dtype=np.int64).reshape(len(order), ndim)
+    host, args = _launch_args(ir, config, p, shared, order_arr, p.python)
+    try:  # load or compile (within the budget) everything before anything runs
+        run_p, fn, python, note = prepare(ir, config, p, args, start)
     except (NKIError, Unsupported):
         raise
     except Exception as e:
@@ -370,7 +473,9 @@ def run(
             CacheRepairedWarning,
             stacklevel=user_stacklevel(),
         )
-        fn = compiled(p, args)
+        run_p, fn, python, note = prepare(ir, config, p, args, time.perf_counter())
+    if run_p is not p or python != p.python:
+        host, args = _launch_args(ir, config, run_p, shared, order_arr, python)
     rc = fn(*args)
     if rc == 3:
         raise KeyboardInterrupt
@@ -378,7 +483,8 @@ def run(
         assert host.error is not None
         raise host.error
     if rc == 1:
-        instr, syms, _ = p.instrs[int(err[0])]
+        err = host.err
+        instr, syms, _ = run_p.instrs[int(err[0])]
         host.run_instr(int(err[0]), tuple(int(v) for v in err[1 : 1 + len(syms)]))
         raise NKIError(  # the executor accepted what compiled code rejected: a backend bug
             f"internal error: the Numba backend stopped at '{instr}' but the interpreter "
@@ -386,6 +492,7 @@ def run(
             code="err_internal",
             loc=instr.loc,
         )
+    return note
 
 
 def execute(
@@ -394,14 +501,19 @@ def execute(
     """The backend interface (see ``launch.py``): run ``ir`` over the instances of ``sched``
     when this backend should (``config.backend``, the supported subset, the cost model);
     False when the next backend must run it."""
-    return maybe_run(ir, shared, config, sched.instances)
+    return maybe_run(ir, shared, config, sched.instances, info)
 
 
 def maybe_run(
-    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, order: list[tuple[int, ...]]
+    ir: KernelIR,
+    shared: dict[str, np.ndarray],
+    config: SimConfig,
+    order: list[tuple[int, ...]],
+    info: RunInfo | None = None,
 ) -> bool:
     """True when the Numba backend ran the kernel over the instances in ``order``, False when
-    the caller must run it on another backend."""
+    the caller must run it on another backend. A launch that hosted instructions or ran its
+    driver as plain Python for the compile budget says so in ``info.reason``."""
     try:
         use, reason = choose(ir, config)
     except NKIError:
@@ -410,7 +522,9 @@ def maybe_run(
         use, reason = False, f"the Numba backend is unavailable ({type(e).__name__}: {e})"
     if use:
         try:
-            run(ir, shared, config, order)
+            note = run(ir, shared, config, order)
+            if note and info is not None:
+                info.reason = "; ".join(r for r in (info.reason, note) if r)
             return True
         except NKIError:
             raise

@@ -9,7 +9,9 @@ loops, refills per-instance tiles at their ``Alloc`` (NaN, unless the next instr
 overwrites the whole tile), writes the bases of each instruction's accesses (affine in the
 program ids and loop iterators) into ``D`` and calls its kernel. Its size, and so its compile
 time, grows linearly with the kernel; the kernels are shared and cached on disk. Above
-``PY_DRIVER_MIN`` instructions the same source runs as plain Python (no compile at all).
+``PY_DRIVER_MIN`` instructions the same source runs as plain Python (no compile at all), as
+does a driver generated with ``defer`` (library kernels the compile budget left for a later
+launch, ``numba_budget``): the instructions calling them are hosted.
 
 This module walks the kernel (loops, allocations, instructions); ``numba_access.py`` lowers
 accesses and ``numba_lowering.py`` the instruction kinds it compiles natively, on fp32 /
@@ -43,6 +45,7 @@ from .numba_lowering import ACCUMULATE, NATIVE
 # kernels with more instructions than this run their driver as plain Python (each instruction
 # one call of its compiled library kernel) instead of compiling it
 PY_DRIVER_MIN = 40
+JIT = '@njit(cache=True, error_model="numpy")'  # the compiled driver's decorator
 TICK = 1 << 20  # tile elements between two polls for KeyboardInterrupt
 
 __all__ = ["NATIVE", "Buffer", "Plan", "Unsupported", "generate", "ir_key"]
@@ -72,6 +75,13 @@ class Plan:
     python: bool = False  # the driver runs as plain Python
     # (library kernel, the driver's argument names it is called with; '#' an int)
     calls: list[tuple[Spec, tuple[str, ...]]] = field(default_factory=list)
+    # library kernel key -> executions of the native instructions calling it, per instance
+    uses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def py_source(self) -> str:
+        """The driver's source as plain Python (the same code, not compiled)."""
+        return self.source.replace(JIT + "\n", "", 1)
 
 
 class _Gen(Emitter):
@@ -152,8 +162,11 @@ class _Gen(Emitter):
         mark = (len(self.lines), dict(self.args), self.uid, self.depth)
         pmark = (len(self.P), len(self.D), len(self.FC), dict(self.kernels), set(self.calls))
         self.emit(f"# {str(ins)[:90]}")
+        self.cur_specs = []
         try:
             self.native(ins)
+            for k in set(self.cur_specs):
+                self.uses[k] = self.uses.get(k, 0) + trips
             self.native_work += trips
             self.native_elements += trips * (math.prod(ins.dst.shape) if ins.dst else 1)
             full = self.covers(ins)
@@ -198,19 +211,26 @@ def ir_key(ir: KernelIR, config: SimConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
+def generate(
+    ir: KernelIR,
+    config: SimConfig,
+    func: str = "nki_kernel",
+    defer: frozenset[str] = frozenset(),
+) -> Plan:
     """Python source of the driver for ``ir``; raises :class:`Unsupported` when the kernel
-    cannot run this way at all."""
+    cannot run this way at all. Instructions calling a library kernel in ``defer`` (keys of
+    kernels not compiled yet) are hosted, and the driver is then plain Python."""
     if any(ins.kind in COLLECTIVES for ins, _ in ir.instructions()):
         raise Unsupported("collectives (nl.all_reduce): instances wait for each other")
     key = ir_key(ir, config)
     g = _Gen(ir, config, key)
+    g.defer = defer
     g.depth = 2
     g.tick(ir.body)
     for a in range(len(ir.grid.shape)):
         g.emit(f"pid{a} = order[k, {a}]")
     g.nodes(ir.body, 1)
-    python = len(g.instrs) > PY_DRIVER_MIN
+    python = len(g.instrs) > PY_DRIVER_MIN or bool(defer)
     args = list(g.args.values())
     extra = ["order", "ERR", "ENV", "EPOCH", "CB", "P", "D", "FC", "Z", "SIGCHECK", "SIGCLEAR"]
     sig = ", ".join([b.arg for b in args] + extra)
@@ -224,7 +244,7 @@ def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
         *[f"from {module_name('nki_k_' + sp.key)} import kern as {name}" for sp, name in specs],
         "",
         "",
-        "" if python else '@njit(cache=True, error_model="numpy")',
+        "" if python else JIT,
         f"def {func}({sig}):",
         "    tick = 0",
         "    for k in range(order.shape[0]):",
@@ -250,4 +270,5 @@ def generate(ir: KernelIR, config: SimConfig, func: str = "nki_kernel") -> Plan:
         [sp for sp, _ in specs],
         python,
         [(g.kernels[k][0], a) for k, a in sorted(g.calls)],
+        g.uses,
     )

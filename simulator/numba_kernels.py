@@ -344,6 +344,21 @@ def on_disk(stem: str) -> bool:
     return any((cache_dir() / "__pycache__").glob(f"{stem}.*.nbi"))
 
 
+def disk_stems() -> set[str]:
+    """The stems of every module with compiled code in the disk cache (one directory read)."""
+    try:
+        names = os.listdir(cache_dir() / "__pycache__")
+    except OSError:
+        return set()
+    return {n.split(".", 1)[0] for n in names if n.endswith(".nbi")}
+
+
+def built(stem: str) -> bool:
+    """The module's kernel is compiled (or loaded from the disk cache) in this process."""
+    mod = _MODULES.get(module_name(stem))
+    return mod is not None and bool(mod.kern.overloads)
+
+
 def purge(stem: str) -> bool:
     """Forget module ``stem`` and delete its disk-cache files; False when numba had no cache
     entry for it on disk."""

@@ -14,6 +14,7 @@ from .state import state
 from .subscripts import compose, parse_subscript, prod
 from .tensors import NkiTensor, TileOps, View
 from .views import (
+    _alias,
     _err,
     _on_chip,
     _parts,
@@ -37,6 +38,8 @@ def view_dtype(self: TileOps, dtype: Any) -> View:
     old, new = dtypes.itemsize(t.decl.dtype), dtypes.itemsize(dt)
     if acc.indirect:
         raise _err(f"view({dt}): '{t.name}' is indexed dynamically here; reinterpret first")
+    if _on_chip(t) and t.decl.par_dim:
+        return _view_dtype_blocked(t, acc, dt, old, new)
     st, shape = list(strides(self)), list(acc.shape)
     if shape[-1] > 1 and st[-1] != 1:
         raise _err(
@@ -55,6 +58,45 @@ def view_dtype(self: TileOps, dtype: Any) -> View:
     if _on_chip(t) and len(shape) == 1:
         raise _err(f"view({dt}): an on-chip view needs its partition dim")
     return ap(self, pat, offset=start * old // new, dtype=dt)
+
+
+def _view_dtype_blocked(t: NkiTensor, acc: Access, dt: str, old: int, new: int) -> View:
+    """``view(dtype)`` of a tile with block dims before its partition dim (``(B, par_dim(P),
+    F)``): each block's row lies in the partition's free bytes, so the view keeps the tile's
+    dims and only its last one is rescaled; the viewed elements must run along it."""
+    d = t.decl
+    shape, last = list(acc.shape), len(acc.index) - 1
+    if (d.shape[-1] * old) % new:
+        raise _err(
+            f"view({dt}): the last dim of '{t.name}' {d.dtype}{list(d.shape)} ({d.shape[-1] * old}"
+            f" bytes) does not split into whole {dt} elements ({new} bytes)"
+        )
+    index = []
+    for k, e in enumerate(acc.index):
+        coeffs = list(e.coeffs)
+        if shape[-1] == 1:  # (a one-element last axis runs along the tensor's last dim)
+            coeffs[-1] = 1 if k == last else 0
+        if k < last:
+            if coeffs[-1]:
+                raise _err(f"view({dt}): the last dim of view {shape} of '{t.name}' must run "
+                           "along the tile's last dim")  # fmt: skip
+            index.append((e.base, coeffs))
+            continue
+        if coeffs[-1] != 1 or not e.base.is_const:
+            raise _err(f"view({dt}): the last dim of view {shape} of '{t.name}' must be "
+                       "contiguous (stride 1) and start at a constant")  # fmt: skip
+        scaled = [e.base.const * old, *(c * old for c in coeffs[:-1])]
+        if any(v % new for v in scaled):
+            raise _err(f"view({dt}): view {shape} of '{t.name}' does not start on whole {dt} "
+                       f"elements ({new} bytes)")  # fmt: skip
+        base = type(e.base).constant(scaled[0] // new)
+        index.append((base, [v // new for v in scaled[1:]] + [1]))
+    shape[-1] = shape[-1] * old // new
+    if shape[-1] < 1:
+        raise _err(f"view({dt}): view {list(acc.shape)} of '{t.name}' is narrower than one {dt}")
+    decl = _alias(t, d.shape[:-1] + (d.shape[-1] * old // new,), dt, "v", par_dim=d.par_dim)
+    idx = tuple(IndexExpr(b, tuple(c), tuple(shape)) for b, c in index)
+    return View(NkiTensor(decl, t.scope), Access(decl.name, tuple(shape), idx))
 
 
 def rearrange(self: TileOps, src: Any, dst: Any, fixed_sizes: Any = None) -> View:

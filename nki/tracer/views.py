@@ -389,10 +389,12 @@ def flatten_dims(self: TileOps, start: int, end: int) -> View:
 # --- raw access patterns -------------------------------------------------------------------
 
 
-def _alias(t: NkiTensor, shape: tuple[int, ...], dtype: str, tag: str) -> TensorDecl:
+def _alias(
+    t: NkiTensor, shape: tuple[int, ...], dtype: str, tag: str, par_dim: int = 0
+) -> TensorDecl:
     st = state("tensor.ap")
     root = t.decl.alias_of or t.decl.name
-    decl = TensorDecl(st.fresh(f"{root}_{tag}"), shape, dtype, t.decl.buffer, "alias", 0,
+    decl = TensorDecl(st.fresh(f"{root}_{tag}"), shape, dtype, t.decl.buffer, "alias", par_dim,
                       user_loc(), root)  # fmt: skip
     st.declare(decl)
     return decl

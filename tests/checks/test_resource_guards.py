@@ -93,6 +93,7 @@ def small_add(a):
 
 def test_corrupted_numba_disk_cache_is_deleted_and_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("NKI_SIM_COMPILE_BUDGET", "inf")  # the driver compiled at the first launch
     a = np.arange(512, dtype=np.float32).reshape(128, 4)
     k = nki.jit(small_add, backend="numba")
     np.testing.assert_array_equal(k(a), a + 2)

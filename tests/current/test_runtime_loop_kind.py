@@ -1,17 +1,19 @@
 """Device loops (RuntimeLoop) are one question away for every pass: ``Loop.is_runtime`` /
-``static_trips`` and ``KernelIR.has_runtime_loops``; the backends that batch or compile loops
-decline them, and the cost model counts a static ``fori_loop``'s trips and says when it had to
-assume one trip."""
+``static_trips`` and ``KernelIR.has_runtime_loops``; the batched backend runs them per
+instance with the interpreter, the Numba backend declines them, and the cost model counts a
+static ``fori_loop``'s trips and says when it had to assume one trip."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Loop
 from nki.language.loops import register_alloc, register_load
+from simulator.numba_backend import BackendFallbackWarning
 
 from helpers import line_of
 
@@ -55,7 +57,12 @@ def test_register_bound_is_a_runtime_loop_and_every_backend_sees_it():
     assert ir.has_runtime_loops
     assert [lp.is_runtime for lp in _loops(ir)] == [True]
     assert _loops(ir)[0].static_trips is None
-    assert "device loops" in k.last_run.reason and k.last_run.backend == "numpy"
+    assert k.last_run.backend == "batched", k.last_run.reason
+    assert "device loops run 1 time(s) batched" in k.last_run.reason
+    kn = nki.jit(prefix_sum, backend="numba")
+    with pytest.warns(BackendFallbackWarning, match="device loops"):
+        np.testing.assert_array_equal(kn(x, np.array([[5]], np.int32)), got)
+    assert kn.last_run.backend == "numpy"
 
 
 def test_int_bounds_make_a_static_loop():

@@ -5,12 +5,15 @@ reinterpreted) gives way to exact storage for such a kernel."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from simulator.numba_backend import BackendFallbackWarning
 from simulator.unwritten import UnwrittenOutputWarning
 
 
@@ -44,3 +47,56 @@ def test_fp32_read_as_fp8_bytes_round_trips(precise_fp):
 def test_unwritten_bytes_behind_a_dtype_view_are_reported():
     with pytest.warns(UnwrittenOutputWarning, match="no instruction writes"):
         half_written(X)
+
+
+@nki.jit
+def block_scale_bytes(x):
+    """A classic block-first tile ``(G, par_dim(128), 1)`` fp32, stored as fp8 bytes per group."""
+    out = nl.ndarray((256, 4), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, nl.par_dim(128), 1), dtype=nl.float32, buffer=nl.sbuf)
+    for g in nl.affine_range(2):
+        t[g, :, :] = nl.load(x[nl.ds(g * 128, 128), :])
+        nl.store(out[nl.ds(g * 128, 128), :], value=t.view(nl.float8_e4m3)[g, :, :4])
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+@pytest.mark.parametrize("checks", ["static", "full"])
+def test_block_first_tile_read_as_fp8_bytes(backend, checks):
+    x = (np.arange(256, dtype=np.float32).reshape(256, 1) - 100) / 9
+    k = block_scale_bytes.configure(backend=backend, checks=checks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BackendFallbackWarning)  # (views run on the interpreter)
+        got = np.asarray(k(x))
+    np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.float32), x)
+
+
+def test_block_first_view_must_run_along_the_last_dim():
+    @nki.jit
+    def across(x):
+        out = nl.ndarray((128, 8), dtype=nl.uint8, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, nl.par_dim(128), 2), dtype=nl.float32, buffer=nl.sbuf)
+        t[0, :, :] = nl.load(x)
+        t[1, :, :] = nl.load(x)
+        nl.store(out, value=t[:, :, 0].view(nl.uint8))  # line: the view's last axis is blocks
+        return out
+
+    with pytest.raises(nki.errors.NKIError, match="must run along the tile's last dim") as e:
+        across(np.ones((128, 2), np.float32))
+    assert e.value.loc.line == across.__wrapped__.__code__.co_firstlineno + 6
+
+
+def test_full_checks_follow_a_tile_read_at_another_width():
+    """checks="full" tracks uninitialised elements per element; a tile also read as bytes is
+    not tracked (no false alarm, no crash) and its bytes round-trip."""
+
+    @nki.jit
+    def as_bytes(x):
+        out = nl.ndarray((128, 8), dtype=nl.uint8, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, value=t.view(nl.uint8))
+        return out
+
+    x = np.random.default_rng(0).standard_normal((128, 2)).astype(np.float32)
+    got = as_bytes.configure(checks="full")(x)
+    np.testing.assert_array_equal(got, x.view(np.uint8))

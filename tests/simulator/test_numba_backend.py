@@ -13,7 +13,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIIndexError, NKIRuntimeError
-from simulator import interpreter, launch, numba_backend
+from simulator import interpreter, launch, numba_backend, numba_budget
 from simulator.config import SimConfig
 from simulator.numba_codegen import NATIVE
 
@@ -322,6 +322,7 @@ def test_unchecked_out_of_bounds_kernel_is_never_compiled():
 
 def test_auto_decides_by_the_cost_model(monkeypatch, tmp_path):
     monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))  # not compiled yet, not on disk
+    monkeypatch.setenv(numba_budget.ENV, "inf")  # (test_numba_compile_budget: with a budget)
     monkeypatch.setattr(numba_backend, "_FUNCS", {})
     # auto's choice between compiling and interpreting (the batched backend would run it first)
     monkeypatch.setattr(launch, "BACKENDS", (numba_backend, interpreter))
@@ -365,6 +366,7 @@ def test_disk_cache_files(tmp_path, monkeypatch):
     from simulator import numba_kernels
 
     monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(numba_budget.ENV, "inf")  # everything compiled at the first launch
     monkeypatch.setattr(numba_backend, "_FUNCS", {})
     monkeypatch.setattr(numba_kernels, "_MODULES", {})  # nothing compiled in this process
     a = np.ones((256, 128), dtype=np.float32)
@@ -407,7 +409,8 @@ def test_second_process_loads_compiled_code_from_disk(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "NKI_SIM_CACHE_DIR": str(tmp_path)}
+    # everything compiled at the first launch
+    env = {**os.environ, "NKI_SIM_CACHE_DIR": str(tmp_path), numba_budget.ENV: "inf"}
     script = tmp_path / "k.py"
     script.write_text(_CACHE_SCRIPT)
     runs = [
@@ -462,14 +465,15 @@ def spin(a):
         nl.store(out, value=nl.add(nl.load(a), 1.0))
     return out
 
-real = nb.compiled
+real = nb.prepare
 
-def compiled(p, args=None):
-    fn = real(p, args)
+def prepare(*a):
+    got = real(*a)
+    assert not got[2], "the driver runs compiled"
     print("running", flush=True)  # compiled: what follows is the compiled loop
-    return fn
+    return got
 
-nb.compiled = compiled
+nb.prepare = prepare
 spin(np.zeros((128, 8), np.float32))
 print("done", flush=True)
 """
@@ -478,6 +482,7 @@ print("done", flush=True)
 def test_compiled_loop_stops_on_ctrl_c(tmp_path):
     """SIGINT during a long compiled loop: KeyboardInterrupt (raised by the backend when the
     loop's poll sees the signal) within a few seconds, not after the loop ends."""
+    import os
     import signal
     import subprocess
     import sys
@@ -485,9 +490,10 @@ def test_compiled_loop_stops_on_ctrl_c(tmp_path):
 
     script = tmp_path / "spin.py"
     script.write_text(_INTERRUPT_SCRIPT)
+    env = {**os.environ, numba_budget.ENV: "inf"}  # the driver compiled at the first launch
     proc = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, env=env,
     )  # fmt: skip
     try:
         assert proc.stdout.readline().strip() == "running"
