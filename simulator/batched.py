@@ -2,25 +2,22 @@
 independent ``affine_range`` iterations, as NumPy operations over leading batch axes.
 
 The grid axes and every ``affine_range`` loop whose iterations write no on-chip tile allocated
-outside the loop become batch axes (a symbol then has one value per position on its axis);
-other loops (a PSUM accumulation over K, ``sequential_range``) are iterated in Python around
-the batched body. An on-chip tile allocated at batch depth ``p`` is stored with ``p`` leading
-batch axes. An unmasked access is a strided view (``as_strided``) of its tensor over the batch
-and the tile, computed from the affine index; a masked access gathers / scatters through index
-arrays with the mask evaluated batch-wide once. Batch axes are chunked so the tiles a chunk
-holds stay under ``BUDGET`` bytes.
+outside the loop become batch axes (a symbol has one value per position on its axis); other
+loops (a PSUM accumulation over K, ``sequential_range``) are iterated around the batched body.
+A tile allocated at batch depth ``p`` has ``p`` leading batch axes. An unmasked access is a
+strided view of its tensor over batch and tile; a masked access gathers / scatters through index
+arrays, its mask evaluated batch-wide once. Batch axes are chunked under ``BUDGET`` bytes
+(except the grid axes an ``nl.all_reduce`` reduces over: its groups are whole in a batch).
 
-The executors here repeat the reference interpreter's numerics (``simulator/language``): fp32
-compute, the same NumPy calls on contiguous operands, ``numerics.cast`` on write, so results are
-bit-identical. An instruction without a batched executor is hosted (``batched_host.py``): it
-runs per batch position with the interpreter's executor. A device loop (``nl.fori_loop`` with a
-register bound, ``nl.while_loop``) is iterated around its batched body while its bounds or
-condition are the same at every position, else it runs with its body per position by the
-interpreter's walker (``batched_subtrees.py``). Reshape / dtype views are views of their base's
-(batched) storage. Planning (``batched_plan.py``) decides the batch axes, the hosted
-instructions and the copies it can skip. ``execute`` declines (returns False, with the reason
-in ``RunInfo.reason``) kernels whose semantics need the per-instance walk (collectives, HBM
-read after write...); the next backend runs them."""
+The executors repeat the interpreter's numerics (fp32 compute, the same NumPy calls,
+``numerics.cast`` on write), so results are bit-identical. An instruction without a batched
+executor is hosted (``batched_host.py``): run per position by the interpreter's executor. A
+device loop is iterated around its batched body while its bounds or condition agree across
+positions, else run per position by the interpreter's walker (``batched_subtrees.py``). Views
+are views of their base's batched storage. ``batched_plan.py`` decides the batch axes, hosted
+instructions and skipped copies; ``execute`` declines (returns False, the reason in
+``RunInfo.reason``) kernels whose semantics need the per-instance walk (core meetings of LNC=2,
+HBM one position sees another write, ``shuffle_seed``...); the next backend runs them."""
 
 from __future__ import annotations
 
@@ -47,11 +44,12 @@ from nki.optable import OPS
 
 from . import interpreter, numerics
 from .batched_host import Host, StateUsed
-from .batched_ops import EXECUTORS
+from .batched_ops import EXECUTORS, contiguous, selection_for
 from .batched_plan import Declined, Plan, plan
 from .batched_subtrees import alias_storage
 from .config import SimConfig
-from .coverage import HOLDS_THROUGHOUT
+from .coverage import HOLDS_THROUGHOUT, instructions_of
+from .executors import COLLECTIVES
 from .instances import RunInfo, Schedule
 
 NAME = "batched"
@@ -209,7 +207,7 @@ class BCtx:
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         if sel is None:
             return self.view(acc)
-        sel = _selection_for(sel, len(self.dims), acc.shape)
+        sel = selection_for(sel, len(self.dims), acc.shape)
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
@@ -268,7 +266,7 @@ class BCtx:
         batch axes; constants stay scalars."""
         if isinstance(src, Access):
             raw = self.read(src, sel)
-            return numerics.to_compute(_contig(raw) if contig else raw, exact_int=exact_int)
+            return numerics.to_compute(contiguous(raw) if contig else raw, exact_int=exact_int)
         if isinstance(src, Const):
             v = src.value
             if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
@@ -334,10 +332,6 @@ _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
-def _contig(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}  # fmt: skip
 
@@ -354,7 +348,8 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
                 continue  # the elided load right after it makes the tile a view
             ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
         elif isinstance(n, _GridLoop):
-            _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p)
+            whole = n.sym.axis in p.whole_axes
+            _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p, whole)
         elif id(n) in p.subtrees:
             _run_device_loop(n, ctx, p)  # type: ignore[arg-type]
         elif id(n) in p.batch_loops:
@@ -439,13 +434,21 @@ def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray | None:
 
 
 def _run_batched(
-    sym: Sym, start: int, step: int, count: int, body: tuple[Node, ...], ctx: BCtx, p: Plan
+    sym: Sym,
+    start: int,
+    step: int,
+    count: int,
+    body: tuple[Node, ...],
+    ctx: BCtx,
+    p: Plan,
+    whole: bool = False,
 ) -> None:
-    """Run ``body`` with ``sym`` as a new batch axis, in chunks under the memory budget."""
+    """Run ``body`` with ``sym`` as a new batch axis, in chunks under the memory budget
+    (``whole``: in one chunk, for a collective's group)."""
     if count <= 0:
         return
     per = p.tile_bytes * max(1, math.prod(ctx.dims))
-    chunk = max(1, min(count, BUDGET // per))
+    chunk = count if whole else max(1, min(count, BUDGET // per))
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         ctx.dims.append(n)
@@ -564,9 +567,11 @@ def _first_error(
     instruction of the same one) than the interpreter's. The interpreter reruns the instances
     up to ``err``'s (all when unknown) on the same storage, where the tensors the kernel both
     writes and reads are back as they were before the batched run (``Plan.reread``); what the
-    batched run wrote elsewhere no instruction reads. Returns when it meets no error."""
+    batched run wrote elsewhere no instruction reads. Returns when it meets no error. (With a
+    collective, instances meet there: all of them rerun, in the interpreter's interleaving.)"""
     order = sched.order
-    if err.instance is not None:
+    meets = any(i.kind in COLLECTIVES for i, _ in instructions_of(ir))
+    if err.instance is not None and not meets:
         at = [i for i, (inst, _) in enumerate(order) if inst == tuple(err.instance)]
         if at:
             order = order[: at[0] + 1]
@@ -585,14 +590,3 @@ def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | N
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
     return None
-
-
-def _selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The selection of an instruction (batch + its tile shape) as seen by an operand of
-    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
-    of the operand is read when any lane it broadcasts to is selected."""
-    tile = sel.shape[nb:]
-    if tuple(tile) == tuple(shape):
-        return sel
-    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
-    return sel.any(axis=axes, keepdims=True) if axes else sel

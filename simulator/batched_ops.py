@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nki import dtypes
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, PidSym
 from nki.optable import OPS, apply
 
 from . import numerics
 from .isa import formulas as M
 from .isa.common import check_dst
+from .language.common import is_int_access
 
 if TYPE_CHECKING:
     from .batched import BCtx
@@ -67,8 +68,19 @@ def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
     return None
 
 
-def _contig(a: np.ndarray) -> np.ndarray:
+def contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The selection of an instruction (batch + its tile shape) as seen by an operand of
+    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
+    of the operand is read when any lane it broadcasts to is selected."""
+    tile = sel.shape[nb:]
+    if tuple(tile) == tuple(shape):
+        return sel
+    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True) if axes else sel
 
 
 def _dma(instr: Instr, ctx: BCtx) -> None:
@@ -218,7 +230,7 @@ def _transpose(instr: Instr, ctx: BCtx) -> None:
 
 def _pf(ctx: BCtx, acc: Access, exact: bool = False) -> np.ndarray:
     """A tile as fp32 (or exact int64) compute values shaped (batch..., P, F)."""
-    raw = _contig(ctx.read(acc))
+    raw = contiguous(ctx.read(acc))
     return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, acc.shape[0], -1))
 
 
@@ -227,7 +239,7 @@ def _scalar_operand(ctx: BCtx, src: object, p: int, exact: bool = False) -> obje
     if isinstance(src, Const):
         return np.int64(int(src.value)) if exact else np.float32(src.value)
     assert isinstance(src, Access)
-    raw = _contig(ctx.read(src))
+    raw = contiguous(ctx.read(src))
     return numerics.to_compute(raw, exact_int=exact).reshape((*ctx.dims, p, 1))
 
 
@@ -312,7 +324,7 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
 def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
     """A batched tile as (batch..., K, F): a view for 2-D tiles (keeping stride-0 batch axes),
     else a reshaped copy."""
-    return a if a.ndim == nb + 2 else _contig(a).reshape((*a.shape[:nb], k, -1))
+    return a if a.ndim == nb + 2 else contiguous(a).reshape((*a.shape[:nb], k, -1))
 
 
 def _dma_copy(instr: Instr, ctx: BCtx) -> None:
@@ -425,7 +437,30 @@ def _unsupported_isa(instr: Instr, what: str) -> str | None:
     return None
 
 
+def _all_reduce(instr: Instr, ctx: BCtx) -> None:
+    """``nl.all_reduce``: a group (the instances that differ only along the program axes) is
+    whole in the batch (those grid axes are never chunked), so its inputs are folded along their
+    batch axes in the order of the instances' grid coordinates, as ``collectives.combine``
+    does, and every member gets the result."""
+    src = instr.srcs[0]
+    assert isinstance(src, Access) and instr.dst is not None
+    sel = ctx.mask(instr, src.shape)
+    exact = OPS[instr.op].exact_int and is_int_access(src, ctx)  # type: ignore[arg-type]
+    x = ctx.value(src, sel, exact_int=exact)
+    if sel is not None:  # masked-off lanes take no part
+        x = np.where(sel, x, np.asarray(OPS[instr.op].identity, dtype=x.dtype))
+    axes = sorted(ctx.axis[PidSym(a)][0] for a in instr.attr("axes"))
+    front = list(range(len(axes)))
+    moved = np.moveaxis(np.broadcast_to(x, (*ctx.dims, *src.shape)), axes, front)
+    members = moved.reshape(-1, *moved.shape[len(axes) :])
+    acc = members[0]
+    for m in members[1:]:
+        acc = M.alu(instr.op, acc, m)
+    ctx.write(instr.dst, np.moveaxis(np.broadcast_to(acc, moved.shape), front, axes), sel)
+
+
 EXECUTORS: dict[str, Callable[[Instr, BCtx], None]] = {
+    "all_reduce": _all_reduce,
     "isa": _isa,
     "dma": _dma,
     "copy": _copy,

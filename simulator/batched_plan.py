@@ -47,6 +47,8 @@ class Plan:
     # ids of device loops: batched when their bounds are the same at every position, else run
     # per position by the interpreter (``stateful``: with the instance's engine state)
     subtrees: frozenset[int] = frozenset()
+    # grid axes a collective reduces over: their groups must be whole in a batch (not chunked)
+    whole_axes: frozenset[int] = frozenset()
 
 
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
@@ -159,6 +161,9 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         else _full_checks_unproven(ir, fresh, hosted),
         reread=reread,
         subtrees=sub.loops,
+        whole_axes=frozenset(
+            a for i, _ in instructions_of(ir) if i.kind == "all_reduce" for a in i.attr("axes")
+        ),
     )
 
 

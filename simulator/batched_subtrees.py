@@ -14,7 +14,8 @@ exact when:
 - no tile allocated inside is used after the loop (it lives in the position's storage only);
 - a loop whose body uses engine state is not inside a batched ``affine_range`` loop (the loops
   around it are iterated, as for a hosted instruction using engine state);
-- no collective is inside (it waits for other instances: the plan declines those anyway).
+- no collective is inside (it waits for the other instances of its group, which per-position
+  trips would not reach together).
 
 Views (``t.reshape``, ``t.view(dtype)``, ``t.ap``...) are the same memory as their base in
 another shape or type. A view of an HBM tensor is a view of the launch's array; a view of a
@@ -36,6 +37,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
 from . import numerics
 from .batched_host import touched, uses_engine_state
 from .coverage import nodes_of
+from .executors import COLLECTIVES
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ def device_loops(ir: KernelIR, declined: type[Exception]) -> DeviceLoops:
         if isinstance(n, Alloc):
             allocated[n.tensor] = mine
         elif isinstance(n, Instr):
+            if n.kind in COLLECTIVES:  # (its group would meet in per-position trips)
+                raise declined(
+                    f"'{n.api or n.kind}' at line {n.loc.line if n.loc else '?'} is inside "
+                    f"{_where(mine[-1])}: a collective waits for the other instances"
+                )
             if uses_engine_state(n):
                 stateful |= inside[id(n)]
             names |= {a.tensor for part in touched(n) for a in part}

@@ -110,3 +110,19 @@ def stored(tile):
     out = nl.ndarray(tile.shape, tile.dtype, buffer=nl.shared_hbm)
     nl.store(out, tile)
     return out
+
+
+def all_reduce_kernel(op, axes, dtype=None):
+    """A kernel whose instance (i, j) reduces its (128, 64) block of ``x`` with ``nl.all_reduce``
+    over ``axes`` and stores the result in its block of the output."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.shared_hbm)
+        i, j = nl.program_id(0), nl.program_id(1)
+        rows, cols = nl.ds(i * 128, 128), nl.ds(j * 64, 64)
+        t = nl.load(x[rows, cols])
+        nl.store(out[rows, cols], nl.all_reduce(t, op=op, program_axes=axes, dtype=dtype))
+        return out
+
+    return k

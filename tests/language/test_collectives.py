@@ -13,7 +13,7 @@ import nki
 import nki.language as nl
 from nki.errors import NKIError
 
-from helpers import BF16
+from helpers import BF16, all_reduce_kernel
 
 
 def _blocks(x, grid):
@@ -27,19 +27,6 @@ def _unblocks(b):
     return b.transpose(0, 2, 1, 3).reshape(gi * p, gj * f)
 
 
-def _reducer(op, axes, dtype=None):
-    @nki.jit
-    def k(x):
-        out = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.shared_hbm)
-        i, j = nl.program_id(0), nl.program_id(1)
-        rows, cols = nl.ds(i * 128, 128), nl.ds(j * 64, 64)
-        t = nl.load(x[rows, cols])
-        nl.store(out[rows, cols], nl.all_reduce(t, op=op, program_axes=axes, dtype=dtype))
-        return out
-
-    return k
-
-
 @pytest.mark.parametrize(
     "op, ref",
     [(np.add, np.sum), (nl.maximum, np.max), (np.minimum, np.min), (nl.multiply, np.prod)],
@@ -48,7 +35,7 @@ def _reducer(op, axes, dtype=None):
 def test_all_reduce_matches_numpy_over_the_group(op, ref, axes):
     grid = (3, 2)
     x = np.random.default_rng(0).uniform(0.5, 1.5, (3 * 128, 2 * 64)).astype(np.float32)
-    got = _reducer(op, axes)[grid](x)
+    got = all_reduce_kernel(op, axes)[grid](x)
     b = _blocks(x, grid).astype(np.float64)
     ax = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
     want = np.broadcast_to(ref(b, axis=ax, keepdims=True), b.shape)
@@ -58,7 +45,7 @@ def test_all_reduce_matches_numpy_over_the_group(op, ref, axes):
 def test_bfloat16_input_reduced_in_fp32_into_a_float32_tile():
     grid = (4, 1)
     x = np.random.default_rng(1).standard_normal((4 * 128, 64)).astype(BF16)
-    got = _reducer(np.add, 0, dtype=nl.float32)[grid](x)
+    got = all_reduce_kernel(np.add, 0, dtype=nl.float32)[grid](x)
     assert got.dtype == np.float32
     b = _blocks(x.astype(np.float32), grid)
     want = np.broadcast_to(b.sum(axis=0, keepdims=True), b.shape)
@@ -68,7 +55,7 @@ def test_bfloat16_input_reduced_in_fp32_into_a_float32_tile():
 def test_integer_sum_is_exact():
     grid = (2, 2)
     x = np.random.default_rng(2).integers(-(2**28), 2**28, (256, 128)).astype(np.int32)
-    got = _reducer(np.add, (0, 1))[grid](x)
+    got = all_reduce_kernel(np.add, (0, 1))[grid](x)
     b = _blocks(x.astype(np.int64), grid)
     want = np.broadcast_to(b.sum(axis=(0, 1), keepdims=True), b.shape)
     np.testing.assert_array_equal(got, _unblocks(want).astype(np.int32))
@@ -107,7 +94,7 @@ def test_collective_in_a_loop_with_a_masked_ragged_tile_and_shuffled_orders():
 def test_instances_on_two_cores_and_the_numba_backend_fallback(monkeypatch):
     monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)  # checks=full has its own fallback
     x = np.random.default_rng(4).standard_normal((4 * 128, 2 * 64)).astype(np.float32)
-    k = _reducer(np.maximum, 1)
+    k = all_reduce_kernel(np.maximum, 1)
     launch = k[nl.spmd_dim(2, nl.nc(2)), 2]  # grid (4, 2), axis 0 spread over two cores
     got = launch(x)
     b = _blocks(x, (4, 2))
