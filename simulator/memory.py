@@ -201,6 +201,9 @@ class Ctx:
         for dim, ind in acc.indirect:
             isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
             vals = self.read(ind, isel).astype(np.int64)
+            if vals.ndim == 2 and vals.shape[1] == 1 and len(acc.shape) > 2:
+                # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
+                vals = vals.reshape((vals.shape[0],) + (1,) * (len(acc.shape) - 1))
             idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
         self._check_bounds(acc, idx, sel)
         full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
