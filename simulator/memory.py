@@ -112,8 +112,8 @@ class Ctx:
                 )
             a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
             self.arrays[name] = a
-            base = self.shadow.get(d.alias_of) if d.on_chip else None
-            if base is not None and base.size == a.size:  # a reshaped tile shares its shadow
+            base = self.shadow.get(d.alias_of)
+            if base is not None and base.size == a.size:  # a reshaped view shares its shadow
                 self.shadow[name] = base.reshape(d.shape)
         return a
 
