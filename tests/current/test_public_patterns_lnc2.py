@@ -124,3 +124,23 @@ def test_column_ranges_that_overlap_by_two_are_a_core_race():
     assert ei.value.code == "err_core_race"
     src, first = inspect.getsourcelines(overlapping_column_ranges.fn)
     assert ei.value.loc.line == first + next(i for i, s in enumerate(src) if "# RACE" in s)
+
+
+@nki.jit
+def different_values_through_ap(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if nl.program_id(0) == 0:
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out.ap([[N, 128], [1, N]], offset=0), src=t)  # RACE
+    return out
+
+
+def test_both_cores_writing_through_access_patterns_of_one_tensor_is_a_core_race():
+    # each core's .ap view of the shared output is the same tensor: the race check sees them
+    with pytest.raises(NKIDependencyError) as ei:
+        nki.simulate(different_values_through_ap[2])(np.zeros((128, N), np.float32))
+    assert ei.value.code == "err_core_race"
+    src, first = inspect.getsourcelines(different_values_through_ap.fn)
+    assert ei.value.loc.line == first + next(i for i, s in enumerate(src) if "# RACE" in s)
