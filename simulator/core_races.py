@@ -281,13 +281,29 @@ def _conflict(a: _Event, b: _Event) -> bool:
     return bool(hit.any())
 
 
+# id(ir) -> (ir, shared tensors both cores may write in one epoch): checked at run time
+_SAME_WRITES: dict[int, tuple[KernelIR, frozenset[str]]] = {}
+
+
+def same_write_tensors(ir: KernelIR) -> frozenset[str]:
+    """The shared-HBM tensors (storage roots) of ``ir`` that both cores may write between the
+    same two meetings: the run time requires both writes of an element to store the same bytes
+    (``simulator/core_writes.py``)."""
+    got = _SAME_WRITES.get(id(ir))
+    return got[1] if got is not None and got[0] is ir else frozenset()
+
+
 def check_core_races(ir: KernelIR) -> None:
-    """No two accesses of different cores to one shared-HBM element, one a write, in the same
-    epoch (``ir.cores``: the per-core traces of an LNC=2 launch)."""
+    """No two accesses of different cores to one shared-HBM element in the same epoch, one a
+    write and the other a read (``ir.cores``: the per-core traces of an LNC=2 launch). Two
+    writes of one element are left to the run time, which requires them to store the same
+    values: both cores storing the same result (AWS's kernels do, for small inputs they do not
+    split) gives one outcome whatever the timing."""
     if len(ir.cores) < 2:
         return
     if len({_meetings(c.body, k) for k, c in enumerate(ir.cores)}) > 1:
         return  # the cores cannot pair their meetings: the run time reports where they part
+    both_write: set[str] = set()
     events = [_events(c, k) for k, c in enumerate(ir.cores)]
     for ca, cb in ((0, 1), (1, 0)):
         for ea in events[ca]:
@@ -299,7 +315,14 @@ def check_core_races(ir: KernelIR) -> None:
                 if ea.acc.tensor != eb.acc.tensor or len(ea.acc.index) != len(eb.acc.index):
                     continue
                 if _conflict(ea, eb):
+                    if eb.write:
+                        both_write.add(ir.tensor(ea.acc.tensor).alias_of or ea.acc.tensor)
+                        continue
                     _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
+    if both_write:
+        if len(_SAME_WRITES) > 256:
+            _SAME_WRITES.clear()
+        _SAME_WRITES[id(ir)] = (ir, frozenset(both_write))
 
 
 def _report(

@@ -96,6 +96,8 @@ class Ctx:
         self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
         self.poison = Poison()
         self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
+        self.epoch = 0  # meetings of the two LNC=2 cores this instance has passed
+        self.same_writes: Any = None  # core_writes.SameWrites of a launch that needs it
 
     # ---- storage --------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -267,6 +269,9 @@ class Ctx:
             with np.errstate(all="ignore"):
                 vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        root = decl.alias_of or acc.tensor
+        if self.same_writes is not None and root in self.same_writes.roots:
+            self.same_writes.check(self, root, acc, arr, np.asarray(stored), sel)
         if self.full_checks and self.instr is not None and self.instr.loc is not None:
             self.writers.setdefault(decl.alias_of or acc.tensor, set()).add(self.instr.loc.line)
         basic = self._basic(acc) if sel is None else None
