@@ -38,6 +38,20 @@ def _renaming(base: KernelIR, ir: KernelIR, core: int) -> dict[str, str]:
         if mine.shape != theirs.shape or mine.dtype != theirs.dtype:
             break  # the cores' allocations diverge here: the rest are per core
         names[mine.name] = theirs.name
+    # a reshape view (alias) of shared storage is the same tensor on both cores when its root,
+    # shape and dtype agree (an alias holds no offset): `return K.reshape(...)` of a parameter
+    shared = {t.name for t in base.tensors if t.kind == "param"} | {
+        t.name for t in _shared_created(base)
+    }
+    unused: dict[tuple, list[str]] = {}
+    for t in base.tensors:
+        if t.alias_of in shared:
+            unused.setdefault((t.alias_of, t.shape, t.dtype, t.buffer), []).append(t.name)
+    for t in ir.tensors:
+        root = names.get(t.alias_of, t.alias_of) if t.alias_of else None
+        pool = unused.get((root, t.shape, t.dtype, t.buffer)) if root in shared else None
+        if pool:
+            names[t.name] = pool.pop(0)
     return names
 
 

@@ -54,6 +54,21 @@ def _is_array(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
+def _array_list(x: object) -> bool:
+    """A list / tuple argument of arrays (per-layer weights): each element is an HBM tensor."""
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_array(e) for e in x)
+
+
+def _flat_arrays(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with each element of an array list also under its parameter name
+    ``name[i]``."""
+    out = dict(arguments)
+    for name, v in arguments.items():
+        if _array_list(v):
+            out.update({f"{name}[{i}]": e for i, e in enumerate(v)})
+    return out
+
+
 # Framework adapters ("frontends"): each registers the call that runs a launch on its
 # tensors, under the top-level modules of the tensor types it takes. Installed frontends are
 # found through the "nki.frontends" entry-point group (name: such a module, value: the frontend
@@ -218,6 +233,9 @@ class Kernel:
         for name, v in bound.arguments.items():
             if _is_array(v):
                 key_parts.append((name, "T", v.shape, self._param_dtype(name, v)))
+            elif _array_list(v):
+                elems = tuple((e.shape, self._param_dtype(name, e)) for e in v)
+                key_parts.append((name, "L", type(v).__name__, elems))
             else:
                 key_parts.append((name, "S", _static_key(v)))
         key = tuple(key_parts)
@@ -307,6 +325,17 @@ class Kernel:
         mutable: set[str] = set()
         with new_trace(st):
             for name, v in bound.arguments.items():
+                if _array_list(v):
+                    elems = []
+                    for i, e in enumerate(v):
+                        shape = tuple(int(n) for n in e.shape)
+                        decl = TensorDecl(f"{name}[{i}]", shape, dtypes.name_of(e.dtype),
+                                          "shared_hbm", "param", 0, def_loc)  # fmt: skip
+                        st.declare(decl)
+                        st.params.append(decl.name)
+                        elems.append(NkiTensor(decl, ()))
+                    call_args[name] = type(v)(elems)
+                    continue
                 if not _is_array(v):
                     continue
                 ann = annotation_of(sig.parameters[name].annotation)
@@ -480,7 +509,7 @@ class Launch:
             lgrid = lnc_grid(self.grid, cfg.target)
             if lgrid != self.grid:
                 ir = k.trace(lgrid, bound, cfg.target)
-        result, k.last_run = simulator_launch(ir, bound.arguments, cfg)
+        result, k.last_run = simulator_launch(ir, _flat_arrays(bound.arguments), cfg)
         return result
 
 

@@ -168,6 +168,7 @@ class _Event:
     forms: list[_DimForm]
     points: np.ndarray | None
     tile: list[tuple[int, int, int]]  # per dim: (lo, hi, lattice) of the tile axes
+    digits: list[tuple[tuple[int, int], ...]]  # per dim: the tile axes' (|coeff|, count)
 
 
 def _points(acc: Access, loops: tuple[Loop, ...], epoch: tuple[int, tuple]) -> np.ndarray | None:
@@ -206,6 +207,38 @@ def _tile(acc: Access) -> list[tuple[int, int, int]]:
     return out + [(0, 0, 0)]  # the epoch: exact
 
 
+def _digits(acc: Access) -> list[tuple[tuple[int, int], ...]]:
+    return [
+        tuple(sorted((abs(c), n) for c, n in zip(e.coeffs, e.shape) if c and n > 1))
+        for e in acc.index
+    ]
+
+
+def _digits_meet(dk: np.ndarray, da: tuple, db: tuple) -> np.ndarray | None:
+    """Exact test of one dimension whose tile axes are digits of a mixed radix (each
+    coefficient more than twice the span of the smaller ones, as a flat access pattern
+    [[row, n], [1, m]] with m < row / 2 has): whether ``dk = sum c_k * delta_k`` with
+    ``|delta_k| < count_k``. The representation is unique, so it is found greedily from the
+    largest digit. None when the axes of the two accesses are not such digits."""
+    if [c for c, _ in da] != [c for c, _ in db] or len(da) < 2:
+        return None
+    terms = [(c, max(na, nb) - 1) for (c, na), (_, nb) in zip(da, db)]
+    span = 0
+    for c, m in terms:
+        if c <= 2 * span:
+            return None
+        span += c * m
+    ok = np.ones(dk.shape, dtype=bool)
+    rest = dk.copy()
+    for i in range(len(terms) - 1, -1, -1):
+        c, m = terms[i]
+        below = sum(cj * mj for cj, mj in terms[:i])
+        delta = np.rint(rest / c).astype(np.int64)
+        rest = rest - c * delta
+        ok &= (np.abs(delta) <= m) & (np.abs(rest) <= below)
+    return ok & (rest == 0)
+
+
 def _events(ir: KernelIR, core: int) -> list[_Event]:
     """Every shared-HBM access of core ``core``'s trace ``ir`` whose epoch is known
     statically."""
@@ -222,7 +255,11 @@ def _events(ir: KernelIR, core: int) -> list[_Event]:
         accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]
         for acc, write in accs:
             forms = _form(acc, [], rest) + [ef]
-            out.append(_Event(instr, acc, write, forms, _points(acc, loops, exact), _tile(acc)))
+            out.append(
+                _Event(
+                    instr, acc, write, forms, _points(acc, loops, exact), _tile(acc), _digits(acc)
+                )
+            )
     return out
 
 
@@ -234,19 +271,39 @@ def _conflict(a: _Event, b: _Event) -> bool:
     hit = np.ones(d.shape[:2], dtype=bool)
     for k, ((alo, ahi, ag), (blo, bhi, bg)) in enumerate(zip(a.tile, b.tile)):
         dk = d[:, :, k]
+        exact = _digits_meet(dk, a.digits[k], b.digits[k]) if k < len(a.digits) else None
+        if exact is not None:
+            hit &= exact
+            continue
         g = math.gcd(ag, bg)
         hit &= (dk >= blo - ahi) & (dk <= bhi - alo)
         hit &= (dk % g == 0) if g else (dk == 0)
     return bool(hit.any())
 
 
+# id(ir) -> (ir, shared tensors both cores may write in one epoch): checked at run time
+_SAME_WRITES: dict[int, tuple[KernelIR, frozenset[str]]] = {}
+
+
+def same_write_tensors(ir: KernelIR) -> frozenset[str]:
+    """The shared-HBM tensors (storage roots) of ``ir`` that both cores may write between the
+    same two meetings: the run time requires both writes of an element to store the same bytes
+    (``simulator/core_writes.py``)."""
+    got = _SAME_WRITES.get(id(ir))
+    return got[1] if got is not None and got[0] is ir else frozenset()
+
+
 def check_core_races(ir: KernelIR) -> None:
-    """No two accesses of different cores to one shared-HBM element, one a write, in the same
-    epoch (``ir.cores``: the per-core traces of an LNC=2 launch)."""
+    """No two accesses of different cores to one shared-HBM element in the same epoch, one a
+    write and the other a read (``ir.cores``: the per-core traces of an LNC=2 launch). Two
+    writes of one element are left to the run time, which requires them to store the same
+    values: both cores storing the same result (AWS's kernels do, for small inputs they do not
+    split) gives one outcome whatever the timing."""
     if len(ir.cores) < 2:
         return
     if len({_meetings(c.body, k) for k, c in enumerate(ir.cores)}) > 1:
         return  # the cores cannot pair their meetings: the run time reports where they part
+    both_write: set[str] = set()
     events = [_events(c, k) for k, c in enumerate(ir.cores)]
     for ca, cb in ((0, 1), (1, 0)):
         for ea in events[ca]:
@@ -258,7 +315,14 @@ def check_core_races(ir: KernelIR) -> None:
                 if ea.acc.tensor != eb.acc.tensor or len(ea.acc.index) != len(eb.acc.index):
                     continue
                 if _conflict(ea, eb):
+                    if eb.write:
+                        both_write.add(ir.tensor(ea.acc.tensor).alias_of or ea.acc.tensor)
+                        continue
                     _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
+    if both_write:
+        if len(_SAME_WRITES) > 256:
+            _SAME_WRITES.clear()
+        _SAME_WRITES[id(ir)] = (ir, frozenset(both_write))
 
 
 def _report(

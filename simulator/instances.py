@@ -109,5 +109,7 @@ def run_instances(
                 waiting[inst] = at
         if any(i.kind == "lnc" for i in waiting.values()):
             meet(waiting, ctxs)  # per-core traces of an LNC=2 launch
+            for inst, at in waiting.items():
+                ctxs[inst].epoch += at.kind == "lnc"
         elif waiting:
             combine(waiting, ctxs, grid)

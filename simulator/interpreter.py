@@ -19,6 +19,8 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 # executor modules register themselves on import
 from . import collectives, isa, language  # noqa: F401
 from .config import SimConfig
+from .core_races import same_write_tensors
+from .core_writes import SameWrites
 from .executors import COLLECTIVES, executor_of
 from .instances import Instance, RunInfo, Schedule, run_instances
 from .memory import Ctx
@@ -43,12 +45,15 @@ def execute(
     }
 
     writers: dict[str, set[int]] = {}
+    both = same_write_tensors(ir) if ir.cores else frozenset()
+    same_writes = SameWrites(shared, both) if both else None
 
     def start(inst: Instance, core: int) -> tuple[Ctx, Iterator[Instr]]:
         mine = ir.cores[core] if ir.cores else ir  # per-core traces: this core's own
         ctx = Ctx(mine, config, shared, inst, core, sched.rng, shadow_shared)
         ctx.collective_loops = sched.collective_loops
         ctx.writers = writers
+        ctx.same_writes = same_writes
         return ctx, _released(_walk(mine.body, ctx), ctx)
 
     run_instances(sched, start, ir.grid.shape, info)

@@ -24,6 +24,7 @@ from . import batched, interpreter, numba_backend
 from .capacity import check_hbm, check_host_memory
 from .checks import static_checks
 from .config import SimConfig
+from .core_races import same_write_tensors
 from .executors import COLLECTIVES
 from .host import (
     output_array,
@@ -62,9 +63,14 @@ def run(
     sched = _schedule(ir, config, info)
     if not ir.cores:
         _execute(ir, shared, config, sched, info)
-    elif config.checks == "full" or any(i.kind in COLLECTIVES for i, _ in ir.instructions()):
-        # per-core traces whose cores meet (barrier, sendrecv, collectives), or checked as one
-        # launch (outputs written by either core): the interpreter steps both cores together
+    elif (
+        config.checks == "full"
+        or any(i.kind in COLLECTIVES for i, _ in ir.instructions())
+        or same_write_tensors(ir)
+    ):
+        # per-core traces whose cores meet (barrier, sendrecv, collectives), checked as one
+        # launch (outputs written by either core), or writing one element on both cores
+        # (checked for equal values): the interpreter steps both cores together
         interpreter.execute(ir, shared, config, sched, info)
     else:  # cores that never meet: each core's one-instance trace runs alone on shared HBM
         for inst, core in sched.order:

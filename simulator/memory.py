@@ -96,6 +96,8 @@ class Ctx:
         self.collective_loops: frozenset[int] = frozenset()  # (shuffle mode keeps their order)
         self.poison = Poison()
         self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
+        self.epoch = 0  # meetings of the two LNC=2 cores this instance has passed
+        self.same_writes: Any = None  # core_writes.SameWrites of a launch that needs it
 
     # ---- storage --------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -112,8 +114,8 @@ class Ctx:
                 )
             a = alias_array(self.array(d.alias_of), d, self.config.precise_fp)
             self.arrays[name] = a
-            base = self.shadow.get(d.alias_of) if d.on_chip else None
-            if base is not None and base.size == a.size:  # a reshaped tile shares its shadow
+            base = self.shadow.get(d.alias_of)
+            if base is not None and base.size == a.size:  # a reshaped view shares its shadow
                 self.shadow[name] = base.reshape(d.shape)
         return a
 
@@ -201,6 +203,9 @@ class Ctx:
         for dim, ind in acc.indirect:
             isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
             vals = self.read(ind, isel).astype(np.int64)
+            if vals.ndim == 2 and vals.shape[1] == 1 and len(acc.shape) > 2:
+                # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
+                vals = vals.reshape((vals.shape[0],) + (1,) * (len(acc.shape) - 1))
             idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
         self._check_bounds(acc, idx, sel)
         full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
@@ -264,6 +269,9 @@ class Ctx:
             with np.errstate(all="ignore"):
                 vals = OPS[accumulate].fn(a, b)
         stored = numerics.cast(vals, decl.dtype, self.config.precise_fp)
+        root = decl.alias_of or acc.tensor
+        if self.same_writes is not None and root in self.same_writes.roots:
+            self.same_writes.check(self, root, acc, arr, np.asarray(stored), sel)
         if self.full_checks and self.instr is not None and self.instr.loc is not None:
             self.writers.setdefault(decl.alias_of or acc.tensor, set()).add(self.instr.loc.line)
         basic = self._basic(acc) if sel is None else None

@@ -257,9 +257,10 @@ class NkiTensor(TileOps):
         return self
 
     def __bool__(self) -> bool:
-        # an HBM tensor is an argument or an allocation, never a computed value: `if bias:`
-        # tests that it was given, as for any Python object; an on-chip tile stays ambiguous
-        if self.decl.buffer in HBM_BUFFERS:
+        # an argument or an allocation (nl.ndarray in any buffer) is truthy, as any Python
+        # object and as in NKI's tracer: `if bias:` tests that it was given; a value computed
+        # by an operator (`t > 0`) stays ambiguous, its truth exists only on the device
+        if self.decl.buffer in HBM_BUFFERS or not self.temp:
             return True
         return TileOps.__bool__(self)
 

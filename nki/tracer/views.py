@@ -14,7 +14,7 @@ from typing import Any
 from .. import dtypes
 from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
-from .state import state
+from .state import request_per_core, state
 from .subscripts import compose, parse_subscript, prod
 from .tensors import NkiTensor, TileOps, View, reshape_tile
 
@@ -419,6 +419,10 @@ def ap(
     row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
     base = t.decl
+    for v in (offset, scalar_offset, vector_offset):
+        aff = getattr(v, "aff", None)  # nl.program_id: a plain int on each core of the launch
+        if aff is not None:
+            request_per_core("nl.program_id in an access pattern", aff.symbols())
     seq = isinstance(pattern, (list, tuple))
     pat = [tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in pattern] if seq else []
     if (

@@ -304,3 +304,31 @@ def test_an_error_raised_without_a_location_gets_the_kernel_line():
         nki.simulate(bad_dtype)(np.zeros((2, 2), np.float32))
     assert e.value.code == "err_unsupported_dtype"
     assert e.value.loc.line == _line(bad_dtype.fn, "# BAD_DTYPE")
+
+
+@nki.jit
+def chain_of_layers(x, weights, caches):
+    # per-layer tensors passed as Python lists (AWS's transformer megakernel does): each
+    # element is an HBM tensor; the caches are written in place
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    for w, c in zip(weights, caches):
+        u = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=w)
+        nisa.tensor_tensor(dst=t, data1=t, data2=u, op=nl.multiply)
+        nisa.dma_copy(dst=c, src=t)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_lists_of_tensor_arguments():
+    x = RNG.random((P, 8), dtype=np.float32)
+    ws = [RNG.random((P, 8), dtype=np.float32) for _ in range(3)]
+    cs = [np.zeros((P, 8), np.float32) for _ in range(3)]
+    got = nki.simulate(chain_of_layers)(x, ws, cs)
+    np.testing.assert_allclose(got, x * ws[0] * ws[1] * ws[2], rtol=1e-6)
+    np.testing.assert_allclose(cs[1], x * ws[0] * ws[1], rtol=1e-6)
+    # another list length is another trace
+    got2 = nki.simulate(chain_of_layers)(x, ws[:1], cs[:1])
+    np.testing.assert_allclose(got2, x * ws[0], rtol=1e-6)

@@ -140,3 +140,24 @@ def test_integer_indexing_edge_cases():
     out, one = nki.simulate(index_edges)(x)
     np.testing.assert_array_equal(out, np.stack([x[1, :, 2], x[0, :, 5]], axis=1))
     assert one[0, 0] == x[1, 2, 3]
+
+
+@nki.jit(checks="full")
+def zero_fill_through_ap(w, rows: int):
+    out = nl.ndarray(w.shape, dtype=w.dtype, buffer=nl.shared_hbm)
+    E, H, G, I = w.shape
+    z = nl.ndarray((H, G, I), dtype=w.dtype, buffer=nl.sbuf)
+    nisa.memset(z, value=0.0)
+    for e in range(E):
+        at = e * H * G * I
+        nisa.dma_copy(dst=out.ap([[G * I, rows], [I, G], [1, I]], offset=at), src=z[0:rows])
+    return out
+
+
+def test_full_checks_see_writes_through_an_hbm_access_pattern():
+    w = np.ones((2, 64, 2, 32), np.float32)
+    np.testing.assert_array_equal(nki.simulate(zero_fill_through_ap)(w, 64), np.zeros_like(w))
+    with pytest.raises(NKIError) as ei:
+        nki.simulate(zero_fill_through_ap)(w, 63)  # the last row of each plane is not written
+    assert ei.value.code == "err_unwritten_output"
+    assert "[0:2, 63:64, 0:2, 0:32]" in str(ei.value)

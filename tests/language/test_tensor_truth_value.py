@@ -1,6 +1,6 @@
-"""``if bias:`` on an HBM tensor (a kernel argument or allocation) tests that it was given, as
-for any Python object (AWS's kernel library relies on it); the truth value of an on-chip tile
-(a computed value such as ``t > 0``) stays a located error."""
+"""``if bias:`` on a tensor argument or an allocation (``nl.ndarray`` in HBM or on chip) tests
+that it was given, as for any Python object and as in NKI's tracer (AWS's kernel library relies on
+it); the truth value of a value computed by an operator (``t > 0``) stays a located error."""
 
 from __future__ import annotations
 
@@ -50,3 +50,22 @@ def test_truth_value_of_an_on_chip_tile_is_an_error():
     src, first = inspect.getsourcelines(k.fn)
     assert ei.value.code == "err_ambiguous_tensor_truth_value"
     assert ei.value.loc.line == first + next(i for i, s in enumerate(src) if "# ERR" in s)
+
+
+@nki.jit
+def scale_if_given(x, use_sbuf_flag: bool):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    # an on-chip allocation passed around as an optional (None when absent)
+    extra = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf) if use_sbuf_flag else None
+    if extra:
+        nisa.tensor_scalar(dst=extra, data=t, op0=nl.multiply, operand0=3.0)
+        nisa.tensor_copy(dst=t, src=extra)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_on_chip_allocation_is_truthy():
+    np.testing.assert_array_equal(nki.simulate(scale_if_given)(X, True), X * 3)
+    np.testing.assert_array_equal(nki.simulate(scale_if_given)(X, False), X)
