@@ -151,8 +151,9 @@ ERROR_CODES: dict[str, str] = {
     "err_unexpected_output_dependencies": "two `affine_range` iterations write the same "
     "elements (a loop-carried dependency)",
     "err_spmd_write_race": "two grid instances write the same shared-HBM elements",
-    "err_core_race": "the two cores of an LNC=2 launch access the same shared-HBM elements, "
-    "one of them writing, with no `nisa.core_barrier` between the accesses",
+    "err_core_race": "the two cores of an LNC=2 launch access the same shared-HBM elements "
+    "with no `nisa.core_barrier` between: one reads what the other writes, or both write "
+    "different values",
     "err_uninitialized_read": "a value read (or stored to HBM) before anything wrote it "
     '(`checks="full"`)',
     "err_unwritten_output": "an element of a kernel output that no instruction wrote "
