@@ -453,6 +453,10 @@ class KernelIR:
             self._by_name.update({t.name: t for t in self.tensors})
         return self._by_name[name]
 
+    def storage_of(self, name: str) -> str:
+        """The tensor whose storage ``name`` is: itself, or the base of a reshape / dtype view."""
+        return self.tensor(name).alias_of or name
+
     def label(self, name: str) -> str:
         """How messages name tensor ``name``: see :func:`tensor_label`."""
         try:

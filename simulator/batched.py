@@ -277,7 +277,7 @@ class BCtx:
     def has_storage(self, name: str) -> bool:
         """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending
         tile or a view of one (not a tile a hosted device loop allocates)."""
-        base = self.decl(name).alias_of or name
+        base = self.ir.storage_of(name)
         return base in self.arrays or base in self.pending
 
     def _storage(self, name: str) -> np.ndarray:

@@ -277,17 +277,13 @@ def _order(ir: KernelIR) -> dict[int, int]:
     return {id(n): i for i, (n, _) in enumerate(nodes_of(ir))}
 
 
-def _base_of(ir: KernelIR, name: str) -> str:
-    return ir.tensor(name).alias_of or name
-
-
 def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
     """Some instruction writes the HBM tensor ``load`` reads after the load and up to the last
     reader of its tile (in program order): a tile that is a view of the tensor would see it.
     (Also when the tile is read before the load in program order: a later loop trip.)"""
     assert load.dst is not None
     order = _order(ir)
-    base = _base_of(ir, load.srcs[0].tensor)  # type: ignore[union-attr]
+    base = ir.storage_of(load.srcs[0].tensor)  # type: ignore[union-attr]
     start = end = order[id(load)]
     for instr, _ in instructions_of(ir):
         if any(a.tensor == load.dst.tensor for a in touched(instr)[0]):
@@ -296,7 +292,7 @@ def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
             end = max(end, order[id(instr)])
     return any(
         start < order[id(instr)] <= end
-        and any(_base_of(ir, w.tensor) == base for w in touched(instr)[1])
+        and any(ir.storage_of(w.tensor) == base for w in touched(instr)[1])
         for instr, _ in instructions_of(ir)
     )
 
@@ -309,7 +305,7 @@ def seen_before_store(
     producer, or an instruction between it and the store, accesses that tensor (directly or
     through a tile that is a view of it)."""
     assert store.dst is not None
-    base = _base_of(ir, store.dst.tensor)
+    base = ir.storage_of(store.dst.tensor)
     if base not in hbm_read:
         return False
     nodes = nodes_of(ir)
@@ -318,11 +314,11 @@ def seen_before_store(
     views = {
         i.dst.tensor  # type: ignore[union-attr]
         for i, _ in instructions_of(ir)
-        if id(i) in elided and _base_of(ir, i.srcs[0].tensor) == base  # type: ignore[union-attr]
+        if id(i) in elided and ir.storage_of(i.srcs[0].tensor) == base  # type: ignore[union-attr]
     }
     for n, _ in nodes[producer : order[id(store)]]:
         if isinstance(n, Instr):
             names = {a.tensor for part in touched(n) for a in part}
-            if names & views or base in {_base_of(ir, t) for t in names}:
+            if names & views or base in {ir.storage_of(t) for t in names}:
                 return True
     return False

@@ -12,7 +12,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym, Tens
 from . import batched_hbm, numerics
 from .batched_host import not_hostable, touched, uses_engine_state
 from .batched_ops import unsupported_instr
-from .batched_subtrees import check_views, contiguous_views, device_loops, root
+from .batched_subtrees import check_views, contiguous_views, device_loops
 from .config import SimConfig
 from .coverage import fully_written, instructions_of, nodes_of
 
@@ -86,7 +86,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             hosted.add(id(instr))
             if uses_engine_state(instr):
                 stateful.add(id(instr))
-        bases = {ir.tensor(a.tensor).alias_of or a.tensor for a in touched(instr)[0]}
+        bases = {ir.storage_of(a.tensor) for a in touched(instr)[0]}
         hbm_read |= {b for b in bases if ir.tensor(b).buffer == "shared_hbm"}
     batch: set[int] = set()
     fresh: set[int] = set()
@@ -329,7 +329,7 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
     for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
         for acc in (a for part in touched(instr) for a in part):
-            name = root(ir, acc.tensor)
+            name = ir.storage_of(acc.tensor)
             if not home.get(name, frozenset()) <= inside:
                 raise Declined(f"tile '{name}' is used after the loop that allocates it")
 
@@ -346,7 +346,8 @@ def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
     out: set[str] = set()
     for n in nodes:
         if isinstance(n, Instr):
-            out |= {root(ir, w.tensor) for w in touched(n)[1] if _per_position(ir.tensor(w.tensor))}
+            written = touched(n)[1]
+            out |= {ir.storage_of(w.tensor) for w in written if _per_position(ir.tensor(w.tensor))}
         elif isinstance(n, Loop):
             out |= _written_on_chip(n.body, ir)
     return out

@@ -48,11 +48,6 @@ class DeviceLoops:
     touched: frozenset[str] = frozenset()  # tensors touched inside them (names and bases)
 
 
-def root(ir: KernelIR, name: str) -> str:
-    """The tensor whose storage ``name`` is (itself, or the base of a view)."""
-    return ir.tensor(name).alias_of or name
-
-
 def _where(n: Loop) -> str:
     return f"the device loop at line {n.loc.line}" if n.loc is not None else "a device loop"
 
@@ -93,17 +88,17 @@ def device_loops(ir: KernelIR, declined: type[Exception]) -> DeviceLoops:
         if not isinstance(n, Instr):
             continue
         for acc in (a for part in touched(n) for a in part):
-            for home in allocated.get(root(ir, acc.tensor), ()):
+            for home in allocated.get(ir.storage_of(acc.tensor), ()):
                 if id(home) not in inside.get(id(n), ()):
                     raise declined(
-                        f"tile {ir.label(root(ir, acc.tensor))} allocated inside "
+                        f"tile {ir.label(ir.storage_of(acc.tensor))} allocated inside "
                         f"{_where(home)} is used after it (line {n.loc.line if n.loc else '?'})"
                     )
     return DeviceLoops(
         frozenset(loops),
         frozenset(stateful),
         frozenset(id(lp) for i in stateful for lp in loops[i][1]),
-        frozenset(names | {root(ir, t) for t in names}),
+        frozenset(names | {ir.storage_of(t) for t in names}),
     )
 
 
@@ -121,7 +116,7 @@ def check_views(ir: KernelIR, declined: type[Exception]) -> None:
         for accs, into in ((reads, read), (writes, written)):
             for a in accs:
                 if ir.tensor(a.tensor).buffer == "shared_hbm":
-                    into.setdefault(root(ir, a.tensor), set()).add(a.tensor)
+                    into.setdefault(ir.storage_of(a.tensor), set()).add(a.tensor)
     for base in sorted(set(written) & set(read)):
         if len(written[base] | read[base]) > 1:
             raise declined(

@@ -316,7 +316,7 @@ def check_core_races(ir: KernelIR) -> None:
                     continue
                 if _conflict(ea, eb):
                     if eb.write:
-                        both_write.add(ir.tensor(ea.acc.tensor).alias_of or ea.acc.tensor)
+                        both_write.add(ir.storage_of(ea.acc.tensor))
                         continue
                     _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
     if both_write:

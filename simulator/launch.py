@@ -135,7 +135,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
             arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
         return None, info
     outs = []
-    bases = [ir.tensor(n).alias_of or n for n in ir.outputs]
+    bases = [ir.storage_of(n) for n in ir.outputs]
     for n, base in zip(ir.outputs, bases):
         view = output_view(arrays, ir, n, config.precise_fp)
         # storage the launch created is handed out as is (not copied a second time)
@@ -150,7 +150,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
 def _check_writable(ir: KernelIR, arguments: Mapping[str, Any]) -> None:
     """Caller arrays the kernel writes in place (legacy outputs, mutable parameters) must be
     writable: checked before the run rather than failing after it."""
-    for name in [ir.tensor(n).alias_of or n for n in ir.outputs] + list(ir.writes_back):
+    for name in [ir.storage_of(n) for n in ir.outputs] + list(ir.writes_back):
         arr = arguments.get(name) if name in ir.params else None
         if isinstance(arr, np.ndarray) and not arr.flags.writeable:
             raise NKIError(

@@ -135,9 +135,6 @@ class Emitter:
         self.uid += 1
         return f"{prefix}{self.uid}"
 
-    def root(self, name: str) -> str:
-        return self.ir.tensor(name).alias_of or name
-
     def arg(self, name: str) -> str:
         """Register tensor ``name`` as an array argument; its identifier."""
         if name not in self.args:
@@ -330,8 +327,8 @@ class Emitter:
 
     def overlaps(self, ins: Instr) -> bool:
         """A source of ``ins`` other than its destination tile reads the destination's tensor."""
-        dst_root = self.root(ins.dst.tensor)  # type: ignore[union-attr]
+        dst_root = self.ir.storage_of(ins.dst.tensor)  # type: ignore[union-attr]
         return any(
-            isinstance(s, Access) and self.root(s.tensor) == dst_root and s != ins.dst
+            isinstance(s, Access) and self.ir.storage_of(s.tensor) == dst_root and s != ins.dst
             for s in ins.srcs
         )

@@ -171,11 +171,6 @@ def _reduces(instr: Instr) -> bool:
     return row is not None and row.identity is not None and instr.dst in instr.srcs
 
 
-def _base_name(ir: KernelIR, name: str) -> str:
-    d = ir.tensor(name)
-    return d.alias_of or name
-
-
 def _shown(ir: KernelIR, acc: Access) -> str:
     """An access as the user wrote it: the tensor's user name (see ``KernelIR.label``) and loop
     iterators by their variable names where the tracer knows them."""
@@ -216,10 +211,10 @@ class _Timeline:
                     rec(n.body)
                     span[id(n)] = (start, pos)
                 elif isinstance(n, Instr):
-                    reads = {_base_name(ir, a.tensor) for a in _reads(n)}
+                    reads = {ir.storage_of(a.tensor) for a in _reads(n)}
                     for t in reads:
                         touches.setdefault(t, []).append((pos, True, n))
-                    for t in dict.fromkeys(_base_name(ir, a.tensor) for a in _written(n)):
+                    for t in dict.fromkeys(ir.storage_of(a.tensor) for a in _written(n)):
                         if t not in reads:
                             touches.setdefault(t, []).append((pos, False, n))
                     pos += 1
@@ -281,7 +276,7 @@ def check_loop_carried(ir: KernelIR) -> None:
 
 
 def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Timeline) -> None:
-    private = frozenset(_base_name(ir, t) for t in _allocs(loop.body))
+    private = frozenset(ir.storage_of(t) for t in _allocs(loop.body))
     ws = [
         (i, acc, inner)
         for i, acc, inner in _writes(loop.body, ())
@@ -290,7 +285,7 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
     varying = [(loop.sym, loop.start, loop.step)]
     for ia, (a, wa, ia_loops) in enumerate(ws):
         for b, wb, ib_loops in ws[ia:]:
-            if _base_name(ir, wa.tensor) != _base_name(ir, wb.tensor):
+            if ir.storage_of(wa.tensor) != ir.storage_of(wb.tensor):
                 continue
             if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
@@ -308,7 +303,7 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
                 else ("conflicting write", b.loc)
             )
             related = (second,) if same else (second, ("affine_range loop", loop.loc))
-            base = _base_name(ir, wa.tensor)
+            base = ir.storage_of(wa.tensor)
             mem = ir.tensor(base).buffer
             on_chip = mem in ("sbuf", "psum")
             what = f"HBM tensor {ir.label(wa.tensor)}"

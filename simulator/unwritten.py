@@ -238,12 +238,8 @@ def _writes(ir: KernelIR) -> dict[str, list[_Write]]:
         for i, a in enumerate(accs):
             if isinstance(a, Access):
                 w = (instr, loops, a, instr.mask if i == 0 else None)
-                out.setdefault(_base(ir, a.tensor), []).append(w)
+                out.setdefault(ir.storage_of(a.tensor), []).append(w)
     return out
-
-
-def _base(ir: KernelIR, name: str) -> str:
-    return ir.tensor(name).alias_of or name
 
 
 def written_elements(
@@ -289,7 +285,7 @@ def unwritten_outputs(ir: KernelIR) -> list[Unwritten]:
         return []  # outputs passed in by the caller keep the caller's values
     writes = _writes(ir)
     found: list[Unwritten] = []
-    for out in dict.fromkeys(_base(ir, o) for o in ir.outputs):
+    for out in dict.fromkeys(ir.storage_of(o) for o in ir.outputs):
         if out in ir.params:
             continue
         if fully_written(ir, out):  # the cheap exact proof of the common case
@@ -315,7 +311,7 @@ def _unwritten_sources(ir: KernelIR, writes: dict[str, list[_Write]], out: str) 
         if instr.kind != "dma" or len(instr.srcs) != 1 or not isinstance(instr.srcs[0], Access):
             continue
         src = instr.srcs[0]
-        base = _base(ir, src.tensor)
+        base = ir.storage_of(src.tensor)
         if base in found or not ir.tensor(base).on_chip or src.indirect:
             continue
         try:

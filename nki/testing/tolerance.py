@@ -210,20 +210,17 @@ def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
     acc: dict[str, Accumulation] = {}
     n_inst = math.prod(ir.grid.shape) if ir.grid.shape else 1
 
-    def base(name: str) -> str:
-        return ir.tensor(name).alias_of or name
-
     def visit(instr: Instr, loops: tuple[Loop, ...]) -> None:
         dst = instr.dst
         if not isinstance(dst, Access):
             return
         accumulating = _accumulating(instr)
-        key = base(dst.tensor)
+        key = ir.storage_of(dst.tensor)
         # the destination read by its own accumulation is the running sum, not an input
         found = [
-            acc.get(base(s.tensor))
+            acc.get(ir.storage_of(s.tensor))
             for s in instr.srcs
-            if isinstance(s, Access) and not (accumulating and base(s.tensor) == key)
+            if isinstance(s, Access) and not (accumulating and ir.storage_of(s.tensor) == key)
         ]
         ins = [a for a in found if a is not None and a.terms > 1]
         inner = max((a.terms for a in ins), default=1)
@@ -232,11 +229,12 @@ def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
         own = _contraction(instr)
         if accumulating:
             used = {s for e in dst.index for s in e.base.symbols()}
-            mine = alloc_loops.get(base(dst.tensor), frozenset())  # a fresh tile per iteration
+            # (a fresh tile per iteration)
+            mine = alloc_loops.get(ir.storage_of(dst.tensor), frozenset())
             outer = [lp for lp in loops if lp.sym not in used and id(lp) not in mine]
             shuffled = math.prod(lp.trip_count for lp in outer if lp.kind == "affine")
             own *= math.prod(lp.trip_count for lp in outer)
-            d = ir.tensor(base(dst.tensor))
+            d = ir.tensor(ir.storage_of(dst.tensor))
             if d.buffer == "shared_hbm" or d.kind == "param":
                 if not any(isinstance(s, PidSym) for s in used):
                     own, shuffled = own * n_inst, shuffled * n_inst
@@ -261,7 +259,7 @@ def accumulations(ir: KernelIR) -> dict[str, Accumulation]:
     for _ in range(2):  # a second pass lets values flow back to the top of loops
         for instr, loops in ir.instructions():
             visit(instr, loops)
-    return {o: acc.get(base(o), Accumulation()) for o in ir.outputs}
+    return {o: acc.get(ir.storage_of(o), Accumulation()) for o in ir.outputs}
 
 
 def accumulation_tolerance(

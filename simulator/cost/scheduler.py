@@ -275,7 +275,7 @@ class _State:
                 self.loop(n, env, loops + (n,))
 
     def _block_varies(self, acc: Access, sym: Sym) -> bool:
-        d = self.ir.tensor(self.ir.tensor(acc.tensor).alias_of or acc.tensor)
+        d = self.ir.tensor(self.ir.storage_of(acc.tensor))
         return any(sym in e.base.symbols() for e in acc.index[: d.par_dim])
 
     def _snapshot(self) -> dict:
