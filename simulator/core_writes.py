@@ -33,6 +33,8 @@ class SameWrites:
         self.epoch = {n: np.zeros(a.size, np.int64) for n, a in self.roots.items()}
         self.site = {n: np.zeros(a.size, np.int64) for n, a in self.roots.items()}
         self.sites: list[tuple[SrcLoc | None, Access]] = []
+        # (one entry per write site, not per write: keyed by the ids of the IR's loc and access)
+        self._site_of: dict[tuple[int, int], int] = {}
 
     def check(
         self, ctx: Ctx, root: str, acc: Access, arr: np.ndarray, stored: np.ndarray,
@@ -76,7 +78,9 @@ class SameWrites:
                 loc=first[1],
                 related=((f"core {second[0]}'s write", second[1]),) if second[1] else (),
             )
-        self.sites.append((loc, acc))
+        site = self._site_of.setdefault((id(loc), id(acc)), len(self.sites))
+        if site == len(self.sites):
+            self.sites.append((loc, acc))
         self.core[root][flat] = ctx.core
         self.epoch[root][flat] = ctx.epoch
-        self.site[root][flat] = len(self.sites) - 1
+        self.site[root][flat] = site
