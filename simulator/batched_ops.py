@@ -16,6 +16,7 @@ from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, PidSym
 from nki.optable import OPS, apply
 
 from . import numerics
+from .collectives import fold, member_input
 from .isa import formulas as M
 from .isa.common import check_dst
 from .language.common import is_int_access
@@ -446,16 +447,11 @@ def _all_reduce(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(src, Access) and instr.dst is not None
     sel = ctx.mask(instr, src.shape)
     exact = OPS[instr.op].exact_int and is_int_access(src, ctx)  # type: ignore[arg-type]
-    x = ctx.value(src, sel, exact_int=exact)
-    if sel is not None:  # masked-off lanes take no part
-        x = np.where(sel, x, np.asarray(OPS[instr.op].identity, dtype=x.dtype))
+    x = member_input(instr.op, ctx.value(src, sel, exact_int=exact), sel)
     axes = sorted(ctx.axis[PidSym(a)][0] for a in instr.attr("axes"))
     front = list(range(len(axes)))
     moved = np.moveaxis(np.broadcast_to(x, (*ctx.dims, *src.shape)), axes, front)
-    members = moved.reshape(-1, *moved.shape[len(axes) :])
-    acc = members[0]
-    for m in members[1:]:
-        acc = M.alu(instr.op, acc, m)
+    acc = fold(instr.op, moved.reshape(-1, *moved.shape[len(axes) :]))
     ctx.write(instr.dst, np.moveaxis(np.broadcast_to(acc, moved.shape), front, axes), sel)
 
 

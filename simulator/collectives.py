@@ -9,6 +9,7 @@ own tile."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,6 @@ from nki.errors import NKIRuntimeError
 from nki.ir import Access, Instr, LoopSym
 from nki.optable import OPS
 
-from . import numerics
 from .executors import executes
 from .isa.formulas import alu
 from .language.common import is_int_access
@@ -40,11 +40,25 @@ def _all_reduce(instr: Instr, ctx: Ctx) -> None:
         ctx.write(instr.dst, result, sel, None)
         return
     exact = OPS[instr.op].exact_int and is_int_access(src, ctx)
-    x = numerics.to_compute(ctx.read(src, sel), exact_int=exact)
-    ident = OPS[instr.op].identity
-    if sel is not None:  # masked-off lanes take no part
-        x = np.where(sel, x, np.asarray(ident, dtype=x.dtype))
-    ctx.state[_key(instr)] = x
+    ctx.state[_key(instr)] = member_input(instr.op, ctx.value(src, sel, exact_int=exact), sel)
+
+
+def member_input(op: str, x: np.ndarray, sel: np.ndarray | None) -> np.ndarray:
+    """One member's input to the group's reduction: its masked-off lanes take no part (they
+    hold the op's identity)."""
+    if sel is None:
+        return x
+    return np.where(sel, x, np.asarray(OPS[op].identity, dtype=x.dtype))
+
+
+def fold(op: str, inputs: Iterable[np.ndarray]) -> np.ndarray:
+    """The group's result: the members' inputs folded left with the engine ALU, in the order
+    given (the members' grid coordinates)."""
+    it = iter(inputs)
+    acc = next(it)
+    for x in it:
+        acc = alu(op, acc, x)
+    return acc
 
 
 def combine(
@@ -66,9 +80,7 @@ def combine(
         size = math.prod(grid[a] for a in axes) if grid else 1
         if len(members) != size:
             _mismatch(instr, members, axes, grid, waiting)
-        acc = ctxs[members[0]].state.pop(_key(instr))
-        for m in members[1:]:
-            acc = alu(instr.op, acc, ctxs[m].state.pop(_key(instr)))
+        acc = fold(instr.op, [ctxs[m].state.pop(_key(instr)) for m in members])
         for m in members:
             ctxs[m].state[_key(instr) + ("result",)] = acc
 
