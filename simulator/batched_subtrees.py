@@ -34,10 +34,10 @@ import numpy as np
 from nki.errors import NKIRuntimeError
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
 
-from . import numerics
 from .batched_host import touched, uses_engine_state
 from .coverage import nodes_of
 from .executors import COLLECTIVES
+from .host import alias_array
 
 
 @dataclass(frozen=True)
@@ -153,12 +153,7 @@ def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.n
     """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
     batch axes): the plan keeps the base of every view contiguous storage of its own, so this
     is always a view (checked: a copy would lose the writes)."""
-    sd = numerics.storage_dtype(decl.dtype, precise_fp)
-    lead = base.shape[:p]
-    flat = base.reshape(*lead, -1)
-    if flat.dtype != sd:  # the same bytes as another type
-        flat = flat.view(sd)
-    out = flat.reshape(*lead, *decl.shape)
+    out = alias_array(base, decl, precise_fp, lead=p)
     if out.size and not np.may_share_memory(out, base):
         raise NKIRuntimeError(
             f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"

@@ -108,13 +108,15 @@ def storage_config(ir: KernelIR, config: SimConfig) -> SimConfig:
     return config
 
 
-def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool) -> np.ndarray:
+def alias_array(base: np.ndarray, decl: TensorDecl, precise_fp: bool, lead: int = 0) -> np.ndarray:
     """The storage of an alias tensor (``t.reshape(shape)`` / ``t.view(dtype)``): the same
-    memory as ``base`` in the alias's shape and type."""
+    memory as ``base`` in the alias's shape and type (``lead``: leading batch axes of ``base``
+    kept as they are)."""
     sd = numerics.storage_dtype(decl.dtype, precise_fp)
+    head = base.shape[:lead]
     if base.dtype != sd:  # tensor.view(dtype): the same bytes as another type
-        base = base.reshape(-1).view(sd)
-    return base.reshape(decl.shape)
+        base = base.reshape(*head, -1).view(sd)
+    return base.reshape(*head, *decl.shape)
 
 
 def output_view(
