@@ -33,9 +33,9 @@ import numpy as np
 
 import nki
 import nki.isa as nisa
+import nki.isa_spec as spec
 import nki.language as nl
 from nki.errors import NKIError
-from nki.isa import spec
 
 # mistakes only checks="full" can see: under "static" they may run (NaN in the result)
 FULL_ONLY = {"unwritten", "uninit", "reduce_res_idle", "cur_uninit"}

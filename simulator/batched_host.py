@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nki.ir import Access, Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
-from nki.isa.spec import OUTPUT_ATTRS
+from nki.isa_spec import OUTPUT_ATTRS
 
 from .executors import COLLECTIVES, executor_of
 from .interpreter import execute_instruction, execute_nodes

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-import nki.isa.spec as spec
+import nki.isa_spec as spec
 from nki.errors import NKIRuntimeError
 from nki.ir import Access, Instr
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
-from nki.isa.spec import OUTPUT_ATTRS
+from nki.isa_spec import OUTPUT_ATTRS
 from nki.optable import OPS
 
 _MAX_POINTS = 2048  # varying-index vectors enumerated per analysis (N^2 pairs)

@@ -9,11 +9,11 @@ its executor in ``simulator/isa/<family>.py``. Instructions of the current API o
 
 import numpy as np
 
+from .. import isa_spec as _spec
 from .. import language as _nl
 from ..language.loops import register_alloc, register_load, register_move, register_store
 from . import current as _current
 from . import enums as _enums
-from . import spec as _spec
 from .current_gpsimd import dma_compute, nc_n_gather, nonzero_with_count, topk
 from .current_mx import nc_matmul_mx, quantize_mx
 from .current_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed

@@ -3,7 +3,7 @@
 ``nisa.op(dst, ...)`` writes its result into ``dst`` in place (result dtype = ``dst.dtype``) and
 returns an :class:`Instruction` handle. Each public ``nisa`` function is the classic function
 wrapped by :func:`both_forms`: a call is matched against the two calling forms of its spec row
-(``nki/isa/spec.py``), and the current form is carried out by the classic function (same checks,
+(``nki/isa_spec.py``), and the current form is carried out by the classic function (same checks,
 same IR instruction) whose result is then written into ``dst``: the recorded instruction's
 destination becomes ``dst``'s access, so no temporary tile or copy is left in the IR.
 
@@ -21,9 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import isa_spec as spec
 from .. import language as nl
 from ..errors import NKIError, NKITypeError, NKIUnsupportedError, user_loc
 from ..ir import Alloc, Instr
+from ..isa_spec import CLASSIC, CURRENT
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -35,11 +37,9 @@ from ..tracer import (
     note_generation,
     operand,
 )
-from . import spec
 from .common import scalar_or_vector
 from .enums import engine as _engine
 from .enums import enum_value, reduce_cmd
-from .spec import CLASSIC, CURRENT
 
 _TILE_ROLES = ("dst", "in", "out")
 _STATIC_ROLES = ("attr", "op", "engine", "dtype", "mask", "name")

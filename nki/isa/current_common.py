@@ -10,11 +10,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from .. import isa_spec as spec
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Const
 from ..language.tokens import OpToken
 from ..tracer import note_generation
-from . import spec
 from .common import alu_op, dt, free_size, scalar_or_vector, tile
 from .current import Instruction, _last_instr
 from .enums import enum_value

@@ -7,12 +7,12 @@ from typing import Any
 
 from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import HBM_BUFFERS
+from ..isa_spec import checked
 from ..tracer import NkiTensor
 from .common import alu_op, dt, emit_isa, out_dtype, out_tile, prod, rules, target, tile
 from .enums import dge_mode as _dge_mode
 from .enums import enum_value
 from .enums import oob_mode as _oob_mode
-from .spec import checked
 
 _DMA_BUFFERS = (*HBM_BUFFERS, "sbuf")
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Affine, Cond, IndexExpr, Mask
+from ..isa_spec import checked
 from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, const_operand
 from .common import (
@@ -23,7 +24,6 @@ from .common import (
 )
 from .enums import engine_name
 from .rules import check_dtype_in
-from .spec import checked
 
 
 @checked

@@ -6,11 +6,11 @@ Every violation raises an NKIError naming the instruction, the operand, the limi
 
 from __future__ import annotations
 
+from .. import isa_spec as spec
 from ..errors import NKIError, NKIMemoryError, NKITypeError, NKIUnsupportedError, user_loc
 from ..optable import Op
 from ..targets import TARGETS
 from ..tracer import NkiTensor
-from . import spec
 from .common import rules, target
 
 

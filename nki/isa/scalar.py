@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Const
+from ..isa_spec import checked
 from ..language import core as _core
 from ..tracer import NkiTensor, _Assigned
 from .common import (
@@ -25,7 +26,6 @@ from .common import (
 from .enums import enum_value
 from .enums import reduce_cmd as _reduce_cmd
 from .rules import check_activation_reduce_op
-from .spec import checked
 
 _BIAS_DTYPES = ("float32", "float16", "bfloat16")
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
+from ..isa_spec import checked
 from ..tracer import NkiTensor, const_operand
 from .common import (
     dt,
@@ -22,7 +23,6 @@ from .common import (
     tile,
 )
 from .rules import check_dtype_in
-from .spec import checked
 
 # --------------------------------------------------------------------------------------------
 # statistics and search

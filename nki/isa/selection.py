@@ -10,6 +10,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import Const
+from ..isa_spec import checked
 from ..tracer import NkiTensor, assign, operand
 from .common import (
     alu_op,
@@ -29,7 +30,6 @@ from .common import (
 from .enums import engine_name, enum_value
 from .enums import reduce_cmd as _reduce_cmd
 from .rules import check_available, check_dtype_in, check_gpsimd_memory
-from .spec import checked
 from .vector import _reducer, _res_vector
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import enum
 import math
 from typing import Any
 
+from .. import isa_spec as _spec
 from ..dtypes import itemsize
 from ..errors import NKIError, NKITypeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Const
@@ -31,7 +32,6 @@ from ..tracer import (
     require_buffer,
     state,
 )
-from . import spec as _spec
 from .enums import engine, engine_name, enum_value
 from .rules import check_available
 

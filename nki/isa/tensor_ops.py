@@ -11,13 +11,13 @@ import numpy as np
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import Affine
+from ..isa_spec import checked
 from ..symbolic import Scalar
 from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
 from ..tracer import NkiTensor, classic_mode, stage_psum_operand, state
 from .common import emit_isa, free_size, out_dtype, out_tile, rules, target, tile
 from .enums import engine_name
 from .rules import check_dtype_in
-from .spec import checked
 
 
 def _perf_name(perf_mode: object) -> str:

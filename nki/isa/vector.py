@@ -8,6 +8,8 @@ from typing import Any
 
 from ..errors import NKIError, NKIShapeError, user_loc
 from ..ir import Const
+from ..isa_spec import checked
+from ..isa_spec import get as get_spec
 from ..optable import REDUCERS, Op
 from ..tracer import NkiTensor
 from .common import (
@@ -28,8 +30,6 @@ from .common import (
 )
 from .enums import engine_name
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
-from .spec import checked
-from .spec import get as get_spec
 
 _TILE_REDUCERS = (*REDUCERS, "subtract")
 

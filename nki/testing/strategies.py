@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from simulator.config import SimConfig
 
 from .. import dtypes as _dt
+from .. import isa_spec as spec
 from ..grids import parse_grid
-from ..isa import spec
 from ..language.core import nc, spmd_dim
 from ..targets import get_target, isa_rules
 

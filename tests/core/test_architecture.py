@@ -19,7 +19,7 @@ LAYER_OF_PREFIX = {
     "nki.targets": "foundation",
     "nki.ir": "foundation",
     "nki.optable": "foundation",
-    "nki.isa.spec": "foundation",
+    "nki.isa_spec": "foundation",
     "simulator": "simulator",
     "nki.tracer": "tracer",
     "nki.symbolic": "tracer",
@@ -44,7 +44,7 @@ MAY_IMPORT = {
     "tools": {"foundation", "simulator", "tracer", "language", "launch", "tools"},
 }
 # Files that are tables (data, one row per op / instruction / code) may be long.
-TABLES = {"nki/optable.py", "nki/isa/spec.py", "nki/errors.py", "nki/error_codes.py"}
+TABLES = {"nki/optable.py", "nki/isa_spec.py", "nki/errors.py", "nki/error_codes.py"}
 MAX_LINES = 600
 
 

@@ -67,7 +67,7 @@ def test_neuronxcc_alias_kernels_are_classic():
 
 
 def test_every_instruction_with_both_forms_takes_the_destination_first_form():
-    from nki.isa import spec
+    import nki.isa_spec as spec
 
     both = [n for n in spec.names(spec.CURRENT) if spec.get(n).classic is not None]
     missing = [n for n in both if "Current API (destination first)" not in getattr(nisa, n).__doc__]

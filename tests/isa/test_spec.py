@@ -1,4 +1,4 @@
-"""The nki.isa instruction spec (nki/isa/spec.py) agrees with the code it describes: the classic
+"""The nki.isa instruction spec (nki/isa_spec.py) agrees with the code it describes: the classic
 functions' signatures, the simulator's executors, Numba lowering and poison rules, the targets'
 availability rules, the test strategies' limits, the test suite and the README."""
 
@@ -14,10 +14,10 @@ import pytest
 
 import nki
 import nki.isa as nisa
+import nki.isa_spec as spec
 import nki.language as nl
 from nki.errors import NKIError
 from nki.ir import Access, Const, Instr
-from nki.isa import spec
 from nki.targets import TARGETS, isa_rules
 from simulator import interpreter  # noqa: F401 - registers every executor
 from simulator.config import SimConfig

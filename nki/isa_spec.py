@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NKITypeError, user_loc
+from .errors import NKITypeError, user_loc
 
 CLASSIC, CURRENT = "classic", "current"
 FORMS = (CLASSIC, CURRENT)
