@@ -1,18 +1,42 @@
 """nki-sim: an open interpreter and tile-level simulator for NKI kernels.
 
 ``import nki``, ``import nki.language as nl``, ``import nki.isa as nisa``, then decorate a kernel
-with ``@nki.jit`` and call it with NumPy arrays."""
+with ``@nki.jit`` and call it with NumPy arrays.
 
-from . import errors, language, typing
-from .classic import benchmark, profile, trace  # classic tooling entry points
-from .dtypes import NkiDtype as dtype  # the dtype type kernels annotate with (nki.dtype)
-from .errors import NKIError
-from .estimates import estimate
-from .jit import Kernel, Launch, baremetal, jit, simulate, simulate_kernel
-from .tracer import NkiTensor as tensor  # the traced tensor type (classic nki.tensor)
+The package's names load on first use (PEP 562): the foundation modules (``nki.ir``,
+``nki.errors``, ``nki.dtypes``, ``nki.targets``, ``nki.optable``, ``nki.isa_spec``) are read by
+the simulator, and importing one of them must not load the tracer or the language."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
 
 __version__ = "0.1.0"
 
+# public name -> (module, attribute); attribute None: the module itself
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "jit": ("nki.jit", "jit"),
+    "simulate_kernel": ("nki.jit", "simulate_kernel"),
+    "simulate": ("nki.jit", "simulate"),
+    "baremetal": ("nki.jit", "baremetal"),
+    "Kernel": ("nki.jit", "Kernel"),
+    "Launch": ("nki.jit", "Launch"),
+    "benchmark": ("nki.classic", "benchmark"),
+    "profile": ("nki.classic", "profile"),
+    "trace": ("nki.classic", "trace"),
+    "estimate": ("nki.estimates", "estimate"),
+    "NKIError": ("nki.errors", "NKIError"),
+    "dtype": ("nki.dtypes", "NkiDtype"),  # the dtype type kernels annotate with (nki.dtype)
+    "tensor": ("nki.tracer", "NkiTensor"),  # the traced tensor type (classic nki.tensor)
+    "errors": ("nki.errors", None),
+    "language": ("nki.language", None),
+    "typing": ("nki.typing", None),
+    "isa": ("nki.isa", None),
+    "compiler": ("nki.compiler", None),
+}
 
 __all__ = [
     "jit",
@@ -34,9 +58,29 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in ("isa", "compiler"):
-        import importlib
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'nki' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
 
-        return importlib.import_module(f"nki.{name}")
-    raise AttributeError(f"module 'nki' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """The ``nki`` package, whose ``jit`` is the decorator even after ``nki.jit`` the module loads
+    (the import system binds every loaded submodule on its package)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "jit" and isinstance(value, types.ModuleType):
+            value = value.jit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

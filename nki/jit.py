@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from simulator.launch import SimConfig
+from simulator.launch import launch as simulator_launch
+
 from . import dtypes
 from .cores import merge_cores
 from .errors import (
@@ -41,9 +44,6 @@ from .tracer import (
     tracing,
 )
 from .typing import annotation_of, local_shape_checks
-
-from simulator.launch import SimConfig  # isort: skip
-from simulator.launch import launch as simulator_launch  # isort: skip
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
