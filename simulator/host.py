@@ -14,8 +14,8 @@ from nki.errors import NKIMemoryError
 from nki.ir import KernelIR, TensorDecl
 
 from . import numerics
+from .checks.coverage import unfilled_outputs
 from .config import SimConfig
-from .coverage import unfilled_outputs
 
 
 def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.ndarray:

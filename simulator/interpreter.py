@@ -18,9 +18,9 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 
 # executor modules register themselves on import
 from . import collectives, isa, language  # noqa: F401
+from .checks.lnc_races import same_write_tensors
+from .checks.lnc_writes import SameWrites
 from .config import SimConfig
-from .core_races import same_write_tensors
-from .core_writes import SameWrites
 from .executors import COLLECTIVES, executor_of
 from .instances import Instance, RunInfo, Schedule, run_instances
 from .memory import Ctx

@@ -20,11 +20,13 @@ import numpy as np
 from nki.errors import NKIError
 from nki.ir import KernelIR
 
-from . import batched, interpreter, numba_backend
-from .capacity import check_hbm, check_host_memory
-from .checks import static_checks
+from . import interpreter
+from .batched import backend as batched
+from .checks.capacity import check_hbm, check_host_memory
+from .checks.lnc_races import same_write_tensors
+from .checks.static import static_checks
+from .compiled import backend as numba_backend
 from .config import SimConfig
-from .core_races import same_write_tensors
 from .executors import COLLECTIVES
 from .host import (
     output_array,

@@ -11,7 +11,7 @@ receive from the previous one; in a group of the two cores that is a swap. The `
 collectives are documented for rank lists of four ranks or several devices, which two cores
 cannot form: calling them is a located error. A
 collective whose result on each core needs the other core's data orders the cores' shared-HBM
-accesses like ``nisa.core_barrier`` (``simulator/core_races.py``)."""
+accesses like ``nisa.core_barrier`` (``simulator/checks/lnc_races.py``)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ import pytest
 
 import nki
 import nki.language as nl
-import simulator.capacity as capacity
-import simulator.numba_backend as nb
+import simulator.checks.capacity as capacity
+import simulator.compiled.backend as nb
 from nki.errors import NKIMemoryError
 
 from helpers import line_of
@@ -71,7 +71,7 @@ def test_capacity_overflow_still_lists_the_live_tiles():
 def test_numba_compiles_large_unrolled_kernels_without_a_size_limit():
     """Compile time grows linearly: a kernel over ``PY_DRIVER_MIN`` instructions runs its
     driver as plain Python, each instruction one call of a shared compiled library kernel."""
-    from simulator.numba_codegen import PY_DRIVER_MIN
+    from simulator.compiled.codegen import PY_DRIVER_MIN
 
     k = nki.jit(unrolled_adds, backend="numba")
     a = np.zeros((128, 4), np.float32)

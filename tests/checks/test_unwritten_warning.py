@@ -13,7 +13,7 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError, NKIWarning
-from simulator.unwritten import UnwrittenOutputWarning
+from simulator.checks.unwritten import UnwrittenOutputWarning
 
 from helpers import line_of
 
@@ -191,7 +191,7 @@ def test_box_marking_matches_point_enumeration():
     """The fast per-combination box marking and the plain point enumeration agree on random
     affine accesses and masks (strides, reversed axes, loop and grid terms, every operator)."""
     from nki.ir import Access, Affine, Cond, IndexExpr, LoopSym, Mask, PidSym
-    from simulator.unwritten import _mark_boxes, _mark_points
+    from simulator.checks.unwritten import _mark_boxes, _mark_points
 
     rng = np.random.default_rng(7)
     syms = [PidSym(0), LoopSym(1, "i")]

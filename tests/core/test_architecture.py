@@ -120,7 +120,7 @@ def test_imports_point_down_the_layers():
 
 # Project modules that may be imported inside a function, and why.
 LAZY_OK = {
-    "simulator.numba_rt": "imports numba, an optional dependency that is slow to import",
+    "simulator.compiled.rt": "imports numba, an optional dependency that is slow to import",
 }
 # Files whose project imports all wait for first use, and why.
 LAZY_FILES = {

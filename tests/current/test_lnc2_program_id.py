@@ -11,7 +11,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIControlFlowError, NKIDependencyError, NKIError
-from simulator.unwritten import UnwrittenOutputWarning
+from simulator.checks.unwritten import UnwrittenOutputWarning
 
 from helpers import expect
 

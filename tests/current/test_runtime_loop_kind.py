@@ -13,7 +13,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Loop
 from nki.language.loops import register_alloc, register_load
-from simulator.numba_backend import BackendFallbackWarning
+from simulator.compiled.backend import BackendFallbackWarning
 
 from helpers import line_of
 

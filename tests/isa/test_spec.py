@@ -20,9 +20,9 @@ from nki.errors import NKIError
 from nki.ir import Access, Const, Instr
 from nki.targets import TARGETS, isa_rules
 from simulator import interpreter  # noqa: F401 - registers every executor
+from simulator.compiled.codegen import generate
 from simulator.config import SimConfig
 from simulator.executors import EXECUTORS, LOWERINGS
-from simulator.numba_codegen import generate
 from simulator.poison import rule_of
 
 from helpers import expect, expect_error

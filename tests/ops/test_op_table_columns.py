@@ -49,7 +49,7 @@ def test_atomic_ufuncs_are_the_rows_numpy_ufuncs():
 
 
 def test_numba_backend_compiles_the_native_column():
-    from simulator.numba_codegen import NATIVE as BACKEND_NATIVE
+    from simulator.compiled.codegen import NATIVE as BACKEND_NATIVE
 
     assert dict(BACKEND_NATIVE) == NATIVE
     assert NATIVE_INT_OK <= set(NATIVE)

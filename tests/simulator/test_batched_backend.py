@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.batched_plan import plan
+from simulator.batched.plan import plan
 from simulator.config import SimConfig
 
 

@@ -15,7 +15,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
-from simulator import batched
+from simulator.batched import backend as batched
 
 from helpers import all_reduce_kernel
 

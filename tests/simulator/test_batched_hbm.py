@@ -529,7 +529,7 @@ def bump_then_row_sums(a, sums):
 def test_a_late_decline_hands_the_next_backend_the_launchs_data(monkeypatch):
     """A hosted instruction the plan took for stateless uses engine state inside a batched loop
     after the batched run updated ``a`` in place: the next backend starts from the original."""
-    from simulator import batched_host
+    from simulator.batched import host as batched_host
 
     monkeypatch.setattr(batched_host, "_STATEFUL_ISA", batched_host._STATEFUL_ISA - {"activation"})
     monkeypatch.setattr(batched_host, "_STATE_ATTRS", ())
@@ -608,8 +608,8 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
 def test_position_differences_agree_with_the_race_analysis(extents, data):
     """The planner's grouped enumeration of position differences decides the same overlaps as
     ``races._first_conflict``'s enumeration of every pair of positions."""
-    from simulator import races
-    from simulator.batched_hbm import first_meeting
+    from simulator.batched.hbm import first_meeting
+    from simulator.checks import races
 
     coeff = st.sampled_from([0, 0, 1, -1, 2, 64, 128])
     fa, fb = [], []

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator import batched_host
-from simulator.batched_plan import plan
+from simulator.batched import host as batched_host
+from simulator.batched.plan import plan
 from simulator.config import SimConfig
 
 L = 3  # affine_range iterations per instance in these kernels
@@ -169,7 +169,7 @@ def test_bit_vector_op_hosted():
     np.testing.assert_array_equal(got, (a ^ b) + a)
 
 
-_UNWRITTEN = "ignore::simulator.unwritten.UnwrittenOutputWarning"  # (rows past the limit)
+_UNWRITTEN = "ignore::simulator.checks.unwritten.UnwrittenOutputWarning"  # (rows past the limit)
 
 
 @pytest.mark.filterwarnings(_UNWRITTEN)

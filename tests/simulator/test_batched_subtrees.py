@@ -20,8 +20,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Access, Alloc, Loop
 from nki.language.loops import register_alloc, register_load, register_store
-from simulator import batched_host
-from simulator.batched_plan import Declined, plan
+from simulator.batched import host as batched_host
+from simulator.batched.plan import Declined, plan
 from simulator.config import SimConfig
 
 G = 4  # grid instances
@@ -506,7 +506,7 @@ def masked_through_a_view(x, limit):
     return out
 
 
-@pytest.mark.filterwarnings("ignore::simulator.unwritten.UnwrittenOutputWarning")
+@pytest.mark.filterwarnings("ignore::simulator.checks.unwritten.UnwrittenOutputWarning")
 def test_masked_writes_and_reads_through_a_tile_view():
     x = np.random.default_rng(11).standard_normal((G * L * 128, F)).astype(np.float32)
     got, _, _ = _both(masked_through_a_view, G, x, 37)

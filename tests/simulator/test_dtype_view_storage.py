@@ -13,8 +13,8 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.numba_backend import BackendFallbackWarning
-from simulator.unwritten import UnwrittenOutputWarning
+from simulator.checks.unwritten import UnwrittenOutputWarning
+from simulator.compiled.backend import BackendFallbackWarning
 
 
 @nki.jit

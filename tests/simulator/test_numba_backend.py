@@ -13,9 +13,11 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIIndexError, NKIRuntimeError
-from simulator import interpreter, launch, numba_backend, numba_budget
+from simulator import interpreter, launch
+from simulator.compiled import backend as numba_backend
+from simulator.compiled import budget as numba_budget
+from simulator.compiled.codegen import NATIVE
 from simulator.config import SimConfig
-from simulator.numba_codegen import NATIVE
 
 from helpers import BF16
 
@@ -363,7 +365,7 @@ def test_auto_decides_by_the_cost_model(monkeypatch, tmp_path):
 
 
 def test_disk_cache_files(tmp_path, monkeypatch):
-    from simulator import numba_kernels
+    from simulator.compiled import kernels as numba_kernels
 
     monkeypatch.setenv("NKI_SIM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(numba_budget.ENV, "inf")  # everything compiled at the first launch
@@ -385,7 +387,8 @@ def test_disk_cache_files(tmp_path, monkeypatch):
 
 _CACHE_SCRIPT = """
 import numpy as np, nki, nki.language as nl
-from simulator import interpreter, launch, numba_backend
+from simulator import interpreter, launch
+from simulator.compiled import backend as numba_backend
 
 @nki.jit(backend="numba")
 def add(a, b):
@@ -395,7 +398,7 @@ def add(a, b):
 
 a = np.ones((128, 32), dtype=np.float32)
 assert (add(a, a) == 2).all() and add.last_run.backend == "numba"
-from simulator import numba_kernels
+from simulator.compiled import kernels as numba_kernels
 hits = misses = 0
 for mod in numba_kernels._MODULES.values():
     fn = getattr(mod, "kern", None) or mod.nki_kernel
@@ -432,7 +435,7 @@ def test_config_accepts_numba():
 def test_pairwise_sum_and_bf16_rounding_helpers():
     from numba import njit
 
-    from simulator.numba_rt import pairwise_sum, to_bf16
+    from simulator.compiled.rt import pairwise_sum, to_bf16
 
     rng = np.random.default_rng(3)
     for n in [1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 4099]:
@@ -456,7 +459,7 @@ def test_pairwise_sum_and_bf16_rounding_helpers():
 _INTERRUPT_SCRIPT = """
 import time
 import numpy as np, nki, nki.language as nl
-import simulator.numba_backend as nb
+import simulator.compiled.backend as nb
 
 @nki.jit(backend="numba")
 def spin(a):
@@ -506,5 +509,5 @@ def test_compiled_loop_stops_on_ctrl_c(tmp_path):
         proc.kill()
     assert proc.returncode != 0 and "done" not in out
     assert err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
-    assert "numba_backend.py" in err  # raised where the backend saw the polled signal
+    assert "compiled/backend.py" in err  # raised where the backend saw the polled signal
     assert elapsed < 5.0, elapsed

@@ -16,8 +16,10 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError
-from simulator import numba_backend, numba_budget, numba_kernels
-from simulator.numba_codegen import PY_DRIVER_MIN
+from simulator.compiled import backend as numba_backend
+from simulator.compiled import budget as numba_budget
+from simulator.compiled import kernels as numba_kernels
+from simulator.compiled.codegen import PY_DRIVER_MIN
 
 from helpers import line_of
 

@@ -11,8 +11,8 @@ import pytest
 
 import nki
 import nki.language as nl
-from simulator.coverage import unfilled_outputs
-from simulator.unwritten import UnwrittenOutputWarning
+from simulator.checks.coverage import unfilled_outputs
+from simulator.checks.unwritten import UnwrittenOutputWarning
 
 
 def _warns_once(backend: str, region: str):

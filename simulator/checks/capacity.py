@@ -21,8 +21,8 @@ from nki.errors import NKIMemoryError, SrcLoc
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 from nki.targets import Target, get_target, isa_rules
 
-from . import numerics
-from .host import host_available_bytes
+from .. import numerics
+from ..host import host_available_bytes
 
 
 def bytes_per_partition(decl: TensorDecl) -> int:

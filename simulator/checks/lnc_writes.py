@@ -21,7 +21,7 @@ from nki.errors import NKIDependencyError, SrcLoc
 from nki.ir import Access
 
 if TYPE_CHECKING:
-    from .memory import Ctx
+    from ..memory import Ctx
 
 
 class SameWrites:

@@ -36,13 +36,13 @@ import numpy as np
 
 RANK = 4
 MASK_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3, "==": 4, "!=": 5}
-_VERSION = "6"  # bump when generated code changes meaning
+_VERSION = "7"  # bump when generated code changes meaning
 
 HEADER = """# nki-sim Numba backend library kernel
 import numpy as np
 from numba import njit
-from simulator.numba_rt import (checks_box_fail, checks_fail, fmax, fmin, from_bf16, fsign, mask_ok,
-                                mask_ranges, pairwise_sum, to_bf16)
+from simulator.compiled.rt import (checks_box_fail, checks_fail, fmax, fmin, from_bf16, fsign,
+                                   mask_ok, mask_ranges, pairwise_sum, to_bf16)
 
 U = np.uint64
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from nki.errors import NKIError, user_loc
 
-from . import numba_kernels as lib
-from .numba_kernels import Spec
+from . import kernels as lib
+from .kernels import Spec
 
 COMPILE_BUDGET = 3.0  # seconds of compiling per launch
 ENV = "NKI_SIM_COMPILE_BUDGET"

@@ -1,13 +1,12 @@
-"""Executors of the batched backend (``batched.py``): the reference executors of
+"""Executors of the batched backend (``backend.py``): the reference executors of
 ``simulator/language`` restated over operands with leading batch axes. Each repeats its
 reference's numerics call for call (fp32 compute, same NumPy functions on contiguous operands,
 ``numerics.cast`` on write) so results are bit-identical; ``unsupported_instr`` says which
-instructions have no batched executor (they are hosted, see ``batched_host.py``)."""
+instructions have no batched executor (they are hosted, see ``host.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,14 +14,12 @@ from nki import dtypes
 from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, PidSym
 from nki.optable import OPS, apply
 
-from . import numerics
-from .collectives import fold, member_input
-from .isa import formulas as M
-from .isa.common import check_dst
-from .language.common import is_int_access
-
-if TYPE_CHECKING:
-    from .batched import BCtx
+from .. import numerics
+from ..collectives import fold, member_input
+from ..isa import formulas as M
+from ..isa.common import check_dst
+from ..language.common import is_int_access
+from .context import BCtx, contiguous
 
 _REDUCE_ROW = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply",
                "all": "logical_and"}  # fmt: skip
@@ -67,21 +64,6 @@ def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
     if instr.kind == "dma" and instr.accumulate is not None:
         return f"{what} accumulates"
     return None
-
-
-def contiguous(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The selection of an instruction (batch + its tile shape) as seen by an operand of
-    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
-    of the operand is read when any lane it broadcasts to is selected."""
-    tile = sel.shape[nb:]
-    if tuple(tile) == tuple(shape):
-        return sel
-    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
-    return sel.any(axis=axes, keepdims=True) if axes else sel
 
 
 def _dma(instr: Instr, ctx: BCtx) -> None:

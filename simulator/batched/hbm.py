@@ -26,9 +26,9 @@ import numpy as np
 
 from nki.ir import Access, Instr, KernelIR, Loop, PidSym, Sym
 
-from . import races
-from .batched_host import touched
-from .coverage import instructions_of, nodes_of
+from ..checks import races
+from ..checks.coverage import instructions_of, nodes_of
+from .host import touched
 
 _MAX_DIFFERENCES = 1 << 21  # position differences enumerated per pair of accesses
 

@@ -17,9 +17,9 @@ import numpy as np
 from nki import dtypes
 from nki.ir import Access, Affine, IndexExpr, Instr, KernelIR, LoopSym, Mask, PidSym, Sym
 
-from . import numerics
-from .config import SimConfig
-from .numba_kernels import MASK_OPS, RANK, Spec
+from .. import numerics
+from ..config import SimConfig
+from .kernels import MASK_OPS, RANK, Spec
 
 
 class Unsupported(Exception):

@@ -46,16 +46,16 @@ from nki.errors import NKIError, user_stacklevel
 from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
 
-from . import numba_budget as budget
-from . import numba_kernels as lib
-from . import numerics
-from .bounds import check_bounds
-from .config import SimConfig
-from .host import alias_array
-from .instances import RunInfo, Schedule
-from .interpreter import execute_instruction
-from .numba_codegen import Plan, Unsupported, generate
-from .numba_kernels import cache_dir
+from .. import numerics
+from ..checks.bounds import check_bounds
+from ..config import SimConfig
+from ..host import alias_array
+from ..instances import RunInfo, Schedule
+from ..interpreter import execute_instruction
+from . import budget
+from . import kernels as lib
+from .codegen import Plan, Unsupported, generate
+from .kernels import cache_dir
 
 NAME = "numba"
 
@@ -430,7 +430,7 @@ def _launch_args(
 ) -> tuple[_Host, list[Any]]:
     """The host of ``p``'s call-backs and the driver's arguments for one launch (``python``:
     the driver runs as plain Python and calls back directly; Ctrl-C interrupts it anyway)."""
-    from .numba_rt import CALLBACK
+    from .rt import CALLBACK
 
     host = _Host(ir, config, p)
     arrays, host.arrays = _array_args(ir, p, shared, config.precise_fp)

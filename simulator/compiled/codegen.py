@@ -35,12 +35,12 @@ import numpy as np
 
 from nki.ir import Alloc, Instr, KernelIR, Loop, Node, Sym, TensorDecl
 
-from . import numerics
-from .config import SimConfig
-from .executors import COLLECTIVES, lowering_of
-from .numba_access import Buffer, Emitter, Unsupported, accesses, f32_literal, sym, view_dtype
-from .numba_kernels import Spec, module_name
-from .numba_lowering import ACCUMULATE, NATIVE
+from .. import numerics
+from ..config import SimConfig
+from ..executors import COLLECTIVES, lowering_of
+from .access import Buffer, Emitter, Unsupported, accesses, f32_literal, sym, view_dtype
+from .kernels import Spec, module_name
+from .lowering import ACCUMULATE, NATIVE
 
 # kernels with more instructions than this run their driver as plain Python (each instruction
 # one call of its compiled library kernel) instead of compiling it

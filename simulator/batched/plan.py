@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym, TensorDecl
 
-from . import batched_hbm, numerics
-from .batched_host import not_hostable, touched, uses_engine_state
-from .batched_ops import unsupported_instr
-from .batched_subtrees import check_views, contiguous_views, device_loops
-from .config import SimConfig
-from .coverage import fully_written, instructions_of, nodes_of
+from .. import numerics
+from ..checks.coverage import fully_written, instructions_of, nodes_of
+from ..config import SimConfig
+from . import hbm as batched_hbm
+from .host import not_hostable, touched, uses_engine_state
+from .ops import unsupported_instr
+from .subtrees import check_views, contiguous_views, device_loops
 
 
 class Declined(Exception):

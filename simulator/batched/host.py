@@ -36,11 +36,11 @@ import numpy as np
 from nki.ir import Access, Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
 from nki.isa_spec import OUTPUT_ATTRS
 
-from .executors import COLLECTIVES, executor_of
-from .interpreter import execute_instruction, execute_nodes
+from ..executors import COLLECTIVES, executor_of
+from ..interpreter import execute_instruction, execute_nodes
 
 if TYPE_CHECKING:
-    from .batched import BCtx
+    from .context import BCtx
 
 # instruction kinds whose executors need other instances or a global order: never hosted
 _ORDERED = {

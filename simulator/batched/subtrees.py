@@ -1,5 +1,5 @@
-"""Planning the parts of a batched launch (``batched.py``) that are not plain batched
-instructions: device loops, and reshape / dtype views (with their storage, ``alias_storage``).
+"""Planning the parts of a batched launch (``backend.py``) that are not plain batched
+instructions: device loops, and reshape / dtype views (their storage: ``context.alias_storage``).
 
 A device loop (``nl.fori_loop`` with a register bound, ``nl.while_loop``: ``RuntimeLoop``) runs
 batched, iterated like a ``sequential_range`` loop, for the trips every position of the batch
@@ -27,17 +27,12 @@ stays the program's)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-from nki.errors import NKIRuntimeError
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
 
-from .batched_host import touched, uses_engine_state
-from .coverage import nodes_of
-from .executors import COLLECTIVES
-from .host import alias_array
+from ..checks.coverage import nodes_of
+from ..executors import COLLECTIVES
+from .host import touched, uses_engine_state
 
 
 @dataclass(frozen=True)
@@ -147,15 +142,3 @@ def contiguous_views(
             if plain(store.dst.tensor) and plain(src.tensor):
                 out[k] = store
     return keep, out
-
-
-def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
-    """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
-    batch axes): the plan keeps the base of every view contiguous storage of its own, so this
-    is always a view (checked: a copy would lose the writes)."""
-    out = alias_array(base, decl, precise_fp, lead=p)
-    if out.size and not np.may_share_memory(out, base):
-        raise NKIRuntimeError(
-            f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"
-        )
-    return out

@@ -1,7 +1,7 @@
 """Per-kind instruction lowering for the Numba backend: each ``@lowers(kind)`` function emits
 the library kernel call(s) of one instruction (``numba_kernels.Spec``: the kernel, its
-parameters) through an :class:`~simulator.numba_access.Emitter`, or raises
-:class:`~simulator.numba_access.Unsupported` (the instruction is then hosted: compiled code
+parameters) through an :class:`~simulator.compiled.access.Emitter`, or raises
+:class:`~simulator.compiled.access.Unsupported` (the instruction is then hosted: compiled code
 calls the interpreter's executor for it). Lowerings are found through the executor registry's
 keys (``executors.lowering_of``).
 
@@ -21,9 +21,9 @@ from nki import dtypes
 from nki.ir import Access, Const, Instr
 from nki.optable import NATIVE, NATIVE_INT_OK, OPS
 
-from .executors import lowers
-from .numba_access import Emitter, Unsupported, broadcastable
-from .numba_kernels import Spec
+from ..executors import lowers
+from .access import Emitter, Unsupported, broadcastable
+from .kernels import Spec
 
 # Op-table rows are computed natively in fp32 from the table's ``native`` column (NATIVE: exact
 # IEEE arithmetic, one rounding, so the result equals NumPy's); NATIVE_INT_OK are the rows the

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from nki.ir import KernelIR
 
+from ..config import SimConfig
 from .bounds import check_bounds
 from .capacity import check_capacity, check_hbm
-from .config import SimConfig
-from .core_races import check_core_races
+from .lnc_races import check_core_races
 from .races import check_loop_carried, check_spmd_races
 from .unwritten import warn_unwritten_outputs
 

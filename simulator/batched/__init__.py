@@ -1,0 +1,11 @@
+"""The batched backend: each IR instruction runs once for a whole batch of SPMD instances and
+independent ``affine_range`` iterations, as NumPy operations over leading batch axes.
+
+``backend`` (the walk and ``execute``), ``context`` (one batch's state and storage), ``plan``
+(batch axes, hosted instructions), ``ops`` (the batched executors), ``host`` (instructions run
+per position by the interpreter's executors), ``subtrees`` (device loops and views), ``hbm``
+(the proof that no position meets another's HBM writes)."""
+
+from .backend import NAME, execute
+
+__all__ = ["NAME", "execute"]

@@ -1,0 +1,308 @@
+"""The batched backend: each IR instruction runs once for a whole batch of SPMD instances and
+independent ``affine_range`` iterations, as NumPy operations over leading batch axes.
+
+The grid axes and every ``affine_range`` loop whose iterations write no on-chip tile allocated
+outside the loop become batch axes (a symbol has one value per position on its axis); other
+loops (a PSUM accumulation over K, ``sequential_range``) are iterated around the batched body.
+A tile allocated at batch depth ``p`` has ``p`` leading batch axes. An unmasked access is a
+strided view of its tensor over batch and tile; a masked access gathers / scatters through index
+arrays, its mask evaluated batch-wide once. Batch axes are chunked under ``BUDGET`` bytes
+(except the grid axes an ``nl.all_reduce`` reduces over: its groups are whole in a batch).
+
+The executors repeat the interpreter's numerics (fp32 compute, the same NumPy calls,
+``numerics.cast`` on write), so results are bit-identical. An instruction without a batched
+executor is hosted (``batched_host.py``): run per position by the interpreter's executor. A
+device loop is iterated around its batched body while its bounds or condition agree across
+positions, else run per position by the interpreter's walker (``batched_subtrees.py``). Views
+are views of their base's batched storage. ``batched_plan.py`` decides the batch axes, hosted
+instructions and skipped copies; ``execute`` declines (returns False, the reason in
+``RunInfo.reason``) kernels whose semantics need the per-instance walk (core meetings of LNC=2,
+HBM one position sees another write, ``shuffle_seed``...); the next backend runs them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nki.errors import NKIError, NKIRuntimeError
+from nki.ir import (
+    Access,
+    Alloc,
+    Instr,
+    KernelIR,
+    Node,
+    PidSym,
+    RuntimeLoop,
+    Sym,
+)
+
+from .. import interpreter
+from ..checks.coverage import instructions_of
+from ..config import SimConfig
+from ..executors import COLLECTIVES
+from ..instances import RunInfo, Schedule
+from .context import BCtx
+from .host import Host, StateUsed
+from .ops import EXECUTORS
+from .plan import Declined, Plan, plan
+
+NAME = "batched"
+BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache-friendly sizes)
+
+
+# ---- the walk --------------------------------------------------------------------------------
+
+
+def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
+    for n in nodes:
+        if isinstance(n, Instr):
+            _exec(n, ctx, p)
+        elif isinstance(n, Alloc):
+            if n.tensor in p.viewed:
+                continue  # the elided load right after it makes the tile a view
+            ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
+        elif isinstance(n, _GridLoop):
+            whole = n.sym.axis in p.whole_axes
+            _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p, whole)
+        elif id(n) in p.subtrees:
+            _run_device_loop(n, ctx, p)  # type: ignore[arg-type]
+        elif id(n) in p.batch_loops:
+            _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
+        else:
+            for v in range(n.start, n.stop, n.step):
+                ctx.scalar[n.sym] = v
+                _run_nodes(n.body, ctx, p)
+            ctx.scalar.pop(n.sym, None)
+
+
+def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    """A device loop, iterated around its batched body for the trips every position of the
+    batch shares: a fori_loop's values below every position's upper bound when the lower
+    bounds agree (bound registers read when it starts), a while loop's trips while every
+    condition register holds (read before each trip). The positions' other trips run per
+    position with the interpreter's walker."""
+    if n.cond is not None:
+        _run_while(n, ctx, p)
+        return
+    lo, hi = (
+        _bound(acc, c, ctx) for acc, c in ((n.lower, n.lower_const), (n.upper, n.upper_const))
+    )
+    if lo is None or hi is None:  # (a float register that is not finite: as the interpreter)
+        assert ctx.host is not None
+        ctx.host.run_nodes(n, ctx, id(n) in p.stateful)
+        ctx.device_loops[1] += 1
+        return
+    start = lo
+    if (lo == lo[0]).all():
+        shared = range(int(lo[0]), int(hi.min()), n.step)
+        for v in shared:
+            ctx.scalar[n.sym] = v
+            _run_nodes(n.body, ctx, p)
+        ctx.scalar.pop(n.sym, None)
+        start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
+    if (start < hi).any():  # (trips left for some positions)
+        assert ctx.host is not None
+        ctx.host.run_trips(n, ctx, id(n) in p.stateful, start, hi)
+        ctx.device_loops[1] += 1
+    else:
+        ctx.device_loops[0] += 1
+
+
+def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+    trips = 0
+    while True:
+        cond = _registers(n.cond, ctx)  # type: ignore[arg-type]
+        go = None if cond is None else cond != 0
+        if go is not None and not go.any():
+            break
+        if go is None or not go.all() or trips == n.max_iterations:
+            # (past the limit, the interpreter's walk reports the loop at its first position)
+            ctx.scalar.pop(n.sym, None)
+            assert ctx.host is not None
+            ctx.host.run_nodes(n, ctx, id(n) in p.stateful, trips)
+            ctx.device_loops[1] += 1
+            return
+        ctx.scalar[n.sym] = trips
+        _run_nodes(n.body, ctx, p)
+        trips += 1
+    ctx.scalar.pop(n.sym, None)
+    ctx.device_loops[0] += 1
+
+
+def _registers(acc: Access, ctx: BCtx) -> np.ndarray | None:
+    """A register's value at every position of the batch (flat, in the positions' order), as
+    ``int()`` reads it; None when a float register holds NaN or infinity."""
+    vals = np.asarray(ctx.view(acc)).reshape(-1)
+    if vals.dtype.kind == "f" or vals.dtype.isbuiltin != 1:  # (ml_dtypes floats too)
+        vals = vals.astype(np.float64)
+        if not np.isfinite(vals).all():
+            return None
+    return vals.astype(np.int64)
+
+
+def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray | None:
+    """A fori_loop bound at every position: its register's values, or the constant."""
+    if acc is None:
+        return np.full(max(1, math.prod(ctx.dims)), const, dtype=np.int64)
+    return _registers(acc, ctx)
+
+
+def _run_batched(
+    sym: Sym,
+    start: int,
+    step: int,
+    count: int,
+    body: tuple[Node, ...],
+    ctx: BCtx,
+    p: Plan,
+    whole: bool = False,
+) -> None:
+    """Run ``body`` with ``sym`` as a new batch axis, in chunks under the memory budget
+    (``whole``: in one chunk, for a collective's group)."""
+    if count <= 0:
+        return
+    per = p.tile_bytes * max(1, math.prod(ctx.dims))
+    chunk = count if whole else max(1, min(count, BUDGET // per))
+    for first in range(0, count, chunk):
+        n = min(chunk, count - first)
+        ctx.dims.append(n)
+        ctx.axis[sym] = (len(ctx.dims) - 1, start + first * step, step)
+        try:
+            _run_nodes(body, ctx, p)
+        finally:
+            ctx.dims.pop()
+            del ctx.axis[sym]
+
+
+def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
+    if id(instr) in p.skipped:  # its tile already lives in the destination
+        return
+    ctx.instr = instr
+    if id(instr) in p.hosted:  # the interpreter's executor per position (errors located)
+        assert ctx.host is not None
+        ctx.host.run(instr, ctx, id(instr) in p.stateful)
+        return
+    ctx.whole = id(instr) in p.whole
+    if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
+        assert instr.dst is not None
+        ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
+        ctx.depth[instr.dst.tensor] = len(ctx.dims)
+        return
+    try:
+        EXECUTORS[instr.kind](instr, ctx)  # (under the launch's np.errstate)
+    except NKIError as e:
+        raise e.with_context(loc=instr.loc) from None
+    except Exception as e:
+        raise NKIRuntimeError(
+            f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "
+            f"{type(e).__name__}: {e}",
+            code="err_runtime",
+            loc=instr.loc,
+        ) from e
+
+
+def _body_with_grid(ir: KernelIR) -> tuple[Node, ...]:
+    """The kernel body wrapped in one batched loop per grid axis (instances are independent)."""
+    body = ir.body
+    for a in reversed(range(len(ir.grid.shape))):
+        body = (_GridLoop(PidSym(a), ir.grid.shape[a], body),)  # type: ignore[assignment]
+    return body
+
+
+@dataclass(frozen=True)
+class _GridLoop:
+    sym: PidSym
+    size: int
+    body: tuple[Node, ...]
+
+
+def execute(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> bool:
+    """The backend interface (see ``launch.py``): True when the kernel ran batched; False (the
+    reason in ``info.reason``) when the next backend must run it. A shared-HBM tensor the
+    kernel both writes and reads is copied before the run (one extra copy of each such tensor
+    per launch) so that the replay of an error, or the next backend after a late decline,
+    starts from the data the launch was given."""
+    reason = _decline_reason(ir, config, sched)
+    if reason is None:
+        try:
+            p = plan(ir, config)
+        except Declined as e:
+            reason = str(e)
+        else:
+            if config.checks == "full" and p.unproven is not None:
+                reason = f"checks='full' tracks uninitialised values per instance: {p.unproven}"
+    if reason is not None:
+        info.reason = f"batched: {reason}"
+        return False
+    ctx = BCtx(ir, config, shared)
+    ctx.fused = p.fused_names
+    ctx.host = Host(ir, dict(sched.order))
+    n = len(info.order)
+    info.order.extend(sched.instances)
+    # (what the kernel both writes and reads, as it was: a rerun must start from it)
+    saved = {name: shared[name].copy() for name in sorted(p.reread)}
+    try:
+        with np.errstate(all="ignore"):  # once per launch, not per instruction
+            _run_nodes(_body_with_grid(ir), ctx, p)
+    except StateUsed:
+        # (the next backend reruns the kernel from the start)
+        del info.order[n:]
+        _restore(shared, saved)
+        info.reason = "batched: a hosted instruction in a batched loop uses engine state"
+        return False
+    except NKIError as e:
+        del info.order[n:]
+        _restore(shared, saved)
+        _first_error(ir, shared, config, sched, e)
+        raise
+    n_host = len(p.hosted)
+    hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
+    if p.subtrees:
+        same, per = ctx.device_loops
+        hosted += (
+            f", device loops run {same} time(s) batched (the same bounds at every position) "
+            f"and {per} time(s) per instance by the interpreter"
+        )
+    info.reason = (
+        "batched: every instruction ran once per batch of instances and iterations "
+        f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "
+        f"load(s) read in place, {len(p.fused)} result(s) written straight into HBM{hosted})"
+    )
+    return True
+
+
+def _first_error(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, err: NKIError
+) -> None:
+    """Raise the error the interpreter meets first: batched, instructions run for every
+    position before the next one, so ``err`` may come from a later instance (or a later
+    instruction of the same one) than the interpreter's. The interpreter reruns the instances
+    up to ``err``'s (all when unknown) on the same storage, where the tensors the kernel both
+    writes and reads are back as they were before the batched run (``Plan.reread``); what the
+    batched run wrote elsewhere no instruction reads. Returns when it meets no error. (With a
+    collective, instances meet there: all of them rerun, in the interpreter's interleaving.)"""
+    order = sched.order
+    meets = any(i.kind in COLLECTIVES for i, _ in instructions_of(ir))
+    if err.instance is not None and not meets:
+        at = [i for i, (inst, _) in enumerate(order) if inst == tuple(err.instance)]
+        if at:
+            order = order[: at[0] + 1]
+    info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
+    interpreter.execute(ir, shared, config, Schedule(order, None, frozenset()), info)
+
+
+def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> None:
+    for name, arr in saved.items():
+        shared[name][...] = arr
+
+
+def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
+    if config.backend not in ("auto", "batched"):
+        return f"backend={config.backend!r}"
+    if sched.rng is not None:
+        return "shuffle_seed runs instances in a shuffled order (interpreter)"
+    return None

@@ -1,0 +1,320 @@
+"""The state of one batch of the batched backend: its axes, its symbols' values per position, and
+tile storage with leading batch axes; accesses as strided views or index arrays over the batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nki.errors import NKIIndexError, NKIRuntimeError
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym
+from nki.optable import OPS
+
+from .. import numerics
+from ..checks.coverage import HOLDS_THROUGHOUT
+from ..config import SimConfig
+from ..host import alias_array
+
+# accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
+_INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+         "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
+
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal, "!=": np.not_equal}  # fmt: skip
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The selection of an instruction (batch + its tile shape) as seen by an operand of
+    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
+    of the operand is read when any lane it broadcasts to is selected."""
+    tile = sel.shape[nb:]
+    if tuple(tile) == tuple(shape):
+        return sel
+    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True) if axes else sel
+
+
+class BCtx:
+    """The state of one batch: its axes' sizes, each batch symbol's axis and values (start +
+    step * position), scalar symbols, and tile storage with leading batch axes."""
+
+    def __init__(self, ir: KernelIR, config: SimConfig, shared: dict[str, np.ndarray]) -> None:
+        self.ir = ir
+        self.config = config
+        self.dims: list[int] = []
+        self.axis: dict[Sym, tuple[int, int, int]] = {}  # sym -> (axis, start, step)
+        self.scalar: dict[Sym, int] = {}
+        self.arrays: dict[str, np.ndarray] = dict(shared)
+        self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
+        self.instr: Instr | None = None
+        self.whole = False  # the running instruction fills a fresh tile entirely
+        self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
+        # fresh tiles without storage yet (shape, dtype): the instruction that fills them
+        # either hands over its result array or gets empty storage to write into
+        self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self.host: Any = None  # the Host (host.py) that runs the hosted instructions
+        # reshape / dtype views: name -> (the base storage it was made from, the view)
+        self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.device_loops = [0, 0]  # device loop runs: (batched, per position)
+
+    def decl(self, name: str) -> Any:
+        return self.ir.tensor(name)
+
+    # affine index -> (constant, per-batch-axis coefficient)
+    def affine(self, base: Any) -> tuple[int, list[int]]:
+        c = base.const
+        coef = [0] * len(self.dims)
+        for s, k in base.terms:
+            if s in self.scalar:
+                c += k * self.scalar[s]
+            else:
+                ax, start, step = self.axis[s]
+                c += k * start
+                coef[ax] += k * step
+        return c, coef
+
+    def view(self, acc: Access) -> np.ndarray:
+        """The access over the whole batch as a strided view: shape dims + tile shape."""
+        arr = self.arrays.get(acc.tensor)
+        if arr is None:
+            arr = self._storage(acc.tensor)
+        p = self.depth[acc.tensor]
+        st = arr.strides
+        bstr = [st[b] if b < p else 0 for b in range(len(self.dims))]
+        tstr = [0] * len(acc.shape)
+        first: list[slice] = [slice(None)] * p
+        for d, e in enumerate(acc.index):
+            c, coef = self.affine(e.base)
+            sd = st[p + d]
+            first.append(slice(c, None))  # (c is the element at batch / tile position 0)
+            for b, k in enumerate(coef):
+                bstr[b] += k * sd
+            for t, k in enumerate(e.coeffs):
+                tstr[t] += k * sd
+        start = arr[tuple(first)]
+        custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
+        if custom:
+            start = start.view(np.dtype(f"u{start.itemsize}"))
+        out = np.lib.stride_tricks.as_strided(
+            start, shape=(*self.dims, *acc.shape), strides=(*bstr, *tstr), writeable=True
+        )
+        return out.view(arr.dtype) if custom else out
+
+    def indices(self, acc: Access, sel: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Index arrays (batch + tile shape) into the access's storage; masked-out lanes point
+        at element 0. Selected lanes are bounds-checked."""
+        p = self.depth[acc.tensor]
+        nb = len(self.dims)
+        full_shape = (*self.dims, *acc.shape)
+        out: list[np.ndarray] = []
+        for b in range(p):
+            sh = [1] * len(full_shape)
+            sh[b] = self.dims[b]
+            out.append(np.arange(self.dims[b]).reshape(sh))
+        shape = self.decl(acc.tensor).shape
+        for d, e in enumerate(acc.index):
+            c, coef = self.affine(e.base)
+            v: Any = np.int64(c)
+            for b, k in enumerate(coef):
+                if k:
+                    sh = [1] * len(full_shape)
+                    sh[b] = self.dims[b]
+                    v = v + k * np.arange(self.dims[b]).reshape(sh)
+            for t, k in enumerate(e.coeffs):
+                if k:
+                    sh = [1] * len(full_shape)
+                    sh[nb + t] = acc.shape[t]
+                    v = v + k * np.arange(acc.shape[t]).reshape(sh)
+            vv = np.broadcast_to(v, full_shape)[sel]
+            if vv.size and (vv.min() < 0 or vv.max() >= shape[d]):
+                raise NKIIndexError(
+                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {d}: index "
+                    f"range [{int(vv.min())}, {int(vv.max())}] exceeds the dimension size of "
+                    f"{shape[d]}",
+                    code="err_tensor_access_out_of_bound",
+                )
+            out.append(v)
+        return tuple(np.where(sel, np.broadcast_to(v, full_shape), 0) for v in out)
+
+    def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+        """The batch-wide selection of a masked instruction (None: unmasked or all true)."""
+        if instr.mask is None:
+            return None
+        if shape is None:
+            assert instr.dst is not None
+            shape = instr.dst.shape
+        full = (*self.dims, *shape)
+        out: np.ndarray | None = None
+        for cond in instr.mask.conds:
+            if self._always(cond.expr, cond.op, shape):
+                continue  # true for the whole batch: costs nothing
+            r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
+            out = r.copy() if out is None else out & r
+        return None if out is None or out.all() else out
+
+    def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
+        """``e op 0`` holds at every batch position and tile element (from the affine
+        expression's extremes)."""
+        c, coef = self.affine(e.base)
+        lo = hi = c
+        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
+            lo += min(0, k * (n - 1))
+            hi += max(0, k * (n - 1))
+        return HOLDS_THROUGHOUT[op](lo, hi)
+
+    def index_values(self, e: IndexExpr, rank: int) -> Any:
+        """Values of an index expression over batch + tile axes (broadcastable)."""
+        nb = len(self.dims)
+        c, coef = self.affine(e.base)
+        v: Any = np.int64(c)
+        for b, k in enumerate(coef):
+            if k:
+                sh = [1] * (nb + rank)
+                sh[b] = self.dims[b]
+                v = v + k * np.arange(self.dims[b]).reshape(sh)
+        for t, k in enumerate(e.coeffs):
+            if k:
+                sh = [1] * (nb + rank)
+                sh[nb + t] = e.shape[t]
+                v = v + k * np.arange(e.shape[t]).reshape(sh)
+        return v
+
+    def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
+        if sel is None:
+            return self.view(acc)
+        sel = selection_for(sel, len(self.dims), acc.shape)
+        arr = self.arrays.get(acc.tensor)
+        return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
+
+    def write(
+        self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
+    ) -> None:
+        full = (*self.dims, *acc.shape)
+        vals = np.asarray(values)
+        if vals.shape != full:  # (a fresh full-shape result stays itself: it may become the tile)
+            vals = np.broadcast_to(vals, full)
+        into = _INTO.get(accumulate) if sel is None else None  # type: ignore[arg-type]
+        if into is not None and vals.dtype == np.float32:
+            dst = self.view(acc)
+            if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
+                into(dst, vals, out=dst)
+                return
+        if accumulate is not None:
+            old = self.read(acc, sel)
+            exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
+            a = numerics.to_compute(old, exact_int=exact)
+            b = numerics.to_compute(np.asarray(vals), exact_int=exact)
+            vals = OPS[accumulate].fn(a, b)
+        stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
+        pend = self.pending.pop(acc.tensor, None)
+        if pend is not None:
+            if (
+                sel is None
+                and stored.shape == pend[0]
+                and stored.dtype == pend[1]
+                and stored.flags.c_contiguous
+                and stored.flags.owndata
+            ):
+                self.arrays[acc.tensor] = stored  # a fresh result becomes the tile: no copy
+                return
+            self.arrays[acc.tensor] = np.empty(*pend)
+        if sel is None:
+            self.view(acc)[...] = stored
+            return
+        idx = self.indices(acc, sel)
+        arr = self.arrays.get(acc.tensor)
+        arr = self._storage(acc.tensor) if arr is None else arr
+        arr[tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
+
+    def into(self, acc: Access) -> np.ndarray | None:
+        """Where the running instruction may compute its fp32 result in place: the view of a
+        fused tile it fills entirely (None: compute, then ``write``)."""
+        if not self.whole or acc.tensor not in self.fused:
+            return None
+        out = self.view(acc)
+        return out if out.dtype == np.float32 else None
+
+    def value(
+        self, src: Any, sel: np.ndarray | None = None, exact_int: bool = False, contig: bool = True
+    ) -> Any:
+        """An operand as compute values (fp32, or int64 when exact_int and integral), with
+        batch axes; constants stay scalars."""
+        if isinstance(src, Access):
+            raw = self.read(src, sel)
+            return numerics.to_compute(contiguous(raw) if contig else raw, exact_int=exact_int)
+        if isinstance(src, Const):
+            v = src.value
+            if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                return np.int64(v)
+            return np.float32(v)
+        raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
+
+    def has_storage(self, name: str) -> bool:
+        """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending
+        tile or a view of one (not a tile a hosted device loop allocates)."""
+        base = self.ir.storage_of(name)
+        return base in self.arrays or base in self.pending
+
+    def _storage(self, name: str) -> np.ndarray:
+        """The storage of a tile still pending or of a reshape / dtype view (else the unknown
+        tensor's KeyError)."""
+        d = self.decl(name)
+        if d.alias_of is not None:
+            return self._alias(d)
+        pend = self.pending.pop(name, None)
+        if pend is None:
+            raise KeyError(name)
+        self.arrays[name] = np.empty(*pend)
+        return self.arrays[name]
+
+    def _alias(self, d: Any) -> np.ndarray:
+        """A reshape / dtype view: the same memory as its base's current storage, batch axes
+        kept (an HBM tensor's at depth 0); made once per base storage, so a tile's views
+        follow each new allocation and each position sees one view object per allocation."""
+        base = self.arrays.get(d.alias_of)
+        if base is None:
+            base = self._storage(d.alias_of)
+        got = self.aliases.get(d.name)
+        if got is not None and got[0] is base:
+            return got[1]
+        p = self.depth[d.alias_of]
+        out = alias_storage(base, p, d, self.config.precise_fp)
+        self.aliases[d.name] = (base, out)
+        self.depth[d.name] = p
+        return out
+
+    def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
+        d = self.decl(name)
+        if d.buffer == "shared_hbm" and name in self.arrays:
+            return  # shared across instances: allocated once per launch
+        if store is not None:  # the tile lives where its store would copy it
+            assert store.dst is not None
+            self.arrays[name] = self.view(store.dst)
+            self.depth[name] = len(self.dims)
+            return
+        shape = (*self.dims, *d.shape)
+        sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
+        if fresh:  # the next instruction writes the whole tile: storage when it does
+            self.arrays.pop(name, None)
+            self.pending[name] = (shape, sd)
+        else:
+            self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
+        self.depth[name] = len(self.dims)
+
+
+def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
+    """``host.alias_array`` on the tile part of batched storage (the trailing axes after ``p``
+    batch axes): the plan keeps the base of every view contiguous storage of its own, so this
+    is always a view (checked: a copy would lose the writes)."""
+    out = alias_array(base, decl, precise_fp, lead=p)
+    if out.size and not np.may_share_memory(out, base):
+        raise NKIRuntimeError(
+            f"view '{decl.name}' of non-contiguous batched storage", code="err_internal"
+        )
+    return out
