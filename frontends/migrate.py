@@ -374,6 +374,7 @@ class _File:
             in_kernel
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in tbl.TILE_METHODS
+            and node.func.attr != "astype"  # rewritten on tiles (frontends.migrate_rewrite)
         ):
             if not (self.src.qual(node.func.value) or "").startswith("np"):
                 self.src.note(node.lineno, self.src.seg(node), tbl.TILE_METHODS[node.func.attr])

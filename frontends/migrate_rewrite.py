@@ -94,7 +94,7 @@ class Func(IsaCalls):
             q = self.src.qual(node.func) or ""
             if q.startswith("nl."):
                 return q[3:] not in tbl.NOT_TILES
-            return self.isa_name(node) is not None
+            return self.isa_name(node) is not None or self.astype(node)
         if isinstance(node, ast.BinOp):
             return self.is_tile(node.left) or self.is_tile(node.right)
         if isinstance(node, ast.UnaryOp):
@@ -119,7 +119,7 @@ class Func(IsaCalls):
         """Whether the expression uses a construct the current API does not have."""
         if isinstance(node, ast.Call):
             q = self.src.qual(node.func) or ""
-            if q in ("nl.load", "nl.store") or self.isa_name(node):
+            if q in ("nl.load", "nl.store") or self.isa_name(node) or self.astype(node):
                 return True
             if q.startswith(("nl.", "nisa.")) and any(
                 k.arg == "mask" and not none(k.value) for k in node.keywords
@@ -164,6 +164,11 @@ class Func(IsaCalls):
                     if isinstance(n, ast.Name):
                         self.defs[n.id] = s
                 return
+        for n in ast.walk(s):  # t.astype on a value not known to be a tile: left to a person
+            f = n.func if isinstance(n, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr == "astype" and not self.astype(n):
+                if not (self.src.qual(f.value) or "").startswith("np"):
+                    self.src.note(n.lineno, self.seg(n), tbl.TILE_METHODS["astype"])
         if not self.needs_statement(s):
             self.track(s)
             return
@@ -179,6 +184,7 @@ class Func(IsaCalls):
             if (
                 isinstance(n, ast.Attribute)
                 and n.attr in tbl.TILE_METHODS
+                and n.attr != "astype"
                 and self.is_tile(n.value)
             ):
                 raise Unsupported(tbl.TILE_METHODS[n.attr])
@@ -255,6 +261,8 @@ class Func(IsaCalls):
                 return self.load(v, ctx, new=t.id)
             if self.isa_name(v):
                 return self.isa(v, ctx, new=t.id)
+            if self.astype(v):
+                return self.cast(v, ctx, t.id)
             rhs = self.expr(v, ctx)
             buf = self.buffer_of(v)
             if buf is not None:
@@ -298,6 +306,27 @@ class Func(IsaCalls):
         return [
             f"{self.nisa}.tensor_scalar(dst={dst}, data={dst}, op0={self.nl}.{tbl.AUGOPS[op]}, "
             f"operand0={self.expr(v, ctx)})"
+        ]
+
+    def astype(self, node: ast.AST) -> bool:
+        """``t.astype(dt)`` on a tile (a NumPy array's astype is left alone)."""
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "astype"
+            and self.is_tile(node.func.value)
+        )
+
+    def cast(self, call: ast.Call, ctx: Ctx, new: str) -> list[str]:
+        """``new = t.astype(dt)`` -> a tile of dtype dt and a ``nisa.tensor_copy`` into it."""
+        args = bind_call(call, ("dtype",), "astype")
+        assert isinstance(call.func, ast.Attribute)
+        src = self.operand(call.func.value, ctx)
+        self.tiles[new] = "sbuf"
+        self.bases.add(new)
+        return [
+            self.alloc_line(new, f"{src}.shape", self.seg(args["dtype"]), "sbuf"),
+            f"{self.nisa}.tensor_copy(dst={new}, src={src})",
         ]
 
     def mask(self, call: ast.Call, ctx: Ctx) -> dict[int, str]:
@@ -386,6 +415,10 @@ class Func(IsaCalls):
             if self.isa_name(node):
                 tmp = self.temp(f"{self.isa_name(node)}_out")
                 ctx.pre += self.isa(node, ctx, new=tmp)
+                return tmp
+            if self.astype(node):
+                tmp = self.temp("astype_out")
+                ctx.pre += self.cast(node, ctx, tmp)
                 return tmp
             if q == "nl.store":
                 raise Unsupported("nl.store used as a value")

@@ -89,7 +89,8 @@ LAUNCH = (
     "1 or 2; loop over the old grid inside the kernel"
 )
 TILE_METHODS = {
-    "astype": "tile.astype is gone: nisa.tensor_copy into a tile of the new dtype",
+    "astype": "tile.astype is gone: nisa.tensor_copy into a tile of the new dtype (rewritten "
+    "when the function shows that the receiver is a tile)",
     "broadcast_to": "tile.broadcast_to is gone: the view x.broadcast(dim, size) of a size-1 "
     "dimension",
     "expand_dims": "tile.expand_dims is gone: the view x.expand_dim(dim)",
