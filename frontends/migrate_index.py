@@ -12,6 +12,7 @@ transposed reads, the ``pattern`` / ``channel_multiplier`` / ``offset`` of ``nis
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -356,3 +357,61 @@ def mask_counts(conds: list[tuple[Lin, str, Lin]]) -> dict[int, str]:
         axes[axis.id] = axis
         bounds.setdefault(axis.id, []).append(rest)
     return {i: f"min({axes[i].size}, {', '.join(b)})" for i, b in bounds.items()}
+
+
+# ---- definitions still in use -----------------------------------------------------------------
+def still_used(
+    fn: ast.FunctionDef, defs: dict[str, list[ast.Assign]], rewritten: set[int], new_text: str
+) -> set[str]:
+    """The index names of ``defs`` that code not rewritten still reads (a statement left as it
+    was, a nested function's closure, a rewritten statement that kept the name), with the
+    names their definitions are built from."""
+    own = {id(d) for stmts in defs.values() for d in stmts}
+    kept = {
+        n.id
+        for n, stmt in _loads(fn)
+        if n.id in defs and (stmt is None or (id(stmt) not in own and id(stmt) not in rewritten))
+    }
+    kept |= {d for d in defs if re.search(rf"\b{re.escape(d)}\b", new_text)}
+    todo = list(kept)
+    while todo:  # a kept definition keeps the names it is built from
+        for stmt in defs[todo.pop()]:
+            for n in ast.walk(stmt.value):
+                if isinstance(n, ast.Name) and n.id in defs and n.id not in kept:
+                    kept.add(n.id)
+                    todo.append(n.id)
+    return kept
+
+
+def _loads(fn: ast.FunctionDef) -> list[tuple[ast.Name, ast.stmt | None]]:
+    """Each name ``fn`` reads with the simple statement reading it; None for a nested
+    function's free variable (the nested function's own names are its business)."""
+    out: list[tuple[ast.Name, ast.stmt | None]] = []
+
+    def visit(node: ast.AST, stmt: ast.stmt | None, nested: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, None, child)
+                continue
+            here = child if isinstance(child, ast.stmt) and not _compound(child) else stmt
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                if nested is None:
+                    out.append((child, stmt))
+                elif child.id not in _assigned(nested):
+                    out.append((child, None))
+            visit(child, here, nested)
+
+    visit(fn, None, None)
+    return out
+
+
+def _compound(s: ast.stmt) -> bool:
+    return any(isinstance(getattr(s, f, None), list) for f in ("body", "orelse", "handlers"))
+
+
+def _assigned(fn: ast.AST) -> set[str]:
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    args = getattr(fn, "args", None)
+    if args is not None:
+        names |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    return names

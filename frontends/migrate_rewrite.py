@@ -56,7 +56,7 @@ class Func(IsaCalls):
         self.tiles: dict[str, str] = {p: "hbm" for p in params} if kernel else {}
         self.bases: set[str] = set(params) if kernel else set()
         self.used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | set(params)
-        self.defs: dict[str, ast.stmt] = {}  # arange / mgrid / predicate definitions
+        self.defs: dict[str, list[ast.Assign]] = {}  # arange / mgrid / predicate definitions
         self.replaced: dict[int, list[str]] = {}  # id(stmt) -> its new lines
 
     # ---- names --------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class Func(IsaCalls):
             if self.axes.define(s.targets[0], s.value):
                 for n in ast.walk(s.targets[0]):
                     if isinstance(n, ast.Name):
-                        self.defs[n.id] = s
+                        self.defs.setdefault(n.id, []).append(s)
                 return
         for n in ast.walk(s):  # t.astype on a value not known to be a tile: left to a person
             f = n.func if isinstance(n, ast.Call) else None
@@ -505,26 +505,9 @@ class Func(IsaCalls):
     def drop_definitions(self) -> None:
         """Delete the arange / mgrid / predicate definitions every use of which was rewritten;
         keep (and report) the others."""
-        if not self.defs:
-            return
-        kept: set[str] = set()
         new_text = "\n".join(line for body in self.replaced.values() for line in body)
-        defs = set(self.defs.values())
-        for n in ast.walk(self.fn):
-            if isinstance(n, ast.Name) and n.id in self.defs and isinstance(n.ctx, ast.Load):
-                stmt = self._statement_of(n)
-                if stmt is not None and stmt not in defs and id(stmt) not in self.replaced:
-                    kept.add(n.id)
-        kept |= {d for d in self.defs if re.search(rf"\b{re.escape(d)}\b", new_text)}
-        changed = True
-        while changed:  # a kept definition keeps the names it is built from
-            changed = False
-            for d in list(kept):
-                for n in ast.walk(self.defs[d]):
-                    if isinstance(n, ast.Name) and n.id in self.defs and n.id not in kept:
-                        kept.add(n.id)
-                        changed = True
-        for stmt in dict.fromkeys(self.defs.values()):
+        kept = ix.still_used(self.fn, self.defs, set(self.replaced), new_text)
+        for stmt in dict.fromkeys(d for stmts in self.defs.values() for d in stmts):
             names = [n.id for n in ast.walk(stmt.targets[0]) if isinstance(n, ast.Name)]
             if any(n in kept for n in names):
                 self.src.note(
@@ -536,21 +519,6 @@ class Func(IsaCalls):
                 )
             else:
                 self.src.delete(stmt)
-
-    def _statement_of(self, node: ast.AST) -> ast.stmt | None:
-        best = None
-        for s in ast.walk(self.fn):
-            if (
-                isinstance(s, ast.stmt)
-                and not isinstance(s, ast.FunctionDef)
-                and (s.lineno <= node.lineno <= (s.end_lineno or s.lineno))
-            ):
-                if not any(
-                    isinstance(getattr(s, f, None), list) and getattr(s, f)
-                    for f in ("body", "orelse", "finalbody", "handlers")
-                ):
-                    best = s
-        return best
 
 
 def _whole(node: ast.Subscript) -> bool:
