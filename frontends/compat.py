@@ -9,6 +9,11 @@ Run a classic script with the aliases in place::
 
     python -m frontends.compat script.py [args...]
     nki-compat script.py [args...]
+
+Print the current-API version of a classic file as a diff, and what needs a person
+(``frontends/migrate.py``)::
+
+    nki-compat --migrate file.py
 """
 
 from __future__ import annotations
@@ -141,15 +146,22 @@ def uninstall() -> None:
 def main(argv: list[str] | None = None) -> int:
     """``nki-compat [--profile[=trace.json]] script.py [args]``: run a classic NKI script with
     the aliases installed; ``--profile`` prints the performance estimate of every kernel the
-    script launched and (with a path) writes the Perfetto / Chrome trace JSON of each."""
+    script launched and (with a path) writes the Perfetto / Chrome trace JSON of each.
+    ``nki-compat --migrate file.py``: print the file ported to the current API as a diff, and
+    what is left for a person (exit status 0: nothing, 1: something, 2: unreadable file)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--migrate":
+        from . import migrate
+
+        return migrate.main(argv[1:])
     profile, trace_out = False, None
     while argv and argv[0].startswith("--profile"):
         profile = True
         trace_out = argv.pop(0).partition("=")[2] or trace_out
     if not argv or argv[0] in ("-h", "--help"):
         print(
-            "usage: python -m frontends.compat [--profile[=trace.json]] script.py [args...]",
+            "usage: python -m frontends.compat [--profile[=trace.json]] script.py [args...]\n"
+            "       python -m frontends.compat --migrate file.py [file.py ...]",
             file=sys.stderr,
         )
         return 2

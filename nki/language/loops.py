@@ -137,6 +137,7 @@ def _device_loop(
     sym = LoopSym(st._next_id, "sequential")
     st._next_id += 1
     st.loop_ranges[sym] = (0, 0)
+    st.device_loops.add(sym)
     st.loop_sites[sym] = (loc.file, loc.line, loc.col)
     st.bodies.append([])
     st.loops.append(sym)

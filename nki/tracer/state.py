@@ -45,6 +45,8 @@ class TraceState:
         # and the call sites to unroll in this trace (see NeedsUnroll)
         self.loop_ranges: dict[LoopSym, tuple[int, int]] = {}
         self.loop_sites: dict[LoopSym, tuple[str, int, int]] = {}
+        # device loops (nl.fori_loop / while_loop): their trips are known only when they run
+        self.device_loops: set[LoopSym] = set()
         self.unroll_sites: frozenset[tuple[str, int, int]] = _THREAD.unroll_sites[-1]
         # nl.loop_reduce results not yet assigned: tile name -> (op, source, mask, update)
         self.loop_reduce_results: dict[str, tuple[str, Any, Any, Any]] = {}
@@ -69,6 +71,14 @@ class TraceState:
         ``symbolic_loop``): at the next instruction or when the kernel returns."""
         if self.early_exit is not None:
             raise self.early_exit
+
+    def static_bounds(self, aff: Affine) -> tuple[int, int] | None:
+        """Inclusive (min, max) of ``aff`` over the trace-time ranges of its loop iterators;
+        None when it depends on a program id or a device loop (values known only at run time)."""
+        syms = aff.symbols()
+        if any(s not in self.loop_ranges or s in self.device_loops for s in syms):
+            return None
+        return aff.bounds(self.loop_ranges)
 
     def fresh(self, prefix: str) -> str:
         while True:

@@ -14,7 +14,7 @@ from ..symbolic import DynSlice, Index, MGrid, Scalar, _Traced, broadcast_shapes
 # handles and subscripts form one cycle (indexing a handle parses a subscript; a subscript may
 # hold a handle, an index tile): the tracer package imports .tensors first, which imports this
 # module, so handle classes are reached through the module object at call time
-from . import tensors
+from . import state, tensors
 
 
 def prod(shape: tuple[int, ...]) -> int:
@@ -311,9 +311,12 @@ def compose(outer: Access, sub: Access) -> Access:
         if identity:
             lost[a] = 1
             continue
+        values = _trace_bounds(se)
+        if values == (0, 0):  # e.g. the iterator of a one-trip loop: always 0, so it vanishes
+            continue
         raise NKIIndexError(
             f"out-of-bound access for tensor '{outer.tensor}': index {se} on a view axis of size 1 "
-            f"(view shape {outer.shape}, axis {a}) must be 0",
+            f"(view shape {outer.shape}, axis {a}) must be 0{_values(se, values)}",
             code="err_tensor_access_out_of_bound",
             loc=user_loc(),
         )
@@ -335,6 +338,34 @@ def compose(outer: Access, sub: Access) -> Access:
         out.append(IndexExpr(base, tuple(coeffs), sub.shape))
     indirect = outer.indirect + _map_indirect(outer, sub, out)
     return Access(outer.tensor, sub.shape, tuple(out), indirect)
+
+
+def _trace_bounds(e: IndexExpr) -> tuple[int, int] | None:
+    """Inclusive (min, max) of ``e`` over its tile axes and the trace-time ranges of the loops
+    it uses; None when a program id or a device loop makes it known only at run time."""
+    st = state.current()
+    base = None if st is None else st.static_bounds(e.base)
+    if base is None:
+        return None
+    lo, hi = base
+    for c, n in zip(e.coeffs, e.shape):
+        lo += min(0, c * (n - 1))
+        hi += max(0, c * (n - 1))
+    return lo, hi
+
+
+def _values(e: IndexExpr, values: tuple[int, int] | None) -> str:
+    """What the index ranges over, in the kernel's own names: ``; l60 (the loop iterator
+    i_d_head_tile) takes values 0..1``."""
+    syms = e.base.symbols()
+    if not syms:
+        return ""
+    names = ", ".join(
+        f"{s} (the loop iterator {s.name})" if getattr(s, "name", "") else str(s) for s in syms
+    )
+    if values is None:
+        return f"; {names}: known only at run time"
+    return f"; over {names} it takes values {values[0]}..{values[1]}"
 
 
 def _map_indirect(

@@ -499,3 +499,51 @@ def test_hbm_capacity_of_the_device(checks):
         values=["4398046511104 bytes", str(96 << 30), "'hbm0'"],
         checks=checks,
     )
+
+
+def _fill_blocks(view, x, h, n_blocks, trips):
+    """A helper kernel function writes block (t, j) of its view of the accumulator: the view
+    drops the head axis, so axis 1 of ``view`` is the (size-1) inner-block axis."""
+    for t in nl.affine_range(n_blocks):
+        for j in nl.affine_range(trips):
+            view[t, j, :, :] = nl.loop_reduce(  # ERR
+                nl.load(x[h, t * 128 : (t + 1) * 128, :]) * 2.0,
+                op=np.add,
+                loop_indices=(h,),
+                dtype=nl.float32,
+            )
+
+
+def k_loop_index_on_unit_view_axis(x, inner, trips):
+    heads, rows, cols = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((heads, rows // 128, inner, nl.par_dim(128), cols), dtype=nl.float32)
+    for h in nl.affine_range(heads):
+        _fill_blocks(acc[h], x, h, rows // 128, trips)
+    for h in nl.affine_range(heads):
+        for t in nl.affine_range(rows // 128):
+            nl.store(out[h, t * 128 : (t + 1) * 128, :], value=acc[h, t, 0, :, :])
+    return out
+
+
+def test_one_trip_loop_iterator_indexes_a_size_one_view_axis():
+    # the iterator of a loop with one trip is 0: an index on a view axis of size 1 (here the
+    # inner-block axis of a 5-D accumulator seen through a per-head view) is in bounds
+    x = rand((2, 384, 48))
+    got = nki.jit(k_loop_index_on_unit_view_axis)(x, 1, 1)
+    np.testing.assert_array_equal(got, x * np.float32(2.0))
+
+
+def test_loop_iterator_with_more_trips_on_a_size_one_view_axis_is_out_of_bounds():
+    with pytest.raises(NKIIndexError) as ei:
+        nki.jit(k_loop_index_on_unit_view_axis)(rand((2, 256, 48)), 1, 2)
+    e = ei.value
+    assert e.code == "err_tensor_access_out_of_bound", str(e)
+    for v in (
+        "on a view axis of size 1",
+        "(2, 1, 128, 48), axis 1",
+        "loop iterator j)",
+        "takes values 0..1",
+    ):
+        assert v in str(e), (v, str(e))
+    assert e.loc is not None and e.loc.line == line_of(_fill_blocks), str(e)
