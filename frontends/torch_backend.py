@@ -15,6 +15,7 @@ the kernel's name and source file; inside it, by shapes, dtypes and target)."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import operator
 import os
@@ -28,7 +29,9 @@ from typing import Any
 import torch
 import torch.fx
 
+import nki.ir
 from nki.errors import NKIError
+from nki.estimates import estimate
 from nki.jit import Kernel, Launch
 
 from . import torch_ops, torch_ops_nn  # noqa: F401  (their @builtin adapters fill the registry)
@@ -191,10 +194,6 @@ _loaded: dict[tuple[str, int], str] = {}  # (cache_dir, id(kernel)) -> file
 
 
 def _cache_file(k: Kernel) -> str:
-    import inspect
-
-    import nki.ir
-
     h = hashlib.sha256()
     for f in (inspect.getsourcefile(k.fn), nki.ir.__file__):
         with open(f, "rb") as fh:
@@ -248,15 +247,13 @@ _ESTIMATES: dict[int, tuple[Any, float | None]] = {}  # id(IR) -> (IR kept alive
 def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
     """The cost model's estimated device latency of the launch just run (``nki.estimate``),
     once per traced IR; None where the cost model cannot estimate the kernel."""
-    import nki
-
     k = runner.kernel if isinstance(runner, Launch) else runner
     ir = k.last_ir
     hit = _ESTIMATES.get(id(ir))
     if hit is not None and hit[0] is ir:
         return hit[1]
     try:
-        us: float | None = nki.estimate(runner)(*args, **kwargs).latency_us
+        us: float | None = estimate(runner)(*args, **kwargs).latency_us
     except (NKIError, NotImplementedError):
         us = None
     _ESTIMATES[id(ir)] = (ir, us)
