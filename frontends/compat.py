@@ -34,6 +34,8 @@ from nki.estimates import record_launches
 from simulator.cost import estimate_ir
 from simulator.cost.export import write_trace
 
+from . import migrate
+
 __all__ = ["install", "uninstall", "main"]
 
 _saved: dict[str, Any] = {}
@@ -147,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     what is left for a person (exit status 0: nothing, 1: something, 2: unreadable file)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--migrate":
-        from . import migrate
-
         return migrate.main(argv[1:])
     profile, trace_out = False, None
     while argv and argv[0].startswith("--profile"):
