@@ -11,7 +11,7 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError
-from nki.language.loops import register_alloc, register_load, register_move, register_store
+from nki.isa.registers import register_alloc, register_load, register_move, register_store
 
 RNG = np.random.default_rng(7)
 
