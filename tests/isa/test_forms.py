@@ -25,7 +25,8 @@ from nki.errors import NKIError, NKIShapeError
 from helpers import expect, expect_error
 from helpers import load_sbuf as _load
 
-# name -> (classic call, current call, result buffer, result shape from the input shape)
+# name -> (classic call, current call, result buffer, result shape from the input shape); every
+# family of instructions with both forms has at least one row
 CASES = {
     "tensor_tensor": (
         lambda a, b, dt: nisa.tensor_tensor(a, b, op=nl.subtract, dtype=dt),
@@ -100,6 +101,26 @@ CASES = {
         lambda d, a, b: nisa.dma_transpose(d, a),
         "sbuf", lambda s: (s[1], s[0]),
     ),
+    "memset": (
+        lambda a, b, dt: nisa.memset(a.shape, 0.375, dt),
+        lambda d, a, b: nisa.memset(d, 0.375),
+        "sbuf", lambda s: s,
+    ),
+    "bn_aggr": (
+        lambda a, b, dt: nisa.bn_aggr(a[:, 0:3], dtype=dt),
+        lambda d, a, b: nisa.bn_aggr(d, a[:, 0:3]),
+        "sbuf", lambda s: (s[0], 2),
+    ),
+    "dropout": (
+        lambda a, b, dt: nisa.dropout(a, 0.5, dtype=dt),
+        lambda d, a, b: nisa.dropout(d, a, 0.5),
+        "sbuf", lambda s: s,
+    ),
+    "nc_match_replace8": (
+        lambda a, b, dt: nisa.nc_match_replace8(data=a, vals=a[:, 0:8], imm=-1.0, dtype=dt),
+        lambda d, a, b: nisa.nc_match_replace8(d, a, a[:, 0:8], -1.0),
+        "sbuf", lambda s: s,
+    ),
 }  # fmt: skip
 
 
@@ -135,8 +156,10 @@ def _kernel(name: str, form: str, out_dtype):
 def test_classic_and_destination_first_forms_agree(name, p, f, seed, bf16):
     if name == "nc_matmul":
         f = min(f, 32)
-    if name == "max8":
+    if name in ("max8", "nc_match_replace8"):
         f = max(f, 8)
+    if name == "bn_aggr":
+        f = max(f, 3)
     rng = np.random.default_rng(seed)
     a = (rng.standard_normal((p, f)) + 2.0).astype(np.float32)
     b = rng.standard_normal((p, f)).astype(np.float32)
