@@ -57,8 +57,7 @@ def check_dst(instr: Instr, ctx: Ctx) -> None:
     buf = ctx.decl(instr.dst.tensor).buffer
     eng = instr.attr("engine", "")
     api = instr.api or f"nisa.{instr.op}"
-    tensor_out = instr.op == "nc_matmul" or (instr.op == "nc_transpose" and eng == "tensor")
-    if tensor_out and buf != "psum":
+    if eng == "tensor" and buf != "psum":
         raise NKIMemoryError(
             f"'{api}' runs on the Tensor engine, which writes PSUM only; its result was assigned "
             f"to '{instr.dst.tensor}' in {buf}. Assign it to a PSUM tile and copy it out",
