@@ -66,14 +66,20 @@ def pack(kind: str, meta: dict[str, Any], members: dict[str, bytes]) -> bytes:
 def unpack(data: bytes, kind: str, where: str) -> Bundle:
     """Read and verify archive bytes (``where`` names the file in errors)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            files = {i.filename: z.read(i) for i in z.infolist()}
+        archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as e:
         raise bad_artifact(
             f"{where} is not an nki-sim {kind} archive (not a readable zip: {e})"
         ) from None
-    except Exception as e:  # a corrupted member (zlib / CRC errors)
-        raise bad_artifact(f"{where} is corrupted: {type(e).__name__}: {e}") from None
+    files = {}
+    with archive:
+        for info in archive.infolist():
+            try:
+                files[info.filename] = archive.read(info)
+            except Exception as e:  # CRC mismatch, truncated or garbled member
+                raise bad_artifact(
+                    f"{where} is corrupted: member {info.filename!r} cannot be read ({e})"
+                ) from None
     try:
         manifest = json.loads(files.pop("manifest.json"))
         fmt, version, hashes = manifest["format"], manifest["version"], manifest["members"]

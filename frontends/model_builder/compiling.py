@@ -28,7 +28,7 @@ from ..api_errors import invalid, invalid_type, not_applicable
 from . import artifacts
 from .collectives import Collective, WarmupGroup
 from .program import WEIGHT_KINDS, Program
-from .tracing import Metaneff, TracedGraph
+from .tracing import Metaneff, TracedGraph, quiet_export
 
 __all__ = ["CompilationArtifacts", "DEFAULT_COMPILER_ARGS", "compile"]
 
@@ -150,7 +150,8 @@ class _EstimatingGroup(WarmupGroup):
 
 def program_bytes(graph: TracedGraph) -> bytes:
     buf = io.BytesIO()
-    torch.export.save(graph.program, buf)
+    with quiet_export():
+        torch.export.save(graph.program, buf)
     return buf.getvalue()
 
 
@@ -241,7 +242,8 @@ COMPILED: dict[str, Program] = {}
 def load_compiled(data: bytes, where: str) -> tuple[artifacts.Bundle, Program, TracedGraph, Any]:
     """A compiled artifact's bundle, its runnable program, its traced graph and metadata."""
     bundle = artifacts.unpack(data, artifacts.NEFF, where)
-    ep = torch.export.load(io.BytesIO(bundle.members["program.pt2"]))
+    with quiet_export():
+        ep = torch.export.load(io.BytesIO(bundle.members["program.pt2"]))
     examples = torch.load(io.BytesIO(bundle.members["example_inputs.pt"]), weights_only=True)
     graph = TracedGraph(ep, tuple(examples), bundle.meta["world_size"])
     program = COMPILED.get(artifacts.digest(data))

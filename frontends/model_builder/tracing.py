@@ -8,10 +8,12 @@ bucket's metadata (inputs, weights, states, world size)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +198,14 @@ class _Callable(torch.nn.Module):
         return self.fn(**kwargs)
 
 
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """Silence torch's own deprecation warning raised inside torch.export (not the user's)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec")
+        yield
+
+
 def model_signature(model: Any, api: str) -> list[ModelParamInfo]:
     """The model's parameters. Constraints: callable, explicit parameters only (no ``*args``
     or ``**kwargs``), at least one."""
@@ -302,7 +312,8 @@ def trace(
     snapshot = {k: v.detach().clone() for k, v in module.named_buffers() if v.device.type != "meta"}
     examples = {p.param_name: p.tensor for p in provided}
     try:
-        program = torch.export.export(module, (), examples).run_decompositions({})
+        with quiet_export():
+            program = torch.export.export(module, (), examples).run_decompositions({})
     finally:
         if preserve_parameters and snapshot:
             _restore(module, snapshot)

@@ -21,8 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nki.errors import NKIError
+
 from .. import torch_backend as tb
 from ..api_errors import call_order, invalid, invalid_type, not_applicable
+from ..common import boundary_loc
 from . import perf
 from .config import CONFIG, SIMULATED, DeviceMode
 from .devices import DEVICES, Device, NeuronCoreDevice
@@ -87,8 +90,18 @@ class Pipeline:
         self.stop.set()
 
     def check(self) -> None:
+        """Raise a worker's error in the calling thread, located at the caller's line (a
+        worker thread has no line of the user's)."""
         if self.error is not None:
-            raise self.error[0]
+            exc = self.error[0]
+            if isinstance(exc, NKIError) and (
+                exc.loc is None
+                or exc.loc.file.endswith("threading.py")
+                or exc.loc.file == "<unknown>"
+            ):
+                exc.loc = None
+                exc.with_context(loc=boundary_loc())
+            raise exc
 
 
 class Worker(threading.Thread):
