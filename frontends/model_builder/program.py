@@ -24,6 +24,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx.passes.split_module import split_module
 
 from .. import torch_backend as tb
+from ..device_time import launched_us
 from .collectives import COLLECTIVES, Collective, RankGroup
 
 # the exported program's input kinds that hold weights (the same value on each call)
@@ -44,10 +45,6 @@ class Step:
     collective: Collective | None = None
     static: tuple = ()
     reports: list[tb.GraphReport] = field(default_factory=list)
-
-    def device_us(self) -> float:
-        """Estimated device time of every kernel this part launched so far (cost model)."""
-        return sum(sum(r.kernel_device_us.values()) for r in self.reports)
 
 
 @contextlib.contextmanager
@@ -136,9 +133,9 @@ class Program:
                         continue
                     vals = []
                     for k in range(local):
-                        us0 = step.device_us()
+                        us0 = launched_us()
                         vals.append(self._compute(step, args[k]))
-                        device_us[k] += step.device_us() - us0
+                        device_us[k] += launched_us() - us0
                     env[node.name] = vals
                 elif node.op == "call_function" and node.target is operator.getitem:
                     src, idx = node.args

@@ -10,7 +10,6 @@ device time of every call; a CPU device runs its stage eagerly."""
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +18,6 @@ from typing import Any
 
 import torch
 
-from .. import torch_backend as tb
 from ..api_errors import (
     call_order,
     invalid,
@@ -29,6 +27,8 @@ from ..api_errors import (
     names,
     not_applicable,
 )
+from ..device_time import launched_us
+from . import ops
 from .config import SIMULATED, BackendDevice, BackendType, DeviceMode, torch_dtype_of
 from .module import Module, OpModule
 from .optimizers import LearningRateScheduler, Optimizer
@@ -37,7 +37,6 @@ from .tensor import Tensor, to_torch
 __all__ = ["CPUDevice", "DEVICES", "Device", "NeuronCoreDevice", "TTDevice"]
 
 DEVICES: list[Device] = []  # the pipeline, in creation order
-COMPILE_LOCK = threading.Lock()  # one stage compiles at a time (reports are attributed)
 
 
 class Stage(torch.nn.Module):
@@ -91,10 +90,11 @@ class Device:
         self.scheduler: Any = None
         self.events: list[Event] = []
         self._stage: Any = None
+        self._eager_stage: Any = None
+        self._named = self._loss_named = False
         self._loss: Any = None
+        self._eager_loss: Any = None
         self._saved: deque = deque()
-        self._signatures: set = set()
-        self._reports: list[tb.GraphReport] = []
         DEVICES.append(self)
         if module is not None:
             self.place_module(module)
@@ -155,7 +155,6 @@ class Device:
     def reset(self) -> None:
         """Forget the compiled stage (placement changed)."""
         self._stage = self._loss = None
-        self._signatures = set()
 
     def stale(self) -> bool:
         """Whether the stage must be built again (placement changed since)."""
@@ -266,38 +265,38 @@ class Device:
             if isinstance(m, OpModule):
                 m.__dict__["_adapter"] = None  # parameters may have been set since
         if self._stage is None:
-            self._stage = self.compiled(Stage([m.torch_module() for m in self.modules]))
+            self._eager_stage = Stage([m.torch_module() for m in self.modules])
+            self._stage = self.compiled(self._eager_stage)
             if self.loss_module is not None:
-                self._loss = self.compiled(Stage([self.loss_module.torch_module()]))
+                self._eager_loss = Stage([self.loss_module.torch_module()])
+                self._loss = self.compiled(self._eager_loss)
             self.optimizer = self.make_optimizer()
-
-    def device_us(self) -> float:
-        return sum(sum(r.kernel_device_us.values()) for r in self._reports)
+            self._named = self._loss_named = False
 
     def call(self, kind: str, mb: int, fn: Callable, *args: Any) -> Any:
-        """Run ``fn(*args)``, timing it into the trace; a call that may compile (a new
-        signature) runs under the compile lock, so the reports it creates are this device's."""
-        sig = (
-            kind,
-            torch.is_grad_enabled(),
-            tuple((tuple(a.shape), a.dtype) for a in args if isinstance(a, torch.Tensor)),
-        )
-        first = sig not in self._signatures
-        t0, us0 = time.perf_counter(), self.device_us()
-        if first:
-            with COMPILE_LOCK:
-                before = len(tb.reports())
-                out = fn(*args)
-                self._reports.extend(tb.reports()[before:])
-            self._signatures.add(sig)
-        else:
-            out = fn(*args)
+        """Run ``fn(*args)`` in this device's thread, timing it into the trace with the
+        estimated device time of the kernels it launched."""
+        t0, us0 = time.perf_counter(), launched_us()
+        out = fn(*args)
         dt = time.perf_counter() - t0
-        us = self.device_us() - us0 if self.kind == "neuroncore" else None
+        us = launched_us() - us0 if self.kind == "neuroncore" else None
         self.events.append(Event(DEVICES.index(self), kind, mb, t0, dt, us))
         return out
 
+    def check_op_names(self, module: torch.nn.Module, inputs: tuple) -> None:
+        """Run the stage once eagerly, recording each op module's op names (a name used
+        twice in one forward is an error naming it)."""
+        ops.RECORDING.append(ops.Recorder(self.name))
+        try:
+            with torch.no_grad():
+                module(*inputs)
+        finally:
+            ops.RECORDING.pop()
+
     def forward(self, inputs: tuple, mb: int, training: bool, first: bool) -> tuple:
+        if not self._named:
+            self.check_op_names(self._eager_stage, inputs)
+            self._named = True
         if training and not first:
             inputs = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in inputs)
         with torch.set_grad_enabled(training):
@@ -309,6 +308,9 @@ class Device:
     def loss(self, outs: tuple, targets: tuple, mb: int) -> torch.Tensor:
         self._arity(self.loss_module, len(outs) + len(targets), f"loss module on {self.name!r}")
         inputs, _ = self._saved.pop()
+        if not self._loss_named:
+            self.check_op_names(self._eager_loss, (*outs, *targets))
+            self._loss_named = True
         with torch.enable_grad():
             (value,) = self.call("loss", mb, self._loss, *outs, *targets)
         self._saved.append((inputs, (value,)))

@@ -157,7 +157,7 @@ class _OpAdapter(torch.nn.Module):
     def forward(self, *tensors: torch.Tensor) -> Any:
         wrapped = [Tensor(t) for t in tensors]
         self.om.pre_forward(*wrapped)
-        return _unwrap(self.om.forward(*wrapped))
+        return _unwrap(self.om(*wrapped))
 
 
 class OpModule(Module):
@@ -286,18 +286,6 @@ class OpModule(Module):
         if self._adapter is None:
             self.__dict__["_adapter"] = _OpAdapter(self)
         return self._adapter
-
-    def check_op_names(self, *inputs: torch.Tensor) -> dict[str, str]:
-        """Run ``forward`` once eagerly, recording its op names (a repeated name is an
-        error); returns ``name -> op``."""
-        rec = ops.Recorder(self.name)
-        ops.RECORDING.append(rec)
-        try:
-            with torch.no_grad():
-                self.torch_module()(*inputs)
-        finally:
-            ops.RECORDING.remove(rec)
-        return rec.names
 
 
 PyBudaModule = OpModule
