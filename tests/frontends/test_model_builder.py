@@ -299,11 +299,16 @@ def test_trace_checks_the_model_and_its_inputs():
 def test_ranks_in_torch_distributed_processes(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "distributed_ranks.py")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(script))))
-    proc = subprocess.run(
-        [sys.executable, script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    assert proc.returncode == 0 and "RANKS AGREE" in proc.stdout, proc.stdout + proc.stderr
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(tmp_path), str(p)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for p in (0, 1)
+    ]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 and "RANKS AGREE" in out, out
