@@ -185,7 +185,7 @@ def compile(
     key = key or hlo_module.digest()
     if not isinstance(key, str) or not key or os.sep in key:
         raise invalid(f"compile: key must be a non-empty name without {os.sep!r}, got {key!r}")
-    program = Program(hlo_module.program, options.target)
+    program = Program(hlo_module.program, options.target, metaneff.state_outputs)
     group = _EstimatingGroup(hlo_module.world_size)
     with record_launches() as irs:
         _, device_us = program.run([warmup_inputs(hlo_module)], group)
@@ -246,7 +246,9 @@ def load_compiled(data: bytes, where: str) -> tuple[artifacts.Bundle, Program, T
         ep = torch.export.load(io.BytesIO(bundle.members["program.pt2"]))
     examples = torch.load(io.BytesIO(bundle.members["example_inputs.pt"]), weights_only=True)
     graph = TracedGraph(ep, tuple(examples), bundle.meta["world_size"])
+    meta = Metaneff.from_json(bundle.text("metaneff.json"))
     program = COMPILED.get(artifacts.digest(data))
     if program is None:
-        program = COMPILED[artifacts.digest(data)] = Program(ep, bundle.meta["target"])
-    return bundle, program, graph, Metaneff.from_json(bundle.text("metaneff.json"))
+        program = Program(ep, bundle.meta["target"], meta.state_outputs)
+        COMPILED[artifacts.digest(data)] = program
+    return bundle, program, graph, meta

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind
 
 from ..api_errors import (
     bad_artifact,
@@ -415,8 +415,8 @@ class NxDModel(torch.nn.Module):
         users = []
         for k, outs in enumerate(flat_out):
             mine = []
-            for (kind, target), v in zip(bucket.program.outputs, outs):
-                if kind == OutputKind.BUFFER_MUTATION:
+            for (role, target), v in zip(bucket.program.outputs, outs):
+                if role == "state":
                     self._states[k][target].copy_(v)
                 else:
                     mine.append(v)

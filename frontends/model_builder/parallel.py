@@ -229,8 +229,9 @@ def shard_checkpoint(
     parallel layers (build it under ``init_on_device(torch.device("meta"))``) to know which
     dimension of which tensor is split.
 
-    Constraints: the checkpoint has exactly ``model``'s state-dict names, each of the whole
-    (unsharded) shape; ``0 <= start_rank <= end_rank < tensor-parallel degree``.
+    Constraints: the checkpoint has every parameter of ``model`` (its buffers are optional) and
+    no other name, each tensor of the whole (unsharded) shape;
+    ``0 <= start_rank <= end_rank < tensor-parallel degree``.
     ``serialize_path`` also writes ``tp{rank}_sharded_checkpoint.safetensors`` files there.
     ``load_on_device=True`` is not applicable (the simulator keeps weights in host memory)."""
     if load_on_device:
@@ -253,7 +254,8 @@ def shard_checkpoint(
             f"degree), got start_rank={start_rank}, end_rank={end_rank}"
         )
     expected = model.state_dict()
-    missing, extra = set(expected) - set(checkpoint), set(checkpoint) - set(expected)
+    params = {k for k, _ in model.named_parameters()}
+    missing, extra = params - set(checkpoint), set(checkpoint) - set(expected)
     if missing or extra:
         raise invalid(
             "shard_checkpoint: checkpoint names do not match the model's: "
@@ -264,6 +266,8 @@ def shard_checkpoint(
     dims = shard_dims(model)
     shards: list[dict[str, torch.Tensor]] = [{} for _ in range(start, end + 1)]
     for key, local in expected.items():
+        if key not in checkpoint:  # a buffer (a state such as a KV cache): optional
+            continue
         full = list(local.shape)
         if key in dims:
             full[dims[key]] *= tp

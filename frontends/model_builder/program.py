@@ -7,7 +7,8 @@ The graph is the same on every rank (SPMD). A run steps through the parts in ord
 part runs once per local rank (each rank a simulated NeuronCore with its own weights and
 states), a collective once over all ranks' values. The graph's inputs are the weights, the
 state buffers and the user's inputs in the exported program's order; its outputs are the new
-values of the state buffers, then the user's outputs."""
+values of the root module's state buffers, the user's outputs, then the new values of the
+submodules' state buffers (see ``tracing``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.split_module import split_module
 
 from .. import torch_backend as tb
@@ -62,12 +63,24 @@ def simulated_target(target: str | None) -> Iterator[None]:
 class Program:
     """An exported program ready to run over ranks (see the module docstring)."""
 
-    def __init__(self, program: ExportedProgram, target: str | None = None) -> None:
+    def __init__(
+        self, program: ExportedProgram, target: str | None = None, state_outputs: tuple = ()
+    ) -> None:
         self.program = program
         self.target = target
         sig = program.graph_signature
         self.inputs = [(s.kind, s.target, s.arg.name) for s in sig.input_specs]
-        self.outputs = [(s.kind, s.target) for s in sig.output_specs]
+        # each output: ("state", buffer name) written back, or ("user", None)
+        users = [i for i, s in enumerate(sig.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+        written = dict(zip(users[len(users) - len(state_outputs) :], state_outputs))
+        self.outputs = [
+            ("state", s.target)
+            if s.kind == OutputKind.BUFFER_MUTATION
+            else ("state", written[i])
+            if i in written
+            else ("user", None)
+            for i, s in enumerate(sig.output_specs)
+        ]
         gm = program.graph_module
         part = [0]
 

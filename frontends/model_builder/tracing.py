@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import logging
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Metaneff:
     weights: tuple[tuple[str, TensorSpec], ...]
     states: tuple[tuple[str, TensorSpec], ...]
     world_size: int
+    state_outputs: tuple[str, ...] = ()  # the states written by the graph's last outputs
 
     def to_json(self) -> str:
         return json.dumps(
@@ -100,6 +102,7 @@ class Metaneff:
                 "weights": _specs(self.weights),
                 "states": _specs(self.states),
                 "world_size": self.world_size,
+                "state_outputs": list(self.state_outputs),
             },
             indent=1,
         )
@@ -108,7 +111,11 @@ class Metaneff:
     def from_json(cls, text: str) -> Metaneff:
         d = json.loads(text)
         return cls(
-            _unspecs(d["inputs"]), _unspecs(d["weights"]), _unspecs(d["states"]), d["world_size"]
+            _unspecs(d["inputs"]),
+            _unspecs(d["weights"]),
+            _unspecs(d["states"]),
+            d["world_size"],
+            tuple(d["state_outputs"]),
         )
 
 
@@ -200,10 +207,17 @@ class _Callable(torch.nn.Module):
 
 @contextlib.contextmanager
 def quiet_export() -> Iterator[None]:
-    """Silence torch's own deprecation warning raised inside torch.export (not the user's)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec")
-        yield
+    """Silence torch's own deprecation warning and serializer notes raised inside
+    torch.export (about torch's internals, not the user's model)."""
+    serde = logging.getLogger("torch._export.serde.serialize")
+    level = serde.level
+    serde.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, message=".*LeafSpec")
+            yield
+    finally:
+        serde.setLevel(level)
 
 
 def model_signature(model: Any, api: str) -> list[ModelParamInfo]:
@@ -263,29 +277,56 @@ def _provided(
     ]
 
 
-def _check_states(program: ExportedProgram, buffers: dict[str, torch.Tensor]) -> list[str]:
-    """The buffers the forward writes (states); a written parameter or a buffer whose shape
-    or dtype changes is an error."""
+def _check_states(
+    program: ExportedProgram, buffers: dict[str, torch.Tensor], state_outputs: tuple[str, ...]
+) -> list[str]:
+    """The buffers the forward writes (states): the root module's, which torch.export writes
+    back (BUFFER_MUTATION), and those of submodules, which the traced forward returns as its
+    last outputs (``state_outputs``). A written parameter, or a buffer whose shape or dtype
+    changes, is an error."""
     sig = program.graph_signature
     out_node = list(program.graph.nodes)[-1]
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in out_node.args[0]]
+    users = [i for i, spec in enumerate(sig.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    written = {i: n for i, n in zip(users[len(users) - len(state_outputs) :], state_outputs)}
     states = []
-    for spec, val in zip(sig.output_specs, vals):
-        if spec.kind == OutputKind.BUFFER_MUTATION:
-            old = buffers[spec.target]
+    for i, (spec, val) in enumerate(zip(sig.output_specs, vals)):
+        if spec.kind == OutputKind.BUFFER_MUTATION or i in written:
+            name = spec.target if spec.kind == OutputKind.BUFFER_MUTATION else written[i]
+            old = buffers[name]
             if val is not None and (tuple(val.shape) != tuple(old.shape) or val.dtype != old.dtype):
                 raise invalid(
-                    f"trace: the forward changes buffer {spec.target!r} from "
-                    f"{TensorSpec.of(old)} to {TensorSpec.of(val)}; a state buffer keeps its "
-                    "shape and dtype"
+                    f"trace: the forward changes buffer {name!r} from {TensorSpec.of(old)} to "
+                    f"{TensorSpec.of(val)}; a state buffer keeps its shape and dtype"
                 )
-            states.append(spec.target)
+            if name not in states:
+                states.append(name)
         elif spec.kind != OutputKind.USER_OUTPUT:
             raise invalid(
                 f"trace: the forward writes {spec.target!r} ({spec.kind.name}); only "
                 "buffers may be updated in place"
             )
     return states
+
+
+@contextlib.contextmanager
+def _returning_states(module: torch.nn.Module) -> Iterator[None]:
+    """While tracing, the module's forward also returns the buffers anywhere in the module
+    tree that it reassigned (``self.cache = ...`` in a submodule), by name: torch.export writes
+    back only the root module's reassigned buffers."""
+    forward = type(module).forward
+
+    def forward_and_states(**kwargs: Any) -> Any:
+        before = dict(module.named_buffers())
+        out = forward(module, **kwargs)
+        after = dict(module.named_buffers())
+        return out, {n: b for n, b in after.items() if b is not before.get(n)}
+
+    module.forward = forward_and_states  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del module.forward
 
 
 def trace(
@@ -312,14 +353,16 @@ def trace(
     snapshot = {k: v.detach().clone() for k, v in module.named_buffers() if v.device.type != "meta"}
     examples = {p.param_name: p.tensor for p in provided}
     try:
-        with quiet_export():
+        with quiet_export(), _returning_states(module):
             program = torch.export.export(module, (), examples).run_decompositions({})
     finally:
         if preserve_parameters and snapshot:
             _restore(module, snapshot)
     sig = program.graph_signature
+    out_spec, written = program.call_spec.out_spec.children()
+    state_outputs = tuple(written.context or ())
     buffers = {**program.state_dict, **program.constants}
-    states = _check_states(program, buffers)
+    states = _check_states(program, buffers, state_outputs)
     user = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
     order = list(examples)
     inputs = tuple((order[i], TensorSpec.of(examples[order[i]])) for i in range(len(user)))
@@ -333,13 +376,14 @@ def trace(
         weights=tuple(weights),
         states=tuple((n, TensorSpec.of(buffers[n])) for n in states),
         world_size=parallel_config().world_size,
+        state_outputs=state_outputs,
     )
     graph = TracedGraph(program, tuple(examples[n] for n, _ in inputs), meta.world_size)
     return TraceArtifacts(
         hlo=graph,
         metaneff=meta,
         flattener=Flattener(tuple(p.param_name for p in params), tuple(n for n, _ in inputs)),
-        packer=Packer(program.call_spec.out_spec),
+        packer=Packer(out_spec),
         weight_name_to_idx=weight_idx,
         provided_args=provided,
         model_params=params,

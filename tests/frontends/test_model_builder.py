@@ -139,18 +139,35 @@ class Cache(nn.Module):
         return self.cache.sum(dim=0, keepdim=True)
 
 
-def test_state_buffers_persist_and_can_be_read_and_written(tmp_path):
-    model = Cache()
+class Outer(nn.Module):
+    """The cache in a submodule (torch.export alone would not write it back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Cache()
+
+    def forward(self, x, pos):
+        return self.inner(x, pos) * 2
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["root-buffer", "submodule-buffer"])
+def test_state_buffers_persist_and_can_be_read_and_written(nested):
+    model = Outer() if nested else Cache()
+    key = "inner.cache" if nested else "cache"
     nxd = ModelBuilder(model).trace(args=(torch.rand(1, 3), torch.zeros(4, 1))).compile()
+    assert [n for n, _ in nxd.get_metaneff(next(iter(nxd.buckets))).states] == [key]
     nxd.to_neuron()
-    ref = Cache()
+    ref = Outer() if nested else Cache()
     ref.load_state_dict(model.state_dict())
     for p in range(3):
         x, pos = torch.rand(1, 3), nn.functional.one_hot(torch.tensor(p), 4).float()[:, None]
         torch.testing.assert_close(nxd(x, pos), ref(x, pos), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(nxd.read_from_neuron_buffer("cache", 0), ref.cache)
-    nxd.write_to_neuron_buffer(torch.ones(4, 3), "cache", 0)
-    assert torch.equal(nxd.read_from_neuron_buffer("cache", 0), torch.ones(4, 3))
+    ref_cache = ref.inner.cache if nested else ref.cache
+    torch.testing.assert_close(nxd.read_from_neuron_buffer(key, 0), ref_cache)
+    nxd.write_to_neuron_buffer(torch.ones(4, 3), key, 0)
+    assert torch.equal(nxd.read_from_neuron_buffer(key, 0), torch.ones(4, 3))
+    if nested:
+        return
     with fails("err_invalid_argument", "shape (2, 3)", "(4, 3)"):
         nxd.write_to_neuron_buffer(torch.ones(2, 3), "cache", 0)
     with fails("err_invalid_argument", "no state buffer 'kv'", "'cache'", cls=KeyError):
