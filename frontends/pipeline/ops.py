@@ -238,7 +238,7 @@ _op("Exp", "exp(a)")(torch.exp)
 _op("Reciprocal", "1 / a")(torch.reciprocal)
 _op("Sqrt", "sqrt(a)")(torch.sqrt)
 _op("Log", "natural log of a")(torch.log)
-_op("Abs", "|a|")(torch.abs)
+_op("Abs", "absolute value of a")(torch.abs)
 _op("Clip", "a clipped to [min, max]")(lambda a, min, max: torch.clamp(a, min, max))
 _op("Argmax", "index of the maximum over dim (all elements when dim is None), kept as size 1")(
     lambda a, dim=None: torch.argmax(a, dim=dim, keepdim=dim is not None).to(a.dtype)

@@ -12,7 +12,9 @@ import copy
 import inspect
 import json
 import queue
+import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -432,3 +434,9 @@ def test_op_names_and_parameter_values_are_checked():
     empty.forward = lambda x: ops.Matmul("mm", x, empty.w)
     with fails("err_invalid_argument", "parameter 'w' of module 'empty'", "no value"):
         pb.NeuronCoreDevice("nc", module=empty).prepare()
+
+
+def test_readme_op_table_is_generated_from_the_op_table():
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"<!-- pipeline-ops:begin[^>]*-->\n(.*?)\n<!-- pipeline-ops:end -->", text, re.S)
+    assert m and m.group(1).strip() == ops.markdown().strip()
