@@ -21,16 +21,14 @@ import torch
 from ..api_errors import (
     call_order,
     invalid,
-    invalid_shape,
     invalid_type,
-    missing_key,
     names,
     not_applicable,
 )
 from ..device_time import launched_us
 from . import ops
 from .config import SIMULATED, BackendDevice, BackendType, DeviceMode, torch_dtype_of
-from .module import Module, OpModule
+from .module import Module, OpModule, assign
 from .optimizers import LearningRateScheduler, Optimizer
 from .tensor import Tensor, to_torch
 
@@ -234,20 +232,7 @@ class Device:
 
     def update_parameters(self, values: dict[str, Any]) -> None:
         """Overwrite parameters by name (each of its shape)."""
-        params = self.parameters()
-        for k, v in values.items():
-            if k not in params:
-                raise missing_key(
-                    f"device {self.name!r} has no parameter {k!r}; it has {names(params)}"
-                )
-            t = to_torch(v, f"parameter {k!r}")
-            if t.shape != params[k].shape:
-                raise invalid_shape(
-                    f"parameter {k!r} on {self.name!r} has shape "
-                    f"{tuple(params[k].shape)}, got {tuple(t.shape)}"
-                )
-            with torch.no_grad():
-                params[k].copy_(t)
+        assign(self.parameters(), values, f"device {self.name!r}")
 
     # ---- running (called from the device's worker thread) ---------------------------------
 

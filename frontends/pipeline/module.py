@@ -114,23 +114,26 @@ class PyTorchModule(Module):
 
     def set_parameters(self, **kwargs: Any) -> None:
         """Set parameter values by name (each the parameter's shape)."""
-        params = self.named_parameters()
-        for k, v in kwargs.items():
-            if k not in params:
-                raise missing_key(
-                    f"PyTorchModule {self.name!r} has no parameter {k!r}; it has {names(params)}"
-                )
-            t = to_torch(v, f"parameter {k!r}")
-            if t.shape != params[k].shape:
-                raise invalid_shape(
-                    f"parameter {k!r} of {self.name!r} has shape "
-                    f"{tuple(params[k].shape)}, got {tuple(t.shape)}"
-                )
-            with torch.no_grad():
-                params[k].copy_(t)
+        assign(self.named_parameters(), kwargs, f"module {self.name!r}")
 
     def get_parameters(self) -> list[torch.nn.Parameter]:
         return list(self.module.parameters())
+
+
+def assign(params: dict[str, torch.nn.Parameter], values: dict[str, Any], owner: str) -> None:
+    """Overwrite ``params`` by name; an unknown name or another shape is an error naming
+    it."""
+    for k, v in values.items():
+        if k not in params:
+            raise missing_key(f"{owner} has no parameter {k!r}; it has {names(params)}")
+        t = to_torch(v, f"parameter {k!r}")
+        if t.shape != params[k].shape:
+            raise invalid_shape(
+                f"parameter {k!r} of {owner} has shape "
+                f"{tuple(params[k].shape)}, got {tuple(t.shape)}"
+            )
+        with torch.no_grad():
+            params[k].copy_(t)
 
 
 def _unwrap(out: Any) -> Any:

@@ -258,22 +258,19 @@ def _conv_padding(padding: Any, kernel: tuple[int, int], dilation: int) -> Any:
     return (top, left)
 
 
-def _conv2d(x, w, bias=None, stride=1, padding="same", dilation=1, groups=1, channel_last=False):
-    if channel_last:
-        x = x.permute(0, 3, 1, 2)
-    pad = _conv_padding(padding, tuple(w.shape[-2:]), dilation)
-    out = F.conv2d(x, w, bias, stride=stride, padding=pad, dilation=dilation, groups=groups)
-    return out.permute(0, 2, 3, 1) if channel_last else out
+def _convolution(transposed: bool) -> Callable[..., torch.Tensor]:
+    def conv(x, w, bias=None, stride=1, padding="same", dilation=1, groups=1, channel_last=False):
+        if channel_last:
+            x = x.permute(0, 3, 1, 2)
+        if transposed:
+            pad = (w.shape[-1] - 1) // 2 if padding == "same" else padding
+            fn = F.conv_transpose2d
+        else:
+            pad, fn = _conv_padding(padding, tuple(w.shape[-2:]), dilation), F.conv2d
+        out = fn(x, w, bias, stride=stride, padding=pad, dilation=dilation, groups=groups)
+        return out.permute(0, 2, 3, 1) if channel_last else out
 
-
-def _conv2d_t(x, w, bias=None, stride=1, padding="same", dilation=1, groups=1, channel_last=False):
-    if channel_last:
-        x = x.permute(0, 3, 1, 2)
-    pad = (w.shape[-1] - 1) // 2 if padding == "same" else padding
-    out = F.conv_transpose2d(
-        x, w, bias, stride=stride, padding=pad, dilation=dilation, groups=groups
-    )
-    return out.permute(0, 2, 3, 1) if channel_last else out
+    return conv
 
 
 def _pool_pad(padding: Any, kernel: Any) -> int:
@@ -281,8 +278,10 @@ def _pool_pad(padding: Any, kernel: Any) -> int:
     return k // 2 if padding == "same" else int(padding)
 
 
-_op("Conv2d", "2-D convolution (N, C, H, W); padding 'same', an int or (l, r, t, b)")(_conv2d)
-_op("Conv2dTranspose", "2-D transposed convolution")(_conv2d_t)
+_op("Conv2d", "2-D convolution (N, C, H, W); padding 'same', an int or (l, r, t, b)")(
+    _convolution(transposed=False)
+)
+_op("Conv2dTranspose", "2-D transposed convolution")(_convolution(transposed=True))
 
 
 @_op("MaxPool2d", "2-D max pooling")
@@ -319,34 +318,31 @@ _op("Layernorm", "layer normalisation over the last dim, then * weights + bias")
 # ---- the public functions (the reference signatures) -----------------------------------------
 
 
+def _named(kind: str, op: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    op.__name__ = op.__qualname__ = kind
+    op.__doc__ = f"``{kind}(name, ...)``: {OPS[kind].doc}."
+    return op
+
+
+def _unary(kind: str) -> Callable[..., Tensor]:
+    return _named(kind, lambda name, operandA: _apply(kind, name, operandA))
+
+
+def _binary(kind: str) -> Callable[..., Tensor]:
+    return _named(kind, lambda name, operandA, operandB: _apply(kind, name, operandA, operandB))
+
+
+Add, Subtract, Multiply, Max, Heaviside = map(
+    _binary, ("Add", "Subtract", "Multiply", "Max", "Heaviside")
+)
+Buffer, Sigmoid, Tanh, Exp, Reciprocal, Sqrt, Log, Abs = map(
+    _unary, ("Buffer", "Sigmoid", "Tanh", "Exp", "Reciprocal", "Sqrt", "Log", "Abs")
+)
+
+
 def Matmul(name: str, operandA: Any, operandB: Any, bias: Any = None) -> Tensor:
     """``operandA @ operandB`` (+ ``bias``)."""
     return _apply("Matmul", name, operandA, operandB, bias)
-
-
-def Add(name: str, operandA: Any, operandB: Any) -> Tensor:
-    """Elementwise sum (broadcasting)."""
-    return _apply("Add", name, operandA, operandB)
-
-
-def Subtract(name: str, operandA: Any, operandB: Any) -> Tensor:
-    """Elementwise difference (broadcasting)."""
-    return _apply("Subtract", name, operandA, operandB)
-
-
-def Multiply(name: str, operandA: Any, operandB: Any) -> Tensor:
-    """Elementwise product (broadcasting)."""
-    return _apply("Multiply", name, operandA, operandB)
-
-
-def Max(name: str, operandA: Any, operandB: Any) -> Tensor:
-    """Elementwise maximum."""
-    return _apply("Max", name, operandA, operandB)
-
-
-def Heaviside(name: str, operandA: Any, operandB: Any) -> Tensor:
-    """Step function of ``operandA`` (``operandB`` where it is 0)."""
-    return _apply("Heaviside", name, operandA, operandB)
 
 
 def ReduceSum(name: str, operandA: Any, dim: int) -> Tensor:
@@ -369,11 +365,6 @@ def Identity(
 ) -> Tensor:
     """A copy; with ``unsqueeze`` set, a size-1 dimension inserted at ``unsqueeze_dim``."""
     return _apply("Identity", name, operandA, unsqueeze=unsqueeze, unsqueeze_dim=unsqueeze_dim)
-
-
-def Buffer(name: str, operandA: Any) -> Tensor:
-    """A copy."""
-    return _apply("Buffer", name, operandA)
 
 
 def HSlice(name: str, operandA: Any, slices: int) -> Tensor:
@@ -452,41 +443,6 @@ def Gelu(name: str, operandA: Any, approximate: str = "none") -> Tensor:
     return _apply("Gelu", name, operandA, approximate=approximate)
 
 
-def Sigmoid(name: str, operandA: Any) -> Tensor:
-    """Sigmoid."""
-    return _apply("Sigmoid", name, operandA)
-
-
-def Tanh(name: str, operandA: Any) -> Tensor:
-    """tanh."""
-    return _apply("Tanh", name, operandA)
-
-
-def Exp(name: str, operandA: Any) -> Tensor:
-    """exp."""
-    return _apply("Exp", name, operandA)
-
-
-def Reciprocal(name: str, operandA: Any) -> Tensor:
-    """1 / x."""
-    return _apply("Reciprocal", name, operandA)
-
-
-def Sqrt(name: str, operandA: Any) -> Tensor:
-    """Square root."""
-    return _apply("Sqrt", name, operandA)
-
-
-def Log(name: str, operandA: Any) -> Tensor:
-    """Natural logarithm."""
-    return _apply("Log", name, operandA)
-
-
-def Abs(name: str, operandA: Any) -> Tensor:
-    """Absolute value."""
-    return _apply("Abs", name, operandA)
-
-
 def Clip(name: str, operandA: Any, min: float, max: float) -> Tensor:
     """Clip to ``[min, max]``."""
     return _apply("Clip", name, operandA, min=min, max=max)
@@ -497,56 +453,35 @@ def Argmax(name: str, operandA: Any, dim: int | None = None) -> Tensor:
     return _apply("Argmax", name, operandA, dim=dim)
 
 
-def Conv2d(
-    name: str,
-    activations: Any,
-    weights: Any,
-    bias: Any = None,
-    stride: int = 1,
-    padding: Any = "same",
-    dilation: int = 1,
-    groups: int = 1,
-    channel_last: bool = False,
-) -> Tensor:
-    """2-D convolution of (N, Cin, H, W) activations with (Cout, Cin / groups, kH, kW)."""
-    return _apply(
-        "Conv2d",
-        name,
-        activations,
-        weights,
-        bias,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        groups=groups,
-        channel_last=channel_last,
-    )
+def _conv_op(kind: str) -> Callable[..., Tensor]:
+    def op(
+        name: str,
+        activations: Any,
+        weights: Any,
+        bias: Any = None,
+        stride: int = 1,
+        padding: Any = "same",
+        dilation: int = 1,
+        groups: int = 1,
+        channel_last: bool = False,
+    ) -> Tensor:
+        return _apply(
+            kind,
+            name,
+            activations,
+            weights,
+            bias,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            channel_last=channel_last,
+        )
+
+    return _named(kind, op)
 
 
-def Conv2dTranspose(
-    name: str,
-    activations: Any,
-    weights: Any,
-    bias: Any = None,
-    stride: int = 1,
-    padding: Any = "same",
-    dilation: int = 1,
-    groups: int = 1,
-    channel_last: bool = False,
-) -> Tensor:
-    """2-D transposed convolution."""
-    return _apply(
-        "Conv2dTranspose",
-        name,
-        activations,
-        weights,
-        bias,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        groups=groups,
-        channel_last=channel_last,
-    )
+Conv2d, Conv2dTranspose = _conv_op("Conv2d"), _conv_op("Conv2dTranspose")
 
 
 def MaxPool2d(

@@ -420,16 +420,24 @@ def _ints(api: str, **values: int) -> None:
             raise invalid(f"{api}: {k} must be an int >= {low}, got {v!r}")
 
 
-def _stale(pipe: Pipeline | None, devices: list[Device], training: bool) -> bool:
-    """Whether the pipeline must be set up again (none, another mode, devices or placement
-    changed, or stopped by an error)."""
-    return (
+def _ready(devices: list[Device], training: bool, queue: Any) -> Pipeline:
+    """The running pipeline for ``devices`` in this mode, set up again when there is none, it
+    runs the other mode, the devices or their placement changed, or an error stopped it;
+    ``queue`` (when given) becomes its output (inference) or checkpoint (training) queue."""
+    pipe = _CURRENT[0] if _CURRENT else None
+    if (
         pipe is None
         or pipe.training != training
         or pipe.devices != devices
         or pipe.error is not None
         or any(d.stale() for d in devices)
-    )
+    ):
+        key = "checkpoint_queue" if training else "output_queue"
+        initialize_pipeline(training, **{key: queue})
+        return _CURRENT[0]
+    if queue is not None:
+        setattr(pipe, "checkpoint_queue" if training else "output_queue", queue)
+    return pipe
 
 
 def run_inference(
@@ -466,12 +474,7 @@ def run_inference(
     devices = _check_devices(False, api)
     for x in inputs:
         devices[0].push_to_inputs(x)
-    pipe = _CURRENT[0] if _CURRENT else None
-    if _stale(pipe, devices, training=False):
-        initialize_pipeline(False, output_queue=output_queue)
-        pipe = _CURRENT[0]
-    elif output_queue is not None:
-        pipe.output_queue = output_queue
+    pipe = _ready(devices, training=False, queue=output_queue)
     run_forward(input_count)
     if _sequential or _perf_trace or CONFIG.performance_trace:
         _wait(pipe)
@@ -516,12 +519,7 @@ def run_training(
             f"{api}: no device has an optimizer (optimizer= of a NeuronCore device, "
             "optimizer_f= of a CPU device): the parameters would not change"
         )
-    pipe = _CURRENT[0] if _CURRENT else None
-    if _stale(pipe, devices, training=True):
-        initialize_pipeline(True, checkpoint_queue=checkpoint_queue)
-        pipe = _CURRENT[0]
-    elif checkpoint_queue is not None:
-        pipe.checkpoint_queue = checkpoint_queue
+    pipe = _ready(devices, training=True, queue=checkpoint_queue)
     pipe.loss_queue = loss_queue
 
     def loop() -> None:
