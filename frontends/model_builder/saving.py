@@ -17,8 +17,25 @@ from torch.utils import _pytree as pytree
 from ..api_errors import bad_artifact, call_order, invalid
 from . import artifacts
 from .tracing import Flattener, Packer
+from .weights import StateInitializer
 
 __all__ = ["save", "load"]
+
+
+class SavedStates(StateInitializer):
+    """The initial state values a saved model's state initializer gave (one dict per rank)."""
+
+    def __init__(self, values: list[dict[str, torch.Tensor]]) -> None:
+        first = values[0] if values else {}
+        super().__init__(
+            {k: list(v.shape) for k, v in first.items()},
+            {k: v.dtype for k, v in first.items()},
+            max(1, len(values)),
+        )
+        self.values = values
+
+    def forward(self) -> list[dict[str, torch.Tensor]]:
+        return [{k: v.clone() for k, v in d.items()} for d in self.values]
 
 
 def _torch_bytes(obj: Any) -> bytes:
@@ -51,17 +68,14 @@ def save(model: Any, path: str | os.PathLike, save_weights: bool) -> None:
             )
         for rank, w in zip(model.group.ranks, weights):
             members[f"weights/rank{rank}.pt"] = _torch_bytes(dict(w))
-    init = model.state_initializer
+    if model.state_initializer is not None:  # its values, whatever computes them
+        for rank, states in zip(model.group.ranks, model.state_initializer()):
+            members[f"initial_states/rank{rank}.pt"] = _torch_bytes(dict(states))
     meta = {
         "world_size": model.world_size,
         "buckets": order,
         "weights_ranks": list(model.group.ranks) if save_weights else [],
-        "state_initializer": None
-        if init is None
-        else {
-            "shapes": init.shapes,
-            "dtypes": {k: str(v).removeprefix("torch.") for k, v in init.dtypes.items()},
-        },
+        "initial_states_ranks": list(model.group.ranks) if model.state_initializer else [],
     }
     artifacts.write(path, artifacts.pack(artifacts.MODEL, meta, members))
 
@@ -77,18 +91,24 @@ def load(cls: Any, path: str | os.PathLike, start_rank: int | None, local: int |
     try:
         world, order = int(meta["world_size"]), list(meta["buckets"])
         saved_ranks = list(meta["weights_ranks"])
-        init_spec = meta["state_initializer"]
+        state_ranks = list(meta["initial_states_ranks"])
     except (KeyError, TypeError, ValueError):
         raise bad_artifact(f"{where}: the manifest lacks the model's description") from None
+    ranks = list(range(start_rank or 0, (start_rank or 0) + (world if local is None else local)))
     init = None
-    if init_spec is not None:
-        from .weights import StateInitializer
-
-        local_n = world if local is None else local
-        init = StateInitializer(
-            init_spec["shapes"],
-            {k: getattr(torch, v) for k, v in init_spec["dtypes"].items()},
-            local_n,
+    if state_ranks:
+        missing = [r for r in ranks if r not in state_ranks]
+        if missing:
+            raise bad_artifact(
+                f"{where} holds the initial states of ranks {state_ranks}, not of {missing}"
+            )
+        init = SavedStates(
+            [
+                torch.load(
+                    io.BytesIO(bundle.members[f"initial_states/rank{r}.pt"]), weights_only=True
+                )
+                for r in ranks
+            ]
         )
     model = cls(world, start_rank, local, state_initializer=init)
     for i, key in enumerate(order):

@@ -21,6 +21,7 @@ from frontends.model_builder import (
     NxDModel,
     NxDParallelState,
     RowParallelLinear,
+    StateInitializer,
     artifacts,
     compile,
     init_on_device,
@@ -329,3 +330,26 @@ def test_ranks_in_torch_distributed_processes(tmp_path):
     outs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0 and "RANKS AGREE" in out, out
+
+
+class Ones(StateInitializer):
+    def forward(self):
+        return [{"cache": torch.ones(4, 3)} for _ in range(self.local_ranks_size)]
+
+
+def test_state_initializer_values_survive_save_and_load(tmp_path):
+    art = trace(Cache(), args=(torch.rand(1, 3), torch.zeros(4, 1)))
+    comp = compile(art.hlo, art.metaneff, compiler_workdir=tmp_path, key="c")
+    init = Ones({"cache": [4, 3]}, {"cache": torch.float32}, 1)
+    nxd = NxDModel(world_size=1, state_initializer=init).add("c", art, comp)
+    nxd.to_neuron()
+    assert torch.equal(nxd.read_from_neuron_buffer("cache", 0), torch.ones(4, 3))
+    x, pos = torch.rand(1, 3), torch.zeros(4, 1)
+    first = nxd(x, pos)
+    nxd.save(tmp_path / "m.nxd", save_weights=True)
+    loaded = NxDModel.load(tmp_path / "m.nxd")
+    loaded.to_neuron()
+    assert torch.equal(loaded.read_from_neuron_buffer("cache", 0), torch.ones(4, 3))
+    assert torch.equal(loaded(x, pos), first)
+    with fails("err_invalid_argument", "must be a list of 1 tensor(s), one per rank"):
+        loaded(x=x, pos=pos, forward_mode="ranked")

@@ -440,3 +440,25 @@ def test_readme_op_table_is_generated_from_the_op_table():
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     m = re.search(r"<!-- pipeline-ops:begin[^>]*-->\n(.*?)\n<!-- pipeline-ops:end -->", text, re.S)
     assert m and m.group(1).strip() == ops.markdown().strip()
+
+
+def test_inference_until_shutdown_and_module_run():
+    pb.CPUDevice("cpu", module=pb.PyTorchModule("plus", Sleep()))
+    out = pb.run_inference(input_count=0)  # runs until shutdown
+    pb.devices.DEVICES[0].push_to_inputs(torch.zeros(2))
+    pb.devices.DEVICES[0].push_to_inputs(torch.ones(2))
+    assert out.get(timeout=60)[0].value().tolist() == [1.0, 1.0]
+    assert out.get(timeout=60)[0].value().tolist() == [2.0, 2.0]
+    workers = list(pb.runner._CURRENT[0].workers)
+    pb.shutdown()
+    assert not any(w.is_alive() for w in workers) and not pb.devices.DEVICES
+    m = TwoIn("alone")
+    a, b = torch.rand(2, 8), torch.rand(2, 8)
+    got = m.run(a, b)  # on a NeuronCore of its own
+    for g, w in zip(got, _ref_twoin(m, a, b)):
+        torch.testing.assert_close(g.value(), w.detach(), **TOL)
+    assert pb.detect_available_devices() == [
+        pb.BackendDevice.Trn1,
+        pb.BackendDevice.Trn2,
+        pb.BackendDevice.Trn3,
+    ]
