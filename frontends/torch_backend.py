@@ -260,6 +260,12 @@ def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
     return us
 
 
+# called after every kernel launch, in the launching thread, with the kernel's name and its
+# estimated device microseconds (None where the cost model has no estimate); the model-level
+# runtimes (frontends.device_time) account per-thread device time with it
+LAUNCH_HOOKS: list[Callable[[str, float | None], None]] = []
+
+
 class _Run:
     """Launches kernels for one graph and times them into its report."""
 
@@ -289,6 +295,8 @@ class _Run:
             us = _device_us(runner, args, kwargs)
             if us is not None:
                 self.report.kernel_device_us[name] += us
+            for hook in LAUNCH_HOOKS:
+                hook(name, us)
         else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
             res = k(*args, **kwargs)
