@@ -67,12 +67,8 @@ class Module:
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         )
 
-    def run(self, *args: Any) -> tuple[Tensor, ...]:
-        """Inference on this module alone on a simulated NeuronCore. Constraint: no other
-        device exists (``shutdown()`` first)."""
-        from .runner import run_module  # the runner builds on modules
-
-        return run_module(self, args)
+    # ``run(*args)``, inference on this module alone, is attached by the runner (runner.py),
+    # which builds on modules
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -339,6 +339,10 @@ Buffer, Sigmoid, Tanh, Exp, Reciprocal, Sqrt, Log, Abs = map(
     _unary, ("Buffer", "Sigmoid", "Tanh", "Exp", "Reciprocal", "Sqrt", "Log", "Abs")
 )
 
+# a pipeline Tensor's arithmetic operators are these named ops, with automatic names
+for _dunder, _op in (("__add__", Add), ("__sub__", Subtract), ("__mul__", Multiply)):
+    setattr(Tensor, _dunder, lambda self, other, _op=_op: _op("", self, other))
+
 
 def Matmul(name: str, operandA: Any, operandB: Any, bias: Any = None) -> Tensor:
     """``operandA @ operandB`` (+ ``bias``)."""

@@ -554,8 +554,9 @@ def run_training(
     return pipe.checkpoint_queue
 
 
-def run_module(module: Module, args: tuple) -> tuple:
-    """``Module.run``: inference on one module alone on a simulated NeuronCore."""
+def run_module(module: Module, *args: Any) -> tuple:
+    """``module.run(*args)``: inference on this module alone on a simulated NeuronCore.
+    Constraint: no other device exists (``shutdown()`` first)."""
     if DEVICES:
         raise call_order(
             f"{module.name}.run(): devices {[d.name for d in DEVICES]} exist; "
@@ -566,6 +567,9 @@ def run_module(module: Module, args: tuple) -> tuple:
         return q.get()
     finally:
         shutdown()
+
+
+Module.run = run_module  # type: ignore[attr-defined]
 
 
 def error_raised() -> bool:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..api_errors import invalid, invalid_type
+from .config import torch_dtype_of
 
 __all__ = ["Parameter", "Tensor", "SomeTensor", "to_torch"]
 
 
 class Tensor:
     """A pipeline tensor: ``value()`` is the torch tensor it holds. Arithmetic operators are
-    the named ops ``Add`` / ``Subtract`` / ``Multiply`` with automatic names."""
+    the named ops ``Add`` / ``Subtract`` / ``Multiply`` with automatic names (attached by
+    :mod:`.ops`, which builds on this module)."""
 
     def __init__(self, value: torch.Tensor) -> None:
         self._value = value
@@ -41,21 +44,6 @@ class Tensor:
 
     def __len__(self) -> int:
         return len(self.value())
-
-    def __add__(self, other: Any) -> Tensor:
-        from .ops import Add
-
-        return Add("", self, other)
-
-    def __sub__(self, other: Any) -> Tensor:
-        from .ops import Subtract
-
-        return Subtract("", self, other)
-
-    def __mul__(self, other: Any) -> Tensor:
-        from .ops import Multiply
-
-        return Multiply("", self, other)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value()!r})"
@@ -118,8 +106,6 @@ class Parameter(Tensor):
 
     def set_data_format(self, df: Any) -> None:
         """Store the parameter in data format ``df`` (Float32, Float16, Float16_b)."""
-        from .config import torch_dtype_of
-
         dt = torch_dtype_of(df, "Parameter.set_data_format")
         if self._value is None:
             self._dtype = dt
@@ -137,11 +123,6 @@ def to_torch(x: Any, what: str) -> torch.Tensor:
         return x.value()
     if isinstance(x, torch.Tensor):
         return x
-    try:
-        import numpy as np
-
-        if isinstance(x, np.ndarray):
-            return torch.from_numpy(x)
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
     raise invalid_type(f"{what} must be a tensor, got {type(x).__name__}")
