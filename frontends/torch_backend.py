@@ -295,10 +295,11 @@ def _kernel_name(k: Any) -> str:
 def _cache_file(k: Kernel) -> str:
     import inspect
 
+    import nki.affine
     import nki.ir
 
     h = hashlib.sha256()
-    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__):
+    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__, nki.affine.__file__):
         with open(f, "rb") as fh:
             h.update(fh.read())
     h.update(k.fn.__qualname__.encode())
