@@ -276,9 +276,6 @@ class Loop:
         """The values of the loop's iterator (a device loop's: its one symbolic trip)."""
         return SymRange(self.start, self.stop, self.step, self.is_runtime)
 
-    def value_range(self) -> tuple[int, int]:
-        return self.sym_range.bounds
-
 
 @dataclass(frozen=True)
 class RuntimeLoop(Loop):
