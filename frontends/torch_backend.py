@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 
+import nki.affine
 import nki.ir
 from nki.errors import NKIError
 from nki.estimates import estimate
@@ -195,7 +196,7 @@ _loaded: dict[tuple[str, int], str] = {}  # (cache_dir, id(kernel)) -> file
 
 def _cache_file(k: Kernel) -> str:
     h = hashlib.sha256()
-    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__):
+    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__, nki.affine.__file__):
         with open(f, "rb") as fh:
             h.update(fh.read())
     h.update(k.fn.__qualname__.encode())

@@ -3,7 +3,7 @@
 A fresh output holds the uninitialised-memory sentinel (NaN for floats) until a store writes
 it, so an element no store reaches comes back as NaN with no error. Stores are affine, so
 the set of elements they can write is known before the kernel runs: every store to the
-output (and every access to it an instruction carries in its attributes) is enumerated over
+output (and every output held in an instruction's attributes) is enumerated over
 its loop ranges, grid instances, tile axes and mask. The result over-approximates what runs
 (every store counts, wherever it sits), so an element outside it is certainly never written
 and the warning is never a false alarm. Stores the analysis cannot enumerate cheaply
@@ -230,15 +230,13 @@ _Write = tuple  # (instruction, enclosing loops, written access, mask)
 
 
 def _writes(ir: KernelIR) -> dict[str, list[_Write]]:
-    """Per base tensor, every access an instruction may write into it (its destination, and
-    accesses in its attributes: secondary outputs such as ``reduce_res``), with the mask."""
+    """Per base tensor, every access an instruction writes into it (its destination, under its
+    mask, and its secondary outputs such as ``reduce_res``)."""
     out: dict[str, list[_Write]] = {}
     for instr, loops in ir.instructions():
-        accs = [instr.dst] + [v for _, v in instr.attrs]
-        for i, a in enumerate(accs):
-            if isinstance(a, Access):
-                w = (instr, loops, a, instr.mask if i == 0 else None)
-                out.setdefault(ir.storage_of(a.tensor), []).append(w)
+        for a in instr.writes():
+            w = (instr, loops, a, instr.mask if a is instr.dst else None)
+            out.setdefault(ir.storage_of(a.tensor), []).append(w)
     return out
 
 
