@@ -177,7 +177,7 @@ def _save_cache(k: Kernel) -> None:
 # --------------------------------------------------------------------------------------------
 
 # ATen ops that only change metadata (or copy for layout), and allocations without values: left
-# to torch, reported as views
+# to torch, reported as views (so are ops whose results have no elements)
 VIEW_OPS = {
     f"aten::{n}"
     for n in (
@@ -231,7 +231,8 @@ class _Run:
         self.report = report
         self.used: list[str] = []
 
-    def __call__(self, k: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, kernel: Any, /, *args: Any, **kwargs: Any) -> Any:
+        k = kernel
         name = kernel_name(k)
         if isinstance(k, (Kernel, Launch)):
             lk = k if isinstance(k, Launch) else Launch(k, k.default_grid)
@@ -311,6 +312,13 @@ def _conform(res: Any, val: Any) -> Any:
     return out.copy_(res)
 
 
+def _empty(val: Any) -> bool:
+    """True when every tensor the node produces has no elements (nothing to compute)."""
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    ts = [v for v in vals if isinstance(v, torch.Tensor)]
+    return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
+
+
 class _Interpreter(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, report: GraphReport) -> None:
         super().__init__(gm)
@@ -323,7 +331,7 @@ class _Interpreter(torch.fx.Interpreter):
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         if name is None:
             return n.target(*args, **kwargs)
-        if name in VIEW_OPS:
+        if name in VIEW_OPS or _empty(n.meta.get("val")):
             self.report.record(name, "view")
             return n.target(*args, **kwargs)
         if name in OPTIONS.cpu_ops or _on_cpu(n):

@@ -97,15 +97,16 @@ def _binary_call(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
     if rt not in FLOATS and (rt not in INTS or op not in K.INT_EXACT):
         raise Guard(f"{op} on {rt}")
     kdt = rt if rt in FLOATS else torch.int32
-    if _is_scalar(y) and isinstance(x, torch.Tensor) and x.dim() > 0:
+    xt, yt = isinstance(x, torch.Tensor), isinstance(y, torch.Tensor)
+    if xt and (not yt or (y.dim() == 0 and x.dim() > 0)):  # y a scalar
         xs = _operand(_cast(run, x, rt))
         s = float(_scalar(y)) if rt in FLOATS else int(_scalar(y))
         return run(K.SCALAR_KERNELS[op], _rows(xs), s=s).reshape(x.shape)
-    if _is_scalar(x) and isinstance(y, torch.Tensor) and y.dim() > 0:
+    if yt and (not xt or (x.dim() == 0 and y.dim() > 0)):  # x a scalar
         ys = _operand(_cast(run, y, rt))
         s = float(_scalar(x)) if rt in FLOATS else int(_scalar(x))
         return run(K.SCALAR_KERNELS[op], _rows(ys), s=s, reverse=True).reshape(y.shape)
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+    if not (xt and yt):
         raise Guard("scalar operands")
     x, y = (_operand(_cast(run, t, rt)) for t in (x, y))
     if x.dtype != kdt or y.dtype != kdt or x.numel() == 0 or y.numel() == 0:
@@ -317,7 +318,7 @@ def _to_copy(run: Any, x: Any, *, dtype: Any = None, device: Any = None, **kw: A
 
 def _copy_of(run: Any, x: Any) -> Any:
     if x.dtype not in FLOATS + INTS + (torch.bool,) or x.numel() == 0:
-        raise Guard(f"dtype {x.dtype}")
+        raise Guard(f"dtype {x.dtype}, shape {tuple(x.shape)}")
     res = run(K.EXACT_KERNELS["copy"], _rows(_operand(x))).reshape(x.shape)
     return res.view(torch.bool) if x.dtype == torch.bool else res
 

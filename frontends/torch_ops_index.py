@@ -97,7 +97,10 @@ builtin("aten::full_like", ("fill_kernel",), _FACTORY)(_like(None))
 
 @builtin("aten::arange", ("arange_kernel",), f"{_FACTORY}; int32-range values")
 def _arange(run: Any, *nums: Any, dtype: Any = None, device: Any = None, **_: Any) -> Any:
-    start, end, step = {1: (0, nums[0], 1), 2: (nums[0], nums[1], 1), 3: nums}[len(nums)]
+    if len(nums) == 1:
+        start, end, step = 0, nums[0], 1
+    else:
+        start, end, step = nums[0], nums[1], nums[2] if len(nums) == 3 else 1
     if dtype is None:
         floats = any(isinstance(v, float) for v in (start, end, step))
         dtype = torch.get_default_dtype() if floats else torch.int64
