@@ -316,6 +316,11 @@ def _to_copy(run: Any, x: Any, *, dtype: Any = None, device: Any = None, **kw: A
     return run(K.cast_kernel, _rows(_operand(x)), dtype=_DTYPE_NAMES[dt]).reshape(x.shape)
 
 
+@builtin("prims::convert_element_type", ("cast_kernel",), f"{_EW_INT} or bool, to one of them")
+def _convert(run: Any, x: Any, dtype: Any) -> Any:
+    return _to_copy(run, x, dtype=dtype)
+
+
 def _copy_of(run: Any, x: Any) -> Any:
     if x.dtype not in FLOATS + INTS + (torch.bool,) or x.numel() == 0:
         raise Guard(f"dtype {x.dtype}, shape {tuple(x.shape)}")

@@ -238,6 +238,28 @@ def _index_put(run: Any, x: Any, indices: Any, values: Any, accumulate: bool = F
 
 
 @builtin(
+    "aten::index_copy",
+    ("flat_index_kernel", "embedding_backward_kernel", "fill_kernel", "where_kernel"),
+    f"{_FLOAT_DOC}; distinct indices, slices of <= {FREE_MAX} elements",
+)
+def _index_copy(run: Any, x: Any, dim: int, idx: Any, src: Any) -> Any:
+    _float(x)
+    d = dim % x.dim()
+    a, s = math.prod(x.shape[:d]), x.shape[d]
+    ii = _int_index(idx).reshape(1, -1)
+    n = ii.shape[1]
+    if n == 0 or x.numel() // max(a * s, 1) > FREE_MAX or src.dtype != x.dtype:
+        raise Guard(f"{n} indices, slices of {x.numel() // max(a * s, 1)}, dtype {src.dtype}")
+    flat = run(K.flat_index_kernel, ii, rows=a, stride=s, size=s)
+    rows = src.contiguous().reshape(a * n, -1)
+    vals = _scatter_add_rows(run, rows, flat, a * s)
+    ones = run(K.fill_kernel, n=a * n, d=1, value=1.0, dtype="float32")
+    hit = _compare_call(run, "gt", _scatter_add_rows(run, ones, flat, a * s), 0.0)
+    out = run(K.where_kernel, _operand(hit), vals, x.contiguous().reshape(a * s, -1))
+    return out.reshape(x.shape)
+
+
+@builtin(
     "aten::scatter",
     ("flat_index_kernel", "embedding_backward_kernel", "where_kernel"),
     f"{_FLOAT_DOC}; at most 65536 elements, distinct indices per row",

@@ -296,13 +296,14 @@ def _grad(op: str) -> Any:
 def where_kernel(cond, x, y):
     """out[N, D] = x where cond != 0 else y (torch.where / masked_fill).
 
-    Shapes: cond (N, D); x and y (N, D), (N, 1), (1, D) or (1, 1) (broadcast); any N,
-    D <= 4096. Dtypes: cond bool/uint8 (or any numeric); x and y float32, bfloat16, float16 or
-    int32, the same (result in x's dtype)."""
-    n, d = cond.shape
+    Shapes: cond, x and y each (N, D), (N, 1), (1, D) or (1, 1) (broadcast to (N, D), the
+    largest of their shapes); any N, D <= 4096. Dtypes: cond bool/uint8 (or any numeric); x and
+    y float32, bfloat16, float16 or int32, the same (result in x's dtype)."""
+    n = max(cond.shape[0], x.shape[0], y.shape[0])
+    d = max(cond.shape[1], x.shape[1], y.shape[1])
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     for t in nl.affine_range(row_tiles(n)):
-        ct = load_rows(cond, t, n, d, dtype=nl.float32)
+        ct = nl.copy(load_operand(cond, t, n, d), dtype=nl.float32)
         xt = load_operand(x, t, n, d)
         yt = load_operand(y, t, n, d)
         store_rows(out, t, n, d, nl.where(ct, xt, yt, dtype=x.dtype))
