@@ -27,9 +27,10 @@ import torch
 from nki.errors import NKIError, NKITypeError
 from nki.jit import Kernel, Launch, register_frontend
 
-from . import common, torch_backend
+from . import common
 from .common import OutSpec, as_tuple, boundary_loc, placeholder
 from .pair import KernelPair, is_kernel
+from .torch_backend import init_backend
 from .torch_registry import NKI_CUSTOM_OPS
 from .torch_tensors import from_numpy, launch, np_dtype, to_numpy, torch_dtype
 
@@ -44,19 +45,6 @@ __all__ = [
     "KernelPair",
     "init_backend",
 ]
-
-
-def init_backend(
-    cache_dir: str | None = None,
-    log_level: str | int = "WARNING",
-    target: str | None = None,
-    checks: str | None = None,
-) -> None:
-    """Options of the ``torch.compile(backend="nki")`` backend; see
-    :func:`frontends.torch_backend.init_backend`."""
-    torch_backend.init_backend(
-        cache_dir=cache_dir, log_level=log_level, target=target, checks=checks
-    )
 
 
 def nki_jit(kernel: Any = None, **kwargs: Any) -> Any:
