@@ -117,7 +117,8 @@ def single_process() -> bool:
     )
     ok &= abs(loss.item() - ref.item()) < 1e-5 and gerr < 1e-5 * scale
     print(
-        f"training step: loss {loss.item():.6f} (eager {ref.item():.6f}), max |grad diff| {gerr:.2e}"
+        f"training step: loss {loss.item():.6f} (eager {ref.item():.6f}), "
+        f"max |grad diff| {gerr:.2e}"
     )
 
     fwd = next(r for r in reversed(tb.reports()) if r.name.startswith("forward"))
