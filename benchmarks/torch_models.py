@@ -68,6 +68,7 @@ def measure(name: str, repeat: int) -> dict:
     with torch.no_grad():
         forward(compiled)  # warm-up: compiles the eval graph, traces its kernels
         fwd = tb.reports()[before:]
+        forward(eager)  # warm-up of eager torch too
         t_nki = _median_s(lambda: forward(compiled), repeat)
         t_eager = _median_s(lambda: forward(eager), repeat)
     cov = lambda reps: min(r.coverage for r in reps)  # noqa: E731
@@ -81,6 +82,7 @@ def measure(name: str, repeat: int) -> dict:
 
 
 def main() -> int:
+    torch.set_num_threads(1)  # tiny models: threads only add contention on a shared machine
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--only", nargs="*", default=None)

@@ -419,6 +419,33 @@ def _batch_norm(
     return y.reshape(x.shape), mean.reshape(c), rstd.reshape(c), nrm.reshape(c), nrv.reshape(c)
 
 
+@builtin(
+    "aten::_native_batch_norm_legit_no_training",
+    ("add_scalar_kernel", "rsqrt_kernel", "mul_kernel", "sub_kernel", "add_kernel"),
+    f"{_FLOAT_DOC}; (N, C, ...) with affine weight and bias, eval mode",
+)
+def _batch_norm_eval(
+    run: Any, x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float
+) -> Any:
+    x3 = _bn_input(x, w, b, rm, rv)
+    n, c, _ = x3.shape
+    rstd = run(K.UNARY_KERNELS["rsqrt"], run(K.SCALAR_KERNELS["add"], _row(rv), s=float(eps)))
+    scale = run(K.BINARY_KERNELS["mul"], _row(w), rstd)
+    shift = run(K.BINARY_KERNELS["sub"], _row(b), run(K.BINARY_KERNELS["mul"], _row(rm), scale))
+
+    def per_row(v: torch.Tensor) -> torch.Tensor:  # (1, C) -> one value per (sample, channel)
+        return v.expand(n, c).reshape(n * c, 1).contiguous()
+
+    y = run(K.BINARY_KERNELS["mul"], x3.contiguous().reshape(n * c, -1), per_row(scale))
+    y = run(K.BINARY_KERNELS["add"], y, per_row(shift))
+    empty = x.new_empty(0)
+    return y.reshape(x.shape), empty, empty
+
+
+def _row(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(1, -1).contiguous()
+
+
 @builtin("aten::native_batch_norm_backward", ("batch_norm_backward_kernel",), _BN)
 def _batch_norm_bwd(
     run: Any,

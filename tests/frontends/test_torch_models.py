@@ -150,6 +150,13 @@ def test_cnn_and_mlp_train_like_eager_on_kernels(make, shape):
     for a, b in zip(model.buffers(), eager.buffers()):  # batch norm running statistics
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     _check_coverage(_new_reports(before))
+    model.eval(), eager.eval()  # inference: batch norm from the running statistics
+    before = len(tb.reports())
+    with torch.no_grad():
+        got = torch.compile(model, backend="nki")(x)
+        torch.testing.assert_close(got, eager(x), rtol=1e-5, atol=1e-5)
+    (rep,) = _new_reports(before)
+    assert rep.coverage >= 0.95, str(rep)
 
 
 # ---- generate() in every compile mode --------------------------------------------------------
