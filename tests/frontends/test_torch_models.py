@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,8 +197,8 @@ def test_generate_matches_eager_tokens_in_every_compile_mode(mode):
             assert all("float64" in s.reason for s in conv), str(r)
         else:
             assert r.coverage >= 0.95, str(r)
-    if mode == "static-shapes":  # one graph per shape, none symbolic
-        assert len(reps) == 3 and not any(" s" in r.inputs or "[s" in r.inputs for r in reps)
+    if mode == "static-shapes":  # one graph per shape (prefill, decode steps), none symbolic
+        assert 2 <= len(reps) <= 3 and not any(" s" in r.inputs or "[s" in r.inputs for r in reps)
     else:  # recompiles bounded: static prefill/decode, then one symbolic graph of each
         assert len(reps) <= 4, [r.inputs for r in reps]
         assert any("s" in r.inputs.replace("float", "").replace("bool", "") for r in reps)
@@ -227,6 +228,6 @@ def test_tensor_parallel_llama_on_two_ranks_matches_the_unsharded_model():
     out = proc.stdout
     assert proc.returncode == 0 and out.strip().endswith("PASS"), out[-3000:] + proc.stderr[-3000:]
     for rank in (0, 1):  # each rank simulated its core and ran the all-reduces as kernels
-        line = next(ln for ln in out.splitlines() if ln.startswith(f"rank {rank}/2:"))
-        assert "generate matches" in line and "all_reduce_kernel x4" in line, line
+        pattern = rf"rank {rank}/2: max \|logits - unsharded\| = [0-9.e+-]+, generate matches, "
+        assert re.search(pattern + r"all_reduce_kernel x4 \([0-9.]+ us estimated\)", out), out
     assert "nki backend report rank 0" in out
