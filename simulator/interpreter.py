@@ -26,8 +26,6 @@ from .instances import Instance, RunInfo, Schedule, run_instances
 from .memory import Ctx
 from .poison import REPORT, rule_of
 
-NAME = "numpy"
-
 
 def execute(
     ir: KernelIR,

@@ -48,7 +48,6 @@ from .host import Host, StateUsed
 from .ops import EXECUTORS
 from .plan import Declined, Plan, plan
 
-NAME = "batched"
 BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache-friendly sizes)
 
 
@@ -301,8 +300,6 @@ def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> Non
 
 
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
-    if config.backend not in ("auto", "batched"):
-        return f"backend={config.backend!r}"
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
     return None

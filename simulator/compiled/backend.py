@@ -57,8 +57,6 @@ from . import kernels as lib
 from .codegen import Plan, Unsupported, generate
 from .kernels import cache_dir
 
-NAME = "numba"
-
 # The cost model "auto" decides by, in seconds, measured on the 2-core development machine
 # (benchmarks/numba_vs_numpy.py and a compile-time sweep over kernel sizes). The interpreter pays
 # a fixed cost per instruction execution and vectorised NumPy per element; compiled loops pay
@@ -194,8 +192,6 @@ def on_disk(p: Plan) -> bool:
 
 def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
     """(use numba, reason when not) for ``config.backend``."""
-    if config.backend == "numpy":
-        return False, "backend='numpy'"
     reason = unsupported_reason(ir, config)
     if reason is not None:
         return False, reason
