@@ -36,3 +36,9 @@ BACKENDS = (
 REFERENCE = BACKENDS[-1].name  # the reference interpreter: runs every kernel, defines results
 # every valid ``SimConfig.backend`` (listed as the error message shows them: the reference first)
 SETTINGS = (*(b.name for b in reversed(BACKENDS)), AUTO)
+
+
+def name_of(module: str) -> str:
+    """The name of the backend whose module is ``module`` (a backend package finds its own
+    name with its ``__package__``)."""
+    return next(b.name for b in BACKENDS if b.module == module)

@@ -41,11 +41,11 @@ from nki.ir import (
 from .. import interpreter
 from ..checks.coverage import instructions_of
 from ..config import SimConfig
-from ..executors import COLLECTIVES
+from ..executors import COLLECTIVES, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx
 from .host import Host, StateUsed
-from .ops import EXECUTORS
+from .ops import BATCHED
 from .plan import Declined, Plan, plan
 
 BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache-friendly sizes)
@@ -190,7 +190,7 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
         ctx.depth[instr.dst.tensor] = len(ctx.dims)
         return
     try:
-        EXECUTORS[instr.kind](instr, ctx)  # (under the launch's np.errstate)
+        executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
     except NKIError as e:
         raise e.with_context(loc=instr.loc) from None
     except Exception as e:
