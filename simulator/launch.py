@@ -24,9 +24,8 @@ from nki.errors import NKIError
 from nki.ir import KernelIR
 
 from . import backends, interpreter
-from .checks.capacity import check_hbm, check_host_memory
 from .checks.lnc_races import same_write_tensors
-from .checks.static import static_checks
+from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
 from .host import (
@@ -62,7 +61,7 @@ def run(
     """Execute a traced kernel over its grid. ``inputs`` maps parameter names to arrays in
     storage dtype (they are updated in place where the kernel writes them); returns the
     storage of every shared HBM tensor and what the launch did."""
-    check_host_memory(ir, config.precise_fp)  # cumulative, before allocating anything
+    start_checks(ir, config)  # (the host memory a launch needs, before allocating anything)
     shared = shared_storage(ir, inputs, config)
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
@@ -122,10 +121,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
     kernel that writes its outputs into parameters, which are then updated in place; returned
     mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
     config = storage_config(ir, config)
-    if config.checks != "none":
-        static_checks(ir, config)
-    else:
-        check_hbm(ir, config.target)  # always: an oversized HBM tensor would exhaust the host
+    static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     _check_writable(ir, arguments)
     written = written_params(ir)  # parameters the kernel only reads are not copied
     inputs = {
