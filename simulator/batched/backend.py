@@ -11,13 +11,14 @@ arrays, its mask evaluated batch-wide once. Batch axes are chunked under ``BUDGE
 
 The executors repeat the interpreter's numerics (fp32 compute, the same NumPy calls,
 ``numerics.cast`` on write), so results are bit-identical. An instruction without a batched
-executor is hosted (``batched_host.py``): run per position by the interpreter's executor. A
-device loop is iterated around its batched body while its bounds or condition agree across
-positions, else run per position by the interpreter's walker (``batched_subtrees.py``). Views
-are views of their base's batched storage. ``batched_plan.py`` decides the batch axes, hosted
-instructions and skipped copies; ``execute`` declines (returns False, the reason in
-``RunInfo.reason``) kernels whose semantics need the per-instance walk (core meetings of LNC=2,
-HBM one position sees another write, ``shuffle_seed``...); the next backend runs them."""
+executor in the registry, or one its entry declines (``ops.py``), is hosted (``host.py``): run
+per position by the interpreter's executor. A device loop is iterated around its batched body
+while its bounds or condition agree across positions, else run per position by the
+interpreter's walker (``subtrees.py``). Views are views of their base's batched storage.
+``plan.py`` decides the batch axes, hosted instructions and skipped copies; ``execute``
+declines (returns False, the reason in ``RunInfo.reason``) kernels whose semantics need the
+per-instance walk (core meetings of LNC=2, HBM one position sees another write,
+``shuffle_seed``...); the next backend runs them."""
 
 from __future__ import annotations
 
