@@ -12,9 +12,10 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 from .. import numerics
 from ..checks.coverage import fully_written, instructions_of, nodes_of
 from ..config import SimConfig
+from ..executors import declined
 from . import hbm as batched_hbm
 from .host import not_hostable, uses_engine_state
-from .ops import unsupported_instr
+from .ops import BATCHED
 from .subtrees import check_views, contiguous_views, device_loops
 
 
@@ -78,7 +79,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     hbm_read: set[str] = set()
     for instr, loops in instructions_of(ir):
         # (an access that may be out of bounds is hosted: the interpreter's checks report it)
-        why = unsupported_instr(instr, ir) or _maybe_out_of_bounds(ir, instr, loops)
+        why = declined(instr, BATCHED) or _maybe_out_of_bounds(ir, instr, loops)
         if why:
             never = not_hostable(instr)
             if never:
