@@ -101,12 +101,18 @@ def contiguous_run(acc: Access, ir: KernelIR, storage_order: bool = False) -> in
 
 
 def _innermost_stride_bytes(acc: Access, ir: KernelIR) -> int:
+    """Bytes between consecutive elements of the innermost free axis of the access (tile
+    axes that run along an on-chip tensor's partitions are not free axes)."""
+    d = ir.tensor(acc.tensor)
     strides = _tile_strides(acc, ir)
     shape = acc.index[0].shape if acc.index else acc.shape
-    itemsize = dtypes.itemsize(ir.tensor(acc.tensor).dtype)
-    for st, n in zip(reversed(strides), reversed(shape)):
-        if n > 1 and len(shape) > 1:
-            return abs(st) * itemsize
+    partition_axes: set[int] = set()
+    if d.on_chip and len(acc.index) > d.par_dim:
+        partition_axes = {j for j, c in enumerate(acc.index[d.par_dim].coeffs) if c}
+    itemsize = dtypes.itemsize(d.dtype)
+    for j in reversed(range(len(shape))):
+        if shape[j] > 1 and len(shape) > 1 and j not in partition_axes:
+            return abs(strides[j]) * itemsize
     return itemsize
 
 
@@ -184,13 +190,23 @@ def _dma(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     return InstrCost("dma", ns, dma_bytes=nbytes, bytes_per_partition=per_part, chunk_bytes=chunk)
 
 
+def streamed_inputs(instr: Instr, ir: KernelIR) -> int:
+    """Input tiles an instruction streams element by element: sources with more than one
+    element per partition (a one-element-per-partition operand is a per-partition scalar, as
+    in ``tensor_scalar``), plus the destination when the instruction accumulates into it."""
+    n = sum(isinstance(s, Access) and per_partition(s, ir) > 1 for s in instr.srcs)
+    if instr.accumulate and instr.dst is not None and ir.tensor(instr.dst.tensor).on_chip:
+        n += 1  # read-modify-write of the destination
+    return n
+
+
 def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> InstrCost:
     row = t.engines[engine]
     accs = _accesses(instr)
     n = max((per_partition(a, ir) for a in accs), default=1)
     name = instr.op if instr.kind == "isa" else instr.kind
     factor = OP_FACTORS.get(name, 1.0)
-    if instr.kind in ("ew", "select") and sum(isinstance(s, Access) for s in instr.srcs) >= 2:
+    if name not in OP_FACTORS and streamed_inputs(instr, ir) >= 2:
         factor = 2.0  # two tensor inputs stream through the engine one after the other
     srcs_psum = any(ir.tensor(a.tensor).buffer == "psum" for a in accs[:-1] if a is not None)
     if factor == 2.0 and srcs_psum:

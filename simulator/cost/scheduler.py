@@ -307,7 +307,9 @@ class _State:
             if ("free", tr) in self.touched
         }
         d_busy = {tr: b - snap["busy"].get(tr, 0.0) for tr, b in self.busy.items()}
-        period = max([0.0, *d_free.values(), *(v for k, v in d_busy.items() if k != "dma")])
+        # "dma" is the iteration's time on the core's shared DMA bandwidth: an iteration
+        # cannot repeat faster than its transfers fit through it
+        period = max([0.0, *d_free.values(), *d_busy.values()])
         return period, d_free, d_busy
 
     def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
