@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from nki import dtypes
 from nki.ir import Access, Instr, KernelIR
 from nki.optable import OPS
+from nki.targets import get_target
 
 from .table import (
+    BROADCAST_ENGINES,
     FAST_COPY_OPS,
     FREE_KINDS,
     ISA_ENGINES,
@@ -45,12 +47,22 @@ def _free(shape: tuple[int, ...]) -> int:
     return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
-def per_partition(acc: Access, ir: KernelIR) -> int:
-    """Elements per partition of an access (its partition axis is the tensor's ``par_dim``
-    when the access keeps every dimension, else its first axis)."""
+def _partition_axis(acc: Access, ir: KernelIR) -> int:
+    """The access's partition axis: the tensor's ``par_dim`` when the access keeps every
+    dimension, else its first axis."""
     d = ir.tensor(acc.tensor)
-    p = d.par_dim if d.on_chip and len(acc.shape) == len(d.shape) else 0
+    return d.par_dim if d.on_chip and len(acc.shape) == len(d.shape) else 0
+
+
+def per_partition(acc: Access, ir: KernelIR) -> int:
+    """Elements per partition of an access."""
+    p = _partition_axis(acc, ir)
     return math.prod(acc.shape) // max(1, acc.shape[p]) if acc.shape else 1
+
+
+def partitions(acc: Access, ir: KernelIR) -> int:
+    """Partitions an access spans."""
+    return acc.shape[_partition_axis(acc, ir)] if acc.shape else 1
 
 
 def _accesses(instr: Instr) -> list[Access]:
@@ -116,9 +128,22 @@ def _innermost_stride_bytes(acc: Access, ir: KernelIR) -> int:
     return itemsize
 
 
-def _engine(instr: Instr) -> str:
+def is_matmul(instr: Instr) -> bool:
+    """A matrix multiplication on the Tensor engine (``nl.matmul`` / ``nisa.nc_matmul``)."""
+    return instr.kind == "matmul" or instr.op in ("nc_matmul", "nc_matmul_mx")
+
+
+def engine_of(instr: Instr, ir: KernelIR | None = None) -> str:
+    """The engine that runs ``instr`` (``none``: free; with ``ir``, a broadcast across
+    partitions is placed by where its result lives)."""
     if instr.kind in FREE_KINDS:
         return "none"
+    if ir is not None and instr.kind == "copy" and instr.op == "broadcast_to":
+        src = instr.srcs[0]
+        assert isinstance(src, Access) and instr.dst is not None
+        if partitions(src, ir) == 1 < partitions(instr.dst, ir):
+            home = ir.tensor(instr.dst.tensor).buffer
+            return BROADCAST_ENGINES["psum" if home == "psum" else "sbuf"]
     eng = instr.attr("engine")
     if instr.kind == "isa":
         if isinstance(eng, str) and eng in ("vector", "scalar", "gpsimd", "tensor", "dma"):
@@ -241,15 +266,52 @@ def _transpose(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     )
 
 
+def _partition_broadcast(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
+    """A broadcast across partitions on the Tensor engine: a matmul with a ones stationary per
+    moving chunk of at most one PSUM bank (512 fp32) [arch-v2], fp32 data at the fp32 rate."""
+    assert instr.dst is not None
+    n = per_partition(instr.dst, ir)
+    chunk = get_target(ir.target).psum_bank_bytes // 4
+    fp32 = ir.tensor(instr.dst.tensor).dtype == "float32"
+    factor = t.fp32_matmul_factor if fp32 else 1
+    cycles = 0
+    for start in range(0, n, chunk):
+        cycles += (
+            max(min(chunk, n - start), t.matmul_fixed_cycles) + t.matmul_fixed_cycles
+        ) * factor
+    return InstrCost(
+        "tensor",
+        cycles / t.engines["tensor"].clock_ghz,
+        moving_free=min(n, chunk),
+        buffers=tuple(ir.tensor(a.tensor).buffer for a in _accesses(instr)),
+    )
+
+
+def _spill(instr: Instr, t: CostTable) -> InstrCost:
+    """A compiler spill: the excess bytes per partition saved to HBM and reloaded, one
+    contiguous chunk per partition each way, on the core's DMA bandwidth [dma-bw]."""
+    per_part = int(instr.attr("bytes_per_partition"))
+    parts = int(instr.attr("partitions"))
+    nbytes = 2 * per_part * parts
+    ns = nbytes / t.dma_bytes_per_ns + 2 * parts * t.dma_descriptor_ns / t.dma_queues
+    return InstrCost(
+        "dma", ns, dma_bytes=nbytes, bytes_per_partition=per_part, chunk_bytes=per_part
+    )
+
+
 def cost_of(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     """The static cost of ``instr`` on the table's target."""
-    engine = _engine(instr)
+    engine = engine_of(instr, ir)
     if engine == "none":
         return InstrCost("none", 0.0)
+    if instr.kind == "spill":
+        return _spill(instr, t)
     if engine == "dma":
         return _dma(instr, ir, t)
     if engine == "tensor":
-        if instr.kind == "matmul" or instr.op in ("nc_matmul", "nc_matmul_mx"):
+        if is_matmul(instr):
             return _matmul(instr, ir, t)
+        if instr.kind == "copy":
+            return _partition_broadcast(instr, ir, t)
         return _transpose(instr, ir, t)
     return _elementwise(instr, ir, t, engine)

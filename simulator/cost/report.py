@@ -4,14 +4,14 @@ critical path and bottleneck, roofline position, top instructions and performanc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from nki import dtypes
 from nki.errors import SrcLoc
 from nki.ir import Access, KernelIR
 from nki.targets import get_target
 
-from .scheduler import Schedule, SiteStats, buffers_for, schedule
+from .compiler import SPILL, lower
+from .scheduler import Schedule, SiteStats, schedule
 from .table import CostTable, table_for
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -278,37 +278,28 @@ def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint
                 s.latency_ns - busiest,
             )
         )
-    out.extend(_capacity_lints(ir, t))
+    out.extend(_spill_lints(s, t))
     return sorted(out, key=lambda lint: -lint.cost_ns)
 
 
-def _capacity_lints(ir: KernelIR, t: CostTable) -> list[Lint]:
-    usable = get_target(ir.target).sbuf_usable_per_partition
-    in_loop = {n.tensor for n, loops in ir.walk() if loops and hasattr(n, "tensor")}
-    total, biggest = 0, None
-    for d in ir.tensors:
-        if d.buffer != "sbuf" or d.alias_of:
-            continue
-        per_part = math.prod(d.shape[d.par_dim + 1 :]) * math.prod(d.shape[: d.par_dim])
-        b = (
-            per_part
-            * dtypes.itemsize(d.dtype)
-            * (min(2, buffers_for(d, ir.target)) if d.name in in_loop else 1)
-        )
-        total += b
-        if biggest is None or b > biggest[1]:
-            biggest = (d, b)
-    if total <= usable or biggest is None:
+def _spill_lints(s: Schedule, t: CostTable) -> list[Lint]:
+    """One lint for the compiler spills the schedule charged (``compiler.insert_spills``)."""
+    spills = [x for x in s.sites.values() if x.instr.kind == SPILL and x.count]
+    if not spills:
         return []
-    spill = total - usable
+    worst = max(spills, key=lambda x: x.ns)
+    peak = max(int(x.instr.attr("live_bytes")) for x in spills)
+    per_run = sum(int(x.instr.attr("bytes_per_partition")) for x in spills)
+    name = worst.instr.dst.tensor if worst.instr.dst is not None else "?"
     return [
         Lint(
             "capacity-spill",
-            biggest[0].loc,
-            f"live SBUF tiles need {total} B per partition (largest '{biggest[0].name}', "
-            f"{biggest[1]} B) but {usable} B are usable: the compiler would spill {spill} B "
-            "per partition",
-            2 * spill * t.tensor_tile / t.dma_bytes_per_ns,  # save and reload over DMA
+            worst.instr.loc,
+            f"live SBUF tiles need {peak} B per partition (spilling first at '{name}') but "
+            f"{get_target(t.target).sbuf_usable_per_partition} B are usable: the compiler "
+            f"saves and reloads {per_run} B per partition each time, "
+            f"{sum(x.count for x in spills):.0f} time(s) in all",
+            sum(x.ns for x in spills),
         )
     ]
 
@@ -318,9 +309,11 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     shapes alone."""
     tname = target or ir.target
     table = table_for(get_target(tname).name)
+    ir = lower(replace(ir, target=table.target, _by_name={}), table).ir
     s = schedule(ir, table)
     if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
-        s = max((schedule(c, table) for c in ir.cores), key=lambda x: x.latency_ns)
+        cores = (lower(replace(c, target=table.target, _by_name={}), table).ir for c in ir.cores)
+        s = max((schedule(c, table) for c in cores), key=lambda x: x.latency_ns)
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)

@@ -30,7 +30,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym, TensorDecl
 from nki.targets import get_target
 
 from .model import InstrCost, cost_of
-from .table import CostTable
+from .table import SPILL, CostTable
 
 SIMULATED_ITERATIONS = 3  # iterations scheduled per loop at least before extrapolating
 MAX_SIMULATED_ITERATIONS = 24  # ... and at most, when the period has not settled by then
@@ -170,6 +170,8 @@ class _State:
             dep = max(dep, self._ready(self.reads[k], b))  # write after read
             if a.tensor not in hbm_write:  # stores to an HBM tensor write disjoint regions
                 dep = max(dep, self._ready(self.writes[k], b))  # write after write
+        if ins.kind == SPILL:  # compiler spill code runs in program order: after all before it
+            dep = max(dep, self.end)
         dur = c.ns
         if c.engine == "dma":
             q = self.queue_of.setdefault(id(ins), f"dma.q{len(self.queue_of) % self.t.dma_queues}")
@@ -318,8 +320,10 @@ class _State:
             self.runtime_loops.append(lp)
             values = range(1)  # estimated as one trip (the report says so)
         n = len(values)
-        # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's)
-        cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> (len(loops) - 1))
+        # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's
+        # that repeats)
+        depth = sum(o.static_trips is None or len(o.static_trips) > 1 for o in loops[:-1])
+        cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> depth)
         need = min(n, self._min_iterations(lp), cap)
         outer, seen = self.touched, set()
         last = None

@@ -174,6 +174,15 @@ KIND_ENGINES: dict[str, str] = {
 }
 # Kinds that cost nothing on the device (trace-time views, host-side prints)
 FREE_KINDS = frozenset({"reshape", "print"})
+SPILL = "spill"  # kind of the save + reload instruction compiler spills insert (compiler.py)
+KIND_ENGINES[SPILL] = "dma"
+# A broadcast across partitions (``t.broadcast_to((P, F))`` of a one-partition tile) by where
+# its result lives: a Tensor-engine matmul with a ones stationary writing PSUM [arch-v2,
+# "Alternative use case"]; a result wider than one PSUM bank is evacuated to SBUF by a copy on
+# the Scalar engine (which reads PSUM; the matmuls writing the banks overlap it) [assumption]
+BROADCAST_ENGINES = {"psum": "tensor", "sbuf": "scalar"}
+# Instructions the compiler does not hoist out of loops: random numbers change per call
+NOT_HOISTED_OPS = frozenset({"rand", "rand2", "random", "dropout", "seed", "rand_set_state"})
 
 
 def table_for(target: str) -> CostTable:

@@ -1,0 +1,347 @@
+"""What the Neuron compiler does to a kernel before it runs, as far as the cost model charges
+for it. The scheduler times the traced IR after these rewrites (:func:`lower`), each a function
+here naming the rule it applies and its source (the tags of :mod:`.table`):
+
+- **partition broadcasts in PSUM**: ``t.broadcast_to((P, F))`` of a one-partition tile runs on
+  the Tensor engine as a matmul with a ones stationary, writing PSUM [arch-v2, "Alternative
+  use case"]; a result that fits one PSUM bank stays there, so its consumers read a PSUM
+  operand (a ``tensor_tensor`` with one PSUM input streams in N, not 2N cycles [isa-cost]).
+  A wider result is evacuated to SBUF (costed in :mod:`.model`).
+- **PSUM zero-init folding**: a PSUM tile zeroed and then only accumulated into by matmuls is
+  an accumulation group (the pattern the matmul tutorial names as the way to trigger PSUM
+  accumulation [mm-tut]); its first matmul overwrites, the zeroing costs nothing.
+- **loop-invariant hoisting**: a compute instruction whose inputs do not change inside its
+  innermost loop runs once before the loop, unless keeping its result live would push the live
+  on-chip tiles past capacity (the reason the fused Mamba tutorial's v2 is faster than v1 at
+  length 512 while doing the same instructions [mamba-tut]).
+- **spills**: where the live SBUF tiles exceed the usable bytes per partition (program-order
+  live ranges of :mod:`simulator.capacity`), the compiler saves the excess to HBM and reloads
+  it; the transfer runs in program order at that allocation and the tile's producer waits for
+  it (the stalls on spill / reload queues the Mamba tutorial's v2 profile at length 8192 shows
+  [mamba-tut])."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from nki.ir import Access, Affine, Alloc, Const, IndexExpr, Instr, KernelIR, Loop, Node
+from nki.targets import get_target
+
+from ..capacity import bytes_per_partition, live_ranges, physical_bytes
+from .model import engine_of, is_matmul, partitions
+from .table import NOT_HOISTED_OPS, SPILL, CostTable
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """The IR as the scheduler times it, and what the compiler rules changed."""
+
+    ir: KernelIR
+    psum_broadcasts: tuple[str, ...] = ()  # broadcast tiles placed in PSUM
+    folded_zero_inits: int = 0
+    hoisted: tuple[Instr, ...] = ()
+    spills: tuple[Instr, ...] = ()
+
+
+def lower(ir: KernelIR, t: CostTable) -> Lowering:
+    """Apply the compiler rules above, in order."""
+    ir, bcast = broadcasts_in_psum(ir)
+    ir, folded = fold_psum_zero_init(ir)
+    # tiles are allocated (and spilled) for the program as written; hoisting then moves
+    # instructions within that allocation
+    ir, spills = insert_spills(ir)
+    ir, hoisted = hoist_loop_invariants(ir)
+    return Lowering(ir, bcast, folded, hoisted, spills)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _writes(ins: Instr) -> list[Access]:
+    out = [ins.dst] if ins.dst is not None else []
+    return out + [v for _, v in ins.attrs if isinstance(v, Access)]
+
+
+def _writers(ir: KernelIR) -> dict[str, int]:
+    """Number of instructions writing each storage (base tensor), spills aside."""
+    n: dict[str, int] = {}
+    for ins, _ in ir.instructions():
+        for a in _writes(ins) if ins.kind != SPILL else ():
+            base = ir.storage_of(a.tensor)
+            n[base] = n.get(base, 0) + 1
+    return n
+
+
+def _map(body: tuple[Node, ...], fn) -> tuple[Node, ...]:
+    """``body`` with every node replaced by ``fn(node)`` (a tuple of nodes), loops rebuilt."""
+    out: list[Node] = []
+    for n in body:
+        if isinstance(n, Loop):
+            n = replace(n, body=_map(n.body, fn))
+        out.extend(fn(n))
+    return tuple(out)
+
+
+def _with(ir: KernelIR, **changes) -> KernelIR:
+    return replace(ir, _by_name={}, **changes)
+
+
+# ---- partition broadcasts ---------------------------------------------------------------------
+def is_partition_broadcast(ins: Instr, ir: KernelIR) -> bool:
+    """``broadcast_to`` of a one-partition tile across partitions."""
+    if ins.kind != "copy" or ins.op != "broadcast_to" or ins.dst is None:
+        return False
+    src = ins.srcs[0]
+    return isinstance(src, Access) and partitions(src, ir) == 1 < partitions(ins.dst, ir)
+
+
+def broadcasts_in_psum(ir: KernelIR) -> tuple[KernelIR, tuple[str, ...]]:
+    """Place the result of each partition broadcast that fits one PSUM bank in PSUM."""
+    bank = get_target(ir.target).psum_bank_bytes
+    writers = _writers(ir)
+    moved = []
+    for ins, _ in ir.instructions():
+        if not is_partition_broadcast(ins, ir):
+            continue
+        d = ir.tensor(ins.dst.tensor)
+        if d.kind == "param" or d.alias_of or d.buffer != "sbuf" or writers.get(d.name) != 1:
+            continue
+        if bytes_per_partition(d) <= bank:
+            moved.append(d.name)
+    if not moved:
+        return ir, ()
+    tensors = tuple(replace(d, buffer="psum") if d.name in moved else d for d in ir.tensors)
+    return _with(ir, tensors=tensors), tuple(moved)
+
+
+# ---- PSUM zero-init folding -------------------------------------------------------------------
+def fold_psum_zero_init(ir: KernelIR) -> tuple[KernelIR, int]:
+    """Drop the zeroing of PSUM tiles that only matmuls accumulate into afterwards."""
+    other_writes: dict[str, list[Instr]] = {}
+    zeroed: list[Instr] = []
+    for ins, _ in ir.instructions():
+        for a in _writes(ins):
+            base = ir.storage_of(a.tensor)
+            if ir.tensor(base).buffer != "psum":
+                continue
+            src = ins.srcs[0] if ins.srcs else None
+            if ins.kind == "memset" and isinstance(src, Const) and src.value == 0:
+                zeroed.append(ins)
+            else:
+                other_writes.setdefault(base, []).append(ins)
+    drop = {
+        id(z)
+        for z in zeroed
+        if all(
+            is_matmul(w) and w.accumulate
+            for w in other_writes.get(ir.storage_of(z.dst.tensor), [None])
+            if w is not None
+        )
+        and other_writes.get(ir.storage_of(z.dst.tensor))
+    }
+    if not drop:
+        return ir, 0
+    body = _map(ir.body, lambda n: () if id(n) in drop else (n,))
+    return _with(ir, body=body), len(drop)
+
+
+# ---- loop-invariant hoisting ------------------------------------------------------------------
+def _loop_writes(lp: Loop, ir: KernelIR) -> set[str]:
+    out: set[str] = set()
+    stack = list(lp.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Loop):
+            stack.extend(n.body)
+        elif isinstance(n, Instr) and n.kind != SPILL:
+            out.update(ir.storage_of(a.tensor) for a in _writes(n))
+    return out
+
+
+def _depends_on(acc: Access, sym: object) -> bool:
+    return any(sym in e.base.symbols() for e in acc.index) or bool(acc.indirect)
+
+
+def _invariant(ins: Instr, lp: Loop, ir: KernelIR, allocated: set[str], written: set[str]) -> bool:
+    """Whether ``ins`` (directly in ``lp``'s body) computes the same tile in every iteration
+    into a tile of its own."""
+    if engine_of(ins) in ("dma", "none") or ins.op in NOT_HOISTED_OPS or ins.kind == SPILL:
+        return False
+    if ins.dst is None or ins.accumulate or ins.mask is not None:
+        return False
+    if any(isinstance(v, Access) for _, v in ins.attrs):
+        return False  # secondary outputs / inputs: keep it simple
+    d = ir.tensor(ins.dst.tensor)
+    if d.alias_of or d.name not in allocated or _depends_on(ins.dst, lp.sym):
+        return False
+    for s in ins.srcs:
+        if isinstance(s, IndexExpr) and lp.sym in s.base.symbols():
+            return False
+        if isinstance(s, Access) and (_depends_on(s, lp.sym) or ir.storage_of(s.tensor) in written):
+            return False
+    return True
+
+
+def _peaks(ir: KernelIR) -> dict[str, int]:
+    """Peak live bytes per partition of each on-chip buffer (automatic allocations)."""
+    ranges = live_ranges(ir)
+    physical = physical_bytes(ir)
+    out = {}
+    for buf in ("sbuf", "psum"):
+        mine = sorted(
+            (lv for lv in ranges if lv.decl.buffer == buf and lv.decl.placement is None),
+            key=lambda lv: lv.start,
+        )
+        live: list[tuple[int, int]] = []
+        total = peak = 0
+        for lv in mine:
+            while live and live[0][0] < lv.start:
+                total -= heapq.heappop(live)[1]
+            size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
+            heapq.heappush(live, (lv.end, size))
+            total += size
+            peak = max(peak, total)
+        out[buf] = peak
+    return out
+
+
+def _fits(before: dict[str, int], after: dict[str, int], ir: KernelIR) -> bool:
+    t = get_target(ir.target)
+    caps = {"sbuf": t.sbuf_usable_per_partition, "psum": t.psum_bytes_per_partition}
+    return all(after[b] <= max(caps[b], before[b]) for b in caps)
+
+
+def hoist_loop_invariants(ir: KernelIR) -> tuple[KernelIR, tuple[Instr, ...]]:
+    """Move each loop-invariant compute instruction (and its tile's allocation) in front of its
+    loop, innermost loops first and outwards while it stays invariant, as long as the live
+    on-chip tiles still fit."""
+    hoisted: list[Instr] = []
+    rejected: set[tuple[int, object]] = set()
+    while (found := _hoist_one(ir, rejected)) is not None:
+        ir, ins = found
+        hoisted.append(ins)
+    return ir, tuple(dict.fromkeys(hoisted))
+
+
+def _hoist_one(ir: KernelIR, rejected: set[tuple[int, object]]) -> tuple[KernelIR, Instr] | None:
+    """The IR with the first hoistable instruction moved out of its loop, or None."""
+    before = None
+    for lp, ins in _candidates(ir):
+        if (id(ins), lp.sym) in rejected:
+            continue
+        alloc = next(n for n in lp.body if isinstance(n, Alloc) and n.tensor == ins.dst.tensor)
+        new = _with(ir, body=_map_hoist(ir.body, lp, alloc, ins))
+        before = before or _peaks(ir)
+        if _fits(before, _peaks(new), ir):
+            return new, ins
+        rejected.add((id(ins), lp.sym))
+    return None
+
+
+def _map_hoist(body: tuple[Node, ...], lp: Loop, alloc: Alloc, ins: Instr) -> tuple[Node, ...]:
+    out: list[Node] = []
+    for n in body:
+        if n is lp:
+            inner = tuple(m for m in n.body if m is not alloc and m is not ins)
+            out.extend((alloc, ins, replace(n, body=inner)))
+        elif isinstance(n, Loop):
+            out.append(replace(n, body=_map_hoist(n.body, lp, alloc, ins)))
+        else:
+            out.append(n)
+    return tuple(out)
+
+
+def _candidates(ir: KernelIR):
+    """(loop, instruction) pairs: loop-invariant instructions directly in a loop's body,
+    innermost loops first."""
+    loops = [n for n, _ in ir.walk() if isinstance(n, Loop) and not n.is_runtime]
+    writers = _writers(ir)
+    for lp in reversed(loops):
+        allocated = {n.tensor for n in lp.body if isinstance(n, Alloc)}
+        written = _loop_writes(lp, ir)
+        for ins in lp.body:
+            if isinstance(ins, Instr) and _invariant(ins, lp, ir, allocated, written):
+                if writers.get(ir.storage_of(ins.dst.tensor)) == 1:
+                    yield lp, ins
+
+
+# ---- spills ------------------------------------------------------------------------------
+def _full_access(name: str, ir: KernelIR) -> Access:
+    shape = ir.tensor(name).shape
+    index = tuple(
+        IndexExpr(Affine(), tuple(int(j == d) for j in range(len(shape))), shape)
+        for d in range(len(shape))
+    )
+    return Access(name, shape, index)
+
+
+def spill_points(ir: KernelIR) -> dict[int, tuple[int, int]]:
+    """Program positions (numbered as :func:`simulator.capacity.live_ranges` numbers nodes) of
+    the SBUF allocations that push the live tiles past the usable bytes per partition: the
+    bytes per partition that must go out there and the live total. Over one pass of the
+    program (each loop body once) the bytes sent out add up to the peak excess."""
+    usable = get_target(ir.target).sbuf_usable_per_partition
+    physical = physical_bytes(ir)
+    mine = sorted(
+        (lv for lv in live_ranges(ir) if lv.decl.buffer == "sbuf" and lv.decl.placement is None),
+        key=lambda lv: lv.start,
+    )
+    live: list[tuple[int, int]] = []
+    total = evicted = 0  # bytes out in HBM stay out until their tile's next use (reload)
+    out = {}
+    for lv in mine:
+        while live and live[0][0] < lv.start:
+            total -= heapq.heappop(live)[1]
+        size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
+        heapq.heappush(live, (lv.end, size))
+        total += size
+        extra = max(0, total - usable - evicted)
+        if extra:
+            evicted += extra
+            out[lv.start] = (extra, total)
+    return out
+
+
+def insert_spills(ir: KernelIR) -> tuple[KernelIR, tuple[Instr, ...]]:
+    """Insert a save + reload instruction after each allocation that overflows SBUF. It writes
+    the new tile, so the tile's producer waits for it; the scheduler starts it when everything
+    issued before it has finished (the spill runs in program order there)."""
+    points = spill_points(ir)
+    if not points:
+        return ir, ()
+    spills: list[Instr] = []
+    pos = 0
+
+    def rec(body: tuple[Node, ...]) -> tuple[Node, ...]:
+        nonlocal pos
+        out: list[Node] = []
+        for n in body:
+            pos += 1  # the numbering of simulator.capacity.live_ranges: nodes in pre-order
+            if isinstance(n, Loop):
+                out.append(replace(n, body=rec(n.body)))
+                continue
+            out.append(n)
+            if isinstance(n, Alloc) and pos in points:
+                extra, total = points[pos]
+                d = ir.tensor(n.tensor)
+                sp = Instr(
+                    SPILL,
+                    "save_reload",
+                    _full_access(n.tensor, ir),
+                    (),
+                    (
+                        ("bytes_per_partition", extra),
+                        ("partitions", d.shape[d.par_dim]),
+                        ("live_bytes", total),
+                    ),
+                    loc=n.loc or d.loc,
+                    api="compiler spill",
+                )
+                spills.append(sp)
+                out.append(sp)
+        return tuple(out)
+
+    body = rec(ir.body)
+    return _with(ir, body=body), tuple(spills)
+
+
+__all__ = ["Lowering", "lower", "SPILL"]
