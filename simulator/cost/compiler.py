@@ -23,6 +23,7 @@ here naming the rule it applies and its source (the tags of :mod:`.table`):
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from nki.ir import Access, Affine, Alloc, Const, IndexExpr, Instr, KernelIR, Loop, Node
@@ -181,27 +182,28 @@ def _invariant(ins: Instr, lp: Loop, ir: KernelIR, allocated: set[str], written:
     return True
 
 
+def _live_totals(ir: KernelIR, buf: str) -> Iterator[tuple[int, int]]:
+    """(program position, live bytes per partition) at each automatic allocation in ``buf``,
+    in program order (the sweep of ``simulator.capacity.check_capacity``)."""
+    physical = physical_bytes(ir)
+    mine = sorted(
+        (lv for lv in live_ranges(ir) if lv.decl.buffer == buf and lv.decl.placement is None),
+        key=lambda lv: lv.start,
+    )
+    live: list[tuple[int, int]] = []
+    total = 0
+    for lv in mine:
+        while live and live[0][0] < lv.start:
+            total -= heapq.heappop(live)[1]
+        size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
+        heapq.heappush(live, (lv.end, size))
+        total += size
+        yield lv.start, total
+
+
 def _peaks(ir: KernelIR) -> dict[str, int]:
     """Peak live bytes per partition of each on-chip buffer (automatic allocations)."""
-    ranges = live_ranges(ir)
-    physical = physical_bytes(ir)
-    out = {}
-    for buf in ("sbuf", "psum"):
-        mine = sorted(
-            (lv for lv in ranges if lv.decl.buffer == buf and lv.decl.placement is None),
-            key=lambda lv: lv.start,
-        )
-        live: list[tuple[int, int]] = []
-        total = peak = 0
-        for lv in mine:
-            while live and live[0][0] < lv.start:
-                total -= heapq.heappop(live)[1]
-            size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
-            heapq.heappush(live, (lv.end, size))
-            total += size
-            peak = max(peak, total)
-        out[buf] = peak
-    return out
+    return {buf: max((t for _, t in _live_totals(ir, buf)), default=0) for buf in ("sbuf", "psum")}
 
 
 def _fits(before: dict[str, int], after: dict[str, int], ir: KernelIR) -> bool:
@@ -280,24 +282,13 @@ def spill_points(ir: KernelIR) -> dict[int, tuple[int, int]]:
     bytes per partition that must go out there and the live total. Over one pass of the
     program (each loop body once) the bytes sent out add up to the peak excess."""
     usable = get_target(ir.target).sbuf_usable_per_partition
-    physical = physical_bytes(ir)
-    mine = sorted(
-        (lv for lv in live_ranges(ir) if lv.decl.buffer == "sbuf" and lv.decl.placement is None),
-        key=lambda lv: lv.start,
-    )
-    live: list[tuple[int, int]] = []
-    total = evicted = 0  # bytes out in HBM stay out until their tile's next use (reload)
+    evicted = 0  # bytes out in HBM stay out until their tile's next use (the reload)
     out = {}
-    for lv in mine:
-        while live and live[0][0] < lv.start:
-            total -= heapq.heappop(live)[1]
-        size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
-        heapq.heappush(live, (lv.end, size))
-        total += size
+    for pos, total in _live_totals(ir, "sbuf"):
         extra = max(0, total - usable - evicted)
         if extra:
             evicted += extra
-            out[lv.start] = (extra, total)
+            out[pos] = (extra, total)
     return out
 
 
