@@ -218,25 +218,24 @@ def hoist_loop_invariants(ir: KernelIR) -> tuple[KernelIR, tuple[Instr, ...]]:
     on-chip tiles still fit."""
     hoisted: list[Instr] = []
     rejected: set[tuple[int, object]] = set()
-    while (found := _hoist_one(ir, rejected)) is not None:
-        ir, ins = found
-        hoisted.append(ins)
-    return ir, tuple(dict.fromkeys(hoisted))
-
-
-def _hoist_one(ir: KernelIR, rejected: set[tuple[int, object]]) -> tuple[KernelIR, Instr] | None:
-    """The IR with the first hoistable instruction moved out of its loop, or None."""
-    before = None
-    for lp, ins in _candidates(ir):
-        if (id(ins), lp.sym) in rejected:
-            continue
-        alloc = next(n for n in lp.body if isinstance(n, Alloc) and n.tensor == ins.dst.tensor)
-        new = _with(ir, body=_map_hoist(ir.body, lp, alloc, ins))
-        before = before or _peaks(ir)
-        if _fits(before, _peaks(new), ir):
-            return new, ins
-        rejected.add((id(ins), lp.sym))
-    return None
+    while True:
+        moved = False
+        peaks = None
+        for sym, ins in [(lp.sym, ins) for lp, ins in _candidates(ir)]:
+            if (id(ins), sym) in rejected:
+                continue
+            lp = next(n for n, _ in ir.walk() if isinstance(n, Loop) and n.sym == sym)
+            alloc = next(n for n in lp.body if isinstance(n, Alloc) and n.tensor == ins.dst.tensor)
+            new = _with(ir, body=_map_hoist(ir.body, lp, alloc, ins))
+            peaks = peaks or _peaks(ir)
+            after = _peaks(new)
+            if _fits(peaks, after, ir):
+                ir, peaks, moved = new, after, True
+                hoisted.append(ins)
+            else:
+                rejected.add((id(ins), sym))
+        if not moved:
+            return ir, tuple(dict.fromkeys(hoisted))
 
 
 def _map_hoist(body: tuple[Node, ...], lp: Loop, alloc: Alloc, ins: Instr) -> tuple[Node, ...]:

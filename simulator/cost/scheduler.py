@@ -34,6 +34,7 @@ from .table import SPILL, CostTable
 
 SIMULATED_ITERATIONS = 3  # iterations scheduled per loop at least before extrapolating
 MAX_SIMULATED_ITERATIONS = 24  # ... and at most, when the period has not settled by then
+MIN_CAPPED_ITERATIONS = 6  # ... however deep the loop (fewer leave pipelines filling)
 MAX_BUFFERS = 8  # a tile allocated in a loop rotates through at most this many buffers
 MAX_EVENTS = 50_000  # slices kept for the timeline
 
@@ -293,9 +294,10 @@ class _State:
 
     def _min_iterations(self, lp: Loop) -> int:
         """Iterations to schedule before extrapolating: past the point where every rotating
-        buffer allocated in the loop has been reused (the first WAR stall on it)."""
+        buffer allocated in the loop has been reused (the first WAR stall on it). Tiles of
+        inner loops rotate with the inner loop's iterations, which already reuse them."""
         need = SIMULATED_ITERATIONS
-        for node in _walk(lp.body):
+        for node in lp.body:
             if isinstance(node, Alloc):
                 d = self.ir.tensor(node.tensor)
                 need = max(need, self._buffers(d.alias_of or d.name) + 2)
@@ -323,7 +325,7 @@ class _State:
         # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's
         # that repeats)
         depth = sum(o.static_trips is None or len(o.static_trips) > 1 for o in loops[:-1])
-        cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> depth)
+        cap = max(MIN_CAPPED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> depth)
         need = min(n, self._min_iterations(lp), cap)
         outer, seen = self.touched, set()
         last = None
