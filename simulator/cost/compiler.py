@@ -14,6 +14,9 @@ here naming the rule it applies and its source (the tags of :mod:`.table`):
   innermost loop runs once before the loop, unless keeping its result live would push the live
   on-chip tiles past capacity (the reason the fused Mamba tutorial's v2 is faster than v1 at
   length 512 while doing the same instructions [mamba-tut]).
+- **common subexpressions**: in straight-line code (loops the trace unrolled), an instruction
+  repeating an earlier one on unchanged sources is dropped and its readers read the earlier
+  result, under the same capacity condition (hoisting's counterpart for unrolled code).
 - **spills**: where the live SBUF tiles exceed the usable bytes per partition (program-order
   live ranges of :mod:`simulator.capacity`), the compiler saves the excess to HBM and reloads
   it; the transfer runs in program order at that allocation and the tile's producer waits for
@@ -43,6 +46,7 @@ class Lowering:
     folded_zero_inits: int = 0
     hoisted: tuple[Instr, ...] = ()
     spills: tuple[Instr, ...] = ()
+    common_subexpressions: int = 0  # repeated instructions dropped
 
 
 def lower(ir: KernelIR, t: CostTable) -> Lowering:
@@ -53,7 +57,8 @@ def lower(ir: KernelIR, t: CostTable) -> Lowering:
     # instructions within that allocation
     ir, spills = insert_spills(ir)
     ir, hoisted = hoist_loop_invariants(ir)
-    return Lowering(ir, bcast, folded, hoisted, spills)
+    ir, common = eliminate_common_subexpressions(ir)
+    return Lowering(ir, bcast, folded, hoisted, spills, common)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -162,17 +167,24 @@ def _depends_on(acc: Access, sym: object) -> bool:
     return any(sym in e.base.symbols() for e in acc.index) or bool(acc.indirect)
 
 
-def _invariant(ins: Instr, lp: Loop, ir: KernelIR, allocated: set[str], written: set[str]) -> bool:
-    """Whether ``ins`` (directly in ``lp``'s body) computes the same tile in every iteration
-    into a tile of its own."""
+def _pure_compute(ins: Instr, ir: KernelIR) -> bool:
+    """A compute instruction whose result depends on its sources only, written whole into a
+    tile of its own (what hoisting and common-subexpression elimination may move or drop)."""
     if engine_of(ins) in ("dma", "none") or ins.op in NOT_HOISTED_OPS or ins.kind == SPILL:
         return False
     if ins.dst is None or ins.accumulate or ins.mask is not None:
         return False
     if any(isinstance(v, Access) for _, v in ins.attrs):
         return False  # secondary outputs / inputs: keep it simple
-    d = ir.tensor(ins.dst.tensor)
-    if d.alias_of or d.name not in allocated or _depends_on(ins.dst, lp.sym):
+    return ir.tensor(ins.dst.tensor).alias_of is None
+
+
+def _invariant(ins: Instr, lp: Loop, ir: KernelIR, allocated: set[str], written: set[str]) -> bool:
+    """Whether ``ins`` (directly in ``lp``'s body) computes the same tile in every iteration
+    into a tile of its own."""
+    if not _pure_compute(ins, ir):
+        return False
+    if ins.dst.tensor not in allocated or _depends_on(ins.dst, lp.sym):
         return False
     for s in ins.srcs:
         if isinstance(s, IndexExpr) and lp.sym in s.base.symbols():
@@ -263,6 +275,77 @@ def _candidates(ir: KernelIR):
             if isinstance(ins, Instr) and _invariant(ins, lp, ir, allocated, written):
                 if writers.get(ir.storage_of(ins.dst.tensor)) == 1:
                     yield lp, ins
+
+
+# ---- common subexpressions --------------------------------------------------------------
+def eliminate_common_subexpressions(ir: KernelIR) -> tuple[KernelIR, int]:
+    """In straight-line code (one body, loops aside), drop a compute instruction that repeats
+    an earlier one on sources unchanged since, reading the earlier result instead: what
+    hoisting does for a loop, for code the trace unrolled. Applied only if the longer-lived
+    results still fit on chip."""
+    writers = _writers(ir)
+    viewed = {d.alias_of for d in ir.tensors if d.alias_of}
+    rename: dict[str, str] = {}
+    dropped: set[int] = set()
+
+    def scan(body: tuple[Node, ...]) -> None:
+        version: dict[str, int] = {}
+        seen: dict[tuple, tuple[str, tuple[int, ...]]] = {}
+        for n in body:
+            if isinstance(n, Loop):
+                for w in _loop_writes(n, ir):
+                    version[w] = version.get(w, 0) + 1
+                scan(n.body)
+                continue
+            if not isinstance(n, Instr):
+                continue
+            srcs = tuple(_renamed(s, rename) for s in n.srcs)
+            bases = [ir.storage_of(s.tensor) for s in srcs if isinstance(s, Access)]
+            d = n.dst.tensor if n.dst is not None else None
+            if (
+                d is not None
+                and _pure_compute(n, ir)
+                and writers.get(d) == 1
+                and d not in viewed
+                and not any(s.indirect for s in srcs if isinstance(s, Access))
+            ):
+                decl = ir.tensor(d)
+                key = (n.kind, n.op, repr(srcs), repr(n.attrs), decl.shape, decl.dtype)
+                vers = tuple(version.get(b, 0) for b in bases)
+                hit = seen.get(key)
+                if hit is not None and hit[1] == vers and version.get(hit[0], 0) == 1:
+                    rename[d] = hit[0]
+                    dropped.add(id(n))
+                    continue
+                seen[key] = (d, vers)
+            for a in _writes(n):
+                b = ir.storage_of(a.tensor)
+                version[b] = version.get(b, 0) + 1
+
+    scan(ir.body)
+    if not dropped:
+        return ir, 0
+
+    def rewrite(n: Node) -> tuple[Node, ...]:
+        if id(n) in dropped or (isinstance(n, Alloc) and n.tensor in rename):
+            return ()
+        if not isinstance(n, Instr):
+            return (n,)
+        attrs = tuple((k, _renamed(v, rename)) for k, v in n.attrs)
+        srcs = tuple(_renamed(s, rename) for s in n.srcs)
+        return (replace(n, srcs=srcs, attrs=attrs),)
+
+    new = _with(ir, body=_map(ir.body, rewrite))
+    if not _fits(_peaks(ir), _peaks(new), ir):
+        return ir, 0
+    return new, len(dropped)
+
+
+def _renamed(v: object, rename: dict[str, str]) -> object:
+    if not isinstance(v, Access):
+        return v
+    ind = tuple((d, _renamed(a, rename)) for d, a in v.indirect)
+    return replace(v, tensor=rename.get(v.tensor, v.tensor), indirect=ind)
 
 
 # ---- spills ------------------------------------------------------------------------------
