@@ -86,7 +86,8 @@ def _two_chains(dependent: bool):
         s = x
         for _ in range(8):
             v = nl.multiply(v, 1.5) if not dependent else nl.multiply(s, 1.5)  # Vector
-            s = nl.exp(x) if not dependent else nl.exp(v)  # Scalar
+            # Scalar: its own chain (eight equal nl.exp(x) would be one common subexpression)
+            s = nl.exp(s) if not dependent else nl.exp(v)
         nl.store(out, value=nl.add(v, s))
         return out
 
