@@ -10,7 +10,7 @@ from nki.errors import SrcLoc
 from nki.ir import Access, KernelIR
 from nki.targets import get_target
 
-from .compiler import SPILL, lower
+from .compiler import SPILL, Lowering, lower
 from .scheduler import Schedule, SiteStats, schedule
 from .table import CostTable, table_for
 
@@ -73,6 +73,7 @@ class Report:
     lints: list[Lint]
     schedule: Schedule = field(repr=False)
     table: CostTable = field(repr=False)
+    compiler: Lowering | None = field(default=None, repr=False)  # the IR as scheduled
 
     @property
     def latency_us(self) -> float:
@@ -309,11 +310,14 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     shapes alone."""
     tname = target or ir.target
     table = table_for(get_target(tname).name)
-    ir = lower(replace(ir, target=table.target, _by_name={}), table).ir
+    lowering = lower(replace(ir, target=table.target, _by_name={}), table)
+    ir = lowering.ir
     s = schedule(ir, table)
     if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
-        cores = (lower(replace(c, target=table.target, _by_name={}), table).ir for c in ir.cores)
-        s = max((schedule(c, table) for c in cores), key=lambda x: x.latency_ns)
+        cores = [lower(replace(c, target=table.target, _by_name={}), table) for c in ir.cores]
+        s, lowering = max(
+            ((schedule(c.ir, table), c) for c in cores), key=lambda x: x[0].latency_ns
+        )
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)
@@ -340,6 +344,7 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
         _lints(ir, s, table, s.latency_ns),
         s,
         table,
+        lowering,
     )
 
 
