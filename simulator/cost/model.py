@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 
 from nki import dtypes
-from nki.ir import Access, Instr, KernelIR
+from nki.ir import Access, Instr, KernelIR, Loop
 from nki.optable import OPS
 from nki.targets import get_target
 
+from .masks import mask_fraction
 from .table import (
     BROADCAST_ENGINES,
     FAST_COPY_OPS,
@@ -189,19 +190,21 @@ def _matmul(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     )
 
 
-def _dma(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
+def _dma(instr: Instr, ir: KernelIR, t: CostTable, kept: float = 1.0) -> InstrCost:
+    """A DMA transfer; ``kept`` is the share of its tile the mask keeps (a masked-off element
+    is neither moved nor described)."""
     accs = _accesses(instr)
     hbm = [a for a in accs if not ir.tensor(a.tensor).on_chip]
     chip = [a for a in accs if ir.tensor(a.tensor).on_chip]
     main = instr.dst if instr.dst is not None else accs[0]
     elems = math.prod(main.shape)
     itemsize = max(dtypes.itemsize(ir.tensor(a.tensor).dtype) for a in accs)
-    nbytes = elems * itemsize
+    nbytes = round(elems * kept) * itemsize
     side = hbm[0] if hbm else accs[0]
     transposing = instr.op in ("load_transpose2d", "dma_transpose")
     run = max(1, contiguous_run(side, ir, storage_order=transposing))
     chunk = run * dtypes.itemsize(ir.tensor(side.tensor).dtype)
-    chunks = max(1, elems // max(1, run))
+    chunks = max(1, round(elems * kept / max(1, run)))
     per_part = per_partition(chip[0], ir) * itemsize if chip else nbytes
     # the transfer is spread over all DMA engines: bytes at aggregate bandwidth plus the
     # per-chunk processing cost shared by the engines [dma-bw]
@@ -299,15 +302,16 @@ def _spill(instr: Instr, t: CostTable) -> InstrCost:
     )
 
 
-def cost_of(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
-    """The static cost of ``instr`` on the table's target."""
+def cost_of(instr: Instr, ir: KernelIR, t: CostTable, loops: tuple[Loop, ...] = ()) -> InstrCost:
+    """The static cost of ``instr`` on the table's target (inside ``loops``, over which a
+    mask's share is averaged)."""
     engine = engine_of(instr, ir)
     if engine == "none":
         return InstrCost("none", 0.0)
     if instr.kind == "spill":
         return _spill(instr, t)
     if engine == "dma":
-        return _dma(instr, ir, t)
+        return _dma(instr, ir, t, mask_fraction(instr, loops))
     if engine == "tensor":
         if is_matmul(instr):
             return _matmul(instr, ir, t)

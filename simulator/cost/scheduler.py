@@ -156,7 +156,7 @@ class _State:
     def instr(self, ins: Instr, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
         c = self.costs.get(id(ins))
         if c is None:
-            c = self.costs[id(ins)] = cost_of(ins, self.ir, self.t)
+            c = self.costs[id(ins)] = cost_of(ins, self.ir, self.t, loops)
             self.sites[id(ins)] = SiteStats(ins, c.engine, loops=loops)
         if c.engine == "none":
             return

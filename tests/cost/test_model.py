@@ -302,3 +302,30 @@ def test_vector_copy_cost_per_generation_and_dtype(target, dtype, per_cycle):
 def test_estimate_rejects_an_unknown_target():
     with pytest.raises(nki.NKIError, match="unknown platform target 'trn9'"):
         nki.estimate(copy_rows, target="trn9")(nt.tensor[[128, 128], nl.float32])
+
+
+@nki.jit
+def masked_rows(a, keep, ragged):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(a.shape[1])[None, :]
+    n = a.shape[0] // 128
+    for i in nl.affine_range(n):
+        rows = i * 128 + i_p
+        # ragged: every tile but the last whole, the last one keeps `keep` rows
+        keep_rows = rows < (n - 1) * 128 + keep if ragged else i_p < keep
+        t = nl.load(a[rows, i_f], mask=keep_rows)
+        nl.store(out[rows, i_f], value=t, mask=keep_rows)
+    return out
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_a_masked_dma_moves_and_describes_only_its_masked_in_elements(ragged):
+    arg = nt.tensor[[512, 1024], nl.float32]
+    full = nki.estimate(masked_rows, target="trn1")(arg, 128, ragged)
+    part = nki.estimate(masked_rows, target="trn1")(arg, 16, ragged)
+    assert full.dma_bytes == 2 * 512 * 1024 * 4
+    rows = 3 * 128 + 16 if ragged else 4 * 16  # rows kept over the four tiles
+    assert part.dma_bytes == pytest.approx(2 * rows * 1024 * 4)
+    load_full, load_part = _site(full, "nl.load"), _site(part, "nl.load")
+    assert load_part.ns == pytest.approx(load_full.ns * rows / 512, rel=0.02)
