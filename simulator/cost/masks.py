@@ -10,28 +10,13 @@ import numpy as np
 
 from nki.ir import Instr, Loop, Mask
 
+from ..memory import eval_mask
+
 SAMPLES_PER_LOOP = 8  # iterator values a mask is evaluated at, evenly spread over the loop
-_OPS = {
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
-    "==": np.equal,
-    "!=": np.not_equal,
-}
 
 
 def _kept(mask: Mask, env: dict) -> float:
-    keep: np.ndarray | bool = True
-    for c in mask.conds:
-        e = c.expr
-        value = np.asarray(e.base.evaluate(env), dtype=np.int64)
-        for d, (coeff, n) in enumerate(zip(e.coeffs, e.shape)):
-            if coeff:
-                shape = [n if j == d else 1 for j in range(len(e.shape))]
-                value = value + coeff * np.arange(n, dtype=np.int64).reshape(shape)
-        keep = keep & _OPS[c.op](value, 0)
-    return float(np.mean(keep))
+    return float(np.mean(eval_mask(mask, mask.conds[0].expr.shape, env)))
 
 
 def mask_fraction(instr: Instr, loops: tuple[Loop, ...]) -> float:
