@@ -203,10 +203,10 @@ _CURRENT_MAMBA = {"v1 ch256 L512", "v1 ch4096 L512", "v2 ch4096 L512", "v2 ch409
 _CURRENT_MAMBA |= {"v3 ch4096 L2048", "v2 ch4096 L8192", "v3 ch4096 L8192"}
 
 MATMUL_FIGURES = (  # matrix_multiplication.rst table "Latency (ms)" and HFU
-    ("nki_matmul_tiled_", "Original Tiled", 51.80, "10.98"),
-    ("nki_matmul_hoist_load_", "Optimization 1", 42.96, "13.24"),
-    ("nki_matmul_block_free_dimension_", "Optimization 2", 22.07, "26.51"),
-    ("nki_matmul_fully_optimized_", "Optimization 3", 6.97, "85.24"),
+    ("nki_matmul_tiled_", "Original Tiled", "51.80", "10.98"),
+    ("nki_matmul_hoist_load_", "Optimization 1", "42.96", "13.24"),
+    ("nki_matmul_block_free_dimension_", "Optimization 2", "22.07", "26.51"),
+    ("nki_matmul_fully_optimized_", "Optimization 3", "6.97", "85.24"),
 )
 
 
@@ -217,7 +217,7 @@ def _matmul_figures(f: KernelFile) -> list[Figure]:
             f"matmul {row} ({f.api})",
             f'{MATMUL_RST}@{CLASSIC[:8]}: "{row} | {ms} | {hfu}"',
             "[4096,8192] @ [8192,8192] bf16",
-            ms * 1e3,
+            float(ms) * 1e3,
             _matmul,
             kernel,
             f,

@@ -16,7 +16,8 @@ SAMPLES_PER_LOOP = 8  # iterator values a mask is evaluated at, evenly spread ov
 
 
 def _kept(mask: Mask, env: dict) -> float:
-    return float(np.mean(eval_mask(mask, mask.conds[0].expr.shape, env)))
+    shape = np.broadcast_shapes(*(c.expr.shape for c in mask.conds))  # the tile's axes
+    return float(np.mean(eval_mask(mask, shape, env)))
 
 
 def mask_fraction(instr: Instr, loops: tuple[Loop, ...]) -> float:

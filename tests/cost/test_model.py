@@ -329,3 +329,19 @@ def test_a_masked_dma_moves_and_describes_only_its_masked_in_elements(ragged):
     assert part.dma_bytes == pytest.approx(2 * rows * 1024 * 4)
     load_full, load_part = _site(full, "nl.load"), _site(part, "nl.load")
     assert load_part.ns == pytest.approx(load_full.ns * rows / 512, rel=0.02)
+
+
+@nki.jit
+def masked_corner(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    t = nl.load(a[i_p, i_f], mask=(i_p < 100) & (i_f < 300))  # conditions on different axes
+    nl.store(out[i_p, i_f], value=t)
+    return out
+
+
+def test_a_mask_over_both_axes_keeps_their_product():
+    r = nki.estimate(masked_corner, target="trn2")(nt.tensor[[128, 512], nl.float32])
+    assert _site(r, "nl.load").dma_bytes == 100 * 300 * 4
+    assert _site(r, "nl.store").dma_bytes == 128 * 512 * 4
