@@ -8,12 +8,14 @@ dimensions before the partition dimension) and per allocation: a tile allocated 
 rotates through as many buffers as fit (``buffers_for``), so iteration i+n only waits for
 iteration i. HBM is tracked per tensor; stores to one HBM tensor are taken to write disjoint
 regions. DMA transfers start a fixed latency after their dependencies are met and share the
-core's DMA bandwidth (a transfer fills the gaps other queues leave).
+core's DMA bandwidth (a transfer fills the gaps other queues leave). A compiler spill
+(``compiler.insert_spills``) starts only when everything issued before it has finished.
 
 Loops are not unrolled: iterations are scheduled until every rotating buffer has been reused
 and the period (how far one iteration advances the schedule) repeats; the remaining
 iterations are then added as that period and the last iteration's busy time, each times the
-remaining trip count. Iterations have static shapes, so every iteration costs the same, and
+remaining trip count. The period is at least the iteration's time on the shared DMA
+bandwidth, so extrapolated transfers never exceed it. Iterations have static shapes, so every iteration costs the same, and
 the result equals scheduling every iteration once the pipeline is in its steady state
 (tests/cost/test_model.py checks this)."""
 
