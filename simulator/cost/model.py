@@ -42,6 +42,9 @@ class InstrCost:
     moving_free: int = 0  # matmul: moving free size
     stride_penalty: bool = False
     buffers: tuple[str, ...] = ()  # on-chip buffers touched (shared-port rules)
+    # the part of ``ns`` that is a fixed or per-chunk overhead (MIN_II, access overhead, matmul
+    # fixed cost, DMA per-chunk cost): the least certain figures, reported as such
+    overhead_ns: float = 0.0
 
 
 def _free(shape: tuple[int, ...]) -> int:
@@ -187,6 +190,7 @@ def _matmul(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
         stationary_ns=st_cycles / row.clock_ghz,
         moving_free=n,
         buffers=tuple(ir.tensor(a.tensor).buffer for a in _accesses(instr)),
+        overhead_ns=t.matmul_fixed_cycles * factor / row.clock_ghz,
     )
 
 
@@ -215,7 +219,14 @@ def _dma(instr: Instr, ir: KernelIR, t: CostTable, kept: float = 1.0) -> InstrCo
         ns *= 2  # read, modify, write back
     if any(a.indirect for a in accs):  # descriptors generated from register values
         ns += t.dynamic_offset_cycles / t.engines["gpsimd"].clock_ghz
-    return InstrCost("dma", ns, dma_bytes=nbytes, bytes_per_partition=per_part, chunk_bytes=chunk)
+    return InstrCost(
+        "dma",
+        ns,
+        dma_bytes=nbytes,
+        bytes_per_partition=per_part,
+        chunk_bytes=chunk,
+        overhead_ns=max(0.0, ns - nbytes / t.dma_bytes_per_ns),
+    )
 
 
 def streamed_inputs(instr: Instr, ir: KernelIR) -> int:
@@ -245,6 +256,7 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         fast = name in FAST_COPY_OPS and not srcs_psum and "psum" not in buffers
         factor /= row.bf16_copy_speedup if fast else row.bf16_speedup
     penalty = any(_innermost_stride_bytes(a, ir) > t.stride_penalty_bytes for a in accs)
+    stream = factor * n * (2.0 if penalty else 1.0)
     cycles = max(row.min_ii_cycles, factor * n) * (2.0 if penalty else 1.0)
     cycles += OP_EXTRA_CYCLES.get(name, 0) + row.access_overhead_cycles
     if any(a.indirect for a in accs):
@@ -254,6 +266,7 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         cycles / row.clock_ghz,
         stride_penalty=penalty,
         buffers=tuple(sorted({ir.tensor(a.tensor).buffer for a in accs})),
+        overhead_ns=max(0.0, cycles - stream) / row.clock_ghz,
     )
 
 

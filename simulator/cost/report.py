@@ -33,6 +33,20 @@ class Lint:
 
 
 @dataclass(frozen=True)
+class Doubt:
+    """A part of the estimate the model is least sure of: ``ns`` of modelled time (or 0 for a
+    count) resting on figures or rules that are rough, fitted or inferred."""
+
+    what: str
+    ns: float
+    why: str
+
+    def __str__(self) -> str:
+        size = f"~{_fmt_ns(self.ns)}: " if self.ns else ""
+        return f"{size}{self.what} ({self.why})"
+
+
+@dataclass(frozen=True)
 class TopInstr:
     name: str
     engine: str
@@ -74,6 +88,7 @@ class Report:
     schedule: Schedule = field(repr=False)
     table: CostTable = field(repr=False)
     compiler: Lowering | None = field(default=None, repr=False)  # the IR as scheduled
+    doubts: list[Doubt] = field(default_factory=list)  # what the estimate is least sure of
 
     @property
     def latency_us(self) -> float:
@@ -162,6 +177,9 @@ class Report:
             lines.append(
                 f"    {_fmt_ns(t.ns):>11s}  {t.engine:<7s} {t.name:<24s} x{t.count:<10.0f} {where}"
             )
+        if self.doubts:
+            lines.append("  least certain:")
+            lines.extend(f"    {d}" for d in self.doubts)
         if self.lints:
             lines.append("  lints:")
             lines.extend(f"    {lint}" for lint in self.lints)
@@ -305,6 +323,49 @@ def _spill_lints(s: Schedule, t: CostTable) -> list[Lint]:
     ]
 
 
+def _doubts(s: Schedule, lowering: Lowering) -> list[Doubt]:
+    """Which parts of this estimate rest on rough, fitted or inferred figures."""
+    out: list[Doubt] = []
+    overhead: dict[str, float] = {}
+    for site in s.sites.values():
+        c = s.costs[id(site.instr)]
+        if c.overhead_ns and site.count:
+            overhead[c.engine] = overhead.get(c.engine, 0.0) + c.overhead_ns * site.count
+    for engine, ns in sorted(overhead.items(), key=lambda kv: -kv[1]):
+        busy = s.busy.get(engine, 0.0)
+        if busy and ns > 0.25 * busy:
+            why = (
+                "per-chunk cost of small DMA chunks, a fitted parameter"
+                if engine == "dma"
+                else "fixed costs of small instructions: MIN_II, access and matmul overheads"
+            )
+            out.append(Doubt(f"{100 * ns / busy:.0f}% of {engine} time is overhead", ns, why))
+    spill = sum(x.ns for x in s.sites.values() if x.instr.kind == SPILL)
+    if spill:
+        out.append(Doubt("compiler spills", spill, "bytes over capacity; the allocator may differ"))
+    moved = len(lowering.hoisted) + lowering.common_subexpressions
+    if moved:
+        out.append(
+            Doubt(
+                f"{moved} instruction(s) hoisted or merged",
+                0.0,
+                "inferred compiler rules: loop-invariant hoisting, common subexpressions",
+            )
+        )
+    span = max(
+        (sum(e.dur for e in s.events if e.repeat and e.track == tr) for tr in s.busy), default=0
+    )
+    if s.latency_ns and span > 0.5 * s.latency_ns:
+        out.append(
+            Doubt(
+                f"{100 * span / s.latency_ns:.0f}% of the timeline extrapolated from loop periods",
+                0.0,
+                "iterations past the first few are taken to repeat the last one scheduled",
+            )
+        )
+    return out
+
+
 def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     """Estimate a traced kernel's performance on ``target`` (default: the IR's target), from
     shapes alone."""
@@ -345,7 +406,8 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
         s,
         table,
         lowering,
+        _doubts(s, lowering),
     )
 
 
-__all__ = ["Report", "Lint", "estimate_ir", "SiteStats"]
+__all__ = ["Report", "Lint", "Doubt", "estimate_ir", "SiteStats"]

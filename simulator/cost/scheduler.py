@@ -15,9 +15,9 @@ Loops are not unrolled: iterations are scheduled until every rotating buffer has
 and the period (how far one iteration advances the schedule) repeats; the remaining
 iterations are then added as that period and the last iteration's busy time, each times the
 remaining trip count. The period is at least the iteration's time on the shared DMA
-bandwidth, so extrapolated transfers never exceed it. Iterations have static shapes, so every iteration costs the same, and
-the result equals scheduling every iteration once the pipeline is in its steady state
-(tests/cost/test_model.py checks this)."""
+bandwidth, so extrapolated transfers never exceed it. Iterations have static shapes, so every
+iteration costs the same, and the result equals scheduling every iteration once the pipeline
+is in its steady state (tests/cost/test_model.py checks this)."""
 
 from __future__ import annotations
 

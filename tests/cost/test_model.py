@@ -345,3 +345,27 @@ def test_a_mask_over_both_axes_keeps_their_product():
     r = nki.estimate(masked_corner, target="trn2")(nt.tensor[[128, 512], nl.float32])
     assert _site(r, "nl.load").dma_bytes == 100 * 300 * 4
     assert _site(r, "nl.store").dma_bytes == 128 * 512 * 4
+
+
+@nki.jit
+def tiny_ops(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    for _ in range(16):
+        x = nl.multiply(x, 1.5)  # 8 elements per partition: MIN_II and access overhead dominate
+    nl.store(out, value=x)
+    return out
+
+
+def test_report_says_which_parts_it_is_least_sure_of():
+    r = nki.estimate(tiny_ops, target="trn1")(nt.tensor[[128, 8], nl.float32])
+    (small,) = [d for d in r.doubts if "of vector time is overhead" in d.what]
+    row = table_for("trn1").engines["vector"]
+    # per instruction: max(64, 8) + 60 cycles, of which 8 stream elements
+    assert small.ns == pytest.approx(16 * (64 + 60 - 8) / row.clock_ghz)
+    assert "fixed costs of small instructions" in small.why
+    assert "least certain:" in r.summary()
+    spilled = nki.estimate(big_sbuf, target="trn1")(nt.tensor[[128, 65536], nl.float32])
+    (spill,) = [d for d in spilled.doubts if d.what == "compiler spills"]
+    (lint,) = [x for x in spilled.lints if x.rule == "capacity-spill"]
+    assert spill.ns == pytest.approx(lint.cost_ns) and spill.ns > 0
