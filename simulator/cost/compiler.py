@@ -238,7 +238,11 @@ def hoist_loop_invariants(ir: KernelIR) -> tuple[KernelIR, tuple[Instr, ...]]:
                 continue
             lp = next(n for n, _ in ir.walk() if isinstance(n, Loop) and n.sym == sym)
             alloc = next(n for n in lp.body if isinstance(n, Alloc) and n.tensor == ins.dst.tensor)
-            new = _with(ir, body=_map_hoist(ir.body, lp, alloc, ins))
+            body = _map_hoist(ir.body, lp, alloc, ins)
+            if body == ir.body:  # not in this body (another core's trace)
+                rejected.add((id(ins), sym))
+                continue
+            new = _with(ir, body=body)
             peaks = peaks or _peaks(ir)
             after = _peaks(new)
             if _fits(peaks, after, ir):

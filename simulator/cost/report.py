@@ -371,14 +371,11 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     shapes alone."""
     tname = target or ir.target
     table = table_for(get_target(tname).name)
-    lowering = lower(replace(ir, target=table.target, _by_name={}), table)
+    # one trace per core (current API, LNC=2): the slower core decides
+    traces = ir.cores or (ir,)
+    lowered = [lower(replace(c, target=table.target, _by_name={}), table) for c in traces]
+    s, lowering = max(((schedule(c.ir, table), c) for c in lowered), key=lambda x: x[0].latency_ns)
     ir = lowering.ir
-    s = schedule(ir, table)
-    if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
-        cores = [lower(replace(c, target=table.target, _by_name={}), table) for c in ir.cores]
-        s, lowering = max(
-            ((schedule(c.ir, table), c) for c in cores), key=lambda x: x[0].latency_ns
-        )
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)
