@@ -18,10 +18,10 @@ here naming the rule it applies and its source (the tags of :mod:`.table`):
   repeating an earlier one on unchanged sources is dropped and its readers read the earlier
   result, under the same capacity condition (hoisting's counterpart for unrolled code).
 - **spills**: where the live SBUF tiles exceed the usable bytes per partition (program-order
-  live ranges of :mod:`simulator.capacity`), the compiler saves the excess to HBM and reloads
-  it; the transfer runs in program order at that allocation and the tile's producer waits for
-  it (the stalls on spill / reload queues the Mamba tutorial's v2 profile at length 8192 shows
-  [mamba-tut])."""
+  live ranges of :mod:`simulator.capacity`), the compiler saves the excess of the tiles used
+  furthest ahead to HBM and reloads it at their next use; the save + reload transfer runs in
+  program order at that allocation and the tile's producer waits for it (the stalls on spill /
+  reload queues the Mamba tutorial's v2 profile at length 8192 shows [mamba-tut])."""
 
 from __future__ import annotations
 
@@ -362,19 +362,75 @@ def _full_access(name: str, ir: KernelIR) -> Access:
     return Access(name, shape, index)
 
 
+def _use_positions(ir: KernelIR) -> dict[str, list[int]]:
+    """Program positions (numbered as :func:`simulator.capacity.live_ranges` numbers nodes:
+    pre-order) of the instructions touching each on-chip storage."""
+    uses: dict[str, list[int]] = {}
+    pos = 0
+
+    def rec(body: tuple[Node, ...]) -> None:
+        nonlocal pos
+        for n in body:
+            pos += 1
+            if isinstance(n, Loop):
+                rec(n.body)
+            elif isinstance(n, Instr):
+                accs = [*_writes(n), *(a for a in n.srcs if isinstance(a, Access))]
+                accs += [a for x in accs for _, a in x.indirect]
+                for b in {ir.storage_of(a.tensor) for a in accs}:
+                    uses.setdefault(b, []).append(pos)
+
+    rec(ir.body)
+    return uses
+
+
 def spill_points(ir: KernelIR) -> dict[int, tuple[int, int]]:
     """Program positions (numbered as :func:`simulator.capacity.live_ranges` numbers nodes) of
     the SBUF allocations that push the live tiles past the usable bytes per partition: the
-    bytes per partition that must go out there and the live total. Over one pass of the
-    program (each loop body once) the bytes sent out add up to the peak excess."""
+    bytes per partition that must go out there and the live total. The bytes sent out belong
+    to the live tiles used furthest ahead (a tile used again only in a later iteration of its
+    loop counts as used at the loop's end); they stay out, so later overflows add to them,
+    until their tile is used again (the reload). Over one pass of a loop body the bytes sent
+    out add up to its peak excess; in unrolled code each repeated section spills anew."""
     usable = get_target(ir.target).sbuf_usable_per_partition
-    evicted = 0  # bytes out in HBM stay out until their tile's next use (the reload)
+    physical = physical_bytes(ir)
+    ranges = sorted(
+        (lv for lv in live_ranges(ir) if lv.decl.buffer == "sbuf" and lv.decl.placement is None),
+        key=lambda lv: lv.start,
+    )
+    uses = _use_positions(ir)
+    live: dict[str, tuple[int, int]] = {}  # tile -> (end of its live range, bytes)
+    out_bytes: dict[str, int] = {}  # tile -> bytes of it out in HBM
+    out_at: dict[str, int] = {}  # tile -> where they went out
     out = {}
-    for pos, total in _live_totals(ir, "sbuf"):
-        extra = max(0, total - usable - evicted)
-        if extra:
-            evicted += extra
-            out[pos] = (extra, total)
+    for lv in ranges:
+        pos, name = lv.start, lv.decl.name
+        for t in list(out_bytes):  # dead, or used (so reloaded) since it went out
+            if live[t][0] < pos or any(out_at[t] < u < pos for u in uses.get(t, ())):
+                del out_bytes[t]
+        for t in [t for t, (end, _) in live.items() if end < pos]:
+            del live[t]
+        live[name] = (lv.end, physical.get(name, bytes_per_partition(lv.decl)))
+        total = sum(b for _, b in live.values())
+        need = total - sum(out_bytes.values()) - usable
+        if need <= 0:
+            continue
+        out[pos] = (need, total)
+        # furthest next use first; past its last use in this pass, a tile that lives on
+        # (used by later iterations of its loop) is next used at its live range's end
+        victims = sorted(
+            (t for t in live if t != name),
+            key=lambda t: -min((u for u in uses.get(t, ()) if u > pos), default=live[t][0]),
+        )
+        for t in victims:
+            room = live[t][1] - out_bytes.get(t, 0)
+            take = min(room, need)
+            if take > 0:
+                out_bytes[t] = out_bytes.get(t, 0) + take
+                out_at[t] = pos
+                need -= take
+            if need <= 0:
+                break
     return out
 
 
