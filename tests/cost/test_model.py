@@ -369,3 +369,30 @@ def test_report_says_which_parts_it_is_least_sure_of():
     (spill,) = [d for d in spilled.doubts if d.what == "compiler spills"]
     (lint,) = [x for x in spilled.lints if x.rule == "capacity-spill"]
     assert spill.ns == pytest.approx(lint.cost_ns) and spill.ns > 0
+
+
+def _sections(unrolled: bool):
+    @nki.jit
+    def kernel(p_in, c):
+        out = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        p = nl.load(p_in)  # 64 KiB per partition, used by every section
+        for i in nl.static_range(4) if unrolled else nl.affine_range(4):
+            ci = nl.load(c[i])  # 64 KiB
+            t = nl.multiply(p, ci)  # 64 KiB more: 192 KiB live, over trn1's 176 KiB usable
+            nl.store(out[i], value=t)
+        return out
+
+    return nki.estimate(kernel, target="trn1")(
+        nt.tensor[[128, 16384], nl.float32], nt.tensor[[4, 128, 16384], nl.float32]
+    )
+
+
+def test_spills_repeat_per_iteration_of_a_loop_and_per_section_of_unrolled_code():
+    spilled = {}
+    for unrolled in (False, True):
+        r = _sections(unrolled)
+        sites = [s for s in r.schedule.sites.values() if s.instr.kind == "spill"]
+        assert sum(s.count for s in sites) == 4  # one save + reload per section
+        spilled[unrolled] = sum(s.dma_bytes for s in sites)
+    over = 3 * 64 * 1024 - 180224  # bytes per partition over capacity in each section
+    assert spilled[False] == spilled[True] == 4 * 2 * over * 128
