@@ -397,14 +397,26 @@ def extract(repo: Path, f: KernelFile) -> Path:
 _MODULES: dict[KernelFile, object] = {}
 
 
-def load_kernel(repo: Path, f: KernelFile, name: str) -> object:
-    """A kernel function of an AWS kernel file (classic files import ``neuronxcc.nki``, which
-    ``frontends.compat`` provides)."""
-    if f not in _MODULES:
-        if f.api == "classic":
-            from frontends import compat
+@contextlib.contextmanager
+def api_of(f: KernelFile | None):
+    """Classic kernel files import ``neuronxcc.nki`` and rely on classic compiler behaviours:
+    ``frontends.compat`` provides both while they load and trace, and only then (classic mode
+    would change how a current-API kernel traces)."""
+    if f is None or f.api != "classic":
+        yield
+        return
+    from frontends import compat
 
-            compat.install()
+    compat.install()
+    try:
+        yield
+    finally:
+        compat.uninstall()
+
+
+def load_kernel(repo: Path, f: KernelFile, name: str) -> object:
+    """A kernel function of an AWS kernel file (call it inside :func:`api_of`)."""
+    if f not in _MODULES:
         path = extract(repo, f)
         spec = importlib.util.spec_from_file_location(f"calib_{f.api}_{path.stem}", path)
         assert spec is not None and spec.loader is not None
@@ -448,7 +460,8 @@ def run(fig: Figure, repo: Path | None) -> Result:
             res.estimate = slow.latency_us / fast.latency_us
         else:
             assert repo is not None
-            report = _estimate(load_kernel(repo, fig.file, fig.kernel), fig)
+            with api_of(fig.file):
+                report = _estimate(load_kernel(repo, fig.file, fig.kernel), fig)
             res.reports = [report]
             res.estimate = report.latency_us
     except Exception as e:  # reported in the table; the harness goes on with the next figure
