@@ -18,7 +18,7 @@ here naming the rule it applies and its source (the tags of :mod:`.table`):
   repeating an earlier one on unchanged sources is dropped and its readers read the earlier
   result, under the same capacity condition (hoisting's counterpart for unrolled code).
 - **spills**: where the live SBUF tiles exceed the usable bytes per partition (program-order
-  live ranges of :mod:`simulator.capacity`), the compiler saves the excess of the tiles used
+  live ranges of :mod:`simulator.checks.capacity`), the compiler saves the excess of the tiles used
   furthest ahead to HBM and reloads it at their next use; the save + reload transfer runs in
   program order at that allocation and the tile's producer waits for it (the stalls on spill /
   reload queues the Mamba tutorial's v2 profile at length 8192 shows [mamba-tut])."""
@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from nki.ir import Access, Affine, Alloc, Const, IndexExpr, Instr, KernelIR, Loop, Node
 from nki.targets import get_target
 
-from ..capacity import bytes_per_partition, live_ranges, physical_bytes
+from ..checks.capacity import bytes_per_partition, live_ranges, physical_bytes
 from .model import engine_of, is_matmul, partitions
 from .table import NOT_HOISTED_OPS, SPILL, CostTable
 
@@ -196,7 +196,7 @@ def _invariant(ins: Instr, lp: Loop, ir: KernelIR, allocated: set[str], written:
 
 def _live_totals(ir: KernelIR, buf: str) -> Iterator[tuple[int, int]]:
     """(program position, live bytes per partition) at each automatic allocation in ``buf``,
-    in program order (the sweep of ``simulator.capacity.check_capacity``)."""
+    in program order (the sweep of ``simulator.checks.capacity.check_capacity``)."""
     physical = physical_bytes(ir)
     mine = sorted(
         (lv for lv in live_ranges(ir) if lv.decl.buffer == buf and lv.decl.placement is None),
@@ -363,7 +363,7 @@ def _full_access(name: str, ir: KernelIR) -> Access:
 
 
 def _use_positions(ir: KernelIR) -> dict[str, list[int]]:
-    """Program positions (numbered as :func:`simulator.capacity.live_ranges` numbers nodes:
+    """Program positions (numbered as :func:`simulator.checks.capacity.live_ranges` numbers nodes:
     pre-order) of the instructions touching each on-chip storage."""
     uses: dict[str, list[int]] = {}
     pos = 0
@@ -385,8 +385,8 @@ def _use_positions(ir: KernelIR) -> dict[str, list[int]]:
 
 
 def spill_points(ir: KernelIR) -> dict[int, tuple[int, int]]:
-    """Program positions (numbered as :func:`simulator.capacity.live_ranges` numbers nodes) of
-    the SBUF allocations that push the live tiles past the usable bytes per partition: the
+    """Program positions (numbered as :func:`simulator.checks.capacity.live_ranges` numbers
+    nodes) of the SBUF allocations that push the live tiles past the usable bytes per partition: the
     bytes per partition that must go out there and the live total. The bytes sent out belong
     to the live tiles used furthest ahead (a tile used again only in a later iteration of its
     loop counts as used at the loop's end); they stay out, so later overflows add to them,
@@ -448,7 +448,7 @@ def insert_spills(ir: KernelIR) -> tuple[KernelIR, tuple[Instr, ...]]:
         nonlocal pos
         out: list[Node] = []
         for n in body:
-            pos += 1  # the numbering of simulator.capacity.live_ranges: nodes in pre-order
+            pos += 1  # the numbering of simulator.checks.capacity.live_ranges: nodes in pre-order
             if isinstance(n, Loop):
                 out.append(replace(n, body=rec(n.body)))
                 continue
