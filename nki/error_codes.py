@@ -3,7 +3,9 @@
 Codes follow the classic NKI compiler's names where one exists (so a code can be looked up in
 the NKI documentation); the rest name the rule broken in the same style. Every code raised in
 ``nki/``, ``simulator/`` and ``frontends/`` is listed here (a test checks it), and the README's
-error-code list is generated from this table (:func:`markdown`)."""
+error-code list is generated from this table (:func:`markdown`). ``FIXES`` says how to fix a
+kernel that raised each code; the documentation site's catalogue shows both
+(:func:`catalogue_markdown`)."""
 
 from __future__ import annotations
 
@@ -170,6 +172,205 @@ ERROR_CODES: dict[str, str] = {
     "compiler knobs) that has no meaning on the simulator",
 }
 
+# How to fix a kernel that raised each code (one line each; the site's error-code page shows it
+# beside the meaning). Every catalogued code has one (a test checks it).
+FIXES: dict[str, str] = {
+    "err_1d_arange_not_supported": "index with `nl.arange(n)[:, None]` / `[None, :]`, or with "
+    "`nl.mgrid[0:p, 0:f]`",
+    "err_too_many_indices": "give one index per dimension of the tensor (check the tensor's "
+    "rank, e.g. a view made by `reshape`)",
+    "err_index_shape_mismatch": "make the index expressions broadcast: one `nl.arange` axis "
+    "per tile dimension (`[:, None]` for partitions, `[None, :]` for the free axis)",
+    "err_unsupported_index_expression": "build the index from ints, slices, `nl.ds(start, "
+    "size)`, program ids, loop iterators and `nl.arange`; load data-dependent indices into a "
+    "tile and index with it",
+    "err_unsupported_mixing_basic_advanced_tensor_indexing": "index every dimension the same "
+    "way: all slices / `nl.ds`, or all `nl.arange` / `nl.mgrid` expressions",
+    "err_indirect_indices_free_dim": "put the tile of indices on the first (partition) "
+    "dimension, or gather along the free axis with `nl.gather_flattened` / `nisa.nc_n_gather`",
+    "err_tensor_access_out_of_bound": "keep the index range inside the tensor: bound the loop "
+    "by the shape, clip the last tile with `min`, or mask the partial tile (`mask=`)",
+    "err_cannot_assign_to_index": "materialise the index as values with `nisa.iota` and "
+    "assign the resulting tile",
+    "err_unsupported_expression_in_mask": "write the mask as comparisons of indices, loop "
+    "iterators and program ids with constants, joined with `&` (or Python `and` / `or`)",
+    "err_mask_shape_mismatch": "build the mask from the same index expressions as the "
+    "access it masks, so the shapes agree",
+    "err_control_flow_condition_depending_on_arange": "use a mask (`mask=`) or `nl.where` "
+    "instead of Python `if` on an index or predicate",
+    "err_dynamic_control_flow_not_supported": "decide the branch with a mask or `nl.where`, "
+    "use `nl.static_range` to unroll, or a runtime loop (`nl.fori_loop`, `nl.while_loop`)",
+    "err_ambiguous_tensor_truth_value": "compare element-wise and use the result as a mask "
+    "or in `nl.where`; iterate over index ranges, not over a tile",
+    "err_local_variable_used_out_of_scope": "allocate the tile before the loop (and write "
+    "into it inside), or use its value inside the loop body",
+    "err_outside_kernel": "call `nl.*` / `nisa.*` only inside a function decorated with "
+    "`@nki.jit` (or one it calls)",
+    "err_num_partition_exceed_arch_limit": "tile the partition dimension in pieces of at "
+    "most `nl.tile_size.pmax` (128)",
+    "err_num_partition_mismatch": "give the operands the same number of partitions (slice "
+    "or tile them alike)",
+    "err_partition_mismatch": "give the data and index tiles the same partition count",
+    "err_free_size_mismatch": "make the operands hold the same number of elements per "
+    "partition (reshape or slice one of them)",
+    "err_size_of_dimension_exceed_arch_limit": "tile the free dimension in pieces within the "
+    "instruction's limit (the message gives it; see the nki.isa table)",
+    "err_exceed_max_supported_dimension": "reshape the operand to a rank the instruction "
+    "accepts (usually a partition axis and one or two free axes)",
+    "err_insufficient_rank": "give on-chip tiles a partition and at least one free "
+    "dimension, e.g. `(128, 1)` instead of `(128,)`",
+    "err_unsupported_tile_rank": "reshape or slice the operand to a 2-D `(P, F)` tile",
+    "err_readonly_output": "pass a writable array (`np.array(x)` copies a read-only view)",
+    "err_kernel_recursion": "give the recursion a base case that Python decides at trace time",
+    "err_invalid_shape": "pass the shape as a tuple of Python ints",
+    "err_broadcast_shape_mismatch": "make the shapes broadcast: equal, or 1 on the "
+    "dimensions to repeat (`(P, 1)` columns broadcast along the free axis)",
+    "err_store_dst_shape_smaller_than_other_shape": "slice the value to the destination's "
+    "shape, or write into a destination as large as the value",
+    "err_reshape_size_mismatch": "keep the number of elements and the partition dimension "
+    "when reshaping or viewing as another dtype",
+    "err_assert_shape": "fix the computation that produced the tile, or the expected shape",
+    "err_expand_dims_non_trailing_axis": "add the new axis at the end (`axis=ndim`), or "
+    "use a view (`t[:, None]`) for other positions",
+    "err_scalar_or_vector_operand_shape": "pass a scalar or a `(P, 1)` tile (one value per "
+    "partition); reduce a wider tile first",
+    "err_reduce_res_shape": "allocate `reduce_res` as a `(P, 1)` tile with the data's "
+    "partition count",
+    "err_bn_aggr_free_size": "pass `bn_stats` outputs (or data laid out like them): a whole "
+    "number of (count, mean, var*count) triples per partition",
+    "err_dma_element_count_mismatch": "give source and destination the same number of "
+    "elements (slice both to the same region)",
+    "err_annotation_shape_mismatch": "pass an argument of the annotated shape, or change "
+    "the `nki.typing` annotation",
+    "err_matmul_contraction_mismatch": "give both operands the same contraction size (the "
+    "partition dimension of `stationary` and `moving`)",
+    "err_matmul_tile_size_exceeds_limit": "tile the matmul: contraction and stationary free "
+    "size <= 128, moving free size <= 512 (trn1 / trn2), accumulating in PSUM",
+    "err_matmul_shape": "use the operand shapes the chosen mode needs (see `nc_matmul`'s "
+    "docstring: perf modes and transposes have their own)",
+    "err_matmul_transpose_needs_identity": "pass the identity matrix as `moving` "
+    "(`nl.shared_identity_matrix`), or use `nisa.nc_transpose`",
+    "err_transpose_tile_size_exceeds_limit": "transpose in tiles of at most the size the "
+    "message names (128 x 128 for `nl.transpose`)",
+    "err_invalid_tile_position": "use a `tile_size` the target lists and a `tile_position` "
+    "that is a multiple of it, inside the 128 x 128 PE array, both (row, column) pairs",
+    "err_unsupported_perf_mode": "choose a `perf_mode` the target has (trn2+), or drop it",
+    "err_unsupported_matmul_dtype": "cast the operands to a dtype the Tensor engine "
+    "accepts (the message lists them) before the matmul",
+    "err_unsupported_transpose_axes": "use the axes the DMA transpose supports for the "
+    "operand's rank, or transpose on the Tensor engine",
+    "err_unsupported_memory": "move the operand to the memory the call needs: `nl.load` / "
+    "`dma_copy` HBM into SBUF before computing; matmul writes PSUM; GpSimd cannot touch PSUM",
+    "err_unsupported_start_partition": "start compute accesses on a 32-partition quadrant "
+    "(0, 32, 64, 96; at 0 for more than 64 partitions), or copy the data there first",
+    "err_sbuf_capacity_exceeded": "use smaller tiles, fewer live tiles, or reuse buffers "
+    "(allocate scratch tiles inside the loop that uses them)",
+    "err_psum_capacity_exceeded": "keep at most 8 banks of PSUM tiles live: copy results to "
+    "SBUF and let PSUM tiles go out of scope",
+    "err_psum_tile_exceeds_bank": "keep a PSUM tile within 2 KiB per partition (512 fp32) "
+    "on trn1 / trn2: tile the matmul's free dimension",
+    "err_hbm_capacity_exceeded": "allocate smaller HBM tensors (or fewer per instance)",
+    "err_host_memory_exhausted": "run smaller shapes (or fewer instances), or free memory "
+    "on the host",
+    "err_hbm_tensor_with_init_value_not_supported": "allocate the HBM tensor with "
+    "`nl.ndarray` and store an on-chip tile of the value into it",
+    "err_shared_hbm_must_in_kernel_level": "create `shared_hbm` tensors at the top level "
+    "of the kernel, outside loops",
+    "err_invalid_allocation": "give `alloc` / `mod_alloc` the base address, partitions and "
+    "sizes the message names as valid",
+    "err_invalid_view": "keep the view inside the tensor and its rules (the message names "
+    "the rule); reshape or copy when a view cannot express the layout",
+    "err_runtime_loop_limit": "make the loop's condition register reach 0 (check the update "
+    "in the loop body)",
+    "err_address_overlap": "give the tensors disjoint `address=` ranges, or let the "
+    "allocator place them (no `address=`)",
+    "err_unsupported_dtype": "use a dtype the call accepts (the message lists them); cast "
+    "with `nl.copy(..., dtype=)` or `nisa.tensor_copy` first",
+    "err_invalid_operand_dtype": "cast the operand to a dtype the instruction accepts",
+    "err_dtype_mismatch": "cast the operands to one dtype",
+    "err_bitvec_op_requires_integer_dtype": "apply bit-vector ops to integer tiles (view "
+    "float data as an integer dtype of the same width first)",
+    "err_unsupported_op": "use an op the call supports (see the op table's engines and kinds)",
+    "err_unsupported_reduce_op": "reduce with add, maximum or minimum (or an op the "
+    "instruction lists)",
+    "err_unsupported_activation": "use an activation function of the Scalar engine (the "
+    "op table's `scalar` engine), or compute it with several instructions",
+    "err_unsupported_engine_for_op": "run the op on an engine the op table lists for it "
+    "(`engine=`), or pick another op",
+    "err_tensor_scalar_op_class_mismatch": "use two arithmetic ops or two bit-vector ops "
+    "in one `tensor_scalar`; split it into two calls otherwise",
+    "err_activation_bias_invalid_type": "pass `bias` as a `(P, 1)` float32 tile",
+    "err_activation_bias_unsupported": "add the bias in a separate instruction for this "
+    "activation on this target",
+    "err_activation_scale_invalid_type": "pass `scale` as a float or a `(P, 1)` float32 tile",
+    "err_activation_scale_scalar_or_vector": "pass `scale` as a float32 scalar or a `(P, 1)` tile",
+    "err_invalid_engine": "use one of `nisa.engine`'s members (or the `*_engine` aliases)",
+    "err_unsupported_instruction_for_target": "target a generation that has the "
+    "instruction (`platform_target=`), or use an instruction the target has",
+    "err_unsupported_dge_mode": "use a `dge_mode` the target has (`hwdge` needs trn2+)",
+    "err_invalid_argument": "pass one of the values the message lists",
+    "err_missing_operand": "give each op its operand (and each operand its op)",
+    "err_unsupported_operand": "pass a tile, a Python number or a `(P, 1)` vector, as the "
+    "call documents",
+    "err_invalid_axis": "reduce over contiguous free axes ending at the last one (at most "
+    "4), given as an int or a tuple of ints",
+    "err_unsupported_reduction_axis": "reduce over free axes; for the partition axis use "
+    "`nisa.tensor_partition_reduce`, or transpose first",
+    "err_invalid_shuffle_mask": "give 32 entries, each a source partition of the quadrant "
+    "(0-31) that `src` has, or 255 to leave the destination partition alone",
+    "err_unsupported_attribute": "use the tile's documented attributes (`shape`, `dtype`, "
+    "views, ...)",
+    "err_unexpected_keyword_argument": "use the keyword the message suggests (the call's "
+    "real signature)",
+    "err_mixed_api_generations": "write the kernel in one API: destination-first `nisa` "
+    "calls (current) or returned tiles (classic); see the porting guide",
+    "err_invalid_grid": "launch with positive ints (`kernel[4]`, `kernel[2, 3]`); a current "
+    "kernel takes `kernel[1]` or `kernel[2]`",
+    "err_invalid_program_axis": "ask `nl.program_id` / `nl.num_programs` for an axis of the "
+    "launch grid (0 .. ndim - 1), each once",
+    "err_nested_kernel_with_spmd_grid": "call the inner kernel without a grid (as a "
+    "function), or launch it from the host",
+    "err_kernel_output_must_be_hbm": "return `nl.shared_hbm` tensors (store on-chip results "
+    "into one first)",
+    "err_output_tensor_must_be_shared_hbm": "allocate returned tensors with `buffer=nl.shared_hbm`",
+    "err_cannot_update_immutable_parameter": "annotate the parameter `nt.mutable_tensor` "
+    "and return it, or write into a new output tensor",
+    "err_mutable_parameter_not_returned": "return the `nt.mutable_tensor` parameter (or "
+    "drop the annotation)",
+    "err_invalid_mode": "use one of the modes the message lists, and decorate a function",
+    "err_invalid_config": "use the settings `kernel.configure` documents (the message "
+    "names the closest)",
+    "err_invalid_platform_target": "use `trn1`, `trn2` or `trn3` (or gen2 / gen3 / gen4)",
+    "err_unsupported_device": "move the tensor to the CPU (`.cpu()`) before calling the kernel",
+    "err_out_shape_mismatch": "make `out_shape` match what the kernel returns (count, "
+    "shapes and dtypes)",
+    "err_unexpected_output_dependencies": "make the iterations write disjoint elements, "
+    "accumulate with `+=`, or use `nl.sequential_range` when the order matters",
+    "err_spmd_write_race": "index the writes by `nl.program_id` so each instance writes its "
+    "own part of the output",
+    "err_core_race": "split the work so the cores touch different elements, or put a "
+    "`nisa.core_barrier` between the write and the other core's access",
+    "err_uninitialized_read": "write the tile before reading it (initialise accumulators, "
+    "mask the partial tile), or compute only on written lanes",
+    "err_unwritten_output": "write every element of the output (check the last partial "
+    "tile and the loop bounds)",
+    "err_collective_mismatch": "make every member of the group call the same collectives "
+    "in the same order",
+    "err_runtime": "read the message: the instruction's inputs at the named line were "
+    "invalid for it at run time",
+    "err_internal": "report the kernel to nki-sim's maintainers (this is a simulator bug)",
+    "err_invalid_call_order": "make the calls in the documented order (the message names "
+    "the call that must come first)",
+    "err_invalid_artifact": "rebuild or re-save the artifact with this version, and load "
+    "it with the call that matches how it was saved",
+    "err_not_applicable": "drop the hardware-only option: it means nothing on the simulator",
+}
+
+
+def fix(code: str) -> str:
+    """How to fix a kernel that raised ``code`` ('' for a code not in the catalogue)."""
+    return FIXES.get(code, "")
+
 
 def meaning(code: str) -> str:
     """The one-line meaning of ``code`` ('' for a code not in the catalogue)."""
@@ -181,4 +382,15 @@ def markdown() -> str:
     generated from it."""
     rows = ["| code | meaning |", "|---|---|"]
     rows += [f"| `{code}` | {text} |" for code, text in ERROR_CODES.items()]
+    return "\n".join(rows)
+
+
+def catalogue_markdown() -> str:
+    """The catalogue as a Markdown table with each code's meaning and fix (the documentation
+    site's error-code page); each code's cell carries an anchor named after the code."""
+    rows = ["| code | meaning | how to fix |", "|---|---|---|"]
+    rows += [
+        f'| <span id="{code}"></span>`{code}` | {text} | {FIXES[code]} |'
+        for code, text in ERROR_CODES.items()
+    ]
     return "\n".join(rows)

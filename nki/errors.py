@@ -3,7 +3,7 @@
 Every error a kernel author can provoke is an :class:`NKIError`. It carries
 
 * ``code``: the classic error code where one exists (``err_num_partition_exceed_arch_limit``...),
-  listed with its meaning in ``nki.error_codes`` (``err.meaning``);
+  listed with its meaning and fix in ``nki.error_codes`` (``err.meaning``, ``err.fix``);
 * ``loc``: the kernel source location (file, line, column) of the offending statement;
 * ``instance`` / ``core``: for run-time errors, the SPMD grid instance and physical core;
 * ``related``: other source locations involved (e.g. the second write of a race).
@@ -24,7 +24,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from .error_codes import meaning
+from .error_codes import fix, meaning
 
 __all__ = [
     "NKIError",
@@ -223,6 +223,11 @@ class NKIError(Exception):
     def meaning(self) -> str:
         """The code's one-line meaning from the error-code catalogue ('' without a code)."""
         return meaning(self.code) if self.code else ""
+
+    @property
+    def fix(self) -> str:
+        """How to fix a kernel that raised this code, from the catalogue ('' without a code)."""
+        return fix(self.code) if self.code else ""
 
     def with_context(self, *, loc: SrcLoc | None = None, instance=None, core=None) -> NKIError:
         """Fill in missing location / instance information (keeps what is already set)."""

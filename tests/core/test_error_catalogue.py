@@ -47,6 +47,24 @@ def test_catalogue_lists_only_codes_in_use_with_a_meaning():
         assert text and "\n" not in text and not text.endswith("."), code
 
 
+def test_every_code_has_a_fix():
+    assert set(error_codes.FIXES) == set(error_codes.ERROR_CODES), (
+        f"codes without a fix: {sorted(set(error_codes.ERROR_CODES) - set(error_codes.FIXES))}; "
+        f"fixes of codes not in the catalogue: "
+        f"{sorted(set(error_codes.FIXES) - set(error_codes.ERROR_CODES))}"
+    )
+    for code, text in error_codes.FIXES.items():
+        assert text and "\n" not in text and "|" not in text and not text.endswith("."), code
+        assert text != error_codes.ERROR_CODES[code], code
+
+
+def test_the_site_catalogue_shows_meaning_and_fix_of_every_code():
+    rows = error_codes.catalogue_markdown().splitlines()[2:]
+    assert len(rows) == len(error_codes.ERROR_CODES)
+    for row, (code, text) in zip(rows, error_codes.ERROR_CODES.items()):
+        assert row == f'| <span id="{code}"></span>`{code}` | {text} | {error_codes.FIXES[code]} |'
+
+
 def test_readme_error_list_is_generated_from_the_catalogue():
     text = (ROOT / "README.md").read_text()
     m = re.search(r"<!-- errors:begin[^>]*-->\n(.*?)\n<!-- errors:end -->", text, re.S)
@@ -64,3 +82,5 @@ def test_a_raised_error_carries_its_catalogued_meaning():
         too_many_partitions(np.zeros((4, 4), np.float32))
     assert info.value.code == "err_num_partition_exceed_arch_limit"
     assert info.value.meaning == error_codes.ERROR_CODES["err_num_partition_exceed_arch_limit"]
+    assert info.value.fix == error_codes.FIXES["err_num_partition_exceed_arch_limit"]
+    assert "128" in info.value.fix
