@@ -278,8 +278,7 @@ _FRAMEWORKS = re.compile(r"^\s*(import|from)\s+(torch|jax|frontends)\b", re.M)
 
 def _readme_snippets() -> list[tuple[str, str]]:
     """(label, code) of the README's runnable ```python blocks that need no framework."""
-    sys.path.insert(0, str(ROOT / "tests" / "core"))
-    from test_readme_snippets import README, snippets
+    from snippets import README, snippets
 
     runnable, _, _ = snippets(README.read_text())
     return [
