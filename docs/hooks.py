@@ -4,6 +4,10 @@ Nothing the project's tables or tutorials already say is copied into a page by h
 
 - a page's ``<!-- generated: NAME -->`` line is replaced by the Markdown the project builds from
   its own tables (``GENERATED``: the op table, the instruction spec, the error catalogue, ...);
+- a mkdocstrings block ``::: package.module`` without a ``members`` option documents exactly
+  the module's ``__all__`` (its submodules left out), so the reference lists the public names
+  and nothing a module merely imports;
+- the Sphinx roles docstrings use (``:class:`X```) show as plain code;
 - one page per script under ``tutorials/`` is made at build time (its docstring, then its
   source), listed in the navigation under Tutorials.
 """
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -27,6 +33,7 @@ GENERATED: dict[str, tuple[str, str]] = {
     "torch-backend-ops": ("frontends.torch_registry", "registry_table"),
     "pipeline-ops": ("frontends.pipeline.ops", "markdown"),
 }
+ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|obj|exc):(?=<code>)")
 PLACEHOLDER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
 
 
@@ -41,6 +48,85 @@ def generated(name: str) -> str:
 def expand(markdown: str) -> str:
     """``markdown`` with every placeholder replaced by what it stands for."""
     return PLACEHOLDER.sub(lambda m: generated(m[1]), markdown)
+
+
+DIRECTIVE = re.compile(r"^::: ([\w.]+)\n((?:    .*\n|\n(?=    ))*)", re.M)
+PROJECT = ("nki", "simulator", "frontends")
+
+
+def _module(name: str):
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None  # a function or class path (nki.jit.jit)
+
+
+def public_members(name: str) -> tuple[list[str], list[str]] | None:
+    """The names of ``__all__`` of the module ``name`` (submodules left out), split into those
+    mkdocstrings can document and those this hook documents itself: a function named like a
+    submodule (which mkdocstrings would take for the submodule), an object made by a decorator
+    or factory outside the project (a hypothesis strategy, a generated stub); None when ``name``
+    is not a module with an ``__all__``."""
+    module = _module(name)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        return None
+    documented, own = [], []
+    for n in names:
+        obj = getattr(module, n)
+        if inspect.ismodule(obj):
+            continue
+        shadowed = hasattr(module, "__path__") and importlib.util.find_spec(f"{name}.{n}")
+        home = getattr(obj, "__module__", None) or ""
+        made = "<locals>" in getattr(obj, "__qualname__", "")
+        routine = inspect.isroutine(obj) or inspect.isclass(obj)
+        if shadowed or (routine and (made or home.split(".")[0] not in PROJECT)):
+            own.append(n)
+        else:
+            documented.append(n)
+    return documented, own
+
+
+def entry(module: str, name: str, level: int) -> str:
+    """A reference entry for ``module.name`` from its signature and docstring."""
+    obj = getattr(_module(module), name)
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        signature = name
+    else:  # without annotations, as mkdocstrings shows the other entries
+        params = [q.replace(annotation=q.empty) for q in sig.parameters.values()]
+        signature = f"{name}{sig.replace(parameters=params, return_annotation=sig.empty)}"
+    doc = inspect.getdoc(obj) or ""
+    heading = "#" * level + f" `{module}.{name}` {{ #{module}.{name} }}"
+    return f"{heading}\n\n```python\n{signature}\n```\n\n{doc}\n"
+
+
+def with_public_members(markdown: str) -> str:
+    """``markdown`` with a ``members`` option added to each ``::: module`` block that has none,
+    followed by the entries of the public names mkdocstrings cannot resolve."""
+
+    def add(m: re.Match) -> str:
+        name, options = m[1], m[2]
+        split = public_members(name)
+        if split is None or re.search(r"^      members:", options, re.M):
+            return m[0]
+        documented, own = split
+        line = f"      members: [{', '.join(documented)}]\n"
+        if re.search(r"^    options:\n", options, re.M):
+            options = options.replace("    options:\n", "    options:\n" + line, 1)
+        else:
+            options = "    options:\n" + line + options
+        level = re.search(r"^      heading_level: (\d)", options, re.M)
+        level = int(level[1]) if level else 2
+        if not re.search(r"^      show_root_heading: false", options, re.M):
+            level += 1
+        entries = "".join("\n" + entry(name, n, level) for n in own)
+        return f"::: {name}\n{options.rstrip()}\n{entries}\n"
+
+    return DIRECTIVE.sub(add, markdown)
 
 
 def tutorial_scripts() -> list[Path]:
@@ -115,5 +201,10 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    """Expand the generated-content placeholders of a page."""
-    return expand(markdown)
+    """Expand the generated-content placeholders and the API blocks of a page."""
+    return with_public_members(expand(markdown))
+
+
+def on_page_content(html, page, config, files):
+    """Drop the Sphinx role prefixes docstrings carry (``:class:``) before their code."""
+    return ROLE.sub("", html)
