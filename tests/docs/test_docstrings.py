@@ -1,11 +1,13 @@
 """Every public name of nki, nki.language and nki.isa is documented: a function, class or
 module has its own docstring, and any other value (a dtype, a buffer, an engine) is an instance
-of a documented project class. The API reference pages are generated from these docstrings."""
+of a documented project class. The API reference pages are generated from these docstrings.
+The typed packages ship their py.typed marker."""
 
 from __future__ import annotations
 
 import inspect
 import types
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +65,14 @@ def test_a_name_without_a_docstring_is_reported():
         "fake.value: a Plain has no docstring",
         "fake.limit: a int has no docstring",
     ]
+
+
+def test_the_typed_packages_ship_py_typed():
+    """PEP 561: nki and simulator carry a py.typed marker, installed as package data."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    package_data = config["tool"]["setuptools"]["package-data"]
+    for package in ("nki", "simulator"):
+        assert (root / package / "py.typed").is_file(), package
+        assert "py.typed" in package_data[package], package
