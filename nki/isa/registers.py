@@ -34,7 +34,8 @@ SCALAR_DTYPES = ("int32",)  # int64 too in NKI 0.7; nki-sim has no 64-bit dtype
 
 @instruction
 def register_alloc(x: Any = None) -> NkiTensor:
-    """A virtual register (a 32-bit integer), optionally set to the int ``x``."""
+    """A virtual register (a 32-bit integer), optionally set to the int ``x`` (see
+    ``register_move`` for what ``x`` may be). Current API only."""
     reg = new_register(_spec.get("register_alloc").api)
     if x is not None:
         register_move(reg, x)
@@ -43,7 +44,8 @@ def register_alloc(x: Any = None) -> NkiTensor:
 
 @instruction
 def register_move(dst: Any, src: Any) -> None:
-    """``dst = src``: ``src`` an int or another register."""
+    """``dst = src``: ``dst`` a register, ``src`` a Python int or another register (anything
+    else is ``err_unsupported_operand``)."""
     api = _spec.get("register_move").api
     require_register(dst, api, "dst")
     if isinstance(src, int) and not isinstance(src, bool):
@@ -60,7 +62,8 @@ def register_move(dst: Any, src: Any) -> None:
 
 @instruction
 def register_load(dst: Any, src: Any) -> None:
-    """``dst = src[0]``: read a one-element SBUF or HBM tensor into a register."""
+    """``dst = src[0]``: read a one-element SBUF or HBM tensor into the register ``dst``
+    (another operand is ``err_unsupported_operand``)."""
     api = _spec.get("register_load").api
     require_register(dst, api, "dst")
     _require_one_element(src, api, "src")
@@ -72,7 +75,8 @@ def register_load(dst: Any, src: Any) -> None:
 
 @instruction
 def register_store(dst: Any, src: Any) -> None:
-    """``dst[0] = src``: write a register into a one-element SBUF or HBM tensor."""
+    """``dst[0] = src``: write the register ``src`` into a one-element SBUF or HBM tensor
+    (another operand is ``err_unsupported_operand``)."""
     api = _spec.get("register_store").api
     require_register(src, api, "src")
     _require_one_element(dst, api, "dst")
@@ -189,8 +193,9 @@ def _one_element(x: Any, api: str, role: str) -> tuple[Any, NkiTensor]:
 
 @instruction
 def scalar_load(src: Any) -> NkiScalar:
-    """Read a one-element int32 / int64 tensor (SBUF or HBM) as an :class:`NkiScalar` of that
-    width."""
+    """Read a one-element (``[1]`` or ``[1, 1]``) int32 tensor in SBUF or HBM as an
+    :class:`NkiScalar` (another shape, dtype or memory is ``err_unsupported_operand``; NKI
+    0.7's int64 scalars are not simulated). Current API only."""
     api = _spec.get("scalar_load").api
     note_generation("current", api)
     acc, t = _one_element(src, api, "src")
