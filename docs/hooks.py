@@ -7,6 +7,9 @@ Nothing the project's tables or tutorials already say is copied into a page by h
 - a mkdocstrings block ``::: package.module`` without a ``members`` option documents exactly
   the module's ``__all__`` (its submodules left out), so the reference lists the public names
   and nothing a module merely imports;
+- lists written for GitHub (a list right after a paragraph line, items nested by two spaces)
+  are laid out as Python-Markdown needs them (a blank line before, four spaces per level), so
+  the contributor pages stay as they read on GitHub;
 - the Sphinx roles docstrings use (``:class:`X```) show as plain code;
 - one page per script under ``tutorials/`` is made at build time (its docstring, then its
   source), listed in the navigation under Tutorials.
@@ -129,6 +132,50 @@ def with_public_members(markdown: str) -> str:
     return DIRECTIVE.sub(add, markdown)
 
 
+ITEM = re.compile(r"^( *)(?:[-*]|\d+\.) ")
+
+
+def python_markdown_lists(markdown: str) -> str:
+    """``markdown`` (GitHub-style lists) with a blank line before a list that follows a
+    paragraph line and with items nested by 2-3 spaces (and their text) indented by four."""
+    out: list[str] = []
+    fence = in_list = nested = False
+    last = "blank"  # blank, item (an item and its lazy lines), para (a paragraph in a list), other
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            out.append(line)
+            last = "other"
+            continue
+        if fence:
+            out.append(line)
+            continue
+        m = ITEM.match(line)
+        if m:
+            if last in ("para", "other"):
+                out.append("")
+            indent = len(m[1])
+            nested = in_list and 1 <= indent <= 3
+            if nested:
+                line = "    " + line.lstrip()
+            in_list, last = True, "item"
+        elif not line.strip():
+            last = "blank"
+        elif in_list and line.startswith(" "):
+            if last == "blank" and re.match(r"^ {2,3}\S", line):
+                line, last, nested = "    " + line.lstrip(), "para", False
+            elif last == "para" and re.match(r"^ {2,3}\S", line):
+                line = "    " + line.lstrip()
+            elif nested and re.match(r"^ {4}\S", line):
+                line = "  " + line
+        else:
+            if last == "blank":
+                in_list = nested = False
+            last = "other" if not in_list or last == "blank" else last
+        out.append(line)
+    return "\n".join(out)
+
+
 def tutorial_scripts() -> list[Path]:
     """The tutorial scripts the site renders, in path order."""
     return sorted(p for p in TUTORIALS.rglob("*.py") if not p.name.startswith("_"))
@@ -202,7 +249,7 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     """Expand the generated-content placeholders and the API blocks of a page."""
-    return with_public_members(expand(markdown))
+    return python_markdown_lists(with_public_members(expand(markdown)))
 
 
 def on_page_content(html, page, config, files):

@@ -141,6 +141,18 @@ def test_a_placeholder_is_replaced_and_an_unknown_one_fails():
         hooks.expand("<!-- generated: no-such-table -->\n")
 
 
+def test_github_lists_are_laid_out_for_python_markdown(site):
+    text = "Intro:\n- a\n  - nested\n    more\n\n  Para in item\n- b\n```\n- code\n```\n"
+    assert hooks.python_markdown_lists(text) == (
+        "Intro:\n\n- a\n    - nested\n      more\n\n    Para in item\n\n- b\n```\n- code\n```\n"
+    )
+    backends = page(site, "backends")
+    assert re.search(r"What runs batched:</p>\s*<ul>", backends)
+    assert re.search(
+        r"every backend:</p>\s*<ul>\s*<li>parameters the kernel never writes", backends
+    )
+
+
 def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
