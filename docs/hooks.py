@@ -219,18 +219,19 @@ def tutorials_index() -> str:
         doc = ast.get_docstring(ast.parse(script.read_text())) or ""
         first = " ".join(doc.split("\n\n")[0].split())
         name = script.relative_to(TUTORIALS).as_posix()
-        lines.append(f"| [{name}]({_page_uri(script).removeprefix('tutorials/')}) | {first} |")
+        lines.append(f"| [{name}]({page_uri(script).removeprefix('tutorials/')}) | {first} |")
     return "\n".join(lines) + "\n"
 
 
-def _page_uri(script: Path) -> str:
+def page_uri(script: Path) -> str:
+    """The site path of a tutorial script's page (``tutorials/matmul/tiled_matmul.md``)."""
     return "tutorials/" + script.relative_to(TUTORIALS).with_suffix(".md").as_posix()
 
 
 def on_config(config):
     """List every tutorial page under the Tutorials entry of the navigation."""
     pages = [{"Overview": "tutorials/index.md"}]
-    pages += [{s.relative_to(TUTORIALS).as_posix(): _page_uri(s)} for s in tutorial_scripts()]
+    pages += [{s.relative_to(TUTORIALS).as_posix(): page_uri(s)} for s in tutorial_scripts()]
     for i, entry in enumerate(config["nav"]):
         if isinstance(entry, dict) and "Tutorials" in entry:
             config["nav"][i] = {"Tutorials": pages}
@@ -243,7 +244,7 @@ def on_files(files, config):
 
     files.append(File.generated(config, "tutorials/index.md", content=tutorials_index()))
     for script in tutorial_scripts():
-        files.append(File.generated(config, _page_uri(script), content=tutorial_page(script)))
+        files.append(File.generated(config, page_uri(script), content=tutorial_page(script)))
     return files
 
 
