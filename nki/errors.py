@@ -281,6 +281,17 @@ class NKIIndexError(NKIError, IndexError):
 class NKIMemoryError(NKIError):
     """Operand in the wrong memory, or SBUF / PSUM capacity exceeded."""
 
+    @classmethod
+    def host_exhausted(cls, e: MemoryError, what: str, loc: SrcLoc | None) -> NKIMemoryError:
+        """The ``err_host_memory_exhausted`` error for a ``MemoryError`` met while ``what``."""
+        detail = str(e) or "no detail"
+        return cls(
+            f"the host ran out of memory while {what} ({type(e).__name__}: {detail}); use "
+            "smaller shapes or a smaller launch grid",
+            code="err_host_memory_exhausted",
+            loc=loc,
+        )
+
 
 class NKIControlFlowError(NKIError):
     """Python control flow that depends on a traced (symbolic) value."""

@@ -10,16 +10,11 @@ import ast
 import inspect
 import linecache
 import sys
-import threading
 from typing import Any
 
 from .errors import NKIShapeError, SrcLoc
+from .parsing import PARSE_LOCK, parse
 from .tracer import TileOps
-
-# CPython 3.11's AST conversion is not safe in concurrent threads (ast.parse can raise "AST
-# constructor recursion depth mismatch"); kernels traced in parallel parse their source one at
-# a time
-_PARSE_LOCK = threading.Lock()
 
 
 class _TensorType:
@@ -84,7 +79,7 @@ def _function_node(fn: Any) -> ast.AST | None:
     code = inspect.unwrap(fn).__code__
     lines = linecache.getlines(code.co_filename)
     try:
-        tree = ast.parse("".join(lines)) if lines else None
+        tree = parse("".join(lines)) if lines else None
     except SyntaxError:
         tree = None
     if tree is None:
@@ -101,7 +96,7 @@ def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
     """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
     name -> (annotation, line of the assignment)."""
     out: dict[str, tuple[_TensorType, int]] = {}
-    with _PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
+    with PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
         try:
             node = _function_node(fn)
         except (AttributeError, TypeError):  # not a Python function: nothing to read

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from nki.errors import NKIError, NKIRuntimeError
+from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 
 # executor modules register themselves on import
@@ -197,6 +197,11 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
             fn(instr, ctx)
     except NKIError as e:
         raise e.with_context(loc=instr.loc, instance=ctx.instance, core=ctx.core) from None
+    except MemoryError as e:
+        what = f"executing '{instr.api or instr.kind + '.' + instr.op}'"
+        raise NKIMemoryError.host_exhausted(e, what, instr.loc).with_context(
+            instance=ctx.instance, core=ctx.core
+        ) from None
     except Exception as e:  # never let NumPy / internal errors escape without a location
         raise NKIRuntimeError(
             f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "

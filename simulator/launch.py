@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nki.errors import NKIError
+from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR
 
 from . import backends, interpreter
@@ -119,7 +119,15 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
 
     Returns the kernel's outputs as the caller sees them (one array, a tuple, or None for a
     kernel that writes its outputs into parameters, which are then updated in place; returned
-    mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
+    mutable parameters are updated in place too) and the launch's :class:`RunInfo`. Running
+    out of host memory anywhere in the launch is an ``err_host_memory_exhausted`` error."""
+    try:
+        return _launch(ir, arguments, config)
+    except MemoryError as e:
+        raise NKIMemoryError.host_exhausted(e, f"simulating kernel '{ir.name}'", ir.loc) from None
+
+
+def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
     config = storage_config(ir, config)
     static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     _check_writable(ir, arguments)

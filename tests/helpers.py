@@ -8,6 +8,9 @@ shadow the ``simulator`` package.)"""
 from __future__ import annotations
 
 import inspect
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
@@ -147,3 +150,19 @@ def all_reduce_kernel(op, axes, dtype=None):
         return out
 
     return k
+
+
+def run_threads(target: Callable[[int], None], n: int, switch: float = 1e-5) -> None:
+    """Run ``target(i)`` in ``n`` threads at once with Python switching threads every
+    ``switch`` seconds (as often as it can); asserts every thread finished."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(switch)
+    try:
+        threads = [threading.Thread(target=target, args=(t,)) for t in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads)

@@ -15,6 +15,7 @@ import functools
 import linecache
 
 from ..errors import NKIControlFlowError, SrcLoc
+from ..parsing import parse
 
 # nodes whose body a break / return belongs to instead of the loop being checked
 _OWN_BREAK = (ast.For, ast.AsyncFor, ast.While)
@@ -25,7 +26,7 @@ _OWN_RETURN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 def _tree(file: str, _stamp: int) -> ast.Module | None:
     src = "".join(linecache.getlines(file))
     try:
-        return ast.parse(src) if src else None
+        return parse(src) if src else None
     except SyntaxError:
         return None
 

@@ -173,11 +173,13 @@ def _footprint(
     out = []
     for e, size in zip(acc.index, shape):
         vals = np.array([e.base.const], dtype=np.int64)
+        counts = [len(ranges[s]) for s, k in e.base.terms if k]
+        counts += [n for k, n in zip(e.coeffs, acc.shape) if k]
+        if math.prod(counts) > _MAX_VALUES:  # (decided before any array is made)
+            return None
         steps = [(k, np.arange(len(ranges[s]), dtype=np.int64) * ranges[s].step + ranges[s].start)
                  for s, k in e.base.terms if k]  # fmt: skip
         steps += [(k, np.arange(n, dtype=np.int64)) for k, n in zip(e.coeffs, acc.shape) if k]
-        if math.prod(len(v) for _, v in steps) > _MAX_VALUES:
-            return None
         for k, v in steps:
             vals = (vals[:, None] + k * v[None, :]).reshape(-1)
         out.append(np.unique(vals[(vals >= 0) & (vals < size)]))

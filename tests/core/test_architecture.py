@@ -26,6 +26,7 @@ LAYER_OF_PREFIX = {
     "nki.affine": "foundation",
     "nki.optable": "foundation",
     "nki.isa_spec": "foundation",
+    "nki.parsing": "foundation",
     "simulator": "simulator",
     "nki.tracer": "tracer",
     "nki.symbolic": "tracer",

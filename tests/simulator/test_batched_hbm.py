@@ -608,7 +608,8 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
 )
 def test_position_differences_agree_with_the_race_analysis(extents, data):
     """The planner's grouped enumeration of position differences decides the same overlaps as
-    ``races._first_conflict``'s enumeration of every pair of positions."""
+    ``races.pairwise_conflict``'s enumeration of every pair of positions, and the race
+    check's witness is a real meeting."""
     from simulator.batched.hbm import first_meeting
     from simulator.checks import races
 
@@ -622,5 +623,14 @@ def test_position_differences_agree_with_the_race_analysis(extents, data):
         ca, cb = data.draw(st.integers(-200, 200)), data.draw(st.integers(-200, 200))
         fa.append(races._DimForm(ca, coeffs, (), lo, hi, g))
         fb.append(races._DimForm(cb, coeffs, (), lo, hi, g))
-    want = races._first_conflict(fa, fb, extents, False) is not None
-    assert (first_meeting(fa, fb, extents) is True) == want
+    want = races.pairwise_conflict(fa, fb, extents)
+    assert (first_meeting(fa, fb, extents) is True) == (want is not None)
+    got = races.first_conflict(fa, fb, extents)
+    assert (got is None) == (want is None)
+    if got is not None:  # the witness is two distinct positions where the accesses meet
+        a, b = got
+        assert a != b and all(0 <= v < e for p in (a, b) for v, e in zip(p, extents))
+        for x, y in zip(fa, fb):
+            va = x.const + sum(c * v for c, v in zip(x.coeffs, a))
+            vb = y.const + sum(c * v for c, v in zip(y.coeffs, b))
+            assert races.holds(x, y, va - vb)
