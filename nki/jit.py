@@ -47,7 +47,7 @@ from .tracer import (
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
-_CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
+_CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend", "threads")
 _JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
 
 
@@ -209,7 +209,7 @@ class Kernel:
 
     def configure(self, **overrides: Any) -> Kernel:
         """This kernel with other simulator settings for the calls made through it
-        (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``), e.g.
+        (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``, ``threads``), e.g.
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:

@@ -11,6 +11,8 @@ Environment variables (read when no explicit value is given):
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
 * ``NKI_SIM_BACKEND``: ``auto`` (default) or a backend's name (``backends.SETTINGS``).
+* ``NKI_SIM_THREADS``: ``auto`` (default: decided per launch from its matmul work and the cores
+  free, ``threads.py``) or the number of BLAS threads every launch uses.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class SimConfig:
     checks: str = "static"
     shuffle_seed: int | None = None
     backend: str = AUTO
+    threads: int | None = None  # BLAS threads per launch (None: decided per launch)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", target_name(self.target))
@@ -52,6 +55,14 @@ class SimConfig:
         if not isinstance(self.precise_fp, bool):
             raise NKIError(
                 f"SimConfig.precise_fp must be True or False, got {self.precise_fp!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
+        if self.threads is not None and (
+            not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1
+        ):
+            raise NKIError(
+                f"SimConfig.threads must be a positive int or None (auto), got {self.threads!r}",
                 code="err_invalid_config",
                 loc=user_loc(),
             )
@@ -80,6 +91,7 @@ _ENV_KEYS = (
     "NKI_SIM_SHUFFLE_SEED",
     "NKI_SIM_CHECKS",
     "NKI_SIM_BACKEND",
+    "NKI_SIM_THREADS",
 )
 
 
@@ -100,7 +112,17 @@ def _parse(env: dict[str, str]) -> SimConfig:
             code="err_invalid_config",
             loc=user_loc(),
         ) from None
+    threads = env.get("NKI_SIM_THREADS", "auto").strip().lower()
+    try:
+        n_threads = None if threads in ("", "auto") else int(threads)
+    except ValueError:
+        raise NKIError(
+            f"NKI_SIM_THREADS must be 'auto' or a positive integer, got {threads!r}",
+            code="err_invalid_config",
+            loc=user_loc(),
+        ) from None
     return SimConfig(
+        threads=n_threads,
         target=target or DEFAULT_TARGET,
         precise_fp=precise,
         checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),

@@ -23,7 +23,7 @@ import numpy as np
 from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR
 
-from . import backends, interpreter
+from . import backends, interpreter, threads
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
@@ -65,6 +65,15 @@ def run(
     shared = shared_storage(ir, inputs, config)
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
+    info.threads = threads.decide(ir, config.threads)
+    with threads.blas_limit(info.threads, exact=config.threads is not None):
+        _run(ir, shared, config, sched, info)
+    return shared, info
+
+
+def _run(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> None:
     if not ir.cores:
         _execute(ir, shared, config, sched, info)
     elif (
@@ -82,7 +91,6 @@ def run(
             one = Schedule((((), core),), sched.rng, frozenset())
             _execute(ir.cores[core], shared, config, one, info)
             info.order[n:] = [inst]
-    return shared, info
 
 
 def _execute(
