@@ -235,6 +235,11 @@ class Kernel:
             over["target"] = self.platform_target
         return cfg.with_(**over)
 
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        """The kernel function's signature (read once: binding is per launch)."""
+        return inspect.signature(self.fn)
+
     # ---- tracing ------------------------------------------------------------------------------
     def bind(
         self,
@@ -248,7 +253,7 @@ class Kernel:
         ``loc()`` (the kernel author's call; a framework boundary passes its own), its message
         prefixed with ``api`` when given."""
         try:
-            return inspect.signature(self.fn).bind(*args, **kwargs)
+            return self.signature.bind(*args, **kwargs)
         except TypeError as e:
             prefix = f"{api}: " if api else ""
             raise NKITypeError(
@@ -350,7 +355,7 @@ class Kernel:
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         elif why is not None:  # what made the launch trace per core decided the generation
             st.generation, st.generation_why = "current", why
-        sig = inspect.signature(self.fn)
+        sig = self.signature
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
         with new_trace(st):

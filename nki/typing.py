@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import sys
 from typing import Any
 
 from .errors import NKIShapeError, SrcLoc
-from .parsing import PARSE_LOCK, parse
+from .parsing import PARSE_LOCK, nodes_of, parse_file
 from .tracer import TileOps
 
 
@@ -77,15 +76,11 @@ def _function_node(fn: Any) -> ast.AST | None:
     continued at column 0, which defeat dedenting the function's own lines) is found as the
     file's parser sees it. Line numbers of the result are the file's."""
     code = inspect.unwrap(fn).__code__
-    lines = linecache.getlines(code.co_filename)
-    try:
-        tree = parse("".join(lines)) if lines else None
-    except SyntaxError:
-        tree = None
+    tree = parse_file(code.co_filename)
     if tree is None:
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+    for node in nodes_of(tree, ast.FunctionDef) + nodes_of(tree, ast.AsyncFunctionDef):
+        if node.name == code.co_name:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if code.co_firstlineno in (first, node.lineno):
                 return node

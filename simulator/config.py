@@ -75,13 +75,23 @@ class SimConfig:
 
     def with_(self, **changes: object) -> SimConfig:
         changes = {k: v for k, v in changes.items() if v is not None}
-        return replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        try:  # (made once per distinct setting: a launch asks for its config per call)
+            return _changed(self, tuple(sorted(changes.items())))
+        except TypeError:  # an unhashable value: invalid, reported by the validation
+            return replace(self, **changes)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> SimConfig:
         if env is None:  # (read per call: only the variables it uses, parsed once per value)
             return _from_values(tuple(os.environ.get(k) for k in _ENV_KEYS))
         return _parse(env)
+
+
+@functools.lru_cache(maxsize=256)
+def _changed(config: SimConfig, changes: tuple[tuple[str, object], ...]) -> SimConfig:
+    return replace(config, **dict(changes))
 
 
 _ENV_KEYS = (

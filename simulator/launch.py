@@ -66,8 +66,11 @@ def run(
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
     info.threads = threads.decide(ir, config.threads)
-    with threads.blas_limit(info.threads, exact=config.threads is not None):
-        _run(ir, shared, config, sched, info)
+    if config.threads is None and not threads.matmul_work(ir)[0]:
+        _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
+    else:
+        with threads.blas_limit(info.threads, exact=config.threads is not None):
+            _run(ir, shared, config, sched, info)
     return shared, info
 
 

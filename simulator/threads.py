@@ -79,8 +79,9 @@ class _OwnUse:
         self.wall, self.cpu, self.rate = time.monotonic(), time.process_time(), 1.0
 
     def now(self) -> float:
-        wall, cpu = time.monotonic(), time.process_time()
-        if wall - self.wall > 0.5:
+        wall = time.monotonic()
+        if wall - self.wall > 0.5:  # (reading the process's CPU time may be slow: rarely)
+            cpu = time.process_time()
             self.rate = (cpu - self.cpu) / (wall - self.wall)
             self.wall, self.cpu = wall, cpu
         return max(1.0, self.rate)
@@ -105,9 +106,9 @@ def decide(ir: KernelIR, setting: int | None) -> int:
     if setting is not None:
         return setting
     total, largest = matmul_work(ir)
-    if largest < ITEM_MIN:
+    want = total // WORK_PER_THREAD
+    if largest < ITEM_MIN or want < 2:
         return 1
-    want = max(1, total // WORK_PER_THREAD)
     return int(min(want, free_cores()))
 
 

@@ -11,31 +11,20 @@ statement the source shows."""
 from __future__ import annotations
 
 import ast
-import functools
-import linecache
 
 from ..errors import NKIControlFlowError, SrcLoc
-from ..parsing import parse
+from ..parsing import nodes_of, parse_file
 
 # nodes whose body a break / return belongs to instead of the loop being checked
 _OWN_BREAK = (ast.For, ast.AsyncFor, ast.While)
 _OWN_RETURN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-@functools.lru_cache(maxsize=64)
-def _tree(file: str, _stamp: int) -> ast.Module | None:
-    src = "".join(linecache.getlines(file))
-    try:
-        return parse(src) if src else None
-    except SyntaxError:
-        return None
-
-
 def _for_at(tree: ast.Module, line: int) -> ast.For | None:
     """The ``for`` statement whose iterable is the call at ``line`` (innermost if several)."""
     best = None
-    for n in ast.walk(tree):
-        if isinstance(n, ast.For) and n.iter.lineno <= line <= (n.iter.end_lineno or line):
+    for n in nodes_of(tree, ast.For):
+        if n.iter.lineno <= line <= (n.iter.end_lineno or line):
             if best is None or n.lineno >= best.lineno:
                 best = n
     return best
@@ -55,10 +44,7 @@ def _exits(nodes: list[ast.AST], in_inner_loop: bool = False) -> ast.stmt | None
 
 
 def _for_node(loc: SrcLoc) -> ast.For | None:
-    lines = linecache.getlines(loc.file)
-    if not lines:
-        return None
-    tree = _tree(loc.file, hash(tuple(lines)))
+    tree = parse_file(loc.file)
     return _for_at(tree, loc.line) if tree is not None else None
 
 

@@ -303,19 +303,7 @@ def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> Non
         shared[name][...] = arr
 
 
-# NumPy's limit on an array's dimensions (NPY_MAXDIMS: 64 from NumPy 2, 32 before)
-_MAX_DIMS = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
-
-
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
-    # a batched array has an axis per grid axis and enclosing loop, then the tile's axes
-    loops = max((len(lp) for _, lp in ir.instructions()), default=0)
-    rank = max((len(t.shape) for t in ir.tensors), default=0)
-    if len(ir.grid.shape) + loops + rank > _MAX_DIMS:
-        return (
-            f"a grid of rank {len(ir.grid.shape)} with {loops} nested loop(s) and tensors of "
-            f"rank {rank} needs batched arrays of more than NumPy's {_MAX_DIMS} dimensions"
-        )
     return None

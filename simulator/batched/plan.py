@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 
 from .. import numerics
@@ -71,7 +73,23 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
     return got[2]
 
 
+# NumPy's limit on an array's dimensions (NPY_MAXDIMS: 64 from NumPy 2, 32 before)
+_MAX_DIMS = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+
+
+def _check_rank(ir: KernelIR) -> None:
+    """A batched array has an axis per grid axis and enclosing loop, then the tile's axes."""
+    loops = max((len(lp) for _, lp in instructions_of(ir)), default=0)
+    rank = max((len(t.shape) for t in ir.tensors), default=0)
+    if len(ir.grid.shape) + loops + rank > _MAX_DIMS:
+        raise Declined(
+            f"a grid of rank {len(ir.grid.shape)} with {loops} nested loop(s) and tensors of "
+            f"rank {rank} needs batched arrays of more than NumPy's {_MAX_DIMS} dimensions"
+        )
+
+
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
+    _check_rank(ir)
     sub = device_loops(ir, Declined)  # run per position by the interpreter
     check_views(ir, Declined)
     hosted: set[int] = set()
