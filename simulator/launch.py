@@ -23,7 +23,7 @@ import numpy as np
 from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR
 
-from . import backends, interpreter, threads
+from . import backends, interpreter, progress, threads
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
@@ -66,11 +66,12 @@ def run(
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
     info.threads = threads.decide(ir, config.threads)
-    if config.threads is None and not threads.matmul_work(ir)[0]:
-        _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
-    else:
-        with threads.blas_limit(info.threads, exact=config.threads is not None):
-            _run(ir, shared, config, sched, info)
+    with progress.shown(ir):
+        if config.threads is None and not threads.matmul_work(ir)[0]:
+            _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
+        else:
+            with threads.blas_limit(info.threads, exact=config.threads is not None):
+                _run(ir, shared, config, sched, info)
     return shared, info
 
 

@@ -39,7 +39,7 @@ from nki.ir import (
     Sym,
 )
 
-from .. import interpreter
+from .. import interpreter, progress
 from ..checks.coverage import instructions_of
 from ..config import SimConfig
 from ..executors import COLLECTIVES, executor_of
@@ -178,12 +178,14 @@ def _run_batched(
 
 def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
     if id(instr) in p.skipped:  # its tile already lives in the destination
+        progress.tick(math.prod(ctx.dims))
         return
     ctx.instr = instr
     if id(instr) in p.hosted:  # the interpreter's executor per position (errors located)
         assert ctx.host is not None
-        ctx.host.run(instr, ctx, id(instr) in p.stateful)
+        ctx.host.run(instr, ctx, id(instr) in p.stateful)  # (it counts each position)
         return
+    progress.tick(math.prod(ctx.dims))
     ctx.whole = id(instr) in p.whole
     if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
         assert instr.dst is not None
