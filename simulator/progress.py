@@ -4,9 +4,11 @@ Before a launch runs, its duration is estimated from the instructions it will ex
 instruction once per grid instance and iteration of its loops; a device loop counts one trip)
 with the interpreter's cost model (``compiled/backend.py``: a fixed cost per execution plus a
 cost per tile element). A launch estimated above ``THRESHOLD`` seconds
-(``$NKI_SIM_PROGRESS_SECONDS``; ``inf`` turns progress off) says so before it starts, with the
-estimate, and then shows its progress: a bar redrawn in place on a terminal, a line every
-``LOG_EVERY`` seconds otherwise (stderr both), and a last line when it ends or is stopped.
+(``$NKI_SIM_PROGRESS_SECONDS``; ``inf`` turns progress off) and still running after
+``DELAY`` seconds says so, with the estimate, and then shows its progress: a bar redrawn in
+place on a terminal, a line every ``LOG_EVERY`` seconds otherwise (stderr both), and a last
+line when it ends or is stopped. (The estimate is the interpreter's: the batched and Numba
+backends often finish long before it, and then say nothing.)
 
 The backends count what they execute (``tick``: the interpreter one per instruction and
 instance, the batched backend the positions of each batched instruction); compiled (Numba)
@@ -32,6 +34,7 @@ ENV = "NKI_SIM_PROGRESS_SECONDS"
 THRESHOLD = 3.0  # seconds of estimated run time above which a launch shows progress
 LOG_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
 REDRAW = 0.25  # seconds between redraws of the bar
+DELAY = 1.0  # seconds a long launch runs before its estimate and progress are shown
 PER_EXEC = 50e-6  # the interpreter's cost per instruction execution and per tile element
 PER_ELEMENT = 0.5e-9
 
@@ -83,14 +86,24 @@ class Progress:
         self.shown = self.start
         self.every = REDRAW if self.tty else LOG_EVERY
         self.next_check = max(1, self.total // 1000)  # executions between clock reads
+        self.announced = False
+        self.lock = threading.Lock()
+        # said only once the launch has run for DELAY seconds (a backend faster than the
+        # estimate shows nothing); a timer, since compiled loops do not tick
+        self.timer = threading.Timer(DELAY, self._announce)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _announce(self) -> None:
+        self.announced = True
         self._write(
-            f"nki-sim: kernel '{name}' is estimated to take ~{_seconds(estimate)} "
-            f"({total:,} instruction executions)\n"
+            f"nki-sim: kernel '{self.name}' is estimated to take ~{_seconds(self.estimate)} "
+            f"({self.total:,} instruction executions)\n"
         )
 
     def tick(self, n: int) -> None:
         self.done += n
-        if self.done >= self.next_check:
+        if self.done >= self.next_check and self.announced:
             self.next_check = self.done + max(1, self.total // 1000)
             now = time.monotonic()
             if now - self.shown >= self.every:
@@ -114,6 +127,9 @@ class Progress:
             )
 
     def close(self, stopped: bool) -> None:
+        self.timer.cancel()
+        if not self.announced:
+            return
         elapsed = time.monotonic() - self.start
         what = "stopped (KeyboardInterrupt) at" if stopped else "finished:"
         frac = min(1.0, self.done / self.total) if stopped else 1.0
@@ -123,11 +139,12 @@ class Progress:
         )
 
     def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except (OSError, ValueError):  # a closed stream must not fail the launch
-            pass
+        with self.lock:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError):  # a closed stream must not fail the launch
+                pass
 
 
 def _seconds(s: float) -> str:

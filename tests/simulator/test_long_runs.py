@@ -42,6 +42,7 @@ def test_estimate_counts_every_execution():
 def test_a_long_launch_shows_its_estimate_and_progress(backend, monkeypatch, capsys):
     monkeypatch.setenv(progress.ENV, "0.01")
     monkeypatch.setattr(progress, "LOG_EVERY", 0.0)  # a line at every check
+    monkeypatch.setattr(progress, "DELAY", 0.0)  # shown from the start
     a = np.zeros((4, 8), np.float32)
     got = add_many_times.configure(backend=backend)(a, 3000)
     np.testing.assert_array_equal(got, a + 3000)
@@ -85,7 +86,7 @@ def test_ctrl_c_stops_a_long_launch_cleanly(backend, tmp_path):
         text=True, env={**os.environ, progress.ENV: "1"},
     )  # fmt: skip
     try:
-        first = proc.stderr.readline()  # the estimate, printed before the run starts
+        first = proc.stderr.readline()  # the estimate, once the launch has run for a second
         assert "kernel 'spin' is estimated to take" in first, first
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
