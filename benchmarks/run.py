@@ -8,6 +8,14 @@ the figures and the machine go to a JSON file.
 Run: python benchmarks/run.py [--repeat 5] [--only NAME ...] [--out benchmarks/results/run.json]
      python benchmarks/run.py --quick   # tiny shapes, nki-sim and NumPy only: a smoke test
 
+NumPy is timed twice, with one BLAS thread and with its default threads, and so is nki-sim's
+``auto`` (``auto 1t``: inside one BLAS thread, as with ``OPENBLAS_NUM_THREADS=1``); the ratios
+are to NumPy with its default threads (the JSON file has both). The environment is left as the
+user has it (no thread variables are set). Peers that fail to build or to run a workload are
+recorded (``failed``) and the run goes on. The model workloads (``benchmarks/model_runs.py``:
+tiny Llama forward, generate, training step, a CNN, against eager torch) follow the kernel
+table unless ``--no-models``.
+
 The machines here are noisy (2 cores shared with other jobs): quote medians, and compare
 figures from one run only."""
 
@@ -26,13 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
-# one BLAS thread for every contender (NumPy, nki-sim's NumPy, Triton's interpreter): on a
-# shared 2-core machine threaded BLAS makes medians meaningless; override to measure threads
-for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_v, "1")
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -268,6 +273,31 @@ def property_run(examples: int) -> float:
     return took
 
 
+def blas_threads() -> str:
+    """The BLAS pools NumPy (and torch) loaded, with their default thread counts."""
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    return ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in pools) or "none"
+
+
+def _version(module: str) -> str:
+    """The installed version of a peer's package (``pallas``: jax's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax" if module == "pallas" else module)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _guarded(fn: Callable[[], object]) -> tuple[object, str | None]:
+    """(``fn()``, None), or (None, the error) when a peer fails: recorded, the run goes on."""
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 - a peer's failure is a result, not a crash
+        text = str(e).strip().splitlines()
+        return None, f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -291,69 +321,103 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default="auto,numba", help="nki-sim backends to time")
     ap.add_argument("--examples", type=int, default=200, help="property-test examples")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "run.json"))
+    ap.add_argument("--no-models", action="store_true", help="skip the model workloads")
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     from benchmarks.peers import pallas_peers, triton_peers
 
     peers: dict[str, dict] = {}
+    peer_errors: dict[str, str] = {}
     if (args.peers or not args.quick) and not args.no_peers:
         for pname, build in (("triton", triton_peers), ("pallas", pallas_peers)):
-            got = build()
-            if got is not None:
+            got, err = _guarded(build)
+            if err is not None:
+                peer_errors[pname] = err
+                print(f"peer {pname} failed to build: {err}")
+            elif got is not None:
                 peers[pname] = got
-    cols = [*args.backends.split(","), *peers]
-    print(f"machine: {machine()}; Python {platform.python_version()}; peers: "
-          f"{', '.join(peers) or 'none'}")  # fmt: skip
-    print(f"{'workload':58s} {'numpy':>9s}  " + "  ".join(f"{c:>17s}" for c in cols))
+    backends = args.backends.split(",")
+    one = "auto 1t"  # auto inside one BLAS thread (as with OPENBLAS_NUM_THREADS=1)
+    cols = [*backends, *([one] if "auto" in backends else []), *peers]
+    print(f"machine: {machine()}; Python {platform.python_version()}; load average "
+          f"{os.getloadavg()[0]:.1f}; BLAS: {blas_threads()}; peers: "
+          f"{', '.join(f'{p} {_version(p)}' for p in peers) or 'none'}")  # fmt: skip
+    print(f"{'workload':58s} {'numpy 1t':>9s} {'numpy':>9s}  "
+          + "  ".join(f"{c:>21s}" for c in cols))  # fmt: skip
     rows = []
     for w in workloads(args.quick):
         if args.only and not any(o in w.name for o in args.only):
             continue
         want = np.asarray(w.numpy(*w.inputs), dtype=np.float32)
         _, t_np, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
-        row: dict = {"workload": w.name, "numpy_s": t_np, "note": w.note}
+        with threadpool_limits(1, user_api="blas"):
+            _, t_np1, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
+        row: dict = {"workload": w.name, "numpy_s": t_np, "numpy_1t_s": t_np1, "note": w.note}
         cells = []
         for c in cols:
             if c not in peers:
-                if c in w.skip:
+                backend = "auto" if c == one else c
+                if backend in w.skip:
                     cells.append("-")
                     continue
-                kern = w.kernel.configure(backend=c)
+                kern = w.kernel.configure(backend=backend)
                 launch = w.sim(kern)
-                first, t, out = _timed(
-                    lambda f=launch, w=w: f(*w.inputs),
-                    repeat,
-                    args.budget,
-                    lambda k=kern: "left to compile" in (k.last_run.reason or ""),
-                )
+                with threadpool_limits(1 if c == one else None, user_api="blas"):
+                    first, t, out = _timed(
+                        lambda f=launch, w=w: f(*w.inputs),
+                        repeat,
+                        args.budget,
+                        lambda k=kern: "left to compile" in (k.last_run.reason or ""),
+                    )
                 row[f"{c}_ran"] = kern.last_run.backend
+                row[f"{c}_threads"] = kern.last_run.threads
             else:
                 make = peers[c].get(w.peer) if w.peer else None
                 if make is None:
                     cells.append("-")
                     continue
-                fn = make()
-                first, t, out = _timed(lambda f=fn, w=w: f(*w.inputs), repeat, args.budget)
+
+                def peer(m=make, w=w):  # noqa: ANN001, ANN202 - (bound per workload)
+                    fn = m()
+                    return _timed(lambda: fn(*w.inputs), repeat, args.budget)
+
+                got, err = _guarded(peer)
+                if err is not None:
+                    row[f"{c}_error"] = err
+                    cells.append("failed")
+                    print(f"  {c} failed on {w.name[:40]}: {err}", flush=True)
+                    continue
+                first, t, out = got  # type: ignore[misc]
             if isinstance(out, tuple):
                 out = out[0]
             ok = _close(out, want, w.tol)
             row[f"{c}_s"], row[f"{c}_first_s"], row[f"{c}_ratio"] = t, first, t / t_np
+            row[f"{c}_ratio_1t"] = t / t_np1
             row[f"{c}_matches_numpy"] = ok
-            cells.append(f"{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!"))
+            threads = f"{row[f'{c}_threads']}t " if f"{c}_threads" in row else ""
+            cells.append(f"{threads}{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!"))
         rows.append(row)
-        print(f"{w.name[:58]:58s} {t_np * 1e3:7.1f}ms  " + "  ".join(f"{c:>17s}" for c in cells),
-              flush=True)  # fmt: skip
+        print(f"{w.name[:58]:58s} {t_np1 * 1e3:7.1f}ms {t_np * 1e3:7.1f}ms  "
+              + "  ".join(f"{c:>21s}" for c in cells), flush=True)  # fmt: skip
     if not args.only or any("property" in o for o in args.only):
         examples = 5 if args.quick else args.examples
         took = property_run(examples)
         rows.append({"workload": f"property test, {examples} examples of a ragged tiled add",
                      "auto_s": took})  # fmt: skip
         print(f"property test: {examples} examples of a ragged tiled add in {took:.2f} s")
-    print("(ratio = median / NumPy's median on the same math; ! = result differs from NumPy)")
+    print("(ratio = median / NumPy's median with its default threads on the same math; Nt = "
+          "the BLAS threads nki-sim chose; ! = result differs from NumPy)")  # fmt: skip
+    models: list[dict] = []
+    if not args.quick and not args.no_models:
+        from benchmarks.model_runs import report
+
+        models = report(args.repeat)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine(), "python": platform.python_version(),
-                               "quick": args.quick, "results": rows}, indent=2))  # fmt: skip
+                               "blas": blas_threads(), "load": os.getloadavg()[0],
+                               "quick": args.quick, "peer_errors": peer_errors,
+                               "results": rows, "models": models}, indent=2))  # fmt: skip
     print(f"wrote {out}")
     return 0
 
