@@ -527,3 +527,29 @@ def test_a_whole_copy_into_an_output_writes_the_output():
     assert k.last_run.backend == "batched"
     np.testing.assert_array_equal(got, x)
     assert not np.shares_memory(got, x)
+
+
+@nki.jit
+def ragged_rows_scale(a):
+    """A ragged last row tile (a box of rows under the mask) and a mask that is no box (a
+    triangle), in one kernel."""
+    n, d = a.shape
+    out = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(d)[None, :]
+    for t in nl.affine_range((n + 127) // 128):
+        rows = t * 128 + i_p
+        x = nl.zeros((128, d), dtype=a.dtype, buffer=nl.sbuf)
+        x[i_p, i_f] = nl.load(a[rows, i_f], mask=rows < n)
+        y = nl.multiply(x, 3.0)
+        nl.store(out[rows, i_f], y, mask=(rows < n) & (i_f <= i_p))
+        nl.store(out[rows, i_f], nl.negative(y), mask=(rows < n) & (i_f > i_p))
+    return out
+
+
+def test_masked_box_and_non_box_accesses_match_the_interpreter():
+    a = np.random.default_rng(3).standard_normal((300, 96)).astype(np.float32)
+    runs = run_backends(ragged_rows_scale, None, a, ran=("batched",))
+    tri = np.tril(np.ones((128, 96), bool))
+    want = np.where(np.tile(tri, (3, 1))[:300], a * np.float32(3), -(a * np.float32(3)))
+    np.testing.assert_array_equal(runs["batched"], want)
