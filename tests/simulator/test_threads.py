@@ -11,23 +11,9 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError
+from nki.kernels import matmul_kernel
 from simulator import threads
 from simulator.config import SimConfig
-
-
-@nki.jit
-def tiled_matmul(a_t, b):
-    k_dim, m_dim = a_t.shape
-    out = nl.ndarray((m_dim, b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
-    for m in nl.affine_range(m_dim // 128):
-        for n in nl.affine_range(b.shape[1] // 512):
-            acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(k_dim // 128):
-                at = nl.load(a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
-                bt = nl.load(b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
-                acc += nl.matmul(at, bt, transpose_x=True)
-            nl.store(out[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], value=acc)
-    return out
 
 
 @nki.jit
@@ -40,25 +26,25 @@ def add(a, b):
 RNG = np.random.default_rng(5)
 
 
-def _mm_inputs(k: int, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _mm_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return (
-        RNG.standard_normal((k, m)).astype(np.float32),
+        RNG.standard_normal((m, k)).astype(np.float32),
         RNG.standard_normal((k, n)).astype(np.float32),
     )
 
 
 def test_matmul_work_counts_every_product():
-    a_t, b = _mm_inputs(512, 256, 1024)
-    tiled_matmul(a_t, b)
-    total, largest = threads.matmul_work(tiled_matmul.last_ir)
+    a, b = _mm_inputs(256, 512, 1024)
+    matmul_kernel(a, b)
+    total, largest = threads.matmul_work(matmul_kernel.last_ir)
     assert largest == 128 * 128 * 512
-    assert total == 512 * 256 * 1024  # (K / 128) x (M / 128) x (N / 512) products
+    assert total == 256 * 512 * 1024  # (M / 128) x (K / 128) x (N / 512) products
 
 
 def test_decision_from_work_and_free_cores(monkeypatch):
-    a_t, b = _mm_inputs(1024, 1024, 1024)
-    tiled_matmul(a_t, b)
-    big = tiled_matmul.last_ir
+    a, b = _mm_inputs(1024, 1024, 1024)
+    matmul_kernel(a, b)
+    big = matmul_kernel.last_ir
     add(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
     assert threads.decide(add.last_ir, None) == 1  # no matmul: nothing for BLAS to split
     monkeypatch.setattr(threads, "free_cores", lambda: 16)
@@ -111,15 +97,15 @@ def test_pools_are_limited_for_the_launch_and_restored(monkeypatch):
 
 def test_results_are_the_same_bits_with_any_thread_count():
     before = threads.blas_threads_now()
-    a_t, b = _mm_inputs(256, 256, 1024)
-    one = tiled_matmul.configure(threads=1)
-    two = tiled_matmul.configure(threads=2)
-    want = one(a_t, b)
+    a, b = _mm_inputs(256, 256, 1024)
+    one = matmul_kernel.configure(threads=1)
+    two = matmul_kernel.configure(threads=2)
+    want = one(a, b)
     assert one.last_run.threads == 1
-    got = two(a_t, b)
+    got = two(a, b)
     assert two.last_run.threads == 2
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    np.testing.assert_allclose(want, a_t.T @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(want, a @ b, rtol=1e-4, atol=1e-4)
     assert threads.blas_threads_now() == before  # the pools are back as they were
 
 
