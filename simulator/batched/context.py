@@ -111,6 +111,7 @@ class BCtx:
         bstr = [st[b] if b < p else 0 for b in range(nb)]
         tstr = [0] * len(acc.shape)
         first: list[slice] = [slice(lo[b], None) for b in range(p)]
+        offset = sum(lo[b] * st[b] for b in range(p))  # bytes to the first position
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             sd = st[p + d]
@@ -121,6 +122,14 @@ class BCtx:
                 tstr[t] += k * sd
                 c += k * lo[nb + t]
             first.append(slice(c, None))  # (c is the element at the first position)
+            offset += c * sd if c >= 0 else -(1 << 62)
+        if offset >= 0 and arr.flags.c_contiguous:
+            try:  # (a view straight on the contiguous storage: several times cheaper)
+                return np.ndarray(
+                    shape, arr.dtype, buffer=arr, offset=offset, strides=(*bstr, *tstr)
+                )
+            except (ValueError, TypeError):  # (outside the buffer, or not a buffer)
+                pass
         start = arr[tuple(first)]
         custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
         if custom:

@@ -313,6 +313,30 @@ def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
 
 HOST_CHECK_MIN_BYTES = 256 << 20  # below this a launch is not worth a /proc/meminfo read
 
+# (id(ir), precise_fp) -> (ir, the bytes of each tensor a launch allocates, their total)
+_HOST_BYTES: dict[tuple[int, bool], tuple[KernelIR, list, int]] = {}
+
+
+def _host_bytes(ir: KernelIR, precise_fp: bool, copies: int) -> tuple[list, int]:
+    """(tensor, bytes) of every tensor a launch of ``ir`` allocates (private and on-chip ones
+    once per instance) and their total; counted once per traced kernel."""
+    hit = _HOST_BYTES.get((id(ir), precise_fp))
+    if hit is not None and hit[0] is ir:
+        return hit[1], hit[2]
+    sized = []
+    for d in ir.tensors:
+        if d.kind == "param" or d.alias_of is not None:
+            continue
+        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
+        for s in d.shape:
+            n *= s
+        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
+    total = sum(n for _, n in sized)
+    if len(_HOST_BYTES) > 512:
+        _HOST_BYTES.clear()
+    _HOST_BYTES[(id(ir), precise_fp)] = (ir, sized, total)
+    return sized, total
+
 
 def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
     """The host memory a launch holds at its peak fits the memory available now.
@@ -325,15 +349,7 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
     copies = 1
     for n in ir.grid.shape:
         copies *= n
-    sized = []
-    for d in ir.tensors:
-        if d.kind == "param" or d.alias_of is not None:
-            continue
-        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
-        for s in d.shape:
-            n *= s
-        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
-    total = sum(n for _, n in sized)
+    sized, total = _host_bytes(ir, precise_fp, copies)
     if total <= HOST_CHECK_MIN_BYTES:
         return
     avail = host_available_bytes()
