@@ -14,7 +14,9 @@ are to NumPy with its default threads (the JSON file has both). The environment 
 user has it (no thread variables are set). Peers that fail to build or to run a workload are
 recorded (``failed``) and the run goes on. The model workloads (``benchmarks/model_runs.py``:
 tiny Llama forward, generate, training step, a CNN, against eager torch) follow the kernel
-table unless ``--no-models``.
+table unless ``--no-models``; before them, a per-iteration loop of 10^6 instructions on the
+Numba backend (a running sum over rows) is timed in a fresh process with an empty kernel
+cache: its first call, the calls while the compile budget builds the rest, a warm call.
 
 The machines here are noisy (2 cores shared with other jobs): quote medians, and compare
 figures from one run only."""
@@ -142,6 +144,53 @@ def flash_attention(q_t, k_t, v):
             m[...] = m_new
         nl.store(out[i * 128 : (i + 1) * 128, :], nl.divide(acc, den))
     return out
+
+
+@nki.jit(backend="numba")
+def row_scan(x):
+    """A per-iteration loop that cannot batch: the running sum of ``x``'s rows, one load and
+    one dependent add per row."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    for i in nl.sequential_range(x.shape[0]):
+        acc[...] = nl.add(acc, nl.load(x[i : i + 1, :]))
+    nl.store(out, value=acc)
+    return out
+
+
+def loop_steps(steps: int) -> dict:
+    """``row_scan`` over ``steps // 2`` rows (``steps`` instructions) on the Numba backend, in
+    this process: the first call, the calls until the compile budget has built everything
+    (the first hosts what it left for later), and a warm call; the sum is checked against
+    NumPy's sequential one."""
+    x = np.random.default_rng(0).standard_normal((steps // 2, 8)).astype(np.float32)
+    calls = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        got = row_scan(x)
+        calls.append(time.perf_counter() - t0)
+        if "left to compile" not in (row_scan.last_run.reason or ""):
+            break
+    ran = row_scan.last_run.backend
+    t0 = time.perf_counter()
+    row_scan(x)
+    warm = time.perf_counter() - t0
+    want = np.add.accumulate(x, axis=0)[-1:]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5), "wrong result"
+    return {"first_s": calls[0], "compiling_s": calls, "warm_s": warm, "ran": ran}
+
+
+def long_loop_run(steps: int) -> dict:
+    """``loop_steps`` in a fresh process with an empty kernel cache (a cold first call)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NKI_SIM_CACHE_DIR": cache}
+        code = f"import json, benchmarks.run as r; print(json.dumps(r.loop_steps({steps})))"
+        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def _np_attention(q_t: np.ndarray, k_t: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
@@ -405,6 +454,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"workload": f"property test, {examples} examples of a ragged tiled add",
                      "auto_s": took})  # fmt: skip
         print(f"property test: {examples} examples of a ragged tiled add in {took:.2f} s")
+    if not args.only or any("loop" in o for o in args.only):
+        steps = 1000 if args.quick else 10**6
+        got = loop_steps(steps) if args.quick else long_loop_run(steps)
+        rows.append({"workload": f"sequential_range of {steps:,} instructions, numba", **got})
+        cold = "" if args.quick else " (empty cache)"
+        more = ", ".join(f"{t:.2f}" for t in got["compiling_s"][1:])
+        print(f"per-iteration loop: {steps:,} loads and adds of [1, 8] rows on {got['ran']}: "
+              f"{got['first_s']:.2f} s first call{cold}"
+              + (f" (then {more} s while the compile budget builds the rest)" if more else "")
+              + f", {got['warm_s']:.3f} s warm")  # fmt: skip
     print("(ratio = median / NumPy's median with its default threads on the same math; Nt = "
           "the BLAS threads nki-sim chose; ! = result differs from NumPy)")  # fmt: skip
     models: list[dict] = []
