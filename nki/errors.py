@@ -78,6 +78,7 @@ _SITE = tuple(os.path.normpath(sysconfig.get_paths()[k]) + os.sep for k in ("pur
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
     path = os.path.normpath(os.path.abspath(filename))
     if path.startswith(_KERNEL_LIBRARY):
@@ -96,6 +97,12 @@ def user_stacklevel() -> int:
     return level
 
 
+def is_internal_frame(depth: int = 1) -> bool:
+    """Whether the caller of the function calling this one (``depth`` frames up) is nki-sim's
+    own code rather than the kernel author's."""
+    return _is_internal(sys._getframe(depth + 1).f_code.co_filename)
+
+
 def user_frame(depth: int = 1) -> types.FrameType | None:
     """The first stack frame outside nki-sim's own packages (None if there is none)."""
     frame = sys._getframe(depth + 1)
@@ -111,13 +118,22 @@ def user_loc(depth: int = 1) -> SrcLoc:
         frame = frame.f_back
     if frame is None:  # called from inside our own package only (tests of internals)
         return SrcLoc("<unknown>", 0, 0, "")
-    col = 0
-    try:  # Python 3.11+: one (line, end, col, end_col) entry per 2-byte instruction
-        positions = list(frame.f_code.co_positions())
-        col = positions[frame.f_lasti // 2][2] or 0
-    except (AttributeError, IndexError, TypeError):
-        col = 0
+    col = column(frame.f_code, frame.f_lasti)
     return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(code: types.CodeType) -> tuple[Any, ...]:
+    return tuple(code.co_positions())
+
+
+def column(code: types.CodeType, lasti: int) -> int:
+    """The source column of the instruction at byte offset ``lasti`` of ``code`` (0 when the
+    interpreter does not record columns)."""
+    try:  # Python 3.11+: one (line, end, col, end_col) entry per 2-byte instruction
+        return _positions(code)[lasti // 2][2] or 0
+    except (AttributeError, IndexError, TypeError):
+        return 0
 
 
 def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
@@ -131,12 +147,7 @@ def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
     if hit is None:
         return None
     code = hit.tb_frame.f_code
-    col = 0
-    try:
-        col = list(code.co_positions())[hit.tb_lasti // 2][2] or 0
-    except (AttributeError, IndexError, TypeError):
-        col = 0
-    return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
+    return SrcLoc(code.co_filename, hit.tb_lineno, column(code, hit.tb_lasti), code.co_name)
 
 
 def return_loc(code: types.CodeType, run: Any) -> SrcLoc:

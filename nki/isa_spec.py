@@ -290,6 +290,7 @@ class Instruction:
         return self.targets
 
 
+@functools.cache
 def _parse(name: str, text: str) -> tuple[Param, ...]:
     fn = ast.parse(f"def f({text}): pass").body[0]
     assert isinstance(fn, ast.FunctionDef)
@@ -846,6 +847,7 @@ def _resolve(v: Any, ns: dict[str, Any]) -> Any:
         return v  # not in nki-sim yet (e.g. dma_engine): stays symbolic
 
 
+@functools.cache
 def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspect.Signature:
     """``inspect.Signature`` of one calling form; ``resolve`` evaluates symbolic defaults."""
     ns = NAMESPACE if resolve else {}
