@@ -30,6 +30,8 @@ ERROR_CODES: dict[str, str] = {
     "(an index, iterator or predicate)",
     "err_dynamic_control_flow_not_supported": "Python `int()` / `if` / `range()` on a value "
     "known only at run time (a program id or loop iterator)",
+    "err_loop_too_large_to_unroll": "a current-API loop Python needs as ints (`if`, `min`, a "
+    "list index) unrolled beyond the traced-iteration limit",
     "err_ambiguous_tensor_truth_value": "a tile used as a Python truth value or iterated",
     "err_local_variable_used_out_of_scope": "a tile created inside a loop body used after the "
     "loop ended",

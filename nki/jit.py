@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.checks.program_order import with_program_order
 from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
@@ -38,7 +39,9 @@ from .tracer import (
     NeedsPerCore,
     NkiTensor,
     TraceState,
+    kernel_body,
     new_trace,
+    note_generation,
     onchip_return,  # classic simulator: a returned tile is its value
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
@@ -184,6 +187,7 @@ class Kernel:
                     loc=user_loc(),
                 )
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
+        self.body = kernel_body(fn)  # what a trace calls: its bare `range` may be symbolic
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
@@ -320,6 +324,9 @@ class Kernel:
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         elif why is not None:  # what made the launch trace per core decided the generation
             st.generation, st.generation_why = "current", why
+        elif st.generation is None and not _lnc_shaped(grid):  # kernel[2, 2], kernel[4]
+            what = f"the launch grid kernel[{', '.join(map(str, grid.shape))}]"
+            st.generation, st.generation_why = "classic", (what, def_loc)
         sig = inspect.signature(self.fn)
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
@@ -342,6 +349,7 @@ class Kernel:
                 if ann is not None:
                     if ann.mutable:
                         mutable.add(name)
+                        note_generation("classic", f"'{name}: nt.mutable_tensor'", def_loc)
                     if ann.shape is not None and tuple(ann.shape) != tuple(v.shape):
                         raise NKIShapeError(
                             f"parameter '{name}' is annotated {ann} but has shape {tuple(v.shape)}",
@@ -363,11 +371,13 @@ class Kernel:
             b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
                 try:
-                    ret = self.fn(*b2.args, **b2.kwargs)
+                    ret = self.body(*b2.args, **b2.kwargs)
                 except NKIError as e:
                     locate_in_traceback(e)
                     raise
             outputs, returns = self._outputs(st, ret)
+        if st.generation is None:  # nothing decided it: `import nki` kernels are current-API
+            st.generation = st.default_generation
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
             writes_back = tuple(p for p in st.params if p in _written_bases(st))
@@ -383,7 +393,7 @@ class Kernel:
                     loc=_written_bases(st)[name],
                 )
         tensors = tuple(st.tensors.values())
-        return KernelIR(
+        ir = KernelIR(
             self.fn.__name__,
             tuple(st.params),
             tensors,
@@ -396,6 +406,8 @@ class Kernel:
             writes_back,
             st.generation,
         )
+        # current API: loops keep program order where iterations depend on each other
+        return with_program_order(ir) if st.generation == "current" else ir
 
     def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
         if ret is None:
@@ -444,6 +456,12 @@ class Kernel:
                 )
 
 
+def _lnc_shaped(grid: Grid) -> bool:
+    """A grid a current-API launch may have: none, or one dimension of 1 or 2 cores."""
+    dims = grid.dims
+    return not dims or (len(dims) == 1 and len(dims[0].factors) == 1 and grid.shape[0] <= 2)
+
+
 def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
     out: dict[str, SrcLoc] = {}
     for name, loc in st.written.items():
@@ -472,7 +490,7 @@ class Launch:
                     code="err_nested_kernel_with_spmd_grid",
                     loc=user_loc(),
                 )
-            return self.kernel.fn(*args, **kwargs)
+            return self.kernel.body(*args, **kwargs)
         fw = {_framework(a) for a in list(args) + list(kwargs.values())} - {None}
         if fw:
             return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]

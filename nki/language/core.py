@@ -3,7 +3,7 @@ device_print and the tile-size constants."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from .. import dtypes
@@ -23,12 +23,13 @@ from ..tracer import (
     current,
     emit,
     generation,
+    loop,
     new_tensor,
+    note_generation,
     operand,
     require_buffer,
     result_tile,
     state,
-    symbolic_loop,
     to_mask,
 )
 
@@ -227,17 +228,22 @@ def _range_args(start: Any, stop: Any, step: Any, api: str) -> tuple[int, int, i
     return s0, s1, st
 
 
-def affine_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
+def affine_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterable[Any]:
     """A parallel loop: iterations must not depend on each other (only associative
-    accumulation such as ``psum += nl.matmul(...)`` may cross iterations). Traced once."""
+    accumulation such as ``psum += nl.matmul(...)`` may cross iterations; two iterations
+    writing the same HBM element is an error). Traced once with a symbolic iterator. In a
+    current-API kernel the iterator is an int as far as the kernel can tell (``range``): the
+    loop is unrolled where Python needs it (an ``if`` that varies, ``min``, ``int``, a list
+    index), and an on-chip value carried from one iteration to the next runs in order."""
     s0, s1, st = _range_args(start, stop, step, "nl.affine_range")
-    return symbolic_loop("affine", s0, s1, st)
+    return loop("affine", range(s0, s1, st))
 
 
-def sequential_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
-    """A loop whose iterations may depend on each other; runs in order. Traced once."""
+def sequential_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterable[Any]:
+    """A loop whose iterations may depend on each other; runs in order. Traced once (current
+    API: unrolled where Python needs the iterator's int, see ``affine_range``)."""
     s0, s1, st = _range_args(start, stop, step, "nl.sequential_range")
-    return symbolic_loop("sequential", s0, s1, st)
+    return loop("sequential", range(s0, s1, st))
 
 
 def static_range(start: Any, stop: Any = None, step: Any = 1) -> range:
@@ -276,6 +282,7 @@ def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
     dims, par = [], 0
     for i, s in enumerate(shape):
         if isinstance(s, par_dim):
+            note_generation("classic", "nl.par_dim (classic API only)")
             par = i
         dims.append(_static_int(s, "tensor dimension"))
     return tuple(dims), par

@@ -4,8 +4,10 @@ instruction.
 
 Modules, by what they model:
 
-* ``state``: the state of one trace, the per-thread trace stack, symbolic loops and Python
-  control flow on loop iterators (classic mode);
+* ``state``: the state of one trace, the per-thread trace stack, the kernel's API generation
+  and Python control flow on loop iterators;
+* ``loops``: symbolic loops, unrolled where Python needs their iterators' ints
+  (``python_state`` reads what a loop body carries from the kernel's bytecode);
 * ``tensors``: tensor handles (``NkiTensor``, ``View``) and their Python operators;
 * ``subscripts``: ``t[key]`` turned into affine index expressions;
 * ``operands``: tile arguments as accesses, buffer / partition rules, ``mask=`` predicates;
@@ -41,6 +43,7 @@ from .emission import (
     stage_psum_operand,
 )
 from .layouts import install as _install_layouts
+from .loops import escaped_loops, kernel_body, loop, symbolic_loop
 from .operands import (
     as_2d,
     check_partitions,
@@ -63,7 +66,6 @@ from .state import (
     request_per_core,
     set_classic_mode,
     state,
-    symbolic_loop,
     trace_with_unrolling,
     tracing,
     unroll_for_division,
@@ -100,6 +102,9 @@ __all__ = [
     "note_generation",
     "request_per_core",
     "emit",
+    "escaped_loops",
+    "kernel_body",
+    "loop",
     "new_tensor",
     "new_trace",
     "onchip_return",

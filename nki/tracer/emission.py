@@ -14,6 +14,7 @@ from ..symbolic import Index, Scalar
 
 # handles are reached through their module (see .subscripts for the cycle)
 from . import tensors
+from .loops import escaped_loops
 from .operands import as_2d, operand
 from .state import TraceState, classic_mode, state
 
@@ -83,6 +84,7 @@ def emit(
     st = state(api)
     st.check_early_exit()
     instr = Instr(kind, op, dst, tuple(srcs), attrs, mask, user_loc(), accumulate, api)
+    escaped_loops(st, instr)
     st.append(instr)
     if dst is not None:
         st.written.setdefault(dst.tensor, instr.loc)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 # handles are reached through their module (see .subscripts for the cycle)
 from . import tensors
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
-from .state import TraceState, generation, state
+from .state import TraceState, generation, note_generation, state
 
 if TYPE_CHECKING:
     from .tensors import NkiTensor
@@ -147,13 +147,14 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskC
     check_pending()  # an `and` / `or` whose last operand was not traced
     if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
-    if generation(sensitive=True) == "current":
+    if generation() == "current":
         raise NKIError(
             f"mask= of '{api}' is classic-API only: the current NKI API has no masks; bound a "
             "partial tile with min()-sized slices (t[0:rows]) instead",
             code="err_mixed_api_generations",
             loc=user_loc(),
         )
+    note_generation("classic", f"mask= of {api} (classic API only)")
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
     if isinstance(mask, Disj):  # built with `or`: disjoint conjunctions, one instruction each

@@ -42,9 +42,9 @@ def _raises(kernel, args, code: str, match: str, **launch) -> NKIError:
 X = np.ones((256, 64), np.float32)
 
 
-@nki.jit
+@nki.jit(api="classic")  # kernel[2]: an SPMD grid of two instances
 def race_between_cores(x):
-    # both cores write rows 0:128 of the output (the second core should take 128:256)
+    # both instances write rows 0:128 of the output (the second should take 128:256)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((P, 64), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x[0:P, :])

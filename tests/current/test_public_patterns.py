@@ -97,7 +97,7 @@ def test_affine_range_iterators_are_ints_in_current_kernels():
     np.testing.assert_allclose(got, lhsT.T @ rhs, rtol=1e-4, atol=1e-4)
 
 
-@nki.jit
+@nki.jit(api="classic")
 def classic_list_index(x):
     tiles = [nl.load(x) for _ in range(2)]
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
