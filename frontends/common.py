@@ -159,14 +159,9 @@ class Signature:
 
 
 def bind(launch: Launch, args: tuple, kwargs: dict, api: str) -> inspect.BoundArguments:
-    try:
-        return inspect.signature(launch.kernel.fn).bind(*args, **kwargs)
-    except TypeError as e:
-        raise NKITypeError(
-            f"{api}: bad arguments for kernel '{kernel_name(launch)}': {e}",
-            code="err_invalid_argument",
-            loc=boundary_loc(),
-        ) from None
+    """The launch's kernel parameters bound to a framework call's arguments; an error names
+    ``api`` and the framework caller's line."""
+    return launch.kernel.bind(args, kwargs, api=api, loc=boundary_loc)
 
 
 def trace_signature(
@@ -181,14 +176,13 @@ def trace_signature(
     If the arguments leave parameters unbound and ``out_specs`` is given, the kernel uses the
     legacy convention: the missing trailing parameters are the outputs, with ``out_specs``'
     shapes. Tracing is cached by the kernel, so a later run with the same shapes is free."""
-    sig = inspect.signature(launch.kernel.fn)
     legacy = False
     out_params: tuple[str, ...] = ()
     try:
-        bound = sig.bind(*args, **kwargs)
-    except TypeError:
+        bound = bind(launch, args, kwargs, api)
+    except NKITypeError:
         if not out_specs:
-            bound = bind(launch, args, kwargs, api)  # raises with the bind message
+            raise
         ph = tuple(placeholder(o.shape, o.dtype) for o in out_specs)
         bound = bind(launch, tuple(args) + ph, kwargs, api)
         legacy = True

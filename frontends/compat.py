@@ -24,6 +24,18 @@ import sys
 import types
 from typing import Any
 
+import nki
+import nki.compiler
+import nki.isa
+import nki.language
+import nki.typing
+from nki.classic import classic_mode, set_classic_mode
+from nki.estimates import record_launches
+from simulator.cost import estimate_ir
+from simulator.cost.export import write_trace
+
+from . import migrate
+
 __all__ = ["install", "uninstall", "main"]
 
 _saved: dict[str, Any] = {}
@@ -71,12 +83,6 @@ def _classic_nki(nki: types.ModuleType) -> types.ModuleType:
 
 
 def _aliases() -> dict[str, types.ModuleType]:
-    import nki
-    import nki.compiler
-    import nki.isa
-    import nki.language
-    import nki.typing
-
     neuronxcc = types.ModuleType("neuronxcc", "nki-sim compatibility alias (neuronxcc)")
     neuronxcc.__path__ = []  # a package, so 'import neuronxcc.nki' is allowed
     cnki = _classic_nki(nki)
@@ -107,14 +113,10 @@ def install() -> list[str]:
     """Register the classic module names in ``sys.modules`` (replacing any real ones until
     :func:`uninstall`). Returns the names installed."""
     aliases = _aliases()
-    from nki.classic import classic_mode, set_classic_mode
-
     _saved.setdefault("<classic_mode>", classic_mode())
     set_classic_mode(True)  # classic compiler behaviours (nki.classic.set_classic_mode)
     # the classic simulator computes bfloat16 / fp8 in fp32 precision (documented known issue);
     # classic scripts' own checks assume it, so do the same unless NKI_PRECISE_FP is set
-    import os
-
     if "NKI_PRECISE_FP" not in os.environ:
         _saved.setdefault("<precise_fp>", None)
         os.environ["NKI_PRECISE_FP"] = "0"
@@ -129,12 +131,8 @@ def uninstall() -> None:
     """Undo :func:`install` (restores modules that were there before)."""
     for name, prev in _saved.items():
         if name == "<classic_mode>":
-            from nki.classic import set_classic_mode
-
             set_classic_mode(bool(prev))
         elif name == "<precise_fp>":
-            import os
-
             os.environ.pop("NKI_PRECISE_FP", None)
         elif prev is None:
             sys.modules.pop(name, None)
@@ -151,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     what is left for a person (exit status 0: nothing, 1: something, 2: unreadable file)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--migrate":
-        from . import migrate
-
         return migrate.main(argv[1:])
     profile, trace_out = False, None
     while argv and argv[0].startswith("--profile"):
@@ -166,8 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     if profile:
-        from nki.estimates import record_launches
-
         with record_launches() as irs:
             code = _run_script(argv)
         _print_estimates(irs, trace_out)
@@ -189,9 +183,6 @@ def _run_script(argv: list[str]) -> int:
 
 
 def _print_estimates(irs: list, trace_out: str | None) -> None:
-    from simulator.cost import estimate_ir
-    from simulator.cost.export import write_trace
-
     for i, ir in enumerate(irs):
         report = estimate_ir(ir)
         print(report.summary())

@@ -415,3 +415,12 @@ def _assigned(fn: ast.AST) -> set[str]:
     if args is not None:
         names |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     return names
+
+
+class Ctx:
+    """One statement being rewritten: hoisted statements, guards from axis-free masks."""
+
+    def __init__(self) -> None:
+        self.pre: list[str] = []
+        self.guards: list[str] = []
+        self.masks: dict[int, dict[int, str]] = {}  # id(call) -> its mask's counts

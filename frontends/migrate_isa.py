@@ -6,16 +6,13 @@ of ``nki.isa_spec``) and the destination-first call; classic-only arguments (``p
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nki import isa_spec
 
 from . import migrate_index as ix
 from . import migrate_table as tbl
-from .migrate_index import Unsupported
-
-if TYPE_CHECKING:
-    from .migrate_rewrite import Ctx
+from .migrate_index import Ctx, Unsupported
 
 
 def none(node: ast.AST | None) -> bool:

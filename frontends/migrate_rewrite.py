@@ -14,7 +14,7 @@ from typing import Protocol
 
 from . import migrate_index as ix
 from . import migrate_table as tbl
-from .migrate_index import Unsupported
+from .migrate_index import Ctx, Unsupported
 from .migrate_isa import IsaCalls, bind_call, none
 
 
@@ -28,15 +28,6 @@ class Editor(Protocol):
     def delete(self, stmt: ast.stmt) -> None: ...
     def note(self, line: int, what: str, reason: str, rewritten: bool = False) -> None: ...
     def indent_unit(self) -> str: ...
-
-
-class Ctx:
-    """One statement being rewritten: hoisted statements, guards from axis-free masks."""
-
-    def __init__(self) -> None:
-        self.pre: list[str] = []
-        self.guards: list[str] = []
-        self.masks: dict[int, dict[int, str]] = {}  # id(call) -> its mask's counts
 
 
 def _pure(text: str) -> bool:

@@ -27,9 +27,10 @@ import torch
 from nki.errors import NKIError, NKITypeError
 from nki.jit import Kernel, Launch, register_frontend
 
-from . import common
+from . import common, torch_backend
 from .common import OutSpec, as_tuple, boundary_loc, placeholder, unsupported_dtype
 from .pair import KernelPair, is_kernel
+from .torch_registry import NKI_CUSTOM_OPS
 
 __all__ = [
     "nki_jit",
@@ -51,8 +52,6 @@ def init_backend(
 ) -> None:
     """Options of the ``torch.compile(backend="nki")`` backend; see
     :func:`frontends.torch_backend.init_backend`."""
-    from . import torch_backend
-
     torch_backend.init_backend(
         cache_dir=cache_dir, log_level=log_level, target=target, checks=checks
     )
@@ -295,10 +294,6 @@ def _tensor_params(k: Any) -> list[str]:
     ]
 
 
-# qualified names of the custom ops defined here (the "nki" torch.compile backend reports them
-# as NKI kernels)
-NKI_CUSTOM_OPS: set[str] = set()
-
 _SCHEMA_TYPES = {bool: "bool", int: "int", float: "float"}
 
 
@@ -456,5 +451,3 @@ def custom_op(
 
 
 register_frontend("torch", ("torch",), launch)  # nki.jit kernels called with torch tensors
-
-from . import torch_backend as _torch_backend  # noqa: E402,F401  (registers backend "nki")

@@ -15,6 +15,7 @@ the kernel's name and source file; inside it, by shapes, dtypes and target)."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import operator
 import os
@@ -28,8 +29,22 @@ from typing import Any
 import torch
 import torch.fx
 
-from nki.errors import NKIError, NKITypeError
+import nki.ir
+from nki.errors import NKIError
+from nki.estimates import estimate
 from nki.jit import Kernel, Launch
+
+from . import torch_ops, torch_ops_nn  # noqa: F401  (their @builtin adapters fill the registry)
+from .torch_registry import (
+    NKI_CUSTOM_OPS,
+    Guard,
+    builtin_entry,
+    kernel_name,
+    lookup,
+    register_kernel,
+    registry_table,
+    unregister_kernel,
+)
 
 log = logging.getLogger("nki.torch_backend")
 
@@ -42,11 +57,6 @@ __all__ = [
     "registry_table",
     "reports",
 ]
-
-
-class Guard(Exception):
-    """Raised by an op adapter when its kernel does not apply to this call (the message is
-    the reason shown in the report)."""
 
 
 @dataclass
@@ -85,109 +95,6 @@ def init_backend(
     log.setLevel(level)
     if not log.handlers:
         log.addHandler(logging.StreamHandler())
-
-
-# --------------------------------------------------------------------------------------------
-# Registry
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entry:
-    """How an ATen op runs as a kernel: ``adapter(run, *args, **kwargs)`` calls kernels through
-    ``run(kernel, *tensors, **statics)`` and returns the op's result, or raises
-    :class:`Guard`."""
-
-    op: str
-    adapter: Callable[..., Any]
-    kernels: tuple[str, ...]
-    user: bool = False
-    doc: str = ""
-
-
-_BUILTIN: dict[str, Entry] = {}
-_USER: dict[str, Entry] = {}
-
-
-def _op_name(op: str) -> str:
-    op = op.replace(".", "::", 1) if "::" not in op and op.startswith("aten.") else op
-    return op if "::" in op else f"aten::{op}"
-
-
-def builtin(op: str, kernels: tuple[str, ...], doc: str) -> Callable[[Callable], Callable]:
-    """Decorator used by :mod:`frontends.torch_ops` and :mod:`frontends.torch_ops_nn` to declare
-    a built-in adapter."""
-
-    def deco(fn: Callable) -> Callable:
-        _BUILTIN[_op_name(op)] = Entry(_op_name(op), fn, kernels, doc=doc)
-        return fn
-
-    return deco
-
-
-def register_kernel(
-    op: str, kernel: Any, *, guard: Callable[..., str | None] | None = None
-) -> None:
-    """Run ATen op ``op`` (``"aten::gelu"``) with ``kernel``, overriding the built-in kernel.
-
-    ``kernel`` is an ``@nki.jit`` kernel (or a plain kernel function) called with the op's
-    tensor arguments in order and returning the op's output, or a ``torch.library`` custom op
-    built by :func:`frontends.torch.custom_op` (called with the same arguments). ``guard``,
-    if given, gets the op's arguments and returns ``None`` when the kernel applies or a reason
-    string (reported) when the call must fall back to the built-in kernel or the CPU."""
-    name = _op_name(op)
-    if _is_custom_op(kernel):
-        op_obj = kernel
-
-        def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
-            if guard is not None and (why := guard(*args, **kwargs)):
-                raise Guard(why)
-            return run(op_obj, *[a for a in args if isinstance(a, torch.Tensor)])
-
-        label = _kernel_name(kernel)
-    elif isinstance(kernel, (Kernel, Launch)) or callable(kernel):
-        k = kernel if isinstance(kernel, (Kernel, Launch)) else Kernel(kernel)
-
-        def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
-            if guard is not None and (why := guard(*args, **kwargs)):
-                raise Guard(why)
-            return run(k, *[a.contiguous() for a in args if isinstance(a, torch.Tensor)])
-
-        label = _kernel_name(k)
-    else:
-        from .common import boundary_loc
-
-        raise NKITypeError(
-            f"register_kernel({op!r}, ...): expected an NKI kernel (an @nki.jit kernel or a "
-            f"kernel function) or a frontends.torch custom op, got {type(kernel).__name__}",
-            code="err_invalid_argument",
-            loc=boundary_loc(),
-        )
-    _USER[name] = Entry(name, adapter, (label,), user=True, doc="user kernel")
-
-
-def unregister_kernel(op: str) -> None:
-    """Remove the user kernel registered for ``op`` (the built-in one applies again)."""
-    _USER.pop(_op_name(op), None)
-
-
-def _is_custom_op(obj: Any) -> bool:
-    from torch._library.custom_ops import CustomOpDef
-
-    return isinstance(obj, CustomOpDef)
-
-
-def lookup(op: str) -> Entry | None:
-    return _USER.get(op) or _BUILTIN.get(op)
-
-
-def registry_table() -> str:
-    """The supported-op table (Markdown) generated from the built-in registry."""
-    rows = ["| ATen op | NKI kernel(s) | applies when |", "|---|---|---|"]
-    for name in sorted(_BUILTIN):
-        e = _BUILTIN[name]
-        rows.append(f"| `{name}` | {', '.join(f'`{k}`' for k in e.kernels)} | {e.doc} |")
-    return "\n".join(rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,17 +193,7 @@ def reports() -> list[GraphReport]:
 _loaded: dict[tuple[str, int], str] = {}  # (cache_dir, id(kernel)) -> file
 
 
-def _kernel_name(k: Any) -> str:
-    """A kernel's function name, or a custom op's qualified name."""
-    k = k.kernel if isinstance(k, Launch) else k
-    return k.fn.__name__ if isinstance(k, Kernel) else str(getattr(k, "_qualname", k))
-
-
 def _cache_file(k: Kernel) -> str:
-    import inspect
-
-    import nki.ir
-
     h = hashlib.sha256()
     for f in (inspect.getsourcefile(k.fn), nki.ir.__file__):
         with open(f, "rb") as fh:
@@ -350,15 +247,13 @@ _ESTIMATES: dict[int, tuple[Any, float | None]] = {}  # id(IR) -> (IR kept alive
 def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
     """The cost model's estimated device latency of the launch just run (``nki.estimate``),
     once per traced IR; None where the cost model cannot estimate the kernel."""
-    import nki
-
     k = runner.kernel if isinstance(runner, Launch) else runner
     ir = k.last_ir
     hit = _ESTIMATES.get(id(ir))
     if hit is not None and hit[0] is ir:
         return hit[1]
     try:
-        us: float | None = nki.estimate(runner)(*args, **kwargs).latency_us
+        us: float | None = estimate(runner)(*args, **kwargs).latency_us
     except (NKIError, NotImplementedError):
         us = None
     _ESTIMATES[id(ir)] = (ir, us)
@@ -373,7 +268,7 @@ class _Run:
         self.used: list[str] = []
 
     def __call__(self, k: Any, *args: Any, **kwargs: Any) -> Any:
-        name = _kernel_name(k)
+        name = kernel_name(k)
         if isinstance(k, (Kernel, Launch)):
             base = k.kernel if isinstance(k, Launch) else k
             _load_cache(base)
@@ -410,9 +305,7 @@ def _schema_name(target: Any) -> str | None:
 
 
 def _custom_nki_op(name: str) -> bool:
-    from . import torch as torch_frontend
-
-    return name in torch_frontend.NKI_CUSTOM_OPS
+    return name in NKI_CUSTOM_OPS
 
 
 def _like(res: Any, val: Any) -> Any:
@@ -458,7 +351,7 @@ class _Interpreter(torch.fx.Interpreter):
                     res = entry.adapter(run, *args, **kwargs)
             except Guard as g:
                 reason = f"guard failed: {g}"
-                if entry.user and (b := _BUILTIN.get(name)) is not None:
+                if entry.user and (b := builtin_entry(name)) is not None:
                     try:
                         with torch.no_grad():
                             res = b.adapter(run, *args, **kwargs)
@@ -510,4 +403,3 @@ def _register() -> None:
 
 
 _register()
-from . import torch_ops, torch_ops_nn  # noqa: E402,F401  (register the built-in adapters)

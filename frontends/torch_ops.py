@@ -13,7 +13,7 @@ import torch
 import nki.kernels as K
 from nki.kernels._tiles import FREE_MAX
 
-from .torch_backend import Guard, builtin
+from .torch_registry import Guard, builtin
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 _FLOAT_DOC = "float32 / bfloat16 / float16"

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 import nki.kernels as K
 from nki.kernels._tiles import FREE_MAX
 
-from .torch_backend import Guard, builtin
 from .torch_ops import _FLOAT_DOC, _float, _rows
+from .torch_registry import Guard, builtin
 
 # ---- attention --------------------------------------------------------------------------------
 

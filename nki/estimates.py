@@ -4,7 +4,6 @@ performance with the cost model of ``simulator/cost``."""
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 from simulator.cost import Report, estimate_ir
 
 from . import dtypes
-from .errors import NKIError, NKITypeError, user_facing, user_loc
+from .errors import NKIError, NKITypeError, user_facing
 from .grids import check_grid_fits
 from .ir import KernelIR
 from .jit import Kernel, _as_launch
@@ -53,14 +52,7 @@ def trace_launch(launch: Any, args: tuple, kwargs: dict, target: str | None = No
     cfg = k.config(target=target)
     args = tuple(shape_only(a) for a in args)
     kwargs = {n: shape_only(v) for n, v in kwargs.items()}
-    try:
-        bound = inspect.signature(k.fn).bind(*args, **kwargs)
-    except TypeError as e:
-        raise NKITypeError(
-            f"bad arguments for kernel '{k.fn.__name__}': {e}",
-            code="err_invalid_argument",
-            loc=user_loc(),
-        ) from None
+    bound = k.bind(args, kwargs)
     bound.apply_defaults()
     check_grid_fits(lch.grid, cfg.target)
     return k.trace(lch.grid, bound, cfg.target)

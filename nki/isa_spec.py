@@ -11,15 +11,19 @@ reads like the API documentation; ``signature(name, form)`` turns one into an
 ``inspect.Signature``. Defaults that name an enum or op (``reduce_cmd.idle``, ``nl.maximum``)
 stay symbolic (``Ref``) until ``signature(..., resolve=True)`` looks them up.
 
-Sources: the classic form is the signature of today's ``nki/isa/<family>.py`` function (a test
+Sources: the classic form is the signature of the ``nki/isa/<family>.py`` function (a test
 keeps them equal); the current form follows the NKI 0.3-0.7 stubs (``nki-current-api.md``
 section 3, checked against the public ``nki.isa`` API pages), each taking ``name=None`` except
-the register and scalar-register operations. Rows without a classic form describe instructions
-nki-sim does not simulate yet; their poison rule and family are the planned ones.
+the register and scalar-register operations. Rows without a classic form are instructions of
+the current API only.
 
-Adding an instruction: its row here, its ``nki/isa/<family>.py`` function (decorated
-``@checked``), its executor and its tests; ``tests/isa/test_spec.py`` names whatever is missing.
-This module imports nothing from the tracer or the simulator, so every layer may read it."""
+The rows drive the code: ``nki/isa/forms.py`` gives each function the calling forms its row
+has, ``nki/isa/common.Call`` reads its API name, result dtype rule, engine and IR attribute keys
+from it, and the cost model takes its engine column. Adding an instruction: its row here, its
+function in ``nki/isa/<family>.py`` (decorated ``@instruction``), its executor in
+``simulator/isa/<family>.py`` and its tests; ``tests/isa/test_spec.py`` names whatever is
+missing. This module imports nothing from the tracer or the simulator, so every layer may read
+it."""
 
 from __future__ import annotations
 
@@ -162,7 +166,7 @@ _VOCAB: dict[str, tuple[str, str, str | None]] = {
     "shape": ("attr", "tuple of int", None),
     "priority": ("attr", "int 0-3 | None", None),
     "scales": ("attr", "list of float | None", None),
-    "unique_indices": ("attr", "bool", None),
+    "unique_indices": ("attr", "bool", "unique"),
     "reduce_res_negate": ("attr", "bool", None),
     "index_offset": ("attr", "int", None),
     "padding_val": ("attr", "int", None),
@@ -222,7 +226,7 @@ class Instruction:
     """One ``nki.isa`` instruction (see the module docstring for each column's meaning)."""
 
     name: str
-    family: str  # nki/isa/<family>.py (today's module, or where a current-only one belongs)
+    family: str  # the module of its function and executor: nki/isa/ and simulator/isa/<family>.py
     engines: tuple[str, ...]  # allowed engines; the first is the default
     doc: str
     classic: str | None  # parameter list of the classic form (None: current API only)
@@ -270,12 +274,22 @@ class Instruction:
         text = self.form(form)
         return text is not None and any(p.role == "dst" for p in self.params(form))
 
+    def param(self, name: str) -> Param | None:
+        """The parameter ``name`` of the classic form, else of the current form (None: neither)."""
+        for form in FORMS:
+            if self.form(form) is not None:
+                for p in self.params(form):
+                    if p.name == name:
+                        return p
+        return None
+
     def attr_key(self, param: str) -> str:
-        """The IR attribute a classic parameter is recorded as."""
-        for p in self.params(CLASSIC):
-            if p.name == param and p.attr is not None:
-                return p.attr
-        raise KeyError(f"parameter {param!r} of nisa.{self.name} is not an IR attribute")
+        """The IR attribute a parameter is recorded as (its vocabulary key; the classic form's
+        parameter where both forms have it)."""
+        p = self.param(param)
+        if p is None or p.attr is None:
+            raise KeyError(f"parameter {param!r} of nisa.{self.name} is not an IR attribute")
+        return p.attr
 
     def poison_rule(self, attrs: dict[str, Any] | None = None) -> str:
         """The uninitialised-value rule for an IR instruction with these attributes."""
@@ -458,7 +472,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     ),
     # --- Tensor ---------------------------------------------------------------------------------
     Instruction(
-        "nc_matmul", "tensor_ops", ("tensor",),
+        "nc_matmul", "tensor", ("tensor",),
         "stationary.T @ moving on the Tensor engine, accumulated in fp32 into PSUM.",
         classic="stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, "
         "is_transpose=False, tile_position=(), tile_size=(), perf_mode=None, *, mask=None, "
@@ -481,7 +495,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         result_dtype="arg|float32",
     ),
     Instruction(
-        "nc_matmul_mx", "tensor_ops", ("tensor",),
+        "nc_matmul_mx", "mx", ("tensor",),
         "Microscaling (MX) matmul of x4 fp8/fp4 data with e8m0 scales (NeuronCore-v4).",
         classic=None,
         current="dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, "
@@ -491,7 +505,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         targets=_V4,
     ),
     Instruction(
-        "nc_transpose", "tensor_ops", ("tensor", "vector"),
+        "nc_transpose", "tensor", ("tensor", "vector"),
         "Partition <-> free transpose on the Tensor (<= 128x128) or Vector (<= 32x32) engine.",
         classic="data, *, mask=None, dtype=None, engine=None",
         current="dst, data, engine=engine.unknown, name=None",
@@ -541,7 +555,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         result_dtype="arg|widest",
     ),
     Instruction(
-        "tensor_scalar_reduce", "vector", ("vector",),
+        "tensor_scalar_reduce", "reductions", ("vector",),
         "data op0 operand0 plus a reduction of the result's free axes into reduce_res.",
         classic="*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, "
         "mask=None",
@@ -554,7 +568,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         poison="row",
     ),
     Instruction(
-        "tensor_scalar_cumulative", "vector", ("vector",),
+        "tensor_scalar_cumulative", "reductions", ("vector",),
         "Per-partition running reduction reg = op1(op0(x, imm0), reg), written per element.",
         classic=None,
         current="dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, "
@@ -572,14 +586,14 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         poison="element", targets=_V4,
     ),
     Instruction(
-        "reciprocal", "selection", ("vector", "scalar"),
+        "reciprocal", "vector", ("vector", "scalar"),
         "1 / data element-wise in fp32.",
         classic="data, *, dtype=None, mask=None, engine=None",
         current="dst, data, name=None",
         ir_op="reciprocal", poison="element",
     ),
     Instruction(
-        "dropout", "selection", ("vector",),
+        "dropout", "random", ("vector",),
         "Zero each element with probability prob (no rescaling).",
         classic="data, prob, *, mask=None, dtype=None",
         current="dst, data, prob, name=None",
@@ -587,7 +601,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     ),
     # --- Vector: reductions, scans, statistics --------------------------------------------------
     Instruction(
-        "tensor_reduce", "vector", ("vector",),
+        "tensor_reduce", "reductions", ("vector",),
         "Reduce trailing contiguous free axes with op (negate: times -1).",
         classic="op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False",
         current="dst, op, data, axis, negate=False, keepdims=False, name=None",
@@ -596,7 +610,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "(P, 1)); dtype arg or data's dtype",
     ),
     Instruction(
-        "tensor_tensor_scan", "vector", ("vector",),
+        "tensor_tensor_scan", "reductions", ("vector",),
         "Per-partition recurrence r[i] = op1(op0(data0[i], r[i-1]), data1[i]).",
         classic="data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, "
         "dtype=None, mask=None",
@@ -607,7 +621,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         result_dtype="arg|widest",
     ),
     Instruction(
-        "bn_stats", "search", ("vector",),
+        "bn_stats", "reductions", ("vector",),
         "(count, mean, variance * count) of the even and odd elements of each partition.",
         classic="data, *, mask=None, dtype=None",
         current="dst, data, name=None",
@@ -615,7 +629,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         limits=(Limit("data free size", "target.bn_stats_fmax", "bn_stats"),),
     ),
     Instruction(
-        "bn_aggr", "search", ("vector",),
+        "bn_aggr", "reductions", ("vector",),
         "Aggregate bn_stats triples into (mean, variance) per partition.",
         classic="data, *, mask=None, dtype=None",
         current="dst, data, name=None",
@@ -721,7 +735,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     ),
     # --- quantisation and random numbers (current API only) -------------------------------------
     Instruction(
-        "quantize_mx", "vector", ("vector",),
+        "quantize_mx", "mx", ("vector",),
         "Quantise bf16/fp16 data to x4 fp8 with per-group e8m0 scales (NeuronCore-v4).",
         classic=None, current="dst, src, dst_scale, name=None",
         ir_op="quantize_mx", ir_attrs=("engine", "dst_scale"),

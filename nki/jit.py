@@ -231,6 +231,27 @@ class Kernel:
         return cfg.with_(**over)
 
     # ---- tracing ------------------------------------------------------------------------------
+    def bind(
+        self,
+        args: tuple,
+        kwargs: dict,
+        api: str | None = None,
+        loc: Callable[[], SrcLoc] = user_loc,
+    ) -> inspect.BoundArguments:
+        """The kernel's parameters bound to a call's arguments (defaults not applied). Arguments
+        that do not fit the kernel's signature are an ``err_invalid_argument`` error located at
+        ``loc()`` (the kernel author's call; a framework boundary passes its own), its message
+        prefixed with ``api`` when given."""
+        try:
+            return inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            prefix = f"{api}: " if api else ""
+            raise NKITypeError(
+                f"{prefix}bad arguments for kernel '{self.fn.__name__}': {e}",
+                code="err_invalid_argument",
+                loc=loc(),
+            ) from None
+
     def trace(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
         """The kernel IR for these arguments (traced once per signature, then cached)."""
         key_parts = [repr(grid), target]
@@ -502,14 +523,7 @@ class Launch:
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
         k = self.kernel
         cfg = _config if _config is not None else k.config()
-        try:
-            bound = inspect.signature(k.fn).bind(*args, **kwargs)
-        except TypeError as e:
-            raise NKITypeError(
-                f"bad arguments for kernel '{k.fn.__name__}': {e}",
-                code="err_invalid_argument",
-                loc=user_loc(),
-            ) from None
+        bound = k.bind(args, kwargs)
         bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically

@@ -18,7 +18,7 @@ from nki.ir import Instr, KernelIR
 from .collectives import combine
 from .config import SimConfig
 from .executors import COLLECTIVES
-from .isa.sync import meet
+from .isa.collectives import meet
 from .memory import Ctx
 
 Instance = tuple[int, ...]

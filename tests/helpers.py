@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
 
@@ -22,6 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(1234)
 DTS = [np.float32, BF16]  # the float dtypes every instruction test covers
+# ALU op name -> (the op a kernel passes, nl or NumPy, its NumPy reference)
+ALU_OPS = {
+    "add": (np.add, np.add),
+    "subtract": (nl.subtract, np.subtract),
+    "multiply": (np.multiply, np.multiply),
+    "maximum": (nl.maximum, np.maximum),
+    "minimum": (np.minimum, np.minimum),
+}
 
 
 def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
@@ -110,6 +119,18 @@ def stored(tile):
     out = nl.ndarray(tile.shape, tile.dtype, buffer=nl.shared_hbm)
     nl.store(out, tile)
     return out
+
+
+def sbuf_tile(shape, dtype=nl.float32):
+    """A new SBUF tile (called inside a kernel)."""
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def load_sbuf(a):
+    """``a`` copied into a new SBUF tile with a destination-first DMA (current API)."""
+    t = sbuf_tile(a.shape, a.dtype)
+    nisa.dma_copy(t, a)
+    return t
 
 
 def all_reduce_kernel(op, axes, dtype=None):

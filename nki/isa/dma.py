@@ -1,23 +1,39 @@
-"""DMA instructions: dma_copy (with casting, accumulate-on-write and out-of-bounds modes) and
-dma_transpose."""
+"""DMA instructions: dma_copy (with casting, accumulate-on-write and out-of-bounds modes),
+dma_transpose and, in the current API only, dma_compute (sums of sources, scatter / gather-add)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
-from ..ir import HBM_BUFFERS
-from ..isa_spec import checked
+from ..ir import HBM_BUFFERS, Access
 from ..tracer import NkiTensor
-from .common import alu_op, dt, emit_isa, out_dtype, out_tile, prod, rules, target, tile
+from .common import Call, Instruction, alu_op, prod
 from .enums import dge_mode as _dge_mode
 from .enums import enum_value
 from .enums import oob_mode as _oob_mode
+from .forms import instruction
+from .rules import rules, target
 
 _DMA_BUFFERS = (*HBM_BUFFERS, "sbuf")
+MAX_DMA_COMPUTE_SRCS = 16
 
 
-@checked
+def _same_count(a: Access, b: Access, api: str, ra: str, rb: str) -> None:
+    if prod(a.shape) != prod(b.shape):
+        raise NKIShapeError(
+            f"'{ra}'{list(a.shape)} ({prod(a.shape)} elements) and '{rb}'{list(b.shape)} "
+            f"({prod(b.shape)} elements) of '{api}' must have the same number of elements",
+            code="err_dma_element_count_mismatch",
+            loc=user_loc(),
+        )
+
+
+def _invalid(msg: str, code: str = "err_invalid_argument") -> NKIError:
+    return NKIError(msg, code=code, loc=user_loc())
+
+
+@instruction
 def dma_copy(
     *,
     dst: Any,
@@ -36,59 +52,51 @@ def dma_copy(
 
     Example: ``nisa.dma_copy(dst=out_hbm[0:128, 0:512], src=tile_sb, dst_rmw_op=np.add)``.
     """
-    api = "nisa.dma_copy"
-    dacc, dtt = tile(dst, api, "dst", _DMA_BUFFERS, compute=False)
-    sacc, stt = tile(src, api, "src", _DMA_BUFFERS, compute=False)
-    if prod(dacc.shape) != prod(sacc.shape):
-        raise NKIShapeError(
-            f"'src'{list(sacc.shape)} ({prod(sacc.shape)} elements) and 'dst'"
-            f"{list(dacc.shape)} ({prod(dacc.shape)} elements) of '{api}' must have the same "
-            "number of elements",
-            code="err_dma_element_count_mismatch",
-            loc=user_loc(),
-        )
-    oob = enum_value(oob_mode, _oob_mode, api, "oob_mode")
-    dge = enum_value(dge_mode, _dge_mode, api, "dge_mode")
+    c = Call("dma_copy")
+    dacc, _ = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
+    sacc, _ = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    _same_count(sacc, dacc, c.api, "src", "dst")
+    oob = enum_value(oob_mode, _oob_mode, c.api, "oob_mode")
+    dge = enum_value(dge_mode, _dge_mode, c.api, "dge_mode")
     if dge == _dge_mode.hwdge and not rules().hwdge:
         raise NKIUnsupportedError(
-            f"dge_mode=hwdge of '{api}' needs NeuronCore-v3 (trn2) or newer; target is "
+            f"dge_mode=hwdge of '{c.api}' needs NeuronCore-v3 (trn2) or newer; target is "
             f"{target().name} (NeuronCore-v{target().gen})",
             code="err_unsupported_dge_mode",
             loc=user_loc(),
         )
     rmw = None
     if dst_rmw_op is not None:
-        fn = alu_op(dst_rmw_op, api, "dst_rmw_op")
+        fn = alu_op(dst_rmw_op, c.api, "dst_rmw_op")
         if fn.name != "add":
-            raise NKIError(
-                f"'dst_rmw_op'={fn.name} of '{api}' is not supported; only np.add / nl.add",
-                code="err_unsupported_op",
-                loc=user_loc(),
+            raise _invalid(
+                f"'dst_rmw_op'={fn.name} of '{c.api}' is not supported; only np.add / nl.add",
+                "err_unsupported_op",
             )
         if oob != _oob_mode.error:
-            raise NKIError(
-                f"'{api}' with dst_rmw_op only allows oob_mode=nisa.oob_mode.error, got {oob.name}",
-                code="err_invalid_argument",
-                loc=user_loc(),
+            raise _invalid(
+                f"'{c.api}' with dst_rmw_op only allows oob_mode=nisa.oob_mode.error, got "
+                f"{oob.name}"
             )
         rmw = "add"
-    attrs = {"engine": "dma", "oob": oob.name, "dge": dge.name, "rmw": rmw}
-    del stt, dtt
-    emit_isa("dma_copy", dacc, (sacc,), attrs, mask=mask, mask_shape=dacc.shape, api=api)
+    c.emit(
+        dacc, (sacc,), mask=mask, mask_shape=dacc.shape, oob_mode=oob.name, dge_mode=dge.name,
+        dst_rmw_op=rmw,
+    )  # fmt: skip
 
 
 _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
-@checked
+@instruction
 def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Transpose ``src`` (HBM or SBUF) with the DMA engine into a new SBUF tile. Supported
     permutations: 2-D (1, 0), 3-D (2, 1, 0), 4-D (3, 1, 2, 0) (the default for the rank).
 
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """
-    api = "nisa.dma_transpose"
-    sacc, st = tile(src, api, "src", _DMA_BUFFERS, compute=False)
+    c = Call("dma_transpose", dtype)
+    sacc, _ = c.tile(src, "src", _DMA_BUFFERS, compute=False)
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
     try:
@@ -96,13 +104,75 @@ def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = 
     except (TypeError, ValueError):
         got = None
     if want is None or got != want:
-        raise NKIError(
-            f"'{api}' supports axes {_TRANSPOSE_AXES} by rank; got a rank-{rank} 'src' with "
+        raise _invalid(
+            f"'{c.api}' supports axes {_TRANSPOSE_AXES} by rank; got a rank-{rank} 'src' with "
             f"axes={axes!r}",
-            code="err_unsupported_transpose_axes",
-            loc=user_loc(),
+            "err_unsupported_transpose_axes",
         )
-    shape = tuple(sacc.shape[a] for a in got)
-    out = out_tile(shape, out_dtype(dtype, dt(st)), api)
-    emit_isa("dma_transpose", out.access_(), (sacc,), {"engine": "dma", "axes": got}, mask=mask)
-    return out
+    return c.new(tuple(sacc.shape[a] for a in got), (sacc,), mask=mask, axes=got)
+
+
+@instruction
+def dma_compute(
+    dst: Any,
+    srcs: Any,
+    reduce_op: Any,
+    scales: Any = None,
+    unique_indices: Any = True,
+    oob_mode: Any = _oob_mode.error,
+    name: Any = None,
+) -> Instruction:
+    """``dst = srcs[0] * scales[0] + srcs[1] * scales[1] + ...`` with the DMA engine's compute
+    logic, in fp32, cast to ``dst``'s dtype.
+
+    Only ``reduce_op=nl.add`` and scales of 1.0 (or None) exist; 1 to 16 sources, each HBM or
+    SBUF (not PSUM) with ``dst``'s element count. Read-modify-write through a ``vector_offset``
+    view (exactly two sources): scatter-add ``dst = hbm.ap(vector_offset=idx)`` with
+    ``srcs = [dst, sbuf_tile]`` adds into the indexed HBM rows; gather-add ``dst = sbuf_tile``
+    with ``srcs = [sbuf_tile, hbm.ap(vector_offset=idx)]`` adds the indexed rows into the tile.
+    ``unique_indices=True`` promises distinct destination rows (a repeated row is reported when
+    the kernel runs, its result being undefined on hardware); with False every update lands.
+    ``oob_mode=skip`` leaves out-of-bounds indexed rows untouched.
+
+    Example: ``nisa.dma_compute(out_hbm, [a_sb, b_sb], nl.add)``.
+    """
+    c = Call("dma_compute")
+    dacc, _ = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
+    if not isinstance(srcs, (list, tuple)) or not 1 <= len(srcs) <= MAX_DMA_COMPUTE_SRCS:
+        raise _invalid(
+            f"'srcs' of '{c.api}' must be a list of 1 to {MAX_DMA_COMPUTE_SRCS} tiles, got "
+            f"{type(srcs).__name__}{f' of {len(srcs)}' if isinstance(srcs, (list, tuple)) else ''}"
+        )
+    accs = []
+    for i, s in enumerate(srcs):
+        sacc, _ = c.tile(s, f"srcs[{i}]", _DMA_BUFFERS, compute=False)
+        _same_count(sacc, dacc, c.api, f"srcs[{i}]", "dst")
+        accs.append(sacc)
+    op = alu_op(reduce_op, c.api, "reduce_op")
+    if op.name != "add":
+        raise _invalid(
+            f"'reduce_op'={op.name} of '{c.api}' is not supported; only nl.add",
+            "err_unsupported_op",
+        )
+    if scales is not None:
+        ok = isinstance(scales, (list, tuple)) and len(scales) == len(accs)
+        if not ok or any(float(v) != 1.0 for v in scales):
+            raise NKIUnsupportedError(
+                f"'scales'={scales!r} of '{c.api}': only a scale of 1.0 per source (or None) is "
+                f"supported ({len(accs)} sources)",
+                code="err_unsupported_attribute",
+                loc=user_loc(),
+            )
+    indirect = [a for a in (dacc, *accs) if a.indirect]
+    if indirect and len(accs) != 2:
+        raise _invalid(
+            f"'{c.api}' with a vector_offset (indirect) view computes read-modify-write with "
+            f"exactly 2 sources (the destination and the data); got {len(accs)}"
+        )
+    if dacc.indirect and dacc not in accs:
+        raise _invalid(
+            f"scatter-add of '{c.api}': 'dst' is an indirect view, so one source must be that "
+            "same view (srcs=[dst, data])"
+        )
+    oob = enum_value(oob_mode, _oob_mode, c.api, "oob_mode")
+    return c.emit(dacc, tuple(accs), oob_mode=oob.name, unique_indices=bool(unique_indices))

@@ -1,5 +1,6 @@
-"""Vector-engine copies and selection: tensor_copy (any engine), tensor_copy_predicated,
-select_reduce, range_select, plus nc_stream_shuffle, reciprocal and dropout."""
+"""Copies and selection, on the Vector engine (tensor_copy also on the Scalar / GpSimd
+engines): tensor_copy and its classic dynamic-offset forms, tensor_copy_predicated,
+select_reduce, range_select and the partition shuffle nc_stream_shuffle."""
 
 from __future__ import annotations
 
@@ -8,36 +9,32 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
+from .. import isa_spec as spec
+from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import Const
-from ..isa_spec import checked
 from ..tracer import NkiTensor, assign, operand
 from .common import (
+    Call,
     alu_op,
+    command,
     dt,
-    emit_isa,
-    free_size,
+    dtype_name,
     is_tile,
     not_both_psum,
-    out_dtype,
-    out_tile,
-    rules,
+    reducer,
+    res_vector,
+    same_dtype,
     same_elements,
+    same_free,
     scalar_or_vector,
     static_int,
-    tile,
 )
-from .enums import engine_name, enum_value
 from .enums import reduce_cmd as _reduce_cmd
-from .rules import check_available, check_dtype_in, check_gpsimd_memory
-from .vector import _reducer, _res_vector
-
-# --------------------------------------------------------------------------------------------
-# copies and selection
-# --------------------------------------------------------------------------------------------
+from .forms import instruction
+from .rules import check_available, check_dtype_in, check_gpsimd_memory, rules
 
 
-@checked
+@instruction
 def tensor_copy(src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None) -> NkiTensor:
     """Copy an on-chip tile on the Vector (default), Scalar or GpSimd engine. Vector / GpSimd
     copy bit-exactly when the dtypes match and cast through fp32 otherwise; the Scalar engine
@@ -46,24 +43,19 @@ def tensor_copy(src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = 
 
     Example: ``y = nisa.tensor_copy(x_psum, dtype=nl.bfloat16)``.
     """
-    api = "nisa.tensor_copy"
-    acc, t = tile(src, api, "src")
-    eng = engine_name(engine)
-    eng = "vector" if eng == "unknown" else eng
-    if eng not in ("vector", "scalar", "gpsimd"):
-        raise NKIError(
-            f"'{api}' runs on the Vector, Scalar or GpSimd engine, not {eng}",
-            code="err_unsupported_engine_for_op",
-            loc=user_loc(),
-        )
-    check_gpsimd_memory(eng, {"src": t}, api)
+    return _copy(src, mask, dtype, engine)
+
+
+def _copy(src: Any, mask: Any, dtype: Any, engine: Any) -> NkiTensor:
+    c = Call("tensor_copy", dtype)
+    acc, t = c.tile(src, "src")
+    eng = c.choose_engine(engine)
+    check_gpsimd_memory(eng, {"src": t}, c.api)
     exact = eng != "scalar" or rules().scalar_copy_exact
-    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
-    emit_isa("tensor_copy", out.access_(), (acc,), {"engine": eng, "exact": exact}, mask=mask)
-    return out
+    return c.new(acc.shape, (acc,), mask=mask, engine=eng, exact=exact)
 
 
-@checked
+@instruction
 def tensor_copy_dynamic_src(
     src: Any, *, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> NkiTensor:
@@ -73,24 +65,25 @@ def tensor_copy_dynamic_src(
 
     Example: ``out[i_p, j] = nisa.tensor_copy_dynamic_src(x[i_p, idx[0, j] + i_f])``.
     """
-    return tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
+    return _copy(src, mask, dtype, engine)
 
 
-@checked
+@instruction
 def tensor_copy_dynamic_dst(
     *, dst: Any, src: Any, mask: Any = None, dtype: Any = None, engine: Any = None
 ) -> None:
     """``nisa.tensor_copy`` into a destination whose address is decided at run time: ``dst``
     is indexed with a value read from a one-element SBUF tile (``t[i_p, idx[0, j] + i_f]``)."""
-    res = tensor_copy(src, mask=mask, dtype=dtype, engine=engine)
-    dacc, _ = operand(dst, "nisa.tensor_copy_dynamic_dst", "dst")
-    assign(dacc, res, api="nisa.tensor_copy_dynamic_dst")
+    res = _copy(src, mask, dtype, engine)
+    api = spec.get("tensor_copy_dynamic_dst").api
+    dacc, _ = operand(dst, api, "dst")
+    assign(dacc, res, api=api)
 
 
 _PRED_DTYPES = ("uint8", "uint16", "uint32", "bool_")
 
 
-@checked
+@instruction
 def tensor_copy_predicated(
     *,
     src: Any,
@@ -108,37 +101,27 @@ def tensor_copy_predicated(
 
     Example: ``nisa.tensor_copy_predicated(src=x, dst=y, predicate=keep)``.
     """
-    api = "nisa.tensor_copy_predicated"
-    dacc, dt_ = tile(dst, api, "dst")
-    pacc, pt = tile(predicate, api, "predicate")
+    c = Call("tensor_copy_predicated", dtype)
+    api = c.api
+    dacc, dt_ = c.tile(dst, "dst")
+    pacc, pt = c.tile(predicate, "predicate")
     same_elements(dacc.shape, pacc.shape, api, "dst", "predicate")
     check_dtype_in(dt(pt), _PRED_DTYPES, api, "predicate")
     if is_tile(src):
-        sacc, st = tile(src, api, "src")
+        sacc, st = c.tile(src, "src")
         same_elements(sacc.shape, dacc.shape, api, "src", "dst")
         not_both_psum(st, pt, api, "src", "predicate")
-        if dt(st) != dt(dt_):
-            raise NKITypeError(
-                f"'src' ({dt(st)}) and 'dst' ({dt(dt_)}) of '{api}' must have the same dtype",
-                code="err_dtype_mismatch",
-                loc=user_loc(),
-            )
+        same_dtype(st, dt_, api, "src", "dst")
         s: Any = sacc
     else:
         s, _ = scalar_or_vector(src, dacc.shape[0], api, "src")
-    emit_isa(
-        "tensor_copy_predicated",
-        dacc,
-        (s, pacc),
-        {"engine": "vector", "reverse_pred": bool(reverse_pred)},
-        mask=mask,
-    )
+    c.emit(dacc, (s, pacc), mask=mask, reverse_pred=bool(reverse_pred))
 
 
 _SEL_PRED_DTYPES = ("int8", "uint8", "int16", "uint16", "bool_")
 
 
-@checked
+@instruction
 def select_reduce(
     *,
     dst: Any,
@@ -164,10 +147,11 @@ def select_reduce(
     Example: ``nisa.select_reduce(dst=y, predicate=p, on_true=x, on_false=-1e9,
     reduce_res=m)``.
     """
-    api = "nisa.select_reduce"
-    dacc, _dt = tile(dst, api, "dst")
-    pacc, pt = tile(predicate, api, "predicate")
-    tacc, tt = tile(on_true, api, "on_true")
+    c = Call("select_reduce", dtype)
+    api = c.api
+    dacc, _ = c.tile(dst, "dst")
+    pacc, pt = c.tile(predicate, "predicate")
+    tacc, tt = c.tile(on_true, "on_true")
     same_elements(tacc.shape, dacc.shape, api, "on_true", "dst")
     same_elements(tacc.shape, pacc.shape, api, "on_true", "predicate")
     check_dtype_in(dt(pt), _SEL_PRED_DTYPES, api, "predicate")
@@ -179,28 +163,29 @@ def select_reduce(
         )
     not_both_psum(tt, pt, api, "on_true", "predicate")
     fop, _ = scalar_or_vector(on_false, tacc.shape[0], api, "on_false")
-    rop = _reducer(
-        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
-    )
-    cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
-    attrs: dict[str, Any] = {
-        "engine": "vector",
-        "reverse_pred": bool(reverse_pred),
-        "reduce_op": rop.name,
-        "reduce_cmd": cmd.name,
-    }
-    outputs = []
+    rop = _max_reducer(reduce_op, api)
+    cmd = command(reduce_cmd, api)
+    res = {}
     if reduce_res is not None:
-        racc, rt = _res_vector(reduce_res, tacc.shape[0], api, "reduce_res")
+        racc, rt = res_vector(reduce_res, tacc.shape[0], api)
         if not dtypes.is_float(dt(rt)):
             raise NKITypeError(
                 f"'reduce_res' of '{api}' must have a float dtype, got {dt(rt)}",
                 code="err_unsupported_dtype",
                 loc=user_loc(),
             )
-        attrs["reduce_res"] = racc
-        outputs.append(racc)
-    emit_isa("select_reduce", dacc, (pacc, tacc, fop), attrs, mask=mask, outputs=tuple(outputs))
+        res["reduce_res"] = racc
+    c.emit(
+        dacc, (pacc, tacc, fop), mask=mask, reverse_pred=bool(reverse_pred), reduce_op=rop.name,
+        reduce_cmd=cmd, **res,
+    )  # fmt: skip
+
+
+def _max_reducer(reduce_op: Any, api: str) -> Any:
+    """The accumulators of select_reduce / range_select fold with max (None: max)."""
+    return reducer(
+        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
+    )
 
 
 _CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
@@ -208,7 +193,7 @@ _CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equa
 _RANGE_CMP_OPS = ("equal", "less", "less_equal", "greater", "greater_equal")
 
 
-@checked
+@instruction
 def range_select(
     *,
     on_true_tile: Any,
@@ -234,9 +219,10 @@ def range_select(
     comp_op1=nl.less, bound0=lo, bound1=hi, reduce_res=m,
     reduce_cmd=nisa.reduce_cmd.reset_reduce)``.
     """
-    api = "nisa.range_select"
+    c = Call("range_select", dtype)
+    api = c.api
     check_available("range_select", api)
-    acc, t = tile(on_true_tile, api, "on_true_tile")
+    acc, t = c.tile(on_true_tile, "on_true_tile")
     if not dtypes.is_float(dt(t)):
         raise NKITypeError(
             f"'on_true_tile' of '{api}' must have a floating-point dtype, got {dt(t)}",
@@ -256,10 +242,8 @@ def range_select(
         ops.append(fn.name)
     b0, _ = scalar_or_vector(bound0, parts, api, "bound0", fp32_only=True)
     b1, _ = scalar_or_vector(bound1, parts, api, "bound1", fp32_only=True)
-    rop = _reducer(
-        reduce_op if reduce_op is not None else "maximum", api, "reduce_op", ("maximum",)
-    )
-    cmd = enum_value(reduce_cmd, _reduce_cmd, api, "reduce_cmd")
+    rop = _max_reducer(reduce_op, api)
+    cmd = command(reduce_cmd, api)
     fill = float(dtypes.dtype("float32").min) if on_false_value is None else on_false_value
     if isinstance(fill, np.generic) and fill.dtype.kind in "fiu":
         fill = fill.item()  # NumPy scalars such as nl.fp32.min
@@ -277,37 +261,15 @@ def range_select(
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    attrs: dict[str, Any] = {
-        "engine": "vector",
-        "comp_op0": ops[0],
-        "comp_op1": ops[1],
-        "range_start": static_int(range_start, api, "range_start"),
-        "reduce_op": rop.name,
-        "reduce_cmd": cmd.name,
-    }
-    outputs = []
-    if reduce_res is not None:
-        racc, _rt = _res_vector(reduce_res, parts, api, "reduce_res")
-        attrs["reduce_res"] = racc
-        outputs.append(racc)
-    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
-    emit_isa(
-        "range_select",
-        out.access_(),
-        (acc, b0, b1, Const(float(fill))),
-        attrs,
-        mask=mask,
-        outputs=tuple(outputs),
-    )
-    return out
+    start = static_int(range_start, api, "range_start")
+    res = {} if reduce_res is None else {"reduce_res": res_vector(reduce_res, parts, api)[0]}
+    return c.new(
+        acc.shape, (acc, b0, b1, Const(float(fill))), mask=mask, comp_op0=ops[0],
+        comp_op1=ops[1], range_start=start, reduce_op=rop.name, reduce_cmd=cmd, **res,
+    )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
-# partition shuffle, reciprocal, dropout
-# --------------------------------------------------------------------------------------------
-
-
-@checked
+@instruction
 def nc_stream_shuffle(
     src: Any, dst: Any, shuffle_mask: Any, *, dtype: Any = None, mask: Any = None
 ) -> None:
@@ -320,25 +282,14 @@ def nc_stream_shuffle(
 
     Example: ``nisa.nc_stream_shuffle(src=x, dst=y, shuffle_mask=list(range(31, -1, -1)))``.
     """
-    api = "nisa.nc_stream_shuffle"
-    sacc, st = tile(src, api, "src", compute=False)
-    dacc, dtt = tile(dst, api, "dst", compute=False)
-    if free_size(sacc.shape) != free_size(dacc.shape):
-        raise NKIShapeError(
-            f"'{api}' needs the same number of elements per partition in 'src' "
-            f"{list(sacc.shape)} ({free_size(sacc.shape)}) and 'dst' {list(dacc.shape)} "
-            f"({free_size(dacc.shape)})",
-            code="err_free_size_mismatch",
-            loc=user_loc(),
-        )
+    c = Call("nc_stream_shuffle")
+    api = c.api
+    sacc, st = c.tile(src, "src", compute=False)
+    dacc, dtt = c.tile(dst, "dst", compute=False)
+    same_free(sacc.shape, dacc.shape, api, "src", "dst")
     if dtype is not None:
-        out_dtype(dtype, dt(dtt))  # accepted and ignored, but it must name a dtype
-    if dt(st) != dt(dtt):
-        raise NKITypeError(
-            f"'src' ({dt(st)}) and 'dst' ({dt(dtt)}) of '{api}' must have the same dtype",
-            code="err_dtype_mismatch",
-            loc=user_loc(),
-        )
+        dtype_name(dtype)  # accepted and ignored, but it must name a dtype
+    same_dtype(st, dtt, api, "src", "dst")
     try:
         m = tuple(int(v) for v in shuffle_mask)
     except (TypeError, ValueError):
@@ -365,63 +316,4 @@ def nc_stream_shuffle(
             code="err_invalid_shuffle_mask",
             loc=user_loc(),
         )
-    del dtype
-    emit_isa("nc_stream_shuffle", dacc, (sacc,), {"engine": "vector", "shuffle": m}, mask=mask)
-
-
-@checked
-def reciprocal(data: Any, *, dtype: Any = None, mask: Any = None, engine: Any = None) -> NkiTensor:
-    """``1 / data`` element-wise in fp32 on the Vector engine (default; more precise) or the
-    Scalar engine (``engine=nisa.scalar_engine``); no other engine runs it.
-
-    Example: ``r = nisa.reciprocal(x)``.
-    """
-    api = "nisa.reciprocal"
-    acc, t = tile(data, api, "data")
-    eng = engine_name(engine)
-    eng = "vector" if eng == "unknown" else eng
-    if eng not in ("vector", "scalar"):
-        raise NKIError(
-            f"'{api}' runs on the Vector or Scalar engine, not {eng}",
-            code="err_unsupported_engine_for_op",
-            loc=user_loc(),
-        )
-    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
-    emit_isa("reciprocal", out.access_(), (acc,), {"engine": eng}, mask=mask)
-    return out
-
-
-@checked
-def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None) -> NkiTensor:
-    """Zero each element with probability ``prob`` (a scalar or a (P, 1) tile per partition);
-    kept elements are unchanged (no rescaling). Integer data needs a float32 ``prob`` and keeps
-    its dtype. The random stream is per instance, seeded from SimConfig.shuffle_seed (or 0).
-
-    Example: ``y = nisa.dropout(x, prob=0.1)``.
-    """
-    api = "nisa.dropout"
-    acc, t = tile(data, api, "data")
-    pop, pdt = scalar_or_vector(prob, acc.shape[0], api, "prob")
-    odt = out_dtype(dtype, dt(t))
-    if dtypes.is_int(dt(t)):
-        if is_tile(prob) and pdt != "float32":
-            raise NKITypeError(
-                f"'prob' of '{api}' must be float32 for integer data ({dt(t)}); got {pdt}",
-                code="err_invalid_operand_dtype",
-                loc=user_loc(),
-            )
-        if odt != dt(t):
-            raise NKITypeError(
-                f"output dtype {odt} of '{api}' must equal the integer data dtype {dt(t)}",
-                code="err_dtype_mismatch",
-                loc=user_loc(),
-            )
-    elif is_tile(prob) and not dtypes.is_float(pdt):
-        raise NKITypeError(
-            f"'prob' of '{api}' must be a float tile, got {pdt}",
-            code="err_invalid_operand_dtype",
-            loc=user_loc(),
-        )
-    out = out_tile(acc.shape, odt, api)
-    emit_isa("dropout", out.access_(), (acc, pop), {"engine": "vector"}, mask=mask)
-    return out
+    c.emit(dacc, (sacc,), mask=mask, shuffle_mask=m)

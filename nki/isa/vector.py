@@ -1,77 +1,39 @@
 """Vector-engine element-wise instructions (some also on the Scalar / GpSimd engines):
-tensor-tensor and tensor-scalar ops, reductions and scans, plus the op / axis helpers the other
-Vector-engine modules share."""
+tensor_tensor, tensor_scalar, scalar_tensor_tensor, reciprocal and, of the current API only
+(NeuronCore-v4), exponential. Reductions and scans are in ``reductions.py``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import NKIError, NKIShapeError, user_loc
+from ..errors import NKIError, user_loc
 from ..ir import Const
-from ..isa_spec import checked
-from ..isa_spec import get as get_spec
-from ..optable import REDUCERS, Op
+from ..optable import Op
 from ..tracer import NkiTensor
 from .common import (
-    alu_op,
+    Call,
+    Instruction,
+    binary_op,
     check_bitvec_dtypes,
+    command,
     dt,
-    emit_isa,
+    dtype_in,
+    first_op,
     free_size,
+    imm,
     is_tile,
     not_both_psum,
-    out_dtype,
-    out_tile,
+    rank_at_most,
+    res_vector,
     same_elements,
     same_partitions,
     scalar_or_vector,
     tile,
-    widest,
 )
 from .enums import engine_name
+from .enums import reduce_cmd as _reduce_cmd
+from .forms import instruction
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
-
-_TILE_REDUCERS = (*REDUCERS, "subtract")
-
-
-def _binary(op: Any, api: str, role: str) -> Op:
-    fn = alu_op(op, api, role)
-    if fn.arity != 2:
-        raise NKIError(
-            f"'{role}'={fn.name} of '{api}' must be a binary ALU operator",
-            code="err_unsupported_op",
-            loc=user_loc(),
-        )
-    return fn
-
-
-def _first_op(op: Any, operand: Any, api: str) -> tuple[Op, Any]:
-    """``op0`` of tensor_scalar / tensor_scalar_reduce and its operand: a binary ALU op, or a
-    unary one (``nl.abs``, ``nl.rsqrt``, ...) applied to the data alone, whose ``operand0``
-    must then be None or 0 (the operand slot is unused)."""
-    fn = alu_op(op, api, "op0")
-    if fn.arity != 1:
-        return _binary(op, api, "op0"), operand
-    if operand is not None and not (isinstance(operand, (int, float)) and operand == 0):
-        raise NKIError(
-            f"'op0'={fn.name} of '{api}' is a unary operator: 'operand0' must be None or 0, "
-            f"got {operand!r}",
-            code="err_invalid_argument",
-            loc=user_loc(),
-        )
-    return fn, 0.0
-
-
-def _reducer(op: Any, api: str, role: str, allowed: tuple[str, ...] = _TILE_REDUCERS) -> Op:
-    fn = alu_op(op, api, role)
-    if fn.name not in allowed:
-        raise NKIError(
-            f"'{role}'={fn.name} of '{api}' is not a supported reduction operator; supported: "
-            f"{', '.join(allowed)}",
-            code="err_unsupported_reduce_op",
-            loc=user_loc(),
-        )
-    return fn
 
 
 def _default_engine(ops: list[Op]) -> str:
@@ -81,23 +43,7 @@ def _default_engine(ops: list[Op]) -> str:
     return common[0] if common else "vector"
 
 
-def _res_vector(x: Any, parts: int, api: str, role: str):
-    acc, _t = tile(x, api, role)
-    if acc.shape[0] != parts or free_size(acc.shape) != 1:
-        raise NKIShapeError(
-            f"'{role}' of '{api}' must have shape ({parts}, 1); got {list(acc.shape)}",
-            code="err_reduce_res_shape",
-            loc=user_loc(),
-        )
-    return acc, _t
-
-
-# --------------------------------------------------------------------------------------------
-# element-wise
-# --------------------------------------------------------------------------------------------
-
-
-@checked
+@instruction
 def tensor_tensor(
     data1: Any,
     data2: Any,
@@ -116,35 +62,27 @@ def tensor_tensor(
 
     Example: ``z = nisa.tensor_tensor(x, y, op=nl.add)``.
     """
-    api = "nisa.tensor_tensor"
-    a1, t1 = tile(data1, api, "data1")
-    a2, t2 = tile(data2, api, "data2")
+    c = Call("tensor_tensor", dtype)
+    api = c.api
+    a1, t1 = c.tile(data1, "data1")
+    a2, t2 = c.tile(data2, "data2")
     column = free_size(a2.shape) == 1 or free_size(a1.shape) == 1
     if column:
         same_partitions(a1.shape, a2.shape, api, "data1", "data2")
     else:
         same_elements(a1.shape, a2.shape, api, "data1", "data2")
-    fn = _binary(op, api, "op")
-    eng = engine_name(engine)
-    eng = _default_engine([fn]) if eng == "unknown" else eng
-    if eng not in get_spec("tensor_tensor").engines:
-        raise NKIError(
-            f"'{api}' runs on the Vector or GpSimd engine, not {eng}",
-            code="err_unsupported_engine_for_op",
-            loc=user_loc(),
-        )
+    fn = binary_op(op, api, "op")
+    eng = c.choose_engine(engine, _default_engine([fn]))
     check_engine_op(fn, eng, api, "op")
     not_both_psum(t1, t2, api, "data1", "data2")
     check_gpsimd_memory(eng, {"data1": t1, "data2": t2}, api)
-    odt = out_dtype(dtype, widest([dt(t1), dt(t2)]))
+    odt = c.result_dtype()
     check_bitvec_dtypes(fn, [dt(t1), dt(t2), odt], api, "op")
     shape = a2.shape if free_size(a1.shape) < free_size(a2.shape) else a1.shape
-    out = out_tile(shape, odt, api)
-    emit_isa("tensor_tensor", out.access_(), (a1, a2), {"engine": eng, "op": fn.name}, mask=mask)
-    return out
+    return c.new(shape, (a1, a2), dtype=odt, mask=mask, engine=eng, op=fn.name)
 
 
-@checked
+@instruction
 def tensor_scalar(
     data: Any,
     op0: Any,
@@ -167,23 +105,24 @@ def tensor_scalar(
 
     Example: ``y = nisa.tensor_scalar(x, np.subtract, mean, op1=np.multiply, operand1=rstd)``.
     """
-    api = "nisa.tensor_scalar"
-    acc, t = tile(data, api, "data")
+    c = Call("tensor_scalar", dtype)
+    api = c.api
+    acc, t = c.tile(data, "data")
     parts = acc.shape[0]
-    f0, operand0 = _first_op(op0, operand0, api)
-    o0, d0 = scalar_or_vector(operand0, parts, api, "operand0")
+    f0, operand0 = first_op(op0, operand0, api)
+    o0, _ = scalar_or_vector(operand0, parts, api, "operand0")
     f1 = None
     o1: Any = Const(0)
     ops = [f0]
     if op1 is not None:
-        f1 = _binary(op1, api, "op1")
+        f1 = binary_op(op1, api, "op1")
         if operand1 is None:
             raise NKIError(
                 f"'op1' of '{api}' is given but 'operand1' is None",
                 code="err_missing_operand",
                 loc=user_loc(),
             )
-        o1, _d1 = scalar_or_vector(operand1, parts, api, "operand1")
+        o1, _ = scalar_or_vector(operand1, parts, api, "operand1")
         ops.append(f1)
         if f0.bitvec != f1.bitvec:
             raise NKIError(
@@ -213,25 +152,18 @@ def tensor_scalar(
         if is_tile(x):
             tensors[role] = tile(x, api, role)[1]
     check_gpsimd_memory(eng, tensors, api)
-    odt = out_dtype(dtype, dt(t))
+    odt = c.result_dtype()
     for role, f in zip(("op0", "op1"), ops):
         check_bitvec_dtypes(
             f, [dt(t), odt, *[dt(v) for k, v in tensors.items() if k != "data"]], api, role
         )
-    out = out_tile(acc.shape, odt, api)
-    attrs = {
-        "engine": eng,
-        "op0": f0.name,
-        "op1": f1.name if f1 else None,
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
-    }
-    del d0
-    emit_isa("tensor_scalar", out.access_(), (acc, o0, o1), attrs, mask=mask)
-    return out
+    return c.new(
+        acc.shape, (acc, o0, o1), dtype=odt, mask=mask, engine=eng, op0=f0.name,
+        op1=f1.name if f1 else None, reverse0=bool(reverse0), reverse1=bool(reverse1),
+    )  # fmt: skip
 
 
-@checked
+@instruction
 def scalar_tensor_tensor(
     *,
     data: Any,
@@ -251,202 +183,84 @@ def scalar_tensor_tensor(
     Example: ``y = nisa.scalar_tensor_tensor(data=x, op0=nl.multiply, operand0=2.0,
     op1=nl.add, operand1=z)``.
     """
-    api = "nisa.scalar_tensor_tensor"
-    acc, t = tile(data, api, "data")
-    f0 = _binary(op0, api, "op0")
-    f1 = _binary(op1, api, "op1")
+    c = Call("scalar_tensor_tensor", dtype)
+    api = c.api
+    acc, t = c.tile(data, "data")
+    f0 = binary_op(op0, api, "op0")
+    f1 = binary_op(op1, api, "op1")
     o0, _ = scalar_or_vector(operand0, acc.shape[0], api, "operand0")
-    a1, t1 = tile(operand1, api, "operand1")
+    a1, t1 = c.tile(operand1, "operand1")
     same_elements(acc.shape, a1.shape, api, "data", "operand1")
     not_both_psum(t, t1, api, "data", "operand1")
     for role, f in (("op0", f0), ("op1", f1)):
         check_engine_op(f, "vector", api, role)
-    odt = out_dtype(dtype, widest([dt(t), dt(t1)]))
+    odt = c.result_dtype()
     for role, f in (("op0", f0), ("op1", f1)):
         check_bitvec_dtypes(f, [dt(t), dt(t1), odt], api, role)
-    out = out_tile(acc.shape, odt, api)
-    attrs = {
-        "engine": "vector",
-        "op0": f0.name,
-        "op1": f1.name,
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
-    }
-    emit_isa("scalar_tensor_tensor", out.access_(), (acc, o0, a1), attrs, mask=mask)
-    return out
+    return c.new(
+        acc.shape, (acc, o0, a1), dtype=odt, mask=mask, op0=f0.name, op1=f1.name,
+        reverse0=bool(reverse0), reverse1=bool(reverse1),
+    )  # fmt: skip
 
 
-@checked
-def tensor_scalar_reduce(
-    *,
-    data: Any,
-    op0: Any,
-    operand0: Any,
-    reduce_op: Any,
-    reduce_res: Any,
-    reverse0: bool = False,
-    dtype: Any = None,
-    mask: Any = None,
-) -> NkiTensor:
-    """``data op0 operand0`` (one arithmetic op) plus a reduction of the result over all free
-    axes into ``reduce_res`` (P, 1) with add / subtract / multiply / max / min, through the
-    Vector engine's accumulator registers (``reduce_res=None``: the registers only).
+@instruction
+def reciprocal(data: Any, *, dtype: Any = None, mask: Any = None, engine: Any = None) -> NkiTensor:
+    """``1 / data`` element-wise in fp32 on the Vector engine (default; more precise) or the
+    Scalar engine (``engine=nisa.scalar_engine``); no other engine runs it.
 
-    Example: ``y = nisa.tensor_scalar_reduce(data=x, op0=np.multiply, operand0=2.0,
-    reduce_op=np.add, reduce_res=s)``.
+    Example: ``r = nisa.reciprocal(x)``.
     """
-    api = "nisa.tensor_scalar_reduce"
-    acc, t = tile(data, api, "data")
-    f0, operand0 = _first_op(op0, operand0, api)
-    if f0.bitvec:
+    c = Call("reciprocal", dtype)
+    acc, _ = c.tile(data, "data")
+    eng = c.choose_engine(engine)
+    return c.new(acc.shape, (acc,), mask=mask, engine=eng)
+
+
+_EXP_DTYPES = (
+    "float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32",
+    "int8", "int16", "int32", "uint8", "uint16",
+)  # fmt: skip
+
+
+@instruction
+def exponential(
+    dst: Any,
+    src: Any,
+    max_value: Any = 0.0,
+    reduce_res: Any = None,
+    reduce_cmd: Any = _reduce_cmd.idle,
+    reduce_init: Any = 0.0,
+    name: Any = None,
+) -> Instruction:
+    """``dst = exp(src - max_value)`` on the Vector engine, in fp32 (NeuronCore-v4).
+
+    ``max_value``: an fp32 scalar or a (P, 1) tile. The exponentials' per-partition sum goes to
+    the Vector engine's accumulator registers as ``reduce_cmd`` says (load_reduce starts from
+    ``reduce_init``, a scalar or (P, 1) tile; it must stay 0.0 for any other command);
+    ``reduce_res`` (P, 1), if given, receives the registers afterwards. ``src`` and ``dst``:
+    SBUF or PSUM, the same partitions and elements per partition, rank at most 4.
+
+    Example: ``nisa.exponential(e, x, max_value=neg_max, reduce_res=s,
+    reduce_cmd=nisa.reduce_cmd.reset_reduce)``.
+    """
+    c = Call("exponential")
+    api = c.api
+    dacc, dtile = c.tile(dst, "dst")
+    sacc, stile = c.tile(src, "src")
+    same_elements(dacc.shape, sacc.shape, api, "dst", "src")
+    for role, acc, t in (("dst", dacc, dtile), ("src", sacc, stile)):
+        rank_at_most(acc.shape, 4, api, role)
+        dtype_in(t, _EXP_DTYPES, api, role)
+    parts = dacc.shape[0]
+    mv = imm(max_value, parts, api, "max_value", fp32=True)
+    cmd = command(reduce_cmd, api)
+    if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
         raise NKIError(
-            f"'op0'={f0.name} of '{api}' must be an arithmetic operator (bit-vector operators "
-            "are not supported by this instruction)",
-            code="err_unsupported_op",
+            f"'reduce_init' of '{api}' is only used by reduce_cmd=load_reduce and must be left "
+            f"at 0.0 with reduce_cmd={cmd}; got {reduce_init!r}",
+            code="err_invalid_argument",
             loc=user_loc(),
         )
-    check_engine_op(f0, "vector", api, "op0")
-    o0, _ = scalar_or_vector(operand0, acc.shape[0], api, "operand0")
-    rop = _reducer(
-        reduce_op, api, "reduce_op", ("add", "subtract", "multiply", "maximum", "minimum")
-    )
-    out = out_tile(acc.shape, out_dtype(dtype, dt(t)), api)
-    attrs = {
-        "engine": "vector",
-        "op0": f0.name,
-        "reverse0": bool(reverse0),
-        "reduce_op": rop.name,
-    }
-    outputs = ()
-    if reduce_res is not None:
-        racc, _rt = _res_vector(reduce_res, acc.shape[0], api, "reduce_res")
-        attrs["reduce_res"] = racc
-        outputs = (racc,)
-    emit_isa("tensor_scalar_reduce", out.access_(), (acc, o0), attrs, mask=mask, outputs=outputs)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# reductions and scans
-# --------------------------------------------------------------------------------------------
-
-
-@checked
-def tensor_reduce(
-    op: Any,
-    data: Any,
-    axis: Any,
-    *,
-    mask: Any = None,
-    dtype: Any = None,
-    negate: bool = False,
-    keepdims: bool = False,
-) -> NkiTensor:
-    """Reduce free axes of ``data`` with ``op`` on the Vector engine (fp32 math for arithmetic
-    ops, raw bits for bit-vector ops on integer dtypes). ``axis``: free axes only, contiguous,
-    including the last axis (e.g. 1, (1,), (1, 2)), up to 4. ``negate`` multiplies the result by
-    -1 (arithmetic ops only). When every free axis is reduced without keepdims, the result keeps
-    one free element (shape (P, 1)): an on-chip tile always has a free axis.
-
-    Example: ``m = nisa.tensor_reduce(np.max, x, axis=(1,), keepdims=True)``.
-    """
-    api = "nisa.tensor_reduce"
-    acc, t = tile(data, api, "data")
-    fn = _reducer(op, api, "op")
-    rank = len(acc.shape)
-    axes = _axes(axis, rank, api)
-    if negate and fn.bitvec:
-        raise NKIError(
-            f"negate=True of '{api}' applies to arithmetic operators only, not {fn.name}",
-            code="err_unsupported_op",
-            loc=user_loc(),
-        )
-    odt = out_dtype(dtype, dt(t))
-    check_bitvec_dtypes(fn, [dt(t), odt], api, "op")
-    if keepdims:
-        shape = tuple(1 if d in axes else n for d, n in enumerate(acc.shape))
-    else:
-        shape = tuple(n for d, n in enumerate(acc.shape) if d not in axes)
-        if len(shape) < 2:
-            shape = (acc.shape[0], 1)
-    out = out_tile(shape, odt, api)
-    attrs = {"engine": "vector", "op": fn.name, "axes": axes, "negate": bool(negate)}
-    emit_isa("tensor_reduce", out.access_(), (acc,), attrs, mask=mask)
-    return out
-
-
-def _axes(axis: Any, rank: int, api: str) -> tuple[int, ...]:
-    items = axis if isinstance(axis, (tuple, list)) else (axis,)
-    try:
-        axes = sorted({int(a) + rank if int(a) < 0 else int(a) for a in items})
-    except (TypeError, ValueError):
-        raise NKIError(
-            f"'axis' of '{api}' must be an int or a tuple of ints, got {axis!r}",
-            code="err_invalid_axis",
-            loc=user_loc(),
-        ) from None
-    bad = (
-        not axes
-        or axes[0] <= 0
-        or axes[-1] != rank - 1
-        or axes != list(range(axes[0], rank))
-        or len(axes) > 4
-    )
-    if bad:
-        raise NKIError(
-            f"'axis'={axis!r} of '{api}' on a rank-{rank} tile must be contiguous free axes "
-            f"ending at the last axis {rank - 1} (up to 4; the partition axis 0 cannot be "
-            "reduced here)",
-            code="err_invalid_axis",
-            loc=user_loc(),
-        )
-    return tuple(axes)
-
-
-@checked
-def tensor_tensor_scan(
-    data0: Any,
-    data1: Any,
-    initial: Any,
-    op0: Any,
-    op1: Any,
-    reverse0: bool = False,
-    reverse1: bool = False,
-    *,
-    dtype: Any = None,
-    mask: Any = None,
-) -> NkiTensor:
-    """Per-partition scan over the flattened free axis:
-    ``r[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])``,
-    ``r[:, i] = op1(op0(data0[:, i], r[:, i-1]), data1[:, i])`` (fp32 math). ``reverse0``
-    swaps op0's operands, ``reverse1`` op1's. ``initial``: a scalar or (P, 1) tile.
-    ``data0`` and ``data1`` cannot both be in PSUM.
-
-    Example: ``r = nisa.tensor_tensor_scan(a, b, 0.0, np.multiply, np.add)`` (linear recurrence).
-    """
-    api = "nisa.tensor_tensor_scan"
-    a0, t0 = tile(data0, api, "data0")
-    a1, t1 = tile(data1, api, "data1")
-    same_elements(a0.shape, a1.shape, api, "data0", "data1")
-    not_both_psum(t0, t1, api, "data0", "data1")
-    f0 = _binary(op0, api, "op0")
-    f1 = _binary(op1, api, "op1")
-    for role, f in (("op0", f0), ("op1", f1)):
-        if f.bitvec:
-            raise NKIError(
-                f"'{role}'={f.name} of '{api}' must be an arithmetic operator",
-                code="err_unsupported_op",
-                loc=user_loc(),
-            )
-        check_engine_op(f, "vector", api, role)
-    init, _ = scalar_or_vector(initial, a0.shape[0], api, "initial")
-    out = out_tile(a0.shape, out_dtype(dtype, widest([dt(t0), dt(t1)])), api)
-    attrs = {
-        "engine": "vector",
-        "op0": f0.name,
-        "op1": f1.name,
-        "reverse0": bool(reverse0),
-        "reverse1": bool(reverse1),
-    }
-    emit_isa("tensor_tensor_scan", out.access_(), (a0, a1, init), attrs, mask=mask)
-    return out
+    init = imm(reduce_init, parts, api, "reduce_init", fp32=True)
+    res = {} if reduce_res is None else {"reduce_res": res_vector(reduce_res, parts, api)[0]}
+    return c.emit(dacc, (sacc, mv, init), reduce_cmd=cmd, **res)

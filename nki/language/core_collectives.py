@@ -5,8 +5,8 @@ The ranks of a collective are the physical cores of the ``kernel[2]`` launch (ra
 the collective among themselves. Collectives across devices (more ranks) are not simulated.
 Each call takes lists of tensors (all in HBM or all in SBUF) and records one meeting of the
 cores per (source, destination) pair; the simulator checks at run time that both cores reach
-the same collective with the same groups and parameters (``simulator/isa/sync.py``). The ring
-collectives (``collective_permute_implicit*``) send to the next rank of the caller's group and
+the same collective with the same groups and parameters (``simulator/isa/collectives.py``). The
+ring collectives (``collective_permute_implicit*``) send to the next rank of the caller's group and
 receive from the previous one; in a group of the two cores that is a swap. The ``_v``
 collectives are documented for rank lists of four ranks or several devices, which two cores
 cannot form: calling them is a located error. A
@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import NKIError, arguments_checked, user_loc
-from ..ir import HBM_BUFFERS, Access, IndexExpr
+from ..ir import HBM_BUFFERS, Access
 from ..optable import lookup
 from ..symbolic import Scalar
 from ..tracer import emit, new_tensor, note_generation, operand, request_per_core, state
-from .loops import register_alloc
+from .loops import int_register, new_register, set_register
 
 __all__ = [
     "ReplicaGroup",
@@ -445,11 +445,10 @@ def collective_permute_implicit_current_processing_rank_id(
         )
     pos = ring.index(core)
     if isinstance(iteration_id, int) and not isinstance(iteration_id, bool):
-        return register_alloc(ring[(pos - iteration_id) % len(ring)])
+        return int_register(ring[(pos - iteration_id) % len(ring)])
     if isinstance(iteration_id, Scalar):  # a loop iterator: materialise it in a register
-        step = new_tensor((1, 1), "int32", "sbuf", api=api)
-        emit("isa", "iota", step.access_(), (IndexExpr(iteration_id.aff, (0, 0), (1, 1)),),
-             attrs=(("engine", "gpsimd"),), api=api)  # fmt: skip
+        step = new_register(api)
+        set_register(step, iteration_id.aff, api)
         src: Access = step.access_()
     else:
         src, t = operand(iteration_id, api, "iteration_id")

@@ -1,9 +1,11 @@
-"""Runtime loops and registers of the current NKI API: ``nl.fori_loop``, ``nl.while_loop`` and
-the virtual registers (``register_alloc / register_move / register_load / register_store``).
+"""Runtime loops of the current NKI API: ``nl.fori_loop``, ``nl.while_loop`` and
+``nl.dynamic_range``, and the model of the virtual registers they count with.
 
 A virtual register is modelled as a one-element ``int32`` SBUF tile, so it can be used wherever
-a dynamic offset is accepted (``t.ap(..., scalar_offset=reg)``, ``t.select(dim, reg)``). A
-``fori_loop`` with integer bounds is a sequential loop of the trace whose iteration value is
+a dynamic offset is accepted (``t.ap(..., scalar_offset=reg)``, ``t.select(dim, reg)``); the
+register instructions themselves (``nisa.register_alloc`` / ``register_move`` /
+``register_load`` / ``register_store``) are in ``nki/isa/registers.py``. A ``fori_loop`` with
+integer bounds is a sequential loop of the trace whose iteration value is
 written into a fresh register each iteration; with a register bound, and for ``while_loop``,
 the trace records a ``RuntimeLoop`` whose trip count the interpreter reads from the register
 when the loop starts (``fori_loop``) or before every iteration (``while_loop``)."""
@@ -14,103 +16,45 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import NKIError, NKITypeError, SrcLoc, arguments_checked, user_loc
-from ..ir import HBM_BUFFERS, Affine, IndexExpr, LoopSym, RuntimeLoop
+from .. import isa_spec
+from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
+from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
 
-__all__ = [
-    "fori_loop",
-    "register_alloc",
-    "register_load",
-    "register_move",
-    "register_store",
-    "while_loop",
-]
+__all__ = ["dynamic_range", "fori_loop", "while_loop"]
 
 MAX_WHILE_ITERATIONS = 1 << 20  # a while_loop running longer is reported (likely never ends)
 
 
-def _is_register(x: Any) -> bool:
+def is_register(x: Any) -> bool:
+    """A virtual register: a one-element SBUF tile."""
     return isinstance(x, TileOps) and x.tensor_().buffer == "sbuf" and x.size == 1
 
 
-def _set_const(reg: TileOps, value: Affine, api: str) -> None:
-    # a register write of an integer / loop value: an iota of one element
+def new_register(api: str) -> NkiTensor:
+    """A fresh virtual register (a 32-bit integer)."""
+    return new_tensor((1, 1), "int32", "sbuf", api=api)
+
+
+def set_register(reg: TileOps, value: Affine, api: str) -> None:
+    """Write an integer / loop value into a register: an iota of one element."""
+    engine = isa_spec.get("iota").default_engine
     emit("isa", "iota", reg.access_(), (IndexExpr(value, (0, 0), (1, 1)),),
-         attrs=(("engine", "gpsimd"),), api=api)  # fmt: skip
+         attrs=(("engine", engine),), api=api)  # fmt: skip
 
 
-@arguments_checked("nisa.register_alloc")
-def register_alloc(x: Any = None) -> NkiTensor:
-    """A virtual register (a 32-bit integer), optionally set to the int ``x``."""
-    api = "nisa.register_alloc"
-    reg = new_tensor((1, 1), "int32", "sbuf", api=api)
-    if x is not None:
-        register_move(reg, x)
+def int_register(value: int) -> NkiTensor:
+    """A register holding ``value``: what ``nisa.register_alloc(value)`` records."""
+    reg = new_register(isa_spec.get("register_alloc").api)
+    set_register(reg, Affine.constant(value), isa_spec.get("register_move").api)
     return reg
 
 
-@arguments_checked("nisa.register_move")
-def register_move(dst: Any, src: Any) -> None:
-    """``dst = src``: ``src`` an int or another register."""
-    api = "nisa.register_move"
-    _require_register(dst, api, "dst")
-    if isinstance(src, int) and not isinstance(src, bool):
-        _set_const(dst, Affine.constant(src), api)
-    elif _is_register(src):
-        assign(dst.access_(), src, api=api)
-    else:
-        raise NKITypeError(
-            f"{api}: src must be an int or a register, got {src!r}",
-            code="err_unsupported_operand",
-            loc=user_loc(),
-        )
-
-
-@arguments_checked("nisa.register_load")
-def register_load(dst: Any, src: Any) -> None:
-    """``dst = src[0]``: read a one-element SBUF or HBM tensor into a register."""
-    api = "nisa.register_load"
-    _require_register(dst, api, "dst")
-    _require_one_element(src, api, "src")
-    if src.tensor_().buffer in HBM_BUFFERS:
-        emit("dma", "copy", dst.access_(), (_like(src, dst).access_(),), api=api)
-    else:
-        assign(dst.access_(), src, api=api)
-
-
-@arguments_checked("nisa.register_store")
-def register_store(dst: Any, src: Any) -> None:
-    """``dst[0] = src``: write a register into a one-element SBUF or HBM tensor."""
-    api = "nisa.register_store"
-    _require_register(src, api, "src")
-    _require_one_element(dst, api, "dst")
-    if dst.tensor_().buffer in HBM_BUFFERS:
-        emit("dma", "copy", _like(dst, src).access_(), (src.access_(),), api=api)
-    else:
-        assign(dst.access_(), src, api=api)
-
-
-def _like(one: Any, reg: Any) -> Any:
-    """The one-element HBM tensor ``one`` in the register's shape (a DMA copies equal shapes;
-    ``[1]``, ``[1, 1]`` and ``[1, 1, 1]`` hold the same element)."""
-    return one if tuple(one.shape) == tuple(reg.shape) else one.reshape(tuple(reg.shape))
-
-
-def _require_register(x: Any, api: str, role: str) -> None:
-    if not _is_register(x):
+def require_register(x: Any, api: str, role: str) -> None:
+    if not is_register(x):
         raise NKITypeError(
             f"{api}: '{role}' must be a register (nisa.register_alloc()), got {x!r}",
-            code="err_unsupported_operand",
-            loc=user_loc(),
-        )
-
-
-def _require_one_element(x: Any, api: str, role: str) -> None:
-    if not isinstance(x, TileOps) or x.size != 1:
-        raise NKITypeError(
-            f"{api}: '{role}' must be a one-element SBUF or HBM tensor, got {x!r}",
             code="err_unsupported_operand",
             loc=user_loc(),
         )
@@ -119,7 +63,7 @@ def _require_one_element(x: Any, api: str, role: str) -> None:
 def _bound(x: Any, api: str, what: str) -> int | TileOps:
     if isinstance(x, int) and not isinstance(x, bool):
         return x
-    if _is_register(x) and x.tensor_().decl.dtype != "int64":  # an int64 NkiScalar cannot
+    if is_register(x) and x.tensor_().decl.dtype != "int64":  # an int64 NkiScalar cannot
         return x
     raise NKITypeError(
         f"{api}: {what} must be an int, a register or an int32 NkiScalar, got {x!r}",
@@ -214,8 +158,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
 
 
 def _induction(value: Affine, api: str) -> NkiTensor:
-    reg = new_tensor((1, 1), "int32", "sbuf", api=api)
-    _set_const(reg, value, api)
+    reg = new_register(api)
+    set_register(reg, value, api)
     return reg
 
 
@@ -248,21 +192,23 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
     (traced once) returns the register holding the next condition. Loops running more than
     ``MAX_WHILE_ITERATIONS`` times are reported as not terminating."""
     api = "nl.while_loop"
-    _require_register(init, api, "init")
-    cond = register_alloc()
-    register_move(cond, init)
+    require_register(init, api, "init")
+    # the register instructions the loop is made of: a condition register, moves by value
+    alloc, move = (isa_spec.get(n).api for n in ("register_alloc", "register_move"))
+    cond = new_register(alloc)
+    assign(cond.access_(), init, api=move)
 
     def body(sym: LoopSym) -> None:
-        arg = register_alloc()
-        register_move(arg, cond)  # passed by value
+        arg = new_register(alloc)
+        assign(arg.access_(), cond, api=move)  # passed by value
         nxt = _call_user(api, body_fun, arg)
-        if not _is_register(nxt):
+        if not is_register(nxt):
             raise NKITypeError(
                 f"{api}: body_fun must return the next condition register, got {nxt!r}",
                 code="err_unsupported_operand",
                 loc=user_loc(),
             )
-        register_move(cond, nxt)
+        assign(cond.access_(), nxt, api=move)
 
     _runtime_loop("while_loop", 0, 0, 1, cond, body)
     return None

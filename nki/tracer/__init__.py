@@ -8,30 +8,21 @@ Modules, by what they model:
   and Python control flow on loop iterators;
 * ``loops``: symbolic loops, unrolled where Python needs their iterators' ints
   (``python_state`` reads what a loop body carries from the kernel's bytecode);
-* ``tensors``: tensor handles (``NkiTensor``, ``View``) and their Python operators;
+* ``handles``: tensor handles (``NkiTensor``, ``View``) and their Python operators;
 * ``subscripts``: ``t[key]`` turned into affine index expressions;
 * ``operands``: tile arguments as accesses, buffer / partition rules, ``mask=`` predicates;
-* ``emission``: tensor declarations, IR instructions and assignment into tiles.
+* ``emission``: tensor declarations, IR instructions and assignment into tiles;
+* ``tensors``: indexing, assignment, in-place updates and reshape on handles;
+* ``views``, ``layouts``: the current API's view and layout methods on handles.
 
-Handles and the modules that check or create them form one cycle (``t[...] = v`` emits an
-instruction; emission checks and creates handles); ``tensors`` is imported first and the
-others reach the handle classes through that module at call time."""
+Each module imports only the ones above it in this list (``state`` uses ``bool_masks``,
+``loops`` ``python_state`` and ``loop_exits``, which import no tracer module); the handle classes
+come first because everything else checks or creates them, and the methods that index or
+assign (which need subscripts and emission) are attached to them by ``tensors``, ``views`` and
+``layouts`` when this package is imported."""
 
 from __future__ import annotations
 
-# isort: off
-# first: the handle module imports the modules below it by name (see the note above)
-from .tensors import (
-    TILE_OPERATORS,
-    DynOffset,
-    NkiTensor,
-    TileOps,
-    View,
-    _Assigned,
-    reshape_tile,
-)
-
-# isort: on
 from .emission import (
     assign,
     check_broadcast_into,
@@ -42,6 +33,7 @@ from .emission import (
     result_tile,
     stage_psum_operand,
 )
+from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned
 from .layouts import install as _install_layouts
 from .loops import escaped_loops, kernel_body, loop, symbolic_loop
 from .operands import (
@@ -72,8 +64,11 @@ from .state import (
     unrolling,
 )
 from .subscripts import compose, parse_subscript, prod
+from .tensors import install as _install_tensors
+from .tensors import reshape_tile
 from .views import install as _install_views
 
+_install_tensors()  # indexing, assignment and in-place updates on tensor handles
 _install_views()  # the current API's view methods on tensor handles
 _install_layouts()
 

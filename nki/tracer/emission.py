@@ -4,22 +4,17 @@ the classic staging of PSUM matmul operands."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Access, Alloc, Const, Instr, Mask, TensorDecl
 from ..symbolic import Index, Scalar
-
-# handles are reached through their module (see .subscripts for the cycle)
-from . import tensors
+from .handles import NkiTensor, TileOps, _Assigned
 from .loops import escaped_loops
 from .operands import as_2d, operand
 from .state import TraceState, classic_mode, state
-
-if TYPE_CHECKING:
-    from .tensors import NkiTensor
 
 
 def new_tensor(
@@ -67,7 +62,7 @@ def new_tensor(
     )
     st.declare(decl)
     st.append(Alloc(nm, loc))
-    return tensors.NkiTensor(decl, tuple(st.loops), temp=temp)
+    return NkiTensor(decl, tuple(st.loops), temp=temp)
 
 
 def emit(
@@ -112,7 +107,7 @@ def assign(
     st = state(api)
     dtensor = st.tensors[dst.tensor]
     dst = as_2d(dst, dtensor)
-    if isinstance(value, tensors._Assigned):
+    if isinstance(value, _Assigned):
         value = value.view
     if isinstance(value, (Index, Scalar)):
         raise NKITypeError(
@@ -120,7 +115,7 @@ def assign(
             code="err_cannot_assign_to_index",
             loc=user_loc(),
         )
-    if isinstance(value, tensors.NkiTensor) and accumulate is None:
+    if isinstance(value, NkiTensor) and accumulate is None:
         lr = st.loop_reduce_results.get(value.name)
         if lr is not None:  # dst = nl.loop_reduce(x, op, ...): dst accumulates
             op, xacc, lmask, update = lr
@@ -130,7 +125,7 @@ def assign(
             check_broadcast_into(xacc.shape, dst.shape, api)
             emit("ew", op, dst, (dst, xacc), mask=mask or lmask, api=api)
             return
-    if isinstance(value, tensors.TileOps):
+    if isinstance(value, TileOps):
         src, t = operand(value, api, "value")
         check_broadcast_into(src.shape, dst.shape, api)
         if fusable and _fuse_into(st, t, dst, accumulate, mask):
@@ -243,9 +238,9 @@ def stage_psum_operand(x: Any, api: str) -> Any:
     """Classic mode: a Tensor-engine operand that lives in PSUM (e.g. an ``nc_transpose``
     result fed straight to ``nc_matmul``, as in AWS's flash-attention backward kernel) is
     copied to SBUF first, as the classic compiler does; anything else is returned as is."""
-    if not classic_mode() or not isinstance(x, (tensors.TileOps, tensors._Assigned)):
+    if not classic_mode() or not isinstance(x, (TileOps, _Assigned)):
         return x
-    acc, t = operand(x.view if isinstance(x, tensors._Assigned) else x, api, "operand")
+    acc, t = operand(x.view if isinstance(x, _Assigned) else x, api, "operand")
     if t.decl.buffer != "psum":
         return x
     staged = result_tile(acc.shape, t.decl.dtype, "sbuf", api)
@@ -258,7 +253,7 @@ def onchip_return(r: Any, grid_shape: tuple[int, ...]) -> Any:
     ``nisa.dma_transpose`` and ``nisa.range_select`` documentation examples) returns its value:
     the tile is stored into a fresh ``shared_hbm`` output at the end of the kernel. Only for a
     single-instance launch; other returns are left for the caller to reject."""
-    if not isinstance(r, tensors.NkiTensor) or not r.decl.on_chip:
+    if not isinstance(r, NkiTensor) or not r.decl.on_chip:
         return r
     if grid_shape and int(np.prod(grid_shape)) > 1:
         return r

@@ -10,9 +10,9 @@ from typing import Any
 
 from .. import dtypes
 from ..ir import Access, IndexExpr
+from .handles import NkiTensor, TileOps, View
 from .state import state
 from .subscripts import compose, parse_subscript, prod
-from .tensors import NkiTensor, TileOps, View
 from .views import (
     _alias,
     _err,

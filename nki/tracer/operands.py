@@ -5,7 +5,6 @@ the tile they mask."""
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,14 +19,9 @@ from ..errors import (
 )
 from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl, tensor_label
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
-
-# handles are reached through their module (see .subscripts for the cycle)
-from . import tensors
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
+from .handles import DynOffset, NkiTensor, TileOps, _Assigned
 from .state import TraceState, generation, note_generation, state
-
-if TYPE_CHECKING:
-    from .tensors import NkiTensor
 
 
 def check_scope(t: NkiTensor, st: TraceState) -> None:
@@ -42,11 +36,11 @@ def check_scope(t: NkiTensor, st: TraceState) -> None:
 
 def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
     """A tile / view argument as an Access (scope-checked)."""
-    if isinstance(x, tensors.DynOffset):
+    if isinstance(x, DynOffset):
         x = x.as_value()
-    if isinstance(x, tensors._Assigned):
+    if isinstance(x, _Assigned):
         x = x.view
-    if isinstance(x, tensors.TileOps):
+    if isinstance(x, TileOps):
         t = x.tensor_()
         check_scope(t, state(api))
         return as_2d(x.access_(), t), t
@@ -78,7 +72,7 @@ def as_2d(acc: Access, t: NkiTensor | TensorDecl) -> Access:
         idx = tuple(IndexExpr(e.base, (0, 0), shape) for e in acc.index)
         return Access(acc.tensor, shape, idx)
     n = acc.shape[0]
-    decl = t.decl if isinstance(t, tensors.NkiTensor) else t
+    decl = t.decl if isinstance(t, NkiTensor) else t
     dims = [d for d, e in enumerate(acc.index) if e.coeffs[0]]
     if decl.on_chip:
         along_free = n > 1 and bool(dims) and decl.par_dim not in dims

@@ -10,11 +10,8 @@ from .. import dtypes
 from ..errors import NKIIndexError, user_loc
 from ..ir import Access, Affine, IndexExpr
 from ..symbolic import DynSlice, Index, MGrid, Scalar, _Traced, broadcast_shapes, expand_expr
-
-# handles and subscripts form one cycle (indexing a handle parses a subscript; a subscript may
-# hold a handle, an index tile): the tracer package imports .tensors first, which imports this
-# module, so handle classes are reached through the module object at call time
-from . import state, tensors
+from . import state
+from .handles import DynOffset, TileOps, _Assigned
 
 
 def prod(shape: tuple[int, ...]) -> int:
@@ -32,11 +29,7 @@ def _scalar_aff(x: object, what: str) -> Affine | None:
         return None
     if isinstance(x, int):
         return Affine.constant(x)
-    if (
-        hasattr(x, "__index__")
-        and not isinstance(x, _Traced)
-        and not isinstance(x, tensors.TileOps)
-    ):
+    if hasattr(x, "__index__") and not isinstance(x, _Traced) and not isinstance(x, TileOps):
         try:
             return Affine.constant(int(x.__index__()))  # numpy integers
         except TypeError:  # an array that is not one integer: not a valid start
@@ -65,11 +58,7 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
             code="err_too_many_indices",
             loc=user_loc(),
         )
-    advanced = [
-        k
-        for k in keys
-        if isinstance(k, (Index, tensors.TileOps, tensors._Assigned, tensors.DynOffset))
-    ]
+    advanced = [k for k in keys if isinstance(k, (Index, TileOps, _Assigned, DynOffset))]
     if advanced:
         return _parse_advanced(keys, shape, what)
     keys += [slice(None)] * (len(shape) - len(keys))
@@ -107,7 +96,7 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affin
     if isinstance(k, DynSlice):
         start = _scalar_aff(k.start, what)
         if start is None:
-            got = type(k.start).__name__ if isinstance(k.start, tensors.TileOps) else repr(k.start)
+            got = type(k.start).__name__ if isinstance(k.start, TileOps) else repr(k.start)
             raise NKIIndexError(
                 f"nl.ds start must be a compile-time integer, a loop iterator / program id or "
                 f"an affine expression of them, got {got}; for an offset held in a tile "
@@ -181,10 +170,10 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Ac
     tiles: dict[int, Access] = {}  # indirect indexing: dim -> SBUF tile of index values
     dyn: dict[int, Any] = {}  # dynamic offsets: dim -> affine part (Index / Scalar / int)
     for d, k in enumerate(keys):
-        if isinstance(k, tensors.DynOffset):
+        if isinstance(k, DynOffset):
             tiles[d] = _index_tile(k.tile, what)
             dyn[d] = k.part
-        elif isinstance(k, (tensors.TileOps, tensors._Assigned)):
+        elif isinstance(k, (TileOps, _Assigned)):
             tiles[d] = _index_tile(k, what)
     try:
         rshape = _index_shape(keys, tiles, dyn)
@@ -279,9 +268,9 @@ def _drop_unreferenced(
 
 def _index_tile(k: object, what: str) -> Access:
     """An on-chip integer tile used as an index (indirect DMA): its values are the indices."""
-    if isinstance(k, tensors._Assigned):
+    if isinstance(k, _Assigned):
         k = k.view
-    assert isinstance(k, tensors.TileOps)
+    assert isinstance(k, TileOps)
     t = k.tensor_()
     if not t.decl.on_chip or not (dtypes.is_int(t.decl.dtype)):
         raise NKIIndexError(

@@ -14,9 +14,10 @@ from typing import Any
 from .. import dtypes
 from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
+from .handles import NkiTensor, TileOps, View
 from .state import request_per_core, state
 from .subscripts import compose, parse_subscript, prod
-from .tensors import NkiTensor, TileOps, View, reshape_tile
+from .tensors import reshape_tile
 
 MAX_VIEW_DIMS = 5
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nki.isa_spec import INSTRUCTIONS
+
 
 @dataclass(frozen=True)
 class EngineRow:
@@ -143,20 +145,12 @@ FAST_COPY_OPS = frozenset({"copy", "tensor_copy", "tensor_scalar", "memset"})
 # Extra cycles on top of max(MIN_II, N) [isa-cost]: tensor_scalar_reduce / activation_reduce +64.
 OP_EXTRA_CYCLES: dict[str, int] = {"tensor_scalar_reduce": 64, "activation_reduce": 64}
 
-# Instruction -> engine for nki.isa names without an explicit engine= choice [isa-cost]
-ISA_ENGINES: dict[str, str] = {
-    "nc_matmul": "tensor",
-    "nc_transpose": "tensor",
-    "activation": "scalar",
-    "iota": "gpsimd",
-    "affine_select": "gpsimd",
-    "local_gather": "gpsimd",
-    "sequence_bounds": "gpsimd",
-    "nc_stream_shuffle": "gpsimd",
-    "dma_copy": "dma",
-    "dma_transpose": "dma",
-    "range_select": "vector",
-}
+# IR op -> engine of an nki.isa instruction recorded without an engine attribute: the spec row's
+# default engine (its first; nki/isa_spec.py, from the nki.isa reference pages)
+ISA_ENGINES: dict[str, str] = {}
+for _row in INSTRUCTIONS:
+    if _row.ir_op:
+        ISA_ENGINES.setdefault(_row.ir_op, _row.default_engine)
 # IR instruction kinds (nki.language level) -> engine the compiler uses for them
 KIND_ENGINES: dict[str, str] = {
     "matmul": "tensor",

@@ -1,16 +1,19 @@
 """Helpers shared by the nki.isa executors: typed operand access, operands as fp32 / bit
-patterns shaped (P, F), storing results, the engines' accumulator registers, the Tensor
-engine's PSUM accumulation groups, and the destination rules every nki.isa instruction checks
-before it runs (the rules only visible after an op's result was fused into its destination)."""
+patterns shaped (P, F), storing results and secondary outputs (uninitialised lanes included),
+the Tensor engine's PSUM accumulation groups and PE tile positions, and the destination rules
+every nki.isa instruction checks before it runs (the rules only visible after an op's result
+was fused into its destination). The engines' accumulator registers: ``accumulators.py``."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 
 from nki import dtypes
-from nki.errors import NKIMemoryError
+from nki.errors import NKIMemoryError, NKIRuntimeError
 from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr
-from nki.optable import OPS
 
 from .. import numerics
 from ..executors import prepares
@@ -54,8 +57,7 @@ def check_dst(instr: Instr, ctx: Ctx) -> None:
     buf = ctx.decl(instr.dst.tensor).buffer
     eng = instr.attr("engine", "")
     api = instr.api or f"nisa.{instr.op}"
-    tensor_out = instr.op == "nc_matmul" or (instr.op == "nc_transpose" and eng == "tensor")
-    if tensor_out and buf != "psum":
+    if eng == "tensor" and buf != "psum":
         raise NKIMemoryError(
             f"'{api}' runs on the Tensor engine, which writes PSUM only; its result was assigned "
             f"to '{instr.dst.tensor}' in {buf}. Assign it to a PSUM tile and copy it out",
@@ -163,25 +165,36 @@ def all_int(ctx: Ctx, *accs) -> bool:
     return True
 
 
-def accumulators(ctx: Ctx, engine: str, cmd: str, op: str, partial: np.ndarray | None, p: int):
-    """The engine's 128 per-partition accumulator registers after ``cmd``."""
-    key = f"accumulators.{engine}"
-    ident = OPS[op].identity if OPS[op].identity is not None else 0.0
-    regs = ctx.state.get(key)
-    if regs is None:  # never reset: undefined on hardware, NaN here so it shows
-        regs = np.full(128, np.nan, dtype=np.float32)
-    regs = regs.copy()
-    if cmd == "reset":
-        regs[:] = ident
-        ctx.state[key + ".set"] = True
-    elif cmd in ("reset_reduce", "load_reduce") and partial is not None:
-        regs[:] = ident
-        regs[:p] = partial
-        ctx.state[key + ".set"] = True
-    elif cmd == "reduce" and partial is not None:
-        regs[:p] = M.alu(op, regs[:p], partial)
-    ctx.state[key] = regs
-    return regs[:p]
+def check_tile_position(instr: Instr, ctx: Ctx) -> None:
+    """A loop-dependent ``tile_position`` of a matmul must be aligned to ``tile_size`` and inside
+    the 128x128 PE array at every iteration (constant positions were checked at trace time)."""
+    pos = instr.attr("tile_position")
+    if pos is None:
+        return
+    for what, aff, size in zip(("row", "column"), pos, instr.attr("tile_size")):
+        p = aff.evaluate(ctx.env)
+        if p % size or not 0 <= p <= 128 - size:
+            raise NKIRuntimeError(
+                f"nisa.nc_matmul: tile_position {what} {aff} = {p} must be a multiple of the "
+                f"tile size {size} within the 128x128 PE array (position + size <= 128)",
+                code="err_invalid_tile_position",
+            )
+
+
+@contextlib.contextmanager
+def undefined(ctx: Ctx, instr: Instr, lanes: np.ndarray | None) -> Iterator[None]:
+    """Writes inside the block mark ``lanes`` (a mask of the written tile; None: none) as
+    uninitialised data computed at ``instr`` (reported when read under checks="full")."""
+    if lanes is None or not ctx.full_checks:
+        yield
+        return
+    poison = ctx.poison
+    saved = poison.mask, poison.root
+    poison.mask, poison.root = lanes.copy(), instr.loc
+    try:
+        yield
+    finally:
+        poison.mask, poison.root = saved
 
 
 def write_res(
@@ -194,13 +207,5 @@ def write_res(
     if acc is None:
         return
     unset = engine is not None and not ctx.state.get(f"accumulators.{engine}.set")
-    if not (unset and ctx.full_checks):
+    with undefined(ctx, instr, np.ones(acc.shape, dtype=bool) if unset else None):
         ctx.write(acc, np.asarray(values).reshape(acc.shape))
-        return
-    poison = ctx.poison
-    saved = poison.mask, poison.root
-    poison.mask, poison.root = np.ones(acc.shape, dtype=bool), instr.loc
-    try:
-        ctx.write(acc, np.asarray(values).reshape(acc.shape))
-    finally:
-        poison.mask, poison.root = saved

@@ -1,16 +1,18 @@
 """Executors of the DMA instructions: ``dma_copy`` (casting, bit copies, read-modify-write,
-skipped out-of-bounds indirect rows) and ``dma_transpose``."""
+skipped out-of-bounds indirect rows), ``dma_transpose`` and ``dma_compute`` (sums of sources,
+scatter / gather-add)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from nki.errors import NKIRuntimeError
 from nki.ir import Access, Instr
 
 from .. import numerics
 from ..executors import executes
 from ..memory import Ctx, eval_index
-from .common import dtype_of, src_tile, store
+from .common import dst_of, dtype_of, src_tile, store
 
 
 def _in_bounds(ctx: Ctx, acc: Access) -> np.ndarray:
@@ -82,3 +84,47 @@ def _scatter_accumulate(
 def _dma_transpose(instr: Instr, ctx: Ctx) -> None:
     raw = ctx.read(src_tile(instr, 0))
     store(instr, ctx, np.transpose(raw, instr.attr("axes")))
+
+
+@executes("isa", "dma_compute")
+def _dma_compute(instr: Instr, ctx: Ctx) -> None:
+    dst = dst_of(instr)
+    srcs = [s for s in instr.srcs if isinstance(s, Access)]
+    sel = ctx.mask(instr)
+    if instr.attr("oob") == "skip" and any(a.indirect for a in (dst, *srcs)):
+        ok = _in_bounds(ctx, dst)
+        for s in srcs:
+            if s.shape == dst.shape:
+                ok &= _in_bounds(ctx, s)
+        sel = ok if sel is None else sel & ok
+    ssel = sel
+    if dst.indirect and not instr.attr("unique"):
+        # scatter-add with repeated rows: every update lands (serialised like dma_copy's RMW)
+        data = next(s for s in srcs if s != dst)
+        vals = numerics.to_compute(ctx.read(data, ssel if data.shape == dst.shape else None))
+        _scatter_accumulate(ctx, dst, vals.reshape(dst.shape), sel, "add")
+        return
+    if dst.indirect:
+        _require_unique_rows(ctx, dst, sel)
+    total = np.zeros(dst.shape, dtype=np.float32)
+    for s in srcs:
+        raw = ctx.read(s, ssel if s.shape == dst.shape else None)
+        total = (total + numerics.to_compute(raw).reshape(dst.shape)).astype(np.float32)
+    ctx.write(dst, total, sel)
+
+
+def _require_unique_rows(ctx: Ctx, dst: Access, sel: np.ndarray | None) -> None:
+    shape = ctx.array(dst.tensor).shape
+    flat = np.ravel_multi_index(ctx.indices(dst, sel), shape).reshape(-1)
+    if sel is not None:
+        flat = flat[sel.reshape(-1)]
+    uniq, counts = np.unique(flat, return_counts=True)
+    if (counts > 1).any():
+        where = np.unravel_index(int(uniq[np.argmax(counts > 1)]), shape)
+        raise NKIRuntimeError(
+            f"nisa.dma_compute: the indirect destination '{dst.tensor}' receives element "
+            f"{tuple(int(i) for i in where)} more than once, but unique_indices=True promises "
+            "distinct rows (the hardware result is undefined); pass unique_indices=False to "
+            "accumulate every update",
+            code="err_runtime",
+        )

@@ -1,5 +1,5 @@
-"""Executors of the statistics and search instructions: ``bn_stats`` / ``bn_aggr``, ``max8``,
-``nc_find_index8`` and ``nc_match_replace8``."""
+"""Executors of the search instructions: ``max8``, ``nc_find_index8`` and
+``nc_match_replace8``."""
 
 from __future__ import annotations
 
@@ -8,36 +8,10 @@ import numpy as np
 from nki import dtypes
 from nki.ir import Access, Instr
 
-from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
 from .common import dst_of, dtype_of, src_const, src_tile, store, tile, write_res
-
-
-@executes("isa", "bn_stats")
-def _bn_stats(instr: Instr, ctx: Ctx) -> None:
-    src = src_tile(instr, 0)
-    p = src.shape[0]
-    m = ctx.mask(instr, src.shape)
-    if m is None:
-        store(instr, ctx, M.bn_stats(tile(ctx, src, p, False)))
-        return
-    # the mask selects input elements: masked-out ones are neither read nor counted
-    keep = np.broadcast_to(m, src.shape).reshape(p, -1)
-    x = numerics.to_compute(ctx.read(src, np.broadcast_to(m, src.shape))).reshape(p, -1)
-    rows = keep.any(axis=1) | bool((keep == keep[:1]).all())  # partition-masked rows unwritten
-    vals = M.bn_stats(x, keep)
-    dst = instr.dst
-    assert dst is not None
-    sel = np.broadcast_to(rows.reshape((p,) + (1,) * (len(dst.shape) - 1)), dst.shape)
-    ctx.write(dst, vals.reshape(dst.shape), sel, instr.accumulate)
-
-
-@executes("isa", "bn_aggr")
-def _bn_aggr(instr: Instr, ctx: Ctx) -> None:
-    src = src_tile(instr, 0)
-    store(instr, ctx, M.bn_aggr(tile(ctx, src, src.shape[0], False)))
 
 
 @executes("isa", "max8")

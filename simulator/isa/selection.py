@@ -1,5 +1,6 @@
 """Executors of the copy / selection instructions: ``tensor_copy`` (plain and predicated),
-``select_reduce``, ``range_select``, ``nc_stream_shuffle``, ``reciprocal`` and ``dropout``."""
+``select_reduce``, ``range_select`` (whose max goes to the Vector accumulators) and
+``nc_stream_shuffle``."""
 
 from __future__ import annotations
 
@@ -12,18 +13,8 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .common import (
-    accumulators,
-    dst_of,
-    dtype_of,
-    f32,
-    operand,
-    src_const,
-    src_tile,
-    store,
-    tile,
-    write_res,
-)
+from .accumulators import accumulators
+from .common import dst_of, dtype_of, operand, src_const, src_tile, store, tile, write_res
 
 
 @executes("isa", "tensor_copy")
@@ -127,26 +118,3 @@ def _nc_stream_shuffle(instr: Instr, ctx: Ctx) -> None:
     sel = np.broadcast_to(rows.reshape(dparts, *([1] * (len(dst.shape) - 1))), dst.shape)
     m = ctx.mask(instr)
     ctx.write(dst, out.reshape(dst.shape), sel if m is None else sel & m)
-
-
-@executes("isa", "reciprocal")
-def _reciprocal(instr: Instr, ctx: Ctx) -> None:
-    x = f32(ctx, instr.srcs[0])
-    with np.errstate(all="ignore"):
-        store(instr, ctx, np.float32(1.0) / x)
-
-
-@executes("isa", "dropout")
-def _dropout(instr: Instr, ctx: Ctx) -> None:
-    data, prob = src_tile(instr, 0), instr.srcs[1]
-    p = data.shape[0]
-    raw = ctx.read(data).reshape(p, -1)
-    rng = ctx.state.get("dropout.rng")
-    if rng is None:
-        seed = ctx.config.shuffle_seed or 0
-        rng = np.random.default_rng([seed, *ctx.instance, ctx.core])
-        ctx.state["dropout.rng"] = rng
-    pr = operand(ctx, prob, p)
-    keep = rng.random(raw.shape, dtype=np.float32) >= pr
-    x = raw if raw.dtype.kind in "iu" else numerics.to_compute(raw)
-    store(instr, ctx, np.where(keep, x, np.zeros((), dtype=x.dtype)))

@@ -1,5 +1,6 @@
-"""Executors of the Vector engine instructions (and their Scalar / GpSimd variants):
-element-wise tensor-tensor / tensor-scalar ALU ops, reductions and scans."""
+"""Executors of the Vector engine's element-wise instructions (and their Scalar / GpSimd
+variants): tensor-tensor / tensor-scalar ALU ops, reciprocal and exponential (whose sum goes to
+the accumulator registers)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import numpy as np
 from nki.ir import Instr
 from nki.optable import OPS
 
-from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .common import all_int, operand, src_tile, store, tile, write_res
-from .current_vector import accumulate
+from .accumulators import accumulate
+from .common import all_int, f32, operand, src_tile, store, tile, write_res
 
 
 @executes("isa", "tensor_tensor")
@@ -55,51 +55,22 @@ def _scalar_tensor_tensor(instr: Instr, ctx: Ctx) -> None:
     store(instr, ctx, r, bv)
 
 
-@executes("isa", "tensor_scalar_reduce")
-def _tensor_scalar_reduce(instr: Instr, ctx: Ctx) -> None:
-    data, o0 = src_tile(instr, 0), instr.srcs[1]
-    p = data.shape[0]
-    x = tile(ctx, data, p, False)
-    r = np.asarray(M.alu(instr.attr("op0"), x, operand(ctx, o0, p), instr.attr("reverse0")))
-    r = r.astype(np.float32)
-    # the reduction goes through the Vector engine's accumulator registers (shared with
-    # exponential, tensor_scalar_cumulative, select_reduce, range_select); reduce_res reads them
-    op, cmd = instr.attr("reduce_op"), instr.attr("reduce_cmd", "reset_reduce")
-    # load_reduce's reduce_init (current API): a scalar or (P, 1) fp32 tile, the third source
-    init = operand(ctx, instr.srcs[2], p) if len(instr.srcs) > 2 else None
-    regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r), init)
-    if instr.attr("reduce_res_negate"):
-        regs = -regs  # the written value only; the registers keep their sign
+@executes("isa", "reciprocal")
+def _reciprocal(instr: Instr, ctx: Ctx) -> None:
+    x = f32(ctx, instr.srcs[0])
+    with np.errstate(all="ignore"):
+        store(instr, ctx, np.float32(1.0) / x)
+
+
+@executes("isa", "exponential")
+def _exponential(instr: Instr, ctx: Ctx) -> None:
+    src, mv, init = src_tile(instr, 0), instr.srcs[1], instr.srcs[2]
+    p = src.shape[0]
+    x = tile(ctx, src, p, False)
+    with np.errstate(all="ignore"):
+        y = np.exp(x - operand(ctx, mv, p)).astype(np.float32)
+    cmd = instr.attr("reduce_cmd")
+    partial = np.sum(y, axis=1, dtype=np.float32)
+    regs = accumulate(ctx, "vector", cmd, "add", partial, operand(ctx, init, p))
     write_res(ctx, instr, "reduce_res", regs, "vector")
-    store(instr, ctx, r)
-
-
-@executes("isa", "tensor_reduce")
-def _tensor_reduce(instr: Instr, ctx: Ctx) -> None:
-    src = src_tile(instr, 0)
-    op = OPS[instr.attr("op")]
-    raw = ctx.read(src)
-    x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
-    r = M.reduce(op.name, x, tuple(instr.attr("axes")))
-    if instr.attr("negate"):
-        r = -np.asarray(r, dtype=np.float32)
-    store(instr, ctx, r, op.bitvec)
-
-
-@executes("isa", "tensor_tensor_scan")
-def _tensor_tensor_scan(instr: Instr, ctx: Ctx) -> None:
-    a0, a1, init = src_tile(instr, 0), src_tile(instr, 1), instr.srcs[2]
-    p = a0.shape[0]
-    d0 = tile(ctx, a0, p, False)
-    d1 = tile(ctx, a1, p, False)
-    iv = operand(ctx, init, p)
-    r = M.scan(
-        d0,
-        d1,
-        iv,
-        instr.attr("op0"),
-        instr.attr("op1"),
-        instr.attr("reverse0"),
-        instr.attr("reverse1"),
-    )
-    store(instr, ctx, r)
+    store(instr, ctx, y)

@@ -1,6 +1,11 @@
-"""nisa.dma_copy and nisa.dma_transpose: casts, read-modify-write, out-of-bounds modes, DMA
-engine choice per target, and their located errors."""
+"""DMA instructions: nisa.dma_copy and nisa.dma_transpose (casts, read-modify-write,
+out-of-bounds modes, DMA engine choice per target) and dma_compute (sums of sources,
+scatter-add and gather-add through vector_offset views), against NumPy, with their located
+errors."""
 
+from __future__ import annotations
+
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -160,3 +165,83 @@ def k_dma_t32(x):
 def test_dma_transpose_fp32():
     x = rand((20, 100))
     np.testing.assert_array_equal(run(k_dma_t32, x), x.T)
+
+
+RNG = np.random.default_rng(11)
+
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _load(a):
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, a)
+    return t
+
+
+def k_dma_compute(a, b, c):
+    out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    ta, tb = _load(a), _load(b)
+    nisa.dma_compute(out, [ta, tb, c], nl.add, scales=[1.0, 1.0, 1.0])
+    return out
+
+
+def test_dma_compute_sums_sources_in_fp32_and_casts_once():
+    a, b = RNG.standard_normal((2, 64, 16)).astype(np.float32)
+    c = RNG.standard_normal((64, 16)).astype(BF16)
+    got = run(k_dma_compute, a, b, c)
+    want = ((a + b) + c.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(got, want)
+
+
+def k_scatter_add(table, rows, data, unique):
+    r, d = _load(rows), _load(data)
+    view = table.ap([[16, 32], [1, 16]], offset=0, vector_offset=r)
+    nisa.dma_compute(view, [view, d], nl.add, unique_indices=unique)
+    return table
+
+
+def k_gather_add(table, rows, data):
+    out = nl.ndarray(data.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    r, d = _load(rows), _load(data)
+    nisa.dma_compute(d, [d, table.ap([[16, 32], [1, 16]], offset=0, vector_offset=r)], nl.add)
+    nisa.dma_copy(out, d)
+    return out
+
+
+def test_dma_compute_scatter_add_and_gather_add_through_vector_offset():
+    table = RNG.standard_normal((100, 16)).astype(np.float32)
+    rows = RNG.permutation(100)[:32].astype(np.int32).reshape(32, 1)
+    data = RNG.standard_normal((32, 16)).astype(np.float32)
+    want = table.copy()
+    want[rows[:, 0]] += data
+    np.testing.assert_array_equal(run(k_scatter_add, table.copy(), rows, data, True), want)
+    np.testing.assert_array_equal(run(k_gather_add, table, rows, data), data + table[rows[:, 0]])
+    # repeated rows: an error with unique_indices=True, every update lands with False
+    rows[1] = rows[0]
+    try:
+        run(k_scatter_add, table.copy(), rows, data, True)
+    except NKIError as e:
+        assert e.code == "err_runtime" and "unique_indices=True" in e.message
+    else:
+        raise AssertionError("a repeated scatter row ran with unique_indices=True")
+    want = table.copy()
+    np.add.at(want, rows[:, 0], data)
+    np.testing.assert_allclose(run(k_scatter_add, table.copy(), rows, data, False), want, rtol=1e-6)
+
+
+def k_dma_compute_max(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    t = _load(a)
+    nisa.dma_compute(out, [t, t], nl.maximum)  # ERR
+    return out
+
+
+def test_dma_compute_only_adds():
+    expect_error(
+        k_dma_compute_max,
+        np.ones((8, 8), np.float32),
+        cls=NKIError,
+        code="err_unsupported_op",
+        fragments=["maximum", "nl.add"],
+    )

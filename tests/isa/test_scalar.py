@@ -1,5 +1,13 @@
 """Scalar-engine instructions: nisa.activation (scale, bias, reduce command, accumulate
-registers) and nisa.activation_reduce, against NumPy, with their per-target rules."""
+registers) and nisa.activation_reduce, against NumPy, with their per-target rules; and the
+current API's nisa.activate2 (tensor-scalar stage, activation, reductions) against its
+documented signature: the exact positional order, no ``engine=`` parameter (a located
+unknown-keyword error), the documented constraints (reverse0 / reverse1 need their op; tile
+immediates share a dtype) and a fully positional call against NumPy."""
+
+from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
@@ -10,9 +18,12 @@ from nki.errors import (
     NKIError,
     NKITypeError,
 )
+from nki.isa import reduce_cmd as RC
 
 from helpers import BF16, DTS, close, expect_error, f32, rand, run
 from helpers import hbm_out as _out
+from helpers import load_sbuf as _load
+from helpers import sbuf_tile as _tile
 
 
 def k_act(x, bias, scale_vec, op):
@@ -138,11 +149,6 @@ def test_reciprocal_activation_bias_trn2_only():
     )
 
 
-# --------------------------------------------------------------------------------------------
-# activation: a scalar bias needs NeuronCore-v3; NeuronCore-v2 takes (P, 1) vectors only
-# --------------------------------------------------------------------------------------------
-
-
 def k_act_scalar_bias(x):
     out = _out(x.shape)
     nl.store(out, nisa.activation(nl.exp, nl.load(x), bias=0.25, scale=2.0))  # ERR
@@ -209,3 +215,189 @@ def test_activation_op_must_be_activation():
         code="err_unsupported_activation",
         fragments=["add", "activation"],
     )
+
+
+RNG = np.random.default_rng(7)
+
+
+def _x(shape=(64, 32), lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def k_activate2(a, s, b):
+    out = nl.ndarray((4, 64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.ndarray((64, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, st, bt = _load(a), _load(s), _load(b)
+    y = [_tile((64, 32)) for _ in range(4)]
+    r = _tile((64, 3))
+    nisa.activate2(y[0], nl.tanh, x, st, bt, nl.multiply, nl.add)
+    nisa.activate2(y[1], nl.exp, x, 0.5, 1.0, nl.multiply, nl.subtract, reverse1=True)
+    nisa.activate2(
+        y[2], nl.prelu, x, 1.0, 0.0, nl.subtract, nl.bypass, relu_param=st, reverse0=True,
+        reduce_op=nl.abs_max, reduce_res=r[:, 0:1], reduce_cmd=RC.reset_reduce,
+    )  # fmt: skip
+    # activation and activate2 share the Scalar engine's registers
+    nisa.activation(y[3], nl.copy, x, reduce_op=nl.add, reduce_cmd=RC.reset_reduce)
+    nisa.activate2(
+        y[3], nl.copy, x, None, None, nl.bypass, nl.bypass, reduce_op=nl.add,
+        reduce_res=r[:, 1:2], reduce_cmd=RC.reduce,
+    )  # fmt: skip
+    nisa.activate2(
+        y[3], nl.copy, x, 2.0, None, nl.add, nl.bypass, reduce_op=nl.minimum,
+        reduce_res=r[:, 2:3], reduce_cmd=RC.reset_reduce,
+    )  # fmt: skip
+    for i in range(4):
+        nisa.dma_copy(out[i], y[i])
+    nisa.dma_copy(res, r)
+    return out, res
+
+
+def test_activate2_tensor_scalar_stage_activation_and_reductions():
+    a, s, b = _x(), _x((64, 1), 0.1, 1.0), _x((64, 1))
+    out, res = run(k_activate2, a, s, b, target="trn3")
+    np.testing.assert_allclose(out[0], np.tanh(a * s + b), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out[1], np.exp(np.float32(1.0) - a * np.float32(0.5)), rtol=1e-6)
+    t = np.float32(1.0) - a
+    pre = np.where(t >= 0, t, s * t)
+    np.testing.assert_allclose(out[2], pre, rtol=1e-6)
+    # abs_max keeps the signed value of largest magnitude
+    idx = np.argmax(np.abs(pre), axis=1)
+    np.testing.assert_allclose(res[:, 0], pre[np.arange(64), idx], rtol=1e-6)
+    np.testing.assert_allclose(res[:, 1], 2 * a.sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[:, 2], (a + 2).min(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(out[3], a + 2, rtol=1e-6)
+
+
+def k_activate2_bad_pair(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    nisa.activate2(x, nl.exp, x, 1.0, 1.0, nl.add, nl.add)  # ERR
+    nisa.dma_copy(out, x)
+    return out
+
+
+def test_activate2_rejects_an_undocumented_op_pair_and_older_targets():
+    expect_error(
+        k_activate2_bad_pair,
+        _x(),
+        cls=NKIError,
+        code="err_unsupported_op",
+        fragments=["(add, add)", "(multiply, add)"],
+        target="trn3",
+    )
+    expect_error(
+        k_activate2_bad_pair,
+        _x(),
+        cls=NKIError,
+        code="err_unsupported_instruction_for_target",
+        fragments=["nisa.activate2", "trn3"],
+        target="trn2",
+    )
+
+
+A2_RNG = np.random.default_rng(3)
+
+
+P, F = 64, 40
+
+
+# the documented parameter list, in order
+DOC_PARAMS = (
+    "dst", "op", "data", "imm0", "imm1", "op0", "op1", "relu_param", "reverse0", "reverse1",
+    "reduce_op", "reduce_res", "reduce_cmd", "name",
+)  # fmt: skip
+
+
+def test_the_signature_is_the_documented_one_in_order():
+    params = inspect.signature(nisa.activate2).parameters
+    assert tuple(params) == DOC_PARAMS
+    assert params["relu_param"].default == 0.0
+    assert params["reduce_cmd"].default == nisa.reduce_cmd.idle
+
+
+def _sb(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def all_positional(a, s, b):
+    """Every documented parameter passed by position up to reduce_cmd."""
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, st, bt, y, r = _sb((P, F)), _sb((P, 1)), _sb((P, 1)), _sb((P, F)), _sb((P, 1))
+    nisa.dma_copy(dst=x, src=a)
+    nisa.dma_copy(dst=st, src=s)
+    nisa.dma_copy(dst=bt, src=b)
+    nisa.activate2(y, nl.prelu, x, st, bt, nl.multiply, nl.subtract, 0.25, True, True,
+                   nl.maximum, r, nisa.reduce_cmd.reset_reduce)  # fmt: skip
+    nisa.dma_copy(dst=out, src=y)
+    nisa.dma_copy(dst=res, src=r)
+    return out, res
+
+
+def test_a_fully_positional_call_matches_numpy():
+    a = A2_RNG.standard_normal((P, F)).astype(np.float32)
+    s = A2_RNG.uniform(0.5, 2.0, (P, 1)).astype(np.float32)
+    b = A2_RNG.standard_normal((P, 1)).astype(np.float32)
+    out, res = run(all_positional, a, s, b, target="trn3")
+    t = b - s * a  # reverse0: imm0 * data; reverse1: imm1 - that
+    want = np.where(t >= 0, t, np.float32(0.25) * t)
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(res[:, 0], want.max(axis=1), rtol=1e-6, atol=1e-6)
+
+
+def with_engine(a):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _sb((P, F))
+    nisa.dma_copy(dst=x, src=a)
+    nisa.activate2(x, nl.exp, x, 1.0, 0.0, nl.multiply, nl.add, engine=nisa.engine.scalar)  # ERR
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def test_engine_is_not_a_parameter_of_activate2():
+    expect_error(with_engine, np.zeros((P, F), np.float32), cls=NKIError,
+                 code="err_unexpected_keyword_argument", fragments=["engine"],
+                 target="trn3")  # fmt: skip
+
+
+def reversed_bypass(a, which):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _sb((P, F))
+    nisa.dma_copy(dst=x, src=a)
+    r0, r1 = which == 0, which == 1
+    nisa.activate2(x, nl.exp, x, 2.0, 0.0, nl.multiply, nl.bypass, reverse0=r0, reverse1=r1)  # ERR
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def test_reverse1_needs_op1():
+    expect_error(reversed_bypass, np.zeros((P, F), np.float32), 1, cls=NKIError,
+                 code="err_invalid_argument", fragments=["reverse1", "op1", "nl.bypass"],
+                 target="trn3")  # fmt: skip
+
+
+def test_reverse0_with_op0_set_is_fine():
+    a = A2_RNG.standard_normal((P, F)).astype(np.float32)
+    got = run(reversed_bypass, a, 0, target="trn3")
+    np.testing.assert_allclose(got, np.exp(np.float32(2.0) * a), rtol=1e-6)
+
+
+def mixed_imm_dtypes(a, dt1):
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, i0, i1 = _sb((P, F)), _sb((P, 1)), _sb((P, 1), dt1)
+    nisa.dma_copy(dst=x, src=a)
+    nisa.memset(i0, 2.0)
+    nisa.memset(i1, 1.0)
+    nisa.activate2(x, nl.copy, x, i0, i1, nl.multiply, nl.add)  # ERR
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+@pytest.mark.parametrize("dt1", [nl.bfloat16, nl.float32])
+def test_tile_immediates_share_a_dtype(dt1):
+    a = A2_RNG.standard_normal((P, F)).astype(np.float32)
+    if dt1 == nl.float32:
+        np.testing.assert_allclose(run(mixed_imm_dtypes, a, dt1, target="trn3"), 2 * a + 1)
+        return
+    expect_error(mixed_imm_dtypes, a, dt1, cls=NKIError, code="err_invalid_operand_dtype",
+                 fragments=["float32", "bfloat16"], target="trn3")  # fmt: skip

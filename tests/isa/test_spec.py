@@ -5,6 +5,7 @@ availability rules, the test strategies' limits, the test suite and the README."
 from __future__ import annotations
 
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import nki
 import nki.isa as nisa
 import nki.isa_spec as spec
 import nki.language as nl
+import simulator.isa
 from nki.errors import NKIError
 from nki.ir import Access, Const, Instr
 from nki.targets import TARGETS, isa_rules
@@ -122,6 +124,33 @@ def test_every_simulated_instruction_has_an_executor():
     # a current-only instruction is simulated exactly when nki.isa has its function
     current_only = {i.name for i in spec.INSTRUCTIONS if i.current_only and i.ir_op}
     assert current_only <= set(nisa.__all__)
+
+
+# modules of each tree that hold no instruction: what the families share
+_SHARED = {
+    "nki.isa": {"common", "constants", "enums", "forms", "rules"},
+    "simulator.isa": {"accumulators", "common", "formulas"},
+}
+# IR kinds whose one executor runs the instructions of a family that records no isa.<op>
+_KIND_FAMILIES = {"lnc": "collectives", "nkiscalar": "registers"}
+
+
+def test_every_function_and_executor_lives_in_its_spec_familys_module():
+    executors = _isa_executors()
+    for i in spec.INSTRUCTIONS:
+        assert getattr(nisa, i.name).__module__ == f"nki.isa.{i.family}", i.name
+        if i.ir_op:
+            assert executors[i.ir_op].__module__ == f"simulator.isa.{i.family}", i.name
+    for kind, family in _KIND_FAMILIES.items():
+        assert EXECUTORS[(kind, "*")].__module__ == f"simulator.isa.{family}", kind
+
+
+def test_both_trees_have_one_module_per_family():
+    families = {i.family for i in spec.INSTRUCTIONS}
+    for package in (nisa, simulator.isa):
+        modules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+        assert modules - _SHARED[package.__name__] == families, package.__name__
+        assert not any(m.startswith("current") for m in modules), package.__name__
 
 
 def test_every_simulated_instruction_is_lowered_or_hosted_by_numba():

@@ -1,7 +1,10 @@
-"""Vector-engine instructions: nisa.tensor_tensor, tensor_scalar, scalar_tensor_tensor,
-tensor_scalar_reduce, tensor_reduce and tensor_tensor_scan, against NumPy, with their engine,
-dtype, memory and shape rules."""
+"""Vector-engine element-wise instructions: nisa.tensor_tensor, tensor_scalar,
+scalar_tensor_tensor, reciprocal and exponential, in both calling forms, against NumPy, with
+their engine, dtype, memory and shape rules."""
 
+from __future__ import annotations
+
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -16,9 +19,13 @@ from nki.errors import (
     NKITypeError,
     NKIUnsupportedError,
 )
+from nki.isa import reduce_cmd as RC
 
+from helpers import ALU_OPS as OPS
 from helpers import BF16, DTS, close, expect_error, f32, rand, run
 from helpers import hbm_out as _out
+from helpers import load_sbuf as _load
+from helpers import sbuf_tile as _tile
 
 
 def k_tensor_tensor(x, y, op):
@@ -285,15 +292,6 @@ def test_tensor_scalar_rules():
     )
 
 
-OPS = {
-    "add": (np.add, np.add),
-    "subtract": (nl.subtract, np.subtract),
-    "multiply": (np.multiply, np.multiply),
-    "maximum": (nl.maximum, np.maximum),
-    "minimum": (np.minimum, np.minimum),
-}
-
-
 def k_ts(x, v, op0, rev0, op1, rev1):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nisa.tensor_scalar(
@@ -343,177 +341,133 @@ def test_scalar_tensor_tensor(dt):
     close(run(k_stt, x, y), (1.5 - f32(x)) * f32(y), dt)
 
 
-def k_tsr(x, op):
-    out = _out(x.shape, x.dtype)
-    red = _out((x.shape[0], 1), nl.float32)
-    acc = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
-    r = nisa.tensor_scalar_reduce(
-        data=nl.load(x), op0=np.multiply, operand0=3.0, reduce_op=op, reduce_res=acc
-    )
-    nl.store(out, r)
-    nl.store(red, acc)
-    return out, red
+RNG = np.random.default_rng(7)
 
 
-@pytest.mark.parametrize("dt", DTS)
-@pytest.mark.parametrize("op,ref", [(np.add, np.sum), (np.max, np.max), (nl.minimum, np.min)])
-def test_tensor_scalar_reduce(dt, op, ref):
-    x = rand((96, 48), dt)
-    got, red = run(k_tsr, x, op)
-    close(got, f32(x) * 3, dt)
-    close(red, ref(f32(x) * 3, axis=1, keepdims=True), np.float32, rtol=1e-4, atol=1e-4)
+def _x(shape=(64, 32), lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
 
 
-def k_reduce(x, op, axis, negate, keepdims):
-    r = nisa.tensor_reduce(op, nl.load(x), axis=axis, negate=negate, keepdims=keepdims)
-    out = _out(r.shape, x.dtype)
-    nl.store(out, r)
+def k_exponential(a, m):
+    out = nl.ndarray((2, 64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    sums = nl.ndarray((64, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, mt = _load(a), _load(m)
+    e = _tile((64, 32))
+    s = _tile((64, 3))
+    nisa.exponential(e, x, max_value=mt, reduce_res=s[:, 0:1], reduce_cmd=RC.reset_reduce)
+    nisa.dma_copy(out[0], e)
+    # a second call keeps summing into the same registers; a third starts from reduce_init
+    e2 = _tile((64, 32), nl.bfloat16)
+    nisa.exponential(e2, x, 1.5, s[:, 1:2], RC.reduce)
+    nisa.exponential(e2, x, 1.5, s[:, 2:3], RC.load_reduce, reduce_init=10.0)
+    f = _tile((64, 32))
+    nisa.tensor_copy(f, e2)
+    nisa.dma_copy(out[1], f)
+    nisa.dma_copy(sums, s)
+    return out, sums
+
+
+def test_exponential_subtracts_max_and_sums_into_the_vector_registers():
+    a, m = _x(), _x((64, 1))
+    out, sums = run(k_exponential, a, m, target="trn3")
+    e = np.exp(a - m)
+    e2 = np.exp(a - np.float32(1.5))
+    np.testing.assert_allclose(out[0], e, rtol=1e-6)
+    want = e2.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(out[1], want)
+    s1 = e.sum(axis=1)
+    np.testing.assert_allclose(sums[:, 0], s1, rtol=1e-5)
+    np.testing.assert_allclose(sums[:, 1], s1 + e2.sum(axis=1), rtol=1e-5)
+    # load_reduce: reduce_init, then this call's sum (the fp32 sum, not the bf16 dst's)
+    np.testing.assert_allclose(sums[:, 2], 10.0 + e2.sum(axis=1), rtol=1e-5)
+
+
+def k_exponential_stray_init(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    nisa.exponential(x, x, reduce_init=1.0)  # ERR
+    nisa.dma_copy(out, x)
     return out
 
 
-@pytest.mark.parametrize("dt", DTS)
-@pytest.mark.parametrize(
-    "op,ref", [(np.add, np.sum), (nl.maximum, np.max), (np.min, np.min), (nl.multiply, np.prod)]
-)
-def test_tensor_reduce(dt, op, ref):
-    x = rand((64, 4, 8), dt, 0.5, 1.5)
-    got = run(k_reduce, x, op, (1, 2), False, False)
-    assert got.shape == (64, 1)
-    close(got, ref(f32(x), axis=(1, 2))[:, None], dt, rtol=2e-2 if dt == BF16 else 1e-4)
-    got = run(k_reduce, x, op, 2, True, True)
-    assert got.shape == (64, 4, 1)
-    close(got, -ref(f32(x), axis=2, keepdims=True), dt, rtol=2e-2 if dt == BF16 else 1e-4)
-
-
-def test_tensor_reduce_bitwise():
-    x = RNGI = np.random.default_rng(3).integers(0, 2**16, size=(16, 12)).astype(np.int32)
-    del RNGI
-    got = run(k_reduce, x, nl.bitwise_or, 1, False, True)
-    np.testing.assert_array_equal(got[:, 0], np.bitwise_or.reduce(x, axis=1))
-
-
-def k_reduce_axis(x, axis):
-    r = nisa.tensor_reduce(np.add, nl.load(x), axis=axis)  # ERR
-    out = _out(r.shape, x.dtype)
-    nl.store(out, r)
-    return out
-
-
-def test_tensor_reduce_axis_rule():
-    x = rand((8, 4, 4))
-    for axis in (0, 1, (1, 3)):
-        expect_error(
-            k_reduce_axis,
-            x,
-            axis,
-            cls=NKIError,
-            code="err_invalid_axis",
-            fragments=[repr(axis), "last axis 2"],
-        )
-
-
-def k_red(x, op, nfree):
-    axes = tuple(range(x.ndim - nfree, x.ndim))
-    r = nisa.tensor_reduce(op, nl.load(x), axis=axes, keepdims=True)
-    out = nl.ndarray(r.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nl.store(out, r)
-    return out
-
-
-@given(
-    shape=st.lists(st.integers(1, 9), min_size=2, max_size=4),
-    p=st.integers(1, 128),
-    op=st.sampled_from(["add", "maximum", "minimum"]),
-    data=st.data(),
-)
-def test_tensor_reduce_trailing_axes(shape, p, op, data):
-    shape = (p, *shape[1:])
-    nfree = data.draw(st.integers(1, len(shape) - 1))
-    x = np.random.default_rng(p).uniform(-1, 1, shape).astype(np.float32)
-    ref = {"add": np.sum, "maximum": np.max, "minimum": np.min}[op]
-    axes = tuple(range(len(shape) - nfree, len(shape)))
-    got = run(k_red, x, OPS[op][0], nfree)
-    np.testing.assert_allclose(got, ref(x, axis=axes, keepdims=True), rtol=1e-5, atol=1e-5)
-
-
-def _scan_ref(a, b, init, f0, f1, rev0, rev1):
-    r = np.empty_like(a)
-    prev = init[:, 0]
-    for i in range(a.shape[1]):
-        t = f0(prev, a[:, i]) if rev0 else f0(a[:, i], prev)
-        prev = f1(b[:, i], t) if rev1 else f1(t, b[:, i])
-        r[:, i] = prev
-    return r
-
-
-def k_scan(a, b, init, op0, op1, rev0, rev1):
-    out = _out(a.shape, a.dtype)
-    iv = nl.load(init)
-    r = nisa.tensor_tensor_scan(nl.load(a), nl.load(b), iv, op0, op1, reverse0=rev0, reverse1=rev1)
-    nl.store(out, r)
-    return out
-
-
-@pytest.mark.parametrize("dt", DTS)
-@pytest.mark.parametrize("rev0,rev1", [(False, False), (True, True)])
-def test_scan_recurrence(dt, rev0, rev1):
-    a, b = rand((32, 20), dt, 0.2, 0.9), rand((32, 20), dt)
-    init = rand((32, 1))
-    got = run(k_scan, a, b, init, np.multiply, np.subtract, rev0, rev1)
-    want = _scan_ref(f32(a), f32(b), init, np.multiply, np.subtract, rev0, rev1)
-    close(got, want, dt, rtol=2e-2 if dt == BF16 else 1e-4, atol=2e-2 if dt == BF16 else 1e-5)
-
-
-def k_scan_scalar_init(a, b):
-    out = _out(a.shape, a.dtype)
-    nl.store(out, nisa.tensor_tensor_scan(nl.load(a), nl.load(b), 1.0, np.add, np.multiply))
-    return out
-
-
-def test_scan_scalar_initial():
-    a, b = rand((4, 6), lo=0.1, hi=1.0), rand((4, 6), lo=0.5, hi=1.0)
-    want = np.empty_like(a)
-    prev = np.ones(4, np.float32)
-    for i in range(6):
-        prev = (a[:, i] + prev) * b[:, i]
-        want[:, i] = prev
-    close(run(k_scan_scalar_init, a, b), want)
-
-
-# --------------------------------------------------------------------------------------------
-# tensor_tensor_scan: "data0 and data1 cannot both reside in PSUM"
-# --------------------------------------------------------------------------------------------
-
-
-def k_scan_psum(a, b, one_in_psum):
-    out = _out(a.shape)
-    pa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.psum)
-    pa[...] = nl.load(a)
-    if one_in_psum:
-        sb = nl.load(b)
-    else:
-        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.psum)
-        sb[...] = nl.load(b)
-    r = nisa.tensor_tensor_scan(pa, sb, 0.5, np.multiply, np.add)  # ERR
-    nl.store(out, r)
-    return out
-
-
-def test_scan_operands_not_both_psum():
-    a, b = rand((16, 12), lo=0.1, hi=0.9), rand((16, 12))
-    got = run(k_scan_psum, a, b, True)
-    want = np.empty_like(a)
-    prev = np.full(16, 0.5, np.float32)
-    for i in range(a.shape[1]):  # r[:, i] = (data0[:, i] * r[:, i-1]) + data1[:, i]
-        prev = a[:, i] * prev + b[:, i]
-        want[:, i] = prev
-    close(got, want, rtol=1e-5)
+def test_exponential_reduce_init_only_with_load_reduce():
     expect_error(
-        k_scan_psum,
-        a,
-        b,
-        False,
-        cls=NKIMemoryError,
-        code="err_unsupported_memory",
-        fragments=["'data0'", "'data1'", "nisa.tensor_tensor_scan", "PSUM"],
+        k_exponential_stray_init,
+        _x(),
+        cls=NKIError,
+        code="err_invalid_argument",
+        fragments=["reduce_init", "load_reduce", "reduce_cmd=idle"],
+        target="trn3",
+    )
+
+
+def k_exponential_only(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    nisa.exponential(x, x)  # ERR
+    nisa.dma_copy(out, x)
+    return out
+
+
+def test_exponential_needs_neuroncore_v4():
+    expect_error(
+        k_exponential_only,
+        _x(),
+        cls=NKIError,
+        code="err_unsupported_instruction_for_target",
+        fragments=["nisa.exponential", "trn2", "trn3"],
+        target="trn2",
+    )
+    np.testing.assert_allclose(run(k_exponential_only, _x((8, 4)) * 0, target="trn3"), 1.0)
+
+
+def k_exponential_uint32(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    d = _tile(a.shape, nl.uint32)
+    nisa.exponential(d, x)  # ERR
+    nisa.dma_copy(out, x)
+    return out
+
+
+def test_exponential_rejects_a_uint32_destination():
+    expect_error(
+        k_exponential_uint32,
+        _x(),
+        cls=NKIError,
+        code="err_unsupported_dtype",
+        fragments=["'dst'", "uint32"],
+        target="trn3",
+    )
+
+
+def k_recip(x):
+    out = _out(x.shape, x.dtype)
+    nl.store(out, nisa.reciprocal(nl.load(x)))
+    return out
+
+
+@pytest.mark.parametrize("dt", DTS)
+def test_reciprocal(dt):
+    x = rand((32, 32), dt, 0.5, 4.0)
+    close(run(k_recip, x), 1.0 / f32(x), dt)
+
+
+def k_recip_engine(x, engine):
+    out = _out(x.shape)
+    nl.store(out, nisa.reciprocal(nl.load(x), engine=engine))  # ERR
+    return out
+
+
+def test_reciprocal_engine_choice():
+    x = rand((16, 24), lo=0.5, hi=4.0)
+    for eng in (nisa.vector_engine, nisa.scalar_engine, nisa.unknown_engine):
+        close(run(k_recip_engine, x, eng), np.float32(1.0) / x)
+    expect_error(
+        k_recip_engine,
+        x,
+        nisa.gpsimd_engine,
+        cls=NKIError,
+        code="err_unsupported_engine_for_op",
+        fragments=["nisa.reciprocal", "Vector or Scalar", "gpsimd"],
     )

@@ -19,7 +19,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Access, Alloc, Loop
-from nki.language.loops import register_alloc, register_load, register_store
+from nki.isa.registers import register_alloc, register_load, register_store
 from simulator.batched import host as batched_host
 from simulator.batched.plan import Declined, plan
 from simulator.config import SimConfig

@@ -1,5 +1,5 @@
-"""Microscaling (MX) instructions of the current API (NeuronCore-v4): ``quantize_mx`` and
-``nc_matmul_mx``.
+"""Microscaling (MX) instructions of the current API (NeuronCore-v4): ``quantize_mx`` (Vector
+engine) and ``nc_matmul_mx`` (Tensor engine).
 
 Data: ``float8_e5m2_x4`` / ``float8_e4m3fn_x4`` (four fp8 values per 32-bit element) and
 ``float4_e2m1fn_x4`` (four fp4 values per 16-bit element); value i of element k is logical
@@ -16,16 +16,13 @@ from typing import Any
 
 from ..errors import NKIError, NKIShapeError, user_loc
 from ..ir import Access
-from ..tracer import emit
-from .common import dt, emit_isa, free_size, tile
-from .current import Instruction
-from .current_common import begin, current_only, dtype_in, handle
-from .tensor_ops import _check_tiling as check_tiling
+from .common import SBUF, Call, Instruction, dt, dtype_in, free_size
+from .forms import instruction
+from .rules import check_pe_tiling
 
 DATA_X4 = ("float8_e5m2_x4", "float8_e4m3fn_x4")
 MATMUL_DATA_X4 = (*DATA_X4, "float4_e2m1fn_x4")
 SCALE_DTYPES = ("float8_e8m0fnu", "uint8")
-_SBUF = ("sbuf",)
 
 
 def scale_partitions(data_partitions: int) -> int:
@@ -59,7 +56,7 @@ def _data_partitions(acc: Access, api: str, role: str, cap: int = 128) -> int:
     return p
 
 
-@current_only
+@instruction
 def quantize_mx(dst: Any, src: Any, dst_scale: Any, name: Any = None) -> Instruction:
     """Quantise a bf16 / fp16 SBUF tile ``src`` (P, F) to MX fp8 on the Vector engine
     (NeuronCore-v4): ``dst`` (P, F / 4) of ``float8_e5m2_x4`` / ``float8_e4m3fn_x4`` and the
@@ -73,10 +70,11 @@ def quantize_mx(dst: Any, src: Any, dst_scale: Any, name: Any = None) -> Instruc
 
     Example: ``nisa.quantize_mx(q, x, q_scale)``.
     """
-    api = begin("quantize_mx")
-    dacc, dtile = tile(dst, api, "dst", _SBUF)
-    sacc, stile = tile(src, api, "src", _SBUF)
-    cacc, ctile = tile(dst_scale, api, "dst_scale", _SBUF, compute=False)
+    c = Call("quantize_mx")
+    api = c.api
+    dacc, dtile = c.tile(dst, "dst", SBUF)
+    sacc, stile = c.tile(src, "src", SBUF)
+    cacc, ctile = c.tile(dst_scale, "dst_scale", SBUF, compute=False)
     dtype_in(stile, ("bfloat16", "float16"), api, "src")
     dtype_in(dtile, DATA_X4, api, "dst")
     parts = _data_partitions(sacc, api, "src")
@@ -90,12 +88,10 @@ def quantize_mx(dst: Any, src: Any, dst_scale: Any, name: Any = None) -> Instruc
             loc=user_loc(),
         )
     _check_scale(cacc, ctile, parts, f // 4, api, "dst_scale")
-    attrs = {"engine": "vector", "dst_scale": cacc}
-    emit_isa("quantize_mx", dacc, (sacc,), attrs, outputs=(cacc,), api=api)
-    return handle("quantize_mx")
+    return c.emit(dacc, (sacc,), dst_scale=cacc)
 
 
-@current_only
+@instruction
 def nc_matmul_mx(
     dst: Any,
     stationary: Any,
@@ -124,12 +120,13 @@ def nc_matmul_mx(
 
     Example: ``nisa.nc_matmul_mx(ps, qa, qb, qa_scale, qb_scale)``.
     """
-    api = begin("nc_matmul_mx")
-    dacc, dtile = tile(dst, api, "dst", ("psum",))
-    sacc, stile = tile(stationary, api, "stationary", _SBUF)
-    macc, mtile = tile(moving, api, "moving", _SBUF)
-    sc_acc, sc_tile = tile(stationary_scale, api, "stationary_scale", _SBUF, compute=False)
-    mc_acc, mc_tile = tile(moving_scale, api, "moving_scale", _SBUF, compute=False)
+    c = Call("nc_matmul_mx")
+    api = c.api
+    dacc, dtile = c.tile(dst, "dst", ("psum",))
+    sacc, stile = c.tile(stationary, "stationary", SBUF)
+    macc, mtile = c.tile(moving, "moving", SBUF)
+    sc_acc, sc_tile = c.tile(stationary_scale, "stationary_scale", SBUF, compute=False)
+    mc_acc, mc_tile = c.tile(moving_scale, "moving_scale", SBUF, compute=False)
     dtype_in(stile, MATMUL_DATA_X4, api, "stationary")
     dtype_in(mtile, MATMUL_DATA_X4, api, "moving")
     dtype_in(dtile, ("float32", "bfloat16"), api, "dst")
@@ -166,14 +163,13 @@ def nc_matmul_mx(
             code="err_invalid_argument",
             loc=user_loc(),
         )
-    attrs: tuple[tuple[str, Any], ...] = (("engine", "tensor"), ("psum_group", accumulate is None))
+    params: dict[str, Any] = {"psum_group": accumulate is None}
     if tiling is not None:
-        attrs += (("tile_position", tiling), ("tile_size", (int(tile_size[0]), 128)))
-    emit(
-        "isa", "nc_matmul_mx", dacc, (sacc, macc, sc_acc, mc_acc), attrs=attrs,
-        accumulate=None if accumulate is False else "add", api=api,
+        params.update(tile_position=tiling, tile_size=(int(tile_size[0]), 128))
+    return c.emit(
+        dacc, (sacc, macc, sc_acc, mc_acc), accumulate=None if accumulate is False else "add",
+        **params,
     )  # fmt: skip
-    return handle("nc_matmul_mx")
 
 
 def _row_tiling(position: Any, size: Any, k: int, m: int, api: str) -> Any:
@@ -193,7 +189,4 @@ def _row_tiling(position: Any, size: Any, k: int, m: int, api: str) -> Any:
             code="err_invalid_tile_position",
             loc=user_loc(),
         )
-    return check_tiling(position, size, k, m, "none", api)
-
-
-__all__ = ["nc_matmul_mx", "quantize_mx"]
+    return check_pe_tiling(position, size, k, m, "none", api)

@@ -1,18 +1,24 @@
-"""Random-number instructions of the current API (``rng``, ``rand2``, ``set_rng_seed``,
-``rand_set_state``, ``rand_get_state``): the per-lane XORWOW generators against an independent
-plain-Python XORWOW, determinism per seed, and the documented rules."""
+"""Random-number instructions: the current API's ``rng``, ``rand2``, ``set_rng_seed``,
+``rand_set_state`` and ``rand_get_state`` (the per-lane XORWOW generators against an independent
+plain-Python XORWOW, determinism per seed, the documented rules) and nisa.dropout."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIError
+from nki.errors import (
+    NKIError,
+)
 
-from helpers import expect_error, run
+from helpers import DTS, expect_error, f32, rand, run
+from helpers import hbm_out as _out
 
 RNG = np.random.default_rng(5)
+
+
 M32 = 0xFFFFFFFF
 
 
@@ -171,3 +177,20 @@ def test_random_instruction_rules():
         code="err_unsupported_instruction_for_target",
         fragments=["nisa.rand2", "trn3"],
     )
+
+
+def k_dropout(x, prob):
+    out = _out(x.shape, x.dtype)
+    nl.store(out, nisa.dropout(nl.load(x), prob))
+    return out
+
+
+@pytest.mark.parametrize("dt", DTS)
+def test_dropout(dt):
+    x = rand((128, 256), dt, 1, 2)
+    np.testing.assert_array_equal(f32(run(k_dropout, x, 0.0)), f32(x))
+    assert (f32(run(k_dropout, x, 1.0)) == 0).all()
+    y = f32(run(k_dropout, x, 0.3))
+    kept = y != 0
+    np.testing.assert_array_equal(y[kept], f32(x)[kept])  # kept elements unchanged, not rescaled
+    assert abs(1 - kept.mean() - 0.3) < 0.02

@@ -1,5 +1,5 @@
 """Executors of the microscaling (MX) instructions: ``quantize_mx`` and ``nc_matmul_mx``
-(layouts and formulas: ``nki/isa/current_mx.py``)."""
+(layouts and formulas: ``nki/isa/mx.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from nki.ir import Access, Instr
 from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
-from .common import dst_of, dtype_of, matmul_write, src_tile
-from .tensor_ops import _check_tile_position as check_tile_position
+from .common import check_tile_position, dst_of, dtype_of, matmul_write, src_tile
 
 _ELEMENT = {
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),

@@ -1,9 +1,10 @@
-"""Initial values of the Vector engine's accumulator registers in the current API:
-nisa.tensor_scalar_reduce's reduce_cmd (reset_reduce, reduce, load_reduce), load_reduce's
-reduce_init as an fp32 scalar or a (P, 1) float32 tile, chaining with reduce_res=None and
-reduce_res_negate (negates the written value only); exponential's reduce_init and
-tensor_scalar_cumulative's imm1 as float32 tiles; against NumPy, invalid uses as located
-errors."""
+"""The engines' accumulator registers, shared by the instructions of one engine: initial
+values in the current API (nisa.tensor_scalar_reduce's reduce_cmd reset_reduce / reduce /
+load_reduce, load_reduce's reduce_init as an fp32 scalar or a (P, 1) float32 tile, chaining
+with reduce_res=None and reduce_res_negate, which negates the written value only;
+exponential's reduce_init and tensor_scalar_cumulative's imm1 as float32 tiles), registers
+shared across instructions, destination-first reductions into reduce_res, and a read of
+registers no instruction set; against NumPy, invalid uses as located errors."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
+from nki.isa import reduce_cmd as RC
 
 from helpers import expect, expect_error, run
+from helpers import load_sbuf as _load
+from helpers import sbuf_tile as _tile
 
 RNG = np.random.default_rng(77)
+
+
 P, F = 128, 48
+
 
 REDUCE = {
     "add": (nl.add, np.sum),
@@ -26,6 +33,8 @@ REDUCE = {
     "maximum": (nl.maximum, np.max),
     "minimum": (nl.minimum, np.min),
 }
+
+
 FOLD = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
 
 
@@ -113,6 +122,8 @@ def _init_kernel(x, init, cmd, start):
 
 
 X = RNG.standard_normal((P, F)).astype(np.float32)
+
+
 I32 = np.zeros((P, 1), np.float32)
 
 
@@ -175,3 +186,135 @@ def test_a_non_fp32_initial_tile_is_a_located_error(which, role):
     expect_error(bf16_start, X, which, cls=NKIError, code="err_invalid_operand_dtype",
                  fragments=[role, "float32", "bfloat16"], target="trn3",
                  marker=f"# E:{which}")  # fmt: skip
+
+
+REGS_RNG = np.random.default_rng(7)
+
+
+def _x(shape=(64, 32), lo=-2.0, hi=2.0):
+    return REGS_RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def k_vector_registers(a, pred):
+    res = nl.ndarray((64, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, pt = _load(a), _load(pred)
+    r = _tile((64, 2))
+    e = _tile((64, 32))
+    nisa.exponential(e, x, reduce_cmd=RC.reset_reduce)
+    nisa.select_reduce(e, pt, x, -100.0, reduce_res=r[:, 0:1], reduce_cmd=RC.idle)
+    c = _tile((64, 32))
+    nisa.tensor_scalar_cumulative(c, x, nl.add, nl.add, 0.0, reduce_cmd=RC.reduce)
+    nisa.select_reduce(e, pt, x, -100.0, reduce_res=r[:, 1:2], reduce_cmd=RC.idle)
+    nisa.dma_copy(res, r)
+    return res
+
+
+def test_vector_engine_registers_are_shared_across_instructions():
+    a = _x()
+    pred = (REGS_RNG.random((64, 32)) > 0.5).astype(np.uint8)
+    res = run(k_vector_registers, a, pred, target="trn3")
+    s = np.exp(a).sum(axis=1)
+    np.testing.assert_allclose(res[:, 0], s, rtol=1e-5)  # idle reads what exponential left
+    np.testing.assert_allclose(res[:, 1], s + a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def k_tensor_scalar_reduce_registers(a):
+    res = nl.ndarray((64, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    r = _tile((64, 4))
+    y = _tile((64, 32))
+    # reduce_res=None: the sum stays in the Vector registers; the next call adds onto it
+    nisa.tensor_scalar_reduce(y, x, nl.multiply, 2.0, nl.add)
+    nisa.tensor_scalar_reduce(y, x, nl.add, 1.0, nl.add, r[:, 0:1], reduce_cmd=RC.reduce)
+    nisa.tensor_scalar_reduce(
+        y, x, nl.multiply, 1.0, nl.maximum, r[:, 1:2], reduce_cmd=RC.load_reduce,
+        reduce_init=0.5, reduce_res_negate=True,
+    )  # fmt: skip
+    # exponential continues from what tensor_scalar_reduce left (the max, not negated)
+    e = _tile((64, 32))
+    nisa.exponential(e, x, reduce_res=r[:, 2:3], reduce_cmd=RC.reduce)
+    nisa.tensor_scalar_reduce(y, x, nl.multiply, -1.0, nl.minimum, r[:, 3:4])
+    nisa.dma_copy(res, r)
+    return res
+
+
+def test_tensor_scalar_reduce_shares_the_vector_registers_in_the_current_form():
+    a = _x()
+    got = run(k_tensor_scalar_reduce_registers, a, target="trn3")
+    s = (2 * a).sum(axis=1) + (a + 1).sum(axis=1)
+    np.testing.assert_allclose(got[:, 0], s, rtol=1e-5, atol=1e-5)
+    mx = np.maximum(a.max(axis=1), 0.5)
+    np.testing.assert_array_equal(got[:, 1], -mx)
+    np.testing.assert_allclose(got[:, 2], mx + np.exp(a).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(got[:, 3], (-a).min(axis=1))
+
+
+def k_cumulative_unset_registers(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    c = _tile(a.shape)
+    nisa.tensor_scalar_cumulative(c, x, nl.add, nl.add, 0.0, reduce_cmd=RC.reduce)
+    nisa.dma_copy(out, c)  # ERR
+    return out
+
+
+def test_continuing_from_registers_no_instruction_set_is_an_uninitialised_read():
+    e = expect_error(
+        k_cumulative_unset_registers,
+        _x(),
+        cls=NKIError,
+        code="err_uninitialized_read",
+        jit_opts={"checks": "full"},
+    )
+    assert "uninitialised" in e.message
+
+
+def reduce_and_select(x, pred):
+    P, F = x.shape
+    out = nl.ndarray((5, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    xt = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    pt = nl.ndarray((P, F), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.dma_copy(xt, x)
+    nisa.dma_copy(pt, pred)
+    # 0: x * 2, with the row sums of x * 2 into r (broadcast back over the row in 1)
+    y = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    r = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(
+        dst=y, data=xt, op0=nl.multiply, operand0=2.0, reduce_op=nl.add, reduce_res=r
+    )
+    nisa.dma_copy(out[0], y)
+    rb = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(rb, 0.0)
+    nisa.tensor_tensor(rb, rb, r, nl.add)
+    nisa.dma_copy(out[1], rb)
+    # 2: exp(x) with the row max into m (broadcast in 3)
+    e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(e, nl.exp, xt, nl.maximum, m)
+    nisa.dma_copy(out[2], e)
+    mb = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(mb, 0.0)
+    nisa.tensor_tensor(mb, mb, m, nl.add)
+    nisa.dma_copy(out[3], mb)
+    # 4: x where pred else -1 (copy_predicated onto a -1 fill)
+    c = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(c, -1.0)
+    nisa.tensor_copy_predicated(c, xt, pt)
+    nisa.dma_copy(out[4], c)
+    return out  # fmt: skip
+
+
+def test_reductions_and_predicated_copy_match_numpy():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 24)).astype(np.float32)
+    pred = (rng.random((32, 24)) > 0.5).astype(np.uint8)
+    got = nki.jit(reduce_and_select)(x, pred)
+    np.testing.assert_allclose(got[0], 2 * x, rtol=0, atol=0)
+    np.testing.assert_allclose(
+        got[1], np.broadcast_to((2 * x).sum(1, keepdims=True), x.shape), rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(got[2], np.exp(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        got[3], np.broadcast_to(np.exp(x).max(1, keepdims=True), x.shape), rtol=1e-5
+    )
+    np.testing.assert_array_equal(got[4], np.where(pred != 0, x, np.float32(-1)))

@@ -1,6 +1,5 @@
-"""nisa.core_barrier and nisa.sendrecv between the two cores of an LNC=2 launch (ordering,
-data exchange, run-time meeting checks, per-target availability) and NkiScalar
-(nisa.scalar_load / scalar_store, wraparound arithmetic, fori_loop bound, .ap offset)."""
+"""nisa.core_barrier and nisa.sendrecv between the two cores of an LNC=2 launch: ordering,
+data exchange, run-time meeting checks and per-target availability."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.errors import NKIDependencyError, NKIError, NKIRuntimeError
+from nki.errors import NKIDependencyError, NKIRuntimeError
 
 from helpers import expect, line_of
 
@@ -171,115 +170,3 @@ def test_core_barrier_needs_an_lnc2_launch_and_a_v3_target():
            code="err_unsupported_instruction_for_target", values=("kernel[2]",))  # fmt: skip
     expect(barrier_lnc1, np.ones((4, 4), np.float32), platform_target="trn1",
            code="err_unsupported_instruction_for_target", values=("trn1",))  # fmt: skip
-
-
-# ---- NkiScalar ---------------------------------------------------------------------------------
-def scalar_arith(x):
-    out = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
-    s = nisa.scalar_load(x)
-    r = -((s * s) + 7 - 3 * s)
-    nisa.scalar_store(out, r)
-    return out
-
-
-@pytest.mark.parametrize("v", [3, 100000, -46341, 2**31 - 1, -(2**31)])
-def test_nkiscalar_arithmetic_wraps_around_at_int32(v):
-    x = np.array([[v]], dtype=np.int32)
-    s = v
-    want = -((s * s) + 7 - 3 * s)
-    want = (want + 2**31) % 2**32 - 2**31  # two's complement at 32 bits, from Python ints
-    got = nki.jit(scalar_arith)(x)
-    assert got.dtype == np.int32 and int(got[0, 0]) == want
-
-
-def square(x):
-    out = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
-    s = nisa.scalar_load(x)
-    nisa.scalar_store(out, s * s)
-    return out
-
-
-def test_int32_multiplication_wraps_like_the_device():
-    assert nki.jit(square)(np.array([[100000]], np.int32))[0, 0] == 1410065408
-
-
-def scalar_loop_bound(x, n):
-    out = nl.ndarray((1, 32), dtype=nl.float32, buffer=nl.shared_hbm)
-    acc = _sb((1, 32), nl.float32)
-    nisa.memset(dst=acc, value=0.0)
-    m = nisa.scalar_load(n) - 1  # an int32 NkiScalar as the loop bound
-
-    def body(i):
-        row = _sb((1, 32), nl.float32)
-        nisa.dma_copy(dst=row, src=x.ap([[32, 1], [1, 32]], offset=0, scalar_offset=i))
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
-
-    nl.fori_loop(0, m, body)
-    nisa.dma_copy(dst=out, src=acc)
-    return out
-
-
-@pytest.mark.parametrize("n", [1, 4, 9])
-def test_int32_nkiscalar_bounds_fori_loop(n):
-    x = RNG.random((16, 32), dtype=np.float32)
-    got = nki.jit(scalar_loop_bound)(x, np.array([[n]], np.int32))
-    np.testing.assert_allclose(got, x[: n - 1].sum(axis=0, keepdims=True), rtol=1e-6)
-
-
-def scalar_offset_row(x, idx):
-    out = nl.ndarray((1, 32), dtype=x.dtype, buffer=nl.shared_hbm)
-    r = nisa.scalar_load(idx) * 2 + 1
-    t = _sb((1, 32), x.dtype)
-    nisa.dma_copy(dst=t, src=x.ap([[32, 1], [1, 32]], offset=0, scalar_offset=r))
-    nisa.dma_copy(dst=out, src=t)
-    return out
-
-
-def test_nkiscalar_is_an_ap_scalar_offset():
-    x = RNG.random((16, 32), dtype=np.float32)
-    got = nki.jit(scalar_offset_row)(x, np.array([[3]], np.int32))
-    np.testing.assert_array_equal(got, x[7:8])
-
-
-def store_python_int(x):
-    out = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.scalar_store(out, 5)  # ERR
-    return out
-
-
-def test_scalar_store_rejects_python_ints():
-    expect(store_python_int, np.zeros((1, 1), np.int32), code="err_unsupported_operand",
-           values=("NkiScalar",))  # fmt: skip
-
-
-def branch_on_scalar(x):
-    s = nisa.scalar_load(x)
-    if s > 0:  # ERR
-        pass
-    return x
-
-
-def test_nkiscalar_has_no_python_value():
-    expect(branch_on_scalar, np.zeros((1, 1), np.int32),
-           code="err_dynamic_control_flow_not_supported", values=("device",))  # fmt: skip
-
-
-def test_scalar_load_needs_a_one_element_int_tensor():
-    def k(x):
-        nisa.scalar_load(x)  # ERR
-        return x
-
-    with pytest.raises(NKIError) as ei:
-        nki.jit(k)(np.zeros((1, 2), np.int32))
-    assert ei.value.code == "err_unsupported_operand" and "one-element" in ei.value.message
-
-
-def scalar_times_float(x):
-    s = nisa.scalar_load(x)
-    s * 1.5  # ERR
-    return x
-
-
-def test_nkiscalar_arithmetic_takes_ints_only():
-    expect(scalar_times_float, np.zeros((1, 1), np.int32), code="err_unsupported_operand",
-           values=("float",))  # fmt: skip

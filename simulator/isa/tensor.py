@@ -10,28 +10,12 @@ from nki.ir import Instr
 from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
-from .common import matmul_write, src_tile, store
-
-
-def _check_tile_position(instr: Instr, ctx: Ctx) -> None:
-    """A loop-dependent ``tile_position`` must be aligned to ``tile_size`` and inside the
-    128x128 PE array at every iteration (constant positions were checked at trace time)."""
-    pos = instr.attr("tile_position")
-    if pos is None:
-        return
-    for what, aff, size in zip(("row", "column"), pos, instr.attr("tile_size")):
-        p = aff.evaluate(ctx.env)
-        if p % size or not 0 <= p <= 128 - size:
-            raise NKIRuntimeError(
-                f"nisa.nc_matmul: tile_position {what} {aff} = {p} must be a multiple of the "
-                f"tile size {size} within the 128x128 PE array (position + size <= 128)",
-                code="err_invalid_tile_position",
-            )
+from .common import check_tile_position, matmul_write, src_tile, store
 
 
 @executes("isa", "nc_matmul")
 def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
-    _check_tile_position(instr, ctx)
+    check_tile_position(instr, ctx)
     sacc, macc = src_tile(instr, 0), src_tile(instr, 1)
     s_raw, m_raw = ctx.read(sacc), ctx.read(macc)
     if instr.attr("transpose"):

@@ -1,5 +1,5 @@
 """Executors of the LNC=2 synchronisation instructions (IR kind ``lnc``: ``nisa.core_barrier``,
-``nisa.sendrecv``, ``nki.collectives``) and of ``NkiScalar`` arithmetic (kind ``nkiscalar``).
+``nisa.sendrecv``, ``nki.collectives``).
 
 An ``lnc`` instruction is a meeting point of the two cores (``executors.COLLECTIVES``): each
 core's walk runs the executor once to post its input and stops; when both cores have stopped,
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIRuntimeError
-from nki.ir import Access, Const, Instr
+from nki.ir import Access, Instr
 
 from .. import numerics
 from ..executors import executes
@@ -24,7 +24,6 @@ from ..poison import REPORT, RULES
 from .formulas import alu
 
 RULES[("lnc", "*")] = REPORT
-RULES[("nkiscalar", "*")] = REPORT
 
 _POSTED = "lnc.posted"  # ctx.state key: what this core posted at the current meeting
 _RESULT = "lnc.result"  # ctx.state key: what this core receives
@@ -227,30 +226,3 @@ POSTERS["permute_implicit_reduce"] = _post_reduced
 
 
 # ---- NkiScalar arithmetic: fixed-width two's-complement wraparound ------------------------------
-_SCALAR_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "copy": lambda a, b: a,
-    "add": np.add,
-    "subtract": np.subtract,
-    "multiply": np.multiply,
-}
-
-
-def _scalar_value(x: Any, ctx: Ctx, dtype: np.dtype) -> np.ndarray:
-    if isinstance(x, Const):
-        return np.asarray(x.value).astype(np.int64).astype(dtype)  # the int wraps to the width
-    return np.asarray(ctx.read(x)).reshape(-1)[:1].astype(dtype)
-
-
-@executes("nkiscalar")
-def _nkiscalar(instr: Instr, ctx: Ctx) -> None:
-    assert instr.dst is not None
-    dtype = np.dtype(ctx.decl(instr.dst.tensor).dtype)  # int32 / int64
-    vals = [_scalar_value(s, ctx, dtype) for s in instr.srcs]
-    if instr.op == "ring_rank":  # the rank a ring collective's step works on
-        ring, pos = instr.attr("ring"), instr.attr("pos")
-        got = np.array([ring[(pos - int(vals[0][0])) % len(ring)]], dtype=dtype)
-        ctx.write(instr.dst, got.reshape(instr.dst.shape))
-        return
-    with np.errstate(over="ignore"):
-        got = _SCALAR_OPS[instr.op](vals[0], vals[-1]).astype(dtype)
-    ctx.write(instr.dst, got.reshape(instr.dst.shape))

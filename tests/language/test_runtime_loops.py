@@ -1,5 +1,5 @@
-"""Runtime loops of the current API (nl.fori_loop, nl.while_loop) and virtual registers,
-executed per iteration in the interpreter and checked against NumPy."""
+"""Runtime loops of the current API (nl.fori_loop, nl.while_loop), executed per iteration in
+the interpreter and checked against NumPy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError
-from nki.language.loops import register_alloc, register_load, register_move, register_store
+from nki.isa.registers import register_alloc, register_load, register_store
 
 RNG = np.random.default_rng(7)
 
@@ -111,22 +111,6 @@ def test_while_loop_matches_numpy(n):
 
 
 @nki.jit
-def k_registers(n):
-    out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
-    a = register_alloc(5)
-    b = register_alloc()
-    register_move(b, a)
-    register_load(a, n)
-    register_store(out, b)
-    return out
-
-
-def test_register_move_load_store():
-    got = _run(k_registers, np.array([[9]], dtype=np.int32))
-    assert got.reshape(-1)[0] == 5
-
-
-@nki.jit
 def k_while_forever(x):
     out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
     r = register_alloc(1)
@@ -157,16 +141,3 @@ def test_fori_loop_rejects_a_non_int_step():
     with pytest.raises(NKIError, match="positive int") as e:
         _run(k, np.zeros((1, 1), np.float32))
     assert e.value.loc.line == _line(k, "# STEP")
-
-
-@pytest.mark.filterwarnings("ignore::nki.errors.NKIWarning")  # out's other elements stay unset
-def test_register_load_and_store_through_one_element_hbm_views_of_any_rank():
-    def kernel(a):
-        out = nl.ndarray((4,), dtype=nl.int32, buffer=nl.shared_hbm)
-        r = register_alloc(0)
-        register_load(r, a[3:4])  # a rank-1 view; the register is [1, 1]
-        register_store(out[2:3], r)
-        return out
-
-    got = nki.jit(kernel, api="current")(np.arange(8, dtype=np.int32))
-    assert got[2] == 3

@@ -1,7 +1,8 @@
-"""Executors of the random-number instructions of the current API: per-lane XORWOW generators
+"""Executors of the random-number instructions: the current API's per-lane XORWOW generators
 (``rng``, ``rand2``) and their state (``set_rng_seed``, ``rand_set_state``,
-``rand_get_state``). See ``nki/isa/current_random.py`` for what is modelled and what differs
-from hardware. Each instance keeps its own engine states (like the accumulator registers)."""
+``rand_get_state``), and ``dropout``'s per-instance stream. See ``nki/isa/random.py`` for what
+is modelled and what differs from hardware. Each instance keeps its own engine states (like the
+accumulator registers)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import numpy as np
 
 from nki.ir import Instr
 
+from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
-from .common import dst_of, src_const, src_tile, store
+from .common import dst_of, operand, src_const, src_tile, store
 
 WORDS = {"gpsimd": 6, "vector": 24}
 LANES = 128
@@ -119,3 +121,19 @@ def _rand_get_state(instr: Instr, ctx: Ctx) -> None:
     dst = dst_of(instr)
     st = _state(ctx, instr.attr("engine"))
     store(instr, ctx, st[: dst.shape[0]].astype(np.int64), bitvec=True)
+
+
+@executes("isa", "dropout")
+def _dropout(instr: Instr, ctx: Ctx) -> None:
+    data, prob = src_tile(instr, 0), instr.srcs[1]
+    p = data.shape[0]
+    raw = ctx.read(data).reshape(p, -1)
+    rng = ctx.state.get("dropout.rng")
+    if rng is None:
+        seed = ctx.config.shuffle_seed or 0
+        rng = np.random.default_rng([seed, *ctx.instance, ctx.core])
+        ctx.state["dropout.rng"] = rng
+    pr = operand(ctx, prob, p)
+    keep = rng.random(raw.shape, dtype=np.float32) >= pr
+    x = raw if raw.dtype.kind in "iu" else numerics.to_compute(raw)
+    store(instr, ctx, np.where(keep, x, np.zeros((), dtype=x.dtype)))

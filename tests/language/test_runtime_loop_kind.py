@@ -12,7 +12,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.ir import Loop
-from nki.language.loops import register_alloc, register_load
+from nki.isa.registers import register_alloc, register_load
 from simulator.compiled.backend import BackendFallbackWarning
 
 from helpers import line_of

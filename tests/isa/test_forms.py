@@ -1,9 +1,16 @@
-"""Differential property test: each instruction called in its classic form (returns a tile, with
-dtype= the destination's) and in its destination-first form (writes dst) on the same random
-inputs gives bit-identical results. Also: the destination-first form returns an instruction
-handle, and its keyword and shape mistakes are located errors."""
+"""The two calling forms. Differential property test: each instruction called in its classic
+form (returns a tile, with dtype= the destination's) and in its destination-first form (writes
+dst) on the same random inputs gives bit-identical results. The destination-first form returns
+an instruction handle, and its keyword and shape mistakes are located errors; it writes a dst
+whose free dims are shaped differently from its result when the partitions and elements per
+partition agree (``[128, 1, 128]`` for a ``[128, 128]`` transpose, a strided ``.ap`` view into
+PSUM), in the destination's own free-dim order, broadcasts into a larger dst, and reports a dst
+with other element counts. A current-API-only instruction in a classic kernel is a mixed
+generation error; its misspelled keyword names the closest one."""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
@@ -13,10 +20,13 @@ from hypothesis import strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from nki.errors import NKIError, NKIShapeError
 
-from helpers import expect
+from helpers import expect, expect_error
+from helpers import load_sbuf as _load
 
-# name -> (classic call, current call, result buffer, result shape from the input shape)
+# name -> (classic call, current call, result buffer, result shape from the input shape); every
+# family of instructions with both forms has at least one row
 CASES = {
     "tensor_tensor": (
         lambda a, b, dt: nisa.tensor_tensor(a, b, op=nl.subtract, dtype=dt),
@@ -91,6 +101,26 @@ CASES = {
         lambda d, a, b: nisa.dma_transpose(d, a),
         "sbuf", lambda s: (s[1], s[0]),
     ),
+    "memset": (
+        lambda a, b, dt: nisa.memset(a.shape, 0.375, dt),
+        lambda d, a, b: nisa.memset(d, 0.375),
+        "sbuf", lambda s: s,
+    ),
+    "bn_aggr": (
+        lambda a, b, dt: nisa.bn_aggr(a[:, 0:3], dtype=dt),
+        lambda d, a, b: nisa.bn_aggr(d, a[:, 0:3]),
+        "sbuf", lambda s: (s[0], 2),
+    ),
+    "dropout": (
+        lambda a, b, dt: nisa.dropout(a, 0.5, dtype=dt),
+        lambda d, a, b: nisa.dropout(d, a, 0.5),
+        "sbuf", lambda s: s,
+    ),
+    "nc_match_replace8": (
+        lambda a, b, dt: nisa.nc_match_replace8(data=a, vals=a[:, 0:8], imm=-1.0, dtype=dt),
+        lambda d, a, b: nisa.nc_match_replace8(d, a, a[:, 0:8], -1.0),
+        "sbuf", lambda s: s,
+    ),
 }  # fmt: skip
 
 
@@ -126,8 +156,10 @@ def _kernel(name: str, form: str, out_dtype):
 def test_classic_and_destination_first_forms_agree(name, p, f, seed, bf16):
     if name == "nc_matmul":
         f = min(f, 32)
-    if name == "max8":
+    if name in ("max8", "nc_match_replace8"):
         f = max(f, 8)
+    if name == "bn_aggr":
+        f = max(f, 3)
     rng = np.random.default_rng(seed)
     a = (rng.standard_normal((p, f)) + 2.0).astype(np.float32)
     b = rng.standard_normal((p, f)).astype(np.float32)
@@ -217,3 +249,119 @@ def test_mixing_generations_names_both_lines():
         values=["destination-first", "classic call nisa.tensor_scalar"],
     )
     assert f":{line_of(k_mixed, '# FIRST')}" in str(e)
+
+
+RNG = np.random.default_rng(7)
+
+
+def _x(shape=(64, 32), lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def k_classic_then_current(a):
+    x = nl.load(a)
+    y = nisa.tensor_copy(x)
+    nisa.exponential(y, x)  # ERR
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, y)
+    return out
+
+
+def test_a_current_only_instruction_in_a_classic_kernel_is_a_mixed_generation_error():
+    with pytest.raises(NKIError) as e:
+        nki.jit(k_classic_then_current, platform_target="trn3", api="classic")(_x())
+    assert e.value.code == "err_mixed_api_generations"
+    assert "nisa.exponential" in e.value.message
+
+
+def k_misspelled(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    x = _load(a)
+    nisa.exponential(x, x, max_val=1.0)  # ERR
+    nisa.dma_copy(out, x)
+    return out
+
+
+def test_a_misspelled_keyword_of_a_current_only_instruction_names_the_closest():
+    expect_error(
+        k_misspelled,
+        _x(),
+        cls=NKIError,
+        code="err_unexpected_keyword_argument",
+        fragments=["'max_val'", "did you mean 'max_value'?"],
+        target="trn3",
+    )
+
+
+@nki.jit
+def transpose_into_3d(x):
+    out = nl.ndarray((128, 1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ps = nl.ndarray((128, 1, 64), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(dst=ps, data=t)
+    sb = nl.ndarray((128, 1, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=sb, src=ps)
+    nisa.dma_copy(dst=out, src=sb)
+    return out
+
+
+@nki.jit
+def copy_into_strided_view(x):
+    # dst: a [32, 4, 8] walk with stride 16 over the outer free dim of a [32, 64] tile
+    out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((32, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    big = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=big, value=0.0)
+    nisa.tensor_scalar(
+        dst=big.ap([[64, 32], [16, 4], [1, 8]]), data=t, op0=nl.multiply, operand0=2.0
+    )
+    nisa.dma_copy(dst=out, src=big)
+    return out
+
+
+def test_transpose_into_a_destination_with_a_unit_free_dim():
+    x = RNG.standard_normal((64, 128)).astype(np.float32)
+    got = nki.simulate(transpose_into_3d)(x)
+    np.testing.assert_array_equal(got, x.T.reshape(128, 1, 64))
+
+
+def test_result_lands_in_the_destination_views_free_dim_order():
+    x = RNG.standard_normal((32, 32)).astype(np.float32)
+    want = np.zeros((32, 64), np.float32)
+    want.reshape(32, 4, 16)[:, :, :8] = 2 * x.reshape(32, 4, 8)
+    np.testing.assert_array_equal(nki.simulate(copy_into_strided_view)(x), want)
+
+
+def test_broadcast_into_a_wider_destination_still_works():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=col, src=x)
+        wide = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=wide, src=col)
+        nisa.dma_copy(dst=out, src=wide)
+        return out
+
+    x = RNG.standard_normal((128, 1)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate(k)(x), np.broadcast_to(x, (128, 16)))
+
+
+def test_destination_with_other_elements_per_partition_is_an_error():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        small = nl.ndarray((128, 2, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=small, src=t)  # ERR
+        nisa.dma_copy(dst=out[:, 0:32], src=small)
+        return out
+
+    with pytest.raises(NKIShapeError) as ei:
+        nki.simulate(k)(RNG.standard_normal((128, 64)).astype(np.float32))
+    src, first = inspect.getsourcelines(k.fn)
+    line = first + next(i for i, s in enumerate(src) if "# ERR" in s)
+    assert ei.value.loc.line == line and "[128, 2, 16]" in str(ei.value)
