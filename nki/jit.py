@@ -41,7 +41,6 @@ from .tracer import (
     TraceState,
     kernel_body,
     new_trace,
-    note_generation,
     onchip_return,  # classic simulator: a returned tile is its value
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
@@ -370,7 +369,6 @@ class Kernel:
                 if ann is not None:
                     if ann.mutable:
                         mutable.add(name)
-                        note_generation("classic", f"'{name}: nt.mutable_tensor'", def_loc)
                     if ann.shape is not None and tuple(ann.shape) != tuple(v.shape):
                         raise NKIShapeError(
                             f"parameter '{name}' is annotated {ann} but has shape {tuple(v.shape)}",

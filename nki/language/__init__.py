@@ -232,5 +232,5 @@ __all__ = [
 from .classic_only import mark as _mark_classic_only  # noqa: E402
 from .keywords import check_module as _check_module  # noqa: E402
 
-_mark_classic_only(globals())  # nl.arange, nl.mgrid, ...: a kernel using them is classic-API
 _check_module(globals(), __all__)  # unknown keywords of nl.* calls are located errors
+_mark_classic_only(globals())  # nl.arange, nl.mgrid, ...: a kernel using them is classic-API

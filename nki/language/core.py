@@ -479,13 +479,16 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     dacc, dt = operand(dst, "nl.store", "dst")
     require_buffer(dt, HBM_BUFFERS, "store", "dst")
     vacc, vt = operand(value, "nl.store", "value")
-    if vt.decl.buffer == "psum" and generation(sensitive=True) == "current":
-        raise NKIMemoryError(
-            f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read PSUM; "
-            "copy it to SBUF first (nisa.tensor_copy or nl.copy)",
-            code="err_unsupported_memory",
-            loc=user_loc(),
-        )
+    if vt.decl.buffer == "psum":
+        if generation() == "current":
+            raise NKIMemoryError(
+                f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read "
+                "PSUM; copy it to SBUF first (nisa.tensor_copy or nl.copy)",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        # only the classic API's DMA reads PSUM: storing one makes the kernel classic
+        note_generation("classic", "nl.store of a PSUM tile (classic API only)")
     require_buffer(vt, ("sbuf", "psum"), "store", "value")
     check_partitions(vacc.shape, "store", "value")
     check_broadcast_into(vacc.shape, dacc.shape, "store")

@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, LoopSym, TensorDecl
 from ..symbolic import Index, Scalar
+from . import python_state
 from .state import state
 
 # name -> nki.language function behind a tile operator or method (add, subtract, ..., copy,
@@ -329,6 +330,9 @@ class _Assigned:
 
     def __setitem__(self, key: object, value: object) -> None:
         self.view[key] = value  # type: ignore[index]
+
+
+python_state.SAME_AS[_Assigned] = lambda a: a.view  # `t += x` keeps t the same tile
 
 
 def _forward_operator(name: str) -> Any:

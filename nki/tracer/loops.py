@@ -52,10 +52,10 @@ def loop(kind: str, r: range) -> Any:
     frame = user_frame(1)
     if frame is None:
         return r
+    if gen == "classic":  # (located where it is iterated: `it = nl.affine_range(n)` first)
+        return symbolic_loop(kind, r.start, r.stop, r.step)
     loc = _frame_loc(frame)
     site = (loc.file, loc.line, loc.col)
-    if gen == "classic":
-        return symbolic_loop(kind, r.start, r.stop, r.step, loc=loc)
     for_offset = python_state.for_statement(frame)
     if for_offset is None:
         if kind != "range" and st.generation is None:
@@ -131,13 +131,14 @@ def symbolic_loop(
     try:
         yield Scalar(Affine.of(sym))
         done = True
-        if watch is not None:
+        if watch is not None and effective_generation(st) != "classic":
             var = python_state.changed(before, python_state.snapshot(watch[0], names))
             if var is not None:
                 why = f"its body changes the Python variable {var!r} that the next iteration reads"
                 raise NeedsUnroll(why, frozenset({site}), why=why, loc=loc)
     except GeneratorExit:  # `break` / `return` left the body: reported by the next emit
-        if watch is not None:  # current API: the loop is unrolled, so Python leaves it
+        if watch is not None and effective_generation(st) != "classic":
+            # current API: the loop is unrolled, so Python leaves it
             why = "its body leaves the loop early (break / return)"
             exit_ = NeedsUnroll(why, frozenset({site}), why=why, loc=loc)
             st.early_exit = st.early_exit or exit_

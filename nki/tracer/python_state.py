@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import sys
 import types
 from typing import Any
 
@@ -43,6 +44,9 @@ _TERMINAL = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
 _JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
 _COMPREHENSIONS = ("<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>")
 _MAX_ITEMS = 4096  # containers larger than this are compared by identity and length only
+# type -> the object a value of that type stands for (``t += x`` rebinds ``t`` to a marker of
+# the same tile: the tracer's handles register it), so the rebinding is not a change
+SAME_AS: dict[type, Any] = {}
 
 
 @functools.lru_cache(maxsize=512)
@@ -142,10 +146,11 @@ def loop_body(code: types.CodeType, for_offset: int) -> tuple[frozenset[str], fr
     return frozenset(entry & defs), frozenset(uses - defs)
 
 
-_LIBRARIES = (
-    "builtins", "nki", "simulator", "frontends", "numpy", "ml_dtypes", "types", "enum",
-    "functools", "typing", "abc",
-)  # fmt: skip
+# objects of these packages (and of the standard library: a threading.Barrier the kernel waits
+# on) are compared by identity: their state is not the kernel's
+_LIBRARIES = frozenset(
+    {"nki", "simulator", "frontends", "numpy", "ml_dtypes", "torch", "jax", "jaxlib"}
+) | frozenset(sys.stdlib_module_names)
 _OPAQUE = (type, types.ModuleType, types.FunctionType, types.MethodType)
 
 
@@ -158,6 +163,9 @@ def _plain(v: object) -> bool:
 def fingerprint(v: object, depth: int = 3) -> object:
     """What identifies ``v`` and the mutable state reachable from it (containers, attributes of
     the author's objects, small NumPy arrays), compared by identity below ``depth``."""
+    same = SAME_AS.get(type(v))
+    if same is not None:
+        v = same(v)
     if depth <= 0:
         return id(v)
     if isinstance(v, (list, tuple)):
