@@ -366,6 +366,7 @@ def test_spmd_race_reports_both_instances():
         k_race,
         a,
         grid=2,
+        api="classic",  # kernel[2] of a current-API kernel is two cores, not two instances
         cls=NKIDependencyError,
         code="err_spmd_write_race",
         values=["(0,) and (1,)", "'out'"],
