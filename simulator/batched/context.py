@@ -62,6 +62,8 @@ class BCtx:
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
+        # PSUM accumulation groups: tile -> (its storage, which of its elements have started)
+        self.psum_groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -84,6 +86,10 @@ class BCtx:
         arr = self.arrays.get(acc.tensor)
         if arr is None:
             arr = self._storage(acc.tensor)
+        return self.strided(arr, acc)
+
+    def strided(self, arr: np.ndarray, acc: Access) -> np.ndarray:
+        """``view`` of ``acc`` into ``arr``, an array shaped like the access's storage."""
         p = self.depth[acc.tensor]
         st = arr.strides
         bstr = [st[b] if b < p else 0 for b in range(len(self.dims))]
