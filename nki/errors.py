@@ -14,6 +14,7 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import linecache
@@ -120,6 +121,21 @@ def user_loc(depth: int = 1) -> SrcLoc:
         return SrcLoc("<unknown>", 0, 0, "")
     col = column(frame.f_code, frame.f_lasti)
     return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+def source_tree(file: str) -> ast.Module | None:
+    """The parsed text of ``file`` (None when it is not available or not Python), parsed once
+    per version of its text."""
+    lines = linecache.getlines(file)
+    return _parsed(file, hash(tuple(lines))) if lines else None
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(file: str, _stamp: int) -> ast.Module | None:
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except SyntaxError:
+        return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import sys
 import threading
 from typing import Any
 
-from .errors import NKIShapeError, SrcLoc
+from .errors import NKIShapeError, SrcLoc, source_tree
 from .tracer import TileOps
 
 # CPython 3.11's AST conversion is not safe in concurrent threads (ast.parse can raise "AST
@@ -82,11 +81,7 @@ def _function_node(fn: Any) -> ast.AST | None:
     continued at column 0, which defeat dedenting the function's own lines) is found as the
     file's parser sees it. Line numbers of the result are the file's."""
     code = inspect.unwrap(fn).__code__
-    lines = linecache.getlines(code.co_filename)
-    try:
-        tree = ast.parse("".join(lines)) if lines else None
-    except SyntaxError:
-        tree = None
+    tree = source_tree(code.co_filename)
     if tree is None:
         return None
     for node in ast.walk(tree):
