@@ -220,8 +220,8 @@ def row_softmax_current(x):
         neg_max, total, inv = (_tile((128, 1), nl.float32) for _ in range(3))
         nisa.dma_copy(dst=t, src=x[i * 128 : (i + 1) * 128, :])
         nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True)
-        nisa.activation_reduce(dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=total,
-                               bias=neg_max)  # fmt: skip
+        nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max)
+        nisa.tensor_reduce(dst=total, op=nl.add, data=e, axis=1)
         nisa.reciprocal(dst=inv, data=total)
         nisa.tensor_scalar(dst=o, data=e, op0=nl.multiply, operand0=inv)
         nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=o)
@@ -288,8 +288,8 @@ def flash_attention_current(q_t, k_t, v):
             nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
             nisa.tensor_tensor(dst=m_new, data1=m, data2=mx, op=nl.maximum)
             nisa.tensor_scalar(dst=neg, data=m_new, op0=nl.multiply, operand0=-1.0)
-            nisa.activation_reduce(dst=p, op=nl.exp, data=sc, reduce_op=nl.add, reduce_res=rs,
-                                   bias=neg)  # fmt: skip
+            nisa.activation(dst=p, op=nl.exp, data=sc, bias=neg)
+            nisa.tensor_reduce(dst=rs, op=nl.add, data=p, axis=1)
             nisa.activation(dst=corr, op=nl.exp, data=m, bias=neg)
             nisa.scalar_tensor_tensor(dst=den, data=den, op0=nl.multiply, operand0=corr,
                                       op1=nl.add, operand1=rs)  # fmt: skip

@@ -1,7 +1,8 @@
 """The ``nl`` names that exist in the classic NKI API only (``neuronxcc.nki``): calling one in a
-kernel makes it a classic-API kernel, as ``mask=``, a classic ``nisa`` call or a launch grid
-other than ``kernel[lnc]`` do (see ``nki.tracer.note_generation``). Everything else in ``nl``
-means the same in both generations or belongs to the current API."""
+kernel whose generation is not decided makes it a classic-API kernel, as ``mask=``, a classic
+``nisa`` call or a launch grid other than ``kernel[lnc]`` do (see
+``nki.tracer.note_generation``). Everything else in ``nl`` means the same in both generations or
+belongs to the current API."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from ..errors import is_internal_frame
 from ..symbolic import mgrid as _mgrid
-from ..tracer import note_generation
+from ..tracer import generation, note_generation
 
 # name -> what the classic API has it for (the current API's replacement is in the README)
 CLASSIC_ONLY = {
@@ -26,7 +27,7 @@ def _marked(fn: Any, name: str) -> Any:
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not is_internal_frame():  # nki-sim's own uses (the current iota) decide nothing
-            note_generation("classic", f"nl.{name} (classic API only)")
+            _decide(f"nl.{name}")
         return fn(*args, **kwargs)
 
     return call
@@ -45,5 +46,12 @@ class ClassicMGrid:
 
     def __getitem__(self, key: object) -> Any:
         if not is_internal_frame():
-            note_generation("classic", "nl.mgrid (classic API only)")
+            _decide("nl.mgrid")
         return _mgrid[key]
+
+
+def _decide(what: str) -> None:
+    """An undecided kernel becomes classic; a current one keeps going (its masks and other
+    classic constructs are reported where they are used)."""
+    if generation() != "current":
+        note_generation("classic", f"{what} (classic API only)")
