@@ -261,6 +261,12 @@ class BCtx:
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
 
+    def storage(self, name: str) -> np.ndarray:
+        """The storage of tensor ``name`` (a tile still pending gets it now; a reshape / dtype
+        view is its view of its base)."""
+        arr = self.arrays.get(name)
+        return self._storage(name) if arr is None else arr
+
     def has_storage(self, name: str) -> bool:
         """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending
         tile or a view of one (not a tile a hosted device loop allocates)."""

@@ -27,18 +27,7 @@ import numpy as np
 
 from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 
-from .races import (
-    _MAX_POINTS,
-    _accumulates,
-    _allocs,
-    _DimForm,
-    _form,
-    _reads,
-    _reduces,
-    _rest,
-    _Timeline,
-    _written,
-)
+from .races import _MAX_POINTS, _allocs, _DimForm, _form, _reduces, _rest, _Timeline
 
 
 def with_program_order(ir: KernelIR) -> KernelIR:
@@ -77,10 +66,10 @@ def _uses(nodes: tuple[Node, ...], loops: tuple[Loop, ...] = ()) -> list[_Use]:
         if isinstance(n, Loop):
             out += _uses(n.body, loops + (n,))
         elif isinstance(n, Instr):
-            acc_dst = _accumulates(n) or _reduces(n)
-            for a in _written(n):
+            acc_dst = n.accumulates or _reduces(n)
+            for a in n.writes():
                 out.append(_Use(n, a, True, acc_dst and a is n.dst, loops))
-            for a in _reads(n):
+            for a in n.reads():
                 if not (acc_dst and a is n.dst):  # the accumulation's own read of its dst
                     out.append(_Use(n, a, False, False, loops))
     return out
@@ -100,7 +89,7 @@ def _kind(ir: KernelIR, loop: Loop, timeline: _Timeline) -> str:
                 continue
             if parallel and b.write and (not on_chip or (a.accumulates and b.accumulates)):
                 continue  # HBM: check_loop_carried's error; accumulations: as affine promises
-            if not _may_meet(loop, a, b):
+            if not _may_meet(ir, loop, a, b):
                 continue
             if b.write and on_chip and timeline.observed(base, loop) is None:
                 continue  # scratch every iteration rewrites before reading it
@@ -108,7 +97,7 @@ def _kind(ir: KernelIR, loop: Loop, timeline: _Timeline) -> str:
     return "affine"
 
 
-def _may_meet(loop: Loop, a: _Use, b: _Use) -> bool:
+def _may_meet(ir: KernelIR, loop: Loop, a: _Use, b: _Use) -> bool:
     """Whether two different iterations of ``loop`` may touch a common element through the
     accesses of ``a`` and ``b`` (True when the analysis cannot tell)."""
     if a.acc.indirect or b.acc.indirect or a.acc.tensor != b.acc.tensor:
@@ -119,7 +108,8 @@ def _may_meet(loop: Loop, a: _Use, b: _Use) -> bool:
     if n > _MAX_POINTS:
         return True
     varying = [(loop.sym, loop.start, loop.step)]
-    fa, fb = _form(a.acc, varying, _rest(a.loops)), _form(b.acc, varying, _rest(b.loops))
+    fa = _form(a.acc, varying, _rest(ir, a.loops))
+    fb = _form(b.acc, varying, _rest(ir, b.loops))
     return _overlap(fa, fb, n)
 
 
