@@ -27,7 +27,19 @@ import numpy as np
 
 from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 
-from .races import _MAX_POINTS, _allocs, _DimForm, _form, _reduces, _rest, _Timeline
+from .races import (
+    _MAX_POINTS,
+    _allocs,
+    _DimForm,
+    _first_conflict,
+    _form,
+    _is_candidate,
+    _mask_uses,
+    _reduces,
+    _rest,
+    _Timeline,
+    _writes,
+)
 
 
 def with_program_order(ir: KernelIR) -> KernelIR:
@@ -81,6 +93,8 @@ def _kind(ir: KernelIR, loop: Loop, timeline: _Timeline) -> str:
     private = {ir.storage_of(t) for t in _allocs(loop.body)}
     uses = [u for u in _uses(loop.body) if ir.storage_of(u.acc.tensor) not in private]
     parallel = loop.kind == "affine"
+    if parallel and _hbm_write_conflict(ir, loop, frozenset(private)):
+        return loop.kind  # reported by check_loop_carried, whatever else the loop carries
     for a in (u for u in uses if u.write):
         base = ir.storage_of(a.acc.tensor)
         on_chip = ir.tensor(base).buffer not in HBM_BUFFERS
@@ -95,6 +109,26 @@ def _kind(ir: KernelIR, loop: Loop, timeline: _Timeline) -> str:
                 continue  # scratch every iteration rewrites before reading it
             return "sequential"
     return "affine"
+
+
+def _hbm_write_conflict(ir: KernelIR, loop: Loop, private: frozenset[str]) -> bool:
+    """Two iterations write one HBM element (``races.check_loop_carried``'s error)."""
+    ws = [
+        (i, acc, inner)
+        for i, acc, inner in _writes(loop.body, ())
+        if _is_candidate(ir, i, acc, False, private)
+        and not _mask_uses(i, {loop.sym})
+        and ir.tensor(ir.storage_of(acc.tensor)).buffer in HBM_BUFFERS
+    ]
+    varying = [(loop.sym, loop.start, loop.step)]
+    for k, (a, wa, la) in enumerate(ws):
+        for b, wb, lb in ws[k:]:
+            if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
+                continue
+            fa, fb = _form(wa, varying, _rest(ir, la)), _form(wb, varying, _rest(ir, lb))
+            if _first_conflict(fa, fb, [loop.trip_count], a is b and wa is wb) is not None:
+                return True
+    return False
 
 
 def _may_meet(ir: KernelIR, loop: Loop, a: _Use, b: _Use) -> bool:

@@ -327,6 +327,24 @@ def test_affine_range_iterations_writing_one_hbm_element_is_an_error():
     assert e.value.loc.line == _line(same_row, "# SAME")
 
 
+def test_the_hbm_write_conflict_is_reported_even_when_the_loop_carries_an_accumulator():
+    def both(x):
+        out = nl.ndarray((P, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = _sb((P, x.shape[1]))
+        nisa.memset(dst=acc, value=0.0)
+        for i in nl.affine_range(x.shape[0] // P):
+            t = _sb((P, x.shape[1]))
+            nisa.dma_copy(dst=t, src=x[i * P : (i + 1) * P, :])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)  # carried in SBUF
+            nisa.dma_copy(dst=out, src=acc)  # SAME
+        return out
+
+    with pytest.raises(NKIDependencyError) as e:
+        nki.jit(both)(RNG.random((2 * P, 4), dtype=np.float32))
+    assert e.value.code == "err_unexpected_output_dependencies"
+    assert e.value.loc.line == _line(both, "# SAME")
+
+
 def test_the_same_writes_in_a_range_loop_are_program_order():
     def last_wins(x):
         out = nl.ndarray((P, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
