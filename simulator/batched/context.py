@@ -62,8 +62,9 @@ class BCtx:
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
-        # PSUM accumulation groups: tile -> (its storage, which of its elements have started)
-        self.psum_groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
+        # whether all have]
+        self.psum_groups: dict[str, list] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)

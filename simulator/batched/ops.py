@@ -422,17 +422,21 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
 def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray | None) -> None:
     """``simulator/isa/common.matmul_write``'s PSUM accumulation group over the batch: an
     element no matmul of the group reached since its tile was allocated (still the fill) takes
-    the product, the others add it."""
-    current = numerics.to_compute(ctx.view(dst))
+    the product, the others add it. Once every element of the allocation has started, later
+    matmuls simply add."""
     arr = ctx.storage(dst.tensor)
     entry = ctx.psum_groups.get(dst.tensor)
     if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
-        entry = (arr, np.zeros(arr.shape, dtype=bool))
+        entry = [arr, np.zeros(arr.shape, dtype=bool), False]
         ctx.psum_groups[dst.tensor] = entry
+    if entry[2]:  # every element started
+        ctx.write(dst, vals, sel, "add")
+        return
     started = ctx.strided(entry[1], dst)
-    shape = started.shape
-    want = np.ones(shape, dtype=bool) if sel is None else np.broadcast_to(sel, shape)
-    first = want & ~started & np.isnan(current)
+    want = (
+        np.ones(started.shape, dtype=bool) if sel is None else np.broadcast_to(sel, started.shape)
+    )
+    first = want & ~started & np.isnan(numerics.to_compute(ctx.view(dst)))
     if not first.any():
         ctx.write(dst, vals, sel, "add")
     elif (first == want).all():
@@ -440,7 +444,11 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     else:
         ctx.write(dst, vals, first, None)
         ctx.write(dst, vals, want & ~first, "add")
-    started[want] = True
+    if sel is None:
+        started[...] = True
+    else:
+        started[want] = True
+    entry[2] = bool(entry[1].all())
 
 
 @_isa("nc_transpose", _declines_nc_transpose)
