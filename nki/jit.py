@@ -40,9 +40,11 @@ from .tracer import (
     NeedsPerCore,
     NkiTensor,
     TraceState,
+    held_output,
     kernel_body,
     new_trace,
     onchip_return,  # classic simulator: a returned tile is its value
+    release,
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
 )
@@ -310,12 +312,19 @@ class Kernel:
         """One trace, or one per core for a current-API launch on two cores
         (``nki/cores.py``): there ``nl.program_id(0)`` is a plain int on each core."""
         why = None
+        printed: list[str] = []  # (dropped when the per-core traces print it again)
         try:
-            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
-            if ir.generation != "current" or tuple(grid.shape) != (2,):
-                return ir
+            with held_output() as printed:
+                ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
         except NeedsPerCore as e:  # Python control flow on the program id, cores that meet
             why = (e.message.removesuffix(" needs one trace per core"), e.loc)
+        except BaseException:
+            release(printed)
+            raise
+        else:
+            if ir.generation != "current" or tuple(grid.shape) != (2,):
+                release(printed)
+                return ir
         grid = lnc_grid(grid, target)  # kernel[2] of a current-API kernel: two cores
         trace = functools.partial(self._trace, grid, bound, target, why=why)
         return merge_cores(lambda c: trace_with_unrolling(lambda: trace(core=c)), grid)

@@ -34,6 +34,7 @@ from .emission import (
     stage_psum_operand,
 )
 from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned
+from .held_output import held_output, release
 from .layouts import install as _install_layouts
 from .loops import escaped_loops, kernel_body, loop, symbolic_loop
 from .operands import (
@@ -94,6 +95,7 @@ __all__ = [
     "current",
     "decide_condition",
     "generation",
+    "held_output",
     "note_generation",
     "request_per_core",
     "emit",
@@ -107,6 +109,7 @@ __all__ = [
     "parse_subscript",
     "prod",
     "require_buffer",
+    "release",
     "reshape_tile",
     "result_tile",
     "set_classic_mode",

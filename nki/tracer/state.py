@@ -25,6 +25,7 @@ from .bool_masks import (
     left_of_boolean,
     negate,
 )
+from .held_output import held_output, release
 
 
 class TraceState:
@@ -461,25 +462,37 @@ TRACE_HOOKS["negate_mask"] = negate
 def trace_with_unrolling(do_trace: Any) -> Any:
     """Run ``do_trace()``; restart it with the loops a ``NeedsUnroll`` names unrolled (bounded:
     each retry adds at least one new call site), or with the generation a ``RetraceAs``
-    found (once)."""
+    found (once). What an attempt prints is written once that attempt ends the trace (or
+    fails); a restarted attempt's is dropped."""
     sites: frozenset[Site] = frozenset()
     reasons: dict[Site, str] = {}
     preset: tuple[str, tuple[str, SrcLoc | None]] | None = None
     while True:
+        printed: list[str] = []
         try:
-            with unrolling(sites, reasons):
+            with unrolling(sites, reasons), held_output() as printed:
                 _THREAD.preset.append(preset)
                 try:
-                    return do_trace()
+                    traced = do_trace()
                 finally:
                     _THREAD.preset.pop()
         except NeedsUnroll as e:
             if e.sites <= sites:
+                release(printed)
                 raise
             for s in e.sites - sites:
                 reasons[s] = e.why
             sites = sites | e.sites
+            continue
         except RetraceAs as e:
             if preset is not None:
                 raise NKIError(f"internal: second retrace of kernel: {e}") from None
             preset, sites, reasons = (e.generation, e.why), frozenset(), {}
+            continue
+        except NeedsPerCore:
+            raise  # (the per-core traces print what the kernel prints)
+        except BaseException:
+            release(printed)
+            raise
+        release(printed)
+        return traced

@@ -171,6 +171,23 @@ def test_float_arithmetic_and_formatting_need_the_int():
     assert seen[-3:] == ["0", "1", "2"]
 
 
+def test_what_the_kernel_prints_is_printed_once_when_the_trace_restarts(capsys):
+    @nki.jit
+    def kernel(x):
+        print("start")
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // P):
+            print("tile", i)  # needs the int: the trace restarts with the loop unrolled
+            t = _sb((P, x.shape[1]), x.dtype)
+            nisa.dma_copy(dst=t, src=x[i * P : (i + 1) * P, :])
+            nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=t)
+        return out
+
+    x = RNG.random((2 * P, 4), dtype=np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
+    assert capsys.readouterr().out == "start\ntile 0\ntile 1\n"
+
+
 def test_affine_arithmetic_and_exact_division_stay_symbolic():
     @nki.jit
     def kernel(x):
