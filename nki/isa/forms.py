@@ -16,8 +16,8 @@ an instruction whose current form differs more (``iota``'s pattern, ``nc_matmul`
 
 Which form a call is: the one its arguments fit (a tile never fills an attribute, an op or an
 engine; a scalar never fills a tile operand); when both fit, the kernel's generation decides
-(classic until decided). A call that fits one form only decides the kernel's generation; see
-``nki.tracer.note_generation``."""
+(until decided, its default: current, classic in classic mode). A call that fits one form
+only decides the kernel's generation; see ``nki.tracer.note_generation``."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ def choose_form(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
     classic = _fits(name, CLASSIC, args, kwargs)
     cur = _fits(name, CURRENT, args, kwargs)
     gen = generation()
-    if classic and cur:
-        return gen or CLASSIC
+    if classic and cur:  # (an undecided kernel takes its default when the forms differ)
+        return generation(sensitive=True) if _distinct(info) else gen or CLASSIC  # type: ignore
     if classic or cur:
         form = CLASSIC if classic else CURRENT
         if form == CURRENT:
