@@ -156,8 +156,9 @@ class Kernel:
         self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
         if isinstance(fn, Launch):
             fn = fn.kernel
+        inherited = None  # nki.jit(nki.jit(f, api="classic"), ...) keeps the generation
         if isinstance(fn, Kernel):
-            fn = fn.fn
+            fn, inherited = fn.fn, fn.api
         if not callable(fn):
             raise NKITypeError(
                 f"nki.jit expects a function, got {type(fn).__name__}",
@@ -177,7 +178,7 @@ class Kernel:
         self.mode = mode
         self.platform_target = platform_target
         self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
-        api = options.pop("api", None)
+        api = options.pop("api", inherited)
         if api not in (None, "classic", "current"):
             raise NKIError(
                 f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
