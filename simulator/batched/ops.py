@@ -7,6 +7,7 @@ declines; those, and instructions without a batched executor, are hosted (see ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -231,10 +232,30 @@ def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
     the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
     the differential tests check."""
+    if a.dtype == np.float32 and a.strides[-2] == a.itemsize and b.dtype == np.float32:
+        items = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        if items <= _MAX_ITEMS_LOOPED:
+            return _looped_matmul(a, b)
     a = np.ascontiguousarray(a, dtype=np.float32)
     if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
         b = np.ascontiguousarray(b, dtype=np.float32)
     return np.matmul(a, b, dtype=np.float32)
+
+
+_MAX_ITEMS_LOOPED = 256  # transposed fp32 operands multiplied item by item up to this many
+
+
+def _looped_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` item by item when ``a`` is the transpose of fp32 storage (the stationary
+    operand of ``nc_matmul``): each item is the reference's own 2-D gemm of a transposed view
+    (BLAS reads it in place), instead of a copy of every item."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty((*batch, a.shape[-2], b.shape[-1]), dtype=np.float32)
+    for idx in np.ndindex(*batch):
+        ia = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - a.ndim + 2 :], a.shape))
+        ib = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - b.ndim + 2 :], b.shape))
+        np.matmul(a[ia], b[ib], out=out[idx])
+    return out
 
 
 @_batched("transpose", _declines_matmul)
@@ -321,7 +342,8 @@ def _isa_store(instr: Instr, ctx: BCtx, values: np.ndarray) -> None:
     assert dst is not None
     vals = np.asarray(values)
     full = (*ctx.dims, *dst.shape)
-    vals = vals.reshape(full) if vals.size == int(np.prod(full)) else vals
+    if vals.shape != full and vals.size == math.prod(full):  # (a result already of the
+        vals = vals.reshape(full)  # tile's shape stays itself: it may become the tile)
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
 
@@ -412,8 +434,13 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
     dst = instr.dst
     assert dst is not None
-    out = out.reshape((*ctx.dims, *dst.shape))
+    full = (*ctx.dims, *dst.shape)
+    out = out if out.shape == full else out.reshape(full)
     if instr.attr("psum_group", False) and instr.accumulate == "add":
+        if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
+            ctx.write(dst, out)
+            ctx.psum_groups[dst.tensor] = [ctx.storage(dst.tensor), None, True]
+            return
         _psum_group_write(ctx, dst, out, ctx.mask(instr))
         return
     ctx.write(dst, out, ctx.mask(instr), instr.accumulate)

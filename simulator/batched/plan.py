@@ -274,6 +274,16 @@ def _is_copy(instr: Instr) -> bool:
     return isinstance(src, Access) and instr.dst is not None and src.shape == instr.dst.shape
 
 
+def _starts_group(instr: Instr) -> bool:
+    """A current-API matmul accumulating into PSUM by group (``accumulate=None``)."""
+    return (
+        instr.kind == "isa"
+        and instr.op == "nc_matmul"
+        and instr.accumulate == "add"
+        and bool(instr.attr("psum_group", False))
+    )
+
+
 def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
     """``acc`` is the whole tile of ``shape``, element for element."""
     if acc.shape != shape:
@@ -397,11 +407,14 @@ def _first_touch(ir: KernelIR, nodes: tuple[Node, ...], i: int) -> Instr | None:
 
 
 def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
-    """``instr`` writes every element of tile ``name`` without reading it first."""
+    """``instr`` writes every element of tile ``name`` without reading it first (the first
+    matmul of a PSUM accumulation group into a fresh tile overwrites it: nothing started)."""
     dst = instr.dst
-    if dst is None or dst.tensor != name or instr.mask is not None or instr.accumulate:
+    if dst is None or dst.tensor != name or instr.mask is not None:
         return False
-    if any(a.tensor == name for a in instr.reads()):
+    if instr.accumulate and not _starts_group(instr):
+        return False
+    if any(a.tensor == name for a in instr.reads() if a is not dst):
         return False
     if instr.kind in ("matmul",) and instr.attr("psum_group", False):
         return False
