@@ -414,3 +414,21 @@ def user_facing(exc: BaseException) -> BaseException:
         new_tb = types.TracebackType(new_tb, f.tb_frame, f.tb_lasti, f.tb_lineno)
     exc.__traceback__ = new_tb
     return exc
+
+
+def recursion_error(name: str, code: types.CodeType, exc: RecursionError) -> NKIError:
+    """``err_kernel_recursion`` for kernel ``name`` (its ``code``) that called itself without
+    end, located at the kernel's own line that calls it again."""
+    tb, line = exc.__traceback__, code.co_firstlineno
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+            break
+        tb = tb.tb_next
+    return NKIError(
+        f"kernel '{name}' calls itself (directly or through another kernel) without "
+        "end: NKI kernels cannot recurse; unroll with nl.static_range or call a helper function "
+        "instead",
+        code="err_kernel_recursion",
+        loc=SrcLoc(code.co_filename, line, 0, name),
+    )

@@ -29,11 +29,12 @@ from .errors import (
     NKITypeError,
     SrcLoc,
     locate_in_traceback,
+    recursion_error,
     return_loc,
     user_facing,
     user_loc,
 )
-from .grids import check_grid_fits, lnc_grid, parse_grid
+from .grids import check_grid_fits, lnc_grid, lnc_shaped, parse_grid
 from .ir import Grid, KernelIR, TensorDecl
 from .targets import get_target
 from .tracer import (
@@ -288,20 +289,7 @@ class Kernel:
                     e.with_context(loc=return_loc(self.fn.__code__, again))
                 raise
             except RecursionError as e:
-                code = self.fn.__code__
-                tb, line = e.__traceback__, code.co_firstlineno
-                while tb is not None:  # the kernel's own line that calls it again
-                    if tb.tb_frame.f_code is code:
-                        line = tb.tb_lineno
-                        break
-                    tb = tb.tb_next
-                raise NKIError(
-                    f"kernel '{self.fn.__name__}' calls itself (directly or through another "
-                    "kernel) without end: NKI kernels cannot recurse; unroll with "
-                    "nl.static_range or call a helper function instead",
-                    code="err_kernel_recursion",
-                    loc=SrcLoc(code.co_filename, line, 0, self.fn.__name__),
-                ) from None
+                raise recursion_error(self.fn.__name__, self.fn.__code__, e) from None
             with self._cache_lock:
                 ir = self._cache.setdefault(key, traced)
                 if ir is traced:
@@ -363,7 +351,7 @@ class Kernel:
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         elif why is not None:  # what made the launch trace per core decided the generation
             st.generation, st.generation_why = "current", why
-        elif st.generation is None and not _lnc_shaped(grid):  # kernel[2, 2], kernel[4]
+        elif st.generation is None and not lnc_shaped(grid):  # kernel[2, 2], kernel[4]
             what = f"the launch grid kernel[{', '.join(map(str, grid.shape))}]"
             st.generation, st.generation_why = "classic", (what, def_loc)
         sig = inspect.signature(self.fn)
@@ -492,12 +480,6 @@ class Kernel:
                     code="err_cannot_update_immutable_parameter",
                     loc=loc,
                 )
-
-
-def _lnc_shaped(grid: Grid) -> bool:
-    """A grid a current-API launch may have: none, or one dimension of 1 or 2 cores."""
-    dims = grid.dims
-    return not dims or (len(dims) == 1 and len(dims[0].factors) == 1 and grid.shape[0] <= 2)
 
 
 def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
