@@ -103,6 +103,8 @@ ERROR_CODES: dict[str, str] = {
     "err_unsupported_dtype": "a dtype the call (or the simulator) does not accept",
     "err_invalid_operand_dtype": "an operand dtype the instruction does not accept",
     "err_dtype_mismatch": "operands that must share a dtype do not",
+    "err_memset_value_dtype": "a `nisa.memset` value whose type does not match the "
+    "destination's dtype (a float into an integer tile; x4 packed dtypes only take 0)",
     "err_bitvec_op_requires_integer_dtype": "a bit-vector op on a float tile",
     "err_unsupported_op": "an op the call cannot apply",
     "err_unsupported_reduce_op": "a reduce op the instruction cannot apply",
@@ -137,7 +139,8 @@ ERROR_CODES: dict[str, str] = {
     "err_nested_kernel_with_spmd_grid": "a kernel called from inside another kernel with an "
     "SPMD grid",
     "err_kernel_output_must_be_hbm": "a kernel that returns something other than HBM tensors",
-    "err_output_tensor_must_be_shared_hbm": "a grid kernel returning a private-HBM tensor",
+    "err_output_tensor_must_be_shared_hbm": "a returned private-HBM (`nl.hbm`) tensor: from a "
+    "grid kernel, or from any current-API kernel (outputs are `nl.shared_hbm`)",
     "err_cannot_update_immutable_parameter": "a write to an input that is not "
     "`nt.mutable_tensor` in a kernel that returns its outputs",
     "err_mutable_parameter_not_returned": "a `nt.mutable_tensor` parameter the kernel does not "
@@ -145,6 +148,9 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_mode": "an `nki.jit` mode (or decorated object) that is not supported",
     "err_invalid_config": "an unknown or invalid simulator configuration option",
     "err_invalid_platform_target": "a platform target that is not trn1, trn2 or trn3",
+    "err_deprecated_platform_target": "`nki.jit(platform_target=...)` on a current-API kernel "
+    "(deprecated since nki 0.3: set `NEURON_PLATFORM_TARGET_OVERRIDE` or "
+    "`kernel.configure(target=...)`)",
     "err_unsupported_device": "a framework tensor on a device other than the CPU",
     "err_out_shape_mismatch": "an `out_shape` that disagrees with what the kernel returns",
     # ---- analyses and run time -------------------------------------------------------------------

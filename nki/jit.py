@@ -32,7 +32,7 @@ from .errors import (
     user_loc,
 )
 from .grids import check_grid_fits, lnc_grid, parse_grid
-from .ir import Grid, KernelIR, TensorDecl
+from .ir import Grid, KernelIR, TensorDecl, tensor_label
 from .targets import get_target
 from .tracer import (
     NeedsPerCore,
@@ -43,6 +43,8 @@ from .tracer import (
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
 )
+from .tracer.api_checks import broken
+from .tracer.api_checks import finish as finish_rules
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
@@ -187,6 +189,8 @@ class Kernel:
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
+        # where nki.jit(platform_target=...) was written (deprecated in the current API)
+        self.platform_target_at: SrcLoc | None = None
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -214,6 +218,7 @@ class Kernel:
         over = dict(overrides)
         if "target" in over:
             k.platform_target = over.pop("target")
+            k.platform_target_at = None
         k.config_overrides = {**self.config_overrides, **over}
         k.config()  # validate now
         return k
@@ -389,6 +394,14 @@ class Kernel:
                     locate_in_traceback(e)
                     raise
             outputs, returns = self._outputs(st, ret)
+            if self.platform_target_at is not None:
+                broken(
+                    "jit.platform_target",
+                    f"kernel '{st.name}' is decorated with nki.jit(platform_target="
+                    f"{self.platform_target!r})",
+                    self.platform_target_at,
+                )
+        finish_rules(st, warn=core in (None, 0))
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
             writes_back = tuple(p for p in st.params if p in _written_bases(st))
@@ -440,12 +453,18 @@ class Kernel:
                 # every instance would return its own copy, which the hardware cannot do
                 if st.grid_shape and int(np.prod(st.grid_shape)) > 1:
                     raise NKIError(
-                        f"kernel returns '{name}', allocated in private HBM (nl.hbm / "
+                        f"kernel returns {tensor_label(decl)}, allocated in private HBM (nl.hbm / "
                         f"nl.private_hbm), from a launch grid of {st.grid_shape} instances; "
                         "outputs shared by the grid must use buffer=nl.shared_hbm",
                         code="err_output_tensor_must_be_shared_hbm",
                         loc=decl.loc or user_loc(),
                     )
+                broken(
+                    "output.shared_hbm",
+                    f"kernel '{st.name}' returns {tensor_label(decl)}, allocated with "
+                    "buffer=nl.hbm (private HBM)",
+                    decl.loc,
+                )
                 st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
             # a returned reshape / view keeps its own shape (its storage is the base tensor's)
             names.append(r.name if r.decl.alias_of else name)
@@ -531,9 +550,14 @@ def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
     """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
     or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
     ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
-    if func is None:
-        return lambda f: Kernel(f, mode=mode, **kwargs)
-    return Kernel(func, mode=mode, **kwargs)
+    at = user_loc() if kwargs.get("platform_target") is not None else None
+
+    def make(f: Any) -> Kernel:
+        k = Kernel(f, mode=mode, **kwargs)
+        k.platform_target_at = at
+        return k
+
+    return make if func is None else make(func)
 
 
 def _as_launch(kernel: Any) -> Launch:

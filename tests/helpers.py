@@ -35,8 +35,9 @@ ALU_OPS = {
 
 def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
     """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs (``jit_opts``: simulator
-    options such as ``precise_fp`` / ``checks`` for this kernel)."""
-    return nki.jit(fn, platform_target=target, **(jit_opts or {}))(*args, **kw)
+    options such as ``precise_fp`` / ``checks`` for this kernel). The target is set with
+    ``configure`` (``nki.jit(platform_target=...)`` is deprecated in the current API)."""
+    return nki.jit(fn, **(jit_opts or {})).configure(target=target)(*args, **kw)
 
 
 def line_of(fn, marker: str = "# ERR") -> int:

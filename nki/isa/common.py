@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from .. import isa_spec as spec
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
-from ..ir import Access, Const, Instr, Mask
+from ..ir import Access, Const, Instr, Mask, tensor_label
 from ..language.tokens import OpToken
 from ..optable import REDUCERS, Op, lookup
 from ..tracer import (
@@ -31,6 +31,7 @@ from ..tracer import (
     state,
     to_mask,
 )
+from ..tracer.api_checks import broken
 from .enums import engine_name, enum_value, reduce_cmd
 from .rules import check_available, check_dtype_in
 
@@ -223,6 +224,27 @@ def tile(
     if compute and t.decl.on_chip:
         check_start_partition(acc, t, api, role)
     return acc, t
+
+
+def never_written(t: NkiTensor) -> bool:
+    """Whether no instruction traced so far writes tensor ``t`` (or a view sharing its
+    storage)."""
+    st = state("never_written")
+    base = t.decl.alias_of or t.name
+    for name in st.written:
+        d = st.tensors.get(name)
+        if name == base or (d is not None and d.alias_of == base):
+            return False
+    return True
+
+
+def accumulate_unwritten(t: NkiTensor, api: str) -> None:
+    """``accumulate=True`` into the PSUM tile ``t``: a warning when nothing wrote it before."""
+    if never_written(t):
+        broken(
+            "nc_matmul.accumulate_unwritten",
+            f"'{api}' accumulates into {tensor_label(t.decl)}, which nothing wrote before",
+        )
 
 
 def out_tile(shape: tuple[int, ...], dtype: str, api: str, buffer: str = "sbuf") -> NkiTensor:

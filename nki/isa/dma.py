@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import HBM_BUFFERS, Access
 from ..tracer import NkiTensor
+from ..tracer.api_checks import broken
 from .common import Call, Instruction, alu_op, prod
 from .enums import dge_mode as _dge_mode
 from .enums import enum_value
@@ -48,13 +49,13 @@ def dma_copy(
     ``dst_rmw_op=np.add`` (or nl.add) accumulates into ``dst`` instead of overwriting (then only
     ``oob_mode=error`` is allowed). With indirect (data-dependent) indices, ``oob_mode.error``
     raises on out-of-bounds rows and ``oob_mode.skip`` skips them. ``dge_mode=hwdge`` needs
-    NeuronCore-v3 (trn2) or newer.
+    NeuronCore-v3 (trn2) or newer and, in the current API, equal dtypes (no cast).
 
     Example: ``nisa.dma_copy(dst=out_hbm[0:128, 0:512], src=tile_sb, dst_rmw_op=np.add)``.
     """
     c = Call("dma_copy")
-    dacc, _ = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
-    sacc, _ = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    dacc, dt = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
+    sacc, st = c.tile(src, "src", _DMA_BUFFERS, compute=False)
     _same_count(sacc, dacc, c.api, "src", "dst")
     oob = enum_value(oob_mode, _oob_mode, c.api, "oob_mode")
     dge = enum_value(dge_mode, _dge_mode, c.api, "dge_mode")
@@ -64,6 +65,11 @@ def dma_copy(
             f"{target().name} (NeuronCore-v{target().gen})",
             code="err_unsupported_dge_mode",
             loc=user_loc(),
+        )
+    if dge == _dge_mode.hwdge and dt.decl.dtype != st.decl.dtype:
+        broken(
+            "dma_copy.hwdge_dtype",
+            f"'{c.api}' with dge_mode=hwdge got src {st.decl.dtype} and dst {dt.decl.dtype}",
         )
     rmw = None
     if dst_rmw_op is not None:

@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
 from ..tracer import NkiTensor, classic_mode, operand, stage_psum_operand
-from .common import SBUF, Call, free_size
+from .common import SBUF, Call, accumulate_unwritten, free_size
 from .enums import engine_name
 from .forms import dst_dtype, dst_view, instruction
 from .rules import check_dtype_in, check_pe_tiling, rules, target
@@ -46,6 +46,8 @@ def _matmul_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, str | Non
             code="err_unsupported_memory",
             loc=user_loc(),
         )
+    if acc is True:
+        accumulate_unwritten(t, "nisa.nc_matmul")
     if a.get("perf_mode") is not None and str(a["perf_mode"]).endswith("none"):
         a["perf_mode"] = None
     a["dtype"] = dst_dtype(dst)

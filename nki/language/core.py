@@ -31,6 +31,7 @@ from ..tracer import (
     symbolic_loop,
     to_mask,
 )
+from ..tracer.api_checks import broken
 
 # --------------------------------------------------------------------------------------------
 # Buffers
@@ -298,6 +299,9 @@ def ndarray(
     st = state("nl.ndarray")
     dims, par = _shape(shape)
     buf = _buffer_name(buffer)
+    if isinstance(buffer, str):
+        shown = "hbm" if buffer == "hbm" else buf
+        broken("buffer.object", f"got buffer={buffer!r}; write buffer=nl.{shown}")
     dt = dtypes.name_of(dtype)
     if buf == "shared_hbm" and st.loops:
         raise NKIError(
