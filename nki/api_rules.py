@@ -84,6 +84,12 @@ RULES: tuple[ApiRule, ...] = (
         "kernels follow the table",
     ),
     ApiRule(
+        "tensor_scalar.operand_fp32", "nisa.tensor_scalar(operand0=<(P, 1) tile>)",
+        "with arithmetic operators, operand0 and operand1 (if used) must be float32",
+        f"{_ISA}: nki.isa.tensor_scalar, data types", (CURRENT,), "err_invalid_operand_dtype",
+        "NKITypeError", note="the classic page puts no dtype rule on the operands",
+    ),
+    ApiRule(
         "memset.value_dtype", "nisa.memset(dst, value)",
         "value must match dst's dtype: an integer tile takes an integer value (2, not 2.0), "
         "and x4 packed dtypes only 0", _NOTES_03, (CURRENT,), "err_memset_value_dtype",
@@ -117,11 +123,135 @@ RULES: tuple[ApiRule, ...] = (
         note="the classic nki.jit takes platform_target (its documented way to pick a target)",
     ),
     ApiRule(
+        "enum.named", "dge_mode=2 (a raw integer for an enum)",
+        "enum arguments are named members (nisa.dge_mode.hwdge, nisa.engine.vector); raw "
+        "integer enum constants are not accepted", _NOTES_03, (CURRENT,), "err_invalid_argument",
+        "NKITypeError", note="classic kernels pass raw integers (dge_mode=2)",
+    ),
+    ApiRule(
+        "dma_copy.engine", "nisa.dma_copy(engine=...)",
+        "engine= picks the sequencer of a hardware-DGE DMA: nisa.engine.sync or "
+        "nisa.engine.scalar, and only with dge_mode=nisa.dge_mode.hwdge",
+        f"{_ISA}: nki.isa.dma_copy, engine parameter", (CURRENT,),
+        "err_unsupported_engine_for_op",
+    ),
+    ApiRule(
+        "dma_copy.priority", "nisa.dma_copy(priority=...)",
+        "priority (DMA quality of service) is NeuronCore-v4+ only",
+        f"{_ISA}: nki.isa.dma_copy / dma_transpose, priority parameter", (CURRENT,),
+        "err_unsupported_instruction_for_target", "NKIUnsupportedError",
+    ),
+    ApiRule(
+        "nc_matmul.fp8_mix", "nisa.nc_matmul(float8_e4m3, float8_e4m3fn)",
+        "float8_e4m3 (legacy) and float8_e4m3fn cannot be mixed in the same matmul",
+        f"{_ISA}: nki.isa.nc_matmul, data types", BOTH, "err_dtype_mismatch", "NKITypeError",
+    ),
+    ApiRule(
+        "nc_matmul.fp32_pair", "nisa.nc_matmul(float32, bfloat16)",
+        "if one of the input tiles is tfloat32 / float32, the other must also be tfloat32 / "
+        "float32", f"{_ISA}: nki.isa.nc_matmul, data types", (CURRENT,), "err_dtype_mismatch",
+        "NKITypeError", note="the classic page lists the input dtypes without this pairing rule",
+    ),
+    ApiRule(
+        "nc_transpose.dtype", "nisa.nc_transpose(dst, data)",
+        "dst must have the same dtype as data", f"{_ISA}: nki.isa.nc_transpose", (CURRENT,),
+        "err_dtype_mismatch", "NKITypeError",
+        note="the classic nc_transpose(data, dtype=...) inserts a cast",
+    ),
+    ApiRule(
+        "dma_transpose.dtype", "nisa.dma_transpose(dst, src)",
+        "a direct DMA transpose moves 2-byte dtypes (src.dtype is 2 bytes)",
+        f"{_ISA}: nki.isa.dma_transpose, DMA direct transpose constraints", (CURRENT,),
+        "err_unsupported_dtype", "NKITypeError",
+        note="the classic page states no dtype limit",
+    ),
+    ApiRule(
+        "affine_select.on_true_sbuf", "nisa.affine_select(on_true_tile=<PSUM tile>)",
+        "on_true_tile must be in SBUF", f"{_ISA}: nki.isa.affine_select, memory types",
+        (CURRENT,), "err_unsupported_memory", "NKIMemoryError",
+        note="AWS's classic attention tutorials select straight from a matmul's PSUM result",
+    ),
+    ApiRule(
+        "dropout.dst_dtype", "nisa.dropout(dst, data, prob)",
+        "dst.dtype must match data's dtype", f"{_ISA}: nki.isa.dropout, data types",
+        (CURRENT,), "err_dtype_mismatch", "NKITypeError",
+        note="the classic dropout casts float data to any dtype= (integer data keeps its dtype)",
+    ),
+    ApiRule(
+        "scalar_tensor_tensor.arith", "nisa.scalar_tensor_tensor(op0=<bit-vector op>)",
+        "op0 and op1 must be arithmetic operators; bit-vector operators are not supported",
+        f"{_ISA}: nki.isa.scalar_tensor_tensor", (CURRENT,), "err_unsupported_op",
+        note="the classic page states no operator class",
+    ),
+    ApiRule(
+        "tensor_scalar_reduce.reverse0", "nisa.tensor_scalar_reduce(reverse0=True)",
+        "reverse0 is not supported yet", f"{_ISA}: nki.isa.tensor_scalar_reduce (classic and "
+        "current)", BOTH, "err_unsupported_attribute", "NKIUnsupportedError",
+    ),
+    ApiRule(
+        "nc_stream_shuffle.start", "nisa.nc_stream_shuffle(dst, src, mask)",
+        "with num_active_partitions = ceil(max(src partitions, dst partitions) / 32) * 32, src "
+        "and dst start at partition 0 (96 or 128 active), 0 or 64 (64 active), or 0, 32, 64 or "
+        "96 (32 active)", f"{_ISA}: nki.isa.nc_stream_shuffle (classic and current)", BOTH,
+        "err_unsupported_start_partition", "NKIShapeError",
+    ),
+    ApiRule(
         "nc_matmul.accumulate_unwritten", "nisa.nc_matmul(accumulate=True)",
         "accumulate=True adds into dst, and PSUM that nothing wrote holds garbage on hardware "
         "(undefined behaviour)", "NKI 0.5 release notes: the CPU simulator warns", (CURRENT,),
         cls="AccumulateUninitializedWarning",
         note="a trace-time check: a PSUM tensor with no earlier write at all",
+    ),
+    # ---- not checked yet ---------------------------------------------------------------------
+    ApiRule(
+        "isa.dst_elements", "nisa.<instruction>(dst, ...)",
+        "dst holds the result element for element: the result's partition count and number of "
+        "elements per partition (no broadcast into a larger dst)",
+        f"{_ISA}: the tile-size rules of each instruction (tensor_copy, tensor_reduce, ...)",
+        (CURRENT,), "err_free_size_mismatch", "NKIShapeError", checked=False,
+        note="nki-sim broadcasts a (P, 1) result into a wider dst (tests/isa/test_forms.py "
+        "keeps that working); a dst of another free shape with the same elements is written in "
+        "its own order",
+    ),
+    ApiRule(
+        "tensor_copy.scalar_v2", "nisa.tensor_copy(engine=scalar) on trn1",
+        "on NeuronCore-v2 tensor_copy is not supported on the Scalar engine (use "
+        "nisa.activation(op=nl.copy))", f"{_ISA}: nki.isa.tensor_copy", (CURRENT,),
+        checked=False, note="the same page also describes the v2 Scalar-engine copy (through "
+        "fp32), which nki-sim simulates",
+    ),
+    ApiRule(
+        "nc_matmul.accumulate_after_value_init", "nisa.nc_matmul onto a memset PSUM tile",
+        "on NeuronCore-v2 / v3 a matmul accumulating into PSUM that a non-matmul instruction "
+        "(memset, tensor_copy) initialised is not supported (undefined behaviour)",
+        f"{_ISA}: nki.isa.nc_matmul, accumulate", (CURRENT,), checked=False,
+        note="nki-sim adds onto the initialised values",
+    ),
+    ApiRule(
+        "nl.binary.no_broadcast", "nl.add(a, b) with a (P, 1) b",
+        "binary nl operations do not broadcast: both operands have the same shape",
+        "NKI 0.3 release notes, known issues", (CURRENT,), checked=False,
+        note="nki-sim broadcasts as the classic nl functions do",
+    ),
+    ApiRule(
+        "indirect.placement", "x.indirect(index) operands placed with address=",
+        "the index of every .indirect() view starts on a quadrant boundary, and an indirected "
+        "operand starts on its index's partition (manually allocated operands)",
+        f"{_ISA}: tensor indirection (NeuronCore-v4)", (CURRENT,), checked=False,
+    ),
+    ApiRule(
+        "lnc.same_control_flow", "kernel[2] cores taking different branches",
+        "both cores of an LNC=2 launch run the same dynamic control flow",
+        "nki.jit, LNC launches", (CURRENT,), checked=False,
+        note="each core's trace runs its own Python branches",
+    ),
+    ApiRule(
+        "jit.parser_subset", "lists as kernel arguments, `*` separators, `is`, nested @nki.jit",
+        "the NKI 0.3-0.6 compiler parses a Python subset: it rejects list arguments, "
+        "keyword-only `*` separators, `is` / `is not` and @nki.jit on sub-kernels",
+        f"{_NOTES_03}; NKI simulator guide, meta-programming support", (CURRENT,),
+        checked=False, note="AWS's simulator runs kernels as plain Python too; 0.7 traces "
+        "Python and lifts most of these",
     ),
 )  # fmt: skip
 

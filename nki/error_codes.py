@@ -128,7 +128,8 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_axis": "an `axis=` the instruction cannot reduce over",
     "err_unsupported_reduction_axis": "a reduction over the partition axis",
     "err_invalid_shuffle_mask": "a shuffle mask with out-of-range or misplaced entries",
-    "err_unsupported_attribute": "an attribute NKI tiles and tensors do not have",
+    "err_unsupported_attribute": "an attribute NKI tiles and tensors do not have, or a "
+    "parameter value the instruction does not support (yet)",
     "err_unexpected_keyword_argument": "a keyword argument the call does not take (a misspelt "
     "name is never ignored; the message names the closest valid one)",
     "err_mixed_api_generations": "a kernel that mixes classic-API and current-API constructs "

@@ -68,11 +68,14 @@ def expect_error(fn, *args, cls, code, fragments=(), target="trn2", marker="# ER
 
 
 def expect(
-    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, **opts
+    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, target=None, **opts
 ) -> NKIError:
-    """Run ``fn`` (jitted here with ``opts``, launched on ``grid`` if given) and check the error
-    it raises: class, classic code, every value in the text and the reported kernel line."""
+    """Run ``fn`` (jitted here with ``opts``, on ``target`` if given, launched on ``grid`` if
+    given) and check the error it raises: class, classic code, every value in the text and the
+    reported kernel line."""
     k = nki.jit(fn, **opts)
+    if target is not None:
+        k = k.configure(target=target)
     launch = k[grid] if grid is not None else k
     with pytest.raises(cls) as ei:
         launch(*args)

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from .. import language as nl
 from ..errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError, user_loc
-from ..ir import Affine, Cond, IndexExpr, Mask
+from ..ir import Affine, Cond, IndexExpr, Mask, tensor_label
 from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, _Assigned, const_operand
 from ..tracer.api_checks import broken
@@ -232,6 +232,8 @@ def affine_select(
     """
     c = Call("affine_select", dtype)
     acc, t = c.tile(on_true_tile, "on_true_tile")
+    if t.buffer == "psum":
+        broken("affine_select.on_true_sbuf", f"'{c.api}' got the PSUM tile {tensor_label(t.decl)}")
     shape = acc.shape
     if isinstance(pred, Pred):
         conds = pred.conds

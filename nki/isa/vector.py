@@ -40,8 +40,8 @@ _EQUAL_FREE = "tensor_tensor.equal_free"
 
 
 def _default_engine(ops: list[Op]) -> str:
-    if all("vector" in o.engines for o in ops):
-        return "vector"
+    """The first engine (in the op table's order) that runs every op: ``nl.power`` runs on
+    GpSimd, the other binary ops on the Vector engine."""
     common = [e for e in ops[0].engines if all(e in o.engines for o in ops)]
     return common[0] if common else "vector"
 
@@ -163,9 +163,14 @@ def tensor_scalar(
         for role, f in zip(("op0", "op1"), ops):
             check_engine_op(f, eng, api, role)
     tensors = {"data": t}
-    for role, x in (("operand0", operand0), ("operand1", operand1)):
+    for role, x, f in (("operand0", operand0, f0), ("operand1", operand1, f1)):
         if is_tile(x):
             tensors[role] = tile(x, api, role)[1]
+            if f is not None and not f.bitvec and dt(tensors[role]) != "float32":
+                broken(
+                    "tensor_scalar.operand_fp32",
+                    f"'{api}' got a {dt(tensors[role])} '{role}' tile for op {f.name}",
+                )
     check_gpsimd_memory(eng, tensors, api)
     odt = c.result_dtype()
     for role, f in zip(("op0", "op1"), ops):
@@ -209,6 +214,8 @@ def scalar_tensor_tensor(
     not_both_psum(t, t1, api, "data", "operand1")
     for role, f in (("op0", f0), ("op1", f1)):
         check_engine_op(f, "vector", api, role)
+        if f.bitvec:
+            broken("scalar_tensor_tensor.arith", f"'{api}' got {role}={f.name}")
     odt = c.result_dtype()
     for role, f in (("op0", f0), ("op1", f1)):
         check_bitvec_dtypes(f, [dt(t), dt(t1), odt], api, role)

@@ -12,7 +12,7 @@ from ..ir import HBM_BUFFERS, Affine, PidSym
 from ..symbolic import DynSlice, Scalar, _static_int
 from ..symbolic import arange as _arange
 from ..symbolic import mgrid as _mgrid
-from ..targets import DEFAULT_TARGET, TARGETS
+from ..targets import env_target
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -534,7 +534,8 @@ def device_print(prefix: str, x: Any, **_kw: Any) -> None:
 
 class tile_size:  # noqa: N801 - classic name
     """Hardware tile limits (``nl.tile_size.pmax`` ...). ``total_available_sbuf_size`` is the
-    usable SBUF bytes per partition of the target being traced (trn2 outside a trace)."""
+    usable SBUF bytes per partition of the target being traced (outside a trace: the
+    environment's target, else the default trn3)."""
 
     pmax = 128
     psum_fmax = 512
@@ -548,14 +549,14 @@ class tile_size:  # noqa: N801 - classic name
     sbuf_min_align = 1
 
     class _PerTarget:
-        """A limit read from the target being traced (trn2 outside a trace)."""
+        """A limit read from the target being traced (outside a trace: ``env_target()``)."""
 
         def __init__(self, fn: Any) -> None:
             self.fn = fn
 
         def __get__(self, obj: object, owner: type) -> int:
             st = current()
-            target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
+            target = st.target if st is not None else env_target()
             return int(self.fn(target))
 
     total_available_sbuf_size = _PerTarget(lambda t: t.sbuf_usable_per_partition)

@@ -37,10 +37,13 @@ def broken(key: str, detail: str, loc: SrcLoc | None = None) -> None:
     rule = api_rules.get(key)
     loc = loc or user_loc()
     st = current()
+    one_generation = rule.generations != api_rules.BOTH
+    if st is None and one_generation:
+        return  # not in a kernel: no generation to judge by
     gen = _generation(st) if st is not None else None
     if gen is not None and gen not in rule.generations:
         return
-    if st is not None and (rule.warning or (gen is None and rule.generations != api_rules.BOTH)):
+    if st is not None and (rule.warning or (gen is None and one_generation)):
         st.rule_breaches.append((rule, detail, loc))
         return
     _tell(rule, detail, loc)

@@ -21,6 +21,7 @@ from nki.errors import (
     NKIMemoryError,
     NKIShapeError,
     NKITypeError,
+    NKIUnsupportedError,
 )
 
 from helpers import ROOT, close, expect_error, f32, line_of, rand, run
@@ -324,12 +325,304 @@ def test_accumulate_into_unwritten_psum_warns():
     close(got, 2 * a.T @ b, rtol=1e-4, atol=1e-4)
 
 
+# ---- more rules of the per-instruction pages -----------------------------------------------------
+def k_raw_enum(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, dge_mode=2)  # ERR
+    return _store(t)
+
+
+def k_dma_engine(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, engine=nisa.engine.sync)  # ERR
+    return _store(t)
+
+
+def k_dma_engine_ok(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, dge_mode=nisa.dge_mode.hwdge, engine=nisa.engine.scalar)
+    return _store(t)
+
+
+def k_dma_priority(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, priority=1)  # ERR
+    return _store(t)
+
+
+def k_fp8_mix(x):
+    a = _load(x)
+    s8 = _tile(x.shape, nl.float8_e4m3)
+    m8 = _tile(x.shape, nl.float8_e4m3fn)
+    nisa.tensor_copy(s8, a)
+    nisa.tensor_copy(m8, a)
+    ps = nl.ndarray((x.shape[1], x.shape[1]), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps, s8, m8)  # ERR
+    y = _tile(ps.shape)
+    nisa.tensor_copy(y, ps)
+    return _store(y)
+
+
+def k_fp32_bf16(x):
+    a = _load(x)
+    b = _tile(x.shape, nl.bfloat16)
+    nisa.tensor_copy(b, a)
+    ps = nl.ndarray((x.shape[1], x.shape[1]), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(ps, a, b)  # ERR
+    y = _tile(ps.shape)
+    nisa.tensor_copy(y, ps)
+    return _store(y)
+
+
+def k_fp32_bf16_classic(x):
+    a = nl.load(x)
+    b = nisa.tensor_copy(a, dtype=nl.bfloat16)
+    out = _out((x.shape[1], x.shape[1]))
+    nl.store(out, nisa.nc_matmul(a, b))
+    return out
+
+
+def k_transpose_cast(x):
+    a = _load(x)
+    ps = nl.ndarray((x.shape[1], x.shape[0]), nl.bfloat16, buffer=nl.psum)
+    nisa.nc_transpose(ps, a)  # ERR
+    y = _tile(ps.shape, nl.bfloat16)
+    nisa.tensor_copy(y, ps)
+    return _store(y)
+
+
+def k_transpose_cast_classic(x):
+    out = _out((x.shape[1], x.shape[0]), ml_dtypes.bfloat16)
+    nl.store(out, nisa.nc_transpose(nl.load(x), dtype=nl.bfloat16))
+    return out
+
+
+def k_dma_transpose_fp32(x):
+    t = _tile((x.shape[1], x.shape[0]))
+    nisa.dma_transpose(t, x)  # ERR
+    return _store(t)
+
+
+def k_dma_transpose_fp32_classic(x):
+    out = _out((x.shape[1], x.shape[0]))
+    nl.store(out, nisa.dma_transpose(x))
+    return out
+
+
+def k_select_from_psum(x):
+    a = _load(x)
+    ps = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)
+    nisa.tensor_copy(ps, a)
+    y = _tile(x.shape)
+    nisa.affine_select(y, [[-1, x.shape[1]]], 1, ps, -9984.0,  # ERR
+                       cmp_op=nl.greater_equal)  # fmt: skip
+    return _store(y)
+
+
+def k_select_from_psum_classic(x):
+    i_p, i_f = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    ps = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)
+    ps[...] = nl.load(x)
+    out = _out(x.shape)
+    nl.store(out, nisa.affine_select(i_p >= i_f, ps, -9984.0))
+    return out
+
+
+def k_dropout_cast(x):
+    a = _load(x)
+    y = _tile(x.shape, nl.bfloat16)
+    nisa.dropout(y, a, 0.0)  # ERR
+    return _store(y)
+
+
+def k_dropout_cast_classic(x):
+    out = _out(x.shape, ml_dtypes.bfloat16)
+    nl.store(out, nisa.dropout(nl.load(x), 0.0, dtype=nl.bfloat16))
+    return out
+
+
+def k_stt_bitvec(x):
+    a = _tile(x.shape, nl.int32)
+    nisa.dma_copy(a, x)
+    y = _tile(x.shape, nl.int32)
+    nisa.scalar_tensor_tensor(y, a, nl.bitwise_and, 6, nl.bitwise_or, a)  # ERR
+    return _store(y)
+
+
+def k_stt_bitvec_classic(x):
+    a = nl.load(x)
+    out = _out(x.shape, np.int32)
+    nl.store(out, nisa.scalar_tensor_tensor(data=a, op0=nl.bitwise_and, operand0=6,
+                                            op1=nl.bitwise_or, operand1=a))  # fmt: skip
+    return out
+
+
+def k_tsr_reverse0(x):
+    a = _load(x)
+    y = _tile(x.shape)
+    r = _tile((x.shape[0], 1))
+    nisa.tensor_scalar_reduce(y, a, nl.subtract, 1.0, nl.add, r, reverse0=True)  # ERR
+    return _store(r)
+
+
+def k_tsr_reverse0_classic(x):
+    r = nl.ndarray((x.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(data=nl.load(x), op0=nl.subtract, operand0=1.0,  # ERR
+                              reduce_op=nl.add, reduce_res=r, reverse0=True)  # fmt: skip
+    out = _out((x.shape[0], 1))
+    nl.store(out, r)
+    return out
+
+
+def k_shuffle_start(x):
+    a = _load(x)
+    y = _tile(x.shape)
+    nisa.memset(y, 0.0)
+    nisa.nc_stream_shuffle(y[32:96], a[32:96], list(range(32)))  # ERR
+    return _store(y)
+
+
+def k_shuffle_start_classic(x):
+    a = nl.load(x)
+    y = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    nisa.nc_stream_shuffle(src=a[32:96], dst=y[32:96], shuffle_mask=list(range(32)))  # ERR
+    out = _out(x.shape)
+    nl.store(out, y)
+    return out
+
+
+def k_ts_bf16_operand(x):
+    a = _load(x)
+    c = _tile((x.shape[0], 1), nl.bfloat16)
+    nisa.memset(c, 1.0)
+    y = _tile(x.shape)
+    nisa.tensor_scalar(y, a, nl.add, c)  # ERR
+    return _store(y)
+
+
+def k_ts_bf16_operand_classic(x):
+    c = nisa.memset((x.shape[0], 1), 1.0, nl.bfloat16)
+    out = _out(x.shape)
+    nl.store(out, nisa.tensor_scalar(nl.load(x), nl.add, c))
+    return out
+
+
+_X = rand((64, 32))
+_XI = np.arange(64 * 32, dtype=np.int32).reshape(64, 32)
+# (rule, kernel, its input, target, error class, code, fragments of the message)
+CURRENT_RULES = [
+    ("enum.named", k_raw_enum, _X, "trn2", NKITypeError, "err_invalid_argument",
+     ["dge_mode", "nisa.dge_mode.hwdge"]),
+    ("dma_copy.engine", k_dma_engine, _X, "trn2", NKIError, "err_unsupported_engine_for_op",
+     ["engine=sync with dge_mode=unknown"]),
+    ("dma_copy.priority", k_dma_priority, _X, "trn2", NKIUnsupportedError,
+     "err_unsupported_instruction_for_target", ["priority=1 on trn2"]),
+    ("nc_matmul.fp32_pair", k_fp32_bf16, _X, "trn2", NKITypeError, "err_dtype_mismatch",
+     ["stationary float32 and moving bfloat16"]),
+    ("nc_transpose.dtype", k_transpose_cast, _X, "trn2", NKITypeError, "err_dtype_mismatch",
+     ["data float32 and dst bfloat16"]),
+    ("dma_transpose.dtype", k_dma_transpose_fp32, _X, "trn2", NKITypeError,
+     "err_unsupported_dtype", ["a float32 src"]),
+    ("affine_select.on_true_sbuf", k_select_from_psum, _X, "trn2", NKIMemoryError,
+     "err_unsupported_memory", ["the PSUM tile 'ps'"]),
+    ("dropout.dst_dtype", k_dropout_cast, _X, "trn2", NKITypeError, "err_dtype_mismatch",
+     ["data float32 and dst bfloat16"]),
+    ("scalar_tensor_tensor.arith", k_stt_bitvec, _XI, "trn2", NKIError, "err_unsupported_op",
+     ["op0=bitwise_and"]),
+    ("tensor_scalar.operand_fp32", k_ts_bf16_operand, _X, "trn2", NKITypeError,
+     "err_invalid_operand_dtype", ["a bfloat16 'operand0' tile for op add"]),
+]  # fmt: skip
+# the classic twins of the rules above that the classic documentation allows
+CLASSIC_TWINS = {
+    "nc_matmul.fp32_pair": (k_fp32_bf16_classic, lambda x: x.T @ f32(x.astype(ml_dtypes.bfloat16))),
+    "nc_transpose.dtype": (k_transpose_cast_classic, lambda x: f32(x.T.astype(ml_dtypes.bfloat16))),
+    "dma_transpose.dtype": (k_dma_transpose_fp32_classic, lambda x: x.T),
+    "affine_select.on_true_sbuf": (
+        k_select_from_psum_classic,
+        lambda x: np.where(np.arange(64)[:, None] >= np.arange(32)[None, :], x, -9984.0),
+    ),
+    "dropout.dst_dtype": (k_dropout_cast_classic, lambda x: f32(x.astype(ml_dtypes.bfloat16))),
+    "tensor_scalar.operand_fp32": (k_ts_bf16_operand_classic, lambda x: x + 1.0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", CURRENT_RULES, ids=[r[0] for r in CURRENT_RULES])
+def test_current_api_rule_of_an_instruction_page(row):
+    key, kernel, x, target, cls, code, fragments = row
+    expect_error(kernel, x, cls=cls, code=code, fragments=[*fragments, _rule(key)], target=target)
+    if key in CLASSIC_TWINS:
+        twin, want = CLASSIC_TWINS[key]
+        close(f32(run(twin, x, jit_opts=CLASSIC)), want(x), rtol=1e-2, atol=1e-2)
+
+
+def test_scalar_tensor_tensor_bit_vector_ops_in_a_classic_kernel():
+    got = run(k_stt_bitvec_classic, _XI, jit_opts=CLASSIC)
+    np.testing.assert_array_equal(got, (_XI & 6) | _XI)
+
+
+def test_raw_integer_enums_in_a_classic_kernel():
+    def k(x):
+        t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x, dge_mode=2)
+        out = _out(x.shape)
+        nl.store(out, t)
+        return out
+
+    close(run(k, _X, jit_opts=CLASSIC), _X)
+
+
+def test_dma_copy_engine_with_hwdge_and_priority_on_trn3():
+    close(run(k_dma_engine_ok, _X), _X)
+    close(run(k_dma_priority, _X, target="trn3"), _X)
+
+
+def test_legacy_and_ocp_fp8_do_not_mix_in_a_matmul():
+    expect_error(
+        k_fp8_mix, _X, cls=NKITypeError, code="err_dtype_mismatch", target="trn3",
+        fragments=["float8_e4m3 and moving float8_e4m3fn", _rule("nc_matmul.fp8_mix")],
+    )  # fmt: skip
+
+
+def test_tensor_scalar_reduce_reverse0_is_not_supported_yet_in_both_apis():
+    for k, opts in ((k_tsr_reverse0, None), (k_tsr_reverse0_classic, CLASSIC)):
+        expect_error(
+            k, _X, cls=NKIUnsupportedError, code="err_unsupported_attribute", jit_opts=opts,
+            fragments=["reverse0=True", _rule("tensor_scalar_reduce.reverse0")],
+        )  # fmt: skip
+
+
+def test_stream_shuffle_start_partitions_follow_the_active_partitions():
+    x = rand((128, 16))
+    for k, opts in ((k_shuffle_start, None), (k_shuffle_start_classic, CLASSIC)):
+        expect_error(
+            k, x, cls=NKIShapeError, code="err_unsupported_start_partition", jit_opts=opts,
+            fragments=["64 active partitions", "starting at partition 32",
+                       _rule("nc_stream_shuffle.start")],
+        )  # fmt: skip
+
+
+def k_power_into_psum(x):
+    a = _load(x)
+    ps = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)
+    nisa.tensor_tensor(ps, a, a, nl.power)  # ERR
+    y = _tile(x.shape)
+    nisa.tensor_copy(y, ps)
+    return _store(y)
+
+
+def test_power_runs_on_gpsimd_which_cannot_write_psum():
+    x = rand((32, 16), lo=0.5, hi=2.0)
+    e = expect_error(k_power_into_psum, x, cls=NKIMemoryError, code="err_unsupported_memory",
+                     fragments=["GpSimd", "PSUM"])  # fmt: skip
+    assert "'ps'" in e.message
+
+
 # ---- the table ---------------------------------------------------------------------------------
 def test_every_checked_rule_is_tested_here():
     source = open(__file__).read()
     for r in api_rules.RULES:
         if r.checked:  # a test above checks its message
-            assert f'_rule("{r.key}")' in source, r.key
+            assert f'_rule("{r.key}")' in source or f'("{r.key}", k_' in source, r.key
 
 
 @pytest.mark.parametrize("marker,checked", [("api-rules", True), ("api-rules-unchecked", False)])
