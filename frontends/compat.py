@@ -5,6 +5,10 @@
 ``torch_neuronx.xla_impl.ops.nki_jit``) and ``jax_neuronx`` (``nki_call``). torch / jax are
 imported only when ``torch_neuronx.nki_jit`` / ``jax_neuronx.nki_call`` is first used.
 
+It also registers the model-level reference APIs' modules (:data:`MODEL_ALIASES`):
+``neuronx_distributed`` (ModelBuilder, NxDModel, parallel layers: ``frontends.model_builder``)
+and ``pybuda`` (the pipeline runtime: ``frontends.pipeline``), imported on first use.
+
 Run a classic script with the aliases in place::
 
     python -m frontends.compat script.py [args...]
@@ -82,6 +86,66 @@ def _classic_nki(nki: types.ModuleType) -> types.ModuleType:
     return mod
 
 
+# model-level reference APIs: alias module -> the nki-sim module whose names it forwards
+MODEL_ALIASES: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "neuronx_distributed",
+            "neuronx_distributed.trace",
+            "neuronx_distributed.trace.model_builder",
+            "neuronx_distributed.trace.model_builder_utils",
+            "neuronx_distributed.trace.nxd_model",
+            "neuronx_distributed.trace.nxd_model.base_nxd_model",
+            "neuronx_distributed.parallel_layers",
+            "neuronx_distributed.parallel_layers.layers",
+            "neuronx_distributed.parallel_layers.parallel_state",
+            "neuronx_distributed.utils",
+            "neuronx_distributed.utils.model_utils",
+        ],
+        "frontends.model_builder",
+    ),
+    "pybuda": "frontends.pipeline",
+    "pybuda.op": "frontends.pipeline.ops",
+    "pybuda.op.loss": "frontends.pipeline.loss",
+    "pybuda.optimizers": "frontends.pipeline.optimizers",
+    "pybuda.schedulers": "frontends.pipeline.optimizers",
+    "pybuda.config": "frontends.pipeline.config",
+    "pybuda._C": "frontends.pipeline.config",
+    "pybuda._C.backend_api": "frontends.pipeline.config",
+}
+
+
+def _forwarding_module(name: str, target: str) -> types.ModuleType:
+    """A package whose attributes are ``target``'s, imported on first access."""
+    mod = types.ModuleType(name, f"nki-sim compatibility alias ({name} -> {target})")
+    mod.__path__ = []  # type: ignore[attr-defined]
+
+    def __getattr__(attr: str) -> Any:
+        import importlib
+
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        real = importlib.import_module(target)
+        try:
+            return getattr(real, attr)
+        except AttributeError:
+            raise AttributeError(
+                f"module {name!r} (nki-sim alias of {target}) has no attribute {attr!r}"
+            ) from None
+
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    return mod
+
+
+def _model_aliases() -> dict[str, types.ModuleType]:
+    mods = {name: _forwarding_module(name, target) for name, target in MODEL_ALIASES.items()}
+    for name, mod in mods.items():  # a child is an attribute of its parent package
+        parent, _, leaf = name.rpartition(".")
+        if parent in mods:
+            setattr(mods[parent], leaf, mod)
+    return mods
+
+
 def _aliases() -> dict[str, types.ModuleType]:
     neuronxcc = types.ModuleType("neuronxcc", "nki-sim compatibility alias (neuronxcc)")
     neuronxcc.__path__ = []  # a package, so 'import neuronxcc.nki' is allowed
@@ -106,6 +170,7 @@ def _aliases() -> dict[str, types.ModuleType]:
         "torch_neuronx.xla_impl": xla_impl,
         "torch_neuronx.xla_impl.ops": ops,
         "jax_neuronx": jn,
+        **_model_aliases(),
     }
 
 

@@ -1,4 +1,4 @@
-"""PyTorch frontend: launch NKI kernels on CPU torch tensors, differentiate through them with
+"""PyTorch frontend: launch NKI kernels on torch tensors, differentiate through them with
 ``torch.autograd``, and register them as ``torch.library`` custom ops (eager and
 ``torch.compile(fullgraph=True)``).
 
@@ -12,7 +12,9 @@
 
 Conversions are zero-copy where dtype and layout allow (contiguous tensors, bfloat16 included,
 are viewed as NumPy arrays; returned arrays are wrapped without a copy); non-contiguous tensors
-are copied first (and copied back if the kernel writes them), never misread.
+are copied first (and copied back if the kernel writes them), never misread. Tensors on other
+devices (CUDA, ...) are copied to the host and the results returned on their device
+(:mod:`frontends.torch_tensors`).
 """
 
 from __future__ import annotations
@@ -20,17 +22,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import ml_dtypes
-import numpy as np
 import torch
 
 from nki.errors import NKIError, NKITypeError
 from nki.jit import Kernel, Launch, register_frontend
 
-from . import common, torch_backend
-from .common import OutSpec, as_tuple, boundary_loc, placeholder, unsupported_dtype
+from . import common
+from .common import OutSpec, as_tuple, boundary_loc, placeholder
 from .pair import KernelPair, is_kernel
+from .torch_backend import init_backend
 from .torch_registry import NKI_CUSTOM_OPS
+from .torch_tensors import from_numpy, launch, np_dtype, to_numpy, torch_dtype
 
 __all__ = [
     "nki_jit",
@@ -38,137 +40,11 @@ __all__ = [
     "custom_op",
     "to_numpy",
     "from_numpy",
+    "torch_dtype",
     "launch",
     "KernelPair",
     "init_backend",
 ]
-
-
-def init_backend(
-    cache_dir: str | None = None,
-    log_level: str | int = "WARNING",
-    target: str | None = None,
-    checks: str | None = None,
-) -> None:
-    """Options of the ``torch.compile(backend="nki")`` backend; see
-    :func:`frontends.torch_backend.init_backend`."""
-    torch_backend.init_backend(
-        cache_dir=cache_dir, log_level=log_level, target=target, checks=checks
-    )
-
-
-# torch dtype -> (NumPy dtype, integer torch dtype of the same width used to view the bits, if
-# NumPy cannot see the torch dtype directly)
-_DTYPES: dict[torch.dtype, tuple[np.dtype, torch.dtype | None]] = {
-    torch.float32: (np.dtype(np.float32), None),
-    torch.float16: (np.dtype(np.float16), None),
-    torch.bfloat16: (np.dtype(ml_dtypes.bfloat16), torch.int16),
-    torch.float8_e4m3fn: (np.dtype(ml_dtypes.float8_e4m3fn), torch.uint8),
-    torch.float8_e5m2: (np.dtype(ml_dtypes.float8_e5m2), torch.uint8),
-    torch.int8: (np.dtype(np.int8), None),
-    torch.int16: (np.dtype(np.int16), None),
-    torch.int32: (np.dtype(np.int32), None),
-    torch.uint8: (np.dtype(np.uint8), None),
-    torch.uint16: (np.dtype(np.uint16), None),
-    torch.uint32: (np.dtype(np.uint32), None),
-    torch.bool: (np.dtype(np.bool_), None),
-}
-_BY_NP: dict[np.dtype, torch.dtype] = {npd: td for td, (npd, _) in _DTYPES.items()}
-
-
-def _np_dtype(t: torch.Tensor, what: str) -> tuple[np.dtype, torch.dtype | None]:
-    entry = _DTYPES.get(t.dtype)
-    if entry is None:
-        raise unsupported_dtype(what, "torch", str(t.dtype))
-    return entry  # type: ignore[return-value]
-
-
-def torch_dtype(np_dtype: Any) -> torch.dtype:
-    """The torch dtype of a kernel output's NumPy dtype."""
-    d = np.dtype(np_dtype)
-    if d not in _BY_NP:
-        raise NKITypeError(
-            f"kernel output dtype {d.name} has no PyTorch equivalent (torch has float8_e4m3fn "
-            "and float8_e5m2, not IEEE float8_e4m3); return another dtype",
-            code="err_unsupported_dtype",
-            loc=boundary_loc(),
-        )
-    return _BY_NP[d]
-
-
-def check_tensor(t: torch.Tensor, what: str) -> np.dtype:
-    """A kernel argument must be a CPU tensor of an NKI dtype (no float64 / complex / int64)."""
-    if t.device.type != "cpu":
-        raise NKIError(
-            f"{what} is a tensor on device '{t.device}'; the NKI simulator runs on the CPU - "
-            "move it with .cpu() first",
-            code="err_unsupported_device",
-            loc=boundary_loc(),
-        )
-    return _np_dtype(t, what)[0]
-
-
-def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
-    """A NumPy view of a CPU tensor's memory (no copy for contiguous tensors; bfloat16 and
-    float8 are viewed through their bits). Non-contiguous tensors are copied to contiguous
-    memory first, so strides are never misread."""
-    check_tensor(t, what)
-    npd, bits = _np_dtype(t, what)
-    src = t.detach()
-    if not src.is_contiguous():
-        src = src.contiguous()
-    if bits is not None:
-        return src.view(bits).numpy().view(npd)
-    return src.numpy()
-
-
-def from_numpy(a: np.ndarray) -> torch.Tensor:
-    """A torch tensor sharing ``a``'s memory (copied only if ``a`` is read-only)."""
-    td = torch_dtype(a.dtype)
-    if not a.flags.writeable or not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a).copy()
-    bits = _DTYPES[td][1]
-    if bits is not None:
-        return torch.from_numpy(a.view(_DTYPES[bits][0])).view(td)
-    return torch.from_numpy(a)
-
-
-# --------------------------------------------------------------------------------------------
-# Launching
-# --------------------------------------------------------------------------------------------
-
-
-def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
-    """Run a kernel launch on torch tensors (CPU); returns torch tensors (``None`` for legacy
-    kernels, which write into the output tensors passed in)."""
-    name = common.kernel_name(k)
-    bound = common.bind(k, tuple(args), dict(kwargs), api=f"kernel '{name}'")
-    copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
-    for pname, v in list(bound.arguments.items()):
-        if isinstance(v, torch.Tensor):
-            arr = to_numpy(v, f"argument '{pname}' of kernel '{name}'")
-            if not v.is_contiguous():
-                copies[pname] = (v, arr)
-            bound.arguments[pname] = arr
-        elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
-            bound.arguments[pname] = type(v)(
-                to_numpy(x, f"argument '{pname}' of kernel '{name}'")
-                if isinstance(x, torch.Tensor)
-                else x
-                for x in v
-            )
-    res = common.run(k, bound.args, bound.kwargs)
-    ir = k.kernel.last_ir
-    for pname in ir.outputs if ir is not None else ():
-        if pname in copies:  # the kernel wrote a non-contiguous tensor: write it back
-            orig, arr = copies[pname]
-            with torch.no_grad():
-                orig.copy_(from_numpy(np.array(arr)))
-    if res is None:
-        return None
-    if isinstance(res, tuple):
-        return tuple(from_numpy(r) for r in res)
-    return from_numpy(res)
 
 
 def nki_jit(kernel: Any = None, **kwargs: Any) -> Any:
@@ -275,7 +151,7 @@ def _fake_outputs(
     """Output shapes/dtypes of ``k`` on tensors ``inputs`` (fake or real) by tracing it."""
     ph = []
     for i, t in enumerate(inputs):
-        npd = _np_dtype(t, f"input {i} of {api}")[0]  # fake/meta tensors: any device
+        npd = np_dtype(t, f"input {i} of {api}")[0]  # fake/meta tensors: any device
         ph.append(placeholder(tuple(int(s) for s in t.shape), npd))
     return common.trace_signature(k, tuple(ph), dict(statics or {}), api=api).outputs
 

@@ -9,6 +9,11 @@ registered with :func:`register_kernel`, which overrides the built-in one); meta
 Each compiled graph keeps a :class:`GraphReport` (which ops ran as kernels, which fell back and
 why, counts, simulated time per kernel), printed when ``log_level="INFO"``.
 
+Dynamic shapes: graphs compiled with symbolic sizes (``dynamic=True``, or after a recompile in
+the default mode) run with the sizes of each call; a kernel's result gets the dim order the
+graph's fake value has (never its compile-time sizes). Integer results widen back to int64
+where the graph expects it (kernels compute int32: NKI has no 64-bit types).
+
 Traced kernel IR is cached across processes in ``cache_dir`` (one pickle per kernel, keyed by
 the kernel's name and source file; inside it, by shapes, dtypes and target)."""
 
@@ -21,30 +26,40 @@ import operator
 import os
 import pickle
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
+import nki.affine
 import nki.ir
 from nki.errors import NKIError
 from nki.estimates import estimate
 from nki.jit import Kernel, Launch
 
-from . import torch_ops, torch_ops_nn  # noqa: F401  (their @builtin adapters fill the registry)
+from . import (  # noqa: F401  (their @builtin adapters fill the registry)
+    torch_attention,
+    torch_distributed,
+    torch_ops,
+    torch_ops_elementwise,
+    torch_ops_index,
+    torch_ops_nn,
+)
+from .common import placeholder
 from .torch_registry import (
     NKI_CUSTOM_OPS,
     Guard,
     builtin_entry,
     kernel_name,
-    lookup,
     register_kernel,
     registry_table,
     unregister_kernel,
+    user_entry,
 )
+from .torch_report import REPORTS, GraphReport, reports
+from .torch_tensors import launch, np_dtype
 
 log = logging.getLogger("nki.torch_backend")
 
@@ -56,7 +71,12 @@ __all__ = [
     "unregister_kernel",
     "registry_table",
     "reports",
+    "on_cpu",
 ]
+
+
+def _full_name(op: str) -> str:
+    return op if "::" in op else f"aten::{op}"
 
 
 @dataclass
@@ -65,6 +85,9 @@ class _Options:
     target: str | None = None
     checks: str | None = None
     log_level: int = logging.WARNING
+    rank: int | None = None
+    world_size: int | None = None
+    cpu_ops: frozenset[str] = frozenset()
 
 
 OPTIONS = _Options()
@@ -75,6 +98,9 @@ def init_backend(
     log_level: str | int = "WARNING",
     target: str | None = None,
     checks: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    cpu_ops: tuple[str, ...] = (),
 ) -> None:
     """Options of the ``"nki"`` torch.compile backend (process-wide).
 
@@ -82,12 +108,21 @@ def init_backend(
     cached in memory only). ``log_level``: ``"INFO"`` prints each graph's report after its
     first run. ``target``: ``trn1`` / ``trn2`` / ``trn3`` (default: the simulator's).
     ``checks``: ``none`` / ``static`` / ``full`` for every kernel launch (default: the
-    simulator's, ``NKI_SIM_CHECKS``)."""
+    simulator's, ``NKI_SIM_CHECKS``). ``rank`` / ``world_size``: this process's place in a
+    tensor-parallel group (default: the initialised ``torch.distributed`` process group's, else
+    a single process); collectives in compiled graphs exchange data through that group.
+    ``cpu_ops``: ATen ops (``"aten::cat"``) always left to the CPU."""
     if cache_dir is not None:
         os.makedirs(cache_dir, exist_ok=True)
+    if (rank is None) != (world_size is None) or (
+        rank is not None and not 0 <= rank < world_size  # type: ignore[operator]
+    ):
+        raise ValueError(f"init_backend: rank {rank} and world_size {world_size} do not fit")
     OPTIONS.cache_dir = cache_dir
     OPTIONS.target = target
     OPTIONS.checks = checks
+    OPTIONS.rank, OPTIONS.world_size = rank, world_size
+    OPTIONS.cpu_ops = frozenset(_full_name(o) for o in cpu_ops)
     level = logging.getLevelName(log_level) if isinstance(log_level, str) else log_level
     if not isinstance(level, int):
         raise ValueError(f"init_backend: unknown log_level {log_level!r}")
@@ -95,95 +130,6 @@ def init_backend(
     log.setLevel(level)
     if not log.handlers:
         log.addHandler(logging.StreamHandler())
-
-
-# --------------------------------------------------------------------------------------------
-# Reports
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class OpStats:
-    """What happened to one ATen op of a graph across its runs."""
-
-    op: str
-    status: str  # "nki", "cpu" or "view"
-    kernels: tuple[str, ...] = ()
-    reason: str = ""
-    count: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class GraphReport:
-    """Per compiled graph: for every ATen op, whether it ran as NKI kernels (which, simulated
-    seconds) or on the CPU (and why: ``no kernel`` or ``guard failed: ...``), with counts."""
-
-    name: str
-    ops: dict[tuple[str, str, str], OpStats] = field(default_factory=dict)
-    kernel_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    kernel_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    # estimated device time (nki.estimate, the cost model), summed over launches
-    kernel_device_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    runs: int = 0
-
-    def record(self, op: str, status: str, kernels: tuple = (), reason: str = "", s=0.0) -> None:
-        key = (op, status, reason)
-        st = self.ops.get(key)
-        if st is None:
-            st = self.ops[key] = OpStats(op, status, tuple(kernels), reason)
-        st.count += 1
-        st.seconds += s
-
-    def ran_as_nki(self, op: str) -> bool:
-        """True if every call of ``op`` (``"aten::mm"``) in this graph ran as NKI kernels."""
-        sts = [s for s in self.ops.values() if s.op == op]
-        return bool(sts) and all(s.status == "nki" for s in sts)
-
-    @property
-    def nki_ops(self) -> set[str]:
-        return {s.op for s in self.ops.values() if s.status == "nki"}
-
-    @property
-    def fallbacks(self) -> dict[str, str]:
-        """op -> reason, for ops that ran on the CPU."""
-        return {s.op: s.reason for s in self.ops.values() if s.status == "cpu"}
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for s in self.ops.values():
-            out[s.status] += s.count
-        return dict(out)
-
-    def __str__(self) -> str:
-        c = self.counts()
-        lines = [
-            f"nki backend report: {self.name} ({self.runs} run(s)): "
-            f"{c.get('nki', 0)} op call(s) as NKI kernels, {c.get('cpu', 0)} on the CPU, "
-            f"{c.get('view', 0)} views"
-        ]
-        rows = sorted(self.ops.values(), key=lambda s: (s.status, s.op))
-        width = max((len(s.op) for s in rows), default=0)
-        for s in rows:
-            what = {"nki": ", ".join(s.kernels), "cpu": s.reason, "view": ""}[s.status]
-            t = f"{s.seconds * 1e3:8.1f} ms  " if s.status == "nki" else " " * 13
-            lines.append(f"  {s.status:4s} {s.op:{width}s} x{s.count:<4d} {t}{what}".rstrip())
-        for k in sorted(self.kernel_seconds):
-            dev = self.kernel_device_us.get(k)
-            est = f", {dev:.1f} us estimated on device" if dev is not None else ""
-            lines.append(
-                f"  kernel {k}: {self.kernel_calls[k]} launch(es), "
-                f"{self.kernel_seconds[k] * 1e3:.1f} ms simulated{est}"
-            )
-        return "\n".join(lines)
-
-
-_REPORTS: list[GraphReport] = []
-
-
-def reports() -> list[GraphReport]:
-    """The reports of every graph compiled by the backend in this process (oldest first)."""
-    return list(_REPORTS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,7 +141,7 @@ _loaded: dict[tuple[str, int], str] = {}  # (cache_dir, id(kernel)) -> file
 
 def _cache_file(k: Kernel) -> str:
     h = hashlib.sha256()
-    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__):
+    for f in (inspect.getsourcefile(k.fn), nki.ir.__file__, nki.affine.__file__):
         with open(f, "rb") as fh:
             h.update(fh.read())
     h.update(k.fn.__qualname__.encode())
@@ -230,18 +176,34 @@ def _save_cache(k: Kernel) -> None:
 # Running a graph
 # --------------------------------------------------------------------------------------------
 
-# ATen ops that only change metadata (or copy for layout): left to torch, reported as views
+# ATen ops that only change metadata (or copy for layout), and allocations without values: left
+# to torch, reported as views (so are ops whose results have no elements)
 VIEW_OPS = {
     f"aten::{n}"
     for n in (
         "view _unsafe_view reshape t transpose permute expand unsqueeze squeeze select slice "
         "detach alias as_strided split split_with_sizes unbind clone contiguous "
-        "select_backward slice_backward"
+        "select_backward slice_backward empty empty_like empty_strided empty_permuted new_empty "
+        "new_empty_strided view_as_real"
+    ).split()
+} | {
+    f"_c10d_functional::{n}"
+    for n in (
+        "wait_tensor"  # waits for a collective that already ran synchronously
     ).split()
 }
 
 
 _ESTIMATES: dict[int, tuple[Any, float | None]] = {}  # id(IR) -> (IR kept alive, latency us)
+
+
+def _placeholders(v: Any) -> Any:
+    """Tensors (also inside lists) as read-only NumPy placeholders of their shape and dtype."""
+    if isinstance(v, torch.Tensor):
+        return placeholder(tuple(v.shape), np_dtype(v, "argument")[0])
+    if isinstance(v, (tuple, list)):
+        return type(v)(_placeholders(x) for x in v)
+    return v
 
 
 def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
@@ -253,11 +215,18 @@ def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
     if hit is not None and hit[0] is ir:
         return hit[1]
     try:
-        us: float | None = estimate(runner)(*args, **kwargs).latency_us
+        est = estimate(runner)(*_placeholders(args), **_placeholders(kwargs))
+        us: float | None = est.latency_us
     except (NKIError, NotImplementedError):
         us = None
     _ESTIMATES[id(ir)] = (ir, us)
     return us
+
+
+# called after every kernel launch, in the launching thread, with the kernel's name and its
+# estimated device microseconds (None where the cost model has no estimate); the model-level
+# runtimes (frontends.device_time) account per-thread device time with it
+LAUNCH_HOOKS: list[Callable[[str, float | None], None]] = []
 
 
 class _Run:
@@ -267,10 +236,12 @@ class _Run:
         self.report = report
         self.used: list[str] = []
 
-    def __call__(self, k: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, kernel: Any, /, *args: Any, **kwargs: Any) -> Any:
+        k = kernel
         name = kernel_name(k)
         if isinstance(k, (Kernel, Launch)):
-            base = k.kernel if isinstance(k, Launch) else k
+            lk = k if isinstance(k, Launch) else Launch(k, k.default_grid)
+            base = lk.kernel
             _load_cache(base)
             traced = len(base._cache)  # configure() copies share this dict
             over = {}
@@ -278,25 +249,31 @@ class _Run:
                 over["target"] = OPTIONS.target
             if OPTIONS.checks is not None:
                 over["checks"] = OPTIONS.checks
-            runner = base.configure(**over) if over else base
-            if isinstance(k, Launch):
-                runner = runner[k.grid.dims]
+            runner = Launch(base.configure(**over) if over else base, lk.grid)
             t0 = time.perf_counter()
-            res = runner(*args, **kwargs)
+            res = launch(runner, args, kwargs)
             dt = time.perf_counter() - t0
             if len(base._cache) != traced:
                 _save_cache(base)
             us = _device_us(runner, args, kwargs)
             if us is not None:
                 self.report.kernel_device_us[name] += us
+            for hook in LAUNCH_HOOKS:
+                hook(name, us)
         else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
             res = k(*args, **kwargs)
             dt = time.perf_counter() - t0
-        self.report.kernel_seconds[name] += dt
-        self.report.kernel_calls[name] += 1
-        self.used.append(name)
+        self.account(name, dt)
         return res
+
+    def account(self, name: str, seconds: float, device_us: float | None = None) -> None:
+        """Count one launch of ``name`` (also used for collectives, which time themselves)."""
+        self.report.kernel_seconds[name] += seconds
+        self.report.kernel_calls[name] += 1
+        if device_us is not None:
+            self.report.kernel_device_us[name] += device_us
+        self.used.append(name)
 
 
 def _schema_name(target: Any) -> str | None:
@@ -304,21 +281,49 @@ def _schema_name(target: Any) -> str | None:
     return schema.name if schema is not None else None
 
 
-def _custom_nki_op(name: str) -> bool:
-    return name in NKI_CUSTOM_OPS
+def _hint(v: Any) -> int:
+    """A size or stride of a fake value as an int: symbolic ones by their hint (used only to
+    order dims, never as the size of this call)."""
+    if isinstance(v, torch.SymInt):
+        return int(v.node.hint)
+    return int(v)
 
 
-def _like(res: Any, val: Any) -> Any:
-    """``res`` with the strides the traced graph expects (``val``, the node's fake value): later
-    view ops of the graph rely on the layout the eager op produces."""
+# (kernel result dtype, graph dtype) pairs converted at the boundary
+_WIDEN = {(torch.int32, torch.int64), (torch.uint8, torch.bool), (torch.int32, torch.bool)}
+
+
+def _conform(res: Any, val: Any) -> Any:
+    """``res`` laid out as the eager op lays it out (the dim order of ``val``, the node's fake
+    value: later view ops of the graph rely on it), in ``val``'s dtype where the kernel
+    computed a narrower integer type. Only the order of the fake strides is used: their sizes
+    may be symbolic, and this call's sizes are ``res``'s own."""
     if isinstance(res, (tuple, list)) and isinstance(val, (tuple, list)):
-        return type(res)(_like(r, v) for r, v in zip(res, val))
-    if isinstance(res, torch.Tensor) and isinstance(val, torch.Tensor):
-        if tuple(res.shape) == tuple(val.shape) and res.stride() != val.stride():
-            out = torch.empty_strided(val.shape, val.stride(), dtype=res.dtype)
-            out.copy_(res)
-            return out
-    return res
+        return type(res)(_conform(r, v) for r, v in zip(res, val))
+    if not (isinstance(res, torch.Tensor) and isinstance(val, torch.Tensor)):
+        return res
+    if res.dtype != val.dtype and (res.dtype, val.dtype) in _WIDEN:
+        res = res.to(val.dtype)
+    if res.dim() != val.dim() or res.dim() < 2:
+        return res
+    strides = [_hint(s) for s in val.stride()]
+    order = sorted(range(res.dim()), key=lambda d: (-strides[d], d))
+    want = [0] * res.dim()
+    step = 1
+    for d in reversed(order):
+        want[d] = step
+        step *= res.shape[d]
+    if all(res.shape[d] == 1 or res.stride(d) == want[d] for d in range(res.dim())):
+        return res
+    out = torch.empty_permuted(res.shape, order, dtype=res.dtype, device=res.device)
+    return out.copy_(res)
+
+
+def _empty(val: Any) -> bool:
+    """True when every tensor the node produces has no elements (nothing to compute)."""
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    ts = [v for v in vals if isinstance(v, torch.Tensor)]
+    return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
 class _Interpreter(torch.fx.Interpreter):
@@ -333,45 +338,98 @@ class _Interpreter(torch.fx.Interpreter):
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         if name is None:
             return n.target(*args, **kwargs)
-        if name in VIEW_OPS:
+        if name in VIEW_OPS or _empty(n.meta.get("val")):
             self.report.record(name, "view")
             return n.target(*args, **kwargs)
-        if _custom_nki_op(name):  # a frontends.torch custom op: its impl runs the NKI kernel
+        if name in OPTIONS.cpu_ops or _on_cpu(n):
+            self.report.record(name, "cpu", reason="kept on the CPU")
+            return n.target(*args, **kwargs)
+        if name in NKI_CUSTOM_OPS:  # a frontends.torch custom op: its impl runs the NKI kernel
             t0 = time.perf_counter()
             res = n.target(*args, **kwargs)
-            self.report.record(name, "nki", (name,), s=time.perf_counter() - t0)
+            self.report.record(name, "nki", [name], s=time.perf_counter() - t0)
             return res
-        entry = lookup(name)
-        reason = "no kernel"
-        if entry is not None:
+        notes: list[str] = []
+        t0 = time.perf_counter()
+        user = user_entry(name)
+        if user is not None:
             run = _Run(self.report)
-            t0 = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    res = user.adapter(run, *args, **kwargs)
+            except Guard as g:
+                notes.append(f"user kernel {user.kernels[0]} refused: {g}")
+            except Exception as e:  # noqa: BLE001 (a failing user kernel falls back, recorded)
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                notes.append(f"user kernel {user.kernels[0]} failed: {type(e).__name__}: {first}")
+            else:
+                self.report.record(name, "nki", run.used, s=time.perf_counter() - t0)
+                return _conform(res, n.meta.get("val"))
+        entry = builtin_entry(name)
+        if entry is None:
+            notes.append("no kernel")
+        else:
+            run = _Run(self.report)
             try:
                 with torch.no_grad():
                     res = entry.adapter(run, *args, **kwargs)
             except Guard as g:
-                reason = f"guard failed: {g}"
-                if entry.user and (b := builtin_entry(name)) is not None:
-                    try:
-                        with torch.no_grad():
-                            res = b.adapter(run, *args, **kwargs)
-                        self.report.record(name, "nki", tuple(run.used), s=time.perf_counter() - t0)
-                        return res
-                    except Guard as g2:
-                        reason = f"guard failed: {g}; built-in: {g2}"
+                notes.append(f"guard failed: {g}")
             else:
-                self.report.record(name, "nki", tuple(run.used), s=time.perf_counter() - t0)
-                return _like(res, n.meta.get("val"))
-        self.report.record(name, "cpu", reason=reason)
+                reason = "; ".join(notes)
+                self.report.record(name, "nki", run.used, reason, s=time.perf_counter() - t0)
+                return _conform(res, n.meta.get("val"))
+        self.report.record(name, "cpu", reason="; ".join(notes))
         return n.target(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Keeping code on the CPU
+# --------------------------------------------------------------------------------------------
+
+_CPU_TAG = "nki_cpu"
+
+
+def on_cpu(fn: Callable) -> Callable:
+    """Run a function or module call on the CPU inside a compiled model: ``model.head =
+    on_cpu(model.head)`` or ``@on_cpu``. The call stays in the graph (no graph break); every ATen
+    op it produces is reported as ``cpu`` with the reason ``kept on the CPU``."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with torch.fx.traceback.annotate({_CPU_TAG: True}):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _on_cpu(n: torch.fx.Node) -> bool:
+    return bool((n.meta.get("custom") or {}).get(_CPU_TAG))
+
+
+def _describe(example_inputs: list) -> str:
+    """The graph's inputs: tensor shapes (symbolic sizes by name) and dtypes, SymInts."""
+    parts = []
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            dims = ", ".join(str(s) for s in x.shape)
+            parts.append(f"{str(x.dtype).replace('torch.', '')}[{dims}]")
+        elif isinstance(x, torch.SymInt):
+            parts.append(str(x))
+    return " ".join(parts)
 
 
 def _compiler(kind: str) -> Callable:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         from functorch.compile import make_boxed_func
 
-        report = GraphReport(f"{kind} graph {sum(r.name.startswith(kind) for r in _REPORTS)}")
-        _REPORTS.append(report)
+        count = sum(r.name.startswith(kind) for r in REPORTS)
+        rank = OPTIONS.rank if OPTIONS.rank is not None else torch_distributed.rank_and_size()[0]
+        if OPTIONS.rank is None and torch_distributed.rank_and_size()[1] == 1:
+            rank = None
+        report = GraphReport(f"{kind} graph {count}", _describe(example_inputs), rank)
+        REPORTS.append(report)
 
         def run(*args: Any) -> Any:
             out = _Interpreter(gm, report).run(*args)
@@ -390,6 +448,7 @@ def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
     torch_ops_nn.rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
+    torch_attention.rewrite_sdpa(gm)  # and attention, whatever its mask or KV heads
     return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"))(
         gm, example_inputs
     )

@@ -6,6 +6,7 @@ An adapter reshapes the op's tensors to the 2-D (rows, last dim) form the kernel
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -29,6 +30,32 @@ def _float(*ts: Any) -> None:
             raise Guard("empty tensor")
     if len({t.dtype for t in ts}) > 1:
         raise Guard(f"mixed dtypes {sorted(str(t.dtype) for t in ts)}")
+
+
+_EW = f"{_FLOAT_DOC}, last dim <= {FREE_MAX}"
+INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.int32: "int32",
+    torch.int64: "int32",  # computed as int32, widened back at the boundary
+    torch.bool: "bool_",
+}
+
+
+def _operand(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in a dtype the kernels take: floats as they are, booleans viewed as uint8 (no
+    copy), integers as int32 (int64 values must fit: NKI has no 64-bit types)."""
+    if t.dtype in FLOATS:
+        return t
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8) if t.is_contiguous() else t.to(torch.uint8)
+    if t.dtype not in INTS:
+        raise Guard(f"dtype {t.dtype}")
+    if t.dtype == torch.int64 and t.numel() and (t.min() < -(2**31) or t.max() >= 2**31):
+        raise Guard("int64 values beyond the int32 range")
+    return t if t.dtype == torch.int32 else t.to(torch.int32)
 
 
 def _rows(t: torch.Tensor, limit: int = FREE_MAX) -> torch.Tensor:
@@ -82,201 +109,63 @@ def _bmm(run: Any, a: torch.Tensor, b: torch.Tensor) -> Any:
     return run(K.bmm_kernel, a.contiguous(), b.contiguous())
 
 
-# ---- element-wise -----------------------------------------------------------------------------
-
-_EW = f"{_FLOAT_DOC}, last dim <= {FREE_MAX}"
-
-
-def _unary(op: str) -> Any:
-    def adapter(run: Any, x: Any) -> Any:
-        _float(x)
-        return run(K.UNARY_KERNELS[op], _rows(x)).reshape(x.shape)
-
-    return adapter
-
-
-for _aten, _op in {
-    "neg": "neg",
-    "abs": "abs",
-    "reciprocal": "reciprocal",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "exp": "exp",
-    "log": "log",
-    "tanh": "tanh",
-    "sigmoid": "sigmoid",
-    "relu": "relu",
-    "silu": "silu",
-}.items():
-    builtin(f"aten::{_aten}", (f"{_op}_kernel",), _EW)(_unary(_op))
-
-
-@builtin("aten::gelu", ("gelu_kernel", "gelu_tanh_kernel"), f"{_EW}; approximate none or tanh")
-def _gelu(run: Any, x: Any, approximate: str = "none") -> Any:
-    _float(x)
-    op = {"none": "gelu", "tanh": "gelu_tanh"}[approximate]
-    return run(K.UNARY_KERNELS[op], _rows(x)).reshape(x.shape)
-
-
-def _is_scalar(v: Any) -> bool:
-    return isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0)
-
-
-def _binary_call(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
-    if _is_scalar(y) and isinstance(x, torch.Tensor) and x.dim() > 0:
-        _float(x)
-        return run(K.SCALAR_KERNELS[op], _rows(x), s=float(y)).reshape(x.shape)
-    if _is_scalar(x) and isinstance(y, torch.Tensor) and y.dim() > 0:
-        _float(y)
-        return run(K.SCALAR_KERNELS[op], _rows(y), s=float(x), reverse=True).reshape(y.shape)
-    if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype != y.dtype:
-        if x.dtype in FLOATS and y.dtype in FLOATS:  # torch's promotion (bf16 * fp32 -> fp32)
-            dt = torch.promote_types(x.dtype, y.dtype)
-            x, y = x.to(dt), y.to(dt)
-    _float(x, y)
-    shape = torch.broadcast_shapes(x.shape, y.shape)
-    if x.shape != shape and commutative:
-        x, y = y, x
-    if x.shape != shape:
-        x = x.expand(shape)  # the broadcast operand is materialised by the layout copy
-    d = shape[-1] if len(shape) else 1
-    x2 = _rows(x)
-    yy = y.reshape((1,) * (len(shape) - y.dim()) + tuple(y.shape))
-    if tuple(yy.shape) == tuple(shape):
-        y2 = _rows(yy)
-    elif all(s == 1 for s in yy.shape[:-1]) and yy.shape[-1] == d:
-        y2 = yy.reshape(1, d).contiguous()  # a row vector (bias, weight)
-    elif yy.shape[-1] == 1 and tuple(yy.shape[:-1]) == tuple(shape[:-1]):
-        y2 = yy.reshape(-1, 1).contiguous()  # one value per row (norm statistics)
-    else:
-        y2 = _rows(yy.expand(shape))
-    return run(K.BINARY_KERNELS[op], x2, y2).reshape(shape)
-
-
-_BIN = f"{_EW}; y same shape, a row vector, a per-row column or a scalar"
-
-
-def _binary(op: str, commutative: bool) -> Any:
-    def adapter(run: Any, x: Any, y: Any, *, alpha: Any = 1, rounding_mode: Any = None) -> Any:
-        if alpha != 1 or rounding_mode is not None:
-            raise Guard("alpha != 1" if alpha != 1 else f"rounding_mode={rounding_mode}")
-        return _binary_call(run, op, x, y, commutative)
-
-    return adapter
-
-
-for _aten, (_op, _comm) in {
-    "add": ("add", True),
-    "sub": ("sub", False),
-    "mul": ("mul", True),
-    "div": ("div", False),
-    "maximum": ("maximum", True),
-    "minimum": ("minimum", False),
-    "pow": ("pow", False),
-}.items():
-    builtin(f"aten::{_aten}", (f"{_op}_kernel", f"{_op}_scalar_kernel"), _BIN)(_binary(_op, _comm))
-
-
-@builtin("aten::rsub", ("sub_scalar_kernel",), f"{_EW}; other a scalar")
-def _rsub(run: Any, x: Any, other: Any, *, alpha: Any = 1) -> Any:
-    if alpha != 1 or not _is_scalar(other):
-        raise Guard("alpha != 1 or tensor other")
-    return _binary_call(run, "sub", other, x, False)
-
-
-def _grad(op: str) -> Any:
-    def adapter(run: Any, g: Any, saved: Any, *extra: Any, **kw: Any) -> Any:
-        _float(g, saved)
-        if g.shape != saved.shape:
-            raise Guard("broadcast")
-        return run(K.GRAD_KERNELS[op], _rows(g), _rows(saved)).reshape(g.shape)
-
-    return adapter
-
-
-for _aten, _op in {
-    "silu_backward": "silu_backward",
-    "sigmoid_backward": "sigmoid_backward",
-    "tanh_backward": "tanh_backward",
-}.items():
-    builtin(f"aten::{_aten}", (f"{_op}_kernel",), f"{_EW}; same shapes")(_grad(_op))
-
-
-@builtin(
-    "aten::gelu_backward",
-    ("gelu_backward_kernel", "gelu_tanh_backward_kernel"),
-    f"{_EW}; same shapes",
-)
-def _gelu_bwd(run: Any, g: Any, x: Any, *, approximate: str = "none") -> Any:
-    op = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}[approximate]
-    return _grad(op)(run, g, x)
-
-
-@builtin("aten::threshold_backward", ("relu_backward_kernel",), f"{_EW}; threshold 0 (relu)")
-def _relu_bwd(run: Any, g: Any, y: Any, threshold: Any) -> Any:
-    if threshold != 0:
-        raise Guard(f"threshold {threshold} != 0")
-    return _grad("relu_backward")(run, g, y)
-
-
-@builtin("aten::where", ("where_kernel",), f"{_EW}; condition, x, y of one shape")
-def _where(run: Any, cond: Any, x: Any, y: Any) -> Any:
-    if not all(isinstance(t, torch.Tensor) for t in (cond, x, y)):
-        raise Guard("scalar operand")
-    _float(x, y)
-    shape = torch.broadcast_shapes(cond.shape, x.shape, y.shape)
-    c2, x2, y2 = (_rows(t.expand(shape)) for t in (cond, x, y))
-    return run(K.where_kernel, c2.to(torch.uint8), x2, y2).reshape(shape)
-
-
-@builtin("aten::masked_fill", ("where_kernel",), f"{_EW}; scalar fill value")
-def _masked_fill(run: Any, x: Any, mask: Any, value: Any) -> Any:
-    if not _is_scalar(value):
-        raise Guard("tensor fill value")
-    _float(x)
-    m2 = _rows(mask.expand(x.shape)).to(torch.uint8)
-    fill = torch.full_like(_rows(x), float(value))
-    return run(K.where_kernel, m2, fill, _rows(x)).reshape(x.shape)
-
-
-_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-@builtin("aten::_to_copy", ("cast_kernel",), f"{_EW}; a float dtype change on the CPU device")
-def _to_copy(run: Any, x: Any, *, dtype: Any = None, device: Any = None, **kw: Any) -> Any:
-    _float(x)
-    if dtype not in _DTYPE_NAMES or (device is not None and torch.device(device).type != "cpu"):
-        raise Guard(f"dtype {dtype}, device {device}")
-    if kw.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
-        raise Guard(f"memory_format {kw['memory_format']}")
-    return run(K.cast_kernel, _rows(x), dtype=_DTYPE_NAMES[dtype]).reshape(x.shape)
-
-
 # ---- reductions, softmax ----------------------------------------------------------------------
+
+
+def _runs(dims: list[int]) -> list[tuple[int, int]]:
+    """Sorted dims as runs of consecutive dims [(first, last), ...]."""
+    runs: list[list[int]] = []
+    for d in sorted(set(dims)):
+        if runs and runs[-1][1] == d - 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    return [(a, b) for a, b in runs]
+
+
+def _reduce_run(run: Any, x: Any, first: int, last: int, kernel: str) -> Any:
+    """x reduced over dims first..last (kept as size 1): the last dim on the Vector engine
+    (sum / mean / amax kernels), a middle run on the Tensor engine (sum_middle_kernel)."""
+    shape = tuple(x.shape)
+    kept = shape[:first] + (1,) * (last - first + 1) + shape[last + 1 :]
+    if last == x.dim() - 1:
+        return run(getattr(K, kernel), _rows(x.reshape(*shape[:first], -1))).reshape(kept)
+    if kernel == "amax_kernel":
+        raise Guard("amax over a dim other than the last")
+    o = math.prod(shape[:first])
+    r = math.prod(shape[first : last + 1])
+    scale = 1.0 / r if kernel == "mean_kernel" else 1.0
+    x3 = x.contiguous().reshape(o, r, -1)
+    return run(K.sum_middle_kernel, x3, scale=scale).reshape(kept)
 
 
 def _reduce(kernel_name: str) -> Any:
     def adapter(run: Any, x: Any, dim: Any = None, keepdim: bool = False, **kw: Any) -> Any:
-        if kw.get("dtype") is not None:
+        if kw.get("dtype") not in (None, x.dtype):
             raise Guard("dtype=")
         _float(x)
-        dims = [dim] if isinstance(dim, int) else list(dim or [])
         nd = x.dim()
-        norm = sorted(d % nd for d in dims)
-        if kernel_name == "sum_kernel" and nd >= 2 and norm == list(range(nd - 1)):
-            s = run(K.sum_rows_kernel, _rows(x))  # bias-gradient form: all dims but the last
-            return s.reshape((1,) * (nd - 1) + (x.shape[-1],)) if keepdim else s.reshape(-1)
-        _last_dim(x, dim)
-        s = run(getattr(K, kernel_name), _rows(x))
-        return s.reshape(x.shape[:-1] + (1,)) if keepdim else s.reshape(x.shape[:-1])
+        dims = [dim] if isinstance(dim, int) else list(dim or range(nd))
+        if nd == 0:
+            raise Guard("0-d tensor")
+        runs = _runs([d % nd for d in dims])
+        if x.shape[-1] > FREE_MAX and runs[-1][1] == nd - 1:
+            raise Guard(f"last dim {x.shape[-1]} > {FREE_MAX}")
+        out = x
+        for first, last in reversed(runs):
+            out = _reduce_run(run, out, first, last, kernel_name)
+        if not keepdim:
+            gone = {d % nd for d in dims}
+            out = out.reshape([s for d, s in enumerate(out.shape) if d not in gone])
+        return out
 
     return adapter
 
 
-builtin("aten::sum", ("sum_kernel", "sum_rows_kernel"), f"{_EW}; last dim or all leading dims")(
-    _reduce("sum_kernel")
+builtin("aten::sum", ("sum_kernel", "sum_middle_kernel"), f"{_EW}; any dims")(_reduce("sum_kernel"))
+builtin("aten::mean", ("mean_kernel", "sum_middle_kernel"), f"{_EW}; any dims")(
+    _reduce("mean_kernel")
 )
-builtin("aten::mean", ("mean_kernel",), f"{_EW}; last dim")(_reduce("mean_kernel"))
 builtin("aten::amax", ("amax_kernel",), f"{_EW}; last dim")(_reduce("amax_kernel"))
 
 
@@ -387,16 +276,17 @@ def _embedding(run: Any, w: Any, idx: Any, padding_idx: int = -1, *rest: Any) ->
 @builtin(
     "aten::embedding_dense_backward",
     ("embedding_backward_kernel",),
-    f"{_FLOAT_DOC}; no padding_idx, no scale_grad_by_freq",
+    f"{_FLOAT_DOC}; no scale_grad_by_freq",
 )
 def _embedding_bwd(run: Any, g: Any, idx: Any, num: int, padding_idx: int, scale: bool) -> Any:
     _float(g)
-    if padding_idx >= 0 or scale:
-        raise Guard("padding_idx or scale_grad_by_freq")
+    if scale:
+        raise Guard("scale_grad_by_freq")
     d = g.shape[-1]
     return run(
         K.embedding_backward_kernel,
         g.contiguous().reshape(-1, d),
         _indices(idx, num),
         num_weights=int(num),
+        padding_idx=int(padding_idx),
     )

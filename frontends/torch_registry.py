@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch._library.custom_ops import CustomOpDef
 
 from nki.errors import NKITypeError
@@ -29,6 +28,7 @@ __all__ = [
     "register_kernel",
     "registry_table",
     "unregister_kernel",
+    "user_entry",
 ]
 
 
@@ -85,11 +85,15 @@ def register_kernel(
 ) -> None:
     """Run ATen op ``op`` (``"aten::gelu"``) with ``kernel``, overriding the built-in kernel.
 
-    ``kernel`` is an ``@nki.jit`` kernel (or a plain kernel function) called with the op's
-    tensor arguments in order and returning the op's output, or a ``torch.library`` custom op
-    built by :func:`frontends.torch.custom_op` (called with the same arguments). ``guard``,
-    if given, gets the op's arguments and returns ``None`` when the kernel applies or a reason
-    string (reported) when the call must fall back to the built-in kernel or the CPU."""
+    ``kernel`` is an ``@nki.jit`` kernel (or a plain kernel function) or a ``torch.library``
+    custom op built by :func:`frontends.torch.custom_op`; it is called with the op's full
+    signature as the graph calls it: every positional argument in order (tensors, Python
+    scalars, lists such as ``torch.cat``'s tensors or a ``dim``) and the keyword arguments, and
+    returns the op's output (torch tensors on the inputs' device; NumPy arrays are accepted).
+    ``guard``, if given, gets the same arguments and returns ``None`` when the kernel applies or
+    a reason string when the call must fall back. When the guard refuses or the kernel raises,
+    the built-in kernel runs (or the CPU, if there is none or it refuses too) and the report
+    records why."""
     name = _op_name(op)
     if isinstance(kernel, CustomOpDef):
         op_obj = kernel
@@ -97,7 +101,7 @@ def register_kernel(
         def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
             if guard is not None and (why := guard(*args, **kwargs)):
                 raise Guard(why)
-            return run(op_obj, *[a for a in args if isinstance(a, torch.Tensor)])
+            return run(op_obj, *args, **kwargs)
 
         label = kernel_name(kernel)
     elif isinstance(kernel, (Kernel, Launch)) or callable(kernel):
@@ -106,7 +110,7 @@ def register_kernel(
         def adapter(run: Callable, *args: Any, **kwargs: Any) -> Any:
             if guard is not None and (why := guard(*args, **kwargs)):
                 raise Guard(why)
-            return run(k, *[a.contiguous() for a in args if isinstance(a, torch.Tensor)])
+            return run(k, *args, **kwargs)
 
         label = kernel_name(k)
     else:
@@ -127,6 +131,11 @@ def unregister_kernel(op: str) -> None:
 def lookup(op: str) -> Entry | None:
     """The entry that runs ``op``: the user kernel if one is registered, else the built-in."""
     return _USER.get(op) or _BUILTIN.get(op)
+
+
+def user_entry(op: str) -> Entry | None:
+    """The user kernel registered for ``op``, if any."""
+    return _USER.get(op)
 
 
 def builtin_entry(op: str) -> Entry | None:

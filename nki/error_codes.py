@@ -168,6 +168,13 @@ ERROR_CODES: dict[str, str] = {
     "err_collective_mismatch": "instances of a collective's group that do not all reach it",
     "err_runtime": "an instruction failed while the simulator executed it",
     "err_internal": "an internal inconsistency in the simulator (please report the kernel)",
+    # ---- model-level APIs (frontends.model_builder, frontends.pipeline) ------------------------
+    "err_invalid_call_order": "a model-level call made before the call it depends on (a forward "
+    "before `to_neuron()`, `set_weights` after it, a pipeline run before its devices exist)",
+    "err_invalid_artifact": "a saved or compiled model artifact that is corrupted, of another "
+    "format version, or does not match the call that loads it",
+    "err_not_applicable": "a hardware-only option or call (NEFF / HLO bytes, placement, chip and "
+    "compiler knobs) that has no meaning on the simulator",
 }
 
 

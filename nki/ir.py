@@ -19,134 +19,12 @@ import itertools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Union
 
+from .affine import Affine, IndexExpr, LoopSym, PidSym, Sym, SymRange  # noqa: F401 (the IR's)
 from .errors import SrcLoc
-
-# --------------------------------------------------------------------------------------------
-# Scalar affine expressions over loop iterators and program ids
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class LoopSym:
-    """The iterator of one symbolic loop."""
-
-    id: int
-    name: str = ""
-
-    def __str__(self) -> str:
-        return f"l{self.id}"
-
-
-@dataclass(frozen=True, order=True)
-class PidSym:
-    """``nl.program_id(axis)``."""
-
-    axis: int
-
-    def __str__(self) -> str:
-        return f"pid{self.axis}"
-
-
-Sym = Union[LoopSym, PidSym]
-
-
-def _sym_key(s: Sym) -> tuple[int, int]:
-    return (0, s.axis) if isinstance(s, PidSym) else (1, s.id)
-
-
-@dataclass(frozen=True)
-class Affine:
-    """``const + sum(coeff * sym)`` with integer coefficients."""
-
-    terms: tuple[tuple[Sym, int], ...] = ()
-    const: int = 0
-
-    @staticmethod
-    def of(sym: Sym, coeff: int = 1) -> Affine:
-        return Affine(((sym, coeff),), 0) if coeff else Affine()
-
-    @staticmethod
-    def constant(c: int) -> Affine:
-        return Affine((), int(c))
-
-    @property
-    def is_const(self) -> bool:
-        return not self.terms
-
-    def __add__(self, other: Affine | int) -> Affine:
-        if isinstance(other, int):
-            return Affine(self.terms, self.const + other)
-        acc: dict[Sym, int] = dict(self.terms)
-        for s, c in other.terms:
-            acc[s] = acc.get(s, 0) + c
-        terms = tuple(sorted(((s, c) for s, c in acc.items() if c), key=lambda t: _sym_key(t[0])))
-        return Affine(terms, self.const + other.const)
-
-    def scale(self, k: int) -> Affine:
-        if k == 0:
-            return Affine()
-        return Affine(tuple((s, c * k) for s, c in self.terms), self.const * k)
-
-    def evaluate(self, env: Mapping[Sym, int]) -> int:
-        v = self.const
-        for s, c in self.terms:
-            v += c * env[s]
-        return v
-
-    def bounds(self, ranges: Mapping[Sym, tuple[int, int]]) -> tuple[int, int]:
-        """Inclusive (min, max) over the given inclusive symbol ranges."""
-        lo = hi = self.const
-        for s, c in self.terms:
-            a, b = ranges[s]
-            lo += min(c * a, c * b)
-            hi += max(c * a, c * b)
-        return lo, hi
-
-    def symbols(self) -> tuple[Sym, ...]:
-        return tuple(s for s, _ in self.terms)
-
-    def __str__(self) -> str:
-        parts = []
-        for s, c in self.terms:
-            parts.append(str(s) if c == 1 else f"{c}*{s}")
-        if self.const or not parts:
-            parts.append(str(self.const))
-        return " + ".join(parts).replace("+ -", "- ")
-
-
-# --------------------------------------------------------------------------------------------
-# Index expressions over tile axes
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IndexExpr:
-    """``base + sum(coeffs[d] * i_d)`` where ``i_d`` ranges over ``0 .. shape[d]-1``."""
-
-    base: Affine
-    coeffs: tuple[int, ...]
-    shape: tuple[int, ...]
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def bounds(self, ranges: Mapping[Sym, tuple[int, int]]) -> tuple[int, int]:
-        lo, hi = self.base.bounds(ranges)
-        for c, n in zip(self.coeffs, self.shape):
-            if c and n > 0:
-                lo += min(0, c * (n - 1))
-                hi += max(0, c * (n - 1))
-        return lo, hi
-
-    def __str__(self) -> str:
-        parts = [f"i{d}" if c == 1 else f"{c}*i{d}" for d, c in enumerate(self.coeffs) if c]
-        if self.base.terms or self.base.const or not parts:
-            parts.append(str(self.base))
-        return " + ".join(parts).replace("+ -", "- ")
-
+from .isa_spec import OUTPUT_ATTRS
 
 # --------------------------------------------------------------------------------------------
 # Tensors, accesses, masks, operands
@@ -245,6 +123,34 @@ class Const:
 Operand = Union[Access, Const, IndexExpr]
 
 
+@dataclass(frozen=True)
+class Use:
+    """One access an instruction makes (see :meth:`Instr.uses`). ``role``: ``"src"`` (a source
+    operand), ``"dst"`` (the destination), the key of the attribute holding it
+    (``"reduce_res"``, ``"idx_dst"``...) or ``"index"`` (the tile an indirect access reads its
+    offsets from). ``read`` / ``write``: what the instruction does to it (an accumulating
+    destination: both)."""
+
+    access: Access
+    role: str
+    read: bool
+    write: bool
+
+    @property
+    def operand(self) -> bool:
+        """A source or the destination (not an attribute operand, not an index tile)."""
+        return self.role in ("src", "dst")
+
+
+def _accesses_in(value: object) -> Iterator[Access]:
+    """The accesses an operand or attribute value holds (lists of tiles included)."""
+    if isinstance(value, Access):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _accesses_in(v)
+
+
 # --------------------------------------------------------------------------------------------
 # Nodes
 # --------------------------------------------------------------------------------------------
@@ -283,6 +189,52 @@ class Instr:
                 return v
         return default
 
+    # ---- the access model: what the instruction reads and writes ----------------------------
+    @property
+    def accumulates(self) -> bool:
+        """The destination is read, combined and written back: ``+=`` / an accumulating matmul
+        (``accumulate``), a DMA's ``dst_rmw_op`` (attribute ``rmw``), an atomic update."""
+        return self.accumulate is not None or bool(self.attr("rmw")) or self.kind == "atomic_rmw"
+
+    def uses(self) -> tuple[Use, ...]:
+        """Every access the instruction makes, in order: its sources (read), the accesses its
+        attributes hold (the outputs the instruction spec names, ``isa_spec.OUTPUT_ATTRS``:
+        ``reduce_res``, ``idx_dst``..., written; any other, read), its destination (written;
+        read too when it accumulates); each followed by the index tiles of its indirect
+        dimensions (read). A mask selects lanes by affine conditions over the tile axes and
+        symbols: it reads no memory, and a masked write writes only its lanes (it does not
+        read the others)."""
+        return self._model[0]
+
+    def reads(self) -> tuple[Access, ...]:
+        """The accesses the instruction reads (see :meth:`uses`)."""
+        return self._model[1]
+
+    def writes(self) -> tuple[Access, ...]:
+        """The accesses the instruction writes: its outputs held in attributes, its destination."""
+        return self._model[2]
+
+    @cached_property
+    def _model(self) -> tuple[tuple[Use, ...], tuple[Access, ...], tuple[Access, ...]]:
+        # (cached in the instance's __dict__: not a field, so equality and hashing ignore it)
+        uses: list[Use] = []
+
+        def add(acc: Access, role: str, read: bool, write: bool) -> None:
+            uses.append(Use(acc, role, read, write))
+            for _, ind in acc.indirect:
+                add(ind, "index", True, False)
+
+        for s in self.srcs:
+            for a in _accesses_in(s):
+                add(a, "src", True, False)
+        for k, v in self.attrs:
+            for a in _accesses_in(v):
+                add(a, k, k not in OUTPUT_ATTRS, k in OUTPUT_ATTRS)
+        if self.dst is not None:
+            add(self.dst, "dst", self.accumulates, True)
+        reads = tuple(u.access for u in uses if u.read)
+        return tuple(uses), reads, tuple(u.access for u in uses if u.write)
+
     def __str__(self) -> str:
         srcs = ", ".join(str(s) for s in self.srcs)
         attrs = "".join(f", {k}={v!r}" for k, v in self.attrs)
@@ -319,9 +271,10 @@ class Loop:
         """The iteration values when known at trace time (None: only at run time)."""
         return range(self.start, self.stop, self.step)
 
-    def value_range(self) -> tuple[int, int]:
-        r = range(self.start, self.stop, self.step)
-        return (min(r[0], r[-1]), max(r[0], r[-1])) if len(r) else (0, -1)
+    @property
+    def sym_range(self) -> SymRange:
+        """The values of the loop's iterator (a device loop's: its one symbolic trip)."""
+        return SymRange(self.start, self.stop, self.step, self.is_runtime)
 
 
 @dataclass(frozen=True)
@@ -447,6 +400,10 @@ class KernelIR:
     # is core 0's; ``walk`` visits every core's. Empty: every instance runs ``body``.
     cores: tuple[KernelIR, ...] = ()
     _by_name: dict[str, TensorDecl] = field(default_factory=dict, compare=False, repr=False)
+    # loop nest (ids of its loops) -> the symbols in scope inside it (``symbol_ranges``)
+    _scopes: dict[tuple[int, ...], Mapping[Sym, SymRange]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def tensor(self, name: str) -> TensorDecl:
         if not self._by_name:
@@ -476,6 +433,19 @@ class KernelIR:
         if self.cores:
             return itertools.chain.from_iterable(rec(c.body, ()) for c in self.cores)
         return rec(self.body, ())
+
+    def symbol_ranges(self, loops: tuple[Loop, ...] = ()) -> Mapping[Sym, SymRange]:
+        """The symbols in scope inside ``loops`` (the loops around an instruction, outermost
+        first, as :meth:`walk` gives them) and the values each takes: the program ids, then the
+        loops' iterators. Computed once per loop nest: the ranges belong to the loops, not to
+        the symbols alone (each core's trace of an LNC launch numbers its loops from 0)."""
+        key = tuple(id(lp) for lp in loops)
+        got = self._scopes.get(key)
+        if got is None:
+            out = {PidSym(a): SymRange(0, n) for a, n in enumerate(self.grid.shape)}
+            out.update((lp.sym, lp.sym_range) for lp in loops)
+            got = self._scopes[key] = out
+        return got
 
     @property
     def has_runtime_loops(self) -> bool:

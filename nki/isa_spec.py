@@ -107,9 +107,9 @@ _VOCAB: dict[str, tuple[str, str, str | None]] = {
     "src_seeds": ("in", "tile", None),
     "reduce_res": ("out", "(P, 1) tile", "reduce_res"),
     "dst_idx": ("out", "(P, 8) tile", "dst_idx"),
-    "dst_scale": ("out", "tile", None),
+    "dst_scale": ("out", "tile", "dst_scale"),
     "val_dst": ("dst", "tile", None),
-    "idx_dst": ("dst", "tile", None),
+    "idx_dst": ("dst", "tile", "idx_dst"),
     "operand0": ("operand", "scalar | (P, 1) tile", None),
     "operand1": ("operand", "scalar | (P, 1) tile", None),
     "bias": ("operand", "scalar | (P, 1) tile", None),
@@ -182,8 +182,11 @@ _VOCAB: dict[str, tuple[str, str, str | None]] = {
     "name": ("name", "str", None),
     "x": ("register", "int | None", None),
 }
-# IR attributes holding a secondary output (an access the instruction writes, not reads)
-OUTPUT_ATTRS = frozenset(attr for role, _, attr in _VOCAB.values() if role == "out" and attr)
+# IR attributes holding a tile the instruction writes, not reads: a secondary output
+# (``reduce_res``...) or a second destination (``idx_dst``)
+OUTPUT_ATTRS = frozenset(
+    attr for role, _, attr in _VOCAB.values() if role in ("out", "dst") and attr
+)
 # parameters whose role depends on the instruction
 _OVERRIDES: dict[tuple[str, str], tuple[str, str, str | None]] = {
     ("tensor_copy_predicated", "src"): ("operand", "tile | scalar", None),

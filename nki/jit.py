@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import importlib
 import inspect
 import math
 import threading
@@ -95,14 +96,22 @@ def _installed_frontends() -> dict[str, Any]:
     return _entry_points
 
 
+# The project's own frontends, for a source checkout run without installed package metadata
+# (no entry points): a torch tensor must never reach np.asarray (bfloat16 has no NumPy type).
+OWN_FRONTENDS = {"torch": "frontends.torch", "jax": "frontends.jax", "jaxlib": "frontends.jax"}
+
+
 def _framework(x: object) -> str | None:
     """The top-level module of ``x``'s type when a frontend takes such tensors."""
     mod = type(x).__module__.partition(".")[0]
     if mod in FRONTENDS:
         return mod
-    if mod in ("numpy", "builtins") or mod not in _installed_frontends():
+    if mod in ("numpy", "builtins"):
         return None
-    _installed_frontends()[mod].load()  # the frontend registers itself on import
+    if mod in _installed_frontends():
+        _installed_frontends()[mod].load()  # the frontend registers itself on import
+    elif mod in OWN_FRONTENDS:
+        importlib.import_module(OWN_FRONTENDS[mod])
     return mod if mod in FRONTENDS else None
 
 
@@ -513,7 +522,9 @@ class Launch:
                     loc=user_loc(),
                 )
             return self.kernel.fn(*args, **kwargs)
-        fw = {_framework(a) for a in list(args) + list(kwargs.values())} - {None}
+        values = list(args) + list(kwargs.values())
+        values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
+        fw = {_framework(a) for a in values} - {None}
         if fw:
             return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
         try:

@@ -10,8 +10,7 @@ Environment variables (read when no explicit value is given):
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
-* ``NKI_SIM_BACKEND``: ``auto`` (default), ``numpy``, ``batched`` (see ``batched``) or ``numba``
-  (see ``numba_backend``).
+* ``NKI_SIM_BACKEND``: ``auto`` (default) or a backend's name (``backends.SETTINGS``).
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from dataclasses import dataclass, replace
 from nki.errors import NKIError, user_loc
 from nki.targets import DEFAULT_TARGET, target_name
 
+from .backends import AUTO, SETTINGS
+
 CHECK_LEVELS = ("none", "static", "full")
-BACKENDS = ("numpy", "numba", "batched", "auto")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SimConfig:
     precise_fp: bool = True
     checks: str = "static"
     shuffle_seed: int | None = None
-    backend: str = "auto"
+    backend: str = AUTO
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", target_name(self.target))
@@ -43,9 +43,9 @@ class SimConfig:
                 code="err_invalid_config",
                 loc=user_loc(),
             )
-        if self.backend not in BACKENDS:
+        if self.backend not in SETTINGS:
             raise NKIError(
-                f"SimConfig.backend must be one of {BACKENDS}, got {self.backend!r}",
+                f"SimConfig.backend must be one of {SETTINGS}, got {self.backend!r}",
                 code="err_invalid_config",
                 loc=user_loc(),
             )
@@ -105,5 +105,5 @@ def _parse(env: dict[str, str]) -> SimConfig:
         precise_fp=precise,
         checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),
         shuffle_seed=seed_val,
-        backend=env.get("NKI_SIM_BACKEND", "auto").strip().lower(),
+        backend=env.get("NKI_SIM_BACKEND", AUTO).strip().lower(),
     )

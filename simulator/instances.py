@@ -15,6 +15,7 @@ import numpy as np
 
 from nki.ir import Instr, KernelIR
 
+from .backends import REFERENCE
 from .collectives import combine
 from .config import SimConfig
 from .executors import COLLECTIVES
@@ -33,7 +34,7 @@ class RunInfo:
     order: list[Instance] = field(default_factory=list)
     num_cores: int = 1
     target: str = ""
-    backend: str = "numpy"  # which executor ran the launch: "batched", "numba" or "numpy"
+    backend: str = REFERENCE  # the name of the backend that ran the launch (``backends.py``)
     reason: str = ""  # why a preferred backend declined the kernel (empty: none did)
 
     def instances_on(self, core: int) -> list[Instance]:

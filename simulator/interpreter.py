@@ -20,13 +20,12 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 from . import collectives, isa, language  # noqa: F401
 from .checks.lnc_races import same_write_tensors
 from .checks.lnc_writes import SameWrites
+from .checks.unwritten import check_outputs_written
 from .config import SimConfig
 from .executors import COLLECTIVES, executor_of
 from .instances import Instance, RunInfo, Schedule, run_instances
 from .memory import Ctx
 from .poison import REPORT, rule_of
-
-NAME = "numpy"
 
 
 def execute(
@@ -60,37 +59,6 @@ def execute(
     if config.checks == "full":
         check_outputs_written(ir, shadow_shared, writers)
     return True
-
-
-def check_outputs_written(
-    ir: KernelIR, shadow: dict[str, np.ndarray], writers: dict[str, set[int]]
-) -> None:
-    """Report a kernel output with elements no instruction wrote (they would be returned as
-    the uninitialised-memory sentinel, NaN for floats): the output, the unwritten region and
-    the lines that wrote the rest."""
-    for name in ir.outputs:
-        decl = ir.tensor(name)
-        base = decl.alias_of or name
-        written = shadow.get(base)
-        if written is None or written.all():
-            continue
-        missing = np.argwhere(~written)
-        lo, hi = missing.min(axis=0), missing.max(axis=0)
-        region = ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi))
-        count = len(missing)
-        lines = sorted(writers.get(base, ()))
-        by = (
-            f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} wrote the rest"
-            if lines
-            else "no instruction wrote any of it"
-        )
-        raise NKIRuntimeError(
-            f"output {ir.label(base)} {list(written.shape)} has {count} element(s) no "
-            f"instruction wrote (within [{region}]; they hold NaN/garbage): {by}. Check the "
-            "masks and loop bounds of the stores to it",
-            code="err_unwritten_output",
-            loc=ir.tensor(base).loc,
-        )
 
 
 def execute_instruction(

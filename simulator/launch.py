@@ -8,11 +8,14 @@ return nothing) with the :class:`RunInfo` of the run.
 :func:`run` is the executor part alone (storage in, storage out): it allocates the launch's
 shared HBM, schedules the instances and picks the backend. The backends are peers with one
 interface, ``execute(ir, shared, config, schedule, info) -> bool`` (False: this backend does
-not run this kernel, try the next); ``BACKENDS`` lists them in order of preference."""
+not run this kernel, try the next); ``BACKENDS`` holds them in the registry's order of
+preference (``backends.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,12 +23,9 @@ import numpy as np
 from nki.errors import NKIError
 from nki.ir import KernelIR
 
-from . import interpreter
-from .batched import backend as batched
-from .checks.capacity import check_hbm, check_host_memory
+from . import backends, interpreter
 from .checks.lnc_races import same_write_tensors
-from .checks.static import static_checks
-from .compiled import backend as numba_backend
+from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
 from .host import (
@@ -40,17 +40,19 @@ from .instances import RunInfo, Schedule, schedule
 
 __all__ = ["BACKENDS", "RunInfo", "SimConfig", "launch", "run"]
 
-# tried in order; the interpreter runs every kernel
-BACKENDS = (batched, numba_backend, interpreter)
+Execute = Callable[[KernelIR, dict[str, np.ndarray], SimConfig, Schedule, RunInfo], bool]
 
 
-# which backends each ``SimConfig.backend`` may use (the interpreter is always last)
-_ALLOWED = {
-    "auto": ("batched", "numba", "numpy"),
-    "batched": ("batched", "numpy"),
-    "numba": ("numba", "numpy"),
-    "numpy": ("numpy",),
-}
+@dataclass(frozen=True)
+class Loaded:
+    """A registry entry with its module's ``execute``."""
+
+    backend: backends.Backend
+    execute: Execute
+
+
+# tried in order; the last (the interpreter) runs every kernel
+BACKENDS = tuple(Loaded(b, importlib.import_module(b.module).execute) for b in backends.BACKENDS)
 
 
 def run(
@@ -59,7 +61,7 @@ def run(
     """Execute a traced kernel over its grid. ``inputs`` maps parameter names to arrays in
     storage dtype (they are updated in place where the kernel writes them); returns the
     storage of every shared HBM tensor and what the launch did."""
-    check_host_memory(ir, config.precise_fp)  # cumulative, before allocating anything
+    start_checks(ir, config)  # (the host memory a launch needs, before allocating anything)
     shared = shared_storage(ir, inputs, config)
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
@@ -86,11 +88,9 @@ def run(
 def _execute(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
 ) -> None:
-    for backend in BACKENDS:
-        if backend.NAME not in _ALLOWED[config.backend]:
-            continue
-        if backend.execute(ir, shared, config, sched, info):
-            info.backend = backend.NAME
+    for one in BACKENDS:
+        if one.backend.allowed(config.backend) and one.execute(ir, shared, config, sched, info):
+            info.backend = one.backend.name
             break
 
 
@@ -121,10 +121,7 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
     kernel that writes its outputs into parameters, which are then updated in place; returned
     mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
     config = storage_config(ir, config)
-    if config.checks != "none":
-        static_checks(ir, config)
-    else:
-        check_hbm(ir, config.target)  # always: an oversized HBM tensor would exhaust the host
+    static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     _check_writable(ir, arguments)
     written = written_params(ir)  # parameters the kernel only reads are not copied
     inputs = {

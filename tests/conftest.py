@@ -3,7 +3,8 @@ NKI_HYPOTHESIS_PROFILE) and the ``nki_target`` fixture come from the nki.testing
 which pip installs as the ``nki_testing`` pytest11 entry point. If the package was installed
 without it (or plugin autoloading is off), register it here.
 
-Test files import the shared helpers as ``helpers`` (tests/helpers.py): this directory goes on
+Test files import the shared helpers as ``helpers`` (tests/helpers.py) and the differential
+harness over every backend as ``backends`` (tests/backends.py): this directory goes on
 ``sys.path`` whatever pytest's import mode."""
 
 import importlib

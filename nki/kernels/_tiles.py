@@ -45,3 +45,15 @@ def load_row_vector(v: Any, d: int) -> Any:
     i_p = nl.arange(P)[:, None]
     i_f = nl.arange(d)[None, :]
     return nl.load(v[i_p * 0, i_f])
+
+
+def load_operand(y: Any, t: Any, n: int, d: int) -> Any:
+    """The second operand of an element-wise op on the (n, d) rows of tile ``t``: ``y`` is
+    (n, d), (n, 1) (one value per row, broadcast along the free axis), (1, d) (one row,
+    broadcast to every partition) or (1, 1)."""
+    yn, yd = y.shape
+    if yn == n and yd == d:
+        return load_rows(y, t, n, d)
+    if yn == n and yd == 1:
+        return load_rows(y, t, n, 1)
+    return load_row_vector(y, yd)

@@ -1,8 +1,13 @@
 """Scaled dot-product attention, flash style: forward and backward over 128 x 128 blocks of
 queries and keys with an online softmax, so any sequence length fits on chip.
 
-Layout: q, k, v, out are (BH, S, D) HBM tensors (batch and heads flattened), D <= 128 (the
-head dim is the contraction of Q K^T, on the partition axis). Scores, softmax statistics and
+Layout: q and out are (B * H, Sq, D) HBM tensors (batch and heads flattened), k and v
+(B * Hk, Sk, D) with Hk = ``kv_heads`` key/value heads shared by groups of H / Hk query heads
+(grouped-query attention; Hk = H by default), D <= 128 (the head dim is the contraction of
+Q K^T, on the partition axis). Sq may differ from Sk (a decode step: one query against a KV
+cache). An optional additive ``mask`` (MB, MH, Sq, Sk), MB in {1, B} and MH in {1, H}
+(broadcast over batch / heads), is added to the scaled scores (-inf entries get zero
+probability). Scores, softmax statistics and
 accumulators are fp32; matmul inputs keep the input dtype (fp32, bf16 or fp16). Ragged
 sequence tails load as zeros and their key columns are masked to -1e30 with
 ``nisa.affine_select`` (together with the causal predicate), so they get zero probability."""
@@ -39,105 +44,162 @@ def _load_blk(x: Any, bh: Any, t: Any, s: int, d: int, dtype: Any = None) -> Any
     return tile
 
 
-def _scores(q_t: Any, k_t: Any, qi: Any, kj: Any, s: int, scale: float, causal: bool) -> Any:
-    """(128 q, 128 k) fp32 scores q k^T * scale, masked (causal, ragged keys) to -1e30."""
+def _mask_blk(mask: Any, b: Any, h: Any, qi: Any, kj: Any, sq: int, sk: int) -> Any:
+    """The (128 q, 128 k) fp32 block of the additive mask for batch b, head h (0 where the
+    mask broadcasts over that axis); rows and columns past the ends are 0."""
+    i_q = nl.arange(P)[:, None]
+    i_k = nl.arange(P)[None, :]
+    mb = b if mask.shape[0] > 1 else 0
+    mh = h if mask.shape[1] > 1 else 0
+    rows = qi * P + i_q
+    cols = kj * P + i_k
+    tile = nl.zeros((P, P), F32, buffer=nl.sbuf)
+    tile[i_q, i_k] = nl.load(mask[mb, mh, rows, cols], mask=(rows < sq) & (cols < sk))
+    return tile
+
+
+def _scores(
+    q_t: Any, k_t: Any, qi: Any, kj: Any, sk: int, scale: float, causal: bool, m_blk: Any
+) -> Any:
+    """(128 q, 128 k) fp32 scores q k^T * scale (+ the mask block), masked (causal, ragged
+    keys) to -1e30."""
     i_q = nl.arange(P)[:, None]
     i_k = nl.arange(P)[None, :]
     raw = nl.matmul(q_t, k_t, transpose_x=True)
     sc = nl.multiply(raw, scale, dtype=F32)
+    if m_blk is not None:
+        sc = nl.add(sc, m_blk, dtype=F32)
     if causal:
-        pred = (qi * P + i_q - kj * P - i_k >= 0) & (kj * P + i_k < s)
+        pred = (qi * P + i_q - kj * P - i_k >= 0) & (kj * P + i_k < sk)
     else:
-        pred = (kj * P + i_k < s) & (i_q >= 0)
+        pred = (kj * P + i_k < sk) & (i_q >= 0)
     return nisa.affine_select(pred, sc, NEG)
 
 
 @nki.jit
-def attention_kernel(q, k, v, scale=1.0, causal=False):
-    """out[BH, S, D] = softmax(q k^T * scale (+ causal mask)) v; also lse[BH, S, 1] (fp32,
-    the log-sum-exp of each score row, for the backward).
+def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
+    """out[B*H, Sq, D] = softmax(q k^T * scale (+ mask) (+ causal mask)) v; also
+    lse[B*H, Sq, 1] (fp32, the log-sum-exp of each score row, for the backward).
 
-    Shapes: q, k, v (BH, S, D), any BH and S, D <= 128. Dtypes: float32, bfloat16 or float16,
-    all the same (out in that dtype). Flash style: 128-query blocks, keys streamed in
-    128-blocks with a running max and sum (nl.sequential_range)."""
-    nbh, s, d = q.shape
-    out = nl.ndarray((nbh, s, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    lse = nl.ndarray((nbh, s, 1), dtype=F32, buffer=nl.shared_hbm)
+    Shapes: q (B*H, Sq, D), k and v (B*Hk, Sk, D) with H = ``heads`` (default: no grouping,
+    H = Hk) a multiple of Hk; mask None or (MB, MH, Sq, Sk) with MB in {1, B}, MH in {1, H};
+    any B, Sq, Sk, D <= 128. The causal mask keeps key j <= query i (top-left aligned, as
+    torch's is_causal). Dtypes: q, k, v float32, bfloat16 or float16, all the same (out in that
+    dtype); mask any float dtype. Flash style: 128-query blocks, keys streamed in 128-blocks
+    with a running max and sum (nl.sequential_range)."""
+    nbh, sq, d = q.shape
+    nkv, sk, _ = k.shape
+    h = heads or 1  # without heads=, every (batch, head) row of q is its own batch
+    hk = nkv * h // nbh
+    g = h // hk
+    nb = nbh // h
+    out = nl.ndarray((nbh, sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((nbh, sq, 1), dtype=F32, buffer=nl.shared_hbm)
     i_p = nl.arange(P)[:, None]
     i_d = nl.arange(d)[None, :]
     i_1 = nl.arange(1)[None, :]
-    for bh in nl.affine_range(nbh):
-        for qi in nl.affine_range(row_tiles(s)):
-            q_t = _load_t(q, bh, qi, s, d)
-            m = nl.full((P, 1), NEG, F32, buffer=nl.sbuf)
-            l_sum = nl.zeros((P, 1), F32, buffer=nl.sbuf)
-            acc = nl.zeros((P, d), F32, buffer=nl.sbuf)
-            for kj in nl.sequential_range(row_tiles(s)):
-                sc = _scores(q_t, _load_t(k, bh, kj, s, d), qi, kj, s, scale, causal)
-                m_new = nl.maximum(m, nl.max(sc, axis=1, keepdims=True, dtype=F32), dtype=F32)
-                p = nl.exp(nl.subtract(sc, m_new, dtype=F32), dtype=F32)
-                corr = nl.exp(nl.subtract(m, m_new, dtype=F32), dtype=F32)
-                row = nl.sum(p, axis=1, keepdims=True, dtype=F32)
-                l_sum[i_p, i_1] = nl.add(nl.multiply(l_sum, corr, dtype=F32), row, dtype=F32)
-                p_t = nl.copy(nl.transpose(nl.copy(p, dtype=q.dtype)), dtype=q.dtype)
-                pv = nl.matmul(p_t, _load_blk(v, bh, kj, s, d), transpose_x=True)
-                acc[i_p, i_d] = nl.add(nl.multiply(acc, corr, dtype=F32), pv, dtype=F32)
-                m[i_p, i_1] = nl.copy(m_new, dtype=F32)
-            rows = qi * P + i_p
-            res = nl.multiply(acc, nl.reciprocal(l_sum, dtype=F32), dtype=q.dtype)
-            nl.store(out[bh, rows, i_d], res, mask=rows < s)
-            lse_t = nl.add(m, nl.log(l_sum, dtype=F32), dtype=F32)
-            nl.store(lse[bh, rows, i_1], lse_t, mask=rows < s)
+    for b in nl.affine_range(nb):
+        for kh in nl.affine_range(hk):
+            for j in nl.affine_range(g):
+                head = kh * g + j
+                bh = b * h + head
+                kv = b * hk + kh
+                for qi in nl.affine_range(row_tiles(sq)):
+                    q_t = _load_t(q, bh, qi, sq, d)
+                    m = nl.full((P, 1), NEG, F32, buffer=nl.sbuf)
+                    l_sum = nl.zeros((P, 1), F32, buffer=nl.sbuf)
+                    acc = nl.zeros((P, d), F32, buffer=nl.sbuf)
+                    for kj in nl.sequential_range(row_tiles(sk)):
+                        m_blk = None if mask is None else _mask_blk(mask, b, head, qi, kj, sq, sk)
+                        k_t = _load_t(k, kv, kj, sk, d)
+                        sc = _scores(q_t, k_t, qi, kj, sk, scale, causal, m_blk)
+                        m_new = nl.maximum(
+                            m, nl.max(sc, axis=1, keepdims=True, dtype=F32), dtype=F32
+                        )
+                        p = nl.exp(nl.subtract(sc, m_new, dtype=F32), dtype=F32)
+                        corr = nl.exp(nl.subtract(m, m_new, dtype=F32), dtype=F32)
+                        row = nl.sum(p, axis=1, keepdims=True, dtype=F32)
+                        l_sum[i_p, i_1] = nl.add(
+                            nl.multiply(l_sum, corr, dtype=F32), row, dtype=F32
+                        )
+                        p_t = nl.copy(nl.transpose(nl.copy(p, dtype=q.dtype)), dtype=q.dtype)
+                        pv = nl.matmul(p_t, _load_blk(v, kv, kj, sk, d), transpose_x=True)
+                        acc[i_p, i_d] = nl.add(nl.multiply(acc, corr, dtype=F32), pv, dtype=F32)
+                        m[i_p, i_1] = nl.copy(m_new, dtype=F32)
+                    rows = qi * P + i_p
+                    res = nl.multiply(acc, nl.reciprocal(l_sum, dtype=F32), dtype=q.dtype)
+                    nl.store(out[bh, rows, i_d], res, mask=rows < sq)
+                    lse_t = nl.add(m, nl.log(l_sum, dtype=F32), dtype=F32)
+                    nl.store(lse[bh, rows, i_1], lse_t, mask=rows < sq)
     return out, lse
 
 
 @nki.jit
-def attention_backward_kernel(g, q, k, v, o, lse, scale=1.0, causal=False):
-    """dq, dk, dv [BH, S, D] of :func:`attention_kernel` from the output gradient g, the
-    forward output o and its lse: with P = exp(scores - lse), dv = P^T g, dS = P (g v^T -
-    rowsum(g o)), dq = dS k * scale, dk = dS^T q * scale. Key blocks accumulate dk, dv over
-    query blocks in PSUM; a second pass over query blocks accumulates dq.
+def attention_backward_kernel(g, q, k, v, o, lse, mask=None, scale=1.0, causal=False, heads=0):
+    """dq [B*H, Sq, D], dk, dv [B*Hk, Sk, D] of :func:`attention_kernel` from the output
+    gradient g, the forward output o and its lse: with P = exp(scores - lse), dv = P^T g,
+    dS = P (g v^T - rowsum(g o)), dq = dS k * scale, dk = dS^T q * scale. Each key block
+    accumulates dk, dv in PSUM over the query blocks of every query head of its group; a
+    second pass over query blocks accumulates dq.
 
-    Shapes: g, q, k, v, o (BH, S, D), lse (BH, S, 1) fp32; any BH and S, D <= 128. Dtypes:
-    float32, bfloat16 or float16, all the same (gradients in that dtype)."""
-    nbh, s, d = q.shape
-    dq = nl.ndarray((nbh, s, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    dk = nl.ndarray((nbh, s, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    dv = nl.ndarray((nbh, s, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    Shapes and dtypes as :func:`attention_kernel`; g and o as q, lse (B*H, Sq, 1) fp32
+    (gradients in q's dtype)."""
+    nbh, sq, d = q.shape
+    nkv, sk, _ = k.shape
+    h = heads or 1
+    hk = nkv * h // nbh
+    gs = h // hk
+    nb = nbh // h
+    dq = nl.ndarray((nbh, sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((nkv, sk, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    dv = nl.ndarray((nkv, sk, d), dtype=q.dtype, buffer=nl.shared_hbm)
     i_p = nl.arange(P)[:, None]
     i_d = nl.arange(d)[None, :]
-    nt = row_tiles(s)
+    nq = row_tiles(sq)
+    nk = row_tiles(sk)
 
-    def probs(bh, qi, kj, q_t):
-        """P and dS blocks (128 q, 128 k), fp32."""
-        sc = _scores(q_t, _load_t(k, bh, kj, s, d), qi, kj, s, scale, causal)
-        p = nl.exp(nl.subtract(sc, _load_blk(lse, bh, qi, s, 1), dtype=F32), dtype=F32)
-        dp = nl.matmul(_load_t(g, bh, qi, s, d), _load_t(v, bh, kj, s, d), transpose_x=True)
-        g_b = _load_blk(g, bh, qi, s, d)
-        di = nl.sum(nl.multiply(g_b, _load_blk(o, bh, qi, s, d), dtype=F32), axis=1, keepdims=True)
+    def probs(b, head, kv, qi, kj, q_t):
+        """P and dS blocks (128 q, 128 k), fp32, and g's block."""
+        bh = b * h + head
+        m_blk = None if mask is None else _mask_blk(mask, b, head, qi, kj, sq, sk)
+        sc = _scores(q_t, _load_t(k, kv, kj, sk, d), qi, kj, sk, scale, causal, m_blk)
+        p = nl.exp(nl.subtract(sc, _load_blk(lse, bh, qi, sq, 1), dtype=F32), dtype=F32)
+        dp = nl.matmul(_load_t(g, bh, qi, sq, d), _load_t(v, kv, kj, sk, d), transpose_x=True)
+        g_b = _load_blk(g, bh, qi, sq, d)
+        o_b = _load_blk(o, bh, qi, sq, d)
+        di = nl.sum(nl.multiply(g_b, o_b, dtype=F32), axis=1, keepdims=True)
         ds = nl.multiply(p, nl.subtract(dp, di, dtype=F32), dtype=F32)
         return p, ds, g_b
 
-    for bh in nl.affine_range(nbh):
-        for kj in nl.affine_range(nt):
-            dk_acc = nl.zeros((P, d), F32, buffer=nl.psum)
-            dv_acc = nl.zeros((P, d), F32, buffer=nl.psum)
-            for qi in nl.affine_range(nt):
-                p, ds, g_b = probs(bh, qi, kj, _load_t(q, bh, qi, s, d))
-                dv_acc += nl.matmul(nl.copy(p, dtype=q.dtype), g_b, transpose_x=True)
-                q_b = _load_blk(q, bh, qi, s, d)
-                dk_acc += nl.matmul(nl.copy(ds, dtype=q.dtype), q_b, transpose_x=True)
-            rows = kj * P + i_p
-            nl.store(dv[bh, rows, i_d], nl.copy(dv_acc, dtype=q.dtype), mask=rows < s)
-            dk_res = nl.multiply(dk_acc, scale, dtype=q.dtype)
-            nl.store(dk[bh, rows, i_d], dk_res, mask=rows < s)
-        for qi in nl.affine_range(nt):
-            q_t = _load_t(q, bh, qi, s, d)
-            dq_acc = nl.zeros((P, d), F32, buffer=nl.psum)
-            for kj in nl.affine_range(nt):
-                _, ds, _ = probs(bh, qi, kj, q_t)
-                ds_t = nl.copy(nl.transpose(nl.copy(ds, dtype=q.dtype)), dtype=q.dtype)
-                dq_acc += nl.matmul(ds_t, _load_blk(k, bh, kj, s, d), transpose_x=True)
-            rows = qi * P + i_p
-            nl.store(dq[bh, rows, i_d], nl.multiply(dq_acc, scale, dtype=q.dtype), mask=rows < s)
+    for b in nl.affine_range(nb):
+        for kh in nl.affine_range(hk):
+            kv = b * hk + kh
+            for kj in nl.affine_range(nk):
+                dk_acc = nl.zeros((P, d), F32, buffer=nl.psum)
+                dv_acc = nl.zeros((P, d), F32, buffer=nl.psum)
+                for j in nl.affine_range(gs):
+                    head = kh * gs + j
+                    for qi in nl.affine_range(nq):
+                        bh = b * h + head
+                        p, ds, g_b = probs(b, head, kv, qi, kj, _load_t(q, bh, qi, sq, d))
+                        dv_acc += nl.matmul(nl.copy(p, dtype=q.dtype), g_b, transpose_x=True)
+                        q_b = _load_blk(q, bh, qi, sq, d)
+                        dk_acc += nl.matmul(nl.copy(ds, dtype=q.dtype), q_b, transpose_x=True)
+                rows = kj * P + i_p
+                nl.store(dv[kv, rows, i_d], nl.copy(dv_acc, dtype=q.dtype), mask=rows < sk)
+                dk_res = nl.multiply(dk_acc, scale, dtype=q.dtype)
+                nl.store(dk[kv, rows, i_d], dk_res, mask=rows < sk)
+            for j in nl.affine_range(gs):
+                head = kh * gs + j
+                bh = b * h + head
+                for qi in nl.affine_range(nq):
+                    q_t = _load_t(q, bh, qi, sq, d)
+                    dq_acc = nl.zeros((P, d), F32, buffer=nl.psum)
+                    for kj in nl.affine_range(nk):
+                        _, ds, _ = probs(b, head, kv, qi, kj, q_t)
+                        ds_t = nl.copy(nl.transpose(nl.copy(ds, dtype=q.dtype)), dtype=q.dtype)
+                        dq_acc += nl.matmul(ds_t, _load_blk(k, kv, kj, sk, d), transpose_x=True)
+                    rows = qi * P + i_p
+                    dq_res = nl.multiply(dq_acc, scale, dtype=q.dtype)
+                    nl.store(dq[bh, rows, i_d], dq_res, mask=rows < sq)
     return dq, dk, dv

@@ -1,10 +1,12 @@
-"""Element-wise kernels: unary math and activations, binary arithmetic (with the row/column
-broadcasts a framework needs), scalar forms, activation backward kernels and where.
+"""Element-wise kernels: unary math and activations, binary arithmetic and comparisons (with the
+row/column broadcasts a framework needs), scalar forms, activation backward kernels, where and
+casts.
 
 Every kernel here works on 2-D (N, D) HBM tensors: rows go on the partition axis 128 at a
 time (the last, ragged tile under a row mask) and D stays whole in the free axis
-(D <= ``FREE_MAX`` = 4096). Engines compute in fp32; the result is rounded once to the
-output dtype (the input dtype: float32, bfloat16 or float16).
+(D <= ``FREE_MAX`` = 4096). Float inputs are computed in fp32 and rounded once to the output
+dtype (the input dtype: float32, bfloat16 or float16); int32 inputs of the exact integer ops
+(add, sub, mul, maximum, minimum, neg, abs, copy, comparisons) are computed in int32.
 
 The kernels are generated from tables (``UNARY``, ``BINARY``, ``GRAD``): one row per op, one
 ``@nki.jit`` kernel per row, named ``<op>_kernel``."""
@@ -18,9 +20,26 @@ from typing import Any
 import nki
 import nki.language as nl
 
-from ._tiles import load_row_vector, load_rows, row_tiles, store_rows
+from ._tiles import load_operand, load_rows, row_tiles, store_rows
 
 F32 = nl.float32
+TWO_PI_HI = 6.28125  # 2*pi split for an exact range reduction: k * TWO_PI_HI is exact in fp32
+TWO_PI_LO = 2 * math.pi - 6.28125
+
+
+def _reduce_angle(x: Any) -> Any:
+    """x - 2*pi*round(x / 2*pi) in fp32 (Cody-Waite): the Scalar engine's sin takes
+    [-pi, pi]."""
+    k = nl.floor(nl.add(nl.multiply(x, 1.0 / (2 * math.pi), dtype=F32), 0.5, dtype=F32), dtype=F32)
+    r = nl.subtract(x, nl.multiply(k, TWO_PI_HI, dtype=F32), dtype=F32)
+    return nl.subtract(r, nl.multiply(k, TWO_PI_LO, dtype=F32), dtype=F32)
+
+
+def _cos(x: Any) -> Any:
+    """cos(x) = sin(pi/2 - |r|) for the reduced angle r (|r| <= pi, so the argument is in
+    [-pi/2, pi/2])."""
+    r = nl.abs(_reduce_angle(x), dtype=F32)
+    return nl.sin(nl.subtract(math.pi / 2, r, dtype=F32), dtype=F32)
 
 
 def _gelu_tanh_dx(x: Any) -> Any:
@@ -53,18 +72,47 @@ UNARY: dict[str, tuple[Callable[[Any], Any], str]] = {
     "gelu": (lambda x: nl.gelu(x, dtype=F32), "x * Phi(x) (exact, erf)"),
     "gelu_tanh": (lambda x: nl.gelu_apprx_tanh(x, dtype=F32), "tanh approximation of gelu"),
     "silu": (lambda x: nl.silu(x, dtype=F32), "x * sigmoid(x)"),
+    "sin": (lambda x: nl.sin(_reduce_angle(x), dtype=F32), "sine (range-reduced to [-pi, pi])"),
+    "cos": (_cos, "cosine (range-reduced)"),
+    "erf": (lambda x: nl.erf(x, dtype=F32), "error function"),
 }
 
-# op -> (tile function of (x, y) in fp32, meaning)
-BINARY: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
-    "add": (lambda x, y: nl.add(x, y, dtype=F32), "x + y"),
-    "sub": (lambda x, y: nl.subtract(x, y, dtype=F32), "x - y"),
-    "mul": (lambda x, y: nl.multiply(x, y, dtype=F32), "x * y"),
-    "div": (lambda x, y: nl.divide(x, y, dtype=F32), "x / y"),
-    "pow": (lambda x, y: nl.power(x, y, dtype=F32), "x ** y"),
-    "maximum": (lambda x, y: nl.maximum(x, y, dtype=F32), "max(x, y)"),
-    "minimum": (lambda x, y: nl.minimum(x, y, dtype=F32), "min(x, y)"),
+# unary ops that are exact on int32 (computed in the input dtype, no fp32 round trip)
+EXACT_UNARY: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
+    "copy": (lambda x, dt: nl.copy(x, dtype=dt), "x (a copy)"),
+    "neg_int": (lambda x, dt: nl.negative(x, dtype=dt), "-x"),
+    "abs_int": (lambda x, dt: nl.abs(x, dtype=dt), "|x|"),
+    "logical_not": (lambda x, dt: nl.equal(x, 0, dtype=dt), "x == 0 (0 or 1)"),
 }
+
+# op -> (tile function of (x, y, compute dtype), meaning); floats compute in fp32, int32 inputs
+# of the ops in INT_EXACT in int32
+BINARY: dict[str, tuple[Callable[[Any, Any, Any], Any], str]] = {
+    "add": (lambda x, y, dt: nl.add(x, y, dtype=dt), "x + y"),
+    "sub": (lambda x, y, dt: nl.subtract(x, y, dtype=dt), "x - y"),
+    "mul": (lambda x, y, dt: nl.multiply(x, y, dtype=dt), "x * y"),
+    "div": (lambda x, y, dt: nl.divide(x, y, dtype=dt), "x / y"),
+    "pow": (lambda x, y, dt: nl.power(x, y, dtype=dt), "x ** y"),
+    "maximum": (lambda x, y, dt: nl.maximum(x, y, dtype=dt), "max(x, y)"),
+    "minimum": (lambda x, y, dt: nl.minimum(x, y, dtype=dt), "min(x, y)"),
+}
+INT_EXACT = ("add", "sub", "mul", "maximum", "minimum")
+
+# comparison and logic ops: (tile function of (x, y) -> 0/1, meaning); the result is bool
+COMPARE: dict[str, tuple[Callable[[Any, Any], Any], str]] = {
+    "eq": (lambda x, y: nl.equal(x, y, dtype=nl.bool_), "x == y"),
+    "ne": (lambda x, y: nl.not_equal(x, y, dtype=nl.bool_), "x != y"),
+    "lt": (lambda x, y: nl.less(x, y, dtype=nl.bool_), "x < y"),
+    "le": (lambda x, y: nl.less_equal(x, y, dtype=nl.bool_), "x <= y"),
+    "gt": (lambda x, y: nl.greater(x, y, dtype=nl.bool_), "x > y"),
+    "ge": (lambda x, y: nl.greater_equal(x, y, dtype=nl.bool_), "x >= y"),
+    "logical_and": (lambda x, y: nl.minimum(x, y, dtype=nl.bool_), "x and y (0/1 inputs)"),
+    "logical_or": (lambda x, y: nl.maximum(x, y, dtype=nl.bool_), "x or y (0/1 inputs)"),
+}
+
+
+def _compute_dtype(op: str, dtype: Any) -> Any:
+    return dtype if op in INT_EXACT and dtype == nl.int32 else F32
 
 
 def _sig_grad(g: Any, y: Any) -> Any:
@@ -131,18 +179,10 @@ def _binary(op: str) -> Any:
     def kernel(x, y):
         n, d = x.shape
         out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-        yn, yd = y.shape
+        dt = _compute_dtype(op, x.dtype)
         for t in nl.affine_range(row_tiles(n)):
-            xt = load_rows(x, t, n, d)
-            if yn == n and yd == d:
-                yt = load_rows(y, t, n, d)
-            elif yn == n:  # (N, 1): one value per row, broadcast along the free axis
-                yt = load_rows(y, t, n, 1)
-            elif yd == d:  # (1, D): one row, broadcast to every partition
-                yt = load_row_vector(y, d)
-            else:  # (1, 1)
-                yt = load_row_vector(y, 1)
-            store_rows(out, t, n, d, nl.copy(f(xt, yt), dtype=x.dtype))
+            res = f(load_rows(x, t, n, d), load_operand(y, t, n, d), dt)
+            store_rows(out, t, n, d, nl.copy(res, dtype=x.dtype))
         return out
 
     return _named(
@@ -150,7 +190,63 @@ def _binary(op: str) -> Any:
         f"{op}_kernel",
         f"out[N, D] = {meaning}, element-wise.\n\nShapes: x (N, D), y (N, D), (N, 1), (1, D) or "
         "(1, 1) (broadcast); any N, D <= 4096. Dtypes: float32, bfloat16, float16, y of x's "
-        "dtype (computed in fp32, rounded once to x's dtype).",
+        "dtype (computed in fp32, rounded once to x's dtype)"
+        + ("; int32 (exact)." if op in INT_EXACT else "."),
+    )
+
+
+def _compare(op: str) -> Any:
+    f, meaning = COMPARE[op]
+
+    def kernel(x, y):
+        n, d = x.shape
+        out = nl.ndarray((n, d), dtype=nl.bool_, buffer=nl.shared_hbm)
+        for t in nl.affine_range(row_tiles(n)):
+            store_rows(out, t, n, d, f(load_rows(x, t, n, d), load_operand(y, t, n, d)))
+        return out
+
+    return _named(
+        kernel,
+        f"{op}_kernel",
+        f"out[N, D] = {meaning} as bool.\n\nShapes: x (N, D), y (N, D), (N, 1), (1, D) or "
+        "(1, 1) (broadcast); any N, D <= 4096. Dtypes: float32, bfloat16, float16, int32 or "
+        "bool, y of x's dtype (compared in fp32 for floats, exactly for int32).",
+    )
+
+
+def _compare_scalar(op: str) -> Any:
+    f, meaning = COMPARE[op]
+
+    def kernel(x, s=0.0):
+        n, d = x.shape
+        out = nl.ndarray((n, d), dtype=nl.bool_, buffer=nl.shared_hbm)
+        for t in nl.affine_range(row_tiles(n)):
+            store_rows(out, t, n, d, f(load_rows(x, t, n, d), s))
+        return out
+
+    return _named(
+        kernel,
+        f"{op}_scalar_kernel",
+        f"out[N, D] = {meaning} as bool, y the Python scalar s.\n\nShapes: x (N, D), any N, "
+        "D <= 4096. Dtypes: float32, bfloat16, float16, int32 or bool.",
+    )
+
+
+def _exact_unary(op: str) -> Any:
+    f, meaning = EXACT_UNARY[op]
+
+    def kernel(x):
+        n, d = x.shape
+        out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+        for t in nl.affine_range(row_tiles(n)):
+            store_rows(out, t, n, d, f(load_rows(x, t, n, d), x.dtype))
+        return out
+
+    return _named(
+        kernel,
+        f"{op}_kernel",
+        f"out[N, D] = {meaning}, element-wise, exact.\n\nShapes: x (N, D), any N, D <= 4096. "
+        "Dtypes: float32, bfloat16, float16, int32, uint8 or bool (out in x's dtype).",
     )
 
 
@@ -160,9 +256,10 @@ def _scalar(op: str) -> Any:
     def kernel(x, s=0.0, reverse=False):
         n, d = x.shape
         out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+        dt = _compute_dtype(op, x.dtype)
         for t in nl.affine_range(row_tiles(n)):
             xt = load_rows(x, t, n, d)
-            res = f(s, xt) if reverse else f(xt, s)
+            res = f(s, xt, dt) if reverse else f(xt, s, dt)
             store_rows(out, t, n, d, nl.copy(res, dtype=x.dtype))
         return out
 
@@ -199,33 +296,45 @@ def _grad(op: str) -> Any:
 def where_kernel(cond, x, y):
     """out[N, D] = x where cond != 0 else y (torch.where / masked_fill).
 
-    Shapes: cond, x, y all (N, D), any N, D <= 4096. Dtypes: cond bool/uint8 (or any
-    numeric); x and y float32, bfloat16 or float16, the same (result in x's dtype)."""
-    n, d = x.shape
+    Shapes: cond, x and y each (N, D), (N, 1), (1, D) or (1, 1) (broadcast to (N, D), the
+    largest of their shapes); any N, D <= 4096. Dtypes: cond bool/uint8 (or any numeric); x and
+    y float32, bfloat16, float16 or int32, the same (result in x's dtype)."""
+    n = max(cond.shape[0], x.shape[0], y.shape[0])
+    d = max(cond.shape[1], x.shape[1], y.shape[1])
     out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     for t in nl.affine_range(row_tiles(n)):
-        ct = load_rows(cond, t, n, d, dtype=nl.float32)
-        xt = load_rows(x, t, n, d)
-        yt = load_rows(y, t, n, d)
+        ct = nl.copy(load_operand(cond, t, n, d), dtype=nl.float32)
+        xt = load_operand(x, t, n, d)
+        yt = load_operand(y, t, n, d)
         store_rows(out, t, n, d, nl.where(ct, xt, yt, dtype=x.dtype))
     return out
 
 
 @nki.jit
 def cast_kernel(x, dtype="float32"):
-    """out[N, D] = x converted to ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``),
-    rounded to nearest-even once.
+    """out[N, D] = x converted to ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``,
+    ``"int32"``, ``"bool_"``), floats rounded to nearest-even once (float -> int rounds toward
+    zero, as torch does).
 
-    Shapes: x (N, D), any N, D <= 4096. Dtypes: x float32, bfloat16 or float16."""
+    Shapes: x (N, D), any N, D <= 4096. Dtypes: x float32, bfloat16, float16, int32 or bool."""
     n, d = x.shape
     out_dtype = getattr(nl, dtype)
     out = nl.ndarray((n, d), dtype=out_dtype, buffer=nl.shared_hbm)
+    to_int = out_dtype == nl.int32 and x.dtype in (nl.float32, nl.bfloat16, nl.float16)
     for t in nl.affine_range(row_tiles(n)):
-        store_rows(out, t, n, d, nl.copy(load_rows(x, t, n, d), dtype=out_dtype))
+        xt = load_rows(x, t, n, d)
+        if to_int:  # torch truncates; the engines round to nearest-even
+            xt = nl.trunc(xt, dtype=F32)
+        elif out_dtype == nl.bool_:
+            xt = nl.not_equal(xt, 0, dtype=F32)
+        store_rows(out, t, n, d, nl.copy(xt, dtype=out_dtype))
     return out
 
 
 UNARY_KERNELS: dict[str, Any] = {op: _unary(op) for op in UNARY}
 BINARY_KERNELS: dict[str, Any] = {op: _binary(op) for op in BINARY}
 SCALAR_KERNELS: dict[str, Any] = {op: _scalar(op) for op in BINARY}
+COMPARE_KERNELS: dict[str, Any] = {op: _compare(op) for op in COMPARE}
+COMPARE_SCALAR_KERNELS: dict[str, Any] = {op: _compare_scalar(op) for op in COMPARE}
+EXACT_KERNELS: dict[str, Any] = {op: _exact_unary(op) for op in EXACT_UNARY}
 GRAD_KERNELS: dict[str, Any] = {op: _grad(op) for op in GRAD}

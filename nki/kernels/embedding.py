@@ -31,9 +31,11 @@ def embedding_kernel(w, idx):
 
 
 @nki.jit
-def embedding_backward_kernel(g, idx, num_weights=1):
+def embedding_backward_kernel(g, idx, num_weights=1, padding_idx=-1):
     """dw[V, D] = sum of the rows g[n] with idx[n] == v, as onehot(idx)^T @ g on the Tensor
     engine (the one-hot block built from iota and a compare), fp32 PSUM accumulation over N.
+    Rows whose index is ``padding_idx`` (if >= 0) add nothing. Also the scatter-add of
+    index_put(accumulate=True) and scatter.
 
     Shapes: g (N, D), idx (N, 1) int32, V = num_weights; any N, V, D. Dtypes: g float32,
     bfloat16 or float16 (dw in g's dtype)."""
@@ -52,6 +54,9 @@ def embedding_backward_kernel(g, idx, num_weights=1):
                 it = load_rows(idx, t, n, 1, dtype=F32)
                 ids = nisa.iota(vt * P + i_m + 0 * i_p, dtype=F32)
                 onehot = nl.equal(ids, it, dtype=g.dtype)
+                if padding_idx >= 0:
+                    keep = nl.not_equal(it, float(padding_idx), dtype=g.dtype)
+                    onehot = nl.multiply(onehot, keep, dtype=g.dtype)
                 gt = nl.zeros((P, PSUM_FMAX), g.dtype, buffer=nl.sbuf)
                 gt[i_p, i_n] = nl.load(g[rows, cols], mask=(rows < n) & (cols < d))
                 acc += nl.matmul(onehot, gt, transpose_x=True)

@@ -131,3 +131,30 @@ def cumsum_kernel(x):
             acc += nl.matmul(xt, upper, transpose_x=True)
         store_rows(out, t, n, d, nl.copy(acc, dtype=x.dtype))
     return out
+
+
+@nki.jit
+def sum_middle_kernel(x, scale=1.0):
+    """s[O, I] = scale * sum over r of x[O, R, I] (torch.sum / mean over a middle dim, or over
+    leading dims with O = 1), as ones[R]^T @ x[o] on the Tensor engine with fp32 PSUM
+    accumulation over 128-row tiles of R.
+
+    Shapes: any O, R, I (I tiled by 512). Dtypes: float32, bfloat16, float16 (s in x's dtype)."""
+    no, r, ni = x.shape
+    out = nl.ndarray((no, ni), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_n = nl.arange(512)[None, :]
+    i_1 = nl.arange(1)[None, :]
+    ones = nl.ones((128, 1), x.dtype, buffer=nl.sbuf)
+    for o in nl.affine_range(no):
+        for ci in nl.affine_range((ni + 511) // 512):
+            cols = ci * 512 + i_n
+            acc = nl.zeros((1, 512), F32, buffer=nl.psum)
+            for rt in nl.affine_range(row_tiles(r)):
+                rows = rt * 128 + i_p
+                xt = nl.zeros((128, 512), x.dtype, buffer=nl.sbuf)
+                xt[i_p, i_n] = nl.load(x[o, rows, cols], mask=(rows < r) & (cols < ni))
+                acc += nl.matmul(ones, xt, transpose_x=True)
+            res = nl.multiply(acc, scale, dtype=x.dtype)
+            nl.store(out[o + 0 * i_1, cols], res, mask=cols < ni)
+    return out

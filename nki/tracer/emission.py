@@ -195,7 +195,7 @@ def _fuse_into(
         return False
     if last.mask is not None and mask is not None and last.mask != mask:
         return False
-    if last.dst.shape != dst.shape or any(_reads(s, t.name) for s in last.srcs):
+    if last.dst.shape != dst.shape or any(a.tensor == t.name for a in last.reads()):
         return False
     if st.tensors[dst.tensor].dtype != t.decl.dtype:
         return False
@@ -224,12 +224,6 @@ def _producer_mask(st: TraceState, t: NkiTensor, dst: Access) -> Mask | None:
     if last.dst.tensor != t.name or last.dst.shape != dst.shape:
         return None
     return last.mask
-
-
-def _reads(src: object, name: str) -> bool:
-    if isinstance(src, Access):
-        return src.tensor == name or any(_reads(a, name) for _, a in src.indirect)
-    return False
 
 
 def stage_psum_operand(x: Any, api: str) -> Any:

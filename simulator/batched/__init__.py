@@ -6,6 +6,6 @@ independent ``affine_range`` iterations, as NumPy operations over leading batch 
 per position by the interpreter's executors), ``subtrees`` (device loops and views), ``hbm``
 (the proof that no position meets another's HBM writes)."""
 
-from .backend import NAME, execute
+from .backend import execute
 
-__all__ = ["NAME", "execute"]
+__all__ = ["execute"]

@@ -11,13 +11,14 @@ arrays, its mask evaluated batch-wide once. Batch axes are chunked under ``BUDGE
 
 The executors repeat the interpreter's numerics (fp32 compute, the same NumPy calls,
 ``numerics.cast`` on write), so results are bit-identical. An instruction without a batched
-executor is hosted (``batched_host.py``): run per position by the interpreter's executor. A
-device loop is iterated around its batched body while its bounds or condition agree across
-positions, else run per position by the interpreter's walker (``batched_subtrees.py``). Views
-are views of their base's batched storage. ``batched_plan.py`` decides the batch axes, hosted
-instructions and skipped copies; ``execute`` declines (returns False, the reason in
-``RunInfo.reason``) kernels whose semantics need the per-instance walk (core meetings of LNC=2,
-HBM one position sees another write, ``shuffle_seed``...); the next backend runs them."""
+executor in the registry, or one its entry declines (``ops.py``), is hosted (``host.py``): run
+per position by the interpreter's executor. A device loop is iterated around its batched body
+while its bounds or condition agree across positions, else run per position by the
+interpreter's walker (``subtrees.py``). Views are views of their base's batched storage.
+``plan.py`` decides the batch axes, hosted instructions and skipped copies; ``execute``
+declines (returns False, the reason in ``RunInfo.reason``) kernels whose semantics need the
+per-instance walk (core meetings of LNC=2, HBM one position sees another write,
+``shuffle_seed``...); the next backend runs them."""
 
 from __future__ import annotations
 
@@ -41,14 +42,13 @@ from nki.ir import (
 from .. import interpreter
 from ..checks.coverage import instructions_of
 from ..config import SimConfig
-from ..executors import COLLECTIVES
+from ..executors import COLLECTIVES, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx
 from .host import Host, StateUsed
-from .ops import EXECUTORS
+from .ops import BATCHED
 from .plan import Declined, Plan, plan
 
-NAME = "batched"
 BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache-friendly sizes)
 
 
@@ -191,7 +191,7 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
         ctx.depth[instr.dst.tensor] = len(ctx.dims)
         return
     try:
-        EXECUTORS[instr.kind](instr, ctx)  # (under the launch's np.errstate)
+        executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
     except NKIError as e:
         raise e.with_context(loc=instr.loc) from None
     except Exception as e:
@@ -301,8 +301,6 @@ def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> Non
 
 
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
-    if config.backend not in ("auto", "batched"):
-        return f"backend={config.backend!r}"
     if sched.rng is not None:
         return "shuffle_seed runs instances in a shuffled order (interpreter)"
     return None

@@ -28,7 +28,6 @@ from nki.ir import Access, Instr, KernelIR, Loop, PidSym, Sym
 
 from ..checks import races
 from ..checks.coverage import instructions_of, nodes_of
-from .host import touched
 
 _MAX_DIFFERENCES = 1 << 21  # position differences enumerated per pair of accesses
 
@@ -50,8 +49,7 @@ def check_positions(
     order)."""
     uses: dict[str, list[_HbmUse]] = {}
     for instr, loops in instructions_of(ir):
-        reads, written = touched(instr)
-        for acc, w in [*((a, False) for a in reads), *((a, True) for a in written)]:
+        for acc, w in [*((a, False) for a in instr.reads()), *((a, True) for a in instr.writes())]:
             d = ir.tensor(acc.tensor)
             base = d.alias_of or d.name
             if ir.tensor(base).buffer == "shared_hbm":
@@ -81,25 +79,21 @@ def check_positions(
     return frozenset(reread), None
 
 
-_FAR = 1 << 62  # the bound of an index whose range is unknown (indirect, device loop)
+FAR = 1 << 62  # the bound of an index whose range is unknown (indirect, device loop)
 
 
 def _overlapping_pairs(ir: KernelIR, us: list[_HbmUse]) -> list[tuple[_HbmUse, _HbmUse]]:
     """(write, access) pairs of one tensor whose footprints over all positions overlap in every
     dimension (each write against itself, later writes and every read): only those can meet.
     One vectorised box test per write keeps this near-linear for kernels of many stores."""
-    ranges: dict[Sym, tuple[int, int]] = {
-        PidSym(g): (0, n - 1) for g, n in enumerate(ir.grid.shape)
-    }
     lo = np.empty((len(us), len(us[0].acc.index)), dtype=np.int64)
     hi = np.empty_like(lo)
     for k, u in enumerate(us):
-        known = dict(ranges)
-        known.update({lp.sym: lp.value_range() for lp in u.loops if not lp.is_runtime})
+        known = {s: r.bounds for s, r in ir.symbol_ranges(u.loops).items() if not r.runtime}
         indirect = dict(u.acc.indirect)
         for d, e in enumerate(u.acc.index):
             if d in indirect or any(s not in known for s in e.base.symbols()):
-                lo[k, d], hi[k, d] = -_FAR, _FAR
+                lo[k, d], hi[k, d] = -FAR, FAR
             else:
                 lo[k, d], hi[k, d] = e.bounds(known)
     writes = np.array([u.writes for u in us])
@@ -150,11 +144,9 @@ def _positions_meet(ir: KernelIR, w: _HbmUse, o: _HbmUse, batch: set[int]) -> st
         return f"HBM tensor {name}: {pair} index it with different ranks"
 
     def rest(u: _HbmUse) -> dict[Sym, tuple[int, int, int]]:
-        out = {PidSym(g): (0, 1, n) for g, n in enumerate(ir.grid.shape) if n <= 1}
         # (a device loop's trips are unknown: its symbol stays outside the forms, undecided)
-        out.update(
-            {lp.sym: (lp.start, lp.step, lp.trip_count) for lp in u.loops if not lp.is_runtime}
-        )
+        scope = ir.symbol_ranges(u.loops)
+        out = {s: (r.start, r.step, r.trips) for s, r in scope.items() if not r.runtime}
         for s, _ in axes:
             out.pop(s[0], None)
         return out
@@ -286,13 +278,13 @@ def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
     base = ir.storage_of(load.srcs[0].tensor)  # type: ignore[union-attr]
     start = end = order[id(load)]
     for instr, _ in instructions_of(ir):
-        if any(a.tensor == load.dst.tensor for a in touched(instr)[0]):
+        if any(a.tensor == load.dst.tensor for a in instr.reads()):
             if order[id(instr)] < start:
                 return True  # (read in a later trip of a loop, before it is reloaded)
             end = max(end, order[id(instr)])
     return any(
         start < order[id(instr)] <= end
-        and any(ir.storage_of(w.tensor) == base for w in touched(instr)[1])
+        and any(ir.storage_of(w.tensor) == base for w in instr.writes())
         for instr, _ in instructions_of(ir)
     )
 
@@ -318,7 +310,7 @@ def seen_before_store(
     }
     for n, _ in nodes[producer : order[id(store)]]:
         if isinstance(n, Instr):
-            names = {a.tensor for part in touched(n) for a in part}
+            names = {u.access.tensor for u in n.uses()}
             if names & views or base in {ir.storage_of(t) for t in names}:
                 return True
     return False

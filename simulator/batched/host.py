@@ -9,7 +9,7 @@ What stays exact, and why:
 - Tiles and HBM: the plan already proves positions independent (no on-chip tile carried across
   batched iterations, distinct HBM writes per position, no HBM tensor both written and read);
   hosted instructions' secondary outputs and indirect index tiles count in those proofs
-  (``touched``).
+  (``Instr.reads`` / ``Instr.writes``).
 - Engine state (accumulator registers, PSUM accumulation groups, random generators) is kept
   per instance, as in the interpreter. Batching grid axes keeps each instance's order of
   instructions; batching an ``affine_range`` loop would not, so a loop around an instruction
@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nki.ir import Access, Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
-from nki.isa_spec import OUTPUT_ATTRS
+from nki.ir import Instr, KernelIR, Node, PidSym, RuntimeLoop, Sym
 
 from ..executors import COLLECTIVES, executor_of
 from ..interpreter import execute_instruction, execute_nodes
@@ -77,34 +76,6 @@ def uses_engine_state(instr: Instr) -> bool:
     if instr.kind == "isa" and instr.op in _STATEFUL_ISA:
         return True
     return any(instr.attr(k) not in (None, False, "idle") for k in _STATE_ATTRS)
-
-
-def _accesses(obj: object) -> Iterator[Access]:
-    if isinstance(obj, Access):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for o in obj:
-            yield from _accesses(o)
-
-
-def touched(instr: Instr) -> tuple[list[Access], list[Access]]:
-    """(read, written) accesses of an instruction: sources, attribute operands and indirect
-    index tiles are read; the destination and secondary outputs (``reduce_res``...) written;
-    an accumulating (or read-modify-write) destination is read too."""
-    reads = [a for s in instr.srcs for a in _accesses(s)]
-    writes = [] if instr.dst is None else [instr.dst]
-    for k, v in instr.attrs:
-        (writes if k in OUTPUT_ATTRS else reads).extend(_accesses(v))
-    if instr.dst is not None and (
-        instr.accumulate or instr.attr("rmw") or instr.kind == "atomic_rmw"
-    ):
-        reads.append(instr.dst)
-    todo = [*reads, *writes]
-    while todo:  # (index tiles may themselves be indirect accesses)
-        for _, ind in todo.pop().indirect:
-            reads.append(ind)
-            todo.append(ind)
-    return reads, writes
 
 
 class StateUsed(BaseException):

@@ -1,8 +1,9 @@
 """Executors of the batched backend (``backend.py``): the reference executors of
 ``simulator/language`` restated over operands with leading batch axes. Each repeats its
 reference's numerics call for call (fp32 compute, same NumPy functions on contiguous operands,
-``numerics.cast`` on write) so results are bit-identical; ``unsupported_instr`` says which
-instructions have no batched executor (they are hosted, see ``host.py``)."""
+``numerics.cast`` on write) so results are bit-identical. Each registers in the executor
+registry (``executors.py``) with the predicate that says which instructions of its key it
+declines; those, and instructions without a batched executor, are hosted (see ``host.py``)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ from collections.abc import Callable
 import numpy as np
 
 from nki import dtypes
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, PidSym
+from nki.ir import Access, Const, IndexExpr, Instr, PidSym
 from nki.optable import OPS, apply
 
 from .. import numerics
+from ..backends import name_of
 from ..collectives import fold, member_input
+from ..executors import Declines, Executor, executes
 from ..isa import formulas as M
-from ..isa.common import check_dst
 from ..language.common import is_int_access
 from .context import BCtx, contiguous
+
+BATCHED = name_of(__package__)  # this backend's name in the registry
 
 _REDUCE_ROW = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply",
                "all": "logical_and"}  # fmt: skip
@@ -33,39 +37,56 @@ def _same_rank(instr: Instr) -> bool:
     return all(len(s.shape) == r for s in instr.srcs if isinstance(s, Access))
 
 
-def unsupported_instr(instr: Instr, ir: KernelIR) -> str | None:
-    """Why ``instr`` cannot run batched (None: it can); such an instruction is hosted."""
-    what = f"'{instr.api or instr.kind + '.' + instr.op}'"
-    if instr.kind not in EXECUTORS:
-        return f"{what} has no batched executor"
-    if instr.kind == "isa":
-        why = _unsupported_isa(instr, what)
-        if why:
-            return why
-    accs = [a for a in (instr.dst, *instr.srcs) if isinstance(a, Access)]
-    if any(a.indirect for a in accs):
-        return f"{what} uses an indirect (data-dependent) access"
-    if any(not isinstance(s, (Access, Const)) for s in instr.srcs) and not _is_iota(instr):
-        return f"{what} takes an index-expression operand"
-    if instr.kind == "ew":
-        if OPS[instr.op].bitvec:
-            return f"{what} is a bit-vector op"
-        if not _same_rank(instr):
-            return f"{what} broadcasts operands of another rank"
-    if instr.kind == "copy" and not _same_rank(instr):
-        return f"{what} broadcasts operands of another rank"
-    if instr.kind == "reduce" and instr.mask is not None:
-        return f"{what} is a masked reduction"
-    if instr.kind in ("matmul", "transpose"):
-        if instr.mask is not None or instr.attr("psum_group", False):
-            return f"{what} is masked or a classic PSUM accumulation group"
-        if any(len(a.shape) != 2 for a in accs):
-            return f"{what} on tiles that are not 2-D"
-    if instr.kind == "dma" and instr.accumulate is not None:
-        return f"{what} accumulates"
+def _indirect(instr: Instr) -> str | None:
+    if any(isinstance(a, Access) and a.indirect for a in (instr.dst, *instr.srcs)):
+        return "uses an indirect (data-dependent) access"
     return None
 
 
+def _operands(instr: Instr) -> str | None:
+    """What every batched executor needs: direct accesses and no index-expression operand."""
+    if any(not isinstance(s, (Access, Const)) for s in instr.srcs):
+        return _indirect(instr) or "takes an index-expression operand"
+    return _indirect(instr)
+
+
+def _rank(instr: Instr) -> str | None:
+    return None if _same_rank(instr) else "broadcasts operands of another rank"
+
+
+def _batched(kind: str, declines: Declines = _operands) -> Callable[[Executor], Executor]:
+    return executes(kind, backend=BATCHED, declines=declines)
+
+
+def _declines_ew(instr: Instr) -> str | None:
+    bitvec = "is a bit-vector op" if OPS[instr.op].bitvec else None
+    return _operands(instr) or bitvec or _rank(instr)
+
+
+def _declines_copy(instr: Instr) -> str | None:
+    return _operands(instr) or _rank(instr)
+
+
+def _declines_reduce(instr: Instr) -> str | None:
+    return _operands(instr) or ("is a masked reduction" if instr.mask is not None else None)
+
+
+def _declines_matmul(instr: Instr) -> str | None:
+    why = _operands(instr)
+    if why:
+        return why
+    if instr.mask is not None or instr.attr("psum_group", False):
+        return "is masked or a classic PSUM accumulation group"
+    if any(isinstance(a, Access) and len(a.shape) != 2 for a in (instr.dst, *instr.srcs)):
+        return "on tiles that are not 2-D"
+    return None
+
+
+def _declines_dma(instr: Instr) -> str | None:
+    return _operands(instr) or ("accumulates" if instr.accumulate is not None else None)
+
+
+@_batched("dma", _declines_dma)
 def _dma(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     src = instr.srcs[0]
@@ -77,6 +98,7 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, vals, sel, instr.accumulate)
 
 
+@_batched("copy", _declines_copy)
 def _copy(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     src = instr.srcs[0]
@@ -84,6 +106,7 @@ def _copy(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, ctx.read(src, sel), sel, instr.accumulate)
 
 
+@_batched("memset")
 def _memset(instr: Instr, ctx: BCtx) -> None:
     c = instr.srcs[0]
     assert isinstance(c, Const) and instr.dst is not None
@@ -115,6 +138,7 @@ _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
+@_batched("ew", _declines_ew)
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
@@ -142,6 +166,7 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
 
 
+@_batched("reduce", _declines_reduce)
 def _reduce(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
@@ -169,6 +194,7 @@ def _reduce(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, out, None, instr.accumulate)
 
 
+@_batched("matmul", _declines_matmul)
 def _matmul(instr: Instr, ctx: BCtx) -> None:
     xa, ya = instr.srcs
     assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
@@ -201,6 +227,7 @@ def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b, dtype=np.float32)
 
 
+@_batched("transpose", _declines_matmul)
 def _transpose(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
@@ -209,6 +236,54 @@ def _transpose(instr: Instr, ctx: BCtx) -> None:
 
 
 # ---- nki.isa (the engines' (P, F) view of a tile; the same destination rules first) ----------
+
+
+def _isa(
+    op: str, declines: Declines | None = None, operands: Declines = _operands
+) -> Callable[[Executor], Executor]:
+    """Register the batched executor of ``nki.isa`` instruction ``op`` (the registry runs the
+    kind's destination rules first). It declines instructions whose operands the batched
+    executors cannot take, scalar tiles, and what ``declines`` says."""
+
+    def check(instr: Instr) -> str | None:
+        if any(isinstance(a, Access) and len(a.shape) < 1 for a in instr.srcs):
+            return "has a scalar tile"
+        return operands(instr) or (declines(instr) if declines is not None else None)
+
+    return executes("isa", op, backend=BATCHED, declines=check)
+
+
+def _bitvec(*attrs: str) -> Declines:
+    """Declines an instruction whose ``attrs`` name a bit-vector op."""
+
+    def check(instr: Instr) -> str | None:
+        return "is a bit-vector op" if any(OPS[instr.attr(a)].bitvec for a in attrs) else None
+
+    return check
+
+
+def _declines_tensor_reduce(instr: Instr) -> str | None:
+    op = instr.attr("op")
+    if OPS[op].bitvec or op == "subtract" or instr.mask is not None:
+        return "is a bit-vector, subtracting or masked reduction"
+    return None
+
+
+def _declines_activation(instr: Instr) -> str | None:
+    if instr.attr("reduce_op") is not None:
+        return "reduces into the engine's accumulator registers"
+    return None
+
+
+def _declines_nc_matmul(instr: Instr) -> str | None:
+    if (
+        instr.attr("transpose")
+        or instr.attr("perf_mode", "none") != "none"
+        or instr.attr("tile_position") is not None
+        or instr.attr("psum_group", False)
+    ):
+        return "uses transpose / perf_mode / tile_position / a PSUM group"
+    return None
 
 
 def _pf(ctx: BCtx, acc: Access, exact: bool = False) -> np.ndarray:
@@ -246,6 +321,7 @@ def _all_int(ctx: BCtx, *srcs: object) -> bool:
     return True
 
 
+@_isa("tensor_tensor", _bitvec("op"))
 def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     a1, a2 = instr.srcs
     assert isinstance(a1, Access) and isinstance(a2, Access)
@@ -254,6 +330,7 @@ def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, M.alu(op.name, _pf(ctx, a1, exact), _pf(ctx, a2, exact)))
 
 
+@_isa("tensor_scalar", _bitvec("op0"))
 def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     data, o0, o1 = instr.srcs
     assert isinstance(data, Access)
@@ -267,6 +344,7 @@ def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, r)
 
 
+@_isa("activation", _declines_activation)
 def _activation(instr: Instr, ctx: BCtx) -> None:
     data, scale, bias = instr.srcs
     assert isinstance(data, Access)
@@ -278,6 +356,7 @@ def _activation(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, y.astype(np.float32))
 
 
+@_isa("tensor_copy")
 def _tensor_copy(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
@@ -286,12 +365,14 @@ def _tensor_copy(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, raw if instr.attr("exact") and same else numerics.to_compute(raw))
 
 
+@_isa("memset")
 def _isa_memset(instr: Instr, ctx: BCtx) -> None:
     c = instr.srcs[0]
     assert isinstance(c, Const)
     ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
 
 
+@_isa("nc_matmul", _declines_nc_matmul)
 def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     sacc, macc = instr.srcs
     assert isinstance(sacc, Access) and isinstance(macc, Access)
@@ -310,6 +391,10 @@ def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
     return a if a.ndim == nb + 2 else contiguous(a).reshape((*a.shape[:nb], k, -1))
 
 
+@_isa(
+    "dma_copy",
+    lambda instr: "accumulates (dst_rmw_op)" if instr.attr("rmw") or instr.accumulate else None,
+)
 def _dma_copy(instr: Instr, ctx: BCtx) -> None:
     src, dst = instr.srcs[0], instr.dst
     assert isinstance(src, Access) and dst is not None
@@ -325,12 +410,14 @@ def _dma_copy(instr: Instr, ctx: BCtx) -> None:
     ctx.write(dst, vals.reshape((*ctx.dims, *dst.shape)), sel, None)
 
 
+@_isa("reciprocal", lambda instr: None if isinstance(instr.srcs[0], Access) else "of a constant")
 def _reciprocal(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access)
     _isa_store(instr, ctx, np.float32(1.0) / numerics.to_compute(ctx.read(src)))
 
 
+@_isa("scalar_tensor_tensor", _bitvec("op0", "op1"))
 def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     data, o0, o1 = instr.srcs
     assert isinstance(data, Access) and isinstance(o1, Access)
@@ -341,6 +428,7 @@ def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, M.alu(instr.attr("op1"), r, _pf(ctx, o1), instr.attr("reverse1")))
 
 
+@_isa("tensor_reduce", _declines_tensor_reduce)
 def _tensor_reduce(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access)
@@ -352,24 +440,7 @@ def _tensor_reduce(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, r)
 
 
-ISA: dict[str, Callable[[Instr, BCtx], None]] = {
-    "dma_copy": _dma_copy,
-    "reciprocal": _reciprocal,
-    "scalar_tensor_tensor": _scalar_tensor_tensor,
-    "tensor_reduce": _tensor_reduce,
-    "tensor_tensor": _tensor_tensor,
-    "tensor_scalar": _tensor_scalar,
-    "activation": _activation,
-    "tensor_copy": _tensor_copy,
-    "memset": _isa_memset,
-    "nc_matmul": _nc_matmul,
-}
-
-
-def _is_iota(instr: Instr) -> bool:
-    return instr.kind == "isa" and instr.op == "iota"
-
-
+@_isa("iota", operands=_indirect)
 def _iota(instr: Instr, ctx: BCtx) -> None:
     """The index expression's values over the batch (a device loop's induction register is an
     iota of its symbol), in int32 arithmetic as the interpreter computes them."""
@@ -379,47 +450,7 @@ def _iota(instr: Instr, ctx: BCtx) -> None:
     _isa_store(instr, ctx, (np.asarray(v, dtype=np.int64) + 2**31) % 2**32 - 2**31)
 
 
-ISA["iota"] = _iota
-
-
-def _isa(instr: Instr, ctx: BCtx) -> None:
-    check_dst(instr, ctx)  # type: ignore[arg-type]  # (reads only decl)
-    ISA[instr.op](instr, ctx)
-
-
-def _unsupported_isa(instr: Instr, what: str) -> str | None:
-    if instr.op not in ISA:
-        return f"{what} has no batched executor"
-    if instr.op == "dma_copy" and (instr.attr("rmw") or instr.accumulate):
-        return f"{what} accumulates (dst_rmw_op)"
-    if instr.op == "reciprocal" and not isinstance(instr.srcs[0], Access):
-        return f"{what} of a constant"
-    if instr.op == "scalar_tensor_tensor" and (
-        OPS[instr.attr("op0")].bitvec or OPS[instr.attr("op1")].bitvec
-    ):
-        return f"{what} is a bit-vector op"
-    if instr.op == "tensor_reduce" and (
-        OPS[instr.attr("op")].bitvec or instr.attr("op") == "subtract" or instr.mask is not None
-    ):
-        return f"{what} is a bit-vector, subtracting or masked reduction"
-    if instr.op == "tensor_tensor" and OPS[instr.attr("op")].bitvec:
-        return f"{what} is a bit-vector op"
-    if instr.op == "tensor_scalar" and OPS[instr.attr("op0")].bitvec:
-        return f"{what} is a bit-vector op"
-    if instr.op == "activation" and instr.attr("reduce_op") is not None:
-        return f"{what} reduces into the engine's accumulator registers"
-    if instr.op == "nc_matmul" and (
-        instr.attr("transpose")
-        or instr.attr("perf_mode", "none") != "none"
-        or instr.attr("tile_position") is not None
-        or instr.attr("psum_group", False)
-    ):
-        return f"{what} uses transpose / perf_mode / tile_position / a PSUM group"
-    if any(isinstance(a, Access) and len(a.shape) < 1 for a in instr.srcs):
-        return f"{what} has a scalar tile"
-    return None
-
-
+@_batched("all_reduce")
 def _all_reduce(instr: Instr, ctx: BCtx) -> None:
     """``nl.all_reduce``: a group (the instances that differ only along the program axes) is
     whole in the batch (those grid axes are never chunked), so its inputs are folded along their
@@ -435,16 +466,3 @@ def _all_reduce(instr: Instr, ctx: BCtx) -> None:
     moved = np.moveaxis(np.broadcast_to(x, (*ctx.dims, *src.shape)), axes, front)
     acc = fold(instr.op, moved.reshape(-1, *moved.shape[len(axes) :]))
     ctx.write(instr.dst, np.moveaxis(np.broadcast_to(acc, moved.shape), front, axes), sel)
-
-
-EXECUTORS: dict[str, Callable[[Instr, BCtx], None]] = {
-    "all_reduce": _all_reduce,
-    "isa": _isa,
-    "dma": _dma,
-    "copy": _copy,
-    "memset": _memset,
-    "ew": _elementwise,
-    "reduce": _reduce,
-    "matmul": _matmul,
-    "transpose": _transpose,
-}

@@ -7,14 +7,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, PidSym, Sym, TensorDecl
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 
 from .. import numerics
 from ..checks.coverage import fully_written, instructions_of, nodes_of
 from ..config import SimConfig
+from ..executors import declined
 from . import hbm as batched_hbm
-from .host import not_hostable, touched, uses_engine_state
-from .ops import unsupported_instr
+from .host import not_hostable, uses_engine_state
+from .ops import BATCHED
 from .subtrees import check_views, contiguous_views, device_loops
 
 
@@ -73,13 +74,12 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     sub = device_loops(ir, Declined)  # run per position by the interpreter
     check_views(ir, Declined)
-    ranges = _symbol_ranges(ir)
     hosted: set[int] = set()
     stateful: set[int] = set()
     hbm_read: set[str] = set()
-    for instr, _ in instructions_of(ir):
+    for instr, loops in instructions_of(ir):
         # (an access that may be out of bounds is hosted: the interpreter's checks report it)
-        why = unsupported_instr(instr, ir) or _maybe_out_of_bounds(ir, instr, ranges)
+        why = declined(instr, BATCHED) or _maybe_out_of_bounds(ir, instr, loops)
         if why:
             never = not_hostable(instr)
             if never:
@@ -87,7 +87,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
             hosted.add(id(instr))
             if uses_engine_state(instr):
                 stateful.add(id(instr))
-        bases = {ir.storage_of(a.tensor) for a in touched(instr)[0]}
+        bases = {ir.storage_of(a.tensor) for a in instr.reads()}
         hbm_read |= {b for b in bases if ir.tensor(b).buffer == "shared_hbm"}
     batch: set[int] = set()
     fresh: set[int] = set()
@@ -103,11 +103,10 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     writes: dict[str, int] = {}
     host_touched: set[str] = set()
     for instr, _ in instructions_of(ir):
-        reads, written = touched(instr)
-        for w in written:
+        for w in instr.writes():
             writes[w.tensor] = writes.get(w.tensor, 0) + 1
         if id(instr) in hosted:
-            host_touched |= {a.tensor for a in (*reads, *written)}
+            host_touched |= {u.access.tensor for u in instr.uses()}
     host_touched |= sub.touched
     elided = set()
     for instr, _ in instructions_of(ir):
@@ -186,12 +185,10 @@ def _full_checks_unproven(ir: KernelIR, fresh: set[int], hosted: set[int]) -> st
                 return f"tile '{n.tensor}' is not entirely written right after its allocation"
             scope[n.tensor] = (pos, tuple(id(lp) for lp in loops))
     for instr, loops in instructions_of(ir):
-        if any(isinstance(v, Access) for _, v in instr.attrs):
+        if any(not u.operand and u.role != "index" for u in instr.uses()):
             return f"'{instr.api or instr.op}' has a secondary operand (e.g. reduce_res)"
         here = tuple(id(lp) for lp in loops)
-        for s in instr.srcs:
-            if not isinstance(s, Access):
-                continue
+        for s in instr.reads():
             d = ir.tensor(s.tensor)
             if not d.on_chip:
                 if d.name not in ir.params:
@@ -218,15 +215,11 @@ def _fuse_stores(
     instruction that reads them, into an HBM tensor that store alone writes: such a tile can
     live in its store's destination (same nest of loops, so the same batch)."""
     reads: dict[str, int] = {}
-    for instr, _ in instructions_of(ir):
-        for s in instr.srcs:
-            if isinstance(s, Access):
-                reads[s.tensor] = reads.get(s.tensor, 0) + 1
     reader: dict[str, Instr] = {}
     for instr, _ in instructions_of(ir):
-        for s in instr.srcs:
-            if isinstance(s, Access):
-                reader[s.tensor] = instr
+        for s in instr.reads():
+            reads[s.tensor] = reads.get(s.tensor, 0) + 1
+            reader[s.tensor] = instr
     out: dict[int, Instr] = {}
 
     def visit(nodes: tuple[Node, ...]) -> None:
@@ -291,30 +284,20 @@ def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _symbol_ranges(ir: KernelIR) -> dict[Sym, tuple[int, int]]:
-    ranges: dict[Sym, tuple[int, int]] = {
-        PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)
-    }
-    for n, _ in nodes_of(ir):
-        if isinstance(n, Loop):  # (a device loop's trips are known only when it runs)
-            ranges[n.sym] = (-(1 << 62), 1 << 62) if n.is_runtime else n.value_range()
-    return ranges
-
-
-def _maybe_out_of_bounds(
-    ir: KernelIR, instr: Instr, ranges: dict[Sym, tuple[int, int]]
-) -> str | None:
+def _maybe_out_of_bounds(ir: KernelIR, instr: Instr, loops: tuple[Loop, ...]) -> str | None:
     """Unmasked accesses of batched instructions are unchecked strided views: one that may be
     out of bounds for some instance or iteration is hosted instead (the interpreter's checks
     then report where)."""
     if instr.mask is not None:
         return None
-    for acc in (instr.dst, *instr.srcs):
-        if not isinstance(acc, Access):
-            continue
+    scope = ir.symbol_ranges(loops)
+    far = (-batched_hbm.FAR, batched_hbm.FAR)  # (a device loop's trips: known when it runs)
+    ranges = {s: far if r.runtime else r.bounds for s, r in scope.items()}
+    for acc in (u.access for u in instr.uses() if u.operand):
         shape = ir.tensor(acc.tensor).shape
         for e, size in zip(acc.index, shape):
-            lo, hi = e.bounds(ranges)
+            # (an iterator used outside its loop: the interpreter reports it)
+            lo, hi = e.bounds(ranges) if set(e.base.symbols()) <= ranges.keys() else (-1, -1)
             if lo < 0 or hi >= size:
                 return f"an access to '{acc.tensor}' may be out of bounds"
     return None
@@ -329,7 +312,7 @@ def _check_tiles_stay_in_their_loop(ir: KernelIR, batch: set[int]) -> None:
             home[n.tensor] = frozenset(id(lp) for lp in loops if id(lp) in batch)
     for instr, loops in instructions_of(ir):
         inside = {id(lp) for lp in loops}
-        for acc in (a for part in touched(instr) for a in part):
+        for acc in (u.access for u in instr.uses()):
             name = ir.storage_of(acc.tensor)
             if not home.get(name, frozenset()) <= inside:
                 raise Declined(f"tile '{name}' is used after the loop that allocates it")
@@ -347,7 +330,7 @@ def _written_on_chip(nodes: tuple[Node, ...], ir: KernelIR) -> set[str]:
     out: set[str] = set()
     for n in nodes:
         if isinstance(n, Instr):
-            written = touched(n)[1]
+            written = n.writes()
             out |= {ir.storage_of(w.tensor) for w in written if _per_position(ir.tensor(w.tensor))}
         elif isinstance(n, Loop):
             out |= _written_on_chip(n.body, ir)
@@ -400,7 +383,7 @@ def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
     dst = instr.dst
     if dst is None or dst.tensor != name or instr.mask is not None or instr.accumulate:
         return False
-    if any(isinstance(s, Access) and s.tensor == name for s in instr.srcs):
+    if any(a.tensor == name for a in instr.reads()):
         return False
     if instr.kind in ("matmul",) and instr.attr("psum_group", False):
         return False

@@ -32,7 +32,7 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, RuntimeLoop
 
 from ..checks.coverage import nodes_of
 from ..executors import COLLECTIVES
-from .host import touched, uses_engine_state
+from .host import uses_engine_state
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,13 @@ def device_loops(ir: KernelIR, declined: type[Exception]) -> DeviceLoops:
                 )
             if uses_engine_state(n):
                 stateful |= inside[id(n)]
-            names |= {a.tensor for part in touched(n) for a in part}
+            names |= {u.access.tensor for u in n.uses()}
     for lp, _ in loops.values():
         names |= {a.tensor for a in _registers(lp)}
     for n, _ in nodes_of(ir):
         if not isinstance(n, Instr):
             continue
-        for acc in (a for part in touched(n) for a in part):
+        for acc in (u.access for u in n.uses()):
             for home in allocated.get(ir.storage_of(acc.tensor), ()):
                 if id(home) not in inside.get(id(n), ()):
                     raise declined(
@@ -107,7 +107,7 @@ def check_views(ir: KernelIR, declined: type[Exception]) -> None:
     written: dict[str, set[str]] = {}
     read: dict[str, set[str]] = {}
     for instr, _ in (p for p in nodes_of(ir) if isinstance(p[0], Instr)):
-        reads, writes = touched(instr)
+        reads, writes = instr.reads(), instr.writes()
         for accs, into in ((reads, read), (writes, written)):
             for a in accs:
                 if ir.tensor(a.tensor).buffer == "shared_hbm":

@@ -4,14 +4,12 @@ ranges and grid extents must stay inside the tensor (the real compiler rejects i
 from __future__ import annotations
 
 from nki.errors import NKIError, NKIIndexError
-from nki.ir import Access, KernelIR, Loop, PidSym, Sym
+from nki.ir import Access, KernelIR, Loop, Sym
 
 
 def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int]]:
-    r: dict[Sym, tuple[int, int]] = {PidSym(a): (0, n - 1) for a, n in enumerate(ir.grid.shape)}
-    for lp in loops:
-        r[lp.sym] = lp.value_range()
-    return r
+    """Inclusive (min, max) of every symbol in scope inside ``loops``."""
+    return {s: r.bounds for s, r in ir.symbol_ranges(loops).items()}
 
 
 def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
@@ -49,11 +47,13 @@ def _check_in_scope(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]
 def check_bounds(ir: KernelIR) -> None:
     for instr, loops in ir.instructions():
         ranges = _ranges(ir, loops)
-        for a in (instr.dst, *instr.srcs):
-            if isinstance(a, Access):
-                _check_in_scope(ir, a, ranges, instr)
+        # the destination, then the sources (attribute operands and index tiles are checked
+        # when they run)
+        operands = [u.access for u in instr.uses() if u.role == "dst"]
+        operands += [u.access for u in instr.uses() if u.role == "src"]
+        for a in operands:
+            _check_in_scope(ir, a, ranges, instr)
         if instr.mask is not None:
             continue  # masked accesses may reach past the edge; checked at run time
-        for a in (instr.dst, *instr.srcs):
-            if isinstance(a, Access):
-                check_access(ir, a, ranges, instr)
+        for a in operands:
+            check_access(ir, a, ranges, instr)

@@ -51,24 +51,9 @@ class _Live:
     first_use: int | None = None  # program position of the first access (None: never used)
 
 
-def _accesses(instr: Instr) -> list[Access]:
-    """Every access an instruction makes (destination, sources, accesses in its attributes and
-    the index tiles of indirect accesses)."""
-    out: list[Access] = []
-
-    def add(a: object) -> None:
-        if isinstance(a, Access):
-            out.append(a)
-            for _, ind in a.indirect:
-                add(ind)
-
-    for a in (instr.dst, *instr.srcs, *(v for _, v in instr.attrs)):
-        add(a)
-    return out
-
-
 def _uses(instr: Instr) -> set[str]:
-    return {a.tensor for a in _accesses(instr)}
+    """The tensors an instruction reads or writes."""
+    return {u.access.tensor for u in instr.uses()}
 
 
 def live_ranges(ir: KernelIR) -> list[_Live]:
@@ -137,8 +122,8 @@ def physical_bytes(ir: KernelIR) -> dict[str, int]:
             elif isinstance(n, Loop):
                 rec(n.body, loops + (n,))
             elif isinstance(n, Instr):
-                for a in _accesses(n):
-                    uses.setdefault(a.tensor, []).append((a, loops))
+                for u in n.uses():
+                    uses.setdefault(u.access.tensor, []).append((u.access, loops))
 
     rec(ir.body, ())
     out: dict[str, int] = {}

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from nki.ir import Access, Cond, Instr, KernelIR, Loop, Mask, Node, PidSym, RuntimeLoop, Sym
+from nki.ir import Access, Cond, Instr, KernelIR, Loop, Mask, Node, Sym
 
 _MAX_VALUES = 1 << 22  # give up on a dimension whose index takes more values than this
 _MAX_MAP = 1 << 24  # elements of the largest tensor whose coverage by several writes is mapped
@@ -75,14 +75,7 @@ def _unfilled(ir: KernelIR) -> frozenset[str]:
     }
     cands -= {d.alias_of for d in ir.tensors if d.alias_of is not None}
     for instr, _ in instructions_of(ir):
-        for s in instr.srcs:
-            if isinstance(s, Access):
-                cands.discard(s.tensor)
-                cands -= {a.tensor for _, a in s.indirect}
-        if instr.dst is not None:
-            cands -= {a.tensor for _, a in instr.dst.indirect}
-            if instr.accumulate is not None or instr.attr("rmw") is not None:
-                cands.discard(instr.dst.tensor)
+        cands -= {a.tensor for a in instr.reads()}
     return frozenset(n for n in cands if fully_written(ir, n))
 
 
@@ -114,22 +107,18 @@ def fully_written(ir: KernelIR, name: str) -> bool:
 
 
 def _plain_write(instr: Instr) -> bool:
-    """A write that stores every element of its destination tile (and reads none of it)."""
-    if instr.accumulate is not None or (instr.dst is not None and instr.dst.indirect):
+    """A DMA that stores every element of its destination tile (and reads none of it)."""
+    if instr.accumulates or (instr.dst is not None and instr.dst.indirect):
         return False
-    if instr.kind == "dma":
-        return True
-    return instr.kind == "isa" and instr.op == "dma_copy" and instr.attr("rmw") is None
+    return instr.kind == "dma" or (instr.kind == "isa" and instr.op == "dma_copy")
 
 
 def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, range] | None:
     """The values of every symbol in scope (None: a device loop, whose trips are unknown)."""
-    out: dict[Sym, range] = {PidSym(a): range(n) for a, n in enumerate(ir.grid.shape)}
-    for lp in loops:
-        if isinstance(lp, RuntimeLoop):
-            return None
-        out[lp.sym] = range(lp.start, lp.stop, lp.step)
-    return out
+    scope = ir.symbol_ranges(loops)
+    if any(r.runtime for r in scope.values()):
+        return None
+    return {s: r.values for s, r in scope.items()}
 
 
 def _mask_keeps_in_bounds(

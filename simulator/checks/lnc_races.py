@@ -42,7 +42,7 @@ import numpy as np
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Instr, KernelIR, Loop, Node
 
-from .races import _DimForm, _form, _is_candidate, _reads, _rest, _written
+from .races import _DimForm, _form, _is_candidate, _rest
 
 # collectives whose every rank writes the same values: both cores may write one destination
 SAME_RESULT = frozenset({("lnc", "all_reduce"), ("lnc", "all_gather")})
@@ -171,11 +171,14 @@ class _Event:
     digits: list[tuple[tuple[int, int], ...]]  # per dim: the tile axes' (|coeff|, count)
 
 
-def _points(acc: Access, loops: tuple[Loop, ...], epoch: tuple[int, tuple]) -> np.ndarray | None:
+def _points(
+    ir: KernelIR, acc: Access, loops: tuple[Loop, ...], epoch: tuple[int, tuple]
+) -> np.ndarray | None:
     """The index bases and epoch of ``acc`` at every iteration of its (static) loops."""
-    if any(lp.is_runtime for lp in loops):
+    scope = ir.symbol_ranges(loops)
+    if any(scope[lp.sym].runtime for lp in loops):
         return None
-    ranges = [range(lp.start, lp.stop, lp.step) for lp in loops]
+    ranges = [scope[lp.sym].values for lp in loops]
     if math.prod(len(r) for r in ranges) > _MAX_POINTS:
         return None
     rows = []
@@ -246,20 +249,17 @@ def _events(ir: KernelIR, core: int) -> list[_Event]:
     for instr, loops, epoch in _accesses(ir, core):
         if epoch is None:
             continue
-        rest = _rest(loops)
+        rest = _rest(ir, loops)
         ef = _epoch_form((epoch[0], tuple((per, n) for _, per, n in epoch[1])))
         exact = (epoch[0], tuple((key, per) for key, per, _ in epoch[1]))
         accs = []
         if (instr.kind, instr.op) not in SAME_RESULT:
-            accs += [(a, True) for a in _written(instr) if _is_candidate(ir, instr, a, True)]
-        accs += [(a, False) for a in _reads(instr) if not a.indirect and _shared(ir, a)]
+            accs += [(a, True) for a in instr.writes() if _is_candidate(ir, instr, a, True)]
+        accs += [(a, False) for a in instr.reads() if not a.indirect and _shared(ir, a)]
         for acc, write in accs:
             forms = _form(acc, [], rest) + [ef]
-            out.append(
-                _Event(
-                    instr, acc, write, forms, _points(acc, loops, exact), _tile(acc), _digits(acc)
-                )
-            )
+            points = _points(ir, acc, loops, exact)
+            out.append(_Event(instr, acc, write, forms, points, _tile(acc), _digits(acc)))
     return out
 
 

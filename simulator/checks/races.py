@@ -17,7 +17,8 @@ iterator, or the program ids), and ``r`` ranges over a lattice ``g * Z`` inside 
 (tile axes and inner loops). Two writers may touch the same element iff, in every dimension,
 the difference of their ``const + c . v`` parts lies in the other's ``r`` window on that lattice.
 Masked writes whose mask depends on the varying symbols, indirect (data-dependent) writes and
-accumulating writes (order-independent) are not reported."""
+accumulating writes (``+=``, ``dst_rmw_op``, ``nl.atomic_rmw``: order-independent) are not
+reported."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ import numpy as np
 
 from nki.errors import NKIDependencyError
 from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
-from nki.isa_spec import OUTPUT_ATTRS
 from nki.optable import OPS
 
 _MAX_POINTS = 2048  # varying-index vectors enumerated per analysis (N^2 pairs)
@@ -109,20 +109,13 @@ def _first_conflict(
     return tuple(int(v) for v in pts[i]), tuple(int(v) for v in pts[j])
 
 
-def _written(instr: Instr) -> list[Access]:
-    """Accesses an instruction writes: its destination and its secondary outputs
-    (``reduce_res``, ``dst_idx``), which ride in its attributes."""
-    out = [instr.dst] if isinstance(instr.dst, Access) else []
-    return out + [v for k, v in instr.attrs if k in OUTPUT_ATTRS and isinstance(v, Access)]
-
-
 def _writes(nodes, loops: tuple[Loop, ...]):
     """(instruction, written access, enclosing loops) for every write in ``nodes``."""
     for n in nodes:
         if isinstance(n, Loop):
             yield from _writes(n.body, loops + (n,))
         elif isinstance(n, Instr):
-            for acc in _written(n):
+            for acc in n.writes():
                 yield n, acc, loops
 
 
@@ -148,7 +141,7 @@ def _is_candidate(
     HBM only; loop-carried dependencies concern every memory, except on-chip tiles allocated
     inside the loop (``private``: each iteration has its own). Secondary outputs are plain
     writes even when the destination accumulates."""
-    if dst.indirect or (dst is instr.dst and (_accumulates(instr) or _reduces(instr))):
+    if dst.indirect or (dst is instr.dst and (instr.accumulates or _reduces(instr))):
         return False
     if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
         return False
@@ -157,11 +150,6 @@ def _is_candidate(
     if shared_only:
         return base.buffer in HBM_BUFFERS and (base.kind == "param" or base.buffer == "shared_hbm")
     return base.buffer in HBM_BUFFERS or (base.on_chip and base.name not in private)
-
-
-def _accumulates(instr: Instr) -> bool:
-    """A read-modify-write store (``+=``, ``dst_rmw_op=``): order-independent up to rounding."""
-    return instr.accumulate is not None or bool(instr.attr("rmw"))
 
 
 def _reduces(instr: Instr) -> bool:
@@ -185,8 +173,10 @@ def _mask_uses(instr: Instr, syms: set[Sym]) -> bool:
     return any(s in syms for c in instr.mask.conds for s in c.expr.base.symbols())
 
 
-def _rest(loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int, int]]:
-    return {lp.sym: (lp.start, lp.step, lp.trip_count) for lp in loops}
+def _rest(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int, int]]:
+    """(start, step, trips) of the iterators of ``loops``."""
+    ranges = ir.symbol_ranges(loops)
+    return {lp.sym: (r.start, r.step, r.trips) for lp in loops for r in (ranges[lp.sym],)}
 
 
 @dataclass
@@ -211,10 +201,10 @@ class _Timeline:
                     rec(n.body)
                     span[id(n)] = (start, pos)
                 elif isinstance(n, Instr):
-                    reads = {ir.storage_of(a.tensor) for a in _reads(n)}
+                    reads = {ir.storage_of(a.tensor) for a in n.reads()}
                     for t in reads:
                         touches.setdefault(t, []).append((pos, True, n))
-                    for t in dict.fromkeys(ir.storage_of(a.tensor) for a in _written(n)):
+                    for t in dict.fromkeys(ir.storage_of(a.tensor) for a in n.writes()):
                         if t not in reads:
                             touches.setdefault(t, []).append((pos, False, n))
                     pos += 1
@@ -238,25 +228,6 @@ class _Timeline:
         if after and after[0][0]:
             return "it is read after the loop, seeing whichever iteration ran last", after[0][1]
         return None
-
-
-def _reads(instr: Instr) -> list[Access]:
-    """Accesses an instruction reads: sources, accesses in attributes, index tiles of indirect
-    accesses and the destination of an accumulating write."""
-    out: list[Access] = []
-
-    def add(a: object) -> None:
-        if isinstance(a, Access):
-            out.append(a)
-            out.extend(ind for _, ind in a.indirect)
-
-    for a in (*instr.srcs, *(v for k, v in instr.attrs if k not in OUTPUT_ATTRS)):
-        add(a)
-    for w in _written(instr):
-        out.extend(ind for _, ind in w.indirect)
-    if isinstance(instr.dst, Access) and _accumulates(instr):
-        out.append(instr.dst)
-    return out
 
 
 def check_loop_carried(ir: KernelIR) -> None:
@@ -289,8 +260,8 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
                 continue
             if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
-            fa = _form(wa, varying, _rest(ia_loops))
-            fb = _form(wb, varying, _rest(ib_loops))
+            fa = _form(wa, varying, _rest(ir, ia_loops))
+            fb = _form(wb, varying, _rest(ir, ib_loops))
             same = a is b and wa is wb
             hit = _first_conflict(fa, fb, [loop.trip_count], same)
             if hit is None:
@@ -347,8 +318,8 @@ def check_spmd_races(ir: KernelIR) -> None:
             same = a is b and wa is wb
             if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
-            fa = _form(wa, varying, _rest(la))
-            fb = _form(wb, varying, _rest(lb))
+            fa = _form(wa, varying, _rest(ir, la))
+            fb = _form(wb, varying, _rest(ir, lb))
             hit = _first_conflict(fa, fb, list(shape), same)
             if hit is None:
                 continue

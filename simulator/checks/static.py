@@ -1,44 +1,48 @@
-"""Static checks on the kernel IR (run at trace time over every path, before execution).
+"""Running the checks table (``table.py``) before a kernel runs.
 
 The tracer already rejects per-instruction rule breaks while it records them (partition and
 free-size limits, partition mismatches, operands in the wrong memory, immutable parameters...).
-The analyses here need the whole kernel: static out-of-bounds over loop and grid ranges, SBUF /
-PSUM capacity from live allocations, loop-carried HBM writes in ``affine_range``, races
-between SPMD instances and (a warning) output elements no instruction writes."""
+The static checks need the whole kernel: static out-of-bounds over loop and grid ranges, SBUF /
+PSUM / HBM capacity from live allocations, loop-carried writes in ``affine_range``, races
+between SPMD instances or LNC cores and (a warning) output elements no instruction writes."""
 
 from __future__ import annotations
 
 from nki.ir import KernelIR
 
 from ..config import SimConfig
-from .bounds import check_bounds
-from .capacity import check_capacity, check_hbm
-from .lnc_races import check_core_races
-from .races import check_loop_carried, check_spmd_races
-from .unwritten import warn_unwritten_outputs
+from .table import START, STATIC, TRACE, Check, due
 
-# (id(ir), target) of kernels already checked; the IR is kept alive so ids are not reused
+# (id(ir), target, level) of kernels already checked; the IR is kept alive so ids are not reused
 _CHECKED: dict[tuple[int, str, str], KernelIR] = {}
 
 
 def static_checks(ir: KernelIR, config: SimConfig) -> None:
-    """Run every static analysis on ``ir``; raises the first NKIError found.
+    """Run the static rows of the checks table due at ``config.checks`` on ``ir``; raises the
+    first NKIError found: the per-trace rows on each trace in turn, then the launch rows.
 
-    Results are cached per traced IR and target (the IR itself is cached per signature)."""
+    Results are cached per traced IR, target and level (the IR itself is cached per
+    signature)."""
     key = (id(ir), config.target, config.checks)
     if _CHECKED.get(key) is ir:
         return
-    for one in ir.cores or (ir,):  # per-core traces (LNC=2) are checked core by core
-        check_bounds(one)
-        check_capacity(one, config.target)
-        check_loop_carried(one)
-    check_hbm(ir, config.target)
-    if ir.cores:
-        check_core_races(ir)
-    else:
-        check_spmd_races(ir)
-    if config.checks == "static":  # under "full" the run reports unwritten elements exactly
-        warn_unwritten_outputs(ir)
+    rows = due(STATIC, config.checks)
+    for one in ir.cores or (ir,):
+        for check in rows:
+            if check.per == TRACE:
+                check(one, config)
+    _run([c for c in rows if c.per != TRACE], ir, config)
     if len(_CHECKED) > 512:
         _CHECKED.clear()
     _CHECKED[key] = ir
+
+
+def start_checks(ir: KernelIR, config: SimConfig) -> None:
+    """Run the rows due at the start of every run (before anything is allocated)."""
+    _run(due(START, config.checks), ir, config)
+
+
+def _run(rows: list[Check] | tuple[Check, ...], ir: KernelIR, config: SimConfig) -> None:
+    for check in rows:
+        for one in check.subjects(ir):
+            check(one, config)

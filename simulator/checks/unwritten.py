@@ -3,14 +3,17 @@
 A fresh output holds the uninitialised-memory sentinel (NaN for floats) until a store writes
 it, so an element no store reaches comes back as NaN with no error. Stores are affine, so
 the set of elements they can write is known before the kernel runs: every store to the
-output (and every access to it an instruction carries in its attributes) is enumerated over
+output (and every output held in an instruction's attributes) is enumerated over
 its loop ranges, grid instances, tile axes and mask. The result over-approximates what runs
 (every store counts, wherever it sits), so an element outside it is certainly never written
 and the warning is never a false alarm. Stores the analysis cannot enumerate cheaply
 (indirect, inside a device loop, too many points) make it stay quiet for that output.
 
 The same holds for an on-chip tile stored into an output (``return psum_tile`` or
-``nl.store(out, value=t)``): elements of the stored region no instruction ever writes."""
+``nl.store(out, value=t)``): elements of the stored region no instruction ever writes.
+
+Under ``checks="full"`` the interpreter records every element written and
+``check_outputs_written`` reports the unwritten ones exactly, as an error, after the run."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nki import dtypes
-from nki.errors import NKIWarning, SrcLoc
+from nki.errors import NKIRuntimeError, NKIWarning, SrcLoc
 from nki.ir import (
     Access,
     Affine,
@@ -230,15 +233,13 @@ _Write = tuple  # (instruction, enclosing loops, written access, mask)
 
 
 def _writes(ir: KernelIR) -> dict[str, list[_Write]]:
-    """Per base tensor, every access an instruction may write into it (its destination, and
-    accesses in its attributes: secondary outputs such as ``reduce_res``), with the mask."""
+    """Per base tensor, every access an instruction writes into it (its destination, under its
+    mask, and its secondary outputs such as ``reduce_res``)."""
     out: dict[str, list[_Write]] = {}
     for instr, loops in ir.instructions():
-        accs = [instr.dst] + [v for _, v in instr.attrs]
-        for i, a in enumerate(accs):
-            if isinstance(a, Access):
-                w = (instr, loops, a, instr.mask if i == 0 else None)
-                out.setdefault(ir.storage_of(a.tensor), []).append(w)
+        for a in instr.writes():
+            w = (instr, loops, a, instr.mask if a is instr.dst else None)
+            out.setdefault(ir.storage_of(a.tensor), []).append(w)
     return out
 
 
@@ -377,4 +378,35 @@ def warn_unwritten_outputs(ir: KernelIR) -> None:
             UnwrittenOutputWarning,
             loc.file if loc is not None else "<kernel>",
             loc.line if loc is not None else 0,
+        )
+
+
+def check_outputs_written(
+    ir: KernelIR, shadow: dict[str, np.ndarray], writers: dict[str, set[int]]
+) -> None:
+    """Report a kernel output with elements no instruction wrote (they would be returned as
+    the uninitialised-memory sentinel, NaN for floats): the output, the unwritten region and
+    the lines that wrote the rest."""
+    for name in ir.outputs:
+        decl = ir.tensor(name)
+        base = decl.alias_of or name
+        written = shadow.get(base)
+        if written is None or written.all():
+            continue
+        missing = np.argwhere(~written)
+        lo, hi = missing.min(axis=0), missing.max(axis=0)
+        region = ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi))
+        count = len(missing)
+        lines = sorted(writers.get(base, ()))
+        by = (
+            f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} wrote the rest"
+            if lines
+            else "no instruction wrote any of it"
+        )
+        raise NKIRuntimeError(
+            f"output {ir.label(base)} {list(written.shape)} has {count} element(s) no "
+            f"instruction wrote (within [{region}]; they hold NaN/garbage): {by}. Check the "
+            "masks and loop bounds of the stores to it",
+            code="err_unwritten_output",
+            loc=ir.tensor(base).loc,
         )

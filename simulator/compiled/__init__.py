@@ -7,6 +7,6 @@ compiled library kernels, one per instruction kind and access shape.
 the generated code calls). The package is not named ``numba`` so that it never shadows the
 library it compiles with."""
 
-from .backend import NAME, execute
+from .backend import execute
 
-__all__ = ["NAME", "execute"]
+__all__ = ["execute"]

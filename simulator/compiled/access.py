@@ -66,19 +66,6 @@ def broadcastable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     return off >= 0 and all(n in (1, to[d + off]) for d, n in enumerate(shape))
 
 
-def accesses(obj: object) -> list[Access]:
-    """Every access an instruction operand / attribute holds (indirect index tiles included)."""
-    out: list[Access] = []
-    if isinstance(obj, Access):
-        out.append(obj)
-        for _, ind in obj.indirect:
-            out.extend(accesses(ind))
-    elif isinstance(obj, (tuple, list)):
-        for o in obj:
-            out.extend(accesses(o))
-    return out
-
-
 # storage dtype -> the numeric dtype numba sees (ml_dtypes floats as raw unsigned bits)
 _BITS = {
     1: np.dtype(np.uint8),

@@ -49,6 +49,7 @@ from nki.optable import OPS
 from .. import numerics
 from ..checks.bounds import check_bounds
 from ..config import SimConfig
+from ..executors import NUMBA
 from ..host import alias_array
 from ..instances import RunInfo, Schedule
 from ..interpreter import execute_instruction
@@ -56,8 +57,6 @@ from . import budget
 from . import kernels as lib
 from .codegen import Plan, Unsupported, generate
 from .kernels import cache_dir
-
-NAME = "numba"
 
 # The cost model "auto" decides by, in seconds, measured on the 2-core development machine
 # (benchmarks/numba_vs_numpy.py and a compile-time sweep over kernel sizes). The interpreter pays
@@ -194,12 +193,10 @@ def on_disk(p: Plan) -> bool:
 
 def choose(ir: KernelIR, config: SimConfig) -> tuple[bool, str]:
     """(use numba, reason when not) for ``config.backend``."""
-    if config.backend == "numpy":
-        return False, "backend='numpy'"
     reason = unsupported_reason(ir, config)
     if reason is not None:
         return False, reason
-    if config.backend == "numba":
+    if config.backend == NUMBA:
         return True, ""
     p, _ = plan(ir, config)
     assert p is not None
@@ -533,7 +530,7 @@ def maybe_run(
         except Exception as e:  # numba typing / compile failure: never a different result
             reason = f"numba could not compile it ({type(e).__name__}: {str(e)[:200]})"
             _PLANS[id(ir)] = (ir, config.precise_fp, None, reason)
-    if config.backend == "numba" and (id(ir), reason) not in _WARNED and reason:
+    if config.backend == NUMBA and (id(ir), reason) not in _WARNED and reason:
         _WARNED.add((id(ir), reason))
         warnings.warn(
             f"nki-sim: backend='numba' cannot compile kernel '{ir.name}' ({reason}); "

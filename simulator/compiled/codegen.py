@@ -38,7 +38,7 @@ from nki.ir import Alloc, Instr, KernelIR, Loop, Node, Sym, TensorDecl
 from .. import numerics
 from ..config import SimConfig
 from ..executors import COLLECTIVES, lowering_of
-from .access import Buffer, Emitter, Unsupported, accesses, f32_literal, sym, view_dtype
+from .access import Buffer, Emitter, Unsupported, f32_literal, sym, view_dtype
 from .kernels import Spec, module_name
 from .lowering import ACCUMULATE, NATIVE
 
@@ -105,7 +105,7 @@ class _Gen(Emitter):
                 self.emit(f"for {sym(n.sym)} in range({n.start}, {n.stop}, {n.step}):")
                 self.depth += 1
                 self.tick(n.body)
-                self.ranges[n.sym] = n.value_range()
+                self.ranges[n.sym] = n.sym_range.bounds
                 self.scope.append(n.sym)
                 self.nodes(n.body, trips * n.trip_count)
                 self.scope.pop()
@@ -157,7 +157,7 @@ class _Gen(Emitter):
 
     def instr(self, ins: Instr, trips: int) -> None:
         self.cur = len(self.instrs)
-        names = tuple(dict.fromkeys(a.tensor for a in accesses((ins.dst, ins.srcs, ins.attrs))))
+        names = tuple(dict.fromkeys(u.access.tensor for u in ins.uses()))
         self.instrs.append((ins, tuple(self.scope), names))
         mark = (len(self.lines), dict(self.args), self.uid, self.depth)
         pmark = (len(self.P), len(self.D), len(self.FC), dict(self.kernels), set(self.calls))

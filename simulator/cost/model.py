@@ -54,10 +54,9 @@ def per_partition(acc: Access, ir: KernelIR) -> int:
 
 
 def _accesses(instr: Instr) -> list[Access]:
-    out = [s for s in instr.srcs if isinstance(s, Access)]
-    if instr.dst is not None:
-        out.append(instr.dst)
-    return out
+    """The tiles an instruction streams: its sources, then its destination. Attribute operands
+    (per-partition scalars, secondary outputs) and index tiles do not set its duration."""
+    return [u.access for u in instr.uses() if u.operand]
 
 
 def _row_strides(shape: tuple[int, ...]) -> list[int]:

@@ -138,19 +138,6 @@ class _State:
             return max(table.values())
         return max(table.get(block, _NONE), table.get(None, _NONE))
 
-    def _accesses(self, ins: Instr) -> tuple[list[Access], list[Access]]:
-        reads = [s for s in ins.srcs if isinstance(s, Access)]
-        for s in list(reads):
-            reads.extend(a for _, a in s.indirect)
-        writes = [ins.dst] if ins.dst is not None else []
-        if ins.dst is not None and (ins.accumulate or ins.mask is not None):
-            reads.append(ins.dst)
-        for _, v in ins.attrs:  # secondary outputs / extra inputs ride in attrs
-            if isinstance(v, Access):
-                reads.append(v)
-                writes.append(v)
-        return reads, writes
-
     # ---- one instruction -----------------------------------------------------------------------
     def instr(self, ins: Instr, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
         c = self.costs.get(id(ins))
@@ -159,7 +146,7 @@ class _State:
             self.sites[id(ins)] = SiteStats(ins, c.engine, loops=loops)
         if c.engine == "none":
             return
-        reads, writes = self._accesses(ins)
+        reads, writes = ins.reads(), ins.writes()
         hbm_write = {a.tensor for a in writes if not self.ir.tensor(a.tensor).on_chip}
         dep = _NONE
         rkeys = [self._key(a, env) for a in reads]

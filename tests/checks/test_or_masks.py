@@ -15,12 +15,12 @@ import nki.language as nl
 from nki.errors import NKIControlFlowError, NKIDependencyError, NKIError, NKIRuntimeError
 from nki.ir import Instr
 
+from backends import BACKENDS
 from helpers import expect, line_of
 from helpers import randn as rand
 
 P, F = 128, 64
 IX, IY = np.mgrid[0:P, 0:F]
-BACKENDS = ["numpy", "batched", "numba"]
 
 
 def k_load_store(x):

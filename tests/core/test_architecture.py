@@ -23,6 +23,7 @@ LAYER_OF_PREFIX = {
     "nki.dtypes": "foundation",
     "nki.targets": "foundation",
     "nki.ir": "foundation",
+    "nki.affine": "foundation",
     "nki.optable": "foundation",
     "nki.isa_spec": "foundation",
     "nki.api_rules": "foundation",

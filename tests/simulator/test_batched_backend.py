@@ -16,23 +16,10 @@ import nki.language as nl
 from simulator.batched.plan import plan
 from simulator.config import SimConfig
 
+from backends import REFERENCE, run_backends, same
 
-def _same(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-identical, NaN positions included."""
-    g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
-    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
-
-
-def _both(kernel, grid, *args):
-    """Run on the batched backend and on the interpreter: (batched out, numpy out, run info)."""
-    kb = kernel.configure(backend="batched")
-    kn = kernel.configure(backend="numpy")
-    got = (kb[grid] if grid else kb)(*args)
-    info = kb.last_run
-    want = (kn[grid] if grid else kn)(*args)
-    assert kn.last_run.backend == "numpy"
-    return got, want, info
+# backends of the generated kernels: compiling a Numba driver for each would take seconds
+GENERATED = ("batched", REFERENCE)
 
 
 @nki.jit
@@ -110,8 +97,8 @@ def isa_ops(a, b):
 def test_grid_add_is_bit_identical_and_batched():
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
-    got, want, info = _both(grid_add, (2, 4), a, b)
-    assert info.backend == "batched" and _same(got, want)
+    got, want, info = run_backends(grid_add, (2, 4), a, b).against("batched")
+    assert info.backend == "batched" and same(got, want)
     assert np.array_equal(got, a + b)
 
 
@@ -119,10 +106,10 @@ def test_affine_range_add_and_bf16():
     rng = np.random.default_rng(1)
     for dt in (np.float32, ml_dtypes.bfloat16):
         a, b = (rng.standard_normal((256, 128)).astype(dt) for _ in range(2))
-        got, want, info = _both(loop_add, None, a, b)
-        assert info.backend == "batched" and _same(got, want)
+        got, want, info = run_backends(loop_add, None, a, b).against("batched")
+        assert info.backend == "batched" and same(got, want)
         ref = (a.astype(np.float32) * b.astype(np.float32)).astype(dt)
-        assert _same(got, ref)
+        assert same(got, ref)
 
 
 def test_tiled_matmul_psum_accumulation():
@@ -130,8 +117,8 @@ def test_tiled_matmul_psum_accumulation():
     for dt in (np.float32, ml_dtypes.bfloat16):
         a = rng.standard_normal((384, 256)).astype(dt)
         b = rng.standard_normal((384, 256)).astype(dt)
-        got, want, info = _both(tiled_matmul, None, a, b)
-        assert info.backend == "batched" and _same(got, want)
+        got, want, info = run_backends(tiled_matmul, None, a, b).against("batched")
+        assert info.backend == "batched" and same(got, want)
         ref = a.astype(np.float64).T @ b.astype(np.float64)
         assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
 
@@ -141,15 +128,15 @@ def test_softmax_with_nan_and_inf_rows():
     x = rng.standard_normal((256, 96)).astype(np.float32)
     x[5, 3] = np.nan
     x[130, :] = np.inf
-    got, want, info = _both(row_softmax, None, x)
-    assert info.backend == "batched" and _same(got, want)
+    got, want, info = run_backends(row_softmax, None, x).against("batched")
+    assert info.backend == "batched" and same(got, want)
     assert np.isnan(got[5]).all() and np.isfinite(got[6]).all()
 
 
 def test_ragged_masked_tiles():
     a = np.arange(300 * 40, dtype=np.float32).reshape(300, 40)
-    got, want, info = _both(ragged_scale, None, a)
-    assert info.backend == "batched" and _same(got, want)
+    got, want, info = run_backends(ragged_scale, None, a).against("batched")
+    assert info.backend == "batched" and same(got, want)
     assert np.array_equal(got, a * 3)
 
 
@@ -166,8 +153,8 @@ def masked_broadcast_store(a):
 
 def test_a_masked_store_broadcasts_a_one_column_source():
     a = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
-    got, want, info = _both(masked_broadcast_store, 2, a)
-    assert info.backend == "batched" and _same(got, want)
+    got, want, info = run_backends(masked_broadcast_store, 2, a).against("batched")
+    assert info.backend == "batched" and same(got, want)
     for t in range(2):
         rows = slice(t * 128, t * 128 + 100)
         assert np.array_equal(got[rows], np.repeat(a[rows, :1], 3, axis=1))
@@ -177,8 +164,8 @@ def test_a_masked_store_broadcasts_a_one_column_source():
 def test_isa_vector_and_scalar_engine_ops():
     rng = np.random.default_rng(4)
     a, b = (rng.standard_normal((256, 64)).astype(np.float32) for _ in range(2))
-    got, want, info = _both(isa_ops, None, a, b)
-    assert info.backend == "batched" and _same(got, want)
+    got, want, info = run_backends(isa_ops, None, a, b).against("batched")
+    assert info.backend == "batched" and same(got, want)
     assert np.allclose(got, np.tanh((a - b) * 0.5 + 1.0), rtol=1e-5, atol=1e-6)
 
 
@@ -214,9 +201,9 @@ def test_generated_grid_kernels_match_the_interpreter(rows, cols, width, op, bf1
     a = rng.standard_normal((n, cols * width)).astype(dt)
     b = rng.standard_normal((n, cols * width)).astype(dt)
     b[0, 0] = 0  # divide by zero: inf / NaN must land in the same places
-    got, want, info = _both(kernel, (cols,), a, b)
+    got, want, info = run_backends(kernel, (cols,), a, b, backends=GENERATED).against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
 
 
 @nki.jit
@@ -264,8 +251,9 @@ def test_read_only_parameters_in_any_layout_and_fresh_outputs():
 
 def test_all_true_mask_is_dropped_and_partial_mask_kept():
     a = np.arange(256 * 16, dtype=np.float32).reshape(256, 16)
-    got, want, info = _both(ragged_scale, None, a)  # 256 rows: the mask always holds
-    assert info.backend == "batched" and _same(got, want) and np.array_equal(got, a * 3)
+    # 256 rows: the mask always holds
+    got, want, info = run_backends(ragged_scale, None, a).against("batched")
+    assert info.backend == "batched" and same(got, want) and np.array_equal(got, a * 3)
 
 
 @nki.jit
@@ -321,17 +309,17 @@ def test_results_written_straight_into_their_outputs():
         a, b = (rng.standard_normal((256, 64)).astype(dt) for _ in range(2))
         b[3, 4] = 0  # x / 0 and NaN lanes land in the same places
         a[7, 1] = np.nan
-        gots, wants, info = _both(stored_results, None, a, b)
+        gots, wants, info = run_backends(stored_results, None, a, b).against("batched")
         assert info.backend == "batched"
         for got, want in zip(gots, wants):
-            assert _same(got, want)
+            assert same(got, want)
         af, bf = a.astype(np.float32), b.astype(np.float32)
         ref = (np.maximum(af, bf) - np.float32(0.25)).astype(dt)
-        assert _same(gots[0], ref)
-        assert _same(gots[2], (af + bf).astype(ml_dtypes.bfloat16))
+        assert same(gots[0], ref)
+        assert same(gots[2], (af + bf).astype(ml_dtypes.bfloat16))
     a = rng.standard_normal((384, 32)).astype(np.float32)
-    (o1, o2), (w1, w2), info = _both(stored_twice, None, a)
-    assert info.backend == "batched" and _same(o1, w1) and _same(o2, w2)
+    (o1, o2), (w1, w2), info = run_backends(stored_twice, None, a).against("batched")
+    assert info.backend == "batched" and same(o1, w1) and same(o2, w2)
     assert np.array_equal(o2, a * 2 + 1)
     cfg = SimConfig()
     k1, k2 = stored_results.configure(backend="batched"), stored_twice.configure(backend="batched")
@@ -367,7 +355,7 @@ def test_full_checks_run_batched_when_nothing_can_be_reported():
         got = (k[grid] if grid else k)(*args)
         assert k.last_run.backend == "batched", k.last_run.reason
         want = kernel.configure(backend="numpy", checks="full")
-        assert _same(got, (want[grid] if grid else want)(*args))
+        assert same(got, (want[grid] if grid else want)(*args))
     k = reads_unwritten.configure(checks="full")
     with pytest.raises(nki.NKIError, match="uninitialised") as e:
         k(a[:128])
@@ -414,9 +402,9 @@ def test_generated_matmuls_match_the_interpreter(m_tiles, n_tiles, k_tiles, widt
     shape_a = (m_tiles * 64, k_tiles * 128) if form == "plain" else (k_tiles * 128, m_tiles * 64)
     a = rng.standard_normal(shape_a).astype(dt)
     b = rng.standard_normal((k_tiles * 128, n_tiles * width)).astype(dt)
-    got, want, info = _both(kernel, None, a, b)
+    got, want, info = run_backends(kernel, None, a, b, backends=GENERATED).against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     af, bf = a.astype(np.float64), b.astype(np.float64)
     ref = (af if form == "plain" else af.T) @ bf
     assert np.allclose(got, ref, rtol=1e-4, atol=1e-3)
@@ -445,9 +433,9 @@ def test_in_place_accumulation_matches_the_interpreter():
     rng = np.random.default_rng(7)
     a = rng.standard_normal((512, 48)).astype(np.float32)
     a[3, 5] = np.nan
-    (o, lo), (wo, wlo), info = _both(accumulated_in_sbuf, None, a)
+    (o, lo), (wo, wlo), info = run_backends(accumulated_in_sbuf, None, a).against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(o, wo) and _same(lo, wlo)
+    assert same(o, wo) and same(lo, wlo)
     t = a.reshape(4, 128, 48)
     s = np.zeros((128, 48), np.float32)
     for k in range(4):
@@ -483,12 +471,12 @@ def test_current_api_dma_copies_match_the_interpreter():
     rng = np.random.default_rng(8)
     a = rng.standard_normal((256, 32)).astype(np.float32)
     ai = rng.integers(-(2**31), 2**31 - 1, size=(256, 16), dtype=np.int32)
-    gots, wants, info = _both(current_copies, None, a, ai)
+    gots, wants, info = run_backends(current_copies, None, a, ai).against("batched")
     assert info.backend == "batched", info.reason
     for got, want in zip(gots, wants):
-        assert _same(got, want) if got.dtype.kind == "f" else np.array_equal(got, want)
+        assert same(got, want) if got.dtype.kind == "f" else np.array_equal(got, want)
     out, low, bits, flat = gots
-    assert np.array_equal(out, a * a) and _same(low, a.astype(ml_dtypes.bfloat16))
+    assert np.array_equal(out, a * a) and same(low, a.astype(ml_dtypes.bfloat16))
     assert np.array_equal(bits, ai.view(np.uint32))
     assert np.array_equal(flat, a.reshape(128, 64))
 
@@ -515,10 +503,10 @@ def test_isa_reductions_and_reciprocals_match_the_interpreter():
     for dt in (np.float32, ml_dtypes.bfloat16):
         a, b = (rng.standard_normal((384, 96)).astype(dt) for _ in range(2))
         a[5, 7] = np.nan
-        gots, wants, info = _both(isa_reductions, None, a, b)
+        gots, wants, info = run_backends(isa_reductions, None, a, b).against("batched")
         assert info.backend == "batched", info.reason
         for got, want in zip(gots, wants):
-            assert _same(got, want)
+            assert same(got, want)
         af = a.astype(np.float64).reshape(3, 128, 96)
         want_rows = (1 / af.sum(axis=2) - af.max(axis=2)).reshape(-1, 1)
         tol = 1e-3 if dt == np.float32 else 3e-2  # (bf16 intermediate tiles)

@@ -17,22 +17,8 @@ import nki.language as nl
 from nki.errors import NKIError
 from simulator.batched import backend as batched
 
+from backends import run_backends
 from helpers import all_reduce_kernel
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
-
-
-def _both(kernel, grid, *args):
-    ref = kernel.configure(backend="numpy")[grid](*args)
-    k = kernel.configure(backend="batched")
-    got = k[grid](*args)
-    assert k.last_run.backend == "batched", k.last_run.reason
-    assert ref.dtype == got.dtype
-    np.testing.assert_array_equal(_bits(got), _bits(ref))
-    return got
 
 
 @pytest.mark.parametrize(
@@ -42,7 +28,7 @@ def _both(kernel, grid, *args):
 def test_all_reduce_runs_batched_bit_identical(op, ref, axes):
     grid = (3, 4)
     x = np.random.default_rng(0).uniform(0.5, 1.5, (3 * 128, 4 * 64)).astype(np.float32)
-    got = _both(all_reduce_kernel(op, axes), grid, x)
+    got = run_backends(all_reduce_kernel(op, axes), grid, x, ran=("batched",))["batched"]
     b = x.reshape(3, 128, 4, 64).transpose(0, 2, 1, 3).astype(np.float64)
     ax = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
     want = np.broadcast_to(ref(b, axis=ax, keepdims=True), b.shape)
@@ -55,7 +41,8 @@ def test_all_reduce_runs_batched_bit_identical(op, ref, axes):
 def test_all_reduce_dtypes(dtype, out):
     rng = np.random.default_rng(1)
     x = rng.integers(-(2**26), 2**26, (2 * 128, 2 * 64)).astype(dtype)
-    got = _both(all_reduce_kernel(nl.add, 0, dtype=out), (2, 2), x)
+    kernel = all_reduce_kernel(nl.add, 0, dtype=out)
+    got = run_backends(kernel, (2, 2), x, ran=("batched",))["batched"]
     b = x.astype(np.float64).reshape(2, 128, 128)
     want = np.broadcast_to(b.sum(0, keepdims=True), b.shape).reshape(x.shape)
     if dtype == np.int32:
@@ -82,7 +69,7 @@ def masked_running_total(x):
 
 def test_masked_all_reduce_in_a_batched_loop():
     x = np.random.default_rng(2).standard_normal((300, 96)).astype(np.float32)
-    got = _both(masked_running_total, 3, x)
+    got = run_backends(masked_running_total, 3, x, ran=("batched",))["batched"]
     want = np.zeros((128, 96))
     for r0 in range(0, 300, 128):
         blk = x[r0 : r0 + 128].astype(np.float64)
@@ -97,7 +84,7 @@ def test_reduced_grid_axis_is_never_chunked(monkeypatch):
     reduced one stays whole (a chunked group would reduce only part of its members)."""
     monkeypatch.setattr(batched, "BUDGET", 1)
     x = np.random.default_rng(3).standard_normal((4 * 128, 3 * 64)).astype(np.float32)
-    got = _both(all_reduce_kernel(nl.add, 0), (4, 3), x)
+    got = run_backends(all_reduce_kernel(nl.add, 0), (4, 3), x, ran=("batched",))["batched"]
     b = x.astype(np.float64).reshape(4, 128, 3, 64)
     want = np.broadcast_to(b.sum(0, keepdims=True), b.shape).reshape(x.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

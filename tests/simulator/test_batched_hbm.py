@@ -18,28 +18,7 @@ import nki.isa as nisa
 import nki.language as nl
 import nki.typing as nt
 
-
-def _same(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-identical, NaN positions included."""
-    g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
-    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
-
-
-def _run(kernel, grid, make_args, backend):
-    """Run on fresh arguments; (arguments after the run, the return value, run info)."""
-    k = kernel.configure(backend=backend)
-    args = make_args()
-    ret = (k[grid] if grid else k)(*args)
-    return args, ret, k.last_run
-
-
-def _both(kernel, grid, make_args):
-    """(batched arguments, batched return, numpy arguments, numpy return, batched run info)."""
-    args_b, ret_b, info = _run(kernel, grid, make_args, "batched")
-    args_n, ret_n, info_n = _run(kernel, grid, make_args, "numpy")
-    assert info_n.backend == "numpy"
-    return args_b, ret_b, args_n, ret_n, info
+from backends import REFERENCE, run_backends, same
 
 
 def _line(kernel, marker: str) -> int:
@@ -67,12 +46,13 @@ def in_place_update(a):
 def test_in_place_update_over_a_grid(dtype):
     a = _rng(1).standard_normal((512, 256)).astype(dtype)
     a[5, 7] = np.nan
-    (got,), _, (want,), _, info = _both(in_place_update, (4, 4), lambda: (a.copy(),))
+    r = run_backends(in_place_update, (4, 4), make_args=lambda: (a.copy(),))
+    (got,), (want,), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
     assert "every instruction ran once per batch" in info.reason
-    assert _same(got, want)
+    assert same(got, want)
     ref = (a.astype(np.float32) * np.float32(3) + np.float32(1)).astype(dtype)
-    assert _same(got, ref)
+    assert same(got, ref)
 
 
 @nki.jit
@@ -94,9 +74,10 @@ def scratch_round_trip(a):
 
 def test_scratch_tensor_written_then_read_back():
     a = _rng(2).standard_normal((2, 512, 48)).astype(np.float32)
-    _, got, _, want, info = _both(scratch_round_trip, (2,), lambda: (a,))
+    r = run_backends(scratch_round_trip, (2,), make_args=lambda: (a,))
+    got, want, info = r.against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     t = (np.exp(a) * np.float32(0.5)).reshape(2, 4, 128, 48)[:, ::-1].reshape(a.shape)
     np.testing.assert_allclose(got, t, rtol=1e-6)
 
@@ -119,9 +100,10 @@ def test_a_result_stored_over_its_source_waits_for_later_loads():
     def make():
         return a.copy(), np.zeros_like(a)
 
-    (ga, gb), _, (wa, wb), _, info = _both(load_after_compute, (2,), make)
+    r = run_backends(load_after_compute, (2,), make_args=make)
+    (ga, gb), (wa, wb), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(ga, wa) and _same(gb, wb)
+    assert same(ga, wa) and same(gb, wb)
     assert np.array_equal(ga, np.exp(a)) and np.array_equal(gb, a + np.float32(1))
 
 
@@ -141,11 +123,10 @@ def overwrite_then_use_old(a, b):
 def test_a_loaded_tile_keeps_values_overwritten_after_the_load():
     a = _rng(17).standard_normal((256, 32)).astype(np.float32)
     b = _rng(18).standard_normal((256, 32)).astype(np.float32)
-    (ga, gb), _, (wa, wb), _, info = _both(
-        overwrite_then_use_old, (2,), lambda: (a.copy(), b.copy())
-    )
+    r = run_backends(overwrite_then_use_old, (2,), make_args=lambda: (a.copy(), b.copy()))
+    (ga, gb), (wa, wb), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(ga, wa) and _same(gb, wb)
+    assert same(ga, wa) and same(gb, wb)
     assert np.array_equal(ga, a * np.float32(0)) and np.array_equal(gb, a + np.exp(b))
 
 
@@ -162,9 +143,10 @@ def sequential_accumulate(x, out):
 def test_sequential_accumulation_through_hbm():
     x = _rng(4).standard_normal((3, 256, 16)).astype(np.float32)
     init = _rng(5).standard_normal((256, 16)).astype(np.float32)
-    (_, got), _, (_, want), _, info = _both(sequential_accumulate, (2,), lambda: (x, init.copy()))
+    r = run_backends(sequential_accumulate, (2,), make_args=lambda: (x, init.copy()))
+    (_, got), (_, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     assert np.array_equal(got, ((init + x[0]) + x[1]) + x[2])
 
 
@@ -187,11 +169,12 @@ def current_accumulate_into(x, out: nt.mutable_tensor):
 def test_current_api_accumulates_into_its_output_argument(dtype):
     x = _rng(6).standard_normal((256, 96)).astype(np.float32)
     init = _rng(7).standard_normal((256, 96)).astype(dtype)
-    _, got, _, want, info = _both(current_accumulate_into, None, lambda: (x, init.copy()))
+    r = run_backends(current_accumulate_into, None, make_args=lambda: (x, init.copy()))
+    got, want, info = r.against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     ref = (init.astype(np.float32) + x).astype(dtype)
-    assert _same(got, ref)
+    assert same(got, ref)
 
 
 @nki.jit
@@ -217,11 +200,12 @@ def private_scratch(x):
 
 def test_private_hbm_is_storage_of_each_instance():
     x = _rng(19).standard_normal((1024, 16)).astype(np.float32)
-    _, (out, sums), _, (w_out, w_sums), info = _both(private_scratch, (4,), lambda: (x,))
+    r = run_backends(private_scratch, (4,), make_args=lambda: (x,))
+    (out, sums), (w_out, w_sums), info = r.against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(out, w_out) and _same(sums, w_sums)
+    assert same(out, w_out) and same(sums, w_sums)
     bf = np.exp(x).astype(ml_dtypes.bfloat16).astype(np.float32)
-    assert _same(out, bf)
+    assert same(out, bf)
     pairs = x.reshape(4, 2, 128, 16)
     assert np.array_equal(sums, ((np.float32(0) + pairs[:, 0]) + pairs[:, 1]).reshape(512, 16))
 
@@ -243,11 +227,12 @@ def rmw_per_tile(x, out):
 def test_accumulating_dma_into_distinct_tiles(dtype):
     x = _rng(8).standard_normal((1024, 24)).astype(np.float32)
     init = _rng(9).standard_normal((1024, 24)).astype(dtype)
-    (_, got), _, (_, want), _, info = _both(rmw_per_tile, (4,), lambda: (x, init.copy()))
+    r = run_backends(rmw_per_tile, (4,), make_args=lambda: (x, init.copy()))
+    (_, got), (_, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     once = (init.astype(np.float32) + x).astype(dtype)  # rounded to bf16 after each add
-    assert _same(got, (once.astype(np.float32) + x).astype(dtype))
+    assert same(got, (once.astype(np.float32) + x).astype(dtype))
 
 
 @nki.jit
@@ -267,9 +252,10 @@ def test_augmented_assignment_into_hbm_rounds_like_the_interpreter(dtype):
     rows = 384
     x = (_rng(21).standard_normal((rows, 8)) * 5).astype(dtype)
     init = (_rng(22).standard_normal((rows, 16)) * 5).astype(dtype)
-    (_, got), _, (_, want), _, info = _both(augmented_into_hbm, (3,), lambda: (x, init.copy()))
+    r = run_backends(augmented_into_hbm, (3,), make_args=lambda: (x, init.copy()))
+    (_, got), (_, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want) if dtype != np.int32 else np.array_equal(got, want)
+    assert same(got, want) if dtype != np.int32 else np.array_equal(got, want)
     f = np.float32 if dtype != np.int32 else np.int64
 
     def rnd(v):  # the stored dtype after each step
@@ -302,21 +288,23 @@ def rmw_sum_over_2d_grid(x, out):
 def test_accumulation_by_every_instance_into_one_tile():
     x = _rng(10).standard_normal((8, 128, 8)).astype(ml_dtypes.bfloat16)
     make = lambda: (x, np.zeros((128, 8), ml_dtypes.bfloat16))  # noqa: E731
-    (_, got), _, (_, want), _, info = _both(rmw_sum_over_grid, (8,), make)
+    r = run_backends(rmw_sum_over_grid, (8,), make_args=make)
+    (_, got), (_, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want)
+    assert same(got, want)
     ref = np.zeros((128, 8), ml_dtypes.bfloat16)
     for g in range(8):  # instance order, bf16 rounding after each add
         ref = (ref.astype(np.float32) + x[g].astype(np.float32)).astype(ml_dtypes.bfloat16)
-    assert _same(got, ref)
+    assert same(got, ref)
     # two grid axes: positions are not run in the interpreter's order along one axis
-    (_, got), _, (_, want), _, info = _both(rmw_sum_over_2d_grid, (4, 2), make)
+    r = run_backends(rmw_sum_over_2d_grid, (4, 2), make_args=make)
+    (_, got), (_, want), info = r.args_against("batched")
     assert info.backend == "numpy"
     line = _line(rmw_sum_over_2d_grid, "# SUM2D")
     assert f"several instances / iterations write the same elements of 'out' (line {line}" in (
         info.reason
     )
-    assert _same(got, want)
+    assert same(got, want)
 
 
 @nki.jit
@@ -331,12 +319,13 @@ def rmw_over_iterations(a):
 
 def test_accumulation_by_every_iteration_after_a_store():
     a = _rng(23).standard_normal((6, 128, 4)).astype(np.float32)
-    _, got, _, want, info = _both(rmw_over_iterations, None, lambda: (a,))
+    r = run_backends(rmw_over_iterations, None, make_args=lambda: (a,))
+    got, want, info = r.against("batched")
     assert info.backend == "batched", info.reason
     ref = np.zeros((128, 4), np.float32)
     for i in range(6):  # iteration order, fp32 rounding after each add
         ref = ref + a[i]
-    assert _same(got, want) and _same(got, ref)
+    assert same(got, want) and same(got, ref)
 
 
 # ---- indirect writes -------------------------------------------------------------------------
@@ -378,13 +367,14 @@ def test_scatter_with_colliding_indices():
     idx = _rng(11).integers(0, 64, size=(grid * 128, 1)).astype(np.int32)
     vals = _rng(12).standard_normal((grid * 128, 8)).astype(np.float32)
     make = lambda: (idx, vals, np.zeros((64, 8), np.float32))  # noqa: E731
-    (_, _, got), _, (_, _, want), _, info = _both(scatter_rows, (grid,), make)
+    r = run_backends(scatter_rows, (grid,), make_args=make)
+    (_, _, got), (_, _, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
     assert "hosted" in info.reason
     ref = np.zeros((64, 8), np.float32)
     for g in range(grid):
         ref[idx[g * 128 : (g + 1) * 128, 0]] = vals[g * 128 : (g + 1) * 128]
-    assert _same(got, want) and _same(got, ref)
+    assert same(got, want) and same(got, ref)
 
 
 def test_scatters_others_may_see_are_declined():
@@ -394,19 +384,21 @@ def test_scatters_others_may_see_are_declined():
     def make():
         return idx, vals, np.zeros((256, 8), np.float32), np.zeros((256, 8), np.float32)
 
-    (*_, got_back), _, (*_, want_back), _, info = _both(scatter_then_read, (2,), make)
+    r = run_backends(scatter_then_read, (2,), make_args=make)
+    (*_, got_back), (*_, want_back), info = r.args_against("batched")
     assert info.backend == "numpy"
     lines = [_line(scatter_then_read, m) for m in ("# SCATTER", "# READ")]
     assert info.reason == (
         "batched: an indirect (data-dependent) access to 'out': line {} and the read at line {} "
         "may touch the same elements at different instances / iterations".format(*lines)
     )
-    assert _same(got_back, want_back)
-    (*_, got), _, (*_, want), _, info = _both(two_scatters, None, lambda: make()[:3])
+    assert same(got_back, want_back)
+    r = run_backends(two_scatters, None, make_args=lambda: make()[:3])
+    (*_, got), (*_, want), info = r.args_against("batched")
     assert info.backend == "numpy"
     first, second = (_line(two_scatters, m) for m in ("# FIRST", "# SECOND"))
     assert f"'out': line {first} and the write at line {second}" in info.reason
-    assert _same(got, want)
+    assert same(got, want)
 
 
 # ---- what other positions can see is declined ----------------------------------------------
@@ -445,7 +437,8 @@ def next_tile_of_scratch(a):
 
 def test_cross_position_read_after_write_is_declined():
     a = np.arange(512 * 8, dtype=np.float32).reshape(512, 8)
-    (got,), _, (want,), _, info = _both(shift_down, (3,), lambda: (a.copy(),))
+    r = run_backends(shift_down, (3,), make_args=lambda: (a.copy(),))
+    (got,), (want,), info = r.args_against("batched")
     assert info.backend == "numpy"
     store, load = _line(shift_down, "# STORE"), _line(shift_down, "# LOAD")
     assert info.reason == (
@@ -455,16 +448,18 @@ def test_cross_position_read_after_write_is_declined():
     ref = a.copy()
     for i in range(3):
         ref[(i + 1) * 128 : (i + 2) * 128] = ref[i * 128 : (i + 1) * 128] + 1
-    assert _same(got, want) and _same(got, ref)
+    assert same(got, want) and same(got, ref)
     b = a.reshape(128, 32)
-    (got,), _, (want,), _, info = _both(neighbour_sum, None, lambda: (b.copy(),))
+    r = run_backends(neighbour_sum, None, make_args=lambda: (b.copy(),))
+    (got,), (want,), info = r.args_against("batched")
     assert info.backend == "numpy"
     own, window = _line(neighbour_sum, "# OWN"), _line(neighbour_sum, "# WINDOW")
     assert f"line {own} and the read at line {window}" in info.reason
-    assert _same(got, want)
+    assert same(got, want)
     # a tensor the kernel creates is named as the user named it
     c = np.arange(384 * 8, dtype=np.float32).reshape(384, 8)
-    _, _, _, _, info = _both(next_tile_of_scratch, None, lambda: (c,))
+    r = run_backends(next_tile_of_scratch, None, make_args=lambda: (c,))
+    info = r.info("batched")
     assert info.backend == "numpy"
     assert info.reason.startswith("batched: HBM tensor 'scratch' is written and read: line")
 
@@ -507,9 +502,10 @@ def test_an_error_after_in_place_writes_is_the_interpreters():
     def make():
         return fine.copy(), data, np.zeros((grid * 128, 8), np.float32)
 
-    (gi, _, got), _, (wi, _, want), _, info = _both(bump_then_gather, (grid,), make)
+    r = run_backends(bump_then_gather, (grid,), make_args=make)
+    (gi, _, got), (wi, _, want), info = r.args_against("batched")
     assert info.backend == "batched", info.reason
-    assert _same(got, want) and _same(got, data[fine[:, 0] + 100])
+    assert same(got, want) and same(got, data[fine[:, 0] + 100])
     assert np.array_equal(gi, wi) and np.array_equal(gi, fine + 100)
 
 
@@ -538,9 +534,10 @@ def test_a_late_decline_hands_the_next_backend_the_launchs_data(monkeypatch):
     def make():
         return a.copy(), np.zeros((768, 1), np.float32)
 
-    (ga, gs), _, (wa, ws), _, info = _both(bump_then_row_sums, (2,), make)
+    r = run_backends(bump_then_row_sums, (2,), make_args=make)
+    (ga, gs), (wa, ws), info = r.args_against("batched")
     assert info.backend == "numpy" and "engine state" in info.reason
-    assert _same(ga, wa) and _same(gs, ws)
+    assert same(ga, wa) and same(gs, ws)
     np.testing.assert_allclose(ga, np.exp(a + 1), rtol=1e-6)
 
 
@@ -586,19 +583,23 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
     dt = ml_dtypes.bfloat16 if bf16 else np.float32
     a = _rng(grid * 100 + tiles * 10 + width).standard_normal((grid * tiles * 128 + 64, width))
     a = a.astype(dt)
-    (got,), _, (want,), _, info = _both(kernel, (grid,), lambda: (a.copy(),))
+    # (compiling a Numba driver for each generated kernel would take seconds)
+    r = run_backends(
+        kernel, (grid,), make_args=lambda: (a.copy(),), backends=("batched", REFERENCE)
+    )
+    (got,), (want,), info = r.args_against("batched")
     # (the current-API tracer unrolls the loop: one position, its program order kept)
     apart = shift == 0 or grid * tiles == 1 or current
     assert (info.backend == "batched") == apart, info.reason
     if not apart:
         assert "'a' is written and read" in info.reason
-    assert _same(got, want)
+    assert same(got, want)
     ref = a.copy()  # instances, then iterations, in order
     for p in range(grid * tiles):
         x = ref[p * 128 + shift : p * 128 + shift + 128].astype(np.float32)
         sq = (x * x).astype(dt).astype(np.float32)  # (a bf16 tile after the multiply)
         ref[p * 128 : p * 128 + 128] = (sq - np.float32(0.5)).astype(dt)
-    assert _same(got, ref)
+    assert same(got, ref)
 
 
 @given(

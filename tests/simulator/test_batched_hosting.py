@@ -20,27 +20,9 @@ from simulator.batched import host as batched_host
 from simulator.batched.plan import plan
 from simulator.config import SimConfig
 
+from backends import REFERENCE, run_backends, same
+
 L = 3  # affine_range iterations per instance in these kernels
-
-
-def _same(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-identical, NaN positions included."""
-    g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
-    return got.dtype == want.dtype and np.array_equal(g, w, equal_nan=True)
-
-
-def _both(kernel, grid, *args):
-    """(batched result, interpreter result, the batched kernel); the batched run must batch."""
-    kb = kernel.configure(backend="batched")
-    got = kb[grid](*args)
-    info = kb.last_run
-    kn = kernel.configure(backend="numpy")
-    want = kn[grid](*args)
-    assert kn.last_run.backend == "numpy"
-    assert info.backend == "batched", info.reason
-    assert "hosted" in info.reason, info.reason
-    return got, want, kb
 
 
 @nki.jit
@@ -140,13 +122,15 @@ def test_gather_hosted_between_batched_loads_and_stores():
     grid = 4
     data = _rng().standard_normal((grid * L * 128, 32)).astype(np.float32)
     idx = _rng(1).integers(0, 32, (grid * L * 128, 16)).astype(np.int32)
-    got, want, k = _both(gather_then_scale, grid, data, idx)
-    assert _same(got, want)
+    r = run_backends(gather_then_scale, grid, data, idx, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
     np.testing.assert_array_equal(got, 2 * np.take_along_axis(data, idx, axis=1))
-    assert "1 affine_range loop(s) batched" in k.last_run.reason
+    assert "1 affine_range loop(s) batched" in info.reason
     # checks="full" tracks a hosted instruction's values per instance: the interpreter runs it
     kf = gather_then_scale.configure(backend="batched", checks="full")
-    assert _same(kf[grid](data, idx), want)
+    assert same(kf[grid](data, idx), want)
     assert kf.last_run.backend == "numpy" and "runs hosted" in kf.last_run.reason
 
 
@@ -155,8 +139,10 @@ def test_indirect_load_hosted():
     data = _rng().standard_normal((500, 24)).astype(np.float32)
     idx = _rng(2).integers(0, 500, (grid * L * 128, 1)).astype(np.int32)
     bias = _rng(3).standard_normal((grid * L * 128, 24)).astype(np.float32)
-    got, want, _ = _both(gather_rows_add, grid, data, idx, bias)
-    assert _same(got, want)
+    r = run_backends(gather_rows_add, grid, data, idx, bias, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
     np.testing.assert_array_equal(got, data[idx[:, 0]] + bias)
 
 
@@ -164,8 +150,10 @@ def test_bit_vector_op_hosted():
     grid = 2
     a = _rng().integers(-1000, 1000, (grid * L * 128, 8)).astype(np.int32)
     b = _rng(1).integers(-1000, 1000, (grid * L * 128, 8)).astype(np.int32)
-    got, want, _ = _both(xor_then_add, grid, a, b)
-    assert _same(got, want)
+    r = run_backends(xor_then_add, grid, a, b, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
     np.testing.assert_array_equal(got, (a ^ b) + a)
 
 
@@ -177,8 +165,10 @@ def test_masked_reduction_hosted():
     grid = 2
     a = _rng().standard_normal((grid * L * 128, 40)).astype(np.float32)
     limit = 5 * 128 + 17  # the last tile of the second instance is partly masked off
-    got, want, _ = _both(masked_row_max, grid, a, limit)
-    assert _same(got, want)
+    r = run_backends(masked_row_max, grid, a, limit, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
     np.testing.assert_array_equal(got[:limit, 0], a[:limit].max(axis=1) + 1)
     assert np.isnan(got[limit:]).all()  # never written
 
@@ -186,24 +176,28 @@ def test_masked_reduction_hosted():
 def test_isa_instruction_hosted():
     grid = 2
     a = _rng().standard_normal((grid * L * 128, 64)).astype(np.float32)
-    got, want, k = _both(lower_triangle, grid, a)
-    assert _same(got, want)
+    r = run_backends(lower_triangle, grid, a, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
     keep = np.tile(np.arange(128)[:, None] >= np.arange(64)[None, :], (grid * L, 1))
     np.testing.assert_array_equal(got, np.where(keep, a, np.float32(-1)) * np.float32(3))
     # the multiply's tile lives in the output; the tile affine_select writes has its own
-    p = plan(k.last_ir, SimConfig())
-    tiles = {i.api: i.dst.tensor for i, _ in k.last_ir.instructions()}
+    p = plan(r.kernel("batched").last_ir, SimConfig())
+    tiles = {i.api: i.dst.tensor for i, _ in r.kernel("batched").last_ir.instructions()}
     assert p.fused_names == {tiles["nl.multiply"]}
     assert tiles["nisa.affine_select"] not in p.viewed
-    assert "1 affine_range loop(s) batched" in k.last_run.reason
+    assert "1 affine_range loop(s) batched" in info.reason
 
 
 def test_engine_state_keeps_its_loop_iterated():
     grid = 2
     a = _rng().standard_normal((grid * L * 128, 16)).astype(np.float32)
-    (got, got_sums), (want, want_sums), k = _both(exp_row_sums, grid, a)
-    assert _same(got, want) and _same(got_sums, want_sums)
-    assert "0 affine_range loop(s) batched" in k.last_run.reason  # (the grid still is)
+    r = run_backends(exp_row_sums, grid, a, ran=("batched",))
+    (got, got_sums), (want, want_sums), info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want) and same(got_sums, want_sums)
+    assert "0 affine_range loop(s) batched" in info.reason  # (the grid still is)
     np.testing.assert_allclose(got, np.exp(a) + 0.5, rtol=1e-6)
     np.testing.assert_allclose(got_sums[:, 0], np.exp(a).sum(axis=1), rtol=1e-5)
 
@@ -223,9 +217,11 @@ def noisy_tiles(a):
 def test_random_generators_advance_per_instance_in_order():
     grid = 3
     a = np.zeros((grid * L * 128, 8), np.float32)
-    got, want, k = _both(noisy_tiles, grid, a)
-    assert _same(got, want)
-    assert "0 affine_range loop(s) batched" in k.last_run.reason
+    r = run_backends(noisy_tiles, grid, a, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)
+    assert "0 affine_range loop(s) batched" in info.reason
     # instances draw from their own generators: tiles differ across instances and iterations
     tiles = got.reshape(grid * L, 128, 8)
     assert len({t.tobytes() for t in tiles}) == grid * L
@@ -243,7 +239,7 @@ def test_unexpected_engine_state_in_a_batched_loop_goes_to_the_next_backend(monk
     assert k.last_run.backend == "numpy"
     assert "engine state" in k.last_run.reason
     want, want_sums = exp_row_sums.configure(backend="numpy")[1](a)
-    assert _same(got, want) and _same(sums, want_sums)
+    assert same(got, want) and same(sums, want_sums)
 
 
 @nki.jit
@@ -332,5 +328,8 @@ def _args(kind: str, grid: int, seed: int) -> tuple:
 )
 def test_hosted_kinds_match_the_interpreter(kind, grid, seed):
     args = _args(kind, grid, seed)
-    got, want, _ = _both(_KINDS[kind], grid, *args)
-    assert _same(got, want)
+    # (compiling a Numba driver for each generated kernel would take seconds)
+    r = run_backends(_KINDS[kind], grid, *args, backends=("batched", REFERENCE), ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" in info.reason, info.reason
+    assert same(got, want)

@@ -24,6 +24,8 @@ from simulator.batched import host as batched_host
 from simulator.batched.plan import Declined, plan
 from simulator.config import SimConfig
 
+from backends import REFERENCE, bits, run_backends
+
 G = 4  # grid instances
 L = 3  # affine_range iterations
 F = 64  # free size of the tiles
@@ -33,27 +35,6 @@ BF16 = ml_dtypes.bfloat16
 def classic(fn):
     """Grids are classic launches (``kernel[g]``); device loops and registers work in both."""
     return nki.jit(fn, api="classic")
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.view(np.dtype(f"u{a.dtype.itemsize}"))
-
-
-def _both(kernel, grid, *args, **opts):
-    """(batched result, interpreter result, the batched kernel): the first run must batch,
-    and both results are the same bits."""
-    kb = kernel.configure(backend="batched", **opts)
-    got = kb[grid](*args)
-    assert kb.last_run.backend == "batched", kb.last_run.reason
-    kn = kernel.configure(backend="numpy", **opts)
-    want = kn[grid](*args)
-    assert kn.last_run.backend == "numpy"
-    for g, w in zip(
-        got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
-    ):
-        assert g.dtype == w.dtype and np.array_equal(_bits(g), _bits(w))
-    return got, want, kb
 
 
 def _line(fn, marker: str) -> int:
@@ -104,10 +85,11 @@ def test_fori_loop_with_a_register_bound_over_a_grid(monkeypatch, counts, batche
         run_trips(self, loop, ctx, stateful, first, stop)
 
     monkeypatch.setattr(batched_host.Host, "run_trips", spy)
-    got, _, k = _both(doubled_n_times, G, x, n)
+    r = run_backends(doubled_n_times, G, x, n, ran=("batched",))
+    got, _, info = r.against("batched")
     np.testing.assert_array_equal(got, x * np.repeat(2.0 ** n[:, 0], 128)[:, None])
     runs = f"{batched} time(s) batched (the same bounds at every position) and {per_instance}"
-    assert f"device loops run {runs} time(s) per instance" in k.last_run.reason
+    assert f"device loops run {runs} time(s) per instance" in info.reason
     assert starts == ([] if per_instance == 0 else [[min(counts)] * G])
 
 
@@ -139,14 +121,15 @@ def test_nested_device_loops_batched_outside_per_instance_inside():
     x = np.random.default_rng(10).standard_normal((G * 128, F)).astype(np.float32)
     m = np.full((G, 1), 3, np.int32)
     n = np.array([[0], [2], [1], [4]], np.int32)
-    got, _, k = _both(nested_device_loops, G, x, m, n)
+    r = run_backends(nested_device_loops, G, x, m, n, ran=("batched",))
+    got, _, info = r.against("batched")
     want = x.reshape(G, 128, F).copy()
     for g in range(G):
         for _ in range(3):
             want[g] = (want[g] + np.float32(1)) * np.float32(0.5) ** n[g, 0]
     np.testing.assert_array_equal(got, want.reshape(G * 128, F))
-    assert "run 1 time(s) batched" in k.last_run.reason
-    assert "and 3 time(s) per instance" in k.last_run.reason
+    assert "run 1 time(s) batched" in info.reason
+    assert "and 3 time(s) per instance" in info.reason
 
 
 @classic
@@ -190,10 +173,11 @@ def test_while_loop_over_a_grid(counts, runs):
     where they differ."""
     x = np.random.default_rng(1).standard_normal((G * 128, F)).astype(np.float32)
     n = np.array(counts, np.int32)[:, None]
-    got, _, k = _both(halved_while_positive, G, x, n)
+    r = run_backends(halved_while_positive, G, x, n, ran=("batched",))
+    got, _, info = r.against("batched")
     scale = np.repeat(np.float32(0.5) ** n[:, 0], 128)[:, None].astype(np.float32)
     np.testing.assert_array_equal(got, x * scale + np.float32(1))
-    assert f"device loops run {runs} time(s) per instance" in k.last_run.reason
+    assert f"device loops run {runs} time(s) per instance" in info.reason
 
 
 @classic
@@ -221,12 +205,13 @@ def fori_in_affine_range(x, n):
 def test_device_loop_inside_a_batched_affine_range():
     x = np.random.default_rng(2).standard_normal((G * L * 128, F)).astype(np.float32)
     n = np.random.default_rng(3).integers(0, 4, (G * L, 1)).astype(np.int32)
-    got, _, k = _both(fori_in_affine_range, G, x, n)
+    r = run_backends(fori_in_affine_range, G, x, n, ran=("batched",))
+    got, _, info = r.against("batched")
     t = x.copy()
     for _ in range(3):
         t = np.where(np.repeat(n[:, 0], 128)[:, None] > _, t + np.float32(1), t)
     np.testing.assert_array_equal(got, t * t)
-    assert "1 affine_range loop(s) batched" in k.last_run.reason  # (no engine state inside)
+    assert "1 affine_range loop(s) batched" in info.reason  # (no engine state inside)
 
 
 @classic
@@ -255,8 +240,9 @@ def noise_in_device_loop(x, n):
 def test_engine_state_in_a_device_loop_keeps_the_loops_around_it_iterated():
     x = np.zeros((G * L * 128, F), np.float32)
     n = np.array([[1], [2], [0], [3]], np.int32)
-    got, _, k = _both(noise_in_device_loop, G, x, n)
-    assert "0 affine_range loop(s) batched" in k.last_run.reason
+    r = run_backends(noise_in_device_loop, G, x, n, ran=("batched",))
+    got, _, info = r.against("batched")
+    assert "0 affine_range loop(s) batched" in info.reason
     tiles = got.reshape(G, L, 128, F)
     assert (tiles[2] == 0).all()  # no draw
     assert ((tiles[3] >= 0) & (tiles[3] < 3)).all() and tiles[3].mean() > 1.2
@@ -285,7 +271,8 @@ def prefix_rows(x, n):
 def test_register_offsets_inside_a_device_loop():
     x = np.random.default_rng(4).standard_normal((16, F)).astype(np.float32)
     n = np.array([[5], [0], [16], [1]], np.int32)
-    got, _, _ = _both(prefix_rows, G, x, n)
+    r = run_backends(prefix_rows, G, x, n, ran=("batched",))
+    got, _, _ = r.against("batched")
     want = np.stack([x[: k[0]].sum(axis=0) for k in n])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -341,7 +328,8 @@ def float_bound(x, n):
 def test_a_float_bound_register_reads_as_int_and_nan_is_reported():
     x = np.ones((G * 128, F), np.float32)
     n = np.array([[2.7], [2.2], [-0.5], [3.9]], np.float32)
-    got, _, _ = _both(float_bound, G, x, n)
+    r = run_backends(float_bound, G, x, n, ran=("batched",))
+    got, _, _ = r.against("batched")
     np.testing.assert_array_equal(got[::128, 0], [4, 4, 1, 8])
     n[2] = np.nan
     errors = []
@@ -390,7 +378,8 @@ def reshaped_input(x):
 
 def test_reshape_of_an_hbm_input():
     x = np.random.default_rng(5).standard_normal((G, 128 * F)).astype(np.float32)
-    got, _, _ = _both(reshaped_input, G, x)
+    r = run_backends(reshaped_input, G, x, ran=("batched",))
+    got, _, _ = r.against("batched")
     np.testing.assert_array_equal(got, x.reshape(G * 128, F) + np.float32(1))
 
 
@@ -408,8 +397,9 @@ def abs_by_bits(x):
 def test_float32_int32_bit_views_of_hbm():
     x = np.random.default_rng(6).standard_normal((G * 128, F)).astype(np.float32)
     x[0, :4] = [-0.0, -np.inf, np.nan, -1e-40]
-    got, _, _ = _both(abs_by_bits, G, x)
-    np.testing.assert_array_equal(_bits(got), _bits(x) & 0x7FFFFFFF)
+    r = run_backends(abs_by_bits, G, x, ran=("batched",))
+    got, _, _ = r.against("batched")
+    np.testing.assert_array_equal(bits(got), bits(x) & 0x7FFFFFFF)
 
 
 @classic
@@ -430,7 +420,8 @@ def bf16_bits(x):
 @pytest.mark.parametrize("precise_fp", [True, False])
 def test_bf16_uint16_views_keep_the_bytes(precise_fp):
     x = np.random.default_rng(7).standard_normal((G * 128, F)).astype(BF16)
-    (bits, nxt), _, _ = _both(bf16_bits, G, x, precise_fp=precise_fp)
+    r = run_backends(bf16_bits, G, x, precise_fp=precise_fp, ran=("batched",))
+    (bits, nxt), _, _ = r.against("batched")
     np.testing.assert_array_equal(bits, x.view(np.uint16))
     np.testing.assert_array_equal(nxt.view(np.uint16), x.view(np.uint16) + 1)
 
@@ -455,10 +446,11 @@ def tile_reshape(x):
 
 def test_tile_reshapes_in_a_batched_loop():
     x = np.random.default_rng(8).standard_normal((G * L * 128, F)).astype(np.float32)
-    (got, got2), _, k = _both(tile_reshape, G, x)
+    r = run_backends(tile_reshape, G, x, ran=("batched",))
+    (got, got2), _, info = r.against("batched")
     np.testing.assert_array_equal(got, x * np.float32(3))
     np.testing.assert_array_equal(got2, x + np.float32(1))
-    assert "1 affine_range loop(s) batched" in k.last_run.reason
+    assert "1 affine_range loop(s) batched" in info.reason
 
 
 @classic
@@ -484,9 +476,10 @@ def halved_then_abs_by_tile_bits(x, n):
 def test_device_loop_then_a_hosted_op_on_a_tile_view(counts):
     x = np.random.default_rng(13).standard_normal((G * 128, F)).astype(np.float32)
     n = np.array(counts, np.int32)[:, None]
-    got, _, k = _both(halved_then_abs_by_tile_bits, G, x, n)
+    r = run_backends(halved_then_abs_by_tile_bits, G, x, n, ran=("batched",))
+    got, _, info = r.against("batched")
     np.testing.assert_array_equal(got, np.abs(x * np.repeat(0.5 ** n[:, 0], 128)[:, None]))
-    assert "1 instruction(s) hosted" in k.last_run.reason
+    assert "1 instruction(s) hosted" in info.reason
 
 
 @classic
@@ -509,7 +502,8 @@ def masked_through_a_view(x, limit):
 @pytest.mark.filterwarnings("ignore::simulator.checks.unwritten.UnwrittenOutputWarning")
 def test_masked_writes_and_reads_through_a_tile_view():
     x = np.random.default_rng(11).standard_normal((G * L * 128, F)).astype(np.float32)
-    got, _, _ = _both(masked_through_a_view, G, x, 37)
+    r = run_backends(masked_through_a_view, G, x, 37, ran=("batched",))
+    got, _, _ = r.against("batched")
     want = x.copy()
     want[:, :37] *= np.float32(2)
     np.testing.assert_array_equal(got[: 5 * 128 + 7], want[: 5 * 128 + 7])
@@ -533,7 +527,8 @@ def test_psum_tile_view():
     rng = np.random.default_rng(12)
     a = rng.standard_normal((128, 2 * 128)).astype(np.float32)
     b = rng.standard_normal((128, 128)).astype(np.float32)
-    got, _, _ = _both(matmul_into_a_psum_view, 2, a, b)
+    r = run_backends(matmul_into_a_psum_view, 2, a, b, ran=("batched",))
+    got, _, _ = r.against("batched")
     np.testing.assert_allclose(got, a.T @ b + 1, rtol=1e-5, atol=1e-4)
 
 
@@ -595,10 +590,12 @@ def test_device_loops_match_the_interpreter(kind, grid, same, bf16, seed):
     x = rng.standard_normal((grid * 128, F)).astype(BF16 if bf16 else np.float32)
     counts = rng.integers(0, 5, grid)
     n = np.full((grid, 1), counts[0], np.int32) if same else counts.astype(np.int32)[:, None]
-    got, _, k = _both(_LOOPS[kind], grid, x, n)
+    # (compiling a Numba driver for each generated kernel would take seconds)
+    r = run_backends(_LOOPS[kind], grid, x, n, backends=("batched", REFERENCE), ran=("batched",))
+    got, _, info = r.against("batched")
     if not bf16:
         scale = (2.0 if kind == "fori" else 0.5) ** n[:, 0].astype(np.float64)
         want = x * np.repeat(scale, 128)[:, None].astype(np.float32)
         np.testing.assert_array_equal(got, want if kind == "fori" else want + np.float32(1))
     if same or grid == 1 or len(set(counts)) == 1:
-        assert "device loops run 1 time(s) batched" in k.last_run.reason
+        assert "device loops run 1 time(s) batched" in info.reason

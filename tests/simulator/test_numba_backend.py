@@ -13,12 +13,13 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIIndexError, NKIRuntimeError
-from simulator import interpreter, launch
+from simulator import launch
 from simulator.compiled import backend as numba_backend
 from simulator.compiled import budget as numba_budget
 from simulator.compiled.codegen import NATIVE
 from simulator.config import SimConfig
 
+from backends import REFERENCE, bits, run_backends, same, same_bits
 from helpers import BF16
 
 
@@ -28,32 +29,6 @@ def _compiled_path(monkeypatch):
     # compiled path, so they do not inherit those settings from the environment
     monkeypatch.delenv("NKI_SIM_CHECKS", raising=False)
     monkeypatch.delenv("NKI_SIM_SHUFFLE_SEED", raising=False)
-
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    return x.view({2: np.uint16, 4: np.uint32, 1: np.uint8}[x.dtype.itemsize])
-
-
-LAST: dict[str, object] = {}
-
-
-def run_both(kernel, grid, *args):
-    """Interpreter and Numba results of one launch; asserts the Numba backend really ran."""
-    k_np = kernel.configure(backend="numpy", checks="static")
-    k_nb = kernel.configure(backend="numba", checks="static")
-    l_np = k_np[grid] if grid else k_np
-    l_nb = k_nb[grid] if grid else k_nb
-    ref = l_np(*args)
-    got = l_nb(*args)
-    assert k_np.last_run.backend == "numpy"
-    assert k_nb.last_run.backend == "numba"
-    LAST["ir"] = k_nb.last_ir
-    return ref, got
-
-
-def assert_same(ref: np.ndarray, got: np.ndarray) -> None:
-    assert ref.dtype == got.dtype and ref.shape == got.shape
-    np.testing.assert_array_equal(_bits(got), _bits(ref))
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,10 +171,11 @@ def test_tensor_add_grid(dtype):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((256, 128)).astype(dtype)
     b = rng.standard_normal((256, 128)).astype(dtype)
-    ref, got = run_both(add_2d, (2, 2), a, b)
-    assert_same(ref, got)
+    r = run_backends(add_2d, (2, 2), a, b, checks="static", ran=("numba", REFERENCE))
+    ref, got = r[REFERENCE], r["numba"]
+    assert same_bits(got, ref)
     expect = (a.astype(np.float32) + b.astype(np.float32)).astype(dtype)
-    np.testing.assert_array_equal(_bits(got), _bits(expect))  # one rounding, like NumPy
+    np.testing.assert_array_equal(bits(got), bits(expect))  # one rounding, like NumPy
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
@@ -208,9 +184,10 @@ def test_ragged_tiles_transcendentals_reductions(dtype):
     n, m = 300, 48  # 3 tiles of 128 rows, the last one masked
     a = rng.standard_normal((n, m)).astype(dtype)
     s = rng.uniform(0.5, 2.0, (n, 1)).astype(dtype)
-    (r_out, r_red), (g_out, g_red) = run_both(ragged_ops, None, a, s)
-    assert_same(r_out, g_out)
-    assert_same(r_red, g_red)
+    r = run_backends(ragged_ops, None, a, s, checks="static", ran=("numba", REFERENCE))
+    (r_out, r_red), (g_out, g_red) = r[REFERENCE], r["numba"]
+    assert same_bits(g_out, r_out)
+    assert same_bits(g_red, r_red)
     e_out, e_red = ragged_ref(a, s)
     tol = 1e-5 if dtype == np.float32 else 2e-2
     np.testing.assert_allclose(g_out.astype(np.float32), e_out, rtol=tol, atol=tol)
@@ -225,7 +202,8 @@ def test_native_ops_bit_exact_on_special_values():
     )
     x = np.repeat(special[None, :], len(special), axis=0)
     y = x.T.copy()  # every pair of special values
-    ref, got = run_both(op_sweep, None, x, y)
+    r = run_backends(op_sweep, None, x, y, checks="static", ran=("numba", REFERENCE), compare=same)
+    ref, got = r[REFERENCE], r["numba"]
     assert np.array_equal(ref, got, equal_nan=True)
     # the sign of zero too, except np.maximum / np.minimum / relu of (+0, -0) pairs, which
     # SIMD NumPy resolves either way
@@ -240,21 +218,23 @@ def test_matmul_accumulate_runs_hosted():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((384, 128)).astype(np.float32)
     b = rng.standard_normal((384, 96)).astype(np.float32)
-    ref, got = run_both(matmul_acc, None, a, b)
-    assert_same(ref, got)
+    r = run_backends(matmul_acc, None, a, b, checks="static", ran=("numba", REFERENCE))
+    ref, got = r[REFERENCE], r["numba"]
+    assert same_bits(got, ref)
     np.testing.assert_allclose(got, a.T @ b, rtol=1e-4, atol=1e-4)
-    p, _ = numba_backend.plan(LAST["ir"], SimConfig())
+    p, _ = numba_backend.plan(r.kernel("numba").last_ir, SimConfig())
     assert p is not None and p.hosted_ops == ["isa.nc_matmul"]
 
 
 def test_integer_tiles_are_hosted():
     a = np.array([[2**31 - 3] * 64, [-(2**31)] * 64] * 64, dtype=np.int32)
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
-    (r_i, r_f), (g_i, g_f) = run_both(int_tiles, None, a, x)
-    assert_same(r_i, g_i)
-    assert_same(r_f, g_f)
+    r = run_backends(int_tiles, None, a, x, checks="static", ran=("numba", REFERENCE))
+    (r_i, r_f), (g_i, g_f) = r[REFERENCE], r["numba"]
+    assert same_bits(g_i, r_i)
+    assert same_bits(g_f, r_f)
     assert g_i[0, 0] == 2**31 - 1 and g_i[1, 0] == -(2**31) + 7  # saturates, no wrap-around
-    p, _ = numba_backend.plan(LAST["ir"], SimConfig())
+    p, _ = numba_backend.plan(r.kernel("numba").last_ir, SimConfig())
     assert p is not None and p.hosted_ops and p.native_work > 0
 
 
@@ -270,10 +250,11 @@ def test_classic_psum_groups_restart_at_each_allocation():
         b = rng.standard_normal((256, 64)).astype(np.float32)
         a[0, 3] = np.inf  # the first product of row 3 is NaN where b[0] has a zero
         b[0, :8] = 0.0
-        ref, got = run_both(kernel, None, a, b)
+        r = run_backends(kernel, None, a, b, checks="static", ran=("numba", REFERENCE))
+        ref, got = r[REFERENCE], r["numba"]
     finally:
         set_classic_mode(before)
-    assert_same(ref, got)
+    assert same_bits(got, ref)
     assert np.isnan(got[3, :8]).all() and np.isfinite(got[128:]).all()
 
 
@@ -327,7 +308,9 @@ def test_auto_decides_by_the_cost_model(monkeypatch, tmp_path):
     monkeypatch.setenv(numba_budget.ENV, "inf")  # (test_numba_compile_budget: with a budget)
     monkeypatch.setattr(numba_backend, "_FUNCS", {})
     # auto's choice between compiling and interpreting (the batched backend would run it first)
-    monkeypatch.setattr(launch, "BACKENDS", (numba_backend, interpreter))
+    monkeypatch.setattr(
+        launch, "BACKENDS", tuple(b for b in launch.BACKENDS if b.backend.name != "batched")
+    )
     a = np.ones((256, 128), dtype=np.float32)
     k = add_2d.configure(backend="auto")
     with warnings.catch_warnings():

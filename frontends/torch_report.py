@@ -1,0 +1,127 @@
+"""What the ``"nki"`` torch.compile backend did with each compiled graph: for every ATen op, how
+many calls ran as NKI kernels (and which kernels, with their counts), on the CPU (and why) or
+as views; per kernel the launches, the host time spent simulating them and the cost model's
+estimated device time; per graph its inputs (symbolic sizes show a dynamic graph)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+__all__ = ["GraphReport", "OpStats", "reports"]
+
+
+@dataclass
+class OpStats:
+    """What happened to the calls of one ATen op of a graph that share a status and reason.
+
+    ``status``: ``"nki"`` (ran as kernels), ``"cpu"`` (ran eagerly; ``reason`` says why) or
+    ``"view"`` (metadata only, or an allocation without values). For ``"nki"`` rows,
+    ``reason`` records a user kernel that refused or failed before the built-in kernel ran.
+    ``kernels`` counts the launches of each kernel over all these calls."""
+
+    op: str
+    status: str
+    reason: str = ""
+    kernels: Counter = field(default_factory=Counter)
+    count: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class GraphReport:
+    """Per compiled graph: for every ATen op, whether it ran as NKI kernels (which, how often,
+    simulated seconds) or on the CPU (and why: ``no kernel``, ``guard failed: ...``, a user
+    kernel's refusal or failure), with counts."""
+
+    name: str
+    inputs: str = ""
+    rank: int | None = None
+    ops: dict[tuple[str, str, str], OpStats] = field(default_factory=dict)
+    kernel_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    kernel_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # estimated device time (nki.estimate, the cost model), summed over launches
+    kernel_device_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    runs: int = 0
+
+    def record(
+        self, op: str, status: str, kernels: list[str] | tuple = (), reason: str = "", s=0.0
+    ) -> None:
+        key = (op, status, reason)
+        st = self.ops.get(key)
+        if st is None:
+            st = self.ops[key] = OpStats(op, status, reason)
+        st.kernels.update(kernels)
+        st.count += 1
+        st.seconds += s
+
+    def ran_as_nki(self, op: str) -> bool:
+        """True if every call of ``op`` (``"aten::mm"``) in this graph ran as NKI kernels."""
+        sts = [s for s in self.ops.values() if s.op == op]
+        return bool(sts) and all(s.status == "nki" for s in sts)
+
+    @property
+    def nki_ops(self) -> set[str]:
+        return {s.op for s in self.ops.values() if s.status == "nki"}
+
+    @property
+    def fallbacks(self) -> dict[str, str]:
+        """op -> reason, for ops that ran on the CPU."""
+        return {s.op: s.reason for s in self.ops.values() if s.status == "cpu"}
+
+    def kernels_of(self, op: str) -> dict[str, int]:
+        """Every kernel ``op`` launched in this graph, with its launch count."""
+        out: Counter = Counter()
+        for s in self.ops.values():
+            if s.op == op:
+                out.update(s.kernels)
+        return dict(out)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for s in self.ops.values():
+            out[s.status] += s.count
+        return dict(out)
+
+    @property
+    def coverage(self) -> float:
+        """The fraction of op calls (views excluded) that ran as NKI kernels."""
+        c = self.counts()
+        done = c.get("nki", 0) + c.get("cpu", 0)
+        return c.get("nki", 0) / done if done else 1.0
+
+    def __str__(self) -> str:
+        c = self.counts()
+        who = f" rank {self.rank}" if self.rank is not None else ""
+        lines = [
+            f"nki backend report{who}: {self.name} ({self.runs} run(s)): "
+            f"{c.get('nki', 0)} op call(s) as NKI kernels, {c.get('cpu', 0)} on the CPU, "
+            f"{c.get('view', 0)} views ({self.coverage:.1%} on kernels)",
+        ]
+        if self.inputs:
+            lines.append(f"  inputs: {self.inputs}")
+        rows = sorted(self.ops.values(), key=lambda s: (s.status, s.op))
+        width = max((len(s.op) for s in rows), default=0)
+        for s in rows:
+            ks = ", ".join(f"{k} x{n}" for k, n in sorted(s.kernels.items()))
+            what = {"nki": ks, "cpu": s.reason, "view": ""}[s.status]
+            if s.status == "nki" and s.reason:
+                what += f" ({s.reason})"
+            t = f"{s.seconds * 1e3:8.1f} ms  " if s.status == "nki" else " " * 13
+            lines.append(f"  {s.status:4s} {s.op:{width}s} x{s.count:<4d} {t}{what}".rstrip())
+        for k in sorted(self.kernel_seconds):
+            dev = self.kernel_device_us.get(k)
+            est = f", {dev:.1f} us estimated on device" if dev is not None else ""
+            lines.append(
+                f"  kernel {k}: {self.kernel_calls[k]} launch(es), "
+                f"{self.kernel_seconds[k] * 1e3:.1f} ms simulated{est}"
+            )
+        return "\n".join(lines)
+
+
+REPORTS: list[GraphReport] = []
+
+
+def reports() -> list[GraphReport]:
+    """The reports of every graph compiled by the backend in this process (oldest first)."""
+    return list(REPORTS)

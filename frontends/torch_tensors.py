@@ -1,0 +1,154 @@
+"""torch tensors at the simulator's boundary: dtype mapping, zero-copy NumPy views (bfloat16 and
+float8 through their bits, never ``np.asarray`` of a tensor NumPy cannot read), devices, and
+running a kernel launch on tensors.
+
+Tensors on any device with data (CUDA, a PrivateUse1 device, ...) are copied to the host,
+simulated, and their results are returned on the device they came from (allocated with
+``new_empty`` on an input of that device, then copied in). Meta tensors have no data: an
+``err_unsupported_device`` error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from nki.errors import NKIError, NKITypeError
+from nki.jit import Launch
+
+from . import common
+from .common import boundary_loc, unsupported_dtype
+
+__all__ = ["check_tensor", "from_numpy", "launch", "to_numpy", "torch_dtype"]
+
+# torch dtype -> (NumPy dtype, integer torch dtype of the same width used to view the bits, if
+# NumPy cannot see the torch dtype directly)
+_DTYPES: dict[torch.dtype, tuple[np.dtype, torch.dtype | None]] = {
+    torch.float32: (np.dtype(np.float32), None),
+    torch.float16: (np.dtype(np.float16), None),
+    torch.bfloat16: (np.dtype(ml_dtypes.bfloat16), torch.int16),
+    torch.float8_e4m3fn: (np.dtype(ml_dtypes.float8_e4m3fn), torch.uint8),
+    torch.float8_e5m2: (np.dtype(ml_dtypes.float8_e5m2), torch.uint8),
+    torch.int8: (np.dtype(np.int8), None),
+    torch.int16: (np.dtype(np.int16), None),
+    torch.int32: (np.dtype(np.int32), None),
+    torch.uint8: (np.dtype(np.uint8), None),
+    torch.uint16: (np.dtype(np.uint16), None),
+    torch.uint32: (np.dtype(np.uint32), None),
+    torch.bool: (np.dtype(np.bool_), None),
+}
+_BY_NP: dict[np.dtype, torch.dtype] = {npd: td for td, (npd, _) in _DTYPES.items()}
+
+
+def np_dtype(t: torch.Tensor, what: str) -> tuple[np.dtype, torch.dtype | None]:
+    """(NumPy dtype, bit-view dtype or None) of a tensor; an error for dtypes NKI lacks."""
+    entry = _DTYPES.get(t.dtype)
+    if entry is None:
+        raise unsupported_dtype(what, "torch", str(t.dtype))
+    return entry  # type: ignore[return-value]
+
+
+def torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype of a kernel output's NumPy dtype."""
+    d = np.dtype(dtype)
+    if d not in _BY_NP:
+        raise NKITypeError(
+            f"kernel output dtype {d.name} has no PyTorch equivalent (torch has float8_e4m3fn "
+            "and float8_e5m2, not IEEE float8_e4m3); return another dtype",
+            code="err_unsupported_dtype",
+            loc=boundary_loc(),
+        )
+    return _BY_NP[d]
+
+
+def check_tensor(t: torch.Tensor, what: str) -> np.dtype:
+    """A kernel argument must hold data (not a meta tensor) and have an NKI dtype (no float64 /
+    complex / int64)."""
+    if t.device.type == "meta":
+        raise NKIError(
+            f"{what} is a tensor on device 'meta', which holds no data to simulate; pass a "
+            "tensor with data (any device: it is copied to the host and back)",
+            code="err_unsupported_device",
+            loc=boundary_loc(),
+        )
+    return np_dtype(t, what)[0]
+
+
+def host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU (itself when it already is; a device-to-host copy otherwise)."""
+    return t if t.device.type == "cpu" else t.detach().to("cpu")
+
+
+def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
+    """A NumPy view of a tensor's memory (no copy for contiguous CPU tensors; bfloat16 and
+    float8 are viewed through their bits). Non-contiguous tensors are copied to contiguous
+    memory first, so strides are never misread; tensors on other devices are copied to the
+    host."""
+    check_tensor(t, what)
+    npd, bits = np_dtype(t, what)
+    src = host(t.detach())
+    if not src.is_contiguous():
+        src = src.contiguous()
+    if bits is not None:
+        return src.view(bits).numpy().view(npd)
+    return src.numpy()
+
+
+def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
+    """A torch tensor sharing ``a``'s memory (copied only if ``a`` is read-only); with
+    ``like`` on another device than the CPU, a tensor on ``like``'s device holding ``a``."""
+    td = torch_dtype(a.dtype)
+    if not a.flags.writeable or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a).copy()
+    bits = _DTYPES[td][1]
+    if bits is not None:
+        t = torch.from_numpy(a.view(_DTYPES[bits][0])).view(td)
+    else:
+        t = torch.from_numpy(a)
+    if like is None or like.device.type == "cpu":
+        return t
+    return like.new_empty(t.shape, dtype=td).copy_(t)
+
+
+def _device_tensor(values: list[Any]) -> torch.Tensor | None:
+    """The first tensor among ``values`` (lists included) that is not on the CPU: results go
+    back to its device."""
+    for v in values:
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                return t
+    return None
+
+
+def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
+    """Run a kernel launch on torch tensors; returns torch tensors on the inputs' device
+    (``None`` for legacy kernels, which write into the output tensors passed in)."""
+    name = common.kernel_name(k)
+    bound = common.bind(k, tuple(args), dict(kwargs), api=f"kernel '{name}'")
+    like = _device_tensor(list(bound.arguments.values()))
+    copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
+    for pname, v in list(bound.arguments.items()):
+        what = f"argument '{pname}' of kernel '{name}'"
+        if isinstance(v, torch.Tensor):
+            arr = to_numpy(v, what)
+            if not v.is_contiguous() or v.device.type != "cpu":
+                copies[pname] = (v, arr)
+            bound.arguments[pname] = arr
+        elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
+            bound.arguments[pname] = type(v)(
+                to_numpy(x, what) if isinstance(x, torch.Tensor) else x for x in v
+            )
+    res = common.run(k, bound.args, bound.kwargs)
+    ir = k.kernel.last_ir
+    for pname in ir.outputs if ir is not None else ():
+        if pname in copies:  # the kernel wrote a copied tensor: write it back
+            orig, arr = copies[pname]
+            with torch.no_grad():
+                orig.copy_(from_numpy(np.array(arr)))
+    if res is None:
+        return None
+    if isinstance(res, tuple):
+        return tuple(from_numpy(r, like) for r in res)
+    return from_numpy(res, like)
