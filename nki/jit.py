@@ -4,7 +4,6 @@ grids in the simulator."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import functools
 import importlib
@@ -33,14 +32,14 @@ from .errors import (
     user_loc,
 )
 from .grids import check_grid_fits, lnc_grid, parse_grid
-from .ir import Grid, KernelIR, TensorDecl, tensor_label
+from .ir import Grid, KernelIR, TensorDecl
+from .outputs import check_param_writes, kernel_outputs, warn_unreturned, written_bases
 from .targets import get_target
 from .tracer import (
     NeedsPerCore,
     NkiTensor,
     TraceState,
     new_trace,
-    onchip_return,  # classic simulator: a returned tile is its value
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
 )
@@ -143,6 +142,38 @@ def _static_key(v: object) -> object:
         return ("r", repr(v))
 
 
+_LABELS = ("__name__", "__qualname__", "__module__", "__code__", "__globals__")
+
+
+def kernel_function(fn: Any) -> Any:
+    """The Python callable a kernel runs: a function, a bound method (a callable object's
+    ``__call__``) or a ``functools.partial`` of one. A partial is copied and labelled with its
+    function's name, code and globals, which errors and checks use to find the kernel's source.
+    Anything else is a located error."""
+    if isinstance(fn, Launch):
+        fn = fn.kernel
+    if isinstance(fn, Kernel):
+        return fn.fn
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return fn
+    if isinstance(fn, functools.partial):
+        base = kernel_function(fn.func)
+        inner = base.__func__ if inspect.ismethod(base) else base
+        part = functools.partial(base, *fn.args, **fn.keywords)
+        for attr in _LABELS:
+            setattr(part, attr, getattr(inner, attr))
+        return part
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+    if inspect.ismethod(call) and inspect.isfunction(call.__func__):
+        return call  # a callable object: its bound __call__ is the kernel
+    raise NKITypeError(
+        f"nki.jit expects a function (or a functools.partial of one, or an object with a "
+        f"__call__ method), got {type(fn).__name__}: {fn!r}"[:300],
+        code="err_invalid_mode",
+        loc=user_loc(),
+    )
+
+
 class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
@@ -152,19 +183,7 @@ class Kernel:
     ) -> None:
         # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
         self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
-        if isinstance(fn, Launch):
-            fn = fn.kernel
-        if isinstance(fn, Kernel):
-            fn = fn.fn
-        if not callable(fn):
-            raise NKITypeError(
-                f"nki.jit expects a function, got {type(fn).__name__}",
-                code="err_invalid_mode",
-                loc=user_loc(),
-            )
-        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
-        if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and inspect.ismethod(call):
-            fn = call  # a callable object: its bound __call__ is the kernel
+        fn = kernel_function(fn)
         if mode not in MODES:
             raise NKIError(
                 f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
@@ -402,7 +421,7 @@ class Kernel:
                 except NKIError as e:
                     locate_in_traceback(e)
                     raise
-            outputs, returns = self._outputs(st, ret)
+            outputs, returns = kernel_outputs(st, ret)
             if self.platform_target_at is not None:
                 broken(
                     "jit.platform_target",
@@ -413,20 +432,20 @@ class Kernel:
         finish_rules(st, warn=core in (None, 0))
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
-            writes_back = tuple(p for p in st.params if p in _written_bases(st))
+            writes_back = tuple(p for p in st.params if p in written_bases(st))
         else:
-            self._check_param_writes(st, returns, mutable)
+            check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
-            if returns and name in _written_bases(st) and name not in bases:
+            if returns and name in written_bases(st) and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
                     "kernel does not return it; add it to the returned tensors",
                     code="err_mutable_parameter_not_returned",
-                    loc=_written_bases(st)[name],
+                    loc=written_bases(st)[name],
                 )
         tensors = tuple(st.tensors.values())
-        return KernelIR(
+        ir = KernelIR(
             self.fn.__name__,
             tuple(st.params),
             tensors,
@@ -439,67 +458,9 @@ class Kernel:
             writes_back,
             st.generation,
         )
-
-    def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
-        if ret is None:
-            written = [p for p in st.params if p in _written_bases(st)]
-            return tuple(written), False
-        items = ret if isinstance(ret, (tuple, list)) else (ret,)
-        items = tuple(onchip_return(r, st.grid_shape) for r in items)
-        names = []
-        for r in items:
-            if not isinstance(r, NkiTensor) or r.buffer not in ("shared_hbm", "private_hbm"):
-                what = r.buffer if isinstance(r, NkiTensor) else type(r).__name__
-                raise NKIError(
-                    f"a kernel must return HBM tensors created with nl.ndarray(..., "
-                    f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
-                    code="err_kernel_output_must_be_hbm",  # located at the return by trace()
-                )
-            name = r.decl.alias_of or r.name
-            decl = st.tensors[name]
-            if decl.buffer == "private_hbm":
-                # private HBM is per instance: with one instance it is the output; with a grid
-                # every instance would return its own copy, which the hardware cannot do
-                if st.grid_shape and int(np.prod(st.grid_shape)) > 1:
-                    raise NKIError(
-                        f"kernel returns {tensor_label(decl)}, allocated in private HBM (nl.hbm / "
-                        f"nl.private_hbm), from a launch grid of {st.grid_shape} instances; "
-                        "outputs shared by the grid must use buffer=nl.shared_hbm",
-                        code="err_output_tensor_must_be_shared_hbm",
-                        loc=decl.loc or user_loc(),
-                    )
-                broken(
-                    "output.shared_hbm",
-                    f"kernel '{st.name}' returns {tensor_label(decl)}, allocated with "
-                    "buffer=nl.hbm (private HBM)",
-                    decl.loc,
-                )
-                st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
-            # a returned reshape / view keeps its own shape (its storage is the base tensor's)
-            names.append(r.name if r.decl.alias_of else name)
-        return tuple(names), True
-
-    def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:
-        if not returns:
-            return  # legacy convention: outputs are parameters the kernel writes
-        for name, loc in _written_bases(st).items():
-            if name in st.params and name not in mutable:
-                raise NKIError(
-                    f"kernel writes to input parameter '{name}', which is immutable; annotate it "
-                    f"'{name}: nt.mutable_tensor' (import nki.typing as nt) if it is an in/out "
-                    "tensor",
-                    code="err_cannot_update_immutable_parameter",
-                    loc=loc,
-                )
-
-
-def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
-    out: dict[str, SrcLoc] = {}
-    for name, loc in st.written.items():
-        d = st.tensors.get(name)
-        base = d.alias_of if d is not None and d.alias_of else name
-        out.setdefault(base, loc)
-    return out
+        if core in (None, 0):
+            warn_unreturned(ir)
+        return ir
 
 
 class Launch:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Affine, PidSym
@@ -163,11 +165,12 @@ class spmd_dim:  # noqa: N801 - classic name
         )
 
 
-def program_id(axis: int) -> Scalar | int:
-    """The index of this SPMD instance along grid ``axis``: symbolic while tracing (classic
-    kernels), a plain int in a current-API launch on two cores (traced once per core)."""
+def program_id(axis: int = 0) -> Scalar | int:
+    """The index of this SPMD instance along grid ``axis`` (a compile-time int, default 0, within
+    the launch grid): symbolic while tracing (classic kernels), a plain int in a current-API
+    launch on two cores (traced once per core)."""
     st = state("nl.program_id")
-    axis = _static_int(axis, "nl.program_id axis")
+    axis = _axis(axis, "nl.program_id")
     nd = len(st.grid_shape)
     if axis < 0 or axis >= max(nd, 1):  # no grid: one instance, axis 0 only
         grid = f"a launch grid of {nd} dimension(s) {st.grid_shape}" if nd else "no launch grid"
@@ -185,16 +188,34 @@ def program_id(axis: int) -> Scalar | int:
     return Scalar(Affine.of(PidSym(axis)))
 
 
+def _axis(a: object, api: str) -> int:
+    """A grid axis argument: a compile-time int (not a bool, float, NaN or array)."""
+    if isinstance(a, bool) or isinstance(a, (float, np.floating)):
+        raise NKITypeError(
+            f"the axis of {api} must be a compile-time integer, got {a!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
+    return _static_int(a, f"the axis of {api}")
+
+
 def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
-    """Number of instances along ``axes`` (all axes when None)."""
+    """Number of instances along ``axes``: one compile-time int axis or a tuple / list of
+    distinct ones, within the launch grid (None: all axes; one instance without a grid)."""
     st = state("nl.num_programs")
     shape = st.grid_shape
     if axes is None:
         ax = tuple(range(len(shape)))
-    elif isinstance(axes, int):
-        ax = (axes,)
+    elif isinstance(axes, (tuple, list)):
+        ax = tuple(_axis(a, "nl.num_programs") for a in axes)
     else:
-        ax = tuple(axes)
+        ax = (_axis(axes, "nl.num_programs"),)
+    if len(set(ax)) != len(ax):
+        raise NKIError(
+            f"nl.num_programs names an axis twice: axes={axes!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
     n = 1
     for a in ax:
         if not 0 <= a < max(len(shape), 1):

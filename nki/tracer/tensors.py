@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import NKIMemoryError, NKIShapeError, user_loc
 from ..ir import HBM_BUFFERS, Access, IndexExpr, Instr, TensorDecl
-from ..symbolic import DynSlice, Scalar
+from ..symbolic import DynSlice, Index, Scalar
 from .emission import assign, emit, new_tensor
-from .handles import NkiTensor, TileOps, View, _Assigned
+from .handles import DynOffset, NkiTensor, TileOps, View, _Assigned
 from .operands import as_2d, operand
 from .state import state
 from .subscripts import compose, parse_subscript, prod
@@ -138,9 +138,13 @@ def _view_reshape(self: View, shape: tuple[int, ...]) -> NkiTensor:
 
 def _keep_partition(key: object, shape: tuple[int, ...]) -> object:
     """On chip an integer on dim 0 keeps a size-1 partition dim (``t[0]`` of a ``(P, A, B)``
-    tile is ``(1, A, B)``): the integer becomes a one-element slice."""
+    tile is ``(1, A, B)``): the integer becomes a one-element slice. Beside ``nl.arange`` /
+    ``nl.mgrid`` indices it stays an integer: one more advanced index, as in NumPy
+    (``a[0, src_mgrid.x]`` in AWS's ``nc_stream_shuffle`` example)."""
     keys = list(key) if isinstance(key, tuple) else [key]
     if not keys or not shape:
+        return key
+    if any(isinstance(k, (Index, TileOps, _Assigned, DynOffset)) for k in keys[1:]):
         return key
     k = keys[0]
     if isinstance(k, Scalar):
