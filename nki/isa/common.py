@@ -304,7 +304,7 @@ def same_free(a: tuple[int, ...], b: tuple[int, ...], api: str, ra: str, rb: str
 def not_both_psum(ta: NkiTensor, tb: NkiTensor, api: str, ra: str, rb: str) -> None:
     if ta.buffer == "psum" and tb.buffer == "psum":
         raise NKIMemoryError(
-            f"'{ra}' and '{rb}' of '{api}' cannot both be in PSUM ('{ta.name}', '{tb.name}'): "
+            f"'{ra}' and '{rb}' of '{api}' cannot both be in PSUM ({ta.label}, {tb.label}): "
             "the engine reads at most one operand from PSUM",
             code="err_unsupported_memory",
             loc=user_loc(),

@@ -211,7 +211,7 @@ def nc_transpose(
     if eng == "tensor" and t.buffer != "sbuf":
         raise NKIMemoryError(
             f"'{c.api}' on the Tensor engine reads SBUF only; 'data' is in {t.buffer} "
-            f"('{t.name}'); use engine=nisa.vector_engine for PSUM inputs (<= 32x32)",
+            f"({t.label}); use engine=nisa.vector_engine for PSUM inputs (<= 32x32)",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

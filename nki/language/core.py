@@ -471,7 +471,7 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
     if len(acc.shape) < 2:
         raise NKIShapeError(
             f"insufficient rank: nl.load of a {len(acc.shape)}-D access {list(acc.shape)} of "
-            f"'{t.name}'; on-chip tiles need a partition and a free dimension (index the "
+            f"{t.label}; on-chip tiles need a partition and a free dimension (index the "
             "tensor with 2-D index expressions, e.g. a[i_p, i_f])",
             code="err_insufficient_rank",
             loc=user_loc(),
@@ -499,7 +499,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     vacc, vt = operand(value, "nl.store", "value")
     if vt.decl.buffer == "psum" and generation(sensitive=True) == "current":
         raise NKIMemoryError(
-            f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read PSUM; "
+            f"nl.store of the PSUM tile {vt.label}: in the current API DMA cannot read PSUM; "
             "copy it to SBUF first (nisa.tensor_copy or nl.copy)",
             code="err_unsupported_memory",
             loc=user_loc(),

@@ -83,14 +83,14 @@ def _tensor_reshape(self: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
     n_old = prod(self.shape)
     if prod(shape) != n_old:
         raise NKIShapeError(
-            f"cannot reshape tensor '{self.name}' of shape {self.shape} ({n_old} elements) "
+            f"cannot reshape tensor {self.label} of shape {self.shape} ({n_old} elements) "
             f"to {shape} ({prod(shape)} elements)",
             code="err_reshape_size_mismatch",
             loc=user_loc(),
         )
     if self.decl.buffer not in HBM_BUFFERS:
         raise NKIMemoryError(
-            f"reshape is supported for HBM tensors; '{self.name}' is in {self.decl.buffer}",
+            f"reshape is supported for HBM tensors; {self.label} is in {self.decl.buffer}",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
@@ -113,7 +113,7 @@ def _tensor_reshape(self: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
 def _view_getitem(self: View, key: object) -> View:
     if self.base.decl.on_chip and self.base.decl.par_dim == 0:
         key = _keep_partition(key, self.acc.shape)
-    sub = parse_subscript(key, self.acc.shape, f"tensor '{self.base.name}'")
+    sub = parse_subscript(key, self.acc.shape, self.base.what)
     acc = compose(self.acc, sub)
     if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
         acc = as_2d(acc, self.base)
@@ -169,7 +169,7 @@ def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:
     acc, t = operand(x, api, "tile")
     if not t.decl.on_chip:
         raise NKIMemoryError(
-            f"'{api}' of a view of HBM tensor '{t.name}': reshape the tensor itself",
+            f"'{api}' of a view of HBM tensor {t.label}: reshape the tensor itself",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
