@@ -245,7 +245,7 @@ class Ctx:
         )
         raise NKIRuntimeError(
             f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the "
-            f"access {str(acc)[len(acc.tensor):]} {how}",
+            f"access {str(acc)[len(acc.tensor) :]} {how}",
             code="err_uninitialized_read",
             related=(("computed from uninitialised memory", origin),) if origin else (),
         )
