@@ -8,10 +8,13 @@ import math
 from dataclasses import dataclass
 
 from nki import dtypes
-from nki.ir import Access, Instr, KernelIR
+from nki.ir import Access, Instr, KernelIR, Loop
 from nki.optable import OPS
+from nki.targets import get_target
 
+from .masks import mask_fraction
 from .table import (
+    BROADCAST_ENGINES,
     FAST_COPY_OPS,
     FREE_KINDS,
     ISA_ENGINES,
@@ -39,18 +42,31 @@ class InstrCost:
     moving_free: int = 0  # matmul: moving free size
     stride_penalty: bool = False
     buffers: tuple[str, ...] = ()  # on-chip buffers touched (shared-port rules)
+    # the part of ``ns`` that is a fixed or per-chunk overhead (MIN_II, access overhead, matmul
+    # fixed cost, DMA per-chunk cost): the least certain figures, reported as such
+    overhead_ns: float = 0.0
 
 
 def _free(shape: tuple[int, ...]) -> int:
     return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
-def per_partition(acc: Access, ir: KernelIR) -> int:
-    """Elements per partition of an access (its partition axis is the tensor's ``par_dim``
-    when the access keeps every dimension, else its first axis)."""
+def _partition_axis(acc: Access, ir: KernelIR) -> int:
+    """The access's partition axis: the tensor's ``par_dim`` when the access keeps every
+    dimension, else its first axis."""
     d = ir.tensor(acc.tensor)
-    p = d.par_dim if d.on_chip and len(acc.shape) == len(d.shape) else 0
+    return d.par_dim if d.on_chip and len(acc.shape) == len(d.shape) else 0
+
+
+def per_partition(acc: Access, ir: KernelIR) -> int:
+    """Elements per partition of an access."""
+    p = _partition_axis(acc, ir)
     return math.prod(acc.shape) // max(1, acc.shape[p]) if acc.shape else 1
+
+
+def partitions(acc: Access, ir: KernelIR) -> int:
+    """Partitions an access spans."""
+    return acc.shape[_partition_axis(acc, ir)] if acc.shape else 1
 
 
 def _accesses(instr: Instr) -> list[Access]:
@@ -100,18 +116,37 @@ def contiguous_run(acc: Access, ir: KernelIR, storage_order: bool = False) -> in
 
 
 def _innermost_stride_bytes(acc: Access, ir: KernelIR) -> int:
+    """Bytes between consecutive elements of the innermost free axis of the access (tile
+    axes that run along an on-chip tensor's partitions are not free axes)."""
+    d = ir.tensor(acc.tensor)
     strides = _tile_strides(acc, ir)
     shape = acc.index[0].shape if acc.index else acc.shape
-    itemsize = dtypes.itemsize(ir.tensor(acc.tensor).dtype)
-    for st, n in zip(reversed(strides), reversed(shape)):
-        if n > 1 and len(shape) > 1:
-            return abs(st) * itemsize
+    partition_axes: set[int] = set()
+    if d.on_chip and len(acc.index) > d.par_dim:
+        partition_axes = {j for j, c in enumerate(acc.index[d.par_dim].coeffs) if c}
+    itemsize = dtypes.itemsize(d.dtype)
+    for j in reversed(range(len(shape))):
+        if shape[j] > 1 and len(shape) > 1 and j not in partition_axes:
+            return abs(strides[j]) * itemsize
     return itemsize
 
 
-def _engine(instr: Instr) -> str:
+def is_matmul(instr: Instr) -> bool:
+    """A matrix multiplication on the Tensor engine (``nl.matmul`` / ``nisa.nc_matmul``)."""
+    return instr.kind == "matmul" or instr.op in ("nc_matmul", "nc_matmul_mx")
+
+
+def engine_of(instr: Instr, ir: KernelIR | None = None) -> str:
+    """The engine that runs ``instr`` (``none``: free; with ``ir``, a broadcast across
+    partitions is placed by where its result lives)."""
     if instr.kind in FREE_KINDS:
         return "none"
+    if ir is not None and instr.kind == "copy" and instr.op == "broadcast_to":
+        src = instr.srcs[0]
+        assert isinstance(src, Access) and instr.dst is not None
+        if partitions(src, ir) == 1 < partitions(instr.dst, ir):
+            home = ir.tensor(instr.dst.tensor).buffer
+            return BROADCAST_ENGINES["psum" if home == "psum" else "sbuf"]
     eng = instr.attr("engine")
     if instr.kind == "isa":
         if isinstance(eng, str) and eng in ("vector", "scalar", "gpsimd", "tensor", "dma"):
@@ -154,22 +189,25 @@ def _matmul(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
         stationary_ns=st_cycles / row.clock_ghz,
         moving_free=n,
         buffers=tuple(ir.tensor(a.tensor).buffer for a in _accesses(instr)),
+        overhead_ns=t.matmul_fixed_cycles * factor / row.clock_ghz,
     )
 
 
-def _dma(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
+def _dma(instr: Instr, ir: KernelIR, t: CostTable, kept: float = 1.0) -> InstrCost:
+    """A DMA transfer; ``kept`` is the share of its tile the mask keeps (a masked-off element
+    is neither moved nor described)."""
     accs = _accesses(instr)
     hbm = [a for a in accs if not ir.tensor(a.tensor).on_chip]
     chip = [a for a in accs if ir.tensor(a.tensor).on_chip]
     main = instr.dst if instr.dst is not None else accs[0]
     elems = math.prod(main.shape)
     itemsize = max(dtypes.itemsize(ir.tensor(a.tensor).dtype) for a in accs)
-    nbytes = elems * itemsize
+    nbytes = round(elems * kept) * itemsize
     side = hbm[0] if hbm else accs[0]
     transposing = instr.op in ("load_transpose2d", "dma_transpose")
     run = max(1, contiguous_run(side, ir, storage_order=transposing))
     chunk = run * dtypes.itemsize(ir.tensor(side.tensor).dtype)
-    chunks = max(1, elems // max(1, run))
+    chunks = max(1, round(elems * kept / max(1, run)))
     per_part = per_partition(chip[0], ir) * itemsize if chip else nbytes
     # the transfer is spread over all DMA engines: bytes at aggregate bandwidth plus the
     # per-chunk processing cost shared by the engines [dma-bw]
@@ -180,7 +218,24 @@ def _dma(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
         ns *= 2  # read, modify, write back
     if any(a.indirect for a in accs):  # descriptors generated from register values
         ns += t.dynamic_offset_cycles / t.engines["gpsimd"].clock_ghz
-    return InstrCost("dma", ns, dma_bytes=nbytes, bytes_per_partition=per_part, chunk_bytes=chunk)
+    return InstrCost(
+        "dma",
+        ns,
+        dma_bytes=nbytes,
+        bytes_per_partition=per_part,
+        chunk_bytes=chunk,
+        overhead_ns=max(0.0, ns - nbytes / t.dma_bytes_per_ns),
+    )
+
+
+def streamed_inputs(instr: Instr, ir: KernelIR) -> int:
+    """Input tiles an instruction streams element by element: sources with more than one
+    element per partition (a one-element-per-partition operand is a per-partition scalar, as
+    in ``tensor_scalar``), plus the destination when the instruction accumulates into it."""
+    n = sum(isinstance(s, Access) and per_partition(s, ir) > 1 for s in instr.srcs)
+    if instr.accumulate and instr.dst is not None and ir.tensor(instr.dst.tensor).on_chip:
+        n += 1  # read-modify-write of the destination
+    return n
 
 
 def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> InstrCost:
@@ -189,7 +244,7 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
     n = max((per_partition(a, ir) for a in accs), default=1)
     name = instr.op if instr.kind == "isa" else instr.kind
     factor = OP_FACTORS.get(name, 1.0)
-    if instr.kind in ("ew", "select") and sum(isinstance(s, Access) for s in instr.srcs) >= 2:
+    if name not in OP_FACTORS and streamed_inputs(instr, ir) >= 2:
         factor = 2.0  # two tensor inputs stream through the engine one after the other
     srcs_psum = any(ir.tensor(a.tensor).buffer == "psum" for a in accs[:-1] if a is not None)
     if factor == 2.0 and srcs_psum:
@@ -200,6 +255,7 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         fast = name in FAST_COPY_OPS and not srcs_psum and "psum" not in buffers
         factor /= row.bf16_copy_speedup if fast else row.bf16_speedup
     penalty = any(_innermost_stride_bytes(a, ir) > t.stride_penalty_bytes for a in accs)
+    stream = factor * n * (2.0 if penalty else 1.0)
     cycles = max(row.min_ii_cycles, factor * n) * (2.0 if penalty else 1.0)
     cycles += OP_EXTRA_CYCLES.get(name, 0) + row.access_overhead_cycles
     if any(a.indirect for a in accs):
@@ -209,6 +265,7 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         cycles / row.clock_ghz,
         stride_penalty=penalty,
         buffers=tuple(sorted({ir.tensor(a.tensor).buffer for a in accs})),
+        overhead_ns=max(0.0, cycles - stream) / row.clock_ghz,
     )
 
 
@@ -224,15 +281,53 @@ def _transpose(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
     )
 
 
-def cost_of(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
-    """The static cost of ``instr`` on the table's target."""
-    engine = _engine(instr)
+def _partition_broadcast(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
+    """A broadcast across partitions on the Tensor engine: a matmul with a ones stationary per
+    moving chunk of at most one PSUM bank (512 fp32) [arch-v2], fp32 data at the fp32 rate."""
+    assert instr.dst is not None
+    n = per_partition(instr.dst, ir)
+    chunk = get_target(ir.target).psum_bank_bytes // 4
+    fp32 = ir.tensor(instr.dst.tensor).dtype == "float32"
+    factor = t.fp32_matmul_factor if fp32 else 1
+    cycles = 0
+    for start in range(0, n, chunk):
+        cycles += (
+            max(min(chunk, n - start), t.matmul_fixed_cycles) + t.matmul_fixed_cycles
+        ) * factor
+    return InstrCost(
+        "tensor",
+        cycles / t.engines["tensor"].clock_ghz,
+        moving_free=min(n, chunk),
+        buffers=tuple(ir.tensor(a.tensor).buffer for a in _accesses(instr)),
+    )
+
+
+def _spill(instr: Instr, t: CostTable) -> InstrCost:
+    """A compiler spill: the excess bytes per partition saved to HBM and reloaded, one
+    contiguous chunk per partition each way, on the core's DMA bandwidth [dma-bw]."""
+    per_part = int(instr.attr("bytes_per_partition"))
+    parts = int(instr.attr("partitions"))
+    nbytes = 2 * per_part * parts
+    ns = nbytes / t.dma_bytes_per_ns + 2 * parts * t.dma_descriptor_ns / t.dma_queues
+    return InstrCost(
+        "dma", ns, dma_bytes=nbytes, bytes_per_partition=per_part, chunk_bytes=per_part
+    )
+
+
+def cost_of(instr: Instr, ir: KernelIR, t: CostTable, loops: tuple[Loop, ...] = ()) -> InstrCost:
+    """The static cost of ``instr`` on the table's target (inside ``loops``, over which a
+    mask's share is averaged)."""
+    engine = engine_of(instr, ir)
     if engine == "none":
         return InstrCost("none", 0.0)
+    if instr.kind == "spill":
+        return _spill(instr, t)
     if engine == "dma":
-        return _dma(instr, ir, t)
+        return _dma(instr, ir, t, mask_fraction(instr, loops))
     if engine == "tensor":
-        if instr.kind == "matmul" or instr.op in ("nc_matmul", "nc_matmul_mx"):
+        if is_matmul(instr):
             return _matmul(instr, ir, t)
+        if instr.kind == "copy":
+            return _partition_broadcast(instr, ir, t)
         return _transpose(instr, ir, t)
     return _elementwise(instr, ir, t, engine)

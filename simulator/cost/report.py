@@ -4,14 +4,14 @@ critical path and bottleneck, roofline position, top instructions and performanc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from nki import dtypes
 from nki.errors import SrcLoc
 from nki.ir import Access, KernelIR
 from nki.targets import get_target
 
-from .scheduler import Schedule, SiteStats, buffers_for, schedule
+from .compiler import SPILL, Lowering, lower
+from .scheduler import Schedule, SiteStats, schedule
 from .table import CostTable, table_for
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -30,6 +30,20 @@ class Lint:
     def __str__(self) -> str:
         where = f"{self.loc.file}:{self.loc.line}" if self.loc else "kernel"
         return f"{where}: [{self.rule}] {self.message} (~{_fmt_ns(self.cost_ns)})"
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """A part of the estimate the model is least sure of: ``ns`` of modelled time (or 0 for a
+    count) resting on figures or rules that are rough, fitted or inferred."""
+
+    what: str
+    ns: float
+    why: str
+
+    def __str__(self) -> str:
+        size = f"~{_fmt_ns(self.ns)}: " if self.ns else ""
+        return f"{size}{self.what} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ class Report:
     lints: list[Lint]
     schedule: Schedule = field(repr=False)
     table: CostTable = field(repr=False)
+    compiler: Lowering | None = field(default=None, repr=False)  # the IR as scheduled
+    doubts: list[Doubt] = field(default_factory=list)  # what the estimate is least sure of
 
     @property
     def latency_us(self) -> float:
@@ -161,6 +177,9 @@ class Report:
             lines.append(
                 f"    {_fmt_ns(t.ns):>11s}  {t.engine:<7s} {t.name:<24s} x{t.count:<10.0f} {where}"
             )
+        if self.doubts:
+            lines.append("  least certain:")
+            lines.extend(f"    {d}" for d in self.doubts)
         if self.lints:
             lines.append("  lints:")
             lines.extend(f"    {lint}" for lint in self.lints)
@@ -278,39 +297,73 @@ def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint
                 s.latency_ns - busiest,
             )
         )
-    out.extend(_capacity_lints(ir, t))
+    out.extend(_spill_lints(s, t))
     return sorted(out, key=lambda lint: -lint.cost_ns)
 
 
-def _capacity_lints(ir: KernelIR, t: CostTable) -> list[Lint]:
-    usable = get_target(ir.target).sbuf_usable_per_partition
-    in_loop = {n.tensor for n, loops in ir.walk() if loops and hasattr(n, "tensor")}
-    total, biggest = 0, None
-    for d in ir.tensors:
-        if d.buffer != "sbuf" or d.alias_of:
-            continue
-        per_part = math.prod(d.shape[d.par_dim + 1 :]) * math.prod(d.shape[: d.par_dim])
-        b = (
-            per_part
-            * dtypes.itemsize(d.dtype)
-            * (min(2, buffers_for(d, ir.target)) if d.name in in_loop else 1)
-        )
-        total += b
-        if biggest is None or b > biggest[1]:
-            biggest = (d, b)
-    if total <= usable or biggest is None:
+def _spill_lints(s: Schedule, t: CostTable) -> list[Lint]:
+    """One lint for the compiler spills the schedule charged (``compiler.insert_spills``)."""
+    spills = [x for x in s.sites.values() if x.instr.kind == SPILL and x.count]
+    if not spills:
         return []
-    spill = total - usable
+    worst = max(spills, key=lambda x: x.ns)
+    peak = max(int(x.instr.attr("live_bytes")) for x in spills)
+    per_run = sum(int(x.instr.attr("bytes_per_partition")) for x in spills)
+    name = worst.instr.dst.tensor if worst.instr.dst is not None else "?"
     return [
         Lint(
             "capacity-spill",
-            biggest[0].loc,
-            f"live SBUF tiles need {total} B per partition (largest '{biggest[0].name}', "
-            f"{biggest[1]} B) but {usable} B are usable: the compiler would spill {spill} B "
-            "per partition",
-            2 * spill * t.tensor_tile / t.dma_bytes_per_ns,  # save and reload over DMA
+            worst.instr.loc,
+            f"live SBUF tiles need {peak} B per partition (spilling first at '{name}') but "
+            f"{get_target(t.target).sbuf_usable_per_partition} B are usable: the compiler "
+            f"saves and reloads {per_run} B per partition each time, "
+            f"{sum(x.count for x in spills):.0f} time(s) in all",
+            sum(x.ns for x in spills),
         )
     ]
+
+
+def _doubts(s: Schedule, lowering: Lowering) -> list[Doubt]:
+    """Which parts of this estimate rest on rough, fitted or inferred figures."""
+    out: list[Doubt] = []
+    overhead: dict[str, float] = {}
+    for site in s.sites.values():
+        c = s.costs[id(site.instr)]
+        if c.overhead_ns and site.count:
+            overhead[c.engine] = overhead.get(c.engine, 0.0) + c.overhead_ns * site.count
+    for engine, ns in sorted(overhead.items(), key=lambda kv: -kv[1]):
+        busy = s.busy.get(engine, 0.0)
+        if busy and ns > 0.25 * busy:
+            why = (
+                "per-chunk cost of small DMA chunks, a fitted parameter"
+                if engine == "dma"
+                else "fixed costs of small instructions: MIN_II, access and matmul overheads"
+            )
+            out.append(Doubt(f"{100 * ns / busy:.0f}% of {engine} time is overhead", ns, why))
+    spill = sum(x.ns for x in s.sites.values() if x.instr.kind == SPILL)
+    if spill:
+        out.append(Doubt("compiler spills", spill, "bytes over capacity; the allocator may differ"))
+    moved = len(lowering.hoisted) + lowering.common_subexpressions
+    if moved:
+        out.append(
+            Doubt(
+                f"{moved} instruction(s) hoisted or merged",
+                0.0,
+                "inferred compiler rules: loop-invariant hoisting, common subexpressions",
+            )
+        )
+    span = max(
+        (sum(e.dur for e in s.events if e.repeat and e.track == tr) for tr in s.busy), default=0
+    )
+    if s.latency_ns and span > 0.5 * s.latency_ns:
+        out.append(
+            Doubt(
+                f"{100 * span / s.latency_ns:.0f}% of the timeline extrapolated from loop periods",
+                0.0,
+                "iterations past the first few are taken to repeat the last one scheduled",
+            )
+        )
+    return out
 
 
 def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
@@ -318,9 +371,11 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
     shapes alone."""
     tname = target or ir.target
     table = table_for(get_target(tname).name)
-    s = schedule(ir, table)
-    if ir.cores:  # one trace per core (current API, LNC=2): the slower core decides
-        s = max((schedule(c, table) for c in ir.cores), key=lambda x: x.latency_ns)
+    # one trace per core (current API, LNC=2): the slower core decides
+    traces = ir.cores or (ir,)
+    lowered = [lower(replace(c, target=table.target, _by_name={}), table) for c in traces]
+    s, lowering = max(((schedule(c.ir, table), c) for c in lowered), key=lambda x: x[0].latency_ns)
+    ir = lowering.ir
     cores = max(1, ir.grid.num_cores)
     per_core = max(1, math.prod(ir.grid.shape) // cores)
     top = sorted(s.sites.values(), key=lambda x: -x.ns)
@@ -347,7 +402,9 @@ def estimate_ir(ir: KernelIR, target: str | None = None) -> Report:
         _lints(ir, s, table, s.latency_ns),
         s,
         table,
+        lowering,
+        _doubts(s, lowering),
     )
 
 
-__all__ = ["Report", "Lint", "estimate_ir", "SiteStats"]
+__all__ = ["Report", "Lint", "Doubt", "estimate_ir", "SiteStats"]

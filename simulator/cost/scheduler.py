@@ -8,14 +8,16 @@ dimensions before the partition dimension) and per allocation: a tile allocated 
 rotates through as many buffers as fit (``buffers_for``), so iteration i+n only waits for
 iteration i. HBM is tracked per tensor; stores to one HBM tensor are taken to write disjoint
 regions. DMA transfers start a fixed latency after their dependencies are met and share the
-core's DMA bandwidth (a transfer fills the gaps other queues leave).
+core's DMA bandwidth (a transfer fills the gaps other queues leave). A compiler spill
+(``compiler.insert_spills``) starts only when everything issued before it has finished.
 
 Loops are not unrolled: iterations are scheduled until every rotating buffer has been reused
 and the period (how far one iteration advances the schedule) repeats; the remaining
 iterations are then added as that period and the last iteration's busy time, each times the
-remaining trip count. Iterations have static shapes, so every iteration costs the same, and
-the result equals scheduling every iteration once the pipeline is in its steady state
-(tests/cost/test_model.py checks this)."""
+remaining trip count. The period is at least the iteration's time on the shared DMA
+bandwidth, so extrapolated transfers never exceed it. Iterations have static shapes, so every
+iteration costs the same, and the result equals scheduling every iteration once the pipeline
+is in its steady state (tests/cost/test_model.py checks this)."""
 
 from __future__ import annotations
 
@@ -30,10 +32,11 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym, TensorDecl
 from nki.targets import get_target
 
 from .model import InstrCost, cost_of
-from .table import CostTable
+from .table import SPILL, CostTable
 
 SIMULATED_ITERATIONS = 3  # iterations scheduled per loop at least before extrapolating
 MAX_SIMULATED_ITERATIONS = 24  # ... and at most, when the period has not settled by then
+MIN_CAPPED_ITERATIONS = 6  # ... however deep the loop (fewer leave pipelines filling)
 MAX_BUFFERS = 8  # a tile allocated in a loop rotates through at most this many buffers
 MAX_EVENTS = 50_000  # slices kept for the timeline
 
@@ -142,7 +145,7 @@ class _State:
     def instr(self, ins: Instr, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
         c = self.costs.get(id(ins))
         if c is None:
-            c = self.costs[id(ins)] = cost_of(ins, self.ir, self.t)
+            c = self.costs[id(ins)] = cost_of(ins, self.ir, self.t, loops)
             self.sites[id(ins)] = SiteStats(ins, c.engine, loops=loops)
         if c.engine == "none":
             return
@@ -157,6 +160,8 @@ class _State:
             dep = max(dep, self._ready(self.reads[k], b))  # write after read
             if a.tensor not in hbm_write:  # stores to an HBM tensor write disjoint regions
                 dep = max(dep, self._ready(self.writes[k], b))  # write after write
+        if ins.kind == SPILL:  # compiler spill code runs in program order: after all before it
+            dep = max(dep, self.end)
         dur = c.ns
         if c.engine == "dma":
             q = self.queue_of.setdefault(id(ins), f"dma.q{len(self.queue_of) % self.t.dma_queues}")
@@ -278,9 +283,10 @@ class _State:
 
     def _min_iterations(self, lp: Loop) -> int:
         """Iterations to schedule before extrapolating: past the point where every rotating
-        buffer allocated in the loop has been reused (the first WAR stall on it)."""
+        buffer allocated in the loop has been reused (the first WAR stall on it). Tiles of
+        inner loops rotate with the inner loop's iterations, which already reuse them."""
         need = SIMULATED_ITERATIONS
-        for node in _walk(lp.body):
+        for node in lp.body:
             if isinstance(node, Alloc):
                 d = self.ir.tensor(node.tensor)
                 need = max(need, self._buffers(d.alias_of or d.name) + 2)
@@ -294,7 +300,9 @@ class _State:
             if ("free", tr) in self.touched
         }
         d_busy = {tr: b - snap["busy"].get(tr, 0.0) for tr, b in self.busy.items()}
-        period = max([0.0, *d_free.values(), *(v for k, v in d_busy.items() if k != "dma")])
+        # "dma" is the iteration's time on the core's shared DMA bandwidth: an iteration
+        # cannot repeat faster than its transfers fit through it
+        period = max([0.0, *d_free.values(), *d_busy.values()])
         return period, d_free, d_busy
 
     def loop(self, lp: Loop, env: dict[Sym, int], loops: tuple[Loop, ...]) -> None:
@@ -303,8 +311,10 @@ class _State:
             self.runtime_loops.append(lp)
             values = range(1)  # estimated as one trip (the report says so)
         n = len(values)
-        # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's)
-        cap = max(SIMULATED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> (len(loops) - 1))
+        # deeper loops get fewer iterations (their cost multiplies with every enclosing loop's
+        # that repeats)
+        depth = sum(o.static_trips is None or len(o.static_trips) > 1 for o in loops[:-1])
+        cap = max(MIN_CAPPED_ITERATIONS, MAX_SIMULATED_ITERATIONS >> depth)
         need = min(n, self._min_iterations(lp), cap)
         outer, seen = self.touched, set()
         last = None

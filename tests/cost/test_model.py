@@ -86,7 +86,8 @@ def _two_chains(dependent: bool):
         s = x
         for _ in range(8):
             v = nl.multiply(v, 1.5) if not dependent else nl.multiply(s, 1.5)  # Vector
-            s = nl.exp(x) if not dependent else nl.exp(v)  # Scalar
+            # Scalar: its own chain (eight equal nl.exp(x) would be one common subexpression)
+            s = nl.exp(s) if not dependent else nl.exp(v)
         nl.store(out, value=nl.add(v, s))
         return out
 
@@ -302,3 +303,97 @@ def test_vector_copy_cost_per_generation_and_dtype(target, dtype, per_cycle):
 def test_estimate_rejects_an_unknown_target():
     with pytest.raises(nki.NKIError, match="unknown platform target 'trn9'"):
         nki.estimate(copy_rows, target="trn9")(nt.tensor[[128, 128], nl.float32])
+
+
+@nki.jit
+def masked_rows(a, keep, ragged):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(a.shape[1])[None, :]
+    n = a.shape[0] // 128
+    for i in nl.affine_range(n):
+        rows = i * 128 + i_p
+        # ragged: every tile but the last whole, the last one keeps `keep` rows
+        keep_rows = rows < (n - 1) * 128 + keep if ragged else i_p < keep
+        t = nl.load(a[rows, i_f], mask=keep_rows)
+        nl.store(out[rows, i_f], value=t, mask=keep_rows)
+    return out
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_a_masked_dma_moves_and_describes_only_its_masked_in_elements(ragged):
+    arg = nt.tensor[[512, 1024], nl.float32]
+    full = nki.estimate(masked_rows, target="trn1")(arg, 128, ragged)
+    part = nki.estimate(masked_rows, target="trn1")(arg, 16, ragged)
+    assert full.dma_bytes == 2 * 512 * 1024 * 4
+    rows = 3 * 128 + 16 if ragged else 4 * 16  # rows kept over the four tiles
+    assert part.dma_bytes == pytest.approx(2 * rows * 1024 * 4)
+    load_full, load_part = _site(full, "nl.load"), _site(part, "nl.load")
+    assert load_part.ns == pytest.approx(load_full.ns * rows / 512, rel=0.02)
+
+
+@nki.jit
+def masked_corner(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    t = nl.load(a[i_p, i_f], mask=(i_p < 100) & (i_f < 300))  # conditions on different axes
+    nl.store(out[i_p, i_f], value=t)
+    return out
+
+
+def test_a_mask_over_both_axes_keeps_their_product():
+    r = nki.estimate(masked_corner, target="trn2")(nt.tensor[[128, 512], nl.float32])
+    assert _site(r, "nl.load").dma_bytes == 100 * 300 * 4
+    assert _site(r, "nl.store").dma_bytes == 128 * 512 * 4
+
+
+@nki.jit
+def tiny_ops(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    for _ in range(16):
+        x = nl.multiply(x, 1.5)  # 8 elements per partition: MIN_II and access overhead dominate
+    nl.store(out, value=x)
+    return out
+
+
+def test_report_says_which_parts_it_is_least_sure_of():
+    r = nki.estimate(tiny_ops, target="trn1")(nt.tensor[[128, 8], nl.float32])
+    (small,) = [d for d in r.doubts if "of vector time is overhead" in d.what]
+    row = table_for("trn1").engines["vector"]
+    # per instruction: max(64, 8) + 60 cycles, of which 8 stream elements
+    assert small.ns == pytest.approx(16 * (64 + 60 - 8) / row.clock_ghz)
+    assert "fixed costs of small instructions" in small.why
+    assert "least certain:" in r.summary()
+    spilled = nki.estimate(big_sbuf, target="trn1")(nt.tensor[[128, 65536], nl.float32])
+    (spill,) = [d for d in spilled.doubts if d.what == "compiler spills"]
+    (lint,) = [x for x in spilled.lints if x.rule == "capacity-spill"]
+    assert spill.ns == pytest.approx(lint.cost_ns) and spill.ns > 0
+
+
+def _sections(unrolled: bool):
+    @nki.jit
+    def kernel(p_in, c):
+        out = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        p = nl.load(p_in)  # 64 KiB per partition, used by every section
+        for i in nl.static_range(4) if unrolled else nl.affine_range(4):
+            ci = nl.load(c[i])  # 64 KiB
+            t = nl.multiply(p, ci)  # 64 KiB more: 192 KiB live, over trn1's 176 KiB usable
+            nl.store(out[i], value=t)
+        return out
+
+    return nki.estimate(kernel, target="trn1")(
+        nt.tensor[[128, 16384], nl.float32], nt.tensor[[4, 128, 16384], nl.float32]
+    )
+
+
+def test_spills_repeat_per_iteration_of_a_loop_and_per_section_of_unrolled_code():
+    spilled = {}
+    for unrolled in (False, True):
+        r = _sections(unrolled)
+        sites = [s for s in r.schedule.sites.values() if s.instr.kind == "spill"]
+        assert sum(s.count for s in sites) == 4  # one save + reload per section
+        spilled[unrolled] = sum(s.dma_bytes for s in sites)
+    over = 3 * 64 * 1024 - 180224  # bytes per partition over capacity in each section
+    assert spilled[False] == spilled[True] == 4 * 2 * over * 128
