@@ -264,11 +264,14 @@ def get(key: str) -> ApiRule:
 
 def markdown(checked: bool = True) -> str:
     """The README's table of the rules checked (or, ``checked=False``, not checked yet)."""
-    rows = ["| construct | documented rule | API | nki-sim | source |", "|---|---|---|---|---|"]
+    rows = [
+        "| construct | documented rule | API | nki-sim | source | note |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in RULES:
         if r.checked != checked:
             continue
         gens = "both" if r.generations == BOTH else r.generations[0]
         told = (f"warning `{r.cls}`" if r.warning else f"`{r.code}`") if r.checked else "accepted"
-        rows.append(f"| `{r.subject}` | {r.rule} | {gens} | {told} | {r.source} |")
+        rows.append(f"| `{r.subject}` | {r.rule} | {gens} | {told} | {r.source} | {r.note} |")
     return "\n".join(rows)

@@ -22,14 +22,6 @@ def _generation(st: TraceState) -> str | None:
     return st.generation
 
 
-def applies(key: str) -> bool:
-    """Whether rule ``key`` holds in the kernel being traced as far as is known now (an
-    undecided kernel: yes; outside a trace: yes)."""
-    st = current()
-    gen = _generation(st) if st is not None else None
-    return gen is None or gen in api_rules.get(key).generations
-
-
 def broken(key: str, detail: str, loc: SrcLoc | None = None) -> None:
     """The kernel broke rule ``key``; ``detail`` says how, with the values involved. Raises the
     rule's error now, or keeps the breach for :func:`finish` (a warning, or a rule of another
