@@ -39,6 +39,9 @@ __all__ = [
     "NKIRuntimeError",
     "NKIUnsupportedError",
     "NKIAttributeError",
+    "NKIWarning",
+    "AccumulateUninitializedWarning",
+    "UnreturnedOutputWarning",
     "SrcLoc",
 ]
 
@@ -340,6 +343,16 @@ class NKIWarning(UserWarning):
     probably wrong, such as output elements no instruction writes). Turn them into errors with
     ``warnings.simplefilter("error", nki.errors.NKIWarning)`` (pytest:
     ``-W error::nki.errors.NKIWarning``)."""
+
+
+class AccumulateUninitializedWarning(NKIWarning):
+    """``nc_matmul(..., accumulate=True)`` into PSUM that nothing wrote before (undefined
+    behaviour on hardware; AWS's simulator warns too)."""
+
+
+class UnreturnedOutputWarning(NKIWarning):
+    """A kernel writes a ``shared_hbm`` tensor it created but never returns it (a forgotten
+    ``return``): the caller never sees what it wrote."""
 
 
 class NKIAttributeError(NKITypeError, AttributeError):

@@ -4,7 +4,6 @@ grids in the simulator."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import functools
 import importlib
@@ -36,6 +35,7 @@ from .errors import (
 )
 from .grids import check_grid_fits, lnc_grid, lnc_shaped, parse_grid
 from .ir import Grid, KernelIR, TensorDecl
+from .outputs import check_param_writes, kernel_outputs, warn_unreturned, written_bases
 from .targets import get_target
 from .tracer import (
     NeedsPerCore,
@@ -44,11 +44,12 @@ from .tracer import (
     held_output,
     kernel_body,
     new_trace,
-    onchip_return,  # classic simulator: a returned tile is its value
     release,
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
 )
+from .tracer.api_checks import broken
+from .tracer.api_checks import finish as finish_rules
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
@@ -146,6 +147,38 @@ def _static_key(v: object) -> object:
         return ("r", repr(v))
 
 
+_LABELS = ("__name__", "__qualname__", "__module__", "__code__", "__globals__")
+
+
+def kernel_function(fn: Any) -> Any:
+    """The Python callable a kernel runs: a function, a bound method (a callable object's
+    ``__call__``) or a ``functools.partial`` of one. A partial is copied and labelled with its
+    function's name, code and globals, which errors and checks use to find the kernel's source.
+    Anything else is a located error."""
+    if isinstance(fn, Launch):
+        fn = fn.kernel
+    if isinstance(fn, Kernel):
+        return fn.fn
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return fn
+    if isinstance(fn, functools.partial):
+        base = kernel_function(fn.func)
+        inner = base.__func__ if inspect.ismethod(base) else base
+        part = functools.partial(base, *fn.args, **fn.keywords)
+        for attr in _LABELS:
+            setattr(part, attr, getattr(inner, attr))
+        return part
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+    if inspect.ismethod(call) and inspect.isfunction(call.__func__):
+        return call  # a callable object: its bound __call__ is the kernel
+    raise NKITypeError(
+        f"nki.jit expects a function (or a functools.partial of one, or an object with a "
+        f"__call__ method), got {type(fn).__name__}: {fn!r}"[:300],
+        code="err_invalid_mode",
+        loc=user_loc(),
+    )
+
+
 class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
@@ -155,20 +188,9 @@ class Kernel:
     ) -> None:
         # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
         self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
-        if isinstance(fn, Launch):
-            fn = fn.kernel
-        inherited = None  # nki.jit(nki.jit(f, api="classic"), ...) keeps the generation
-        if isinstance(fn, Kernel):
-            fn, inherited = fn.fn, fn.api
-        if not callable(fn):
-            raise NKITypeError(
-                f"nki.jit expects a function, got {type(fn).__name__}",
-                code="err_invalid_mode",
-                loc=user_loc(),
-            )
-        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
-        if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and inspect.ismethod(call):
-            fn = call  # a callable object: its bound __call__ is the kernel
+        base = fn.kernel if isinstance(fn, Launch) else fn
+        inherited = base.api if isinstance(base, Kernel) else None  # nki.jit(nki.jit(f, api=..))
+        fn = kernel_function(fn)
         if mode not in MODES:
             raise NKIError(
                 f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
@@ -203,6 +225,8 @@ class Kernel:
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
+        # where nki.jit(platform_target=...) was written (deprecated in the current API)
+        self.platform_target_at: SrcLoc | None = None
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -230,6 +254,7 @@ class Kernel:
         over = dict(overrides)
         if "target" in over:
             k.platform_target = over.pop("target")
+            k.platform_target_at = None
         k.config_overrides = {**self.config_overrides, **over}
         k.config()  # validate now
         return k
@@ -401,22 +426,30 @@ class Kernel:
                 except NKIError as e:
                     locate_in_traceback(e)
                     raise
-            outputs, returns = self._outputs(st, ret)
+            outputs, returns = kernel_outputs(st, ret)
+            if self.platform_target_at is not None:
+                broken(
+                    "jit.platform_target",
+                    f"kernel '{st.name}' is decorated with nki.jit(platform_target="
+                    f"{self.platform_target!r})",
+                    self.platform_target_at,
+                )
         if st.generation is None:  # nothing decided it: `import nki` kernels are current-API
             st.generation = st.default_generation
+        finish_rules(st, warn=core in (None, 0))
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
-            writes_back = tuple(p for p in st.params if p in _written_bases(st))
+            writes_back = tuple(p for p in st.params if p in written_bases(st))
         else:
-            self._check_param_writes(st, returns, mutable)
+            check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
-            if returns and name in _written_bases(st) and name not in bases:
+            if returns and name in written_bases(st) and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
                     "kernel does not return it; add it to the returned tensors",
                     code="err_mutable_parameter_not_returned",
-                    loc=_written_bases(st)[name],
+                    loc=written_bases(st)[name],
                 )
         tensors = tuple(st.tensors.values())
         ir = KernelIR(
@@ -432,63 +465,10 @@ class Kernel:
             writes_back,
             st.generation,
         )
+        if core in (None, 0):
+            warn_unreturned(ir)
         # current API: loops keep program order where iterations depend on each other
         return with_program_order(ir) if st.generation == "current" else ir
-
-    def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
-        if ret is None:
-            written = [p for p in st.params if p in _written_bases(st)]
-            return tuple(written), False
-        items = ret if isinstance(ret, (tuple, list)) else (ret,)
-        items = tuple(onchip_return(r, st.grid_shape) for r in items)
-        names = []
-        for r in items:
-            if not isinstance(r, NkiTensor) or r.buffer not in ("shared_hbm", "private_hbm"):
-                what = r.buffer if isinstance(r, NkiTensor) else type(r).__name__
-                raise NKIError(
-                    f"a kernel must return HBM tensors created with nl.ndarray(..., "
-                    f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
-                    code="err_kernel_output_must_be_hbm",  # located at the return by trace()
-                )
-            name = r.decl.alias_of or r.name
-            decl = st.tensors[name]
-            if decl.buffer == "private_hbm":
-                # private HBM is per instance: with one instance it is the output; with a grid
-                # every instance would return its own copy, which the hardware cannot do
-                if st.grid_shape and int(np.prod(st.grid_shape)) > 1:
-                    raise NKIError(
-                        f"kernel returns '{name}', allocated in private HBM (nl.hbm / "
-                        f"nl.private_hbm), from a launch grid of {st.grid_shape} instances; "
-                        "outputs shared by the grid must use buffer=nl.shared_hbm",
-                        code="err_output_tensor_must_be_shared_hbm",
-                        loc=decl.loc or user_loc(),
-                    )
-                st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
-            # a returned reshape / view keeps its own shape (its storage is the base tensor's)
-            names.append(r.name if r.decl.alias_of else name)
-        return tuple(names), True
-
-    def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:
-        if not returns:
-            return  # legacy convention: outputs are parameters the kernel writes
-        for name, loc in _written_bases(st).items():
-            if name in st.params and name not in mutable:
-                raise NKIError(
-                    f"kernel writes to input parameter '{name}', which is immutable; annotate it "
-                    f"'{name}: nt.mutable_tensor' (import nki.typing as nt) if it is an in/out "
-                    "tensor",
-                    code="err_cannot_update_immutable_parameter",
-                    loc=loc,
-                )
-
-
-def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
-    out: dict[str, SrcLoc] = {}
-    for name, loc in st.written.items():
-        d = st.tensors.get(name)
-        base = d.alias_of if d is not None and d.alias_of else name
-        out.setdefault(base, loc)
-    return out
 
 
 class Launch:
@@ -550,9 +530,14 @@ def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
     """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
     or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
     ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
-    if func is None:
-        return lambda f: Kernel(f, mode=mode, **kwargs)
-    return Kernel(func, mode=mode, **kwargs)
+    at = user_loc() if kwargs.get("platform_target") is not None else None
+
+    def make(f: Any) -> Kernel:
+        k = Kernel(f, mode=mode, **kwargs)
+        k.platform_target_at = at
+        return k
+
+    return make if func is None else make(func)
 
 
 def _as_launch(kernel: Any) -> Launch:

@@ -320,7 +320,7 @@ def arguments(name: str) -> list[np.ndarray]:
 def launch(name: str) -> Any:
     """The kernel ``name`` of ``KERNELS`` launched on its arguments (its IR: ``last_ir``)."""
     _, fn, grid, target, _ = next(k for k in KERNELS if k[0] == name)
-    kernel = nki.jit(fn, platform_target=target)
+    kernel = nki.jit(fn).configure(target=target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a scatter leaves outputs partly unwritten)
         (kernel if grid is None else kernel[grid])(*arguments(name))
@@ -379,7 +379,7 @@ def _instruction_calls() -> list[tuple[str, Any]]:
             if hasattr(nisa, name):
                 p = dict(instr=name, form=form, mut="none", tp=128, cg=16, rows=128, pick=0,
                          seed=0, unknown="")  # fmt: skip
-                kernel = nki.jit(fuzz.build_args(p).fn, platform_target="trn3")
+                kernel = nki.jit(fuzz.build_args(p).fn).configure(target="trn3")
                 out.append((f"nisa.{name} ({form})", lambda k=kernel: k(*args)))
     return out
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Affine, PidSym
 from ..symbolic import DynSlice, Scalar, _static_int
 from ..symbolic import arange as _arange
 from ..symbolic import mgrid as _mgrid
-from ..targets import DEFAULT_TARGET, TARGETS
+from ..targets import env_target
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -32,6 +34,7 @@ from ..tracer import (
     state,
     to_mask,
 )
+from ..tracer.api_checks import broken
 
 # --------------------------------------------------------------------------------------------
 # Buffers
@@ -163,11 +166,12 @@ class spmd_dim:  # noqa: N801 - classic name
         )
 
 
-def program_id(axis: int) -> Scalar | int:
-    """The index of this SPMD instance along grid ``axis``: symbolic while tracing (classic
-    kernels), a plain int in a current-API launch on two cores (traced once per core)."""
+def program_id(axis: int = 0) -> Scalar | int:
+    """The index of this SPMD instance along grid ``axis`` (a compile-time int, default 0, within
+    the launch grid): symbolic while tracing (classic kernels), a plain int in a current-API
+    launch on two cores (traced once per core)."""
     st = state("nl.program_id")
-    axis = _static_int(axis, "nl.program_id axis")
+    axis = _axis(axis, "nl.program_id")
     nd = len(st.grid_shape)
     if axis < 0 or axis >= max(nd, 1):  # no grid: one instance, axis 0 only
         grid = f"a launch grid of {nd} dimension(s) {st.grid_shape}" if nd else "no launch grid"
@@ -185,16 +189,34 @@ def program_id(axis: int) -> Scalar | int:
     return Scalar(Affine.of(PidSym(axis)))
 
 
+def _axis(a: object, api: str) -> int:
+    """A grid axis argument: a compile-time int (not a bool, float, NaN or array)."""
+    if isinstance(a, bool) or isinstance(a, (float, np.floating)):
+        raise NKITypeError(
+            f"the axis of {api} must be a compile-time integer, got {a!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
+    return _static_int(a, f"the axis of {api}")
+
+
 def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
-    """Number of instances along ``axes`` (all axes when None)."""
+    """Number of instances along ``axes``: one compile-time int axis or a tuple / list of
+    distinct ones, within the launch grid (None: all axes; one instance without a grid)."""
     st = state("nl.num_programs")
     shape = st.grid_shape
     if axes is None:
         ax = tuple(range(len(shape)))
-    elif isinstance(axes, int):
-        ax = (axes,)
+    elif isinstance(axes, (tuple, list)):
+        ax = tuple(_axis(a, "nl.num_programs") for a in axes)
     else:
-        ax = tuple(axes)
+        ax = (_axis(axes, "nl.num_programs"),)
+    if len(set(ax)) != len(ax):
+        raise NKIError(
+            f"nl.num_programs names an axis twice: axes={axes!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
     n = 1
     for a in ax:
         if not 0 <= a < max(len(shape), 1):
@@ -305,6 +327,9 @@ def ndarray(
     st = state("nl.ndarray")
     dims, par = _shape(shape)
     buf = _buffer_name(buffer)
+    if isinstance(buffer, str):
+        shown = "hbm" if buffer == "hbm" else buf
+        broken("buffer.object", f"got buffer={buffer!r}; write buffer=nl.{shown}")
     dt = dtypes.name_of(dtype)
     if buf == "shared_hbm" and st.loops:
         raise NKIError(
@@ -453,7 +478,7 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
     if len(acc.shape) < 2:
         raise NKIShapeError(
             f"insufficient rank: nl.load of a {len(acc.shape)}-D access {list(acc.shape)} of "
-            f"'{t.name}'; on-chip tiles need a partition and a free dimension (index the "
+            f"{t.label}; on-chip tiles need a partition and a free dimension (index the "
             "tensor with 2-D index expressions, e.g. a[i_p, i_f])",
             code="err_insufficient_rank",
             loc=user_loc(),
@@ -482,7 +507,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     if vt.decl.buffer == "psum":
         if generation() == "current":
             raise NKIMemoryError(
-                f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read "
+                f"nl.store of the PSUM tile {vt.label}: in the current API DMA cannot read "
                 "PSUM; copy it to SBUF first (nisa.tensor_copy or nl.copy)",
                 code="err_unsupported_memory",
                 loc=user_loc(),
@@ -540,7 +565,8 @@ def device_print(prefix: str, x: Any, **_kw: Any) -> None:
 
 class tile_size:  # noqa: N801 - classic name
     """Hardware tile limits (``nl.tile_size.pmax`` ...). ``total_available_sbuf_size`` is the
-    usable SBUF bytes per partition of the target being traced (trn2 outside a trace)."""
+    usable SBUF bytes per partition of the target being traced (outside a trace: the
+    environment's target, else the default trn3)."""
 
     pmax = 128
     psum_fmax = 512
@@ -554,14 +580,14 @@ class tile_size:  # noqa: N801 - classic name
     sbuf_min_align = 1
 
     class _PerTarget:
-        """A limit read from the target being traced (trn2 outside a trace)."""
+        """A limit read from the target being traced (outside a trace: ``env_target()``)."""
 
         def __init__(self, fn: Any) -> None:
             self.fn = fn
 
         def __get__(self, obj: object, owner: type) -> int:
             st = current()
-            target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
+            target = st.target if st is not None else env_target()
             return int(self.fn(target))
 
     total_available_sbuf_size = _PerTarget(lambda t: t.sbuf_usable_per_partition)

@@ -27,7 +27,7 @@ from .state import TraceState, generation, note_generation, state
 def check_scope(t: NkiTensor, st: TraceState) -> None:
     if tuple(st.loops[: len(t.scope)]) != t.scope:
         raise NKIScopeError(
-            f"tensor '{t.name}' was created inside a loop body and is used after that loop "
+            f"tensor {t.label} was created inside a loop body and is used after that loop "
             "ended; allocate it before the loop and update it in place (t[...] = ...)",
             loc=user_loc(),
             related=(("defined", t.decl.loc),) if t.decl.loc else (),
@@ -93,7 +93,7 @@ def require_buffer(t: NkiTensor, allowed: tuple[str, ...], api: str, role: str) 
         got = "a tile in" if t.decl.on_chip else "a tensor in"
         raise NKIMemoryError(
             f"expected operand '{role}' of '{api}' to be in address space '{space}', but got "
-            f"{got} '{t.buffer}' ('{t.name}')",
+            f"{got} '{t.buffer}' ({t.label})",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

@@ -73,6 +73,9 @@ class TraceState:
         self.early_exit: NKIError | None = None
         # an instruction was traced with a mask built with `or` (see bool_masks.MaskCover)
         self.mask_covers = False
+        # documented rules broken while the generation they hold in was undecided, and
+        # warnings, told when the trace ends (see api_checks)
+        self.rule_breaches: list[tuple[Any, str, SrcLoc]] = []
 
     def check_early_exit(self) -> None:
         """Raise the error of a symbolic loop left by ``break`` / ``return`` (see

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
@@ -141,9 +141,9 @@ class BCtx:
             vv = np.broadcast_to(v, full_shape)[sel]
             if vv.size and (vv.min() < 0 or vv.max() >= shape[d]):
                 raise NKIIndexError(
-                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {d}: index "
-                    f"range [{int(vv.min())}, {int(vv.max())}] exceeds the dimension size of "
-                    f"{shape[d]}",
+                    f"out-of-bound access for tensor {tensor_label(self.decl(acc.tensor))} on "
+                    f"dimension {d}: index range [{int(vv.min())}, {int(vv.max())}] exceeds the "
+                    f"dimension size of {shape[d]}",
                     code="err_tensor_access_out_of_bound",
                 )
             out.append(v)

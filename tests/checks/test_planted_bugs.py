@@ -124,7 +124,8 @@ def sbuf_over_capacity(x):
 
 
 def test_sbuf_over_capacity():
-    _raises(sbuf_over_capacity, (X,), "err_sbuf_capacity_exceeded", "SBUF")
+    # 60000 fp32 per partition: over trn2's 212984 usable bytes (trn3 has 245752)
+    _raises(sbuf_over_capacity.configure(target="trn2"), (X,), "err_sbuf_capacity_exceeded", "SBUF")
 
 
 @nki.jit
