@@ -3,7 +3,9 @@ matmul and a 200-example property-test run) on nki-sim's ``auto`` and ``numba`` 
 Triton's interpreter and in JAX Pallas' interpret mode when they are installed
 (``pip install nki-sim[bench]``), and in NumPy doing the same math. Every contender's result is
 checked against NumPy's; the table shows medians (after a warm-up call) and the ratio to NumPy;
-the figures and the machine go to a JSON file.
+the figures and the machine go to a JSON file. Each workload also has a current-API twin (the
+same computation written with destination-first ``nisa`` calls; the grid add as ``kernel[2]``
+on two cores), timed on the same backends next to its classic version.
 
 Run: python benchmarks/run.py [--repeat 5] [--only NAME ...] [--out benchmarks/results/run.json]
      python benchmarks/run.py --quick   # tiny shapes, nki-sim and NumPy only: a smoke test
@@ -45,7 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from benchmarks.long_loop import long_loop_run, loop_steps  # noqa: E402
 
 
 @nki.jit
@@ -57,7 +61,7 @@ def tensor_add(a, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def row_loop_exp(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(a.shape[0] // 128):
@@ -66,7 +70,7 @@ def row_loop_exp(a):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def loop_add(a, b):
     """The grid add as one instance: affine_range over every [128, 512] tile."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
@@ -87,7 +91,7 @@ def tiny_add(a, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def tiled_matmul(a_t, b):
     """out = a_t.T @ b in [128, 512] PSUM tiles accumulated over K in steps of 128."""
     k_dim, m_dim = a_t.shape
@@ -104,7 +108,7 @@ def tiled_matmul(a_t, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def row_softmax(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // 128):
@@ -120,7 +124,7 @@ def _np_softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-@nki.jit
+@nki.jit(api="classic")
 def flash_attention(q_t, k_t, v):
     """softmax(q k^T / sqrt(d)) v with an online softmax: an instance-free loop over blocks of
     128 queries (affine_range), each walking blocks of 128 keys (sequential_range)."""
@@ -146,51 +150,171 @@ def flash_attention(q_t, k_t, v):
     return out
 
 
-@nki.jit(backend="numba")
-def row_scan(x):
-    """A per-iteration loop that cannot batch: the running sum of ``x``'s rows, one load and
-    one dependent add per row."""
-    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
-    acc = nl.zeros((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
-    for i in nl.sequential_range(x.shape[0]):
-        acc[...] = nl.add(acc, nl.load(x[i : i + 1, :]))
-    nl.store(out, value=acc)
+# ---- current-API twins: the same workloads written with the current API (destination-first
+# nisa calls, tiles made with nl.ndarray, kernel[2] = two cores) ----------------------------------
+def _tile(shape: tuple[int, ...], dtype: object, buffer: object = nl.sbuf) -> object:
+    return nl.ndarray(shape, dtype=dtype, buffer=buffer)
+
+
+@nki.jit
+def tensor_add_lnc(a, b):
+    """The grid add on two cores (kernel[2]): each core loops over its half of the tiles."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    half = a.shape[0] // 2
+    base = nl.program_id(0) * half
+    for i in nl.affine_range(half // 128):
+        for j in nl.affine_range(a.shape[1] // 512):
+            rows, cols = slice(base + i * 128, base + (i + 1) * 128), slice(j * 512, (j + 1) * 512)
+            x, y, z = (_tile((128, 512), a.dtype) for _ in range(3))
+            nisa.dma_copy(dst=x, src=a[rows, cols])
+            nisa.dma_copy(dst=y, src=b[rows, cols])
+            nisa.tensor_tensor(dst=z, data1=x, data2=y, op=nl.add)
+            nisa.dma_copy(dst=out[rows, cols], src=z)
     return out
 
 
-def loop_steps(steps: int) -> dict:
-    """``row_scan`` over ``steps // 2`` rows (``steps`` instructions) on the Numba backend, in
-    this process: the first call, the calls until the compile budget has built everything
-    (the first hosts what it left for later), and a warm call; the sum is checked against
-    NumPy's sequential one."""
-    x = np.random.default_rng(0).standard_normal((steps // 2, 8)).astype(np.float32)
-    calls = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        got = row_scan(x)
-        calls.append(time.perf_counter() - t0)
-        if "left to compile" not in (row_scan.last_run.reason or ""):
-            break
-    ran = row_scan.last_run.backend
-    t0 = time.perf_counter()
-    row_scan(x)
-    warm = time.perf_counter() - t0
-    want = np.add.accumulate(x, axis=0)[-1:]
-    assert np.allclose(got, want, rtol=1e-5, atol=1e-5), "wrong result"
-    return {"first_s": calls[0], "compiling_s": calls, "warm_s": warm, "ran": ran}
+def _add_tiles(a, b, p: int, f: int):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // p):
+        for j in nl.affine_range(a.shape[1] // f):
+            r, c = slice(i * p, (i + 1) * p), slice(j * f, (j + 1) * f)
+            x, y, z = (_tile((p, f), a.dtype) for _ in range(3))
+            nisa.dma_copy(dst=x, src=a[r, c])
+            nisa.dma_copy(dst=y, src=b[r, c])
+            nisa.tensor_tensor(dst=z, data1=x, data2=y, op=nl.add)
+            nisa.dma_copy(dst=out[r, c], src=z)
+    return out
 
 
-def long_loop_run(steps: int) -> dict:
-    """``loop_steps`` in a fresh process with an empty kernel cache (a cold first call)."""
-    import subprocess
-    import tempfile
+@nki.jit
+def loop_add_current(a, b):
+    """The loop add: affine_range over every [128, 512] tile."""
+    return _add_tiles(a, b, 128, 512)
 
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NKI_SIM_CACHE_DIR": cache}
-        code = f"import json, benchmarks.run as r; print(json.dumps(r.loop_steps({steps})))"
-        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                           text=True, check=True)  # fmt: skip
-    return json.loads(r.stdout.strip().splitlines()[-1])
+
+@nki.jit
+def tiny_add_current(a, b):
+    """The tiny-tile add: affine_range over [128, 8] tiles."""
+    return _add_tiles(a, b, 128, 8)
+
+
+@nki.jit
+def tiled_matmul_current(a_t, b):
+    """out = a_t.T @ b: nc_matmul into a PSUM tile over K (accumulate=None: the first matmul
+    into an element overwrites, later ones add), copied to SBUF and out."""
+    k_dim, m_dim = a_t.shape
+    n_dim = b.shape[1]
+    out = nl.ndarray((m_dim, n_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        for n in nl.affine_range(n_dim // 512):
+            acc = _tile((128, 512), nl.float32, nl.psum)
+            for k in nl.affine_range(k_dim // 128):
+                at, bt = _tile((128, 128), a_t.dtype), _tile((128, 512), b.dtype)
+                nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
+                nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+            res = _tile((128, 512), nl.float32)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], src=res)
+    return out
+
+
+@nki.jit
+def row_softmax_current(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    f = x.shape[1]
+    for i in nl.affine_range(x.shape[0] // 128):
+        t, e, o = (_tile((128, f), nl.float32) for _ in range(3))
+        neg_max, total, inv = (_tile((128, 1), nl.float32) for _ in range(3))
+        nisa.dma_copy(dst=t, src=x[i * 128 : (i + 1) * 128, :])
+        nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True)
+        nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max)
+        nisa.tensor_reduce(dst=total, op=nl.add, data=e, axis=1)
+        nisa.reciprocal(dst=inv, data=total)
+        nisa.tensor_scalar(dst=o, data=e, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=o)
+    return out
+
+
+@nki.jit
+def causal_attention_current(q, k, v):
+    """The causal attention tutorial in the current API: q [d, Sq], k [d, Sk], v [Sk, d]."""
+    d, sq = q.shape
+    sk = k.shape[1]
+    out = nl.ndarray((sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    q_sb, k_sb, v_sb = _tile(q.shape, q.dtype), _tile(k.shape, k.dtype), _tile(v.shape, v.dtype)
+    for dst, src in ((q_sb, q), (k_sb, k), (v_sb, v)):
+        nisa.dma_copy(dst=dst, src=src)
+    scores = _tile((sq, sk), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=scores, stationary=q_sb, moving=k_sb)
+    s, masked, p = (_tile((sq, sk), nl.float32) for _ in range(3))
+    nisa.activation(dst=s, op=nl.copy, data=scores, scale=1.0 / math.sqrt(d))
+    nisa.affine_select(dst=masked, pattern=[[-1, sk]], channel_multiplier=1, on_true_tile=s,
+                       on_false_value=-9984.0, cmp_op=nl.greater_equal)  # fmt: skip
+    neg_max, row_sum, inv = (_tile((sq, 1), nl.float32) for _ in range(3))
+    nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=masked, axis=1, negate=True)
+    nisa.activation_reduce(dst=p, op=nl.exp, data=masked, reduce_op=nl.add, reduce_res=row_sum,
+                           bias=neg_max)  # fmt: skip
+    nisa.reciprocal(dst=inv, data=row_sum)
+    probs = _tile((sq, sk), q.dtype)
+    nisa.tensor_scalar(dst=probs, data=p, op0=nl.multiply, operand0=inv)
+    probs_t = _tile((sk, sq), q.dtype, nl.psum)
+    nisa.nc_transpose(dst=probs_t, data=probs, engine=nisa.tensor_engine)
+    probs_t_sb = _tile((sk, sq), q.dtype)
+    nisa.tensor_copy(dst=probs_t_sb, src=probs_t)
+    o = _tile((sq, d), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=o, stationary=probs_t_sb, moving=v_sb)
+    o_sb = _tile((sq, d), q.dtype)
+    nisa.tensor_copy(dst=o_sb, src=o)
+    nisa.dma_copy(dst=out, src=o_sb)
+    return out
+
+
+@nki.jit
+def flash_attention_current(q_t, k_t, v):
+    """The flash attention workload in the current API (online softmax over key blocks)."""
+    d, s = q_t.shape
+    out = nl.ndarray((s, d), dtype=nl.float32, buffer=nl.shared_hbm)
+    scale = 1.0 / math.sqrt(d)
+    for i in nl.affine_range(s // 128):
+        q = _tile((d, 128), q_t.dtype)
+        nisa.dma_copy(dst=q, src=q_t[:, i * 128 : (i + 1) * 128])
+        m, den, inv = (_tile((128, 1), nl.float32) for _ in range(3))
+        acc = _tile((128, d), nl.float32)
+        nisa.memset(dst=m, value=-1e30)
+        nisa.memset(dst=den, value=0.0)
+        nisa.memset(dst=acc, value=0.0)
+        for j in nl.sequential_range(s // 128):
+            k, vv = _tile((d, 128), k_t.dtype), _tile((128, d), v.dtype)
+            nisa.dma_copy(dst=k, src=k_t[:, j * 128 : (j + 1) * 128])
+            nisa.dma_copy(dst=vv, src=v[j * 128 : (j + 1) * 128, :])
+            sc_ps = _tile((128, 128), nl.float32, nl.psum)
+            nisa.nc_matmul(dst=sc_ps, stationary=q, moving=k)
+            sc, p = _tile((128, 128), nl.float32), _tile((128, 128), nl.float32)
+            nisa.activation(dst=sc, op=nl.copy, data=sc_ps, scale=scale)
+            mx, m_new, neg, corr, rs = (_tile((128, 1), nl.float32) for _ in range(5))
+            nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
+            nisa.tensor_tensor(dst=m_new, data1=m, data2=mx, op=nl.maximum)
+            nisa.tensor_scalar(dst=neg, data=m_new, op0=nl.multiply, operand0=-1.0)
+            nisa.activation(dst=p, op=nl.exp, data=sc, bias=neg)
+            nisa.tensor_reduce(dst=rs, op=nl.add, data=p, axis=1)
+            nisa.activation(dst=corr, op=nl.exp, data=m, bias=neg)
+            nisa.scalar_tensor_tensor(dst=den, data=den, op0=nl.multiply, operand0=corr,
+                                      op1=nl.add, operand1=rs)  # fmt: skip
+            p_t = _tile((128, 128), nl.float32, nl.psum)
+            nisa.nc_transpose(dst=p_t, data=p, engine=nisa.tensor_engine)
+            p_t_sb = _tile((128, 128), nl.float32)
+            nisa.tensor_copy(dst=p_t_sb, src=p_t)
+            pv = _tile((128, d), nl.float32, nl.psum)
+            nisa.nc_matmul(dst=pv, stationary=p_t_sb, moving=vv)
+            nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=corr,
+                                      op1=nl.add, operand1=pv)  # fmt: skip
+            nisa.tensor_copy(dst=m, src=m_new)
+        o = _tile((128, d), nl.float32)
+        nisa.reciprocal(dst=inv, data=den)
+        nisa.tensor_scalar(dst=o, data=acc, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=o)
+    return out
 
 
 def _np_attention(q_t: np.ndarray, k_t: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
@@ -217,6 +341,9 @@ class Workload:
     skip: tuple[str, ...] = ()  # nki-sim backends not timed on this workload
     note: str = ""
     extra: dict = field(default_factory=dict)
+    # the same workload written with the current API, and its launch (default: ``sim``)
+    twin: object | None = None
+    twin_sim: Callable[[object], Callable[..., object]] | None = None
 
 
 def workloads(quick: bool) -> list[Workload]:
@@ -246,21 +373,25 @@ def workloads(quick: bool) -> list[Workload]:
 
     rows = [
         Workload(f"add {big[0].shape[0]}x{big[0].shape[1]} fp32, grid {gshape} of [128, 512]",
-                 lambda k: k[gshape], tensor_add, big, np.add, "grid_add"),
+                 lambda k: k[gshape], tensor_add, big, np.add, "grid_add",
+                 twin=tensor_add_lnc, twin_sim=lambda k: k[2]),
         Workload(f"same add, one instance, affine_range over {gshape[0] * gshape[1]} tiles",
-                 lambda k: k, loop_add, big, np.add, "loop_add"),
+                 lambda k: k, loop_add, big, np.add, "loop_add", twin=loop_add_current),
         Workload(f"{tg[0] * tg[1]} tiny [128, 8] tile adds, grid {tg}",
-                 lambda k: k[tg], tiny_add, tiny, np.add, "tiny_add"),
+                 lambda k: k[tg], tiny_add, tiny, np.add, "tiny_add",
+                 twin=tiny_add_current, twin_sim=lambda k: k),
         Workload(f"tiled matmul {mk}^3 fp32", lambda k: k, tiled_matmul, mm32,
-                 lambda a, b: a.T @ b, "matmul", tol=1e-3),
+                 lambda a, b: a.T @ b, "matmul", tol=1e-3, twin=tiled_matmul_current),
         Workload(f"tiled matmul {mk}^3 bf16 inputs", lambda k: k, tiled_matmul, mm16,
-                 lambda a, b: up(a).T @ up(b), "matmul", tol=1e-3),
+                 lambda a, b: up(a).T @ up(b), "matmul", tol=1e-3, twin=tiled_matmul_current),
         Workload(f"row softmax {sm.shape[0]}x{sm.shape[1]}", lambda k: k, row_softmax, (sm,),
-                 _np_softmax, "softmax"),
+                 _np_softmax, "softmax", twin=row_softmax_current),
         Workload(f"causal attention tutorial, S={s_att}", lambda k: k, causal_attention_kernel,
-                 att, lambda q, k, v: _np_attention(q, k, v, True), "causal_attention"),
+                 att, lambda q, k, v: _np_attention(q, k, v, True), "causal_attention",
+                 twin=causal_attention_current),
         Workload(f"flash attention S={s_fa}, d={d}", lambda k: k, flash_attention, fa,
-                 lambda q, k, v: _np_attention(q, k, v, False), "flash_attention", tol=1e-3),
+                 lambda q, k, v: _np_attention(q, k, v, False), "flash_attention", tol=1e-3,
+                 twin=flash_attention_current),
     ]  # fmt: skip
     if not quick:
         m_, k_, n_ = 4096, 8192, 8192
@@ -269,7 +400,8 @@ def workloads(quick: bool) -> list[Workload]:
         rows.append(Workload(
             f"tiled matmul {m_}x{k_}x{n_} bf16 inputs", lambda k: k, tiled_matmul, (a_t, b),
             lambda a, b: up(a).T @ up(b), None, tol=1e-2, skip=("numba", "numpy"),
-            note="one timed call; peers not run (minutes each in an interpreter)"))  # fmt: skip
+            note="one timed call; peers not run (minutes each in an interpreter)",
+            twin=tiled_matmul_current))  # fmt: skip
     return rows
 
 
@@ -369,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", action="store_true", help="time the peers in --quick mode too")
     ap.add_argument("--backends", default="auto,numba", help="nki-sim backends to time")
     ap.add_argument("--examples", type=int, default=200, help="property-test examples")
+    ap.add_argument("--no-twins", action="store_true", help="skip the current-API twins")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "run.json"))
     ap.add_argument("--no-models", action="store_true", help="skip the model workloads")
     args = ap.parse_args(argv)
@@ -387,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
                 peers[pname] = got
     backends = args.backends.split(",")
     one = "auto 1t"  # auto inside one BLAS thread (as with OPENBLAS_NUM_THREADS=1)
-    cols = [*backends, *([one] if "auto" in backends else []), *peers]
+    twins = [f"{c} current" for c in backends] if not args.no_twins else []
+    cols = [*backends, *twins, *([one] if "auto" in backends else []), *peers]
     print(f"machine: {machine()}; Python {platform.python_version()}; load average "
           f"{os.getloadavg()[0]:.1f}; BLAS: {blas_threads()}; peers: "
           f"{', '.join(f'{p} {_version(p)}' for p in peers) or 'none'}")  # fmt: skip
@@ -404,13 +538,15 @@ def main(argv: list[str] | None = None) -> int:
         row: dict = {"workload": w.name, "numpy_s": t_np, "numpy_1t_s": t_np1, "note": w.note}
         cells = []
         for c in cols:
+            backend, _, api = c.partition(" ")
+            api = "" if c == one else api  # ("auto 1t": the classic kernel in one thread)
             if c not in peers:
-                backend = "auto" if c == one else c
-                if backend in w.skip:
+                kernel, sim = (w.twin, w.twin_sim or w.sim) if api else (w.kernel, w.sim)
+                if backend in w.skip or kernel is None:
                     cells.append("-")
                     continue
-                kern = w.kernel.configure(backend=backend)
-                launch = w.sim(kern)
+                kern = kernel.configure(backend=backend)
+                launch = sim(kern)
                 with threadpool_limits(1 if c == one else None, user_api="blas"):
                     first, t, out = _timed(
                         lambda f=launch, w=w: f(*w.inputs),
@@ -444,7 +580,12 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{c}_ratio_1t"] = t / t_np1
             row[f"{c}_matches_numpy"] = ok
             threads = f"{row[f'{c}_threads']}t " if f"{c}_threads" in row else ""
-            cells.append(f"{threads}{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!"))
+            cell = f"{threads}{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!")
+            if api and f"{backend}_s" in row:  # the twin against its classic version
+                warm, cold = t / row[f"{backend}_s"], first / row[f"{backend}_first_s"]
+                row[f"{c}_vs_classic"], row[f"{c}_first_vs_classic"] = warm, cold
+                cell += f" ({warm:.2f}/{cold:.2f})"
+            cells.append(cell)
         rows.append(row)
         print(f"{w.name[:58]:58s} {t_np1 * 1e3:7.1f}ms {t_np * 1e3:7.1f}ms  "
               + "  ".join(f"{c:>21s}" for c in cells), flush=True)  # fmt: skip
@@ -465,7 +606,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f" (then {more} s while the compile budget builds the rest)" if more else "")
               + f", {got['warm_s']:.3f} s warm")  # fmt: skip
     print("(ratio = median / NumPy's median with its default threads on the same math; Nt = "
-          "the BLAS threads nki-sim chose; ! = result differs from NumPy)")  # fmt: skip
+          "the BLAS threads nki-sim chose; ! = result differs from NumPy; (a/b) after a "
+          "current-API twin: its warm / first-call time over its classic version's)")  # fmt: skip
     models: list[dict] = []
     if not args.quick and not args.no_models:
         from benchmarks.model_runs import report

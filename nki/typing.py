@@ -11,8 +11,8 @@ import inspect
 import sys
 from typing import Any
 
-from .errors import NKIShapeError, SrcLoc
-from .parsing import PARSE_LOCK, nodes_of, parse_file
+from .errors import NKIShapeError, SrcLoc, source_tree
+from .parsing import PARSE_LOCK, nodes_of
 from .tracer import TileOps
 
 
@@ -76,7 +76,7 @@ def _function_node(fn: Any) -> ast.AST | None:
     continued at column 0, which defeat dedenting the function's own lines) is found as the
     file's parser sees it. Line numbers of the result are the file's."""
     code = inspect.unwrap(fn).__code__
-    tree = parse_file(code.co_filename)
+    tree = source_tree(code.co_filename)
     if tree is None:
         return None
     for node in nodes_of(tree, ast.FunctionDef) + nodes_of(tree, ast.AsyncFunctionDef):

@@ -3,8 +3,8 @@ environment.
 
 Environment variables (read when no explicit value is given):
 
-* ``NEURON_PLATFORM_TARGET_OVERRIDE`` / ``NKI_SIM_TARGET``: ``trn1|gen2``, ``trn2|gen3`` (default),
-  ``trn3|gen4``.
+* ``NEURON_PLATFORM_TARGET_OVERRIDE`` / ``NKI_SIM_TARGET``: ``trn1|gen2``, ``trn2|gen3``,
+  ``trn3|gen4`` (default, as AWS's simulator on a machine without a Neuron chip).
 * ``NKI_PRECISE_FP``: ``1`` (default) stores bfloat16 / fp8 in their real format; ``0`` stores
   them as fp32 ("fast fp"), to tell logic bugs from rounding.
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.

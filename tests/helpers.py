@@ -38,8 +38,9 @@ ALU_OPS = {
 
 def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
     """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs (``jit_opts``: simulator
-    options such as ``precise_fp`` / ``checks`` for this kernel)."""
-    return nki.jit(fn, platform_target=target, **(jit_opts or {}))(*args, **kw)
+    options such as ``precise_fp`` / ``checks`` for this kernel). The target is set with
+    ``configure`` (``nki.jit(platform_target=...)`` is deprecated in the current API)."""
+    return nki.jit(fn, **(jit_opts or {})).configure(target=target)(*args, **kw)
 
 
 def line_of(fn, marker: str = "# ERR") -> int:
@@ -70,11 +71,14 @@ def expect_error(fn, *args, cls, code, fragments=(), target="trn2", marker="# ER
 
 
 def expect(
-    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, **opts
+    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, target=None, **opts
 ) -> NKIError:
-    """Run ``fn`` (jitted here with ``opts``, launched on ``grid`` if given) and check the error
-    it raises: class, classic code, every value in the text and the reported kernel line."""
+    """Run ``fn`` (jitted here with ``opts``, on ``target`` if given, launched on ``grid`` if
+    given) and check the error it raises: class, classic code, every value in the text and the
+    reported kernel line."""
     k = nki.jit(fn, **opts)
+    if target is not None:
+        k = k.configure(target=target)
     launch = k[grid] if grid is not None else k
     with pytest.raises(cls) as ei:
         launch(*args)

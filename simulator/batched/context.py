@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
@@ -79,6 +79,9 @@ class BCtx:
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         self._boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
+        # whether all have]
+        self.psum_groups: dict[str, list] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -103,6 +106,13 @@ class BCtx:
         arr = self.arrays.get(acc.tensor)
         if arr is None:
             arr = self._storage(acc.tensor)
+        return self.strided(arr, acc, box)
+
+    def strided(
+        self, arr: np.ndarray, acc: Access, box: tuple[slice, ...] | None = None
+    ) -> np.ndarray:
+        """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
+        storage."""
         p = self.depth[acc.tensor]
         nb = len(self.dims)
         lo = [0] * (nb + len(acc.shape)) if box is None else [b.start for b in box]
@@ -195,9 +205,9 @@ class BCtx:
             vv = np.broadcast_to(v, full_shape)[sel]
             if vv.size and (vv.min() < 0 or vv.max() >= shape[d]):
                 raise NKIIndexError(
-                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {d}: index "
-                    f"range [{int(vv.min())}, {int(vv.max())}] exceeds the dimension size of "
-                    f"{shape[d]}",
+                    f"out-of-bound access for tensor {tensor_label(self.decl(acc.tensor))} on "
+                    f"dimension {d}: index range [{int(vv.min())}, {int(vv.max())}] exceeds the "
+                    f"dimension size of {shape[d]}",
                     code="err_tensor_access_out_of_bound",
                 )
             out.append(v)
@@ -325,6 +335,12 @@ class BCtx:
                 return np.int64(v)
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
+
+    def storage(self, name: str) -> np.ndarray:
+        """The storage of tensor ``name`` (a tile still pending gets it now; a reshape / dtype
+        view is its view of its base)."""
+        arr = self.arrays.get(name)
+        return self._storage(name) if arr is None else arr
 
     def has_storage(self, name: str) -> bool:
         """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending

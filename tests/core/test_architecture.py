@@ -27,6 +27,7 @@ LAYER_OF_PREFIX = {
     "nki.optable": "foundation",
     "nki.isa_spec": "foundation",
     "nki.parsing": "foundation",
+    "nki.api_rules": "foundation",
     "simulator": "simulator",
     "nki.tracer": "tracer",
     "nki.symbolic": "tracer",
