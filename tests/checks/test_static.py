@@ -95,11 +95,11 @@ def k_sbuf_200k(a):
 def test_sbuf_200k_fits_trn2_not_trn1():
     a = rand((128, 8))
     # 40960*4 + 10240*4 = 204800 B = 200 KiB per partition
-    np.testing.assert_allclose(nki.jit(k_sbuf_200k, platform_target="trn2")(a), 2 * a)
+    np.testing.assert_allclose(nki.jit(k_sbuf_200k).configure(target="trn2")(a), 2 * a)
     e = expect(
         k_sbuf_200k,
         a,
-        platform_target="trn1",
+        target="trn1",
         cls=NKIMemoryError,
         code="err_sbuf_capacity_exceeded",
         marker="small = nl.ndarray",
@@ -128,7 +128,7 @@ def k_sbuf_liveness(a):
 
 def test_dead_tiles_do_not_count():
     a = rand((128, 8))
-    np.testing.assert_array_equal(nki.jit(k_sbuf_liveness, platform_target="trn1")(a), a)
+    np.testing.assert_array_equal(nki.jit(k_sbuf_liveness).configure(target="trn1")(a), a)
 
 
 def k_sbuf_loop_live(a):
@@ -146,7 +146,7 @@ def test_tile_used_in_loop_is_live_through_the_loop():
     expect(
         k_sbuf_loop_live,
         rand((128, 8)),
-        platform_target="trn1",
+        target="trn1",
         cls=NKIMemoryError,
         code="err_sbuf_capacity_exceeded",
         values=["200000", "180224", "[128, 30000]: 120000 B", "[128, 20000]: 80000 B"],
