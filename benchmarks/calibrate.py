@@ -20,8 +20,7 @@ contiguous chunk, ``simulator/cost/table.py`` rows marked [fit]); every other fi
 ``validation`` only. Done when every validation figure is within 1.5x and every published
 ranking comes out in the published order (exit status 1 otherwise).
 
-Run: ``python benchmarks/calibrate.py [--api classic|current|all] [--only TEXT] [--markdown]``
-(the current-API kernels take minutes each until their loops are traced symbolically)."""
+Run: ``python benchmarks/calibrate.py [--api classic|current|all] [--only TEXT] [--markdown]``."""
 
 from __future__ import annotations
 

@@ -4,11 +4,14 @@ other level), never in an internal exception or a hang.
 
     PYTHONPATH=$PWD python benchmarks/fuzz_invalid.py --kernels 2000 --seed 0
 
-Four families of kernels, drawn in turn:
+Five families of kernels, drawn in turn:
 
 * ``classic``: a tiled ``nl.load`` / ``nl.store`` kernel with one planted mistake;
 * ``current``: a destination-first kernel (``nisa.tensor_tensor(dst=...)``, ``nl.ndarray(...,
   buffer=nl.sbuf)``, views ``.ap()`` / ``.slice()``, ``nl.fori_loop``, ``kernel[2]``) with one;
+* ``loops``: a current-API kernel whose ``nl.affine_range`` / ``sequential_range`` / ``range``
+  loop is traced once and unrolled where Python needs the int (``min()``, an ``if``, a Python
+  counter, a list of tiles, an SBUF accumulator), with one;
 * ``args``: one call of any ``nki.isa`` instruction of the spec, in either calling form, with
   one argument-checking mistake (an unknown or misspelt keyword, one positional too many, a
   required argument left out, a value of the wrong kind for one parameter);
@@ -38,7 +41,7 @@ import nki.language as nl
 from nki.errors import NKIError
 
 # mistakes only checks="full" can see: under "static" they may run (NaN in the result)
-FULL_ONLY = {"unwritten", "uninit", "reduce_res_idle", "cur_uninit"}
+FULL_ONLY = {"unwritten", "uninit", "reduce_res_idle", "cur_uninit", "loop_uninit"}
 MUTATIONS = (
     "nomask",
     "tp_big",
@@ -246,6 +249,91 @@ def draw_current(r: random.Random) -> dict:
         "cur_fori_bounds": lambda: r.choice(["0", 0.5, None, [0], -5, nl.sbuf]),
         "cur_fori_body": lambda: r.choice([None, 3, "body", "arity"]),
     }.get(m, lambda: None)()
+    return p
+
+
+# ---- current API: symbolic loops (traced once, unrolled where Python needs the int) ----------
+LOOP_MUTATIONS = (
+    "loop_no_min",
+    "loop_waw",
+    "loop_after_oob",
+    "loop_counter_oob",
+    "loop_too_large",
+    "loop_float_index",
+    "loop_dst_shape",
+    "loop_uninit",
+)
+LOOP_KINDS = {"affine": nl.affine_range, "sequential": nl.sequential_range, "range": nl.range}
+
+
+def build_loops(p: dict):
+    """A current-API tiled add whose loop exercises what symbolic loops must get right (a
+    min()-bounded ragged tile, an `if` on the iterator, a Python counter, a list of tiles read
+    after the loop, an SBUF accumulator carried across iterations), with one planted mistake."""
+    m, tp, cg, big = p["mut"], p["tp"], p["cg"], p["rows"]
+    loop = LOOP_KINDS["affine" if m == "loop_waw" else p["loop"]]
+
+    def kern(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray((tp, cg), dtype=nl.float32, buffer=nl.sbuf)
+        if m != "loop_uninit":
+            nisa.memset(dst=acc, value=0.0)
+        off = tp * p["extra"] if m == "loop_counter_oob" else 0
+        tiles = []
+        if m == "loop_too_large":
+            for i in nl.affine_range(200_000):
+                if i % 7 == 3:  # Python needs the int: unrolled, far too many iterations
+                    nisa.memset(dst=acc, value=0.0)
+        for i in loop(-(-big // tp)):
+            r0 = off if p["carry"] else i * tp
+            rows = tp if m in ("loop_no_min", "loop_counter_oob") else min(tp, big - r0)
+            x, y = (nl.ndarray((tp, cg), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2))
+            z = nl.ndarray((tp, cg + (m == "loop_dst_shape")), dtype=nl.float32, buffer=nl.sbuf)
+            src = a[r0 * 0.5 : r0 * 0.5 + rows, :] if m == "loop_float_index" else a[r0 : r0 + rows]
+            nisa.dma_copy(dst=x[0:rows, :], src=src)
+            nisa.dma_copy(dst=y[0:rows, :], src=b[r0 : r0 + rows, :])
+            nisa.tensor_tensor(dst=z[0:rows, :], data1=x[0:rows, :], data2=y[0:rows, :],
+                               op=getattr(nl, p["op"]))  # fmt: skip
+            if p["use_if"] and i == 0:
+                nisa.tensor_scalar(dst=z[0:rows, :], data=z[0:rows, :], op0=nl.multiply,
+                                   operand0=1.0)  # fmt: skip
+            if p["accumulate"]:
+                nisa.tensor_tensor(dst=acc[0:rows, :], data1=acc[0:rows, :], data2=z[0:rows, :],
+                                   op=nl.add)  # fmt: skip
+            dst = out[0:rows, :] if m == "loop_waw" else out[r0 : r0 + rows, :]
+            nisa.dma_copy(dst=dst, src=z[0:rows, :])
+            if p["keep"]:
+                tiles.append(z)
+            if p["carry"]:
+                off += tp
+        if m == "loop_after_oob":  # r0 is the last iteration's: one tile past the end
+            t = nl.ndarray((tp, cg), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[r0 + tp : r0 + 2 * tp, :])
+            nisa.dma_copy(dst=out[0:tp, :], src=t)
+        if p["accumulate"] and m == "loop_uninit":  # the sum read back: NaN (full checks)
+            nisa.dma_copy(dst=out[0:tp, :], src=acc)
+        if len(tiles) > 1:  # the first tile written again (a Python list filled in the loop)
+            nisa.dma_copy(dst=out[0 : min(tp, big), :], src=tiles[0][0 : min(tp, big), :])
+        return out
+
+    return nki.jit(kern)
+
+
+def draw_loops(r: random.Random) -> dict:
+    m = r.choice(LOOP_MUTATIONS)
+    tp = r.randint(2, 128)
+    big = r.randint(tp + 1, 3 * tp)
+    if m == "loop_no_min" and big % tp == 0:
+        big += 1
+    p = dict(mut=m, tp=tp, rows=big, cg=r.randint(2, 16), extra=r.randint(1, 3))
+    p["loop"] = r.choice(sorted(LOOP_KINDS))
+    p["op"] = r.choice(["add", "subtract", "multiply", "maximum"])
+    p["carry"], p["use_if"], p["keep"] = (r.random() < 0.5 for _ in range(3))
+    p["accumulate"] = m == "loop_uninit" or r.random() < 0.5
+    if m == "loop_counter_oob":
+        p["carry"] = True  # the counter starts past the first tile: the last tile overruns
+    if m == "loop_waw":  # (a loop unrolled for Python is program order: last write wins)
+        p.update(carry=False, use_if=False, keep=False, rows=tp * r.randint(2, 3))
     return p
 
 
@@ -486,6 +574,7 @@ def _alarm(*_):
 FAMILIES = {
     "classic": draw_classic,
     "current": draw_current,
+    "loops": draw_loops,
     "args": draw_args,
     "launch": draw_launch,
 }
@@ -511,6 +600,9 @@ def launch_one(p: dict, checks: str, backend: str) -> None:
         return
     if fam == "args":
         build_args(p).configure(checks=checks, backend=backend)(a, b)
+        return
+    if fam == "loops":
+        build_loops(p).configure(checks=checks, backend=backend)(a, b)
         return
     out_param = np.zeros(a.shape, np.float32)
     if p["mut"] == "readonly_out":

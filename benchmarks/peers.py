@@ -32,8 +32,11 @@ def triton_peers() -> dict[str, Callable[..., Peer]] | None:
         c = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
         tl.store(o + r * ncols + c, tl.load(x + r * ncols + c) + tl.load(y + r * ncols + c))
 
+    # loop bounds are constexpr: Triton 3.6's interpreter passes runtime scalars as arrays,
+    # which Python's range() cannot take (loops over runtime bounds fail there)
     @triton.jit
-    def add_loop(x, y, o, nrows, ncols, BM: tl.constexpr, BN: tl.constexpr):
+    def add_loop(x, y, o, nrows: tl.constexpr, ncols: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr):  # fmt: skip
         for i in range(0, nrows // BM):
             for j in range(0, ncols // BN):
                 r = i * BM + tl.arange(0, BM)[:, None]
@@ -42,7 +45,8 @@ def triton_peers() -> dict[str, Callable[..., Peer]] | None:
                 tl.store(o + r * ncols + c, v)
 
     @triton.jit
-    def matmul(a_t, b, o, K, M, N, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    def matmul(a_t, b, o, K: tl.constexpr, M: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr):  # fmt: skip
         # o[m, n] = sum_k a_t[k, m] * b[k, n], fp32 accumulation
         rm = tl.program_id(0) * BM + tl.arange(0, BM)
         rn = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -64,8 +68,8 @@ def triton_peers() -> dict[str, Callable[..., Peer]] | None:
         tl.store(o + r * ncols + c, e / tl.sum(e, axis=1)[:, None])
 
     @triton.jit
-    def attention(q_t, k_t, v, o, S, D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
-                  CAUSAL: tl.constexpr):  # fmt: skip
+    def attention(q_t, k_t, v, o, S: tl.constexpr, D: tl.constexpr, BQ: tl.constexpr,
+                  BK: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
         # one program per block of BQ queries; online softmax over blocks of BK keys
         iq = tl.program_id(0) * BQ + tl.arange(0, BQ)
         dd = tl.arange(0, D)

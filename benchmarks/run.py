@@ -3,10 +3,22 @@ matmul and a 200-example property-test run) on nki-sim's ``auto`` and ``numba`` 
 Triton's interpreter and in JAX Pallas' interpret mode when they are installed
 (``pip install nki-sim[bench]``), and in NumPy doing the same math. Every contender's result is
 checked against NumPy's; the table shows medians (after a warm-up call) and the ratio to NumPy;
-the figures and the machine go to a JSON file.
+the figures and the machine go to a JSON file. Each workload also has a current-API twin (the
+same computation written with destination-first ``nisa`` calls; the grid add as ``kernel[2]``
+on two cores), timed on the same backends next to its classic version.
 
 Run: python benchmarks/run.py [--repeat 5] [--only NAME ...] [--out benchmarks/results/run.json]
      python benchmarks/run.py --quick   # tiny shapes, nki-sim and NumPy only: a smoke test
+
+NumPy is timed twice, with one BLAS thread and with its default threads, and so is nki-sim's
+``auto`` (``auto 1t``: inside one BLAS thread, as with ``OPENBLAS_NUM_THREADS=1``); the ratios
+are to NumPy with its default threads (the JSON file has both). The environment is left as the
+user has it (no thread variables are set). Peers that fail to build or to run a workload are
+recorded (``failed``) and the run goes on. The model workloads (``benchmarks/model_runs.py``:
+tiny Llama forward, generate, training step, a CNN, against eager torch) follow the kernel
+table unless ``--no-models``; before them, a per-iteration loop of 10^6 instructions on the
+Numba backend (a running sum over rows) is timed in a fresh process with an empty kernel
+cache: its first call, the calls while the compile budget builds the rest, a warm call.
 
 The machines here are noisy (2 cores shared with other jobs): quote medians, and compare
 figures from one run only."""
@@ -26,19 +38,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
-# one BLAS thread for every contender (NumPy, nki-sim's NumPy, Triton's interpreter): on a
-# shared 2-core machine threaded BLAS makes medians meaningless; override to measure threads
-for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_v, "1")
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from benchmarks.long_loop import long_loop_run, loop_steps  # noqa: E402
 
 
 @nki.jit
@@ -50,7 +61,7 @@ def tensor_add(a, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def row_loop_exp(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(a.shape[0] // 128):
@@ -59,7 +70,7 @@ def row_loop_exp(a):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def loop_add(a, b):
     """The grid add as one instance: affine_range over every [128, 512] tile."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
@@ -80,7 +91,7 @@ def tiny_add(a, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def tiled_matmul(a_t, b):
     """out = a_t.T @ b in [128, 512] PSUM tiles accumulated over K in steps of 128."""
     k_dim, m_dim = a_t.shape
@@ -97,7 +108,7 @@ def tiled_matmul(a_t, b):
     return out
 
 
-@nki.jit
+@nki.jit(api="classic")
 def row_softmax(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(x.shape[0] // 128):
@@ -113,7 +124,7 @@ def _np_softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-@nki.jit
+@nki.jit(api="classic")
 def flash_attention(q_t, k_t, v):
     """softmax(q k^T / sqrt(d)) v with an online softmax: an instance-free loop over blocks of
     128 queries (affine_range), each walking blocks of 128 keys (sequential_range)."""
@@ -136,6 +147,173 @@ def flash_attention(q_t, k_t, v):
             acc[...] = nl.add(nl.multiply(acc, corr), nl.matmul(p, vv))
             m[...] = m_new
         nl.store(out[i * 128 : (i + 1) * 128, :], nl.divide(acc, den))
+    return out
+
+
+# ---- current-API twins: the same workloads written with the current API (destination-first
+# nisa calls, tiles made with nl.ndarray, kernel[2] = two cores) ----------------------------------
+def _tile(shape: tuple[int, ...], dtype: object, buffer: object = nl.sbuf) -> object:
+    return nl.ndarray(shape, dtype=dtype, buffer=buffer)
+
+
+@nki.jit
+def tensor_add_lnc(a, b):
+    """The grid add on two cores (kernel[2]): each core loops over its half of the tiles."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    half = a.shape[0] // 2
+    base = nl.program_id(0) * half
+    for i in nl.affine_range(half // 128):
+        for j in nl.affine_range(a.shape[1] // 512):
+            rows, cols = slice(base + i * 128, base + (i + 1) * 128), slice(j * 512, (j + 1) * 512)
+            x, y, z = (_tile((128, 512), a.dtype) for _ in range(3))
+            nisa.dma_copy(dst=x, src=a[rows, cols])
+            nisa.dma_copy(dst=y, src=b[rows, cols])
+            nisa.tensor_tensor(dst=z, data1=x, data2=y, op=nl.add)
+            nisa.dma_copy(dst=out[rows, cols], src=z)
+    return out
+
+
+def _add_tiles(a, b, p: int, f: int):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // p):
+        for j in nl.affine_range(a.shape[1] // f):
+            r, c = slice(i * p, (i + 1) * p), slice(j * f, (j + 1) * f)
+            x, y, z = (_tile((p, f), a.dtype) for _ in range(3))
+            nisa.dma_copy(dst=x, src=a[r, c])
+            nisa.dma_copy(dst=y, src=b[r, c])
+            nisa.tensor_tensor(dst=z, data1=x, data2=y, op=nl.add)
+            nisa.dma_copy(dst=out[r, c], src=z)
+    return out
+
+
+@nki.jit
+def loop_add_current(a, b):
+    """The loop add: affine_range over every [128, 512] tile."""
+    return _add_tiles(a, b, 128, 512)
+
+
+@nki.jit
+def tiny_add_current(a, b):
+    """The tiny-tile add: affine_range over [128, 8] tiles."""
+    return _add_tiles(a, b, 128, 8)
+
+
+@nki.jit
+def tiled_matmul_current(a_t, b):
+    """out = a_t.T @ b: nc_matmul into a PSUM tile over K (accumulate=None: the first matmul
+    into an element overwrites, later ones add), copied to SBUF and out."""
+    k_dim, m_dim = a_t.shape
+    n_dim = b.shape[1]
+    out = nl.ndarray((m_dim, n_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        for n in nl.affine_range(n_dim // 512):
+            acc = _tile((128, 512), nl.float32, nl.psum)
+            for k in nl.affine_range(k_dim // 128):
+                at, bt = _tile((128, 128), a_t.dtype), _tile((128, 512), b.dtype)
+                nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
+                nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+            res = _tile((128, 512), nl.float32)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], src=res)
+    return out
+
+
+@nki.jit
+def row_softmax_current(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    f = x.shape[1]
+    for i in nl.affine_range(x.shape[0] // 128):
+        t, e, o = (_tile((128, f), nl.float32) for _ in range(3))
+        neg_max, total, inv = (_tile((128, 1), nl.float32) for _ in range(3))
+        nisa.dma_copy(dst=t, src=x[i * 128 : (i + 1) * 128, :])
+        nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True)
+        nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max)
+        nisa.tensor_reduce(dst=total, op=nl.add, data=e, axis=1)
+        nisa.reciprocal(dst=inv, data=total)
+        nisa.tensor_scalar(dst=o, data=e, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=o)
+    return out
+
+
+@nki.jit
+def causal_attention_current(q, k, v):
+    """The causal attention tutorial in the current API: q [d, Sq], k [d, Sk], v [Sk, d]."""
+    d, sq = q.shape
+    sk = k.shape[1]
+    out = nl.ndarray((sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    q_sb, k_sb, v_sb = _tile(q.shape, q.dtype), _tile(k.shape, k.dtype), _tile(v.shape, v.dtype)
+    for dst, src in ((q_sb, q), (k_sb, k), (v_sb, v)):
+        nisa.dma_copy(dst=dst, src=src)
+    scores = _tile((sq, sk), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=scores, stationary=q_sb, moving=k_sb)
+    s, masked, p = (_tile((sq, sk), nl.float32) for _ in range(3))
+    nisa.activation(dst=s, op=nl.copy, data=scores, scale=1.0 / math.sqrt(d))
+    nisa.affine_select(dst=masked, pattern=[[-1, sk]], channel_multiplier=1, on_true_tile=s,
+                       on_false_value=-9984.0, cmp_op=nl.greater_equal)  # fmt: skip
+    neg_max, row_sum, inv = (_tile((sq, 1), nl.float32) for _ in range(3))
+    nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=masked, axis=1, negate=True)
+    nisa.activation_reduce(dst=p, op=nl.exp, data=masked, reduce_op=nl.add, reduce_res=row_sum,
+                           bias=neg_max)  # fmt: skip
+    nisa.reciprocal(dst=inv, data=row_sum)
+    probs = _tile((sq, sk), q.dtype)
+    nisa.tensor_scalar(dst=probs, data=p, op0=nl.multiply, operand0=inv)
+    probs_t = _tile((sk, sq), q.dtype, nl.psum)
+    nisa.nc_transpose(dst=probs_t, data=probs, engine=nisa.tensor_engine)
+    probs_t_sb = _tile((sk, sq), q.dtype)
+    nisa.tensor_copy(dst=probs_t_sb, src=probs_t)
+    o = _tile((sq, d), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=o, stationary=probs_t_sb, moving=v_sb)
+    o_sb = _tile((sq, d), q.dtype)
+    nisa.tensor_copy(dst=o_sb, src=o)
+    nisa.dma_copy(dst=out, src=o_sb)
+    return out
+
+
+@nki.jit
+def flash_attention_current(q_t, k_t, v):
+    """The flash attention workload in the current API (online softmax over key blocks)."""
+    d, s = q_t.shape
+    out = nl.ndarray((s, d), dtype=nl.float32, buffer=nl.shared_hbm)
+    scale = 1.0 / math.sqrt(d)
+    for i in nl.affine_range(s // 128):
+        q = _tile((d, 128), q_t.dtype)
+        nisa.dma_copy(dst=q, src=q_t[:, i * 128 : (i + 1) * 128])
+        m, den, inv = (_tile((128, 1), nl.float32) for _ in range(3))
+        acc = _tile((128, d), nl.float32)
+        nisa.memset(dst=m, value=-1e30)
+        nisa.memset(dst=den, value=0.0)
+        nisa.memset(dst=acc, value=0.0)
+        for j in nl.sequential_range(s // 128):
+            k, vv = _tile((d, 128), k_t.dtype), _tile((128, d), v.dtype)
+            nisa.dma_copy(dst=k, src=k_t[:, j * 128 : (j + 1) * 128])
+            nisa.dma_copy(dst=vv, src=v[j * 128 : (j + 1) * 128, :])
+            sc_ps = _tile((128, 128), nl.float32, nl.psum)
+            nisa.nc_matmul(dst=sc_ps, stationary=q, moving=k)
+            sc, p = _tile((128, 128), nl.float32), _tile((128, 128), nl.float32)
+            nisa.activation(dst=sc, op=nl.copy, data=sc_ps, scale=scale)
+            mx, m_new, neg, corr, rs = (_tile((128, 1), nl.float32) for _ in range(5))
+            nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
+            nisa.tensor_tensor(dst=m_new, data1=m, data2=mx, op=nl.maximum)
+            nisa.tensor_scalar(dst=neg, data=m_new, op0=nl.multiply, operand0=-1.0)
+            nisa.activation(dst=p, op=nl.exp, data=sc, bias=neg)
+            nisa.tensor_reduce(dst=rs, op=nl.add, data=p, axis=1)
+            nisa.activation(dst=corr, op=nl.exp, data=m, bias=neg)
+            nisa.scalar_tensor_tensor(dst=den, data=den, op0=nl.multiply, operand0=corr,
+                                      op1=nl.add, operand1=rs)  # fmt: skip
+            p_t = _tile((128, 128), nl.float32, nl.psum)
+            nisa.nc_transpose(dst=p_t, data=p, engine=nisa.tensor_engine)
+            p_t_sb = _tile((128, 128), nl.float32)
+            nisa.tensor_copy(dst=p_t_sb, src=p_t)
+            pv = _tile((128, d), nl.float32, nl.psum)
+            nisa.nc_matmul(dst=pv, stationary=p_t_sb, moving=vv)
+            nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=corr,
+                                      op1=nl.add, operand1=pv)  # fmt: skip
+            nisa.tensor_copy(dst=m, src=m_new)
+        o = _tile((128, d), nl.float32)
+        nisa.reciprocal(dst=inv, data=den)
+        nisa.tensor_scalar(dst=o, data=acc, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=o)
     return out
 
 
@@ -163,6 +341,9 @@ class Workload:
     skip: tuple[str, ...] = ()  # nki-sim backends not timed on this workload
     note: str = ""
     extra: dict = field(default_factory=dict)
+    # the same workload written with the current API, and its launch (default: ``sim``)
+    twin: object | None = None
+    twin_sim: Callable[[object], Callable[..., object]] | None = None
 
 
 def workloads(quick: bool) -> list[Workload]:
@@ -192,21 +373,25 @@ def workloads(quick: bool) -> list[Workload]:
 
     rows = [
         Workload(f"add {big[0].shape[0]}x{big[0].shape[1]} fp32, grid {gshape} of [128, 512]",
-                 lambda k: k[gshape], tensor_add, big, np.add, "grid_add"),
+                 lambda k: k[gshape], tensor_add, big, np.add, "grid_add",
+                 twin=tensor_add_lnc, twin_sim=lambda k: k[2]),
         Workload(f"same add, one instance, affine_range over {gshape[0] * gshape[1]} tiles",
-                 lambda k: k, loop_add, big, np.add, "loop_add"),
+                 lambda k: k, loop_add, big, np.add, "loop_add", twin=loop_add_current),
         Workload(f"{tg[0] * tg[1]} tiny [128, 8] tile adds, grid {tg}",
-                 lambda k: k[tg], tiny_add, tiny, np.add, "tiny_add"),
+                 lambda k: k[tg], tiny_add, tiny, np.add, "tiny_add",
+                 twin=tiny_add_current, twin_sim=lambda k: k),
         Workload(f"tiled matmul {mk}^3 fp32", lambda k: k, tiled_matmul, mm32,
-                 lambda a, b: a.T @ b, "matmul", tol=1e-3),
+                 lambda a, b: a.T @ b, "matmul", tol=1e-3, twin=tiled_matmul_current),
         Workload(f"tiled matmul {mk}^3 bf16 inputs", lambda k: k, tiled_matmul, mm16,
-                 lambda a, b: up(a).T @ up(b), "matmul", tol=1e-3),
+                 lambda a, b: up(a).T @ up(b), "matmul", tol=1e-3, twin=tiled_matmul_current),
         Workload(f"row softmax {sm.shape[0]}x{sm.shape[1]}", lambda k: k, row_softmax, (sm,),
-                 _np_softmax, "softmax"),
+                 _np_softmax, "softmax", twin=row_softmax_current),
         Workload(f"causal attention tutorial, S={s_att}", lambda k: k, causal_attention_kernel,
-                 att, lambda q, k, v: _np_attention(q, k, v, True), "causal_attention"),
+                 att, lambda q, k, v: _np_attention(q, k, v, True), "causal_attention",
+                 twin=causal_attention_current),
         Workload(f"flash attention S={s_fa}, d={d}", lambda k: k, flash_attention, fa,
-                 lambda q, k, v: _np_attention(q, k, v, False), "flash_attention", tol=1e-3),
+                 lambda q, k, v: _np_attention(q, k, v, False), "flash_attention", tol=1e-3,
+                 twin=flash_attention_current),
     ]  # fmt: skip
     if not quick:
         m_, k_, n_ = 4096, 8192, 8192
@@ -215,7 +400,8 @@ def workloads(quick: bool) -> list[Workload]:
         rows.append(Workload(
             f"tiled matmul {m_}x{k_}x{n_} bf16 inputs", lambda k: k, tiled_matmul, (a_t, b),
             lambda a, b: up(a).T @ up(b), None, tol=1e-2, skip=("numba", "numpy"),
-            note="one timed call; peers not run (minutes each in an interpreter)"))  # fmt: skip
+            note="one timed call; peers not run (minutes each in an interpreter)",
+            twin=tiled_matmul_current))  # fmt: skip
     return rows
 
 
@@ -268,6 +454,31 @@ def property_run(examples: int) -> float:
     return took
 
 
+def blas_threads() -> str:
+    """The BLAS pools NumPy (and torch) loaded, with their default thread counts."""
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    return ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in pools) or "none"
+
+
+def _version(module: str) -> str:
+    """The installed version of a peer's package (``pallas``: jax's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jax" if module == "pallas" else module)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _guarded(fn: Callable[[], object]) -> tuple[object, str | None]:
+    """(``fn()``, None), or (None, the error) when a peer fails: recorded, the run goes on."""
+    try:
+        return fn(), None
+    except Exception as e:  # noqa: BLE001 - a peer's failure is a result, not a crash
+        text = str(e).strip().splitlines()
+        return None, f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -290,70 +501,124 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", action="store_true", help="time the peers in --quick mode too")
     ap.add_argument("--backends", default="auto,numba", help="nki-sim backends to time")
     ap.add_argument("--examples", type=int, default=200, help="property-test examples")
+    ap.add_argument("--no-twins", action="store_true", help="skip the current-API twins")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "run.json"))
+    ap.add_argument("--no-models", action="store_true", help="skip the model workloads")
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     from benchmarks.peers import pallas_peers, triton_peers
 
     peers: dict[str, dict] = {}
+    peer_errors: dict[str, str] = {}
     if (args.peers or not args.quick) and not args.no_peers:
         for pname, build in (("triton", triton_peers), ("pallas", pallas_peers)):
-            got = build()
-            if got is not None:
+            got, err = _guarded(build)
+            if err is not None:
+                peer_errors[pname] = err
+                print(f"peer {pname} failed to build: {err}")
+            elif got is not None:
                 peers[pname] = got
-    cols = [*args.backends.split(","), *peers]
-    print(f"machine: {machine()}; Python {platform.python_version()}; peers: "
-          f"{', '.join(peers) or 'none'}")  # fmt: skip
-    print(f"{'workload':58s} {'numpy':>9s}  " + "  ".join(f"{c:>17s}" for c in cols))
+    backends = args.backends.split(",")
+    one = "auto 1t"  # auto inside one BLAS thread (as with OPENBLAS_NUM_THREADS=1)
+    twins = [f"{c} current" for c in backends] if not args.no_twins else []
+    cols = [*backends, *twins, *([one] if "auto" in backends else []), *peers]
+    print(f"machine: {machine()}; Python {platform.python_version()}; load average "
+          f"{os.getloadavg()[0]:.1f}; BLAS: {blas_threads()}; peers: "
+          f"{', '.join(f'{p} {_version(p)}' for p in peers) or 'none'}")  # fmt: skip
+    print(f"{'workload':58s} {'numpy 1t':>9s} {'numpy':>9s}  "
+          + "  ".join(f"{c:>21s}" for c in cols))  # fmt: skip
     rows = []
     for w in workloads(args.quick):
         if args.only and not any(o in w.name for o in args.only):
             continue
         want = np.asarray(w.numpy(*w.inputs), dtype=np.float32)
         _, t_np, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
-        row: dict = {"workload": w.name, "numpy_s": t_np, "note": w.note}
+        with threadpool_limits(1, user_api="blas"):
+            _, t_np1, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
+        row: dict = {"workload": w.name, "numpy_s": t_np, "numpy_1t_s": t_np1, "note": w.note}
         cells = []
         for c in cols:
+            backend, _, api = c.partition(" ")
+            api = "" if c == one else api  # ("auto 1t": the classic kernel in one thread)
             if c not in peers:
-                if c in w.skip:
+                kernel, sim = (w.twin, w.twin_sim or w.sim) if api else (w.kernel, w.sim)
+                if backend in w.skip or kernel is None:
                     cells.append("-")
                     continue
-                kern = w.kernel.configure(backend=c)
-                launch = w.sim(kern)
-                first, t, out = _timed(
-                    lambda f=launch, w=w: f(*w.inputs),
-                    repeat,
-                    args.budget,
-                    lambda k=kern: "left to compile" in (k.last_run.reason or ""),
-                )
+                kern = kernel.configure(backend=backend)
+                launch = sim(kern)
+                with threadpool_limits(1 if c == one else None, user_api="blas"):
+                    first, t, out = _timed(
+                        lambda f=launch, w=w: f(*w.inputs),
+                        repeat,
+                        args.budget,
+                        lambda k=kern: "left to compile" in (k.last_run.reason or ""),
+                    )
                 row[f"{c}_ran"] = kern.last_run.backend
+                row[f"{c}_threads"] = kern.last_run.threads
             else:
                 make = peers[c].get(w.peer) if w.peer else None
                 if make is None:
                     cells.append("-")
                     continue
-                fn = make()
-                first, t, out = _timed(lambda f=fn, w=w: f(*w.inputs), repeat, args.budget)
+
+                def peer(m=make, w=w):  # noqa: ANN001, ANN202 - (bound per workload)
+                    fn = m()
+                    return _timed(lambda: fn(*w.inputs), repeat, args.budget)
+
+                got, err = _guarded(peer)
+                if err is not None:
+                    row[f"{c}_error"] = err
+                    cells.append("failed")
+                    print(f"  {c} failed on {w.name[:40]}: {err}", flush=True)
+                    continue
+                first, t, out = got  # type: ignore[misc]
             if isinstance(out, tuple):
                 out = out[0]
             ok = _close(out, want, w.tol)
             row[f"{c}_s"], row[f"{c}_first_s"], row[f"{c}_ratio"] = t, first, t / t_np
+            row[f"{c}_ratio_1t"] = t / t_np1
             row[f"{c}_matches_numpy"] = ok
-            cells.append(f"{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!"))
+            threads = f"{row[f'{c}_threads']}t " if f"{c}_threads" in row else ""
+            cell = f"{threads}{t * 1e3:9.1f}ms {t / t_np:5.1f}x" + ("" if ok else "!")
+            if api and f"{backend}_s" in row:  # the twin against its classic version
+                warm, cold = t / row[f"{backend}_s"], first / row[f"{backend}_first_s"]
+                row[f"{c}_vs_classic"], row[f"{c}_first_vs_classic"] = warm, cold
+                cell += f" ({warm:.2f}/{cold:.2f})"
+            cells.append(cell)
         rows.append(row)
-        print(f"{w.name[:58]:58s} {t_np * 1e3:7.1f}ms  " + "  ".join(f"{c:>17s}" for c in cells),
-              flush=True)  # fmt: skip
+        print(f"{w.name[:58]:58s} {t_np1 * 1e3:7.1f}ms {t_np * 1e3:7.1f}ms  "
+              + "  ".join(f"{c:>21s}" for c in cells), flush=True)  # fmt: skip
     if not args.only or any("property" in o for o in args.only):
         examples = 5 if args.quick else args.examples
         took = property_run(examples)
         rows.append({"workload": f"property test, {examples} examples of a ragged tiled add",
                      "auto_s": took})  # fmt: skip
         print(f"property test: {examples} examples of a ragged tiled add in {took:.2f} s")
-    print("(ratio = median / NumPy's median on the same math; ! = result differs from NumPy)")
+    if not args.only or any("loop" in o for o in args.only):
+        steps = 1000 if args.quick else 10**6
+        got = loop_steps(steps) if args.quick else long_loop_run(steps)
+        rows.append({"workload": f"sequential_range of {steps:,} instructions, numba", **got})
+        cold = "" if args.quick else " (empty cache)"
+        more = ", ".join(f"{t:.2f}" for t in got["compiling_s"][1:])
+        print(f"per-iteration loop: {steps:,} loads and adds of [1, 8] rows on {got['ran']}: "
+              f"{got['first_s']:.2f} s first call{cold}"
+              + (f" (then {more} s while the compile budget builds the rest)" if more else "")
+              + f", {got['warm_s']:.3f} s warm")  # fmt: skip
+    print("(ratio = median / NumPy's median with its default threads on the same math; Nt = "
+          "the BLAS threads nki-sim chose; ! = result differs from NumPy; (a/b) after a "
+          "current-API twin: its warm / first-call time over its classic version's)")  # fmt: skip
+    models: list[dict] = []
+    if not args.quick and not args.no_models:
+        from benchmarks.model_runs import report
+
+        models = report(args.repeat)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine(), "python": platform.python_version(),
-                               "quick": args.quick, "results": rows}, indent=2))  # fmt: skip
+                               "blas": blas_threads(), "load": os.getloadavg()[0],
+                               "quick": args.quick, "peer_errors": peer_errors,
+                               "results": rows, "models": models}, indent=2))  # fmt: skip
     print(f"wrote {out}")
     return 0
 

@@ -92,7 +92,8 @@ def merge_cores(trace: Callable[[int], KernelIR], grid: Grid) -> KernelIR:
             first = next((t.loc for t in decls if t.name in outputs), None) or ir.loc
             raise NKIError(
                 f"the two cores of an LNC=2 launch return different tensors (core 0: "
-                f"{list(base.outputs)}, core {c}: {list(outputs)}); both cores must return the "
+                f"{', '.join(map(base.label, base.outputs)) or 'none'}, core {c}: "
+                f"{', '.join(map(ir.label, ir.outputs)) or 'none'}); both cores must return the "
                 "same shared-HBM tensors, created by the same nl.ndarray(..., "
                 "buffer=nl.shared_hbm) calls in the same order",
                 code="err_collective_mismatch",

@@ -32,6 +32,8 @@ ERROR_CODES: dict[str, str] = {
     "(an index, iterator or predicate)",
     "err_dynamic_control_flow_not_supported": "Python `int()` / `if` / `range()` on a value "
     "known only at run time (a program id or loop iterator)",
+    "err_loop_too_large_to_unroll": "a current-API loop Python needs as ints (`if`, `min`, a "
+    "list index) unrolled beyond the traced-iteration limit",
     "err_ambiguous_tensor_truth_value": "a tile used as a Python truth value or iterated",
     "err_local_variable_used_out_of_scope": "a tile created inside a loop body used after the "
     "loop ended",
@@ -105,6 +107,8 @@ ERROR_CODES: dict[str, str] = {
     "err_unsupported_dtype": "a dtype the call (or the simulator) does not accept",
     "err_invalid_operand_dtype": "an operand dtype the instruction does not accept",
     "err_dtype_mismatch": "operands that must share a dtype do not",
+    "err_memset_value_dtype": "a `nisa.memset` value whose type does not match the "
+    "destination's dtype (a float into an integer tile; x4 packed dtypes only take 0)",
     "err_bitvec_op_requires_integer_dtype": "a bit-vector op on a float tile",
     "err_unsupported_op": "an op the call cannot apply",
     "err_unsupported_reduce_op": "a reduce op the instruction cannot apply",
@@ -128,7 +132,8 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_axis": "an `axis=` the instruction cannot reduce over",
     "err_unsupported_reduction_axis": "a reduction over the partition axis",
     "err_invalid_shuffle_mask": "a shuffle mask with out-of-range or misplaced entries",
-    "err_unsupported_attribute": "an attribute NKI tiles and tensors do not have",
+    "err_unsupported_attribute": "an attribute NKI tiles and tensors do not have, or a "
+    "parameter value the instruction does not support (yet)",
     "err_unexpected_keyword_argument": "a keyword argument the call does not take (a misspelt "
     "name is never ignored; the message names the closest valid one)",
     "err_mixed_api_generations": "a kernel that mixes classic-API and current-API constructs "
@@ -139,7 +144,8 @@ ERROR_CODES: dict[str, str] = {
     "err_nested_kernel_with_spmd_grid": "a kernel called from inside another kernel with an "
     "SPMD grid",
     "err_kernel_output_must_be_hbm": "a kernel that returns something other than HBM tensors",
-    "err_output_tensor_must_be_shared_hbm": "a grid kernel returning a private-HBM tensor",
+    "err_output_tensor_must_be_shared_hbm": "a returned private-HBM (`nl.hbm`) tensor: from a "
+    "grid kernel, or from any current-API kernel (outputs are `nl.shared_hbm`)",
     "err_cannot_update_immutable_parameter": "a write to an input that is not "
     "`nt.mutable_tensor` in a kernel that returns its outputs",
     "err_mutable_parameter_not_returned": "a `nt.mutable_tensor` parameter the kernel does not "
@@ -147,6 +153,9 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_mode": "an `nki.jit` mode (or decorated object) that is not supported",
     "err_invalid_config": "an unknown or invalid simulator configuration option",
     "err_invalid_platform_target": "a platform target that is not trn1, trn2 or trn3",
+    "err_deprecated_platform_target": "`nki.jit(platform_target=...)` on a current-API kernel "
+    "(deprecated since nki 0.3: set `NEURON_PLATFORM_TARGET_OVERRIDE` or "
+    "`kernel.configure(target=...)`)",
     "err_unsupported_device": "a framework tensor on a device other than the CPU",
     "err_out_shape_mismatch": "an `out_shape` that disagrees with what the kernel returns",
     # ---- analyses and run time -------------------------------------------------------------------

@@ -14,6 +14,7 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import linecache
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .error_codes import fix, meaning
+from .parsing import parse_file
 
 __all__ = [
     "NKIError",
@@ -38,6 +40,9 @@ __all__ = [
     "NKIRuntimeError",
     "NKIUnsupportedError",
     "NKIAttributeError",
+    "NKIWarning",
+    "AccumulateUninitializedWarning",
+    "UnreturnedOutputWarning",
     "SrcLoc",
 ]
 
@@ -78,6 +83,7 @@ _SITE = tuple(os.path.normpath(sysconfig.get_paths()[k]) + os.sep for k in ("pur
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
     path = os.path.normpath(os.path.abspath(filename))
     if path.startswith(_KERNEL_LIBRARY):
@@ -96,6 +102,12 @@ def user_stacklevel() -> int:
     return level
 
 
+def is_internal_frame(depth: int = 1) -> bool:
+    """Whether the caller of the function calling this one (``depth`` frames up) is nki-sim's
+    own code rather than the kernel author's."""
+    return _is_internal(sys._getframe(depth + 1).f_code.co_filename)
+
+
 def user_frame(depth: int = 1) -> types.FrameType | None:
     """The first stack frame outside nki-sim's own packages (None if there is none)."""
     frame = sys._getframe(depth + 1)
@@ -111,13 +123,28 @@ def user_loc(depth: int = 1) -> SrcLoc:
         frame = frame.f_back
     if frame is None:  # called from inside our own package only (tests of internals)
         return SrcLoc("<unknown>", 0, 0, "")
-    col = 0
-    try:  # Python 3.11+: one (line, end, col, end_col) entry per 2-byte instruction
-        positions = list(frame.f_code.co_positions())
-        col = positions[frame.f_lasti // 2][2] or 0
-    except (AttributeError, IndexError, TypeError):
-        col = 0
+    col = column(frame.f_code, frame.f_lasti)
     return SrcLoc(frame.f_code.co_filename, frame.f_lineno, col, frame.f_code.co_name)
+
+
+def source_tree(file: str) -> ast.Module | None:
+    """The parsed text of ``file`` (None when it is not available or not Python), parsed once
+    per version of its text, under the parse lock (``nki.parsing``)."""
+    return parse_file(file)
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(code: types.CodeType) -> tuple[Any, ...]:
+    return tuple(code.co_positions())
+
+
+def column(code: types.CodeType, lasti: int) -> int:
+    """The source column of the instruction at byte offset ``lasti`` of ``code`` (0 when the
+    interpreter does not record columns)."""
+    try:  # Python 3.11+: one (line, end, col, end_col) entry per 2-byte instruction
+        return _positions(code)[lasti // 2][2] or 0
+    except (AttributeError, IndexError, TypeError):
+        return 0
 
 
 def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
@@ -131,12 +158,7 @@ def raise_loc(tb: types.TracebackType | None) -> SrcLoc | None:
     if hit is None:
         return None
     code = hit.tb_frame.f_code
-    col = 0
-    try:
-        col = list(code.co_positions())[hit.tb_lasti // 2][2] or 0
-    except (AttributeError, IndexError, TypeError):
-        col = 0
-    return SrcLoc(code.co_filename, hit.tb_lineno, col, code.co_name)
+    return SrcLoc(code.co_filename, hit.tb_lineno, column(code, hit.tb_lasti), code.co_name)
 
 
 def return_loc(code: types.CodeType, run: Any) -> SrcLoc:
@@ -286,6 +308,17 @@ class NKIIndexError(NKIError, IndexError):
 class NKIMemoryError(NKIError):
     """Operand in the wrong memory, or SBUF / PSUM capacity exceeded."""
 
+    @classmethod
+    def host_exhausted(cls, e: MemoryError, what: str, loc: SrcLoc | None) -> NKIMemoryError:
+        """The ``err_host_memory_exhausted`` error for a ``MemoryError`` met while ``what``."""
+        detail = str(e) or "no detail"
+        return cls(
+            f"the host ran out of memory while {what} ({type(e).__name__}: {detail}); use "
+            "smaller shapes or a smaller launch grid",
+            code="err_host_memory_exhausted",
+            loc=loc,
+        )
+
 
 class NKIControlFlowError(NKIError):
     """Python control flow that depends on a traced (symbolic) value."""
@@ -318,6 +351,16 @@ class NKIWarning(UserWarning):
     probably wrong, such as output elements no instruction writes). Turn them into errors with
     ``warnings.simplefilter("error", nki.errors.NKIWarning)`` (pytest:
     ``-W error::nki.errors.NKIWarning``)."""
+
+
+class AccumulateUninitializedWarning(NKIWarning):
+    """``nc_matmul(..., accumulate=True)`` into PSUM that nothing wrote before (undefined
+    behaviour on hardware; AWS's simulator warns too)."""
+
+
+class UnreturnedOutputWarning(NKIWarning):
+    """A kernel writes a ``shared_hbm`` tensor it created but never returns it (a forgotten
+    ``return``): the caller never sees what it wrote."""
 
 
 class NKIAttributeError(NKITypeError, AttributeError):
@@ -392,3 +435,21 @@ def user_facing(exc: BaseException) -> BaseException:
         new_tb = types.TracebackType(new_tb, f.tb_frame, f.tb_lasti, f.tb_lineno)
     exc.__traceback__ = new_tb
     return exc
+
+
+def recursion_error(name: str, code: types.CodeType, exc: RecursionError) -> NKIError:
+    """``err_kernel_recursion`` for kernel ``name`` (its ``code``) that called itself without
+    end, located at the kernel's own line that calls it again."""
+    tb, line = exc.__traceback__, code.co_firstlineno
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+            break
+        tb = tb.tb_next
+    return NKIError(
+        f"kernel '{name}' calls itself (directly or through another kernel) without "
+        "end: NKI kernels cannot recurse; unroll with nl.static_range or call a helper function "
+        "instead",
+        code="err_kernel_recursion",
+        loc=SrcLoc(code.co_filename, line, 0, name),
+    )

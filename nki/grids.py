@@ -53,6 +53,12 @@ def parse_grid(grid: object) -> Grid:
 LNC_ENV_VAR = "NEURON_LOGICAL_NC_CONFIG"
 
 
+def lnc_shaped(grid: Grid) -> bool:
+    """A grid a current-API launch may have: none, or one dimension of 1 or 2 cores."""
+    dims = grid.dims
+    return not dims or (len(dims) == 1 and len(dims[0].factors) == 1 and grid.shape[0] <= 2)
+
+
 def lnc_grid(grid: Grid, target_name: str) -> Grid:
     """A current-API launch: ``kernel(args)`` runs on one core (LNC=1, or the LNC of
     ``NEURON_LOGICAL_NC_CONFIG``), ``kernel[lnc](args)`` on ``lnc`` in {1, 2} physical cores of

@@ -864,6 +864,7 @@ def _resolve(v: Any, ns: dict[str, Any]) -> Any:
         return v  # not in nki-sim yet (e.g. dma_engine): stays symbolic
 
 
+@functools.cache
 def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspect.Signature:
     """``inspect.Signature`` of one calling form; ``resolve`` evaluates symbolic defaults."""
     ns = NAMESPACE if resolve else {}

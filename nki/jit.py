@@ -4,7 +4,6 @@ grids in the simulator."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import functools
 import importlib
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.checks.program_order import with_program_order
 from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
@@ -28,26 +28,32 @@ from .errors import (
     NKITypeError,
     SrcLoc,
     locate_in_traceback,
+    recursion_error,
     return_loc,
     user_facing,
     user_loc,
 )
-from .grids import check_grid_fits, lnc_grid, parse_grid
+from .grids import check_grid_fits, lnc_grid, lnc_shaped, parse_grid
 from .ir import Grid, KernelIR, TensorDecl
+from .outputs import check_param_writes, kernel_outputs, warn_unreturned, written_bases
 from .targets import get_target
 from .tracer import (
     NeedsPerCore,
     NkiTensor,
     TraceState,
+    held_output,
+    kernel_body,
     new_trace,
-    onchip_return,  # classic simulator: a returned tile is its value
+    release,
     trace_with_unrolling,  # classic `if` on loop iterators
     tracing,
 )
+from .tracer.api_checks import broken
+from .tracer.api_checks import finish as finish_rules
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
-_CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend")
+_CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend", "threads")
 _JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
 
 
@@ -141,6 +147,38 @@ def _static_key(v: object) -> object:
         return ("r", repr(v))
 
 
+_LABELS = ("__name__", "__qualname__", "__module__", "__code__", "__globals__")
+
+
+def kernel_function(fn: Any) -> Any:
+    """The Python callable a kernel runs: a function, a bound method (a callable object's
+    ``__call__``) or a ``functools.partial`` of one. A partial is copied and labelled with its
+    function's name, code and globals, which errors and checks use to find the kernel's source.
+    Anything else is a located error."""
+    if isinstance(fn, Launch):
+        fn = fn.kernel
+    if isinstance(fn, Kernel):
+        return fn.fn
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return fn
+    if isinstance(fn, functools.partial):
+        base = kernel_function(fn.func)
+        inner = base.__func__ if inspect.ismethod(base) else base
+        part = functools.partial(base, *fn.args, **fn.keywords)
+        for attr in _LABELS:
+            setattr(part, attr, getattr(inner, attr))
+        return part
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
+    if inspect.ismethod(call) and inspect.isfunction(call.__func__):
+        return call  # a callable object: its bound __call__ is the kernel
+    raise NKITypeError(
+        f"nki.jit expects a function (or a functools.partial of one, or an object with a "
+        f"__call__ method), got {type(fn).__name__}: {fn!r}"[:300],
+        code="err_invalid_mode",
+        loc=user_loc(),
+    )
+
+
 class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
@@ -150,19 +188,9 @@ class Kernel:
     ) -> None:
         # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
         self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
-        if isinstance(fn, Launch):
-            fn = fn.kernel
-        if isinstance(fn, Kernel):
-            fn = fn.fn
-        if not callable(fn):
-            raise NKITypeError(
-                f"nki.jit expects a function, got {type(fn).__name__}",
-                code="err_invalid_mode",
-                loc=user_loc(),
-            )
-        call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's method
-        if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and inspect.ismethod(call):
-            fn = call  # a callable object: its bound __call__ is the kernel
+        base = fn.kernel if isinstance(fn, Launch) else fn
+        inherited = base.api if isinstance(base, Kernel) else None  # nki.jit(nki.jit(f, api=..))
+        fn = kernel_function(fn)
         if mode not in MODES:
             raise NKIError(
                 f"unknown nki.jit mode {mode!r}; expected one of {MODES}",
@@ -173,7 +201,7 @@ class Kernel:
         self.mode = mode
         self.platform_target = platform_target
         self.config_overrides = {k: options.pop(k) for k in _CONFIG_KEYS if k in options}
-        api = options.pop("api", None)
+        api = options.pop("api", inherited)
         if api not in (None, "classic", "current"):
             raise NKIError(
                 f"unknown nki.jit api {api!r}; expected 'classic' or 'current' (or leave it out: "
@@ -193,9 +221,12 @@ class Kernel:
                     loc=user_loc(),
                 )
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
+        self.body = kernel_body(fn)  # what a trace calls: its bare `range` may be symbolic
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
+        # where nki.jit(platform_target=...) was written (deprecated in the current API)
+        self.platform_target_at: SrcLoc | None = None
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -209,7 +240,7 @@ class Kernel:
 
     def configure(self, **overrides: Any) -> Kernel:
         """This kernel with other simulator settings for the calls made through it
-        (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``), e.g.
+        (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``, ``threads``), e.g.
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
         bad = set(overrides) - {"target", *_CONFIG_KEYS}
         if bad:
@@ -223,6 +254,7 @@ class Kernel:
         over = dict(overrides)
         if "target" in over:
             k.platform_target = over.pop("target")
+            k.platform_target_at = None
         k.config_overrides = {**self.config_overrides, **over}
         k.config()  # validate now
         return k
@@ -234,6 +266,11 @@ class Kernel:
         if self.platform_target is not None and "target" not in overrides:
             over["target"] = self.platform_target
         return cfg.with_(**over)
+
+    @functools.cached_property
+    def signature(self) -> inspect.Signature:
+        """The kernel function's signature (read once: binding is per launch)."""
+        return inspect.signature(self.fn)
 
     # ---- tracing ------------------------------------------------------------------------------
     def bind(
@@ -248,7 +285,7 @@ class Kernel:
         ``loc()`` (the kernel author's call; a framework boundary passes its own), its message
         prefixed with ``api`` when given."""
         try:
-            return inspect.signature(self.fn).bind(*args, **kwargs)
+            return self.signature.bind(*args, **kwargs)
         except TypeError as e:
             prefix = f"{api}: " if api else ""
             raise NKITypeError(
@@ -282,20 +319,7 @@ class Kernel:
                     e.with_context(loc=return_loc(self.fn.__code__, again))
                 raise
             except RecursionError as e:
-                code = self.fn.__code__
-                tb, line = e.__traceback__, code.co_firstlineno
-                while tb is not None:  # the kernel's own line that calls it again
-                    if tb.tb_frame.f_code is code:
-                        line = tb.tb_lineno
-                        break
-                    tb = tb.tb_next
-                raise NKIError(
-                    f"kernel '{self.fn.__name__}' calls itself (directly or through another "
-                    "kernel) without end: NKI kernels cannot recurse; unroll with "
-                    "nl.static_range or call a helper function instead",
-                    code="err_kernel_recursion",
-                    loc=SrcLoc(code.co_filename, line, 0, self.fn.__name__),
-                ) from None
+                raise recursion_error(self.fn.__name__, self.fn.__code__, e) from None
             with self._cache_lock:
                 ir = self._cache.setdefault(key, traced)
                 if ir is traced:
@@ -307,12 +331,19 @@ class Kernel:
         """One trace, or one per core for a current-API launch on two cores
         (``nki/cores.py``): there ``nl.program_id(0)`` is a plain int on each core."""
         why = None
+        printed: list[str] = []  # (dropped when the per-core traces print it again)
         try:
-            ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
-            if ir.generation != "current" or tuple(grid.shape) != (2,):
-                return ir
+            with held_output() as printed:
+                ir = trace_with_unrolling(lambda: self._trace(grid, bound, target))
         except NeedsPerCore as e:  # Python control flow on the program id, cores that meet
             why = (e.message.removesuffix(" needs one trace per core"), e.loc)
+        except BaseException:
+            release(printed)
+            raise
+        else:
+            if ir.generation != "current" or tuple(grid.shape) != (2,):
+                release(printed)
+                return ir
         grid = lnc_grid(grid, target)  # kernel[2] of a current-API kernel: two cores
         trace = functools.partial(self._trace, grid, bound, target, why=why)
         return merge_cores(lambda c: trace_with_unrolling(lambda: trace(core=c)), grid)
@@ -350,7 +381,10 @@ class Kernel:
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         elif why is not None:  # what made the launch trace per core decided the generation
             st.generation, st.generation_why = "current", why
-        sig = inspect.signature(self.fn)
+        elif st.generation is None and not lnc_shaped(grid):  # kernel[2, 2], kernel[4]
+            what = f"the launch grid kernel[{', '.join(map(str, grid.shape))}]"
+            st.generation, st.generation_why = "classic", (what, def_loc)
+        sig = self.signature
         call_args = dict(bound.arguments)
         mutable: set[str] = set()
         with new_trace(st):
@@ -393,27 +427,37 @@ class Kernel:
             b2 = inspect.BoundArguments(bound.signature, call_args)  # type: ignore[arg-type]
             with local_shape_checks(self.fn):  # x: nt.tensor[128, 512] = ... on locals
                 try:
-                    ret = self.fn(*b2.args, **b2.kwargs)
+                    ret = self.body(*b2.args, **b2.kwargs)
                 except NKIError as e:
                     locate_in_traceback(e)
                     raise
-            outputs, returns = self._outputs(st, ret)
+            outputs, returns = kernel_outputs(st, ret)
+            if self.platform_target_at is not None:
+                broken(
+                    "jit.platform_target",
+                    f"kernel '{st.name}' is decorated with nki.jit(platform_target="
+                    f"{self.platform_target!r})",
+                    self.platform_target_at,
+                )
+        if st.generation is None:  # nothing decided it: `import nki` kernels are current-API
+            st.generation = st.default_generation
+        finish_rules(st, warn=core in (None, 0))
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
-            writes_back = tuple(p for p in st.params if p in _written_bases(st))
+            writes_back = tuple(p for p in st.params if p in written_bases(st))
         else:
-            self._check_param_writes(st, returns, mutable)
+            check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
-            if returns and name in _written_bases(st) and name not in bases:
+            if returns and name in written_bases(st) and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
                     "kernel does not return it; add it to the returned tensors",
                     code="err_mutable_parameter_not_returned",
-                    loc=_written_bases(st)[name],
+                    loc=written_bases(st)[name],
                 )
         tensors = tuple(st.tensors.values())
-        return KernelIR(
+        ir = KernelIR(
             self.fn.__name__,
             tuple(st.params),
             tensors,
@@ -426,61 +470,10 @@ class Kernel:
             writes_back,
             st.generation,
         )
-
-    def _outputs(self, st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
-        if ret is None:
-            written = [p for p in st.params if p in _written_bases(st)]
-            return tuple(written), False
-        items = ret if isinstance(ret, (tuple, list)) else (ret,)
-        items = tuple(onchip_return(r, st.grid_shape) for r in items)
-        names = []
-        for r in items:
-            if not isinstance(r, NkiTensor) or r.buffer not in ("shared_hbm", "private_hbm"):
-                what = r.buffer if isinstance(r, NkiTensor) else type(r).__name__
-                raise NKIError(
-                    f"a kernel must return HBM tensors created with nl.ndarray(..., "
-                    f"buffer=nl.shared_hbm) (or mutable parameters); got {what}",
-                    code="err_kernel_output_must_be_hbm",  # located at the return by trace()
-                )
-            name = r.decl.alias_of or r.name
-            decl = st.tensors[name]
-            if decl.buffer == "private_hbm":
-                # private HBM is per instance: with one instance it is the output; with a grid
-                # every instance would return its own copy, which the hardware cannot do
-                if st.grid_shape and int(np.prod(st.grid_shape)) > 1:
-                    raise NKIError(
-                        f"kernel returns '{name}', allocated in private HBM (nl.hbm / "
-                        f"nl.private_hbm), from a launch grid of {st.grid_shape} instances; "
-                        "outputs shared by the grid must use buffer=nl.shared_hbm",
-                        code="err_output_tensor_must_be_shared_hbm",
-                        loc=decl.loc or user_loc(),
-                    )
-                st.tensors[name] = dataclasses.replace(decl, buffer="shared_hbm", kind="output")
-            # a returned reshape / view keeps its own shape (its storage is the base tensor's)
-            names.append(r.name if r.decl.alias_of else name)
-        return tuple(names), True
-
-    def _check_param_writes(self, st: TraceState, returns: bool, mutable: set[str]) -> None:
-        if not returns:
-            return  # legacy convention: outputs are parameters the kernel writes
-        for name, loc in _written_bases(st).items():
-            if name in st.params and name not in mutable:
-                raise NKIError(
-                    f"kernel writes to input parameter '{name}', which is immutable; annotate it "
-                    f"'{name}: nt.mutable_tensor' (import nki.typing as nt) if it is an in/out "
-                    "tensor",
-                    code="err_cannot_update_immutable_parameter",
-                    loc=loc,
-                )
-
-
-def _written_bases(st: TraceState) -> dict[str, SrcLoc]:
-    out: dict[str, SrcLoc] = {}
-    for name, loc in st.written.items():
-        d = st.tensors.get(name)
-        base = d.alias_of if d is not None and d.alias_of else name
-        out.setdefault(base, loc)
-    return out
+        if core in (None, 0):
+            warn_unreturned(ir)
+        # current API: loops keep program order where iterations depend on each other
+        return with_program_order(ir) if st.generation == "current" else ir
 
 
 class Launch:
@@ -502,7 +495,7 @@ class Launch:
                     code="err_nested_kernel_with_spmd_grid",
                     loc=user_loc(),
                 )
-            return self.kernel.fn(*args, **kwargs)
+            return self.kernel.body(*args, **kwargs)
         values = list(args) + list(kwargs.values())
         values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
         fw = {_framework(a) for a in values} - {None}
@@ -542,9 +535,14 @@ def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
     """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
     or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
     ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
-    if func is None:
-        return lambda f: Kernel(f, mode=mode, **kwargs)
-    return Kernel(func, mode=mode, **kwargs)
+    at = user_loc() if kwargs.get("platform_target") is not None else None
+
+    def make(f: Any) -> Kernel:
+        k = Kernel(f, mode=mode, **kwargs)
+        k.platform_target_at = at
+        return k
+
+    return make if func is None else make(func)
 
 
 def _as_launch(kernel: Any) -> Launch:

@@ -1,15 +1,16 @@
 """Symbolic values seen while tracing: scalars (program ids, loop iterators), index arrays
-(``nl.arange`` / ``nl.mgrid``) and mask predicates.
-
-All of them are affine; anything else (Python ``if`` on them, ``//``, ``%``, products of two
-symbols) is a clear error at the user's line, as in the real NKI compiler."""
+(``nl.arange`` / ``nl.mgrid``) and mask predicates. All are affine (``//`` / ``%`` by an int
+dividing every coefficient stay so); anything else (``if``, other division, floats, ``int()``)
+needs a scalar's value: the trace restarts where it has one (per core, or the loop unrolled in
+the current API), or it is a clear error at the user's line, as in the real NKI compiler."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .errors import NKIControlFlowError, NKIError, NKIIndexError, user_loc
+from .errors import NKIControlFlowError, NKIError, NKIIndexError, is_internal_frame, user_loc
 from .ir import Affine, Cond, IndexExpr
 
 # Set by the tracer (a layer above) when it is imported: ``decide_condition(pred)`` decides a
@@ -61,16 +62,14 @@ class _Traced:
 
     def __index__(self) -> int:
         _per_core(self)
-        err = NKIControlFlowError(
+        _need_value(self, "int() / a list index / a range() bound")
+        raise NKIControlFlowError(
             f"{self._what} has no concrete integer value at trace time (it is symbolic), so it "
             "cannot drive Python control flow or be converted with int() / used as a list "
             "index / range() bound; use it in affine index expressions and masks instead",
             code="err_dynamic_control_flow_not_supported",
             loc=user_loc(),
         )
-        if "concrete_value" in TRACE_HOOKS:  # a kernel of undecided generation may unroll
-            TRACE_HOOKS["concrete_value"](self, err)
-        raise err
 
     __int__ = __index__
 
@@ -86,9 +85,17 @@ def _per_core(x: object) -> None:
         hook(x)
 
 
+def _need_value(x: object, what: str) -> None:
+    """``what`` needs the integer of ``x``: the ``concrete_value`` hook may restart the trace."""
+    hook = TRACE_HOOKS.get("concrete_value")
+    if hook is not None and isinstance(x, Scalar):
+        hook(x, what)
+
+
 def _non_affine(op: str, a: object, b: object) -> NKIError:
-    for x in (a, b):  # a current-API LNC=2 program id is an int: `pid % 2` is legal there
+    for x in (a, b):  # current API: a program id / loop iterator is an int (per core, unrolled)
         _per_core(x)
+        _need_value(x, f"'{op}'")
     if op in ("//", "%"):
         unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
         if unroll is not None:
@@ -146,10 +153,24 @@ class _Affine(_Traced):
     def _expr(self) -> IndexExpr:
         raise NotImplementedError
 
+    def _number(self, other: object, op: str) -> Any:
+        """Arithmetic with a non-int: a number (float, bool) needs the scalar's value."""
+        if not isinstance(other, numbers.Number):
+            return NotImplemented
+        _per_core(self)
+        _need_value(self, f"'{op}' with a {type(other).__name__}")
+        raise NKIIndexError(
+            f"'{_desc(self)} {op} {other!r}': arithmetic of {self._what} with a "
+            f"{type(other).__name__} is not affine; index expressions are start + stride * "
+            "index with integer strides",
+            code="err_unsupported_index_expression",
+            loc=user_loc(),
+        )
+
     def __add__(self, other: object):
         o = _as_expr(other)
         if o is None:
-            return NotImplemented
+            return self._number(other, "+")
         return _wrap(_lin(self._expr(), 1, o, 1))
 
     __radd__ = __add__
@@ -157,13 +178,13 @@ class _Affine(_Traced):
     def __sub__(self, other: object):
         o = _as_expr(other)
         if o is None:
-            return NotImplemented
+            return self._number(other, "-")
         return _wrap(_lin(self._expr(), 1, o, -1))
 
     def __rsub__(self, other: object):
         o = _as_expr(other)
         if o is None:
-            return NotImplemented
+            return self._number(other, "-")
         return _wrap(_lin(o, 1, self._expr(), -1))
 
     def __neg__(self):
@@ -173,7 +194,7 @@ class _Affine(_Traced):
     def __mul__(self, other: object):
         o = _as_expr(other)
         if o is None:
-            return NotImplemented
+            return self._number(other, "*")
         if not o.shape and o.base.is_const:
             return _wrap(_lin(self._expr(), o.base.const, o, 0))
         e = self._expr()
@@ -183,13 +204,29 @@ class _Affine(_Traced):
 
     __rmul__ = __mul__
 
+    def _divmod(self, d: object) -> tuple[Scalar, Scalar] | None:
+        """``(self // d, self % d)`` when affine: ``d`` divides every coefficient."""
+        if not isinstance(self, Scalar) or isinstance(d, bool) or not isinstance(d, int):
+            return None
+        if d <= 0 or any(c % d for _, c in self.aff.terms):
+            return None
+        terms = tuple((s, c // d) for s, c in self.aff.terms)
+        c = self.aff.const
+        return Scalar(Affine(terms, c // d)), Scalar(Affine.constant(c % d))
+
     def __floordiv__(self, other: object):
+        q = self._divmod(other)
+        if q is not None:
+            return q[0]
         raise _non_affine("//", self, other)
 
     def __rfloordiv__(self, other: object):
         raise _non_affine("//", other, self)
 
     def __mod__(self, other: object):
+        q = self._divmod(other)
+        if q is not None:
+            return q[1]
         raise _non_affine("%", self, other)
 
     def __rmod__(self, other: object):
@@ -197,6 +234,9 @@ class _Affine(_Traced):
 
     def __truediv__(self, other: object):
         raise _non_affine("/", self, other)
+
+    def __rtruediv__(self, other: object):
+        raise _non_affine("/", other, self)
 
     def _cmp(self, other: object, op: str) -> Pred:
         o = _as_expr(other)
@@ -232,7 +272,8 @@ class _Affine(_Traced):
 
 
 class Scalar(_Affine):
-    """A symbolic integer: a program id, a loop iterator, or an affine combination of them."""
+    """A symbolic integer: a program id, a loop iterator, or an affine combination of them.
+    Operations needing its value (``int()``, ``float()``, ``str()``...) ask ``_need_value``."""
 
     __slots__ = ("aff",)
     _what = "a program id or loop iterator"
@@ -243,8 +284,70 @@ class Scalar(_Affine):
     def _expr(self) -> IndexExpr:
         return IndexExpr(self.aff, (), ())
 
+    def __index__(self) -> int:
+        if self.aff.is_const:
+            return self.aff.const
+        return _Traced.__index__(self)
+
+    __int__ = __index__
+
+    def __bool__(self) -> bool:
+        _per_core(self)
+        decide = TRACE_HOOKS.get("decide_scalar")  # `if i:` of a current-API loop iterator
+        value = decide(self) if decide is not None else None
+        if value is not None:
+            return value
+        return _Traced.__bool__(self)
+
+    def _value(self, op: str) -> Any:
+        self._user_value(op)
+        raise NKIControlFlowError(
+            f"{op} of {self._what} needs its integer value, which exists only per iteration / "
+            "instance while the body is traced once for all of them; use it in affine index "
+            "expressions instead (start + stride * index)",
+            code="err_dynamic_control_flow_not_supported",
+            loc=user_loc(),
+        )
+
+    def __divmod__(self, other: object) -> Any:
+        q = self._divmod(other)
+        return q if q is not None else self._value("divmod()")
+
+    def __hash__(self) -> int:
+        if not is_internal_frame():  # a dict key / set member in the kernel: its value
+            self._user_value("a dict key / set member")
+        return id(self)
+
+    def __str__(self) -> str:
+        if not is_internal_frame():  # print(i), f"{i}" in the kernel: its value
+            self._user_value("str() / formatting")
+        return repr(self)
+
+    def __format__(self, spec: str) -> str:
+        if not is_internal_frame():
+            self._user_value("str() / formatting")
+        return format(repr(self), spec)
+
+    def _user_value(self, what: str) -> None:
+        _per_core(self)
+        _need_value(self, what)
+
     def __repr__(self) -> str:
         return f"<traced scalar {self.aff}>"
+
+
+# Python operations on a Scalar that need its integer value (see Scalar._value)
+_NEEDS_VALUE = {
+    "__float__": "float()", "__complex__": "complex()", "__abs__": "abs()",
+    "__pos__": "unary '+'", "__invert__": "'~'", "__round__": "round()",
+    "__trunc__": "math.trunc()", "__floor__": "math.floor()", "__ceil__": "math.ceil()",
+    "__pow__": "'**'", "__rpow__": "'**'", "__rdivmod__": "divmod()",
+    "__and__": "'&'", "__rand__": "'&'", "__or__": "'|'", "__ror__": "'|'",
+    "__xor__": "'^'", "__rxor__": "'^'", "__lshift__": "'<<'", "__rlshift__": "'<<'",
+    "__rshift__": "'>>'", "__rrshift__": "'>>'",
+}  # fmt: skip
+for _name, _op in _NEEDS_VALUE.items():
+    setattr(Scalar, _name, lambda self, *_a, _op=_op: self._value(_op))
 
 
 class Index(_Affine):
@@ -383,6 +486,8 @@ def _bad_mask(op: str, other: object) -> NKIError:
 
 def _static_int(x: object, what: str) -> int:
     if isinstance(x, _Traced):
+        _per_core(x)
+        _need_value(x, what)
         raise NKIError(
             f"{what} must be a compile-time integer, got a traced value",
             code="err_unsupported_index_expression",

@@ -43,7 +43,9 @@ TARGETS: dict[str, Target] = {
     ),
 }
 _ALIASES = {"gen2": "trn1", "inf2": "trn1", "gen3": "trn2", "gen4": "trn3"}
-DEFAULT_TARGET = "trn2"
+# with no target set, AWS's simulator uses the local Neuron chip, otherwise trn3 (the NKI
+# simulator guide, "Target Platform"); nki-sim runs on machines without one
+DEFAULT_TARGET = "trn3"
 
 
 def target_name(name: str) -> str:
@@ -110,6 +112,7 @@ class IsaRules:
     activation_reduce_ops: tuple[str, ...]  # activation(reduce_op=...) accumulator ops
     scalar_copy_exact: bool  # Scalar-engine tensor_copy is bit-exact (else via fp32)
     hwdge: bool  # dma_copy(dge_mode=hwdge) available
+    dma_priority: bool = False  # dma_copy / dma_transpose(priority=...): DMA quality of service
     activation_no_bias: tuple[str, ...] = ()  # activation functions that cannot take a bias
     activation_scalar_bias: bool = True  # activation(bias=<scalar>) (v2: (P, 1) vectors only)
 
@@ -159,6 +162,7 @@ ISA_RULES: dict[str, IsaRules] = {
         activation_reduce_ops=("add", "maximum", "minimum"),
         scalar_copy_exact=True,
         hwdge=True,
+        dma_priority=True,
     ),
 }
 

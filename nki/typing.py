@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import sys
-import threading
 from typing import Any
 
-from .errors import NKIShapeError, SrcLoc
+from .errors import NKIShapeError, SrcLoc, source_tree
+from .parsing import PARSE_LOCK, nodes_of
 from .tracer import TileOps
-
-# CPython 3.11's AST conversion is not safe in concurrent threads (ast.parse can raise "AST
-# constructor recursion depth mismatch"); kernels traced in parallel parse their source one at
-# a time
-_PARSE_LOCK = threading.Lock()
 
 
 class _TensorType:
@@ -82,15 +76,11 @@ def _function_node(fn: Any) -> ast.AST | None:
     continued at column 0, which defeat dedenting the function's own lines) is found as the
     file's parser sees it. Line numbers of the result are the file's."""
     code = inspect.unwrap(fn).__code__
-    lines = linecache.getlines(code.co_filename)
-    try:
-        tree = ast.parse("".join(lines)) if lines else None
-    except SyntaxError:
-        tree = None
+    tree = source_tree(code.co_filename)
     if tree is None:
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+    for node in nodes_of(tree, ast.FunctionDef) + nodes_of(tree, ast.AsyncFunctionDef):
+        if node.name == code.co_name:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if code.co_firstlineno in (first, node.lineno):
                 return node
@@ -101,7 +91,7 @@ def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
     """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
     name -> (annotation, line of the assignment)."""
     out: dict[str, tuple[_TensorType, int]] = {}
-    with _PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
+    with PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
         try:
             node = _function_node(fn)
         except (AttributeError, TypeError):  # not a Python function: nothing to read

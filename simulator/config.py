@@ -3,14 +3,16 @@ environment.
 
 Environment variables (read when no explicit value is given):
 
-* ``NEURON_PLATFORM_TARGET_OVERRIDE`` / ``NKI_SIM_TARGET``: ``trn1|gen2``, ``trn2|gen3`` (default),
-  ``trn3|gen4``.
+* ``NEURON_PLATFORM_TARGET_OVERRIDE`` / ``NKI_SIM_TARGET``: ``trn1|gen2``, ``trn2|gen3``,
+  ``trn3|gen4`` (default, as AWS's simulator on a machine without a Neuron chip).
 * ``NKI_PRECISE_FP``: ``1`` (default) stores bfloat16 / fp8 in their real format; ``0`` stores
   them as fp32 ("fast fp"), to tell logic bugs from rounding.
 * ``NKI_SIM_CHECKS``: ``none``, ``static`` (default) or ``full``.
 * ``NKI_SIM_SHUFFLE_SEED``: an integer; run SPMD instances and ``affine_range`` iterations in a
   seeded random order.
 * ``NKI_SIM_BACKEND``: ``auto`` (default) or a backend's name (``backends.SETTINGS``).
+* ``NKI_SIM_THREADS``: ``auto`` (default: decided per launch from its matmul work and the cores
+  free, ``threads.py``) or the number of BLAS threads every launch uses.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class SimConfig:
     checks: str = "static"
     shuffle_seed: int | None = None
     backend: str = AUTO
+    threads: int | None = None  # BLAS threads per launch (None: decided per launch)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", target_name(self.target))
@@ -55,6 +58,14 @@ class SimConfig:
                 code="err_invalid_config",
                 loc=user_loc(),
             )
+        if self.threads is not None and (
+            not isinstance(self.threads, int) or isinstance(self.threads, bool) or self.threads < 1
+        ):
+            raise NKIError(
+                f"SimConfig.threads must be a positive int or None (auto), got {self.threads!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
         if self.shuffle_seed is not None and not isinstance(self.shuffle_seed, int):
             raise NKIError(
                 f"SimConfig.shuffle_seed must be an int, got {self.shuffle_seed!r}",
@@ -64,13 +75,23 @@ class SimConfig:
 
     def with_(self, **changes: object) -> SimConfig:
         changes = {k: v for k, v in changes.items() if v is not None}
-        return replace(self, **changes) if changes else self
+        if not changes:
+            return self
+        try:  # (made once per distinct setting: a launch asks for its config per call)
+            return _changed(self, tuple(sorted(changes.items())))
+        except TypeError:  # an unhashable value: invalid, reported by the validation
+            return replace(self, **changes)
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> SimConfig:
         if env is None:  # (read per call: only the variables it uses, parsed once per value)
             return _from_values(tuple(os.environ.get(k) for k in _ENV_KEYS))
         return _parse(env)
+
+
+@functools.lru_cache(maxsize=256)
+def _changed(config: SimConfig, changes: tuple[tuple[str, object], ...]) -> SimConfig:
+    return replace(config, **dict(changes))
 
 
 _ENV_KEYS = (
@@ -80,6 +101,7 @@ _ENV_KEYS = (
     "NKI_SIM_SHUFFLE_SEED",
     "NKI_SIM_CHECKS",
     "NKI_SIM_BACKEND",
+    "NKI_SIM_THREADS",
 )
 
 
@@ -100,7 +122,17 @@ def _parse(env: dict[str, str]) -> SimConfig:
             code="err_invalid_config",
             loc=user_loc(),
         ) from None
+    threads = env.get("NKI_SIM_THREADS", "auto").strip().lower()
+    try:
+        n_threads = None if threads in ("", "auto") else int(threads)
+    except ValueError:
+        raise NKIError(
+            f"NKI_SIM_THREADS must be 'auto' or a positive integer, got {threads!r}",
+            code="err_invalid_config",
+            loc=user_loc(),
+        ) from None
     return SimConfig(
+        threads=n_threads,
         target=target or DEFAULT_TARGET,
         precise_fp=precise,
         checks=env.get("NKI_SIM_CHECKS", "static").strip().lower(),

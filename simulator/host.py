@@ -11,7 +11,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.errors import NKIMemoryError
-from nki.ir import KernelIR, TensorDecl
+from nki.ir import KernelIR, TensorDecl, tensor_label
 
 from . import numerics
 from .checks.coverage import unfilled_outputs
@@ -37,7 +37,7 @@ def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.nda
             err = "MemoryError"
     raise NKIMemoryError(
         f"the simulator cannot allocate {nbytes} bytes of host memory for {decl.buffer} "
-        f"tensor '{decl.name}' {decl.dtype}{list(decl.shape)} ({err})",
+        f"tensor {tensor_label(decl)} {decl.dtype}{list(decl.shape)} ({err})",
         code="err_host_memory_exhausted",
         loc=decl.loc,
     )

@@ -36,6 +36,7 @@ class RunInfo:
     target: str = ""
     backend: str = REFERENCE  # the name of the backend that ran the launch (``backends.py``)
     reason: str = ""  # why a preferred backend declined the kernel (empty: none did)
+    threads: int = 1  # BLAS threads the launch ran with (``threads.py``)
 
     def instances_on(self, core: int) -> list[Instance]:
         return [i for i in self.order if self.placement[i] == core]

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from nki.errors import NKIError, NKIRuntimeError
+from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 
 # executor modules register themselves on import
-from . import collectives, isa, language  # noqa: F401
+from . import collectives, isa, language, progress  # noqa: F401
 from .checks.lnc_races import same_write_tensors
 from .checks.lnc_writes import SameWrites
 from .checks.unwritten import check_outputs_written
@@ -186,6 +186,7 @@ def _walk_runtime_loop(n: RuntimeLoop, ctx: Ctx, first_trip: int = 0) -> Iterato
 def _exec_instr(instr: Instr, ctx: Ctx) -> None:
     fn = executor_of(instr)
     ctx.instr = instr
+    progress.tick()
     try:
         if fn is None:
             raise NKIRuntimeError(
@@ -197,6 +198,11 @@ def _exec_instr(instr: Instr, ctx: Ctx) -> None:
             fn(instr, ctx)
     except NKIError as e:
         raise e.with_context(loc=instr.loc, instance=ctx.instance, core=ctx.core) from None
+    except MemoryError as e:
+        what = f"executing '{instr.api or instr.kind + '.' + instr.op}'"
+        raise NKIMemoryError.host_exhausted(e, what, instr.loc).with_context(
+            instance=ctx.instance, core=ctx.core
+        ) from None
     except Exception as e:  # never let NumPy / internal errors escape without a location
         raise NKIRuntimeError(
             f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "

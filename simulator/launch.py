@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from nki.errors import NKIError
+from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR
 
-from . import backends, interpreter
+from . import backends, interpreter, progress, threads
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
@@ -65,6 +65,19 @@ def run(
     shared = shared_storage(ir, inputs, config)
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
+    info.threads = threads.decide(ir, config.threads)
+    with progress.shown(ir):
+        if config.threads is None and not threads.matmul_work(ir)[0]:
+            _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
+        else:
+            with threads.blas_limit(info.threads, exact=config.threads is not None):
+                _run(ir, shared, config, sched, info)
+    return shared, info
+
+
+def _run(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> None:
     if not ir.cores:
         _execute(ir, shared, config, sched, info)
     elif (
@@ -82,7 +95,6 @@ def run(
             one = Schedule((((), core),), sched.rng, frozenset())
             _execute(ir.cores[core], shared, config, one, info)
             info.order[n:] = [inst]
-    return shared, info
 
 
 def _execute(
@@ -119,7 +131,15 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
 
     Returns the kernel's outputs as the caller sees them (one array, a tuple, or None for a
     kernel that writes its outputs into parameters, which are then updated in place; returned
-    mutable parameters are updated in place too) and the launch's :class:`RunInfo`."""
+    mutable parameters are updated in place too) and the launch's :class:`RunInfo`. Running
+    out of host memory anywhere in the launch is an ``err_host_memory_exhausted`` error."""
+    try:
+        return _launch(ir, arguments, config)
+    except MemoryError as e:
+        raise NKIMemoryError.host_exhausted(e, f"simulating kernel '{ir.name}'", ir.loc) from None
+
+
+def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
     config = storage_config(ir, config)
     static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     _check_writable(ir, arguments)

@@ -244,8 +244,8 @@ class Ctx:
             else "was never written before this instruction reads it"
         )
         raise NKIRuntimeError(
-            f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the tile "
-            f"{acc} {how}",
+            f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the "
+            f"access {str(acc)[len(acc.tensor) :]} {how}",
             code="err_uninitialized_read",
             related=(("computed from uninitialised memory", origin),) if origin else (),
         )

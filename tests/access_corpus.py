@@ -181,6 +181,7 @@ def k_masked(a):
     return out
 
 
+@nki.jit(api="classic")  # kernel[2]: a grid axis (a current-API kernel would run on two cores)
 def k_loops(a):
     """Symbols of every kind: a grid axis, affine and sequential loops, a device loop."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
@@ -221,6 +222,58 @@ def k_device_loop(x, n):
     return out
 
 
+def k_current_tiles(a_t, b):
+    """Current API in symbolic loops: a tiled matmul accumulating over K in a PSUM tile
+    (accumulate=None), its Tensor-engine transpose, and a row softmax of the product."""
+    k_dim, m_dim = a_t.shape
+    n = b.shape[1]
+    out = nl.ndarray((m_dim, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    out_t = nl.ndarray((n, m_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        acc = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.psum)
+        for k in range(k_dim // 128):
+            at = nl.ndarray((128, 128), dtype=a_t.dtype, buffer=nl.sbuf)
+            bt = nl.ndarray((128, n), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+            nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, :])
+            nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+        res = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        tp = nl.ndarray((n, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=tp, data=res, engine=nisa.tensor_engine)
+        tr = nl.ndarray((n, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=tr, src=tp)
+        nisa.dma_copy(dst=out_t[:, m * 128 : (m + 1) * 128], src=tr)
+        neg, total, inv = (nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf) for _ in "abc")
+        e = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=neg, op=nl.maximum, data=res, axis=1, negate=True)
+        nisa.activation(dst=e, op=nl.exp, data=res, bias=neg)
+        nisa.tensor_reduce(dst=total, op=nl.add, data=e, axis=1)
+        nisa.reciprocal(dst=inv, data=total)
+        nisa.tensor_scalar(dst=e, data=e, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[m * 128 : (m + 1) * 128, :], src=e)
+    return out, out_t
+
+
+def k_kv_scatter(cache, new, idx):
+    """Current API: rows of an input written through an indirect destination, then a ragged
+    copy of the cache whose loop is unrolled for its min()."""
+    p, d = new.shape
+    t = nl.ndarray((p, d), dtype=new.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=new)
+    it = nl.ndarray((p, 1), dtype=idx.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=it, src=idx)
+    nisa.dma_copy(dst=cache.ap([[d, p], [1, d]], offset=0, vector_offset=it, indirect_dim=0), src=t)
+    rows = cache.shape[0]
+    out = nl.ndarray(cache.shape, dtype=cache.dtype, buffer=nl.shared_hbm)
+    for r in nl.affine_range((rows + 127) // 128):
+        n = min(128, rows - r * 128)
+        buf = nl.ndarray((128, d), dtype=cache.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=buf[0:n, :], src=cache[r * 128 : r * 128 + n, :])
+        nisa.dma_copy(dst=out[r * 128 : r * 128 + n, :], src=buf[0:n, :])
+    return out
+
+
 RNG = np.random.default_rng(22)
 
 
@@ -253,6 +306,9 @@ KERNELS: list[tuple[str, Any, Any, str, tuple]] = [
     ("per_core_loops", k_per_core_loops, 2, "trn2", (_f32(192, 16),)),
     ("device_loop", k_device_loop, None, "trn2",
      (_f32(8, 64), np.array([[5]], dtype=np.int32))),
+    ("current_tiles", k_current_tiles, None, "trn2", (_f32(256, 256), _f32(256, 64))),
+    ("kv_scatter", k_kv_scatter, None, "trn2",
+     (_f32(300, 16), _f32(4, 16), np.array([[3], [290], [0], [131]], np.int32))),
 ]  # fmt: skip
 
 
@@ -264,7 +320,7 @@ def arguments(name: str) -> list[np.ndarray]:
 def launch(name: str) -> Any:
     """The kernel ``name`` of ``KERNELS`` launched on its arguments (its IR: ``last_ir``)."""
     _, fn, grid, target, _ = next(k for k in KERNELS if k[0] == name)
-    kernel = nki.jit(fn, platform_target=target)
+    kernel = nki.jit(fn).configure(target=target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a scatter leaves outputs partly unwritten)
         (kernel if grid is None else kernel[grid])(*arguments(name))
@@ -322,7 +378,7 @@ def _instruction_calls() -> list[tuple[str, Any]]:
             if hasattr(nisa, name):
                 p = dict(instr=name, form=form, mut="none", tp=128, cg=16, rows=128, pick=0,
                          seed=0, unknown="")  # fmt: skip
-                kernel = nki.jit(fuzz.build_args(p).fn, platform_target="trn3")
+                kernel = nki.jit(fuzz.build_args(p).fn).configure(target="trn3")
                 out.append((f"nisa.{name} ({form})", lambda k=kernel: k(*args)))
     return out
 

@@ -8,6 +8,9 @@ shadow the ``simulator`` package.)"""
 from __future__ import annotations
 
 import inspect
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
@@ -35,8 +38,9 @@ ALU_OPS = {
 
 def run(fn, *args, target: str = "trn2", jit_opts: dict | None = None, **kw):
     """Run ``fn`` as an @nki.jit kernel on ``target`` with NumPy inputs (``jit_opts``: simulator
-    options such as ``precise_fp`` / ``checks`` for this kernel)."""
-    return nki.jit(fn, platform_target=target, **(jit_opts or {}))(*args, **kw)
+    options such as ``precise_fp`` / ``checks`` for this kernel). The target is set with
+    ``configure`` (``nki.jit(platform_target=...)`` is deprecated in the current API)."""
+    return nki.jit(fn, **(jit_opts or {})).configure(target=target)(*args, **kw)
 
 
 def line_of(fn, marker: str = "# ERR") -> int:
@@ -67,11 +71,14 @@ def expect_error(fn, *args, cls, code, fragments=(), target="trn2", marker="# ER
 
 
 def expect(
-    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, **opts
+    fn, *args, cls=NKIError, code: str, values=(), marker="# ERR", grid=None, target=None, **opts
 ) -> NKIError:
-    """Run ``fn`` (jitted here with ``opts``, launched on ``grid`` if given) and check the error
-    it raises: class, classic code, every value in the text and the reported kernel line."""
+    """Run ``fn`` (jitted here with ``opts``, on ``target`` if given, launched on ``grid`` if
+    given) and check the error it raises: class, classic code, every value in the text and the
+    reported kernel line."""
     k = nki.jit(fn, **opts)
+    if target is not None:
+        k = k.configure(target=target)
     launch = k[grid] if grid is not None else k
     with pytest.raises(cls) as ei:
         launch(*args)
@@ -147,3 +154,19 @@ def all_reduce_kernel(op, axes, dtype=None):
         return out
 
     return k
+
+
+def run_threads(target: Callable[[int], None], n: int, switch: float = 1e-5) -> None:
+    """Run ``target(i)`` in ``n`` threads at once with Python switching threads every
+    ``switch`` seconds (as often as it can); asserts every thread finished."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(switch)
+    try:
+        threads = [threading.Thread(target=target, args=(t,)) for t in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads)

@@ -84,7 +84,7 @@ def core_barrier(data: Any, cores: Any, engine: Any = engine.gpsimd, name: Any =
     if t.buffer != "shared_hbm":
         raise NKIError(
             f"'{api}' data must be a tensor in shared HBM (a kernel parameter or "
-            f"nl.ndarray(..., buffer=nl.shared_hbm)), got '{t.name}' in {t.buffer}",
+            f"nl.ndarray(..., buffer=nl.shared_hbm)), got {t.label} in {t.buffer}",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from .. import isa_spec as spec
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
-from ..ir import Access, Const, Instr, Mask
+from ..ir import Access, Const, Instr, Mask, tensor_label
 from ..language.tokens import OpToken
 from ..optable import REDUCERS, Op, lookup
 from ..tracer import (
@@ -31,6 +31,7 @@ from ..tracer import (
     state,
     to_mask,
 )
+from ..tracer.api_checks import broken
 from .enums import engine_name, enum_value, reduce_cmd
 from .rules import check_available, check_dtype_in
 
@@ -225,6 +226,27 @@ def tile(
     return acc, t
 
 
+def never_written(t: NkiTensor) -> bool:
+    """Whether no instruction traced so far writes tensor ``t`` (or a view sharing its
+    storage)."""
+    st = state("never_written")
+    base = t.decl.alias_of or t.name
+    for name in st.written:
+        d = st.tensors.get(name)
+        if name == base or (d is not None and d.alias_of == base):
+            return False
+    return True
+
+
+def accumulate_unwritten(t: NkiTensor, api: str) -> None:
+    """``accumulate=True`` into the PSUM tile ``t``: a warning when nothing wrote it before."""
+    if never_written(t):
+        broken(
+            "nc_matmul.accumulate_unwritten",
+            f"'{api}' accumulates into {tensor_label(t.decl)}, which nothing wrote before",
+        )
+
+
 def out_tile(shape: tuple[int, ...], dtype: str, api: str, buffer: str = "sbuf") -> NkiTensor:
     check_partitions(tuple(shape), api, "result")
     return result_tile(tuple(shape), dtype, buffer, api)
@@ -282,7 +304,7 @@ def same_free(a: tuple[int, ...], b: tuple[int, ...], api: str, ra: str, rb: str
 def not_both_psum(ta: NkiTensor, tb: NkiTensor, api: str, ra: str, rb: str) -> None:
     if ta.buffer == "psum" and tb.buffer == "psum":
         raise NKIMemoryError(
-            f"'{ra}' and '{rb}' of '{api}' cannot both be in PSUM ('{ta.name}', '{tb.name}'): "
+            f"'{ra}' and '{rb}' of '{api}' cannot both be in PSUM ({ta.label}, {tb.label}): "
             "the engine reads at most one operand from PSUM",
             code="err_unsupported_memory",
             loc=user_loc(),

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import dtypes
 from ..errors import NKIError, NKIShapeError, NKIUnsupportedError, user_loc
 from ..ir import HBM_BUFFERS, Access
 from ..tracer import NkiTensor
+from ..tracer.api_checks import broken
 from .common import Call, Instruction, alu_op, prod
 from .enums import dge_mode as _dge_mode
-from .enums import enum_value
+from .enums import engine_name, enum_value
 from .enums import oob_mode as _oob_mode
 from .forms import instruction
 from .rules import rules, target
@@ -33,7 +35,16 @@ def _invalid(msg: str, code: str = "err_invalid_argument") -> NKIError:
     return NKIError(msg, code=code, loc=user_loc())
 
 
-@instruction
+def _dma_copy_current(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict[str, Any]]:
+    """The destination-first dma_copy's ``engine=``: the sequencer of a hardware-DGE DMA."""
+    eng = engine_name(a.get("engine"))
+    dge = enum_value(a.get("dge_mode"), _dge_mode, "nisa.dma_copy", "dge_mode")
+    if eng != "unknown" and (eng not in ("sync", "scalar") or dge != _dge_mode.hwdge):
+        broken("dma_copy.engine", f"'nisa.dma_copy' got engine={eng} with dge_mode={dge.name}")
+    return dst, None, {}
+
+
+@instruction(current=_dma_copy_current)
 def dma_copy(
     *,
     dst: Any,
@@ -48,13 +59,13 @@ def dma_copy(
     ``dst_rmw_op=np.add`` (or nl.add) accumulates into ``dst`` instead of overwriting (then only
     ``oob_mode=error`` is allowed). With indirect (data-dependent) indices, ``oob_mode.error``
     raises on out-of-bounds rows and ``oob_mode.skip`` skips them. ``dge_mode=hwdge`` needs
-    NeuronCore-v3 (trn2) or newer.
+    NeuronCore-v3 (trn2) or newer and, in the current API, equal dtypes (no cast).
 
     Example: ``nisa.dma_copy(dst=out_hbm[0:128, 0:512], src=tile_sb, dst_rmw_op=np.add)``.
     """
     c = Call("dma_copy")
-    dacc, _ = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
-    sacc, _ = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    dacc, dt = c.tile(dst, "dst", _DMA_BUFFERS, compute=False)
+    sacc, st = c.tile(src, "src", _DMA_BUFFERS, compute=False)
     _same_count(sacc, dacc, c.api, "src", "dst")
     oob = enum_value(oob_mode, _oob_mode, c.api, "oob_mode")
     dge = enum_value(dge_mode, _dge_mode, c.api, "dge_mode")
@@ -64,6 +75,11 @@ def dma_copy(
             f"{target().name} (NeuronCore-v{target().gen})",
             code="err_unsupported_dge_mode",
             loc=user_loc(),
+        )
+    if dge == _dge_mode.hwdge and dt.decl.dtype != st.decl.dtype:
+        broken(
+            "dma_copy.hwdge_dtype",
+            f"'{c.api}' with dge_mode=hwdge got src {st.decl.dtype} and dst {dt.decl.dtype}",
         )
     rmw = None
     if dst_rmw_op is not None:
@@ -96,7 +112,9 @@ def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = 
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """
     c = Call("dma_transpose", dtype)
-    sacc, _ = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    sacc, stile = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    if dtypes.itemsize(stile.decl.dtype) != 2:
+        broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src")
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
     try:

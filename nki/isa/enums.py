@@ -7,6 +7,7 @@ import enum
 from ..errors import NKITypeError, arguments_checked, user_loc
 from ..targets import env_target
 from ..tracer import current
+from ..tracer.api_checks import broken
 
 
 class engine(enum.IntEnum):  # noqa: N801 - classic name
@@ -83,9 +84,12 @@ def engine_name(e: object) -> str:
         return _ENGINE_NAMES[e.lower().replace("_engine", "")].name
     if isinstance(e, int) and not isinstance(e, bool):
         try:
-            return engine(e).name
+            name = engine(e).name
         except ValueError:
             pass
+        else:
+            broken("enum.named", f"got engine={e!r}; write nisa.engine.{name}")
+            return name
     raise NKITypeError(
         f"unknown engine {e!r}: expected one of nisa.engine.{{vector, scalar, gpsimd, tensor, "
         "unknown} or the aliases nisa.vector_engine, nisa.scalar_engine, ...",
@@ -100,6 +104,9 @@ def enum_value(x: object, cls: type[enum.Enum], api: str, role: str) -> enum.Enu
         return x
     for m in cls:  # type: ignore[attr-defined]
         if x == m.name or x == m.value:
+            if isinstance(x, int) and not isinstance(x, bool):
+                broken("enum.named", f"'{role}' of '{api}' got {x!r}; write nisa.{cls.__name__}."
+                       f"{m.name}")  # fmt: skip
             return m
     names = ", ".join(m.name for m in cls)  # type: ignore[attr-defined]
     raise NKITypeError(

@@ -16,8 +16,8 @@ an instruction whose current form differs more (``iota``'s pattern, ``nc_matmul`
 
 Which form a call is: the one its arguments fit (a tile never fills an attribute, an op or an
 engine; a scalar never fills a tile operand); when both fit, the kernel's generation decides
-(classic until decided). A call that fits one form only decides the kernel's generation; see
-``nki.tracer.note_generation``."""
+(until decided, its default: current, classic in classic mode). A call that fits one form
+only decides the kernel's generation; see ``nki.tracer.note_generation``."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ from ..tracer import (
     note_generation,
     operand,
 )
+from ..tracer.api_checks import broken
 from .common import Instruction
 from .enums import engine as _engine
+from .rules import rules, target
 
 _TILE_ROLES = ("dst", "in", "out")
 _STATIC_ROLES = ("attr", "op", "engine", "dtype", "mask", "name")
@@ -116,8 +118,8 @@ def choose_form(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str
     classic = _fits(name, CLASSIC, args, kwargs)
     cur = _fits(name, CURRENT, args, kwargs)
     gen = generation()
-    if classic and cur:
-        return gen or CLASSIC
+    if classic and cur:  # (an undecided kernel takes its default when the forms differ)
+        return generation(sensitive=True) if _distinct(info) else gen or CLASSIC  # type: ignore
     if classic or cur:
         form = CLASSIC if classic else CURRENT
         if form == CURRENT:
@@ -197,10 +199,16 @@ def call_current(
             code="err_invalid_argument",
             loc=user_loc(),
         )
+    if prio is not None and not rules().dma_priority:
+        t = target()
+        broken("dma_copy.priority", f"nisa.{name} got priority={prio} on {t.name} "
+               f"(NeuronCore-v{t.gen})")  # fmt: skip
     a.pop("name", None)
     a.pop("priority", None)
     info = spec.get(name)
     if info.takes_dst(CLASSIC):  # dma_copy, nc_stream_shuffle, ...: the same call, by keyword
+        if adapter is not None:  # checks of the current form's own parameters
+            adapter(name, a.get("dst"), a)
         classic = {p.name for p in info.params(CLASSIC)}
         fn(**{k: v for k, v in a.items() if k in classic})
         return Instruction(name, _last_instr())
@@ -213,7 +221,7 @@ def call_current(
         )
     dst, accumulate, extra = adapter(name, dst, a)
     result = fn(**a)
-    return Instruction(name, _into(dst, result, accumulate, extra))
+    return Instruction(name, _into(name, dst, result, accumulate, extra))
 
 
 def _generic(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
@@ -247,7 +255,9 @@ def _last_instr() -> Instr | None:
     return body[-1] if body and isinstance(body[-1], Instr) else None
 
 
-def _into(dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]) -> Instr | None:
+def _into(
+    name: str, dst: Any, result: Any, accumulate: str | None, extra: dict[str, Any]
+) -> Instr | None:
     """Make the instruction that produced ``result`` write ``dst`` instead (same shape and
     dtype), or copy ``result`` into ``dst`` (the copy casts, as a dtype= result would). The
     producer takes the adapter's ``extra`` attributes (and source)."""

@@ -8,11 +8,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from .. import dtypes
 from .. import language as nl
 from ..errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError, user_loc
-from ..ir import Affine, Cond, IndexExpr, Mask
+from ..ir import Affine, Cond, IndexExpr, Mask, tensor_label
 from ..symbolic import Index, Pred, Scalar, expand_expr
 from ..tracer import NkiTensor, _Assigned, const_operand
+from ..tracer.api_checks import broken
 from .common import (
     SBUF,
     Call,
@@ -135,8 +139,19 @@ def _affine_select_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, No
 
 
 def _memset_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict[str, Any]]:
+    """The destination-first memset: ``value`` typed like ``dst`` (an integer tile takes an
+    integer value; x4 packed dtypes only 0)."""
     a["shape"] = tuple(dst_view(dst).shape)
-    a["dtype"] = dst_dtype(dst)
+    a["dtype"] = dtype = dst_dtype(dst)
+    value = a.get("value")
+    floaty = isinstance(value, (float, np.floating))
+    if dtype in dtypes.PACKED_X4 and not (isinstance(value, (int, float)) and value == 0):
+        broken("memset.value_dtype", f"'nisa.memset' got value={value!r} for a {dtype} dst")
+    elif dtypes.is_int(dtype) and dtype not in dtypes.PACKED_X4 and floaty:
+        broken(
+            "memset.value_dtype",
+            f"'nisa.memset' got the float value={value!r} for an integer ({dtype}) dst",
+        )
     return dst, None, {}
 
 
@@ -217,6 +232,8 @@ def affine_select(
     """
     c = Call("affine_select", dtype)
     acc, t = c.tile(on_true_tile, "on_true_tile")
+    if t.buffer == "psum":
+        broken("affine_select.on_true_sbuf", f"'{c.api}' got the PSUM tile {tensor_label(t.decl)}")
     shape = acc.shape
     if isinstance(pred, Pred):
         conds = pred.conds

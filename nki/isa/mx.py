@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import NKIError, NKIShapeError, user_loc
 from ..ir import Access
-from .common import SBUF, Call, Instruction, dt, dtype_in, free_size
+from .common import SBUF, Call, Instruction, accumulate_unwritten, dt, dtype_in, free_size
 from .forms import instruction
 from .rules import check_pe_tiling
 
@@ -163,6 +163,8 @@ def nc_matmul_mx(
             code="err_invalid_argument",
             loc=user_loc(),
         )
+    if accumulate is True:
+        accumulate_unwritten(dtile, api)
     params: dict[str, Any] = {"psum_group": accumulate is None}
     if tiling is not None:
         params.update(tile_position=tiling, tile_size=(int(tile_size[0]), 128))

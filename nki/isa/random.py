@@ -16,6 +16,7 @@ from .. import dtypes
 from ..errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError, user_loc
 from ..ir import Const
 from ..tracer import NkiTensor
+from ..tracer.api_checks import broken
 from .common import Call, Instruction, dt, dtype_in, free_size, is_tile, scalar_or_vector
 from .enums import engine as _engine
 from .forms import instruction
@@ -189,4 +190,6 @@ def dropout(data: Any, prob: Any, *, mask: Any = None, dtype: Any = None) -> Nki
             code="err_invalid_operand_dtype",
             loc=user_loc(),
         )
+    elif odt != dt(t):
+        broken("dropout.dst_dtype", f"'{api}' got data {dt(t)} and dst {odt}")
     return c.new(acc.shape, (acc, pop), dtype=odt, mask=mask)

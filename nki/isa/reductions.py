@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import NKIError, NKIShapeError, user_loc
 from ..ir import Const
 from ..tracer import NkiTensor, operand
+from ..tracer.api_checks import broken
 from .common import (
     Call,
     Instruction,
@@ -165,6 +166,8 @@ def tensor_scalar_reduce(
             loc=user_loc(),
         )
     check_engine_op(f0, "vector", c.api, "op0")
+    if reverse0:
+        broken("tensor_scalar_reduce.reverse0", f"'{c.api}' got reverse0={reverse0!r}")
     o0, _ = scalar_or_vector(operand0, acc.shape[0], c.api, "operand0")
     rop = reducer(
         reduce_op, c.api, "reduce_op", ("add", "subtract", "multiply", "maximum", "minimum")

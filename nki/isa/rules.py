@@ -67,7 +67,7 @@ def check_gpsimd_memory(engine: str, tensors: dict[str, NkiTensor], api: str) ->
         if t is not None and t.buffer == "psum":
             raise NKIMemoryError(
                 f"the GpSimd engine cannot access PSUM: operand '{role}' of '{api}' is the PSUM "
-                f"tile '{t.name}'; use the Vector or Scalar engine",
+                f"tile {t.label}; use the Vector or Scalar engine",
                 code="err_unsupported_memory",
                 loc=user_loc(),
             )

@@ -17,6 +17,7 @@ from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import Access, Const
 from ..language import core as _core
 from ..tracer import NkiTensor
+from ..tracer.api_checks import broken
 from .common import (
     Call,
     Instruction,
@@ -60,7 +61,8 @@ def activation(
     accumulator registers as ``reduce_cmd`` says (idle: untouched; reset: to the op's
     identity; reduce: fold in; reset_reduce: reset then fold in); ``reduce_res`` (P, 1), if
     given, receives the registers. Registers never reset hold NaN here (their hardware content
-    is undefined). NeuronCore-v2 only accumulates with add.
+    is undefined). NeuronCore-v2 only accumulates with add; in the current API ``reduce_op``
+    must be ``nl.add`` on every target (``activation_reduce`` keeps max / min from v3).
 
     Example: ``e = nisa.activation(nl.exp, x, bias=neg_max, scale=1.0)``.
     """
@@ -178,6 +180,8 @@ def _activation(
     if reduce_op is not None or reduce_res is not None:
         rop = alu_op(reduce_op if reduce_op is not None else "add", c.api, "reduce_op")
         check_activation_reduce_op(rop, c.api)
+        if rop.name != "add" and c.row.name == "activation":
+            broken("activation.reduce_add", f"'{c.api}' got reduce_op={rop.name}")
         params["reduce_op"] = rop.name
         if reduce_res is not None:
             params["reduce_res"] = res_vector(reduce_res, parts, c.api)[0]

@@ -8,7 +8,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
-from ..tracer import NkiTensor, const_operand
+from ..ir import Cond, IndexExpr, Mask
+from ..symbolic import Pred
+from ..tracer import NkiTensor, const_operand, to_mask
 from .common import Call, dt, free_size, is_tile, same_partitions, tile
 from .forms import instruction
 from .rules import check_dtype_in
@@ -25,17 +27,41 @@ def _elements_between(acc_shape: tuple[int, ...], lo: int, hi: int, api: str, ro
         )
 
 
+def _source_mask(c: Call, mask: Any, src_shape: tuple[int, ...]) -> tuple[Any, dict[str, Any]]:
+    """A ``mask=`` of a search over its source's iteration space (AWS's ``max8`` example masks
+    ``src=t[ix, iy]`` with ``(ix < n // 2) and (iy < m // 2)``; ``nc_find_index8``'s mask
+    "applies to the data"): the source elements it leaves out are not searched, the partitions
+    it leaves out are not written. Returns the (P, 8) result's mask (the conditions on the
+    partition axis alone) and the source mask as an attribute. A mask of the result's own
+    shape (or None) keeps its usual meaning."""
+    if not isinstance(mask, Pred) or tuple(src_shape[1:]) == (8,):
+        return mask, {}
+    shapes = [cond.expr.shape for cond in mask.conds]
+    if all(len(sh) < 2 or sh[-1] in (1, 8) for sh in shapes):
+        return mask, {}  # over the (P, 8) result
+    m = to_mask(mask, tuple(src_shape), c.api)
+    assert isinstance(m, Mask)
+    rows = tuple(
+        Cond(IndexExpr(cond.expr.base, (cond.expr.coeffs[0], 0), (cond.expr.shape[0], 1)), cond.op)
+        for cond in m.conds
+        if not any(cond.expr.coeffs[1:])
+    )
+    return (Pred(rows) if rows else None), {"src_mask": m}
+
+
 @instruction
 def max8(*, src: Any, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """The 8 largest values of each partition (8..16384 elements), in descending order, as a
-    (P, 8) tile (compared in fp32).
+    (P, 8) tile (compared in fp32). A ``mask`` over the source's elements searches only those
+    (partitions it leaves out are not written).
 
     Example: ``top = nisa.max8(src=scores)``.
     """
     c = Call("max8", dtype)
     acc, _ = c.tile(src, "src")
     _elements_between(acc.shape, 8, 16384, c.api, "src")
-    return c.new((acc.shape[0], 8), (acc,), mask=mask)
+    mask, extra = _source_mask(c, mask, acc.shape)
+    return c.new((acc.shape[0], 8), (acc,), mask=mask, **extra)
 
 
 @instruction
@@ -51,7 +77,8 @@ def nc_find_index8(*, data: Any, vals: Any, mask: Any = None, dtype: Any = None)
     acc, vacc = _data_and_vals(c, data, vals)
     odt = c.result_dtype()
     check_dtype_in(odt, ("uint32", "uint16"), c.api, "dtype")
-    return c.new((acc.shape[0], 8), (acc, vacc), dtype=odt, mask=mask)
+    mask, extra = _source_mask(c, mask, acc.shape)
+    return c.new((acc.shape[0], 8), (acc, vacc), dtype=odt, mask=mask, **extra)
 
 
 @instruction

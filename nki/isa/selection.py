@@ -13,6 +13,7 @@ from .. import isa_spec as spec
 from ..errors import NKIError, NKITypeError, user_loc
 from ..ir import Const
 from ..tracer import NkiTensor, assign, operand
+from ..tracer.api_checks import broken
 from .common import (
     Call,
     alu_op,
@@ -269,6 +270,20 @@ def range_select(
     )  # fmt: skip
 
 
+def _shuffle_starts(api: str, operands: tuple, parts: int) -> None:
+    """nc_stream_shuffle's start partitions, by its number of active partitions."""
+    active = -(-parts // 32) * 32
+    allowed = (0,) if active > 64 else (0, 64) if active == 64 else (0, 32, 64, 96)
+    for acc, t, role in operands:
+        e = acc.index[t.decl.par_dim] if acc.index else None
+        if e is not None and e.base.is_const and e.base.const not in allowed:
+            broken(
+                "nc_stream_shuffle.start",
+                f"'{api}' with {active} active partitions got '{role}' starting at partition "
+                f"{e.base.const}",
+            )
+
+
 @instruction
 def nc_stream_shuffle(
     src: Any, dst: Any, shuffle_mask: Any, *, dtype: Any = None, mask: Any = None
@@ -295,6 +310,7 @@ def nc_stream_shuffle(
     except (TypeError, ValueError):
         m = ()
     parts, dparts = sacc.shape[0], dacc.shape[0]
+    _shuffle_starts(api, ((sacc, st, "src"), (dacc, dtt, "dst")), max(parts, dparts))
     if len(m) != 32 or any(not (0 <= v < 32 or v == 255) for v in m):
         raise NKIError(
             f"'shuffle_mask' of '{api}' must be 32 integers in [0, 32) or 255; got "

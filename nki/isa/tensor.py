@@ -16,10 +16,13 @@ from ..errors import (
 )
 from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
 from ..tracer import NkiTensor, classic_mode, operand, stage_psum_operand
-from .common import SBUF, Call, free_size
+from ..tracer.api_checks import broken
+from .common import SBUF, Call, accumulate_unwritten, free_size
 from .enums import engine_name
 from .forms import dst_dtype, dst_view, instruction
 from .rules import check_dtype_in, check_pe_tiling, rules, target
+
+_FP32_LIKE = frozenset({"float32", "tfloat32"})
 
 
 def _perf_name(perf_mode: object) -> str:
@@ -46,6 +49,8 @@ def _matmul_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, str | Non
             code="err_unsupported_memory",
             loc=user_loc(),
         )
+    if acc is True:
+        accumulate_unwritten(t, "nisa.nc_matmul")
     if a.get("perf_mode") is not None and str(a["perf_mode"]).endswith("none"):
         a["perf_mode"] = None
     a["dtype"] = dst_dtype(dst)
@@ -90,6 +95,12 @@ def nc_matmul(
     macc, mt = c.tile(moving, "moving", SBUF)
     for role, t in (("stationary", st), ("moving", mt)):
         check_dtype_in(t.decl.dtype, MATMUL_IN_DTYPES, api, role, "err_unsupported_matmul_dtype")
+    pair = {st.decl.dtype, mt.decl.dtype}
+    shown = f"'{api}' got stationary {st.decl.dtype} and moving {mt.decl.dtype}"
+    if pair == {"float8_e4m3", "float8_e4m3fn"}:
+        broken("nc_matmul.fp8_mix", shown)
+    if len(pair & _FP32_LIKE) == 1 and len(pair) == 2:
+        broken("nc_matmul.fp32_pair", shown)
     perf = _perf_name(perf_mode)
     sshape, mshape = sacc.shape, macc.shape
     if perf != "none":
@@ -200,7 +211,7 @@ def nc_transpose(
     if eng == "tensor" and t.buffer != "sbuf":
         raise NKIMemoryError(
             f"'{c.api}' on the Tensor engine reads SBUF only; 'data' is in {t.buffer} "
-            f"('{t.name}'); use engine=nisa.vector_engine for PSUM inputs (<= 32x32)",
+            f"({t.label}); use engine=nisa.vector_engine for PSUM inputs (<= 32x32)",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
@@ -213,6 +224,8 @@ def nc_transpose(
                 loc=user_loc(),
             )
     odt = c.result_dtype()
+    if odt != t.decl.dtype:
+        broken("nc_transpose.dtype", f"'{c.api}' got data {t.decl.dtype} and dst {odt}")
     if eng == "tensor" and not dtypes.is_float(t.decl.dtype):
         check_dtype_in(
             t.decl.dtype, MATMUL_IN_DTYPES, c.api, "data", "err_unsupported_matmul_dtype"

@@ -10,6 +10,7 @@ from ..errors import NKIError, user_loc
 from ..ir import Const
 from ..optable import Op
 from ..tracer import NkiTensor
+from ..tracer.api_checks import broken
 from .common import (
     Call,
     Instruction,
@@ -35,10 +36,12 @@ from .enums import reduce_cmd as _reduce_cmd
 from .forms import instruction
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
 
+_EQUAL_FREE = "tensor_tensor.equal_free"
+
 
 def _default_engine(ops: list[Op]) -> str:
-    if all("vector" in o.engines for o in ops):
-        return "vector"
+    """The first engine (in the op table's order) that runs every op: ``nl.power`` runs on
+    GpSimd, the other binary ops on the Vector engine."""
     common = [e for e in ops[0].engines if all(e in o.engines for o in ops)]
     return common[0] if common else "vector"
 
@@ -55,9 +58,10 @@ def tensor_tensor(
 ) -> NkiTensor:
     """``op(data1, data2)`` element-wise (Vector engine by default; GpSimd with engine=).
 
-    Both tiles need the same partition count and elements per partition (or one of them is a
-    (P, 1) column, broadcast along the free axis, as AWS's double-row matmul sample scales its
-    rows) and cannot both be in PSUM. Arithmetic ops compute in fp32; bit-vector ops need
+    Both tiles need the same partition count and elements per partition and cannot both be in
+    PSUM. A classic kernel may pass a (P, 1) column, broadcast along the free axis (AWS's
+    classic double-row matmul sample scales its rows so); the current API refuses it and
+    points to ``nisa.tensor_scalar``. Arithmetic ops compute in fp32; bit-vector ops need
     integer dtypes and run on the Vector engine on raw bits. Default dtype: the wider input.
 
     Example: ``z = nisa.tensor_tensor(x, y, op=nl.add)``.
@@ -67,6 +71,13 @@ def tensor_tensor(
     a1, t1 = c.tile(data1, "data1")
     a2, t2 = c.tile(data2, "data2")
     column = free_size(a2.shape) == 1 or free_size(a1.shape) == 1
+    if column and free_size(a1.shape) != free_size(a2.shape):
+        same_partitions(a1.shape, a2.shape, api, "data1", "data2")
+        broken(
+            _EQUAL_FREE,
+            f"'{api}' got data1 {list(a1.shape)} ({free_size(a1.shape)} elements per "
+            f"partition) and data2 {list(a2.shape)} ({free_size(a2.shape)})",
+        )
     if column:
         same_partitions(a1.shape, a2.shape, api, "data1", "data2")
     else:
@@ -101,7 +112,8 @@ def tensor_scalar(
 
     Both ops must be of one class (bit-vector or arithmetic); bit-vector ops run only on the
     Vector engine with integer dtypes. On the Scalar engine (NeuronCore-v3+) only (multiply,
-    add), (multiply, None) and (add, None) are supported. Default dtype: the data's.
+    add), (multiply, None) and (add, None) are supported; on the GpSimd engine only rsqrt
+    (``op0=nl.rsqrt``, no ``op1``). Default dtype: the data's.
 
     Example: ``y = nisa.tensor_scalar(x, np.subtract, mean, op1=np.multiply, operand1=rstd)``.
     """
@@ -145,12 +157,20 @@ def tensor_scalar(
             check_engine_op(f0, eng, api, "op0")
         check_scalar_pair(f0, f1, api)
     else:
+        if eng == "gpsimd" and (f0.name != "rsqrt" or f1 is not None):
+            ran = f0.name + (f" and op1={f1.name}" if f1 is not None else "")
+            broken("tensor_scalar.gpsimd_rsqrt", f"'{api}' on the GpSimd engine got op0={ran}")
         for role, f in zip(("op0", "op1"), ops):
             check_engine_op(f, eng, api, role)
     tensors = {"data": t}
-    for role, x in (("operand0", operand0), ("operand1", operand1)):
+    for role, x, f in (("operand0", operand0, f0), ("operand1", operand1, f1)):
         if is_tile(x):
             tensors[role] = tile(x, api, role)[1]
+            if f is not None and not f.bitvec and dt(tensors[role]) != "float32":
+                broken(
+                    "tensor_scalar.operand_fp32",
+                    f"'{api}' got a {dt(tensors[role])} '{role}' tile for op {f.name}",
+                )
     check_gpsimd_memory(eng, tensors, api)
     odt = c.result_dtype()
     for role, f in zip(("op0", "op1"), ops):
@@ -194,6 +214,8 @@ def scalar_tensor_tensor(
     not_both_psum(t, t1, api, "data", "operand1")
     for role, f in (("op0", f0), ("op1", f1)):
         check_engine_op(f, "vector", api, role)
+        if f.bitvec:
+            broken("scalar_tensor_tensor.arith", f"'{api}' got {role}={f.name}")
     odt = c.result_dtype()
     for role, f in (("op0", f0), ("op1", f1)):
         check_bitvec_dtypes(f, [dt(t), dt(t1), odt], api, role)

@@ -14,7 +14,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ._tiles import P, row_tiles
+from ._tiles import P, fit, row_tiles
 
 F32 = nl.float32
 NEG = -3.0e38
@@ -32,28 +32,30 @@ def conv2d_kernel(x, w, b, stride=1, padding=0):
     oh = (h + 2 * padding - kh) // stride + 1
     ow = (wd + 2 * padding - kw) // stride + 1
     out = nl.ndarray((n, co, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
-    i_o = nl.arange(P)[None, :]
+    pi, po = fit(ci), fit(co)  # channel tiles: 128, or all the channels when fewer
+    i_p = nl.arange(pi)[:, None]  # input channels (the contraction, on partitions)
+    i_q = nl.arange(po)[:, None]  # output channels (the result's partitions)
+    i_o = nl.arange(po)[None, :]
     i_w = nl.arange(ow)[None, :]
     i_1 = nl.arange(1)[None, :]
     for img in nl.affine_range(n):
-        for ct in nl.affine_range(row_tiles(co)):
-            ochan = ct * P + i_p
+        for ct in nl.affine_range(row_tiles(co, po)):
+            ochan = ct * po + i_q
             bias = nl.load(b[ochan, i_1], mask=ochan < co)
             for r in nl.affine_range(oh):
-                acc = nl.zeros((P, ow), F32, buffer=nl.psum)
-                for it in nl.affine_range(row_tiles(ci)):
-                    ichan = it * P + i_p
+                acc = nl.zeros((po, ow), F32, buffer=nl.psum)
+                for it in nl.affine_range(row_tiles(ci, pi)):
+                    ichan = it * pi + i_p
                     for dy in nl.static_range(kh):
                         for dx in nl.static_range(kw):
-                            w_t = nl.zeros((P, P), w.dtype, buffer=nl.sbuf)
+                            w_t = nl.zeros((pi, po), w.dtype, buffer=nl.sbuf)
                             w_t[i_p, i_o] = nl.load(
-                                w[ct * P + i_o, ichan, dy, dx],
-                                mask=(ichan < ci) & (ct * P + i_o < co),
+                                w[ct * po + i_o, ichan, dy, dx],
+                                mask=(ichan < ci) & (ct * po + i_o < co),
                             )
                             row = r * stride + dy - padding
                             col = i_w * stride + dx - padding
-                            x_t = nl.zeros((P, ow), x.dtype, buffer=nl.sbuf)
+                            x_t = nl.zeros((pi, ow), x.dtype, buffer=nl.sbuf)
                             x_t[i_p, i_w] = nl.load(
                                 x[img, ichan, row, col],
                                 mask=(ichan < ci)

@@ -20,11 +20,34 @@ from typing import Any
 import nki
 import nki.language as nl
 
-from ._tiles import load_operand, load_rows, row_tiles, store_rows
+from . import _tiles
+from ._tiles import fit
 
 F32 = nl.float32
 TWO_PI_HI = 6.28125  # 2*pi split for an exact range reduction: k * TWO_PI_HI is exact in fp32
 TWO_PI_LO = 2 * math.pi - 6.28125
+
+
+# row tiles of min(128, N) partitions: a tensor of fewer rows is one tile with no padding
+def row_tiles(n: int) -> int:
+    return _tiles.row_tiles(n, fit(n))
+
+
+def load_rows(x: Any, t: Any, n: int, d: int, dtype: Any = None) -> Any:
+    return _tiles.load_rows(x, t, n, d, dtype, p=fit(n))
+
+
+def store_rows(out: Any, t: Any, n: int, d: int, value: Any) -> None:
+    _tiles.store_rows(out, t, n, d, value, p=fit(n))
+
+
+def load_operand(y: Any, t: Any, n: int, d: int) -> Any:
+    return _tiles.load_operand(y, t, n, d, p=fit(n))
+
+
+def rounded(res: Any, dtype: Any) -> Any:
+    """``res`` in ``dtype`` (one rounding; no copy when it already is)."""
+    return res if res.dtype == dtype else nl.copy(res, dtype=dtype)
 
 
 def _reduce_angle(x: Any) -> Any:
@@ -162,7 +185,7 @@ def _unary(op: str) -> Any:
         out = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
         for t in nl.affine_range(row_tiles(n)):
             xt = load_rows(x, t, n, d)
-            store_rows(out, t, n, d, nl.copy(f(xt), dtype=x.dtype))
+            store_rows(out, t, n, d, rounded(f(xt), x.dtype))
         return out
 
     return _named(
@@ -182,7 +205,7 @@ def _binary(op: str) -> Any:
         dt = _compute_dtype(op, x.dtype)
         for t in nl.affine_range(row_tiles(n)):
             res = f(load_rows(x, t, n, d), load_operand(y, t, n, d), dt)
-            store_rows(out, t, n, d, nl.copy(res, dtype=x.dtype))
+            store_rows(out, t, n, d, rounded(res, x.dtype))
         return out
 
     return _named(
@@ -260,7 +283,7 @@ def _scalar(op: str) -> Any:
         for t in nl.affine_range(row_tiles(n)):
             xt = load_rows(x, t, n, d)
             res = f(s, xt, dt) if reverse else f(xt, s, dt)
-            store_rows(out, t, n, d, nl.copy(res, dtype=x.dtype))
+            store_rows(out, t, n, d, rounded(res, x.dtype))
         return out
 
     return _named(
@@ -281,7 +304,7 @@ def _grad(op: str) -> Any:
         for t in nl.affine_range(row_tiles(n)):
             gt = load_rows(g, t, n, d)
             st = load_rows(saved, t, n, d)
-            store_rows(out, t, n, d, nl.copy(f(gt, st), dtype=g.dtype))
+            store_rows(out, t, n, d, rounded(f(gt, st), g.dtype))
         return out
 
     return _named(

@@ -1,10 +1,11 @@
 """Matrix products on the Tensor engine: matmul / linear / addmm / bmm, and column sums.
 
-All kernels tile the contraction (K) over 128 partitions, the stationary free size (M) over
-128 and the moving free size (N) over 512, accumulate K tiles in an fp32 PSUM tile and round
-once on the store. Ragged sizes load into zero-filled tiles under masks, so padding lanes
-contribute exact zeros to the contraction. bf16 (or fp16) inputs are multiplied with fp32
-accumulation."""
+All kernels tile the contraction (K) over up to 128 partitions, the stationary free size (M)
+over up to 128 and the moving free size (N) over up to 512, accumulate K tiles in an fp32 PSUM
+tile and round once on the store. A dimension smaller than its tile gets a tile of its own
+size (no padding lanes to compute); ragged sizes load into zero-filled tiles under masks, so
+padding lanes contribute exact zeros to the contraction. bf16 (or fp16) inputs are multiplied
+with fp32 accumulation."""
 
 from __future__ import annotations
 
@@ -13,27 +14,47 @@ from typing import Any
 import nki
 import nki.language as nl
 
-from ._tiles import PSUM_FMAX, P, row_tiles
+from ._tiles import PSUM_FMAX, P
 
 NT = PSUM_FMAX  # moving free size per matmul (one PSUM bank of fp32)
 
 
-def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, b_row: Any = None) -> Any:
-    """acc[128, 512] (fp32 PSUM) = a[mi tile, :] @ b[:, ni tile]; ``a`` is (m, k) and ``b``
-    (k, n) HBM tensors (``b_row`` selects a batch: b[b_row, ...])."""
-    i_p = nl.arange(P)[:, None]
-    i_m = nl.arange(P)[None, :]
-    i_n = nl.arange(NT)[None, :]
-    acc = nl.zeros((P, NT), nl.float32, buffer=nl.psum)
-    for ki in nl.affine_range(row_tiles(k)):
-        krow = ki * P + i_p
+def _tiles(m: int, k: int, n: int) -> tuple[int, int, int]:
+    """(M, K, N) tile sizes: the hardware's (128, 128, 512), or a smaller dimension whole."""
+    return min(P, m), min(P, k), min(NT, n)
+
+
+def _count(n: int, tile: int) -> int:
+    return (n + tile - 1) // tile
+
+
+def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, bi: Any = None) -> Any:
+    """acc[tm, tn] (fp32 PSUM) = a[mi tile, :] @ b[:, ni tile]; ``a`` is (m, k) and ``b``
+    (k, n) HBM tensors, or with ``bi`` (B, m, k) and (B, k, n) ones at batch ``bi``."""
+    tm, tk, tn = _tiles(m, k, n)
+    i_p = nl.arange(tk)[:, None]
+    i_m = nl.arange(tm)[None, :]
+    i_n = nl.arange(tn)[None, :]
+    at = (lambda r, c: a[r, c]) if bi is None else (lambda r, c: a[bi, r, c])
+    bt = (lambda r, c: b[r, c]) if bi is None else (lambda r, c: b[bi, r, c])
+    acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
+    for ki in nl.affine_range(_count(k, tk)):
+        krow = ki * tk + i_p
         # stationary operand: a's block with K on the partition axis (a transposing DMA)
-        a_t = nl.zeros((P, P), a.dtype, buffer=nl.sbuf)
-        a_t[i_p, i_m] = nl.load(a[mi * P + i_m, krow], mask=(krow < k) & (mi * P + i_m < m))
-        b_t = nl.zeros((P, NT), b.dtype, buffer=nl.sbuf)
-        b_t[i_p, i_n] = nl.load(b[krow, ni * NT + i_n], mask=(krow < k) & (ni * NT + i_n < n))
+        a_t = nl.zeros((tk, tm), a.dtype, buffer=nl.sbuf)
+        a_t[i_p, i_m] = nl.load(at(mi * tm + i_m, krow), mask=(krow < k) & (mi * tm + i_m < m))
+        b_t = nl.zeros((tk, tn), b.dtype, buffer=nl.sbuf)
+        b_t[i_p, i_n] = nl.load(bt(krow, ni * tn + i_n), mask=(krow < k) & (ni * tn + i_n < n))
         acc += nl.matmul(a_t, b_t, transpose_x=True)
     return acc
+
+
+def _out_tile(m: int, k: int, n: int, mi: Any, ni: Any) -> tuple[Any, Any, Any]:
+    """(rows, cols, in-bounds mask) of output tile (mi, ni)."""
+    tm, _, tn = _tiles(m, k, n)
+    rows = mi * tm + nl.arange(tm)[:, None]
+    cols = ni * tn + nl.arange(tn)[None, :]
+    return rows, cols, (rows < m) & (cols < n)
 
 
 @nki.jit
@@ -44,15 +65,13 @@ def matmul_kernel(a, b):
     or float16; fp32 accumulation in PSUM; c has a's dtype (rounded once)."""
     m, k = a.shape
     n = b.shape[1]
+    tm, _, tn = _tiles(m, k, n)
     out = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
-    i_n = nl.arange(NT)[None, :]
-    for mi in nl.affine_range(row_tiles(m)):
-        for ni in nl.affine_range((n + NT - 1) // NT):
+    for mi in nl.affine_range(_count(m, tm)):
+        for ni in nl.affine_range(_count(n, tn)):
             acc = _mm_tile(a, b, mi, ni, m, k, n)
-            rows = mi * P + i_p
-            cols = ni * NT + i_n
-            nl.store(out[rows, cols], nl.copy(acc, dtype=a.dtype), mask=(rows < m) & (cols < n))
+            rows, cols, ok = _out_tile(m, k, n, mi, ni)
+            nl.store(out[rows, cols], nl.copy(acc, dtype=a.dtype), mask=ok)
     return out
 
 
@@ -64,18 +83,15 @@ def addmm_kernel(bias, a, b, beta=1.0, alpha=1.0):
     (bias of the same dtype); the bias is added to the fp32 accumulator before rounding."""
     m, k = a.shape
     n = b.shape[1]
+    tm, _, tn = _tiles(m, k, n)
     out = nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
-    i_n = nl.arange(NT)[None, :]
     row_bias = bias.shape[0] == 1
-    for mi in nl.affine_range(row_tiles(m)):
-        for ni in nl.affine_range((n + NT - 1) // NT):
+    for mi in nl.affine_range(_count(m, tm)):
+        for ni in nl.affine_range(_count(n, tn)):
             acc = _mm_tile(a, b, mi, ni, m, k, n)
-            rows = mi * P + i_p
-            cols = ni * NT + i_n
-            ok = (rows < m) & (cols < n)
+            rows, cols, ok = _out_tile(m, k, n, mi, ni)
             if row_bias:
-                bt = nl.load(bias[i_p * 0, cols], mask=cols < n)
+                bt = nl.load(bias[nl.arange(tm)[:, None] * 0, cols], mask=cols < n)
             else:
                 bt = nl.load(bias[rows, cols], mask=ok)
             res = nl.add(
@@ -94,30 +110,14 @@ def bmm_kernel(a, b):
     Shapes and dtypes as :func:`matmul_kernel` per batch."""
     nb, m, k = a.shape
     n = b.shape[2]
+    tm, _, tn = _tiles(m, k, n)
     out = nl.ndarray((nb, m, n), dtype=a.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
-    i_m = nl.arange(P)[None, :]
-    i_n = nl.arange(NT)[None, :]
     for bi in nl.affine_range(nb):
-        for mi in nl.affine_range(row_tiles(m)):
-            for ni in nl.affine_range((n + NT - 1) // NT):
-                acc = nl.zeros((P, NT), nl.float32, buffer=nl.psum)
-                for ki in nl.affine_range(row_tiles(k)):
-                    krow = ki * P + i_p
-                    a_t = nl.zeros((P, P), a.dtype, buffer=nl.sbuf)
-                    a_t[i_p, i_m] = nl.load(
-                        a[bi, mi * P + i_m, krow], mask=(krow < k) & (mi * P + i_m < m)
-                    )
-                    b_t = nl.zeros((P, NT), b.dtype, buffer=nl.sbuf)
-                    b_t[i_p, i_n] = nl.load(
-                        b[bi, krow, ni * NT + i_n], mask=(krow < k) & (ni * NT + i_n < n)
-                    )
-                    acc += nl.matmul(a_t, b_t, transpose_x=True)
-                rows = mi * P + i_p
-                cols = ni * NT + i_n
-                nl.store(
-                    out[bi, rows, cols], nl.copy(acc, dtype=a.dtype), mask=(rows < m) & (cols < n)
-                )
+        for mi in nl.affine_range(_count(m, tm)):
+            for ni in nl.affine_range(_count(n, tn)):
+                acc = _mm_tile(a, b, mi, ni, m, k, n, bi)
+                rows, cols, ok = _out_tile(m, k, n, mi, ni)
+                nl.store(out[bi, rows, cols], nl.copy(acc, dtype=a.dtype), mask=ok)
     return out
 
 
@@ -128,17 +128,18 @@ def sum_rows_kernel(x):
 
     Shapes: any N, D. Dtypes: float32, bfloat16, float16 (result in x's dtype)."""
     n, d = x.shape
+    _, tk, tn = _tiles(1, n, d)
     out = nl.ndarray((1, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
-    i_n = nl.arange(NT)[None, :]
+    i_p = nl.arange(tk)[:, None]
+    i_n = nl.arange(tn)[None, :]
     i_1 = nl.arange(1)[None, :]
-    ones = nl.ones((P, 1), x.dtype, buffer=nl.sbuf)
-    for ni in nl.affine_range((d + NT - 1) // NT):
-        cols = ni * NT + i_n
-        acc = nl.zeros((1, NT), nl.float32, buffer=nl.psum)
-        for ki in nl.affine_range(row_tiles(n)):
-            krow = ki * P + i_p
-            xt = nl.zeros((P, NT), x.dtype, buffer=nl.sbuf)
+    ones = nl.ones((tk, 1), x.dtype, buffer=nl.sbuf)
+    for ni in nl.affine_range(_count(d, tn)):
+        cols = ni * tn + i_n
+        acc = nl.zeros((1, tn), nl.float32, buffer=nl.psum)
+        for ki in nl.affine_range(_count(n, tk)):
+            krow = ki * tk + i_p
+            xt = nl.zeros((tk, tn), x.dtype, buffer=nl.sbuf)
             xt[i_p, i_n] = nl.load(x[krow, cols], mask=(krow < n) & (cols < d))
             acc += nl.matmul(ones, xt, transpose_x=True)
         nl.store(out[i_1 * 0, cols], nl.copy(acc, dtype=x.dtype), mask=cols < d)

@@ -229,6 +229,8 @@ __all__ = [
     "prelu",
 ]
 
+from .classic_only import mark as _mark_classic_only  # noqa: E402
 from .keywords import check_module as _check_module  # noqa: E402
 
 _check_module(globals(), __all__)  # unknown keywords of nl.* calls are located errors
+_mark_classic_only(globals())  # nl.arange, nl.mgrid, ...: a kernel using them is classic-API

@@ -3,8 +3,10 @@ device_print and the tile-size constants."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 from .. import dtypes
 from ..errors import NKIError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
@@ -12,7 +14,7 @@ from ..ir import HBM_BUFFERS, Affine, PidSym
 from ..symbolic import DynSlice, Scalar, _static_int
 from ..symbolic import arange as _arange
 from ..symbolic import mgrid as _mgrid
-from ..targets import DEFAULT_TARGET, TARGETS
+from ..targets import env_target
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -23,14 +25,16 @@ from ..tracer import (
     current,
     emit,
     generation,
+    loop,
     new_tensor,
+    note_generation,
     operand,
     require_buffer,
     result_tile,
     state,
-    symbolic_loop,
     to_mask,
 )
+from ..tracer.api_checks import broken
 
 # --------------------------------------------------------------------------------------------
 # Buffers
@@ -162,11 +166,12 @@ class spmd_dim:  # noqa: N801 - classic name
         )
 
 
-def program_id(axis: int) -> Scalar | int:
-    """The index of this SPMD instance along grid ``axis``: symbolic while tracing (classic
-    kernels), a plain int in a current-API launch on two cores (traced once per core)."""
+def program_id(axis: int = 0) -> Scalar | int:
+    """The index of this SPMD instance along grid ``axis`` (a compile-time int, default 0, within
+    the launch grid): symbolic while tracing (classic kernels), a plain int in a current-API
+    launch on two cores (traced once per core)."""
     st = state("nl.program_id")
-    axis = _static_int(axis, "nl.program_id axis")
+    axis = _axis(axis, "nl.program_id")
     nd = len(st.grid_shape)
     if axis < 0 or axis >= max(nd, 1):  # no grid: one instance, axis 0 only
         grid = f"a launch grid of {nd} dimension(s) {st.grid_shape}" if nd else "no launch grid"
@@ -184,16 +189,34 @@ def program_id(axis: int) -> Scalar | int:
     return Scalar(Affine.of(PidSym(axis)))
 
 
+def _axis(a: object, api: str) -> int:
+    """A grid axis argument: a compile-time int (not a bool, float, NaN or array)."""
+    if isinstance(a, bool) or isinstance(a, (float, np.floating)):
+        raise NKITypeError(
+            f"the axis of {api} must be a compile-time integer, got {a!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
+    return _static_int(a, f"the axis of {api}")
+
+
 def num_programs(axes: int | tuple[int, ...] | None = None) -> int:
-    """Number of instances along ``axes`` (all axes when None)."""
+    """Number of instances along ``axes``: one compile-time int axis or a tuple / list of
+    distinct ones, within the launch grid (None: all axes; one instance without a grid)."""
     st = state("nl.num_programs")
     shape = st.grid_shape
     if axes is None:
         ax = tuple(range(len(shape)))
-    elif isinstance(axes, int):
-        ax = (axes,)
+    elif isinstance(axes, (tuple, list)):
+        ax = tuple(_axis(a, "nl.num_programs") for a in axes)
     else:
-        ax = tuple(axes)
+        ax = (_axis(axes, "nl.num_programs"),)
+    if len(set(ax)) != len(ax):
+        raise NKIError(
+            f"nl.num_programs names an axis twice: axes={axes!r}",
+            code="err_invalid_program_axis",
+            loc=user_loc(),
+        )
     n = 1
     for a in ax:
         if not 0 <= a < max(len(shape), 1):
@@ -227,17 +250,22 @@ def _range_args(start: Any, stop: Any, step: Any, api: str) -> tuple[int, int, i
     return s0, s1, st
 
 
-def affine_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
+def affine_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterable[Any]:
     """A parallel loop: iterations must not depend on each other (only associative
-    accumulation such as ``psum += nl.matmul(...)`` may cross iterations). Traced once."""
+    accumulation such as ``psum += nl.matmul(...)`` may cross iterations; two iterations
+    writing the same HBM element is an error). Traced once with a symbolic iterator. In a
+    current-API kernel the iterator is an int as far as the kernel can tell (``range``): the
+    loop is unrolled where Python needs it (an ``if`` that varies, ``min``, ``int``, a list
+    index), and an on-chip value carried from one iteration to the next runs in order."""
     s0, s1, st = _range_args(start, stop, step, "nl.affine_range")
-    return symbolic_loop("affine", s0, s1, st)
+    return loop("affine", range(s0, s1, st))
 
 
-def sequential_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterator[Scalar]:
-    """A loop whose iterations may depend on each other; runs in order. Traced once."""
+def sequential_range(start: Any, stop: Any = None, step: Any = 1, **_kw: Any) -> Iterable[Any]:
+    """A loop whose iterations may depend on each other; runs in order. Traced once (current
+    API: unrolled where Python needs the iterator's int, see ``affine_range``)."""
     s0, s1, st = _range_args(start, stop, step, "nl.sequential_range")
-    return symbolic_loop("sequential", s0, s1, st)
+    return loop("sequential", range(s0, s1, st))
 
 
 def static_range(start: Any, stop: Any = None, step: Any = 1) -> range:
@@ -282,6 +310,7 @@ def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
     dims, par = [], 0
     for i, s in enumerate(shape):
         if isinstance(s, par_dim):
+            note_generation("classic", "nl.par_dim (classic API only)")
             par = i
         dims.append(_static_int(s, "tensor dimension"))
     return tuple(dims), par
@@ -304,6 +333,9 @@ def ndarray(
     st = state("nl.ndarray")
     dims, par = _shape(shape)
     buf = _buffer_name(buffer)
+    if isinstance(buffer, str):
+        shown = "hbm" if buffer == "hbm" else buf
+        broken("buffer.object", f"got buffer={buffer!r}; write buffer=nl.{shown}")
     dt = dtypes.name_of(dtype)
     if buf == "shared_hbm" and st.loops:
         raise NKIError(
@@ -462,7 +494,7 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
     if len(acc.shape) < 2:
         raise NKIShapeError(
             f"insufficient rank: nl.load of a {len(acc.shape)}-D access {list(acc.shape)} of "
-            f"'{t.name}'; on-chip tiles need a partition and a free dimension (index the "
+            f"{t.label}; on-chip tiles need a partition and a free dimension (index the "
             "tensor with 2-D index expressions, e.g. a[i_p, i_f])",
             code="err_insufficient_rank",
             loc=user_loc(),
@@ -488,13 +520,16 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     dacc, dt = operand(dst, "nl.store", "dst")
     require_buffer(dt, HBM_BUFFERS, "store", "dst")
     vacc, vt = operand(value, "nl.store", "value")
-    if vt.decl.buffer == "psum" and generation(sensitive=True) == "current":
-        raise NKIMemoryError(
-            f"nl.store of the PSUM tile '{vt.name}': in the current API DMA cannot read PSUM; "
-            "copy it to SBUF first (nisa.tensor_copy or nl.copy)",
-            code="err_unsupported_memory",
-            loc=user_loc(),
-        )
+    if vt.decl.buffer == "psum":
+        if generation() == "current":
+            raise NKIMemoryError(
+                f"nl.store of the PSUM tile {vt.label}: in the current API DMA cannot read "
+                "PSUM; copy it to SBUF first (nisa.tensor_copy or nl.copy)",
+                code="err_unsupported_memory",
+                loc=user_loc(),
+            )
+        # only the classic API's DMA reads PSUM: storing one makes the kernel classic
+        note_generation("classic", "nl.store of a PSUM tile (classic API only)")
     require_buffer(vt, ("sbuf", "psum"), "store", "value")
     check_partitions(vacc.shape, "store", "value")
     check_broadcast_into(vacc.shape, dacc.shape, "store")
@@ -549,7 +584,8 @@ def device_print(prefix: str, x: Any, **_kw: Any) -> None:
 
 class tile_size:  # noqa: N801 - classic name
     """Hardware tile limits (``nl.tile_size.pmax`` ...). ``total_available_sbuf_size`` is the
-    usable SBUF bytes per partition of the target being traced (trn2 outside a trace)."""
+    usable SBUF bytes per partition of the target being traced (outside a trace: the
+    environment's target, else the default trn3)."""
 
     pmax = 128
     psum_fmax = 512
@@ -563,14 +599,14 @@ class tile_size:  # noqa: N801 - classic name
     sbuf_min_align = 1
 
     class _PerTarget:
-        """A limit read from the target being traced (trn2 outside a trace)."""
+        """A limit read from the target being traced (outside a trace: ``env_target()``)."""
 
         def __init__(self, fn: Any) -> None:
             self.fn = fn
 
         def __get__(self, obj: object, owner: type) -> int:
             st = current()
-            target = st.target if st is not None else TARGETS[DEFAULT_TARGET]
+            target = st.target if st is not None else env_target()
             return int(self.fn(target))
 
     total_available_sbuf_size = _PerTarget(lambda t: t.sbuf_usable_per_partition)

@@ -11,7 +11,7 @@ import inspect
 from enum import Enum
 from typing import Any
 
-from ..tracer import TileOps
+from ..tracer import TileOps, loop
 from .core import Buffer, _buffer_name
 
 
@@ -112,6 +112,8 @@ def is_sbuf(buffer: Any) -> bool:
     return _region(buffer) == "sbuf"
 
 
-def range(*args: int) -> builtins.range:  # noqa: A001 - the current API's name
-    """``nl.range(...)``: Python's ``range`` (the current API unrolls every trace-time loop)."""
-    return builtins.range(*args)
+def range(*args: int) -> Any:  # noqa: A001 - the current API's name
+    """``nl.range(...)``: Python's ``range``. In a current-API kernel the iterable of a ``for``
+    statement is traced once as a symbolic loop in program order and unrolled where Python
+    needs the iterator's int (see ``nl.affine_range``); everywhere else it is the range."""
+    return loop("range", builtins.range(*args))

@@ -49,7 +49,7 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
             if t.buffer not in ("sbuf", "psum"):
                 raise NKIMemoryError(
                     f"expected operand '{role}' of '{api}' to be in address space 'sbuf' or "
-                    f"'psum', but got a tensor in '{t.buffer}' ('{t.name}'); nl.load it first",
+                    f"'psum', but got a tensor in '{t.buffer}' ({t.label}); nl.load it first",
                     code="err_unsupported_memory",
                     loc=user_loc(),
                 )

@@ -105,7 +105,7 @@ def reduce(
     if t.buffer not in ("sbuf", "psum"):
         raise NKITypeError(
             f"operand 'x' of '{api}' must be an on-chip tile (sbuf/psum), got a tensor in "
-            f"'{t.buffer}' ('{t.name}'); nl.load it first",
+            f"'{t.buffer}' ({t.label}); nl.load it first",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

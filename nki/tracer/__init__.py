@@ -4,8 +4,10 @@ instruction.
 
 Modules, by what they model:
 
-* ``state``: the state of one trace, the per-thread trace stack, symbolic loops and Python
-  control flow on loop iterators (classic mode);
+* ``state``: the state of one trace, the per-thread trace stack, the kernel's API generation
+  and Python control flow on loop iterators;
+* ``loops``: symbolic loops, unrolled where Python needs their iterators' ints
+  (``python_state`` reads what a loop body carries from the kernel's bytecode);
 * ``handles``: tensor handles (``NkiTensor``, ``View``) and their Python operators;
 * ``subscripts``: ``t[key]`` turned into affine index expressions;
 * ``operands``: tile arguments as accesses, buffer / partition rules, ``mask=`` predicates;
@@ -13,8 +15,8 @@ Modules, by what they model:
 * ``tensors``: indexing, assignment, in-place updates and reshape on handles;
 * ``views``, ``layouts``: the current API's view and layout methods on handles.
 
-Each module imports only the ones above it in this list (``state`` uses ``bool_masks`` and
-``loop_exits``, which import no tracer module); the handle classes
+Each module imports only the ones above it in this list (``state`` uses ``bool_masks``,
+``loops`` ``python_state`` and ``loop_exits``, which import no tracer module); the handle classes
 come first because everything else checks or creates them, and the methods that index or
 assign (which need subscripts and emission) are attached to them by ``tensors``, ``views`` and
 ``layouts`` when this package is imported."""
@@ -32,7 +34,9 @@ from .emission import (
     stage_psum_operand,
 )
 from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned
+from .held_output import held_output, release
 from .layouts import install as _install_layouts
+from .loops import escaped_loops, kernel_body, loop, symbolic_loop
 from .operands import (
     as_2d,
     check_partitions,
@@ -55,7 +59,6 @@ from .state import (
     request_per_core,
     set_classic_mode,
     state,
-    symbolic_loop,
     trace_with_unrolling,
     tracing,
     unroll_for_division,
@@ -92,9 +95,13 @@ __all__ = [
     "current",
     "decide_condition",
     "generation",
+    "held_output",
     "note_generation",
     "request_per_core",
     "emit",
+    "escaped_loops",
+    "kernel_body",
+    "loop",
     "new_tensor",
     "new_trace",
     "onchip_return",
@@ -102,6 +109,7 @@ __all__ = [
     "parse_subscript",
     "prod",
     "require_buffer",
+    "release",
     "reshape_tile",
     "result_tile",
     "set_classic_mode",

@@ -12,6 +12,7 @@ from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Access, Alloc, Const, Instr, Mask, TensorDecl
 from ..symbolic import Index, Scalar
 from .handles import NkiTensor, TileOps, _Assigned
+from .loops import escaped_loops
 from .operands import as_2d, operand
 from .state import TraceState, classic_mode, state
 
@@ -78,6 +79,7 @@ def emit(
     st = state(api)
     st.check_early_exit()
     instr = Instr(kind, op, dst, tuple(srcs), attrs, mask, user_loc(), accumulate, api)
+    escaped_loops(st, instr)
     st.append(instr)
     if dst is not None:
         st.written.setdefault(dst.tensor, instr.loc)  # type: ignore[arg-type]

@@ -21,8 +21,9 @@ from ..errors import (
     NKIShapeError,
     user_loc,
 )
-from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, LoopSym, TensorDecl
+from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, LoopSym, TensorDecl, tensor_label
 from ..symbolic import Index, Scalar
+from . import python_state
 from .state import state
 
 # name -> nki.language function behind a tile operator or method (add, subtract, ..., copy,
@@ -198,6 +199,19 @@ class TileOps:
         raise NotImplementedError
 
 
+class TensorWhat:
+    """``tensor 'out'`` (see ``nki.ir.tensor_label``), formatted when a message is built: reading
+    the kernel's source for the user's variable name costs nothing on the error-free path."""
+
+    __slots__ = ("decl",)
+
+    def __init__(self, decl: TensorDecl) -> None:
+        self.decl = decl
+
+    def __str__(self) -> str:
+        return f"tensor {tensor_label(self.decl)}"
+
+
 class NkiTensor(TileOps):
     """A tensor in HBM, SBUF or PSUM (kernel parameter, allocation or op result)."""
 
@@ -223,6 +237,17 @@ class NkiTensor(TileOps):
     @property
     def name(self) -> str:
         return self.decl.name
+
+    @property
+    def label(self) -> str:
+        """How messages name the tensor: the user's variable (``'out'``), else the internal
+        name with the line that created it (``nki.ir.tensor_label``)."""
+        return tensor_label(self.decl)
+
+    @property
+    def what(self) -> TensorWhat:
+        """``tensor 'out'`` for the messages of an indexing, named only if an error needs it."""
+        return TensorWhat(self.decl)
 
     def access_(self) -> Access:
         shape = self.decl.shape
@@ -250,7 +275,7 @@ class NkiTensor(TileOps):
         new_dt = dtypes.name_of(dtype)
         if self.decl.buffer not in HBM_BUFFERS:
             raise NKIMemoryError(
-                f"view(dtype) is supported for HBM tensors; '{self.name}' is in {self.decl.buffer}",
+                f"view(dtype) is supported for HBM tensors; {self.label} is in {self.decl.buffer}",
                 code="err_unsupported_memory",
                 loc=user_loc(),
             )
@@ -260,7 +285,7 @@ class NkiTensor(TileOps):
             last = shape[-1] * old_size
             if last % new_size:
                 raise NKIShapeError(
-                    f"cannot view tensor '{self.name}' {self.decl.dtype}{list(shape)} as "
+                    f"cannot view tensor {self.label} {self.decl.dtype}{list(shape)} as "
                     f"{new_dt}: the last dimension's {last} bytes are not a multiple of "
                     f"{new_size}",
                     code="err_reshape_size_mismatch",
@@ -329,6 +354,9 @@ class _Assigned:
 
     def __setitem__(self, key: object, value: object) -> None:
         self.view[key] = value  # type: ignore[index]
+
+
+python_state.SAME_AS[_Assigned] = lambda a: a.view  # `t += x` keeps t the same tile
 
 
 def _forward_operator(name: str) -> Any:

@@ -37,20 +37,20 @@ def view_dtype(self: TileOps, dtype: Any) -> View:
     dt = dtypes.name_of(dtype)
     old, new = dtypes.itemsize(t.decl.dtype), dtypes.itemsize(dt)
     if acc.indirect:
-        raise _err(f"view({dt}): '{t.name}' is indexed dynamically here; reinterpret first")
+        raise _err(f"view({dt}): {t.label} is indexed dynamically here; reinterpret first")
     if _on_chip(t) and t.decl.par_dim:
         return _view_dtype_blocked(t, acc, dt, old, new)
     st, shape = list(strides(self)), list(acc.shape)
     if shape[-1] > 1 and st[-1] != 1:
         raise _err(
-            f"view({dt}): the last dim of view {shape} of '{t.name}' must be contiguous "
+            f"view({dt}): the last dim of view {shape} of {t.label} must be contiguous "
             f"(stride 1), got stride {st[-1]}"
         )
     start = offset(self)
     scaled = [s * old for s in st[:-1]] + [shape[-1] * old, start * old]
     if any(v % new for v in scaled):
         raise _err(
-            f"view({dt}): view {shape} of '{t.name}' ({t.decl.dtype}) does not split into whole "
+            f"view({dt}): view {shape} of {t.label} ({t.decl.dtype}) does not split into whole "
             f"{dt} elements ({new} bytes): its last dim, strides or start are not multiples"
         )
     pat = [[s * old // new, n] for s, n in zip(st[:-1], shape[:-1])]
@@ -68,7 +68,7 @@ def _view_dtype_blocked(t: NkiTensor, acc: Access, dt: str, old: int, new: int) 
     shape, last = list(acc.shape), len(acc.index) - 1
     if (d.shape[-1] * old) % new:
         raise _err(
-            f"view({dt}): the last dim of '{t.name}' {d.dtype}{list(d.shape)} ({d.shape[-1] * old}"
+            f"view({dt}): the last dim of {t.label} {d.dtype}{list(d.shape)} ({d.shape[-1] * old}"
             f" bytes) does not split into whole {dt} elements ({new} bytes)"
         )
     index = []
@@ -78,22 +78,22 @@ def _view_dtype_blocked(t: NkiTensor, acc: Access, dt: str, old: int, new: int) 
             coeffs[-1] = 1 if k == last else 0
         if k < last:
             if coeffs[-1]:
-                raise _err(f"view({dt}): the last dim of view {shape} of '{t.name}' must run "
+                raise _err(f"view({dt}): the last dim of view {shape} of {t.label} must run "
                            "along the tile's last dim")  # fmt: skip
             index.append((e.base, coeffs))
             continue
         if coeffs[-1] != 1 or not e.base.is_const:
-            raise _err(f"view({dt}): the last dim of view {shape} of '{t.name}' must be "
+            raise _err(f"view({dt}): the last dim of view {shape} of {t.label} must be "
                        "contiguous (stride 1) and start at a constant")  # fmt: skip
         scaled = [e.base.const * old, *(c * old for c in coeffs[:-1])]
         if any(v % new for v in scaled):
-            raise _err(f"view({dt}): view {shape} of '{t.name}' does not start on whole {dt} "
+            raise _err(f"view({dt}): view {shape} of {t.label} does not start on whole {dt} "
                        f"elements ({new} bytes)")  # fmt: skip
         base = type(e.base).constant(scaled[0] // new)
         index.append((base, [v // new for v in scaled[1:]] + [1]))
     shape[-1] = shape[-1] * old // new
     if shape[-1] < 1:
-        raise _err(f"view({dt}): view {list(acc.shape)} of '{t.name}' is narrower than one {dt}")
+        raise _err(f"view({dt}): view {list(acc.shape)} of {t.label} is narrower than one {dt}")
     decl = _alias(t, d.shape[:-1] + (d.shape[-1] * old // new,), dt, "v", par_dim=d.par_dim)
     idx = tuple(IndexExpr(b, tuple(c), tuple(shape)) for b, c in index)
     return View(NkiTensor(decl, t.scope), Access(decl.name, tuple(shape), idx))
@@ -200,7 +200,7 @@ def indirect(self: TileOps, index: Any, num_elem: int | None = None) -> View:
     if not _on_chip(t) or len(self.shape) != 2:
         raise _err(f"indirect: needs a 2-D on-chip view, got {t.buffer} view {list(self.shape)}")
     if acc.indirect:
-        raise _err(f"indirect: view of '{t.name}' is already indirect; it cannot be re-indirected")
+        raise _err(f"indirect: view of {t.label} is already indirect; it cannot be re-indirected")
     if not isinstance(index, TileOps) or index.tensor_().buffer != "sbuf" or len(index.shape) != 2:
         raise _err(f"indirect: index must be a 2-D SBUF int tile, got {index!r}")
     if not dtypes.is_int(index.dtype):

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import linecache
 
-from ..errors import NKIControlFlowError, SrcLoc
+from ..errors import NKIControlFlowError, SrcLoc, source_tree
 
 # nodes whose body a break / return belongs to instead of the loop being checked
 _OWN_BREAK = (ast.For, ast.AsyncFor, ast.While)
@@ -22,22 +21,17 @@ _OWN_RETURN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 @functools.lru_cache(maxsize=64)
-def _tree(file: str, _stamp: int) -> ast.Module | None:
-    src = "".join(linecache.getlines(file))
-    try:
-        return ast.parse(src) if src else None
-    except SyntaxError:
-        return None
-
-
-def _for_at(tree: ast.Module, line: int) -> ast.For | None:
-    """The ``for`` statement whose iterable is the call at ``line`` (innermost if several)."""
-    best = None
-    for n in ast.walk(tree):
-        if isinstance(n, ast.For) and n.iter.lineno <= line <= (n.iter.end_lineno or line):
-            if best is None or n.lineno >= best.lineno:
-                best = n
-    return best
+def _fors(tree: ast.Module | None) -> dict[int, ast.For]:
+    """Per source line, the innermost ``for`` statement whose iterable spans that line (each
+    parsed file walked once)."""
+    out: dict[int, ast.For] = {}
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.For):
+            for line in range(n.iter.lineno, (n.iter.end_lineno or n.iter.lineno) + 1):
+                best = out.get(line)
+                if best is None or n.lineno >= best.lineno:
+                    out[line] = n
+    return out
 
 
 def _exits(nodes: list[ast.AST], in_inner_loop: bool = False) -> ast.stmt | None:
@@ -54,11 +48,7 @@ def _exits(nodes: list[ast.AST], in_inner_loop: bool = False) -> ast.stmt | None
 
 
 def _for_node(loc: SrcLoc) -> ast.For | None:
-    lines = linecache.getlines(loc.file)
-    if not lines:
-        return None
-    tree = _tree(loc.file, hash(tuple(lines)))
-    return _for_at(tree, loc.line) if tree is not None else None
+    return _fors(source_tree(loc.file)).get(loc.line)
 
 
 def loop_variable(loc: SrcLoc) -> str:

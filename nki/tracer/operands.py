@@ -21,13 +21,13 @@ from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl,
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
 from .handles import DynOffset, NkiTensor, TileOps, _Assigned
-from .state import TraceState, generation, state
+from .state import TraceState, generation, note_generation, state
 
 
 def check_scope(t: NkiTensor, st: TraceState) -> None:
     if tuple(st.loops[: len(t.scope)]) != t.scope:
         raise NKIScopeError(
-            f"tensor '{t.name}' was created inside a loop body and is used after that loop "
+            f"tensor {t.label} was created inside a loop body and is used after that loop "
             "ended; allocate it before the loop and update it in place (t[...] = ...)",
             loc=user_loc(),
             related=(("defined", t.decl.loc),) if t.decl.loc else (),
@@ -93,7 +93,7 @@ def require_buffer(t: NkiTensor, allowed: tuple[str, ...], api: str, role: str) 
         got = "a tile in" if t.decl.on_chip else "a tensor in"
         raise NKIMemoryError(
             f"expected operand '{role}' of '{api}' to be in address space '{space}', but got "
-            f"{got} '{t.buffer}' ('{t.name}')",
+            f"{got} '{t.buffer}' ({t.label})",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
@@ -141,13 +141,14 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskC
     check_pending()  # an `and` / `or` whose last operand was not traced
     if mask is None or (isinstance(mask, (bool, np.bool_)) and mask):
         return None
-    if generation(sensitive=True) == "current":
+    if generation() == "current":
         raise NKIError(
             f"mask= of '{api}' is classic-API only: the current NKI API has no masks; bound a "
             "partial tile with min()-sized slices (t[0:rows]) instead",
             code="err_mixed_api_generations",
             loc=user_loc(),
         )
+    note_generation("classic", f"mask= of {api} (classic API only)")
     if isinstance(mask, (bool, np.bool_)):  # mask=False: the instruction writes nothing
         return Mask((Cond(IndexExpr(Affine.constant(1), (), ()), "<"),))
     if isinstance(mask, Disj):  # built with `or`: disjoint conjunctions, one instruction each

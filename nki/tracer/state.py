@@ -1,5 +1,6 @@
 """Trace state and control flow: the state of one kernel trace, the per-thread trace stack,
-symbolic loops, and Python control flow on loop iterators (classic mode).
+the kernel's API generation, and Python control flow on loop iterators (decided, or the loops
+unrolled; the loops themselves are in ``loops``).
 
 A kernel body runs once per input signature with symbolic program ids and loop iterators;
 each thread traces on its own stack, so kernels traced in parallel threads never see each
@@ -14,8 +15,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import NKIControlFlowError, NKIError, SrcLoc, user_loc
-from ..ir import Affine, Loop, LoopSym, Node, PidSym, TensorDecl
-from ..symbolic import TRACE_HOOKS, Scalar
+from ..ir import Affine, Cond, IndexExpr, LoopSym, Node, PidSym, TensorDecl
+from ..symbolic import TRACE_HOOKS, Pred, Scalar
 from .bool_masks import (
     check_pending,
     clear_pending,
@@ -24,7 +25,7 @@ from .bool_masks import (
     left_of_boolean,
     negate,
 )
-from .loop_exits import early_exit_error, loop_variable
+from .held_output import held_output, release
 
 
 class TraceState:
@@ -51,20 +52,30 @@ class TraceState:
         # nl.loop_reduce results not yet assigned: tile name -> (op, source, mask, update)
         self.loop_reduce_results: dict[str, tuple[str, Any, Any, Any]] = {}
         # the kernel's API generation ("classic" / "current", None until decided) and the
-        # construct that decided it (what, where): see ``note_generation``
+        # construct that decided it (what, where): see ``note_generation``. Until decided the
+        # kernel behaves as ``default_generation``: current (``import nki``), classic in
+        # classic mode (the compat runner, NKI_CLASSIC=1)
         self.generation: str | None = None
         self.generation_why: tuple[str, SrcLoc | None] | None = None
+        self.default_generation = "classic" if classic_mode() else "current"
         # the physical core this trace is for (current API, LNC=2: one trace per core, where
         # nl.program_id(0) is this int); None: one trace with symbolic program ids
         self.core: int | None = None
-        # a construct whose meaning depends on the generation was traced while undecided
-        self.generation_sensitive = False
-        if _THREAD.preset[-1] is not None:  # a retrace of a kernel found to be current-API
-            self.generation, self.generation_why = "current", _THREAD.preset[-1]
+        # a construct whose meaning depends on the generation was traced while undecided (loops
+        # unrolled for the current API count: they are the unroll sites of this retrace)
+        self.generation_sensitive = bool(self.unroll_sites)
+        preset = _THREAD.preset[-1]
+        if preset is not None:  # a retrace of a kernel whose generation was found later
+            self.generation, self.generation_why = preset
+        # iterations of unrolled loops traced so far (see MAX_UNROLLED_ITERATIONS)
+        self.unrolled_iterations = 0
         # a symbolic loop left early (break / return), reported at the next instruction
         self.early_exit: NKIError | None = None
         # an instruction was traced with a mask built with `or` (see bool_masks.MaskCover)
         self.mask_covers = False
+        # documented rules broken while the generation they hold in was undecided, and
+        # warnings, told when the trace ends (see api_checks)
+        self.rule_breaches: list[tuple[Any, str, SrcLoc]] = []
 
     def check_early_exit(self) -> None:
         """Raise the error of a symbolic loop left by ``break`` / ``return`` (see
@@ -95,18 +106,24 @@ class TraceState:
 
 
 class _ThreadTraces(threading.local):
-    """The traces running in one thread (a kernel called inside a kernel nests) and the classic
-    loop call sites to unroll in the trace being retried."""
+    """The traces running in one thread (a kernel called inside a kernel nests), the loop call
+    sites to unroll in the trace being retried (and why), and the generation a retrace starts
+    with."""
 
     def __init__(self) -> None:
         self.stack: list[TraceState] = []
-        self.unroll_sites: list[frozenset[tuple[str, int, int]]] = [frozenset()]
-        # the construct that made the kernel being retraced current-API (see RetraceAsCurrent)
-        self.preset: list[tuple[str, SrcLoc | None] | None] = [None]
+        self.unroll_sites: list[frozenset[Site]] = [frozenset()]
+        self.unroll_reasons: list[dict[Site, str]] = [{}]
+        # the generation of the kernel being retraced and what decided it (see RetraceAs)
+        self.preset: list[tuple[str, tuple[str, SrcLoc | None]] | None] = [None]
 
 
+Site = tuple[str, int, int]  # a loop's call site: file, line, column
 _THREAD = _ThreadTraces()
 _CLASSIC_MODE = [os.environ.get("NKI_CLASSIC", "0") == "1"]
+# iterations of unrolled loops one trace may run: beyond it the kernel gets a located error
+# naming the loop instead of a trace that would run for hours
+MAX_UNROLLED_ITERATIONS = 1 << 17
 
 
 def classic_mode() -> bool:
@@ -119,6 +136,8 @@ def set_classic_mode(on: bool) -> None:
     flash attention and allocated kernels) rely on, but that nki-sim otherwise reports as
     errors:
 
+    * a kernel that uses no construct of the current API only is a classic-API kernel (without
+      classic mode it is a current-API kernel, as with AWS's ``nki`` package);
     * Python ``if`` on loop iterators (``if i * 128 >= j * 512:``): a condition that holds for
       every iteration (or for none) is decided at trace time; one that varies makes the loops
       involved unroll (the kernel is retraced with them unrolled, so the ``if`` sees concrete
@@ -135,59 +154,76 @@ def set_classic_mode(on: bool) -> None:
 
 
 @contextmanager
-def unrolling(sites: frozenset[tuple[str, int, int]]) -> Iterator[None]:
-    """Traces started inside unroll the classic loops at ``sites`` (see ``NeedsUnroll``)."""
+def unrolling(sites: frozenset[Site], reasons: dict[Site, str] | None = None) -> Iterator[None]:
+    """Traces started inside unroll the loops at ``sites`` (see ``NeedsUnroll``)."""
     _THREAD.unroll_sites.append(sites)
+    _THREAD.unroll_reasons.append(reasons or {})
     try:
         yield
     finally:
         _THREAD.unroll_sites.pop()
+        _THREAD.unroll_reasons.pop()
 
 
 class NeedsUnroll(NKIControlFlowError):
-    """Python ``if`` on a predicate over loop iterators that holds for some iterations only.
-    In classic mode the trace is restarted with the loops at ``sites`` unrolled."""
+    """Python needs the integer value of loop iterators (an ``if`` on a condition that varies
+    across iterations, ``min``, ``int``, a list index), or the body of a current-API loop
+    carries Python state to the next iteration: the trace restarts with the loops at ``sites``
+    unrolled (``why`` says what needed it)."""
 
-    def __init__(
-        self,
-        message: str,
-        sites: frozenset[tuple[str, int, int]],
-        undecided: NKIError | None = None,
-        **kw: Any,
-    ) -> None:
+    def __init__(self, message: str, sites: frozenset[Site], why: str = "", **kw: Any) -> None:
         super().__init__(message, **kw)
         self.sites = sites
-        # set when the kernel's generation was undecided: the error to report if the kernel
-        # turns out not to be current-API (where loop iterators are plain ints)
-        self.undecided = undecided
+        self.why = why or message
 
 
-def unroll_if_undecided(syms: Any, err: NKIError) -> None:
-    """A loop iterator needs a concrete value (``lst[i]``, ``min(i * n, m)``, ``if i > 0``)
-    before the kernel's generation is decided: retrace with those loops unrolled, which is
-    what the current API means by ``nl.affine_range``; ``err`` is reported if the kernel
-    ends up classic."""
-    st = current()
-    if st is None or st.generation is not None or classic_mode() or not syms:
-        return
+def effective_generation(st: TraceState) -> str:
+    """The generation the trace follows: the decided one, else the default (see TraceState)."""
+    return st.generation or st.default_generation
+
+
+def _where(loc: SrcLoc | None) -> str:
+    return f"{os.path.basename(loc.file)}:{loc.line}" if loc is not None else "the kernel"
+
+
+def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
+    """The request to unroll the symbolic loops of ``syms`` because ``why`` (a current-API
+    kernel: its iterators are Python ints); None for a classic kernel or when ``syms`` are not
+    all trace-time loop iterators."""
+    if effective_generation(st) == "classic" or not syms:
+        return None
     if not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
+        return None
+    if any(s in st.device_loops for s in syms):
+        return None
+    loc = user_loc()
+    why = f"{why} at {_where(loc)}"
+    sites = frozenset(st.loop_sites[s] for s in syms)  # type: ignore[index]
+    return NeedsUnroll(f"{why}: the loop is unrolled", sites, why=why, loc=loc)
+
+
+def _concrete_value(x: Any, what: str) -> None:
+    """Python needs the integer value of the traced scalar ``x`` (``what`` needs it): restart
+    per core (a program id of an LNC=2 launch) or with its loops unrolled (current API)."""
+    aff = getattr(x, "aff", None)
+    st = current()
+    if aff is None or st is None:
         return
-    sites = frozenset(st.loop_sites[s] for s in syms)
-    raise NeedsUnroll(err.message, sites, undecided=err, loc=err.loc)
+    syms = aff.symbols()
+    request_per_core(f"{what} on nl.program_id", syms)
+    req = unroll_request(st, syms, f"{what} needs the value of a loop iterator")
+    if req is not None:
+        raise req
 
 
-def _concrete_value(x: Any, err: NKIError) -> None:
-    if isinstance(x, Scalar):
-        unroll_if_undecided(x.aff.symbols(), err)
+class RetraceAs(Exception):
+    """The kernel turned out to be of the other generation than the one it was being traced as
+    (``generation``), after a construct whose meaning depends on it: the trace restarts with the
+    generation decided from the start."""
 
-
-class RetraceAsCurrent(Exception):
-    """The kernel turned out to be current-API after it opened ``nl.affine_range`` /
-    ``sequential_range`` loops, which the current API defines as Python ``range`` (unrolled,
-    plain int iterators, program order): the trace restarts with the generation decided."""
-
-    def __init__(self, why: tuple[str, SrcLoc | None]) -> None:
+    def __init__(self, generation: str, why: tuple[str, SrcLoc | None]) -> None:
         super().__init__(why[0])
+        self.generation = generation
         self.why = why
 
 
@@ -220,7 +256,9 @@ def wants_per_core(st: TraceState, syms: Any = None) -> bool:
     """Whether this trace of a possibly-LNC=2 launch should restart as one trace per core:
     a symbolic-pid trace of a kernel that is not classic, over one grid axis of 2, and (when
     ``syms`` is given) a value involving the program id."""
-    if st.core is not None or st.generation == "classic" or tuple(st.grid_shape) != (2,):
+    if st.core is not None or effective_generation(st) == "classic":
+        return False
+    if tuple(st.grid_shape) != (2,):
         return False
     return syms is None or any(isinstance(s, PidSym) for s in syms)
 
@@ -229,6 +267,8 @@ def request_per_core(what: str, syms: Any = None) -> None:
     """Raise :class:`NeedsPerCore` when :func:`wants_per_core` (``what``: the construct)."""
     st = current()
     if st is not None and wants_per_core(st, syms):
+        if st.generation is None:
+            st.generation_sensitive = True
         raise NeedsPerCore(f"{what} needs one trace per core", loc=user_loc())
 
 
@@ -273,12 +313,13 @@ def _control_flow_message(st: TraceState, syms: set, static: bool) -> str:
 
 
 def decide_condition(pred: Any) -> bool:
-    """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``).
+    """``bool(pred)`` for a mask predicate used in Python control flow (``if i < n:``,
+    ``min(128, n - i * 128)``).
 
-    Only in classic mode (``nki.classic.classic_mode``): a predicate over loop
-    iterators alone that is true (false) for every iteration is True (False); one that varies
-    raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
-    program ids, strict mode) is the usual control-flow error."""
+    In a current-API kernel and in classic mode (``nki.classic.classic_mode``): a predicate over
+    loop iterators alone that is true (false) for every iteration is True (False); one that
+    varies raises NeedsUnroll so the loops involved are unrolled. Everything else (tile indices,
+    program ids, a classic kernel) is the usual control-flow error."""
     st = state("control flow")
     value = left_of_boolean(pred)
     if value is not None:  # `mask=(a and b)` / `(a or b)`: rebuilt when the last one is made
@@ -286,13 +327,12 @@ def decide_condition(pred: Any) -> bool:
     syms = {s for c in pred.conds for s in c.expr.base.symbols()}
     request_per_core("Python control flow on nl.program_id", syms)
     static = all(not any(c.expr.coeffs) for c in pred.conds)
-    loops_only = all(isinstance(s, LoopSym) and s in st.loop_ranges for s in syms)
+    loops_only = all(
+        isinstance(s, LoopSym) and s in st.loop_ranges and s not in st.device_loops for s in syms
+    )
     msg = _control_flow_message(st, syms, static)
-    if not (classic_mode() and static and loops_only):
-        err = NKIControlFlowError(msg, loc=user_loc())
-        if static and loops_only:
-            unroll_if_undecided(syms, err)
-        raise err
+    if not (static and loops_only and (classic_mode() or effective_generation(st) != "classic")):
+        raise NKIControlFlowError(msg, loc=user_loc())
     verdicts = []
     for c in pred.conds:
         lo, hi = c.expr.base.bounds(st.loop_ranges)
@@ -313,7 +353,20 @@ def decide_condition(pred: Any) -> bool:
         st.loop_sites[s] for c, v in zip(pred.conds, verdicts) if v is None
         for s in c.expr.base.symbols()
     )  # fmt: skip
-    raise NeedsUnroll(msg + " (the condition varies across loop iterations)", sites, loc=user_loc())
+    loc = user_loc()
+    why = f"a Python condition on a loop iterator (if / min / max / a comparison) at {_where(loc)}"
+    raise NeedsUnroll(
+        msg + " (the condition varies across loop iterations)", sites, why=why, loc=loc
+    )
+
+
+def _decide_scalar(x: Scalar) -> bool | None:
+    """``if i:`` on a loop iterator of a current-API kernel: ``i != 0`` decided (or the loop
+    unrolled) as ``decide_condition`` does; None for a classic kernel (an error there)."""
+    st = current()
+    if st is None or effective_generation(st) == "classic":
+        return None
+    return decide_condition(Pred((Cond(IndexExpr(x.aff, (), ()), "!="),)))
 
 
 GENERATIONS = ("classic", "current")
@@ -328,8 +381,8 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         return
     loc = loc or user_loc()
     if st.generation is None:
-        if gen == "current" and (st.loop_ranges or st.generation_sensitive):
-            raise RetraceAsCurrent((what, loc))
+        if gen != st.default_generation and st.generation_sensitive:
+            raise RetraceAs(gen, (what, loc))
         st.generation, st.generation_why = gen, (what, loc)
         return
     if st.generation != gen:
@@ -346,14 +399,15 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
 
 def generation(sensitive: bool = False) -> str | None:
     """The generation of the kernel being traced (None: not decided yet, or no trace). With
-    ``sensitive``, the caller builds something different per generation: if the answer is
-    "undecided" and the kernel later turns out current-API, the trace restarts (see
-    RetraceAsCurrent) so the caller sees "current"."""
+    ``sensitive``, the caller builds something different per generation: an undecided kernel
+    answers its default generation, and if it later turns out to be the other one the trace
+    restarts (see RetraceAs)."""
     st = current()
     if st is None:
         return None
     if st.generation is None and sensitive:
         st.generation_sensitive = True
+        return st.default_generation
     return st.generation
 
 
@@ -388,88 +442,60 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
         check_pending()
         if st.mask_covers:  # masks built with `or`: one instruction per disjoint piece
             st.bodies[0][:] = expand_covers(st.bodies[0], st.tensors)
+    except Exception as e:
+        pending = st.early_exit  # a current-API loop left by break: retried unrolled first
+        if isinstance(pending, NeedsUnroll) and not isinstance(e, (NeedsUnroll, NeedsPerCore)):
+            raise pending from None
+        raise
     finally:
         _THREAD.stack.pop()
         clear_pending()
-
-
-# --------------------------------------------------------------------------------------------
-# Loops
-# --------------------------------------------------------------------------------------------
-
-
-def symbolic_loop(
-    kind: str, start: int, stop: int, step: int, device: bool = False
-) -> Iterator[Scalar]:
-    """Generator behind ``affine_range`` / ``sequential_range``. In a current-API kernel they are
-    Python ``range`` (plain int iterators, unrolled); otherwise, and for the device loops of
-    ``nl.fori_loop`` (``device=True``), it yields one symbolic iterator and records the body
-    traced in between as a Loop node."""
-    st = state(f"nl.{kind}_range")
-    loc = user_loc(2)
-    if len(range(start, stop, step)) == 0:
-        return
-    site = (loc.file, loc.line, loc.col)
-    # current API: Python range; classic `if` on this loop's iterator: trace per iteration
-    if (st.generation == "current" and not device) or site in st.unroll_sites:
-        yield from range(start, stop, step)  # type: ignore[misc]
-        return
-    sym = LoopSym(st._next_id, loop_variable(loc) or kind)
-    st._next_id += 1
-    r = range(start, stop, step)
-    st.loop_ranges[sym] = (min(r[0], r[-1]), max(r[0], r[-1]))
-    st.loop_sites[sym] = site
-    st.bodies.append([])
-    st.loops.append(sym)
-    st.loop_kinds.append(kind)
-    done = False
-    try:
-        yield Scalar(Affine.of(sym))
-        done = True
-    except GeneratorExit:  # `break` / `return` left the body: reported by the next emit
-        st.early_exit = st.early_exit or early_exit_error(kind, loc)
-        raise
-    finally:
-        body = st.bodies.pop()
-        st.loops.pop()
-        st.loop_kinds.pop()
-        if done or body:
-            st.append(Loop(sym, start, stop, step, kind, tuple(body), loc))
 
 
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
 TRACE_HOOKS["concrete_value"] = _concrete_value
+TRACE_HOOKS["decide_scalar"] = _decide_scalar
 TRACE_HOOKS["per_core"] = _per_core_hook
 TRACE_HOOKS["join_and"] = join_pending
 TRACE_HOOKS["negate_mask"] = negate
 
 
 def trace_with_unrolling(do_trace: Any) -> Any:
-    """Run ``do_trace()``; in classic mode, when an ``if`` on loop iterators varies across
-    iterations, retrace with the loops at those call sites unrolled (bounded: each retry adds
-    at least one new call site)."""
-    sites: frozenset[tuple[str, int, int]] = frozenset()
-    preset: tuple[str, SrcLoc | None] | None = None
-    undecided: NKIError | None = None  # see unroll_if_undecided
+    """Run ``do_trace()``; restart it with the loops a ``NeedsUnroll`` names unrolled (bounded:
+    each retry adds at least one new call site), or with the generation a ``RetraceAs``
+    found (once). What an attempt prints is written once that attempt ends the trace (or
+    fails); a restarted attempt's is dropped."""
+    sites: frozenset[Site] = frozenset()
+    reasons: dict[Site, str] = {}
+    preset: tuple[str, tuple[str, SrcLoc | None]] | None = None
     while True:
+        printed: list[str] = []
         try:
-            with unrolling(sites):
+            with unrolling(sites, reasons), held_output() as printed:
                 _THREAD.preset.append(preset)
                 try:
                     traced = do_trace()
                 finally:
                     _THREAD.preset.pop()
-            if undecided is not None and getattr(traced, "generation", None) != "current":
-                raise undecided
-            return traced
         except NeedsUnroll as e:
             if e.sites <= sites:
-                raise e.undecided or e from None
+                release(printed)
+                raise
+            for s in e.sites - sites:
+                reasons[s] = e.why
             sites = sites | e.sites
-            undecided = undecided or e.undecided
-        except RetraceAsCurrent as e:
+            continue
+        except RetraceAs as e:
             if preset is not None:
-                raise NKIError(f"internal: retrace of a current-API kernel: {e}") from None
-            preset = e.why
+                raise NKIError(f"internal: second retrace of kernel: {e}") from None
+            preset, sites, reasons = (e.generation, e.why), frozenset(), {}
+            continue
+        except NeedsPerCore:
+            raise  # (the per-core traces print what the kernel prints)
+        except BaseException:
+            release(printed)
+            raise
+        release(printed)
+        return traced

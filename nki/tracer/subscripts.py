@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import dtypes
 from ..errors import NKIIndexError, user_loc
-from ..ir import Access, Affine, IndexExpr
+from ..ir import Access, Affine, IndexExpr, tensor_label
 from ..symbolic import DynSlice, Index, MGrid, Scalar, _Traced, broadcast_shapes, expand_expr
 from . import state
 from .handles import DynOffset, TileOps, _Assigned
@@ -22,7 +22,7 @@ def prod(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _scalar_aff(x: object, what: str) -> Affine | None:
+def _scalar_aff(x: object, what: object) -> Affine | None:
     if isinstance(x, Scalar):
         return x.aff
     if isinstance(x, bool):
@@ -37,7 +37,14 @@ def _scalar_aff(x: object, what: str) -> Affine | None:
     return None
 
 
-def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
+def _label(name: str) -> str:
+    """The user's name of the traced tensor ``name`` (``nki.ir.tensor_label``)."""
+    st = state.current()
+    decl = st.tensors.get(name) if st is not None else None
+    return tensor_label(decl) if decl is not None else f"'{name}'"
+
+
+def parse_subscript(key: object, shape: tuple[int, ...], what: object) -> Access:
     """Turn ``t[key]`` into per-dimension index expressions over the result tile shape.
 
     The returned Access has tensor '' (it indexes the *view*); ``compose`` maps it onto the
@@ -92,7 +99,7 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: str) -> Access:
     return Access("", rshape, tuple(idx))
 
 
-def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: str) -> tuple[Affine, int, int]:
+def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: object) -> tuple[Affine, int, int]:
     if isinstance(k, DynSlice):
         start = _scalar_aff(k.start, what)
         if start is None:
@@ -143,7 +150,7 @@ def _fmt_slice(a: Affine, b: Affine) -> str:
     return f"[{a}:{b}]"
 
 
-def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: str) -> Access:
+def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) -> Access:
     for k in keys:
         if isinstance(k, (slice, DynSlice)) or k is Ellipsis:
             raise NKIIndexError(
@@ -266,7 +273,7 @@ def _drop_unreferenced(
     return new_shape, new_idx
 
 
-def _index_tile(k: object, what: str) -> Access:
+def _index_tile(k: object, what: object) -> Access:
     """An on-chip integer tile used as an index (indirect DMA): its values are the indices."""
     if isinstance(k, _Assigned):
         k = k.view
@@ -275,7 +282,7 @@ def _index_tile(k: object, what: str) -> Access:
     if not t.decl.on_chip or not (dtypes.is_int(t.decl.dtype)):
         raise NKIIndexError(
             f"a tile used as an index of {what} must be an integer tile in SBUF/PSUM, got "
-            f"{t.decl.dtype} in {t.buffer} ('{t.name}')",
+            f"{t.decl.dtype} in {t.buffer} ({t.label})",
             code="err_unsupported_index_expression",
             loc=user_loc(),
         )
@@ -304,8 +311,8 @@ def compose(outer: Access, sub: Access) -> Access:
         if values == (0, 0):  # e.g. the iterator of a one-trip loop: always 0, so it vanishes
             continue
         raise NKIIndexError(
-            f"out-of-bound access for tensor '{outer.tensor}': index {se} on a view axis of size 1 "
-            f"(view shape {outer.shape}, axis {a}) must be 0{_values(se, values)}",
+            f"out-of-bound access for tensor {_label(outer.tensor)}: index {se} on a view axis "
+            f"of size 1 (view shape {outer.shape}, axis {a}) must be 0{_values(se, values)}",
             code="err_tensor_access_out_of_bound",
             loc=user_loc(),
         )
@@ -377,7 +384,7 @@ def _map_indirect(
         if d != 0:
             raise NKIIndexError(
                 f"indirect (tile-valued) indices are only supported on the partition / first "
-                f"dimension of tensor '{outer.tensor}', not on dimension {d}",
+                f"dimension of tensor {_label(outer.tensor)}, not on dimension {d}",
                 code="err_indirect_indices_free_dim",
                 loc=user_loc(),
             )

@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import NKIMemoryError, NKIShapeError, user_loc
 from ..ir import HBM_BUFFERS, Access, IndexExpr, Instr, TensorDecl
-from ..symbolic import DynSlice, Scalar
+from ..symbolic import DynSlice, Index, Scalar
 from .emission import assign, emit, new_tensor
-from .handles import NkiTensor, TileOps, View, _Assigned
+from .handles import DynOffset, NkiTensor, TileOps, View, _Assigned
 from .operands import as_2d, operand
 from .state import state
 from .subscripts import compose, parse_subscript, prod
@@ -83,14 +83,14 @@ def _tensor_reshape(self: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
     n_old = prod(self.shape)
     if prod(shape) != n_old:
         raise NKIShapeError(
-            f"cannot reshape tensor '{self.name}' of shape {self.shape} ({n_old} elements) "
+            f"cannot reshape tensor {self.label} of shape {self.shape} ({n_old} elements) "
             f"to {shape} ({prod(shape)} elements)",
             code="err_reshape_size_mismatch",
             loc=user_loc(),
         )
     if self.decl.buffer not in HBM_BUFFERS:
         raise NKIMemoryError(
-            f"reshape is supported for HBM tensors; '{self.name}' is in {self.decl.buffer}",
+            f"reshape is supported for HBM tensors; {self.label} is in {self.decl.buffer}",
             code="err_unsupported_memory",
             loc=user_loc(),
         )
@@ -113,7 +113,7 @@ def _tensor_reshape(self: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
 def _view_getitem(self: View, key: object) -> View:
     if self.base.decl.on_chip and self.base.decl.par_dim == 0:
         key = _keep_partition(key, self.acc.shape)
-    sub = parse_subscript(key, self.acc.shape, f"tensor '{self.base.name}'")
+    sub = parse_subscript(key, self.acc.shape, self.base.what)
     acc = compose(self.acc, sub)
     if self.base.decl.on_chip:  # classic tiles stay 2-D: t[:, j] is (P, 1), t[i, :] (1, F)
         acc = as_2d(acc, self.base)
@@ -138,9 +138,13 @@ def _view_reshape(self: View, shape: tuple[int, ...]) -> NkiTensor:
 
 def _keep_partition(key: object, shape: tuple[int, ...]) -> object:
     """On chip an integer on dim 0 keeps a size-1 partition dim (``t[0]`` of a ``(P, A, B)``
-    tile is ``(1, A, B)``): the integer becomes a one-element slice."""
+    tile is ``(1, A, B)``): the integer becomes a one-element slice. Beside ``nl.arange`` /
+    ``nl.mgrid`` indices it stays an integer: one more advanced index, as in NumPy
+    (``a[0, src_mgrid.x]`` in AWS's ``nc_stream_shuffle`` example)."""
     keys = list(key) if isinstance(key, tuple) else [key]
     if not keys or not shape:
+        return key
+    if any(isinstance(k, (Index, TileOps, _Assigned, DynOffset)) for k in keys[1:]):
         return key
     k = keys[0]
     if isinstance(k, Scalar):
@@ -165,7 +169,7 @@ def reshape_tile(x: TileOps, shape: tuple[int, ...]) -> NkiTensor:
     acc, t = operand(x, api, "tile")
     if not t.decl.on_chip:
         raise NKIMemoryError(
-            f"'{api}' of a view of HBM tensor '{t.name}': reshape the tensor itself",
+            f"'{api}' of a view of HBM tensor {t.label}: reshape the tensor itself",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

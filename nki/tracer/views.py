@@ -44,7 +44,7 @@ def _dim(x: TileOps, dim: Any, api: str, extra: int = 0) -> int:
 def _not_partition(t: NkiTensor, dim: int, api: str) -> None:
     if dim == 0 and _on_chip(t):
         raise _err(
-            f"{api}: dim 0 of on-chip tensor '{t.name}' ({t.buffer}) is the partition "
+            f"{api}: dim 0 of on-chip tensor {t.label} ({t.buffer}) is the partition "
             "dimension and cannot be changed by this view"
         )
 
@@ -113,11 +113,11 @@ def slice_(self: TileOps, dim: int, start: int, end: int, step: int = 1) -> View
     if not ok or not (0 <= start < end <= n) or step < 1:
         raise _err(
             f"slice(dim={d}, start={start}, end={end}, step={step}) on view {list(self.shape)}"
-            f" of '{t.name}': needs 0 <= start < end <= {n} and step >= 1",
+            f" of {t.label}: needs 0 <= start < end <= {n} and step >= 1",
             "err_tensor_access_out_of_bound",
         )
     key = tuple(slice(start, end, step) if j == d else slice(None) for j in range(self.ndim))
-    return _view(t, compose(acc, parse_subscript(key, acc.shape, f"tensor '{t.name}'")))
+    return _view(t, compose(acc, parse_subscript(key, acc.shape, t.what)))
 
 
 def select(self: TileOps, dim: int, index: Any) -> View:
@@ -140,10 +140,10 @@ def select(self: TileOps, dim: int, index: Any) -> View:
         if len(dims) != 1 or acc.index[dims[0]].coeffs[d] not in (0, 1):
             raise _err(
                 f"select: a dynamic index needs view axis {d} to walk one tensor dimension "
-                f"with stride 1 (view {acc} of '{t.name}')"
+                f"with stride 1 (view {acc} of {t.label})"
             )
         if any(k == dims[0] for k, _ in acc.indirect):
-            raise _err(f"select: dimension {dims[0]} of '{t.name}' is already indexed dynamically")
+            raise _err(f"select: dimension {dims[0]} of {t.label} is already indexed dynamically")
         keep = [j for j in range(len(acc.shape)) if j != d]
         shape = tuple(acc.shape[j] for j in keep)
         coeffs = [tuple(e.coeffs[j] for j in keep) for e in acc.index]
@@ -152,13 +152,13 @@ def select(self: TileOps, dim: int, index: Any) -> View:
         return _view(t, ind)
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n:
         raise _err(
-            f"select(dim={d}, index={index!r}) on view {list(self.shape)} of '{t.name}': "
+            f"select(dim={d}, index={index!r}) on view {list(self.shape)} of {t.label}: "
             f"the index must be an int in [0, {n})",
             "err_tensor_access_out_of_bound",
         )
     if d == 0 and _on_chip(t):
         raise _err(
-            f"select(dim=0) on on-chip tensor '{t.name}' would remove the partition dimension; "
+            f"select(dim=0) on on-chip tensor {t.label} would remove the partition dimension; "
             f"use slice(0, {index}, {index + 1})"
         )
     key = tuple(index if j == d else slice(None) for j in range(self.ndim))
@@ -172,7 +172,7 @@ def vector_select(self: TileOps, dim: int, offsets: Any) -> View:
     t, acc = _parts(self)
     if dim != 0 or _on_chip(t):
         raise _err(f"vector_select: only dim 0 of an HBM tensor, got dim {dim} of {t.buffer} "
-                   f"tensor '{t.name}'")  # fmt: skip
+                   f"tensor {t.label}")  # fmt: skip
     if (
         not isinstance(offsets, TileOps)
         or offsets.tensor_().buffer != "sbuf"
@@ -181,9 +181,9 @@ def vector_select(self: TileOps, dim: int, offsets: Any) -> View:
         raise _err(f"vector_select: offsets must be an SBUF (P, 1) int tile, got {offsets!r}")
     dims = [k for k, e in enumerate(acc.index) if e.coeffs[0]]
     if acc.shape[0] > 1 and (dims != [0] or acc.index[0].coeffs[0] != 1):
-        raise _err(f"vector_select: view axis 0 must walk dim 0 of '{t.name}' with stride 1")
+        raise _err(f"vector_select: view axis 0 must walk dim 0 of {t.label} with stride 1")
     if any(k == 0 for k, _ in acc.indirect):
-        raise _err(f"vector_select: dim 0 of '{t.name}' is already indexed dynamically")
+        raise _err(f"vector_select: dim 0 of {t.label} is already indexed dynamically")
     shape = (offsets.shape[0],) + acc.shape[1:]
     coeffs = [(0,) + e.coeffs[1:] for e in acc.index]
     out = _rebuild(acc, shape, coeffs)
@@ -199,7 +199,7 @@ def permute(self: TileOps, dims: Any) -> View:
         raise _err(f"permute{dims}: not a permutation of the {self.ndim} dims of {self.shape}")
     if _on_chip(t) and dims[0] != 0:
         raise _err(
-            f"permute{dims}: on-chip tensor '{t.name}' must keep the partition dimension first "
+            f"permute{dims}: on-chip tensor {t.label} must keep the partition dimension first "
             "(dims[0] == 0)"
         )
     shape = tuple(acc.shape[k] for k in dims)
@@ -337,7 +337,7 @@ def reshape_view(self: TileOps, shape: Any) -> Any:
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     if prod(shape) != prod(acc.shape) or (_on_chip(t) and (not shape or shape[0] != acc.shape[0])):
         raise NKIShapeError(
-            f"cannot reshape view {list(acc.shape)} of '{t.name}' to {list(shape)}: the number "
+            f"cannot reshape view {list(acc.shape)} of {t.label} to {list(shape)}: the number "
             "of elements must match and on chip the partition dimension must stay",
             code="err_reshape_size_mismatch",
             loc=user_loc(),
@@ -453,13 +453,13 @@ def ap(
         if pat[0][0] != free and pat[0][1] > 1:
             raise _err(
                 f"ap: on {base.buffer} the first pair is the partition; its stride must be the "
-                f"free-element count {free} of '{t.name}' {list(dims)}, got {pat[0][0]}"
+                f"free-element count {free} of {t.label} {list(dims)}, got {pat[0][0]}"
             )
         rows = free if vector_offset is None else free
     else:
         total = prod(dims) * ratio_num
         if total % ratio_den:
-            raise _err(f"ap: dtype {dt} does not divide the storage of '{t.name}'")
+            raise _err(f"ap: dtype {dt} does not divide the storage of {t.label}")
         total //= ratio_den
         rows = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den
         parts, free = total // rows, rows

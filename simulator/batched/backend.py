@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nki.errors import NKIError, NKIRuntimeError
+from nki.errors import NKIError, NKIMemoryError, NKIRuntimeError
 from nki.ir import (
     Access,
     Alloc,
@@ -39,8 +39,10 @@ from nki.ir import (
     Sym,
 )
 
-from .. import interpreter
+from .. import interpreter, progress
+from ..backends import AUTO
 from ..checks.coverage import instructions_of
+from ..compiled import backend as numba_backend
 from ..config import SimConfig
 from ..executors import COLLECTIVES, executor_of
 from ..instances import RunInfo, Schedule
@@ -178,12 +180,14 @@ def _run_batched(
 
 def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
     if id(instr) in p.skipped:  # its tile already lives in the destination
+        progress.tick(math.prod(ctx.dims))
         return
     ctx.instr = instr
     if id(instr) in p.hosted:  # the interpreter's executor per position (errors located)
         assert ctx.host is not None
-        ctx.host.run(instr, ctx, id(instr) in p.stateful)
+        ctx.host.run(instr, ctx, id(instr) in p.stateful)  # (it counts each position)
         return
+    progress.tick(math.prod(ctx.dims))
     ctx.whole = id(instr) in p.whole
     if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
         assert instr.dst is not None
@@ -194,6 +198,9 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
         executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
     except NKIError as e:
         raise e.with_context(loc=instr.loc) from None
+    except MemoryError as e:
+        what = f"executing '{instr.api or instr.kind + '.' + instr.op}' batched"
+        raise NKIMemoryError.host_exhausted(e, what, instr.loc) from None
     except Exception as e:
         raise NKIRuntimeError(
             f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "
@@ -235,6 +242,12 @@ def execute(
         else:
             if config.checks == "full" and p.unproven is not None:
                 reason = f"checks='full' tracks uninitialised values per instance: {p.unproven}"
+            elif config.backend == AUTO and _serial_steps(ir, p) > SERIAL_STEPS:
+                if numba_backend.unsupported_reason(ir, config) is None:
+                    reason = (
+                        f"{_serial_steps(ir, p):,} instruction steps iterated in Python (loops "
+                        "that cannot batch): the Numba backend compiles them"
+                    )
     if reason is not None:
         info.reason = f"batched: {reason}"
         return False
@@ -298,6 +311,31 @@ def _first_error(
 def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> None:
     for name, arr in saved.items():
         shared[name][...] = arr
+
+
+# batched steps (instructions x iterations of the loops that stay loops) above which "auto"
+# leaves a kernel to the Numba backend, which compiles per-iteration loops (about 17 us of
+# Python per step here against nanoseconds compiled; a cold compile costs seconds)
+SERIAL_STEPS = 100_000
+
+_STEPS: dict[int, tuple[KernelIR, int]] = {}
+
+
+def _serial_steps(ir: KernelIR, p: Plan) -> int:
+    """Instruction executions of the batched walk: each instruction once per iteration of the
+    loops around it that are not batch axes (a device loop counts one trip)."""
+    hit = _STEPS.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    steps = 0
+    for _, loops in instructions_of(ir):
+        steps += math.prod(
+            1 if lp.is_runtime or id(lp) in p.batch_loops else lp.trip_count for lp in loops
+        )
+    if len(_STEPS) > 512:
+        _STEPS.clear()
+    _STEPS[id(ir)] = (ir, steps)
+    return steps
 
 
 def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:

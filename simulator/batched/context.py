@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
@@ -40,6 +40,22 @@ def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarra
     return sel.any(axis=axes, keepdims=True) if axes else sel
 
 
+def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
+    """``sel`` as one slice per axis when its selected lanes are exactly a box (each axis's
+    selected positions one contiguous run, every combination of them selected)."""
+    box = []
+    for ax in range(sel.ndim):
+        others = tuple(a for a in range(sel.ndim) if a != ax)
+        on = np.flatnonzero(sel.any(axis=others) if others else sel)
+        if len(on) == 0 or on[-1] - on[0] + 1 != len(on):
+            return None
+        box.append(slice(int(on[0]), int(on[-1]) + 1))
+    count = 1
+    for b in box:
+        count *= b.stop - b.start
+    return tuple(box) if np.count_nonzero(sel) == count else None
+
+
 class BCtx:
     """The state of one batch: its axes' sizes, each batch symbol's axis and values (start +
     step * position), scalar symbols, and tile storage with leading batch axes."""
@@ -62,6 +78,10 @@ class BCtx:
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
+        self._boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
+        # whether all have]
+        self.psum_groups: dict[str, list] = {}
 
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
@@ -79,32 +99,83 @@ class BCtx:
                 coef[ax] += k * step
         return c, coef
 
-    def view(self, acc: Access) -> np.ndarray:
-        """The access over the whole batch as a strided view: shape dims + tile shape."""
+    def view(self, acc: Access, box: tuple[slice, ...] | None = None) -> np.ndarray:
+        """The access over the whole batch as a strided view: shape dims + tile shape (with
+        ``box``, one slice per batch and tile axis: only that box of it, which must be in
+        bounds)."""
         arr = self.arrays.get(acc.tensor)
         if arr is None:
             arr = self._storage(acc.tensor)
+        return self.strided(arr, acc, box)
+
+    def strided(
+        self, arr: np.ndarray, acc: Access, box: tuple[slice, ...] | None = None
+    ) -> np.ndarray:
+        """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
+        storage."""
         p = self.depth[acc.tensor]
+        nb = len(self.dims)
+        lo = [0] * (nb + len(acc.shape)) if box is None else [b.start for b in box]
+        shape = (*self.dims, *acc.shape) if box is None else tuple(b.stop - b.start for b in box)
         st = arr.strides
-        bstr = [st[b] if b < p else 0 for b in range(len(self.dims))]
+        bstr = [st[b] if b < p else 0 for b in range(nb)]
         tstr = [0] * len(acc.shape)
-        first: list[slice] = [slice(None)] * p
+        first: list[slice] = [slice(lo[b], None) for b in range(p)]
+        offset = sum(lo[b] * st[b] for b in range(p))  # bytes to the first position
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             sd = st[p + d]
-            first.append(slice(c, None))  # (c is the element at batch / tile position 0)
             for b, k in enumerate(coef):
                 bstr[b] += k * sd
+                c += k * lo[b]
             for t, k in enumerate(e.coeffs):
                 tstr[t] += k * sd
+                c += k * lo[nb + t]
+            first.append(slice(c, None))  # (c is the element at the first position)
+            offset += c * sd if c >= 0 else -(1 << 62)
+        if offset >= 0 and arr.flags.c_contiguous:
+            try:  # (a view straight on the contiguous storage: several times cheaper)
+                return np.ndarray(
+                    shape, arr.dtype, buffer=arr, offset=offset, strides=(*bstr, *tstr)
+                )
+            except (ValueError, TypeError):  # (outside the buffer, or not a buffer)
+                pass
         start = arr[tuple(first)]
         custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
         if custom:
             start = start.view(np.dtype(f"u{start.itemsize}"))
         out = np.lib.stride_tricks.as_strided(
-            start, shape=(*self.dims, *acc.shape), strides=(*bstr, *tstr), writeable=True
+            start, shape=shape, strides=(*bstr, *tstr), writeable=True
         )
         return out.view(arr.dtype) if custom else out
+
+    def box(self, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
+        """The selection as one box (a slice per batch and tile axis) when it is one and the
+        access is in bounds over it: masked accesses then read and write strided views of
+        the box instead of gathering through index arrays. None otherwise (then ``indices``
+        also reports an access out of bounds)."""
+        hit = self._boxes.get(id(sel))
+        if hit is not None and hit[0] is sel:
+            box = hit[1]
+        else:
+            box = selection_box(sel)
+            self._boxes = {id(sel): (sel, box)}  # (the running instruction's selections)
+        if box is None or any(b.stop <= b.start for b in box):
+            return None
+        nb = len(self.dims)
+        shape = self.decl(acc.tensor).shape
+        p = self.depth[acc.tensor]
+        if any(box[b] != slice(0, self.dims[b]) for b in range(p)):
+            return None  # (per-position storage is taken whole along its batch axes)
+        for d, e in enumerate(acc.index):
+            c, coef = self.affine(e.base)
+            lo = hi = c
+            for k, b in [*zip(coef, box), *zip(e.coeffs, box[nb:])]:
+                lo += min(k * b.start, k * (b.stop - 1))
+                hi += max(k * b.start, k * (b.stop - 1))
+            if lo < 0 or hi >= shape[d]:
+                return None
+        return box
 
     def indices(self, acc: Access, sel: np.ndarray) -> tuple[np.ndarray, ...]:
         """Index arrays (batch + tile shape) into the access's storage; masked-out lanes point
@@ -134,9 +205,9 @@ class BCtx:
             vv = np.broadcast_to(v, full_shape)[sel]
             if vv.size and (vv.min() < 0 or vv.max() >= shape[d]):
                 raise NKIIndexError(
-                    f"out-of-bound access for tensor '{acc.tensor}' on dimension {d}: index "
-                    f"range [{int(vv.min())}, {int(vv.max())}] exceeds the dimension size of "
-                    f"{shape[d]}",
+                    f"out-of-bound access for tensor {tensor_label(self.decl(acc.tensor))} on "
+                    f"dimension {d}: index range [{int(vv.min())}, {int(vv.max())}] exceeds the "
+                    f"dimension size of {shape[d]}",
                     code="err_tensor_access_out_of_bound",
                 )
             out.append(v)
@@ -189,6 +260,12 @@ class BCtx:
         if sel is None:
             return self.view(acc)
         sel = selection_for(sel, len(self.dims), acc.shape)
+        box = self.box(acc, sel)
+        if box is not None:  # lanes outside the box are never used: zeros
+            part = self.view(acc, box)
+            out = np.zeros((*self.dims, *acc.shape), dtype=part.dtype)
+            out[box] = part
+            return out
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
@@ -227,6 +304,10 @@ class BCtx:
         if sel is None:
             self.view(acc)[...] = stored
             return
+        box = self.box(acc, sel)
+        if box is not None:
+            self.view(acc, box)[...] = np.broadcast_to(stored, full)[box]
+            return
         idx = self.indices(acc, sel)
         arr = self.arrays.get(acc.tensor)
         arr = self._storage(acc.tensor) if arr is None else arr
@@ -254,6 +335,12 @@ class BCtx:
                 return np.int64(v)
             return np.float32(v)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
+
+    def storage(self, name: str) -> np.ndarray:
+        """The storage of tensor ``name`` (a tile still pending gets it now; a reshape / dtype
+        view is its view of its base)."""
+        arr = self.arrays.get(name)
+        return self._storage(name) if arr is None else arr
 
     def has_storage(self, name: str) -> bool:
         """Whether tensor ``name`` has (or may get) storage in this batch: a tensor, a pending

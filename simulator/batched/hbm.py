@@ -8,7 +8,7 @@ runs, so two positions see each other's HBM accesses in another order than the i
 (which runs each instance whole, each loop iteration whole); within one position program order
 is kept. So the batched run is exact when no element one position writes is read or written by
 another position. That is decided from the affine accesses (``races._form`` /
-``races._first_conflict``): two accesses can only meet at distinct positions along the batch
+``races.first_conflict``): two accesses can only meet at distinct positions along the batch
 axes they share (the grid's, and the batched loops around both), and accesses with the same
 coefficients depend only on the difference of the positions, enumerated per group of axes that
 share no tensor dimension. A hosted instruction that runs its positions in the interpreter's
@@ -19,7 +19,6 @@ as above."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,7 +172,7 @@ def first_meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
     unknown range, too many positions). Accesses with the same coefficients (a read and a
     write of the same tile, one write against itself) depend only on the positions' difference
     ``delta``; the batch axes then split into groups that share no tensor dimension, each
-    group's differences enumerated on its own (``_differences_meeting``)."""
+    group's differences enumerated on its own (``races.first_conflict``)."""
     # (a dimension indexed by a symbol of unknown range, a device loop's, may always meet)
     kept = [(x, y) for x, y in zip(fa, fb) if not (x.fixed or y.fixed)]
     met = _meeting([x for x, _ in kept], [y for _, y in kept], extents)
@@ -182,69 +181,8 @@ def first_meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
 
 def _meeting(fa: list, fb: list, extents: list[int]) -> bool | None:
     """``first_meeting`` on forms of known symbols only."""
-    if all(x.coeffs == y.coeffs for x, y in zip(fa, fb)):
-        dims = list(zip(fa, fb))
-        groups = _axis_groups([x.coeffs for x in fa], len(extents))
-        nonzero = any(not any(x.coeffs[a] for x in fa) for a in range(len(extents)))
-        for axes in groups:
-            mine = [(x, y) for x, y in dims if any(x.coeffs[a] for a in axes)]
-            got = _differences_meeting(mine, axes, extents)
-            if got is False:
-                return False
-            if got is None:
-                return None  # (this group's dimensions never hold: no meeting at all)
-            nonzero |= got == "nonzero"
-        if any(not _holds(x, y, x.const - y.const) for x, y in dims if not any(x.coeffs)):
-            return None
-        return nonzero or None
-    if math.prod(extents) > races._MAX_POINTS:
-        return False
-    return None if races._first_conflict(fa, fb, extents, False) is None else True
-
-
-def _axis_groups(coeffs: list[tuple[int, ...]], n: int) -> list[list[int]]:
-    """The batch axes used by some dimension, grouped so that no dimension uses two groups."""
-    group = list(range(n))
-
-    def root(a: int) -> int:
-        while group[a] != a:
-            a = group[a]
-        return a
-
-    for c in coeffs:
-        used = [a for a in range(n) if c[a]]
-        for a in used[1:]:
-            group[root(a)] = root(used[0])
-    out: dict[int, list[int]] = {}
-    for a in range(n):
-        if any(c[a] for c in coeffs):
-            out.setdefault(root(a), []).append(a)
-    return list(out.values())
-
-
-def _holds(x: races._DimForm, y: races._DimForm, d: np.ndarray | int) -> np.ndarray | bool:
-    """Index difference ``d`` (a's base minus b's) is within the reach of both tiles."""
-    g = math.gcd(x.g, y.g)
-    hit = (d >= y.rlo - x.rhi) & (d <= y.rhi - x.rlo)
-    return hit & ((d % g == 0) if g else (d == 0))
-
-
-def _differences_meeting(
-    dims: list[tuple[races._DimForm, races._DimForm]], axes: list[int], extents: list[int]
-) -> str | bool | None:
-    """Over the differences of one group of batch axes: "nonzero" when a nonzero difference
-    satisfies the group's dimensions, "zero" when only no difference does, None when none
-    does, False when there are too many differences to enumerate."""
-    if math.prod(2 * extents[a] - 1 for a in axes) > _MAX_DIFFERENCES:
-        return False
-    grids = np.meshgrid(*(np.arange(1 - extents[a], extents[a]) for a in axes), indexing="ij")
-    delta = np.stack([g.reshape(-1) for g in grids], axis=1)
-    ok = np.ones(len(delta), dtype=bool)
-    for x, y in dims:
-        ok &= _holds(x, y, delta @ np.array([x.coeffs[a] for a in axes]) + (x.const - y.const))
-    if not ok.any():
-        return None
-    return "nonzero" if (ok & np.any(delta != 0, axis=1)).any() else "zero"
+    got = races.first_conflict(fa, fb, extents, _MAX_DIFFERENCES)
+    return False if got == races.UNDECIDED else (None if got is None else True)
 
 
 def _in_interpreter_order(ir: KernelIR, u: _HbmUse, batch: set[int], hosted: set[int]) -> bool:

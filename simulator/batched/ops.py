@@ -7,6 +7,7 @@ declines; those, and instructions without a batched executor, are hosted (see ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -138,6 +139,25 @@ _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
+def _fp32_into(instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...]) -> bool:
+    """Compute the fp32 op ``op`` of ``srcs`` straight into the destination when it is a fused
+    fp32 tile or a fresh one (True), as the reference computes it: fp32 in, fp32 out, the same
+    values, no temporary."""
+    assert instr.dst is not None
+    out = ctx.into(instr.dst)
+    # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
+    # ``write`` copies into a C-ordered tile), the same values
+    fresh = out is None and ctx.whole and instr.dst.tensor in ctx.pending
+    if fresh:
+        out = np.empty((*ctx.dims, *instr.dst.shape), dtype=np.float32)
+    if out is None:
+        return False
+    _INTO[op](*(ctx.value(s, contig=False) for s in srcs), out=out)
+    if fresh:
+        ctx.write(instr.dst, out)
+    return True
+
+
 @_batched("ew", _declines_ew)
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
@@ -145,16 +165,7 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     exact = _exact_int(instr, ctx)
     if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
-        out = ctx.into(instr.dst)
-        # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
-        # ``write`` copies into a C-ordered tile), the same values
-        fresh = out is None and ctx.whole and instr.dst.tensor in ctx.pending
-        if fresh:
-            out = np.empty((*ctx.dims, *instr.dst.shape), dtype=np.float32)
-        if out is not None:  # fp32 in, fp32 out: the same values, no temporary
-            _INTO[instr.op](*(ctx.value(s, contig=False) for s in instr.srcs), out=out)
-            if fresh:
-                ctx.write(instr.dst, out)
+        if _fp32_into(instr, ctx, instr.op, instr.srcs):
             return
     vals = []
     # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
@@ -221,10 +232,30 @@ def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
     the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
     the differential tests check."""
+    if a.dtype == np.float32 and a.strides[-2] == a.itemsize and b.dtype == np.float32:
+        items = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        if items <= _MAX_ITEMS_LOOPED:
+            return _looped_matmul(a, b)
     a = np.ascontiguousarray(a, dtype=np.float32)
     if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
         b = np.ascontiguousarray(b, dtype=np.float32)
     return np.matmul(a, b, dtype=np.float32)
+
+
+_MAX_ITEMS_LOOPED = 256  # transposed fp32 operands multiplied item by item up to this many
+
+
+def _looped_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` item by item when ``a`` is the transpose of fp32 storage (the stationary
+    operand of ``nc_matmul``): each item is the reference's own 2-D gemm of a transposed view
+    (BLAS reads it in place), instead of a copy of every item."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty((*batch, a.shape[-2], b.shape[-1]), dtype=np.float32)
+    for idx in np.ndindex(*batch):
+        ia = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - a.ndim + 2 :], a.shape))
+        ib = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - b.ndim + 2 :], b.shape))
+        np.matmul(a[ia], b[ib], out=out[idx])
+    return out
 
 
 @_batched("transpose", _declines_matmul)
@@ -280,9 +311,14 @@ def _declines_nc_matmul(instr: Instr) -> str | None:
         instr.attr("transpose")
         or instr.attr("perf_mode", "none") != "none"
         or instr.attr("tile_position") is not None
-        or instr.attr("psum_group", False)
     ):
-        return "uses transpose / perf_mode / tile_position / a PSUM group"
+        return "uses transpose / perf_mode / tile_position"
+    return None
+
+
+def _declines_nc_transpose(instr: Instr) -> str | None:
+    if any(isinstance(a, Access) and len(a.shape) != 2 for a in (instr.dst, *instr.srcs)):
+        return "on tiles that are not 2-D"
     return None
 
 
@@ -306,7 +342,8 @@ def _isa_store(instr: Instr, ctx: BCtx, values: np.ndarray) -> None:
     assert dst is not None
     vals = np.asarray(values)
     full = (*ctx.dims, *dst.shape)
-    vals = vals.reshape(full) if vals.size == int(np.prod(full)) else vals
+    if vals.shape != full and vals.size == math.prod(full):  # (a result already of the
+        vals = vals.reshape(full)  # tile's shape stays itself: it may become the tile)
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
 
@@ -327,6 +364,10 @@ def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(a1, Access) and isinstance(a2, Access)
     op = OPS[instr.attr("op")]
     exact = instr.attr("engine") == "gpsimd" and op.exact_int and _all_int(ctx, a1, a2)
+    same = a1.shape == a2.shape == instr.dst.shape  # type: ignore[union-attr]
+    plain = instr.mask is None and instr.accumulate is None and op.name in _INTO
+    if same and plain and not exact and _fp32_into(instr, ctx, op.name, (a1, a2)):
+        return
     _isa_store(instr, ctx, M.alu(op.name, _pf(ctx, a1, exact), _pf(ctx, a2, exact)))
 
 
@@ -338,6 +379,12 @@ def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
     ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
+    plain = op1 is None and not instr.attr("reverse0") and op0 in _INTO and not ex
+    plain &= instr.mask is None and instr.accumulate is None and len(data.shape) == 2
+    plain &= data.shape == instr.dst.shape  # type: ignore[union-attr]
+    if plain and (isinstance(o0, Const) or len(o0.shape) == 2):  # type: ignore[union-attr]
+        if _fp32_into(instr, ctx, op0, (data, o0)):
+            return
     r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
     if op1 is not None:
         r = M.alu(op1, r, _scalar_operand(ctx, o1, p, ex), instr.attr("reverse1"))
@@ -352,8 +399,13 @@ def _activation(instr: Instr, ctx: BCtx) -> None:
     x2 = _pf(ctx, data)
     sc = _scalar_operand(ctx, scale, p)
     bi = _scalar_operand(ctx, bias, p)
-    y = np.asarray(OPS[instr.attr("op")].fn((x2 * sc + bi).astype(np.float32)))
-    _isa_store(instr, ctx, y.astype(np.float32))
+    # (x * scale + bias) in fp32 with one temporary (x * 1.0 is x: no pass for it)
+    one = isinstance(scale, Const) and float(scale.value) == 1.0
+    t = np.add(x2, bi, dtype=np.float32) if one else np.multiply(x2, sc, dtype=np.float32)
+    if not one:
+        np.add(t, bi, out=t)
+    y = np.asarray(OPS[instr.attr("op")].fn(t), dtype=np.float32)
+    _isa_store(instr, ctx, y)
 
 
 @_isa("tensor_copy")
@@ -382,7 +434,62 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
     dst = instr.dst
     assert dst is not None
-    ctx.write(dst, out.reshape((*ctx.dims, *dst.shape)), ctx.mask(instr), instr.accumulate)
+    full = (*ctx.dims, *dst.shape)
+    out = out if out.shape == full else out.reshape(full)
+    if instr.attr("psum_group", False) and instr.accumulate == "add":
+        if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
+            ctx.write(dst, out)
+            ctx.psum_groups[dst.tensor] = [ctx.storage(dst.tensor), None, True]
+            return
+        _psum_group_write(ctx, dst, out, ctx.mask(instr))
+        return
+    ctx.write(dst, out, ctx.mask(instr), instr.accumulate)
+
+
+def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray | None) -> None:
+    """``simulator/isa/common.matmul_write``'s PSUM accumulation group over the batch: an
+    element no matmul of the group reached since its tile was allocated (still the fill) takes
+    the product, the others add it. Once every element of the allocation has started, later
+    matmuls simply add."""
+    arr = ctx.storage(dst.tensor)
+    entry = ctx.psum_groups.get(dst.tensor)
+    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
+        entry = [arr, np.zeros(arr.shape, dtype=bool), False]
+        ctx.psum_groups[dst.tensor] = entry
+    if entry[2]:  # every element started
+        ctx.write(dst, vals, sel, "add")
+        return
+    started = ctx.strided(entry[1], dst)
+    want = (
+        np.ones(started.shape, dtype=bool) if sel is None else np.broadcast_to(sel, started.shape)
+    )
+    first = want & ~started & np.isnan(numerics.to_compute(ctx.view(dst)))
+    if not first.any():
+        ctx.write(dst, vals, sel, "add")
+    elif (first == want).all():
+        ctx.write(dst, vals, sel, None)
+    else:
+        ctx.write(dst, vals, first, None)
+        ctx.write(dst, vals, want & ~first, "add")
+    if sel is None:
+        started[...] = True
+    else:
+        started[want] = True
+    entry[2] = bool(entry[1].all())
+
+
+@_isa("nc_transpose", _declines_nc_transpose)
+def _nc_transpose(instr: Instr, ctx: BCtx) -> None:
+    """``simulator/isa/tensor._nc_transpose`` over the batch: bit-exact, or (NeuronCore-v2's
+    PE) a matmul with the identity."""
+    src = instr.srcs[0]
+    assert isinstance(src, Access)
+    raw = np.swapaxes(ctx.read(src), -1, -2)
+    if instr.attr("exact"):
+        _isa_store(instr, ctx, raw)
+        return
+    eye = np.eye(src.shape[0], dtype=np.float32)
+    _isa_store(instr, ctx, np.matmul(numerics.to_compute(raw), eye, dtype=np.float32))
 
 
 def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
 
 from .. import numerics
@@ -71,7 +73,23 @@ def plan(ir: KernelIR, config: SimConfig) -> Plan:
     return got[2]
 
 
+# NumPy's limit on an array's dimensions (NPY_MAXDIMS: 64 from NumPy 2, 32 before)
+_MAX_DIMS = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
+
+
+def _check_rank(ir: KernelIR) -> None:
+    """A batched array has an axis per grid axis and enclosing loop, then the tile's axes."""
+    loops = max((len(lp) for _, lp in instructions_of(ir)), default=0)
+    rank = max((len(t.shape) for t in ir.tensors), default=0)
+    if len(ir.grid.shape) + loops + rank > _MAX_DIMS:
+        raise Declined(
+            f"a grid of rank {len(ir.grid.shape)} with {loops} nested loop(s) and tensors of "
+            f"rank {rank} needs batched arrays of more than NumPy's {_MAX_DIMS} dimensions"
+        )
+
+
 def _plan(ir: KernelIR, config: SimConfig) -> Plan:
+    _check_rank(ir)
     sub = device_loops(ir, Declined)  # run per position by the interpreter
     check_views(ir, Declined)
     hosted: set[int] = set()
@@ -227,12 +245,15 @@ def _fuse_stores(
         for i, n in enumerate(nodes):
             if isinstance(n, Loop):
                 visit(n.body)
-            if not (isinstance(n, Alloc) and id(n) in fresh) or id(nodes[i + 1]) in elided:
+            if not (isinstance(n, Alloc) and id(n) in fresh):
+                continue
+            filler = _first_touch(ir, nodes, i)
+            if filler is None or id(filler) in elided:
                 continue
             if writes.get(n.tensor) != 1 or reads.get(n.tensor) != 1:
                 continue
             store = reader[n.tensor]  # the one reader: fused when it comes later at this level
-            later = at.get(id(store), -1) > i + 1
+            later = at.get(id(store), -1) > at[id(filler)]
             if later and _plain_store_of(store, n.tensor, ir, writes, config):
                 out[id(n)] = store
 
@@ -269,6 +290,16 @@ def _is_copy(instr: Instr) -> bool:
         return False
     src = instr.srcs[0]
     return isinstance(src, Access) and instr.dst is not None and src.shape == instr.dst.shape
+
+
+def _starts_group(instr: Instr) -> bool:
+    """A current-API matmul accumulating into PSUM by group (``accumulate=None``)."""
+    return (
+        instr.kind == "isa"
+        and instr.op == "nc_matmul"
+        and instr.accumulate == "add"
+        and bool(instr.attr("psum_group", False))
+    )
 
 
 def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
@@ -359,31 +390,49 @@ def _classify(
     """(``stateful``: ids of instructions and of the loops around them that use engine state.)
     Batch loops: ``affine_range`` loops carrying no tile (nor private HBM) and holding no
     instruction using per-instance engine state (batching would reorder its uses). Fresh
-    tiles: filled entirely by the batched instruction right after their allocation (a hosted
-    one may write less than its destination access, so its tile keeps the fill)."""
+    tiles: filled entirely by the batched instruction that first touches them after their
+    allocation (a hosted one may write less than its destination access, so its tile keeps the
+    fill)."""
     for i, n in enumerate(nodes):
         if isinstance(n, Loop):
             carried = _written_on_chip(n.body, ir) - _allocated(n.body)
             if n.kind == "affine" and not n.is_runtime and not carried and id(n) not in stateful:
                 batch.add(id(n))
             _classify(ir, n.body, batch, fresh, whole, hosted, stateful)
-        elif isinstance(n, Alloc) and i + 1 < len(nodes):
-            nxt = nodes[i + 1]
-            if (
-                isinstance(nxt, Instr)
-                and id(nxt) not in hosted
-                and _overwrites_whole(nxt, n.tensor, ir)
-            ):
+        elif isinstance(n, Alloc):
+            nxt = _first_touch(ir, nodes, i)
+            if nxt is not None and id(nxt) not in hosted and _overwrites_whole(nxt, n.tensor, ir):
                 fresh.add(id(n))
                 whole.add(id(nxt))
 
 
+_LOOKAHEAD = 16  # nodes searched after an allocation for the instruction that fills it
+
+
+def _first_touch(ir: KernelIR, nodes: tuple[Node, ...], i: int) -> Instr | None:
+    """The first instruction after the allocation ``nodes[i]`` that touches its tile, when only
+    allocations and instructions of other tensors come between (``t = nl.ndarray(...)``
+    several times, then the copies into them); None otherwise."""
+    name = nodes[i].tensor  # type: ignore[union-attr]
+    for n in nodes[i + 1 : i + 1 + _LOOKAHEAD]:
+        if isinstance(n, Alloc):
+            continue
+        if not isinstance(n, Instr):
+            return None
+        if any(ir.storage_of(a.tensor) == name for a in (*n.reads(), *n.writes())):
+            return n
+    return None
+
+
 def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
-    """``instr`` writes every element of tile ``name`` without reading it first."""
+    """``instr`` writes every element of tile ``name`` without reading it first (the first
+    matmul of a PSUM accumulation group into a fresh tile overwrites it: nothing started)."""
     dst = instr.dst
-    if dst is None or dst.tensor != name or instr.mask is not None or instr.accumulate:
+    if dst is None or dst.tensor != name or instr.mask is not None:
         return False
-    if any(a.tensor == name for a in instr.reads()):
+    if instr.accumulate and not _starts_group(instr):
+        return False
+    if any(a.tensor == name for a in instr.reads() if a is not dst):
         return False
     if instr.kind in ("matmul",) and instr.attr("psum_group", False):
         return False

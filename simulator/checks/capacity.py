@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from nki import dtypes
 from nki.errors import NKIMemoryError, SrcLoc
-from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl
+from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl, tensor_label
 from nki.targets import Target, get_target, isa_rules
 
 from .. import numerics
@@ -158,7 +158,8 @@ def _fmt(lv: _Live, physical: dict[str, int]) -> str:
     d = lv.decl
     size = physical.get(d.name)
     per = f" ({size} B: blocks used one loop iteration at a time)" if size is not None else ""
-    return f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)}: {bytes_per_partition(d)} B{per}{at}"
+    size_b = bytes_per_partition(d)
+    return f"{tensor_label(d)} {d.buffer} {d.dtype}{list(d.shape)}: {size_b} B{per}{at}"
 
 
 def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
@@ -174,7 +175,7 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
     for lv in ranges:
         if lv.decl.buffer == "psum" and block_bytes(lv.decl) > tile_cap:
             raise NKIMemoryError(
-                f"PSUM tile '{lv.decl.name}' {lv.decl.dtype}{list(lv.decl.shape)} needs "
+                f"PSUM tile {tensor_label(lv.decl)} {lv.decl.dtype}{list(lv.decl.shape)} needs "
                 f"{block_bytes(lv.decl)} bytes per partition, but a PSUM tile on {t.name} must fit "
                 f"in {tile_cap} bytes per partition (one {t.psum_bank_bytes}-byte bank: at most "
                 f"{t.psum_bank_bytes // 4} fp32 elements; trn3 matmuls may span the whole PSUM)",
@@ -207,8 +208,9 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 listing = "; ".join(_fmt(o, physical) for o in alive)
                 extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
                 raise NKIMemoryError(
-                    f"{buf.upper()} capacity exceeded on {t.name}: allocating '{lv.decl.name}' "
-                    f"brings the live tiles to {total} bytes per partition requested, but only "
+                    f"{buf.upper()} capacity exceeded on {t.name}: allocating "
+                    f"{tensor_label(lv.decl)} brings the live tiles to {total} bytes per partition "
+                    "requested, but only "
                     f"{cap} bytes per partition are available{extra}; live allocations: "
                     f"{listing}",
                     code=code,
@@ -249,8 +251,9 @@ def _check_address_overlaps(ranges: list[_Live]) -> None:
                     continue
                 where = f"SBUF bytes [{lo}, {hi})"
             raise NKIMemoryError(
-                f"'{db.name}' {db.dtype}{list(db.shape)} at address={db.address} overlaps the "
-                f"live tensor '{da.name}' {da.dtype}{list(da.shape)} at address={da.address} "
+                f"{tensor_label(db)} {db.dtype}{list(db.shape)} at address={db.address} overlaps "
+                f"the live tensor {tensor_label(da)} {da.dtype}{list(da.shape)} at address="
+                f"{da.address} "
                 f"(allocated at line {da.loc.line if da.loc else '?'}): both use {where} of "
                 "the same partitions",
                 code="err_address_overlap",
@@ -268,14 +271,14 @@ def _check_placements(ranges: list[_Live], t: Target) -> None:
             continue
         if d.buffer == "psum" and (min(place) < 0 or max(place) >= t.psum_banks):
             raise NKIMemoryError(
-                f"PSUM tensor '{d.name}' {d.dtype}{list(d.shape)} is placed on banks "
+                f"PSUM tensor {tensor_label(d)} {d.dtype}{list(d.shape)} is placed on banks "
                 f"{list(place)}, but {t.name} has banks 0..{t.psum_banks - 1}",
                 code="err_psum_capacity_exceeded",
                 loc=lv.loc,
             )
         if d.buffer == "sbuf" and (place[0] < 0 or place[1] > t.sbuf_usable_per_partition):
             raise NKIMemoryError(
-                f"SBUF tensor '{d.name}' {d.dtype}{list(d.shape)} is placed at bytes "
+                f"SBUF tensor {tensor_label(d)} {d.dtype}{list(d.shape)} is placed at bytes "
                 f"[{place[0]}, {place[1]}) of each partition, but only "
                 f"{t.sbuf_usable_per_partition} bytes per partition are usable on {t.name}",
                 code="err_sbuf_capacity_exceeded",
@@ -303,8 +306,9 @@ def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
         total += size if d.buffer == "shared_hbm" else size * copies
         if total > t.hbm_bytes:
             raise NKIMemoryError(
-                f"HBM capacity exceeded on {t.name}: tensor '{d.name}' {d.dtype}{list(d.shape)} "
-                f"brings the kernel's HBM tensors to {total} bytes requested, but the device has "
+                f"HBM capacity exceeded on {t.name}: tensor {tensor_label(d)} {d.dtype}"
+                f"{list(d.shape)} brings the kernel's HBM tensors to {total} bytes requested, but "
+                "the device has "
                 f"{t.hbm_bytes} bytes of HBM",
                 code="err_hbm_capacity_exceeded",
                 loc=d.loc,
@@ -312,6 +316,30 @@ def check_hbm(ir: KernelIR, target: str | Target | None = None) -> None:
 
 
 HOST_CHECK_MIN_BYTES = 256 << 20  # below this a launch is not worth a /proc/meminfo read
+
+# (id(ir), precise_fp) -> (ir, the bytes of each tensor a launch allocates, their total)
+_HOST_BYTES: dict[tuple[int, bool], tuple[KernelIR, list, int]] = {}
+
+
+def _host_bytes(ir: KernelIR, precise_fp: bool, copies: int) -> tuple[list, int]:
+    """(tensor, bytes) of every tensor a launch of ``ir`` allocates (private and on-chip ones
+    once per instance) and their total; counted once per traced kernel."""
+    hit = _HOST_BYTES.get((id(ir), precise_fp))
+    if hit is not None and hit[0] is ir:
+        return hit[1], hit[2]
+    sized = []
+    for d in ir.tensors:
+        if d.kind == "param" or d.alias_of is not None:
+            continue
+        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
+        for s in d.shape:
+            n *= s
+        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
+    total = sum(n for _, n in sized)
+    if len(_HOST_BYTES) > 512:
+        _HOST_BYTES.clear()
+    _HOST_BYTES[(id(ir), precise_fp)] = (ir, sized, total)
+    return sized, total
 
 
 def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
@@ -325,15 +353,7 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
     copies = 1
     for n in ir.grid.shape:
         copies *= n
-    sized = []
-    for d in ir.tensors:
-        if d.kind == "param" or d.alias_of is not None:
-            continue
-        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
-        for s in d.shape:
-            n *= s
-        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
-    total = sum(n for _, n in sized)
+    sized, total = _host_bytes(ir, precise_fp, copies)
     if total <= HOST_CHECK_MIN_BYTES:
         return
     avail = host_available_bytes()
@@ -350,7 +370,7 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
         f"the simulator would need {total} bytes of host memory for this launch "
         f"({shared} bytes of shared HBM tensors + {copies} instance(s) x {per_instance} bytes of "
         f"private HBM and on-chip tensors), but only {avail} bytes are available; tensor "
-        f"'{d.name}' {d.buffer} {d.dtype}{list(d.shape)} "
+        f"{tensor_label(d)} {d.buffer} {d.dtype}{list(d.shape)} "
         f"({n // (copies if d.buffer != 'shared_hbm' else 1)} bytes"
         f"{' per instance' if d.buffer != 'shared_hbm' else ''}) brings the total past it. "
         "Use smaller shapes or a smaller launch grid",

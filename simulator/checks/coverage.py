@@ -85,7 +85,7 @@ def fully_written(ir: KernelIR, name: str) -> bool:
     together (their footprints marked on a map of the tensor, for tensors up to 16M
     elements)."""
     shape = ir.tensor(name).shape
-    hit: np.ndarray | None = None
+    prints: list[list[np.ndarray]] = []
     for instr, loops in instructions_of(ir):
         dst = instr.dst
         if dst is None or dst.tensor != name or not _plain_write(instr):
@@ -94,16 +94,48 @@ def fully_written(ir: KernelIR, name: str) -> bool:
         if ranges is None or not _mask_keeps_in_bounds(instr.mask, ranges, dst, shape):
             continue
         sets = _footprint(dst, shape, ranges)
-        if sets is None:
-            continue
-        if all(len(v) == n for v, n in zip(sets, shape)):
-            return True  # (the sets hold distinct in-bounds indices)
-        if math.prod(shape) > _MAX_MAP:
-            continue
-        if hit is None:
-            hit = np.zeros(shape, dtype=bool)
+        if sets is not None:
+            prints.append(sets)
+    prints = _merged(prints)
+    if any(all(len(v) == n for v, n in zip(sets, shape)) for sets in prints):
+        return True  # (the sets hold distinct in-bounds indices)
+    total = math.prod(shape)
+    if not prints or total > _MAX_MAP or sum(math.prod(map(len, p)) for p in prints) < total:
+        return False  # (too few elements written to cover it)
+    hit = np.zeros(shape, dtype=bool)
+    for sets in prints:
         hit[np.ix_(*sets)] = True
-    return hit is not None and bool(hit.all())
+    return bool(hit.all())
+
+
+_MAX_MERGED = 64  # footprints joined pairwise (more: marked on the map one by one)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def _merged(prints: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Footprints (index sets per dimension) with those that differ on one dimension at most
+    joined into one (the halves two cores write, the tiles of unrolled iterations)."""
+    out: list[list[np.ndarray]] = []
+    for sets in prints:
+        while True:
+            for k, other in enumerate(out):
+                differ = [
+                    d for d, (a, b) in enumerate(zip(sets, other)) if not np.array_equal(a, b)
+                ]
+                if len(differ) <= 1:
+                    if differ:
+                        d = differ[0]
+                        sets = list(sets)
+                        sets[d] = np.union1d(sets[d], other[d])
+                    del out[k]
+                    break
+            else:
+                out.append(sets)
+                break
+    return out
 
 
 def _plain_write(instr: Instr) -> bool:
@@ -173,11 +205,13 @@ def _footprint(
     out = []
     for e, size in zip(acc.index, shape):
         vals = np.array([e.base.const], dtype=np.int64)
+        counts = [len(ranges[s]) for s, k in e.base.terms if k]
+        counts += [n for k, n in zip(e.coeffs, acc.shape) if k]
+        if math.prod(counts) > _MAX_VALUES:  # (decided before any array is made)
+            return None
         steps = [(k, np.arange(len(ranges[s]), dtype=np.int64) * ranges[s].step + ranges[s].start)
                  for s, k in e.base.terms if k]  # fmt: skip
         steps += [(k, np.arange(n, dtype=np.int64)) for k, n in zip(e.coeffs, acc.shape) if k]
-        if math.prod(len(v) for _, v in steps) > _MAX_VALUES:
-            return None
         for k, v in steps:
             vals = (vals[:, None] + k * v[None, :]).reshape(-1)
         out.append(np.unique(vals[(vals >= 0) & (vals < size)]))

@@ -25,15 +25,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from nki.errors import NKIDependencyError
+from nki.errors import NKIDependencyError, NKIWarning, SrcLoc
 from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
 from nki.optable import OPS
-
-_MAX_POINTS = 2048  # varying-index vectors enumerated per analysis (N^2 pairs)
 
 
 @dataclass(frozen=True)
@@ -83,30 +82,142 @@ def _form(
     return out
 
 
-def _first_conflict(
-    fa: list[_DimForm], fb: list[_DimForm], extents: list[int], same: bool
-) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """A pair of distinct varying-index vectors (a, b) where the writes may overlap."""
+UNDECIDED = "undecided"  # a search that met its enumeration limit (said so, never silent)
+_MAX_PAIRS = 1 << 24  # position pairs enumerated for two accesses of different index forms
+_MAX_DIFFERENCES = 1 << 26  # position differences enumerated per group of axes (same forms)
+_CHUNK = 1 << 18  # rows per step of either enumeration (bounded memory)
+
+Pair = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def first_conflict(
+    fa: list[_DimForm], fb: list[_DimForm], extents: list[int], limit: int = _MAX_DIFFERENCES
+) -> Pair | str | None:
+    """Two distinct positions (index vectors over ``extents``) at which the accesses ``fa`` and
+    ``fb`` may touch the same element; None when they provably never do; ``UNDECIDED`` when
+    deciding would enumerate more than the limits allow. Accesses with the same coefficients
+    (a write against itself, a load and a store of one tile) depend only on the difference of
+    the two positions, searched per group of axes that share no dimension (``limit``
+    differences per group); others pair by pair (``_MAX_PAIRS``)."""
     if any(x.fixed != y.fixed for x, y in zip(fa, fb)):
         return None  # other symbols differ between the writers: not decidable here, stay quiet
-    n = math.prod(extents)
-    if n < 2 or n > _MAX_POINTS:
+    if math.prod(extents) < 2:
         return None
+    if all(x.coeffs == y.coeffs for x, y in zip(fa, fb)):
+        return _by_difference(fa, fb, extents, limit)
+    if math.prod(extents) ** 2 > _MAX_PAIRS:
+        return UNDECIDED
+    return pairwise_conflict(fa, fb, extents)
+
+
+def pairwise_conflict(fa: list[_DimForm], fb: list[_DimForm], extents: list[int]) -> Pair | None:
+    """``first_conflict`` by comparing every pair of distinct positions (in chunks of rows)."""
+    n = math.prod(extents)
     pts = np.array(list(itertools.product(*(range(e) for e in extents))), dtype=np.int64)
-    ok = ~np.eye(n, dtype=bool)  # a != b
-    for x, y in zip(fa, fb):
-        va = pts @ np.array(x.coeffs, dtype=np.int64) + x.const
-        vb = pts @ np.array(y.coeffs, dtype=np.int64) + y.const
-        # va + ra == vb + rb  <=>  va - vb == rb - ra, rb - ra in [y.rlo - x.rhi, y.rhi - x.rlo]
-        d = va[:, None] - vb[None, :]
-        g = math.gcd(x.g, y.g)
-        hit = (d >= y.rlo - x.rhi) & (d <= y.rhi - x.rlo)
-        hit &= (d % g == 0) if g else (d == 0)
-        ok &= hit
-        if not ok.any():
-            return None
-    i, j = (int(v) for v in np.argwhere(ok)[0])
-    return tuple(int(v) for v in pts[i]), tuple(int(v) for v in pts[j])
+    va = [pts @ np.array(x.coeffs, dtype=np.int64) + x.const for x in fa]
+    vb = [pts @ np.array(y.coeffs, dtype=np.int64) + y.const for y in fb]
+    step = max(1, _CHUNK // n)
+    for lo in range(0, n, step):
+        ok = np.ones((min(step, n - lo), n), dtype=bool)
+        ok[np.arange(len(ok)), np.arange(lo, lo + len(ok))] = False  # a != b
+        for x, y, a, b in zip(fa, fb, va, vb):
+            # va + ra == vb + rb  <=>  va - vb == rb - ra, rb - ra in [y.rlo - x.rhi, ...]
+            ok &= holds(x, y, a[lo : lo + len(ok), None] - b[None, :])
+            if not ok.any():
+                break
+        else:
+            i, j = (int(v) for v in np.argwhere(ok)[0])
+            return tuple(int(v) for v in pts[lo + i]), tuple(int(v) for v in pts[j])
+    return None
+
+
+def holds(x: _DimForm, y: _DimForm, d: np.ndarray | int) -> np.ndarray | bool:
+    """Index difference ``d`` (a's base minus b's) is within the reach of both tiles."""
+    g = math.gcd(x.g, y.g)
+    hit = (d >= y.rlo - x.rhi) & (d <= y.rhi - x.rlo)
+    return hit & ((d % g == 0) if g else (d == 0))
+
+
+def _axis_groups(coeffs: list[tuple[int, ...]], n: int) -> list[list[int]]:
+    """The axes some dimension uses, grouped so that no dimension uses two groups."""
+    group = list(range(n))
+
+    def root(a: int) -> int:
+        while group[a] != a:
+            a = group[a]
+        return a
+
+    for c in coeffs:
+        used = [a for a in range(n) if c[a]]
+        for a in used[1:]:
+            group[root(a)] = root(used[0])
+    out: dict[int, list[int]] = {}
+    for a in range(n):
+        if any(c[a] for c in coeffs):
+            out.setdefault(root(a), []).append(a)
+    return list(out.values())
+
+
+def _by_difference(
+    fa: list[_DimForm], fb: list[_DimForm], extents: list[int], limit: int
+) -> Pair | str | None:
+    """``first_conflict`` of accesses with the same coefficients: a nonzero difference
+    ``delta = a - b`` satisfying every dimension. Groups of axes are independent: each needs a
+    satisfying difference of its own, one of them nonzero (or an axis no dimension uses)."""
+    dims = list(zip(fa, fb))
+    if any(not holds(x, y, x.const - y.const) for x, y in dims if not any(x.coeffs)):
+        return None
+    delta = [0] * len(extents)
+    free = [a for a in range(len(extents)) if extents[a] > 1 and not any(x.coeffs[a] for x in fa)]
+    nonzero = bool(free)
+    if free:
+        delta[free[0]] = -1
+    for axes in _axis_groups([x.coeffs for x in fa], len(extents)):
+        mine = [(x, y) for x, y in dims if any(x.coeffs[a] for a in axes)]
+        got = _group_differences(mine, axes, extents, limit, want_nonzero=not nonzero)
+        if got is None or got == UNDECIDED:
+            return got
+        if any(got):
+            nonzero = True
+            for a, d in zip(axes, got):
+                delta[a] = d
+    if not nonzero:
+        return None
+    # a = b + delta with both inside the extents
+    a = tuple(max(0, d) for d in delta)
+    b = tuple(max(0, -d) for d in delta)
+    return a, b
+
+
+def _group_differences(
+    dims: list[tuple[_DimForm, _DimForm]],
+    axes: list[int],
+    extents: list[int],
+    limit: int,
+    want_nonzero: bool,
+) -> tuple[int, ...] | str | None:
+    """A difference over ``axes`` satisfying ``dims``: a nonzero one if any (the zero one only
+    when no nonzero one does, or when ``want_nonzero`` is False and it holds), None when no
+    difference does, ``UNDECIDED`` past ``limit`` differences (enumerated in chunks)."""
+    sizes = [2 * extents[a] - 1 for a in axes]
+    total = math.prod(sizes)
+    if total > limit:
+        return UNDECIDED
+    coeffs = [np.array([x.coeffs[a] for a in axes], dtype=np.int64) for x, _ in dims]
+    zero_ok = all(holds(x, y, x.const - y.const) for x, y in dims)
+    if zero_ok and not want_nonzero:
+        return (0,) * len(axes)
+    lows = np.array([1 - extents[a] for a in axes], dtype=np.int64)
+    for lo in range(0, total, _CHUNK):
+        flat = np.arange(lo, min(total, lo + _CHUNK), dtype=np.int64)
+        delta = np.stack(np.unravel_index(flat, sizes), axis=1) + lows
+        ok = np.any(delta != 0, axis=1)
+        for (x, y), c in zip(dims, coeffs):
+            ok &= holds(x, y, delta @ c + (x.const - y.const))
+        hit = np.flatnonzero(ok)
+        if len(hit):
+            return tuple(int(v) for v in delta[hit[0]])
+    return (0,) * len(axes) if zero_ok else None
 
 
 def _writes(nodes, loops: tuple[Loop, ...]):
@@ -263,8 +374,10 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
             fa = _form(wa, varying, _rest(ir, ia_loops))
             fb = _form(wb, varying, _rest(ir, ib_loops))
             same = a is b and wa is wb
-            hit = _first_conflict(fa, fb, [loop.trip_count], same)
-            if hit is None:
+            hit = first_conflict(fa, fb, [loop.trip_count])
+            if hit == UNDECIDED:
+                _undecided(f"affine_range loop '{loop.sym.name or loop.sym}'", a, b, loop.loc)
+            if not isinstance(hit, tuple):
                 continue
             va = loop.start + hit[0][0] * loop.step
             vb = loop.start + hit[1][0] * loop.step
@@ -279,6 +392,8 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
             on_chip = mem in ("sbuf", "psum")
             what = f"HBM tensor {ir.label(wa.tensor)}"
             fix, why = "", ""
+            if on_chip and ir.generation == "current":
+                continue  # program order in the current API (see program_order.py)
             if on_chip:
                 seen = timeline.observed(base, loop)
                 if seen is None:
@@ -301,6 +416,24 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
             )
 
 
+class UndecidedCheckWarning(NKIWarning):
+    """A static check could not decide a question within its enumeration limits: the kernel
+    runs, but that check did not cover the accesses named."""
+
+
+def _undecided(what: str, a: Instr, b: Instr, loc: SrcLoc | None) -> None:
+    lines = " and ".join(dict.fromkeys(f"line {i.loc.line}" for i in (a, b) if i.loc))
+    warnings.warn_explicit(
+        f"write-conflict check not decided for {what}: comparing the writes at "
+        f"{lines or 'its writes'} across every pair of positions would enumerate more than "
+        f"{_MAX_PAIRS:,} pairs (or {_MAX_DIFFERENCES:,} differences); they were not checked "
+        "against each other",
+        UndecidedCheckWarning,
+        loc.file if loc is not None else "<kernel>",
+        loc.line if loc is not None else 0,
+    )
+
+
 def check_spmd_races(ir: KernelIR) -> None:
     """No two SPMD instances write the same element of a shared HBM tensor."""
     shape = ir.grid.shape
@@ -320,8 +453,10 @@ def check_spmd_races(ir: KernelIR) -> None:
                 continue
             fa = _form(wa, varying, _rest(ir, la))
             fb = _form(wb, varying, _rest(ir, lb))
-            hit = _first_conflict(fa, fb, list(shape), same)
-            if hit is None:
+            hit = first_conflict(fa, fb, list(shape))
+            if hit == UNDECIDED:
+                _undecided(f"SPMD grid {list(shape)}", a, b, ir.loc)
+            if not isinstance(hit, tuple):
                 continue
             other = "the same statement in" if same else "a write at this line in"
             raise NKIDependencyError(

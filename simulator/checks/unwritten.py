@@ -269,14 +269,19 @@ def written_elements(
     return flat.reshape(decl.shape), tuple(sorted(lines))
 
 
-def _report(ir: KernelIR, base: str, missing: np.ndarray, lines, stored_at=None) -> Unwritten:
+def _span(missing: np.ndarray) -> str:
+    """The bounding box of the True elements, ``lo:hi`` per axis."""
     spans = []
     for ax in range(missing.ndim):
         hit = np.flatnonzero(missing.any(axis=tuple(a for a in range(missing.ndim) if a != ax)))
         spans.append(f"{hit[0]}:{hit[-1] + 1}")
+    return ", ".join(spans)
+
+
+def _report(ir: KernelIR, base: str, missing: np.ndarray, lines, stored_at=None) -> Unwritten:
     decl = ir.tensor(base)
     count = int(np.count_nonzero(missing))
-    return Unwritten(base, decl.shape, count, ", ".join(spans), lines, decl.loc, stored_at)
+    return Unwritten(base, decl.shape, count, _span(missing), lines, decl.loc, stored_at)
 
 
 def unwritten_outputs(ir: KernelIR) -> list[Unwritten]:
@@ -393,10 +398,11 @@ def check_outputs_written(
         written = shadow.get(base)
         if written is None or written.all():
             continue
-        missing = np.argwhere(~written)
-        lo, hi = missing.min(axis=0), missing.max(axis=0)
-        region = ", ".join(f"{a}:{b + 1}" for a, b in zip(lo, hi))
-        count = len(missing)
+        # (the bounding box axis by axis: no index array of the missing elements, which
+        # would take several times the output's size)
+        missing = ~written
+        count = int(np.count_nonzero(missing))
+        region = _span(missing)
         lines = sorted(writers.get(base, ()))
         by = (
             f"line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} wrote the rest"

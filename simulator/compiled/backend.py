@@ -45,6 +45,7 @@ import numpy as np
 from nki.errors import NKIError, user_stacklevel
 from nki.ir import KernelIR, PidSym
 from nki.optable import OPS
+from nki.parsing import PARSE_LOCK
 
 from .. import numerics
 from ..checks.bounds import check_bounds
@@ -154,11 +155,12 @@ def compiled(p: Plan, args: list[Any] | None = None) -> Any:
     for spec in p.kernels:
         lib.kernel(spec)
     fn = getattr(lib.load(_driver_stem(p), p.source), p.func)
-    if args is not None and not p.python:
-        fn.compile(_signature(args))
-    elif args is not None:  # plain-Python driver: build each library kernel it will call
-        for _, disp, sig in _kernel_calls(p, args):
-            disp.compile(sig)
+    with PARSE_LOCK:  # (numba's compiler converts ASTs: one thread at a time)
+        if args is not None and not p.python:
+            fn.compile(_signature(args))
+        elif args is not None:  # plain-Python driver: build each library kernel it will call
+            for _, disp, sig in _kernel_calls(p, args):
+                disp.compile(sig)
     _FUNCS[key] = fn
     return fn
 
@@ -370,7 +372,9 @@ def _python_driver(p: Plan) -> Any:
     for spec in p.kernels:
         lib.kernel(spec)  # the driver imports its kernels' modules by name
     ns: dict[str, Any] = {}
-    exec(compile(p.py_source, f"<nki-sim driver {p.key}>", "exec"), ns)
+    with PARSE_LOCK:
+        code = compile(p.py_source, f"<nki-sim driver {p.key}>", "exec")
+    exec(code, ns)
     return ns[p.func]
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nki.errors import NKIError, user_loc
+from nki.parsing import PARSE_LOCK
 
 from . import kernels as lib
 from .kernels import Spec
@@ -88,7 +89,8 @@ def build_kernels(
         if sig in disp.overloads:
             continue
         if f"nki_k_{spec.key}" in on_disk:
-            disp.compile(sig)  # a disk-cache load
+            with PARSE_LOCK:  # (numba's compiler converts ASTs: one thread at a time)
+                disp.compile(sig)  # a disk-cache load
         else:
             cold.append((spec, disp, sig))
     cold.sort(key=lambda c: -uses.get(c[0].key, 0))
@@ -102,7 +104,8 @@ def build_kernels(
             deferred.add(spec.key)
             continue
         t = time.perf_counter()
-        disp.compile(sig)
+        with PARSE_LOCK:
+            disp.compile(sig)
         _TIMES.append(time.perf_counter() - t)
         compiled += 1
     return Built(frozenset(deferred), compiled)

@@ -28,11 +28,15 @@ import importlib.util
 import os
 import sys
 import tempfile
+import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+
+from nki.parsing import PARSE_LOCK
 
 RANK = 4
 MASK_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3, "==": 4, "!=": 5}
@@ -283,13 +287,24 @@ def cache_dir() -> Path:
     return Path(d) / "numba"
 
 
+def _private_name(stem: str) -> str:
+    """A temporary file name no other process or thread uses at the same time."""
+    return f".{stem}.{os.getpid()}.{threading.get_ident()}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+_PROBED: dict[Path, bool] = {}  # cache directory -> writable (probed once per process)
+
+
 def writable_dir() -> Path:
+    """The cache directory, or a temporary one when it cannot be written."""
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        probe = d / f".probe{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        if d not in _PROBED:
+            probe = d / _private_name("probe")
+            probe.write_text("")
+            probe.unlink()
+            _PROBED[d] = True
         return d
     except OSError:
         d = Path(tempfile.gettempdir()) / "nki-sim-numba"
@@ -308,19 +323,23 @@ def load(stem: str, source: str) -> ModuleType:
     mod = _MODULES.get(name)
     if mod is not None:
         return mod
-    d = writable_dir()
-    path = d / f"{stem}.py"
-    if not path.exists() or path.read_text() != source:
-        tmp = d / f".{stem}.{os.getpid()}.tmp"
-        tmp.write_text(source)
-        os.replace(tmp, path)  # atomic: concurrent processes see a whole file
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    _MODULES[name] = mod
-    return mod
+    with PARSE_LOCK:  # (one thread imports a module; importing compiles its source)
+        mod = _MODULES.get(name)
+        if mod is not None:
+            return mod
+        d = writable_dir()
+        path = d / f"{stem}.py"
+        if not path.exists() or path.read_text() != source:
+            tmp = d / _private_name(stem)
+            tmp.write_text(source)
+            os.replace(tmp, path)  # atomic: concurrent processes see a whole file
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _MODULES[name] = mod
+        return mod
 
 
 def forget() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.errors import NKIMemoryError, NKIRuntimeError
-from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr
+from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr, tensor_label
 
 from .. import numerics
 from ..executors import prepares
@@ -54,24 +54,25 @@ def check_dst(instr: Instr, ctx: Ctx) -> None:
     PSUM only, compute engines cannot write HBM)."""
     if instr.dst is None:
         return
-    buf = ctx.decl(instr.dst.tensor).buffer
+    decl = ctx.decl(instr.dst.tensor)
+    buf, label = decl.buffer, tensor_label(decl)
     eng = instr.attr("engine", "")
     api = instr.api or f"nisa.{instr.op}"
     if eng == "tensor" and buf != "psum":
         raise NKIMemoryError(
             f"'{api}' runs on the Tensor engine, which writes PSUM only; its result was assigned "
-            f"to '{instr.dst.tensor}' in {buf}. Assign it to a PSUM tile and copy it out",
+            f"to {label} in {buf}. Assign it to a PSUM tile and copy it out",
             code="err_unsupported_memory",
         )
     if eng == "gpsimd" and buf == "psum":
         raise NKIMemoryError(
             f"'{api}' runs on the GpSimd engine, which cannot access PSUM; its result was "
-            f"assigned to the PSUM tile '{instr.dst.tensor}'",
+            f"assigned to the PSUM tile {label}",
             code="err_unsupported_memory",
         )
     if eng not in ("dma", "") and buf in HBM_BUFFERS:
         raise NKIMemoryError(
-            f"'{api}' runs on a compute engine and cannot write HBM tensor '{instr.dst.tensor}'; "
+            f"'{api}' runs on a compute engine and cannot write HBM tensor {label}; "
             "write an SBUF tile and nl.store it",
             code="err_unsupported_memory",
         )

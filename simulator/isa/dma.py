@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from nki.errors import NKIRuntimeError
-from nki.ir import Access, Instr
+from nki.ir import Access, Instr, tensor_label
 
 from .. import numerics
 from ..executors import executes
@@ -122,7 +122,8 @@ def _require_unique_rows(ctx: Ctx, dst: Access, sel: np.ndarray | None) -> None:
     if (counts > 1).any():
         where = np.unravel_index(int(uniq[np.argmax(counts > 1)]), shape)
         raise NKIRuntimeError(
-            f"nisa.dma_compute: the indirect destination '{dst.tensor}' receives element "
+            f"nisa.dma_compute: the indirect destination {tensor_label(ctx.decl(dst.tensor))} "
+            "receives element "
             f"{tuple(int(i) for i in where)} more than once, but unique_indices=True promises "
             "distinct rows (the hardware result is undefined); pass unique_indices=False to "
             "accumulate every update",

@@ -9,15 +9,26 @@ from nki import dtypes
 from nki.ir import Access, Instr
 
 from ..executors import executes
-from ..memory import Ctx
+from ..memory import Ctx, eval_mask
 from . import formulas as M
 from .common import dst_of, dtype_of, src_const, src_tile, store, tile, write_res
+
+
+def _searched(instr: Instr, ctx: Ctx, src: Access, fill: float) -> np.ndarray:
+    """The (P, F) source of a search, ``fill`` where its source mask (``src_mask``, a mask over
+    the source's elements) leaves an element out."""
+    x = tile(ctx, src, src.shape[0], False)
+    keep = instr.attr("src_mask")
+    if keep is None:
+        return x
+    sel = eval_mask(keep, src.shape, ctx.env).reshape(x.shape)
+    return np.where(sel, x, np.float32(fill))
 
 
 @executes("isa", "max8")
 def _max8(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
-    store(instr, ctx, M.top8(tile(ctx, src, src.shape[0], False)))
+    store(instr, ctx, M.top8(_searched(instr, ctx, src, -np.inf)))
 
 
 def _sentinel(ctx: Ctx, acc: Access) -> int:
@@ -28,7 +39,7 @@ def _sentinel(ctx: Ctx, acc: Access) -> int:
 def _nc_find_index8(instr: Instr, ctx: Ctx) -> None:
     data, vals = src_tile(instr, 0), src_tile(instr, 1)
     p = data.shape[0]
-    d = tile(ctx, data, p, False)
+    d = _searched(instr, ctx, data, np.nan)  # NaN never matches
     v = tile(ctx, vals, p, False)
     store(instr, ctx, M.find_index8(d, v, _sentinel(ctx, dst_of(instr))))
 

@@ -100,8 +100,8 @@ def k_last_iteration_wins(a):
 def test_shuffle_reorders_affine_iterations():
     a = np.repeat(np.arange(8, dtype=np.float32), 128)[:, None] * np.ones((1, 8), np.float32)
 
-    def run(**opts):
-        return nki.jit(k_last_iteration_wins, checks="none", **opts)(a)
+    def run(**opts):  # (classic: a current-API loop rewriting `t` keeps program order)
+        return nki.jit(k_last_iteration_wins, checks="none", api="classic", **opts)(a)
 
     in_order = run()
     assert (in_order == 7).all()

@@ -1,8 +1,9 @@
 """Fuzz: random mis-shaped / mis-placed / out-of-bounds kernels always end in an NKIError with a
 kernel location (never an internal IndexError, AssertionError, KeyError, NumPy error or crash),
 and the valid kernels of the same generator run clean and match NumPy. The generator of
-``benchmarks/fuzz_invalid.py`` adds current-API kernels, argument checking of every ``nki.isa``
-instruction in both calling forms, and wrong launches."""
+``benchmarks/fuzz_invalid.py`` adds current-API kernels (and ones whose loops are traced once
+and unrolled where Python needs the int), argument checking of every ``nki.isa`` instruction in
+both calling forms, and wrong launches."""
 
 from __future__ import annotations
 
@@ -208,7 +209,10 @@ _spec.loader.exec_module(fuzz)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from(["classic", "current", "args", "launch"]), st.randoms(use_true_random=False))
+@given(
+    st.sampled_from(["classic", "current", "loops", "args", "launch"]),
+    st.randoms(use_true_random=False),
+)
 def test_fuzz_current_api_arguments_and_launches_end_in_located_errors(family, r):
     p = fuzz.draw(r, family)
     if p.get("mut") == "recursion":

@@ -60,3 +60,40 @@ def test_loop_reduce_accumulates_into_its_destination():
     x = np.random.default_rng(7).random((6 * 128, 8), dtype=np.float32)
     want = x.reshape(3, 2, 128, 8).sum(0)
     np.testing.assert_allclose(reduce_into_buffer(x), want, rtol=1e-5)
+
+
+def _accumulate_tile(acc, x_t, i_q, i_k, n_d):
+    # a helper given one head's view of the accumulator (flash attention backward's dQ: the
+    # view's axis 1 has size 1 and is indexed by a one-trip loop's iterator)
+    for i_d in nl.affine_range(n_d):
+        t = nl.load(x_t[i_d * 128 : (i_d + 1) * 128, i_q * 128 : (i_q + 1) * 128])
+        acc[i_q, i_d, :, :] = nl.loop_reduce(t, op=np.add, loop_indices=(i_k,), dtype=nl.float32)
+
+
+@nki.jit(api="classic")
+def dq_accumulate(x):
+    # x: (n_k, heads, 128 * n_d, 128 * n_q); out[h] = x[:, h].sum(0)
+    n_k, heads, d, s = x.shape
+    n_d, n_q = d // 128, s // 128
+    out = nl.ndarray((heads, d, s), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((heads, n_q, n_d, nl.par_dim(128), 128), dtype=nl.float32)
+    for i_k in nl.affine_range(n_k):
+        for i_h in nl.affine_range(heads):
+            for i_q in nl.affine_range(n_q):
+                _accumulate_tile(acc[i_h], x[i_k, i_h], i_q, i_k, n_d)
+    for i_h in nl.affine_range(heads):
+        for i_q in nl.affine_range(n_q):
+            for i_d in nl.affine_range(n_d):
+                nl.store(out[i_h, i_d * 128 : (i_d + 1) * 128, i_q * 128 : (i_q + 1) * 128],
+                         value=acc[i_h, i_q, i_d, :, :])  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("heads, n_q", [(1, 32), (2, 4)])
+def test_loop_reduce_into_a_view_of_a_head(heads, n_q):
+    # the pattern of nki-samples' flash_attn_bwd (dq_local_reduced[i_q_head] passed down, then
+    # [local_i_q_seq_tile, i_d_head_tile, :, :] = loop_reduce over the key tiles) at 32 query
+    # tiles (sequence length 4096): the one-trip iterator is 0 on the view's axis of size 1
+    x = np.random.default_rng(heads).random((3, heads, 128, 128 * n_q), dtype=np.float32)
+    got = dq_accumulate(x)
+    np.testing.assert_allclose(got, x.sum(0), rtol=1e-5)

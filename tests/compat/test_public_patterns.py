@@ -58,7 +58,8 @@ def test_config_objects_optional_tensors_and_buffer_queries():
     np.testing.assert_allclose(nki.simulate(scaled_copy)(x, cfg, b), 2 * (x + 1), rtol=1e-6)
 
 
-def test_tile_size_fields_of_the_current_api():
+def test_tile_size_fields_of_the_current_api(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")  # outside a kernel: the env's
     ts = nl.tile_size
     assert (ts.pmax, ts.psum_bank_fmax, ts.psum_bank_fmax_bytes, ts.psum_num_banks) == (
         128, 512, 2048, 8
@@ -97,7 +98,7 @@ def test_affine_range_iterators_are_ints_in_current_kernels():
     np.testing.assert_allclose(got, lhsT.T @ rhs, rtol=1e-4, atol=1e-4)
 
 
-@nki.jit
+@nki.jit(api="classic")
 def classic_list_index(x):
     tiles = [nl.load(x) for _ in range(2)]
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)

@@ -26,6 +26,8 @@ LAYER_OF_PREFIX = {
     "nki.affine": "foundation",
     "nki.optable": "foundation",
     "nki.isa_spec": "foundation",
+    "nki.parsing": "foundation",
+    "nki.api_rules": "foundation",
     "simulator": "simulator",
     "nki.tracer": "tracer",
     "nki.symbolic": "tracer",

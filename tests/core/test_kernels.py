@@ -34,7 +34,7 @@ def test_entry_points_agree():
         nki.jit(add_body),
         nki.jit()(add_body),
         nki.jit(mode="simulation")(add_body),
-        nki.jit(add_body, mode="simulation", platform_target="trn2"),
+        nki.jit(add_body, mode="simulation", platform_target="trn2", api="classic"),
         nki.baremetal(add_body),
         nki.baremetal(save_neff_name="x.neff")(add_body),
     ]
@@ -219,7 +219,7 @@ def test_tile_size_constants():
 
 
 def test_private_hbm_output_single_instance_and_grid_error():
-    @nki.jit
+    @nki.jit(api="classic")  # the classic API accepts an nl.hbm output
     def k(a):
         out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
         nl.store(out, value=nl.load(a))

@@ -3,13 +3,14 @@ other's trace state (the trace stack is thread-local)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 
 import nki
 import nki.language as nl
+
+from helpers import run_threads
 
 
 def _kernels(barrier: threading.Barrier):
@@ -110,16 +111,7 @@ def test_one_kernel_called_from_many_threads():
             if not np.array_equal(got, x * np.float32(s)):
                 failures.append(f"s={s}: wrong result")
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-    finally:
-        sys.setswitchinterval(old)
+    run_threads(run, 8)
     assert not failures, failures[:5]
     # the cache holds only correct traces afterwards
     for s in (1.5, -2.0, 7.0):
@@ -201,17 +193,7 @@ def test_threads_by_kernels_by_shapes_stress():
                 if not np.array_equal(got, ref(x, s)):
                     failures.append(f"{name} {x.shape} s={s}: wrong result")
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=run, args=(t,)) for t in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-    finally:
-        sys.setswitchinterval(old)
-    assert not any(t.is_alive() for t in threads)
+    run_threads(run, 6)
     assert not failures, failures[:5]
     # each (kernel, shape, scalar) was traced exactly once
     assert mul.trace_count + add_rowmax.trace_count + tiled_sub.trace_count == len(

@@ -111,6 +111,7 @@ def test_compat_cli_profile_prints_summary_and_writes_trace(tmp_path, capsys, mo
     trace = str(tmp_path / "trace.json")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     try:
         assert compat_main([f"--profile={trace}", str(script)]) == 0
     finally:

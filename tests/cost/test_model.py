@@ -192,7 +192,8 @@ def test_capacity_spill_lint():
     assert "180224 B are usable" in spill.message and spill.cost_ns > 0
 
 
-def test_estimate_accepts_arrays_and_reports_bad_arguments():
+def test_estimate_accepts_arrays_and_reports_bad_arguments(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     a = np.zeros((256, 1024), np.float32)
     r1 = nki.estimate(copy_rows)(a)
     r2 = nki.estimate(copy_rows)(nt.tensor[[256, 1024], nl.float32])

@@ -4,10 +4,12 @@ their size rules."""
 import numpy as np
 import pytest
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIShapeError
 
+from backends import REFERENCE, run_backends
 from helpers import DTS, expect_error, f32, rand, run
 from helpers import hbm_out as _out
 
@@ -64,3 +66,31 @@ def test_max8_size_rule():
         code="err_size_of_dimension_exceed_arch_limit",
         fragments=["5", "8", "16384"],
     )
+
+
+def k_max8_source_mask(in_tensor):
+    """AWS's classic nc_match_replace8 example: max8 over the masked part of the source (the
+    mask is over src's iteration space, not the (P, 8) result's)."""
+    n, m = in_tensor.shape
+    out = nl.ndarray([n, 8], dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray([n, 8], dtype=nl.uint32, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:n, 0:m]
+    inp_tile = nl.load(in_tensor)
+    max_vals = nisa.max8(src=inp_tile[ix, iy], mask=(ix < n // 2 and iy < m // 2))
+    nl.store(out[0 : n // 2, :], value=max_vals[0 : n // 2, :])
+    keep = (ix < n // 2) & (iy < m // 2)  # the mask applies to the data
+    where = nisa.nc_find_index8(data=inp_tile[ix, iy], vals=max_vals, mask=keep)
+    nl.store(idx[0 : n // 2, :], value=where[0 : n // 2, :])
+    return out, idx
+
+
+def test_max8_and_find_index8_masks_over_the_source():
+    a = np.random.default_rng(0).random((128, 512), dtype=np.float32)
+    a[3, 300] = 2.0  # the largest value of row 3, outside the masked columns
+    a[5, 10] = 2.0  # inside them
+    want = -np.sort(-a[:64, :256], axis=1)[:, :8]
+    want_idx = np.argsort(-a[:64, :256], axis=1, kind="stable")[:, :8]
+    runs = run_backends(nki.jit(k_max8_source_mask, api="classic"), None, a)
+    got, idx = runs[REFERENCE]
+    np.testing.assert_array_equal(got[:64], want)
+    np.testing.assert_array_equal(idx[:64], want_idx.astype(np.uint32))

@@ -275,3 +275,35 @@ def shuffle(x):
 def test_nc_stream_shuffle_takes_dst_first_in_current_kernels():
     x = np.arange(32 * 8, dtype=np.float32).reshape(32, 8)
     np.testing.assert_array_equal(nki.jit(shuffle, api="current")(x), x[::-1])
+
+
+def k_shuffle_broadcast_partition(in_tensor):
+    """AWS's classic nc_stream_shuffle example 2: an integer beside an nl.mgrid index selects
+    partition 0 (an advanced index, as in NumPy), broadcast to 32 partitions by the mask."""
+    out_tensor = nl.ndarray(shape=(32, 128), dtype=np.float32, buffer=nl.shared_hbm)
+    a = nl.load(in_tensor)
+    b = nl.ndarray(shape=(32, 128), dtype=np.float32)
+    dst_mgrid = nl.mgrid[0:32, 0:128]
+    src_mgrid = nl.mgrid[0:1, 0:128]
+    shuffle_mask = [0] * 32
+    nisa.nc_stream_shuffle(src=a[0, src_mgrid.x], dst=b[dst_mgrid.p, dst_mgrid.x],
+                           shuffle_mask=shuffle_mask)  # fmt: skip
+    nl.store(out_tensor, value=b)
+    return out_tensor
+
+
+def k_integer_beside_arange(x):
+    i_f = nl.arange(x.shape[1])[None, :]
+    t = nl.load(x)
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nisa.tensor_copy(t[32, i_f]))  # (a quadrant start)
+    return out
+
+
+def test_integer_index_beside_an_mgrid_index_is_not_a_slice():
+    x = np.random.default_rng(1).random((1, 128), dtype=np.float32)
+    got = run(k_shuffle_broadcast_partition, x, jit_opts={"api": "classic"})
+    np.testing.assert_array_equal(got, np.broadcast_to(x, (32, 128)))
+    y = np.random.default_rng(2).random((64, 16), dtype=np.float32)
+    i_f = np.arange(16)[None, :]
+    np.testing.assert_array_equal(run(k_integer_beside_arange, y), y[32, i_f])  # NumPy's meaning

@@ -437,7 +437,7 @@ def _result_of(name):
         nl.store(out, b)
         return out
 
-    k = nki.jit(kernel, platform_target="trn2")
+    k = nki.jit(kernel, api="classic", platform_target="trn2")
     k(np.ones((32, 32), np.float32))
     seen["ir"] = k.last_ir
     return seen

@@ -65,7 +65,7 @@ def test_annotated_local_passes_when_shape_matches_in_method():
 
 
 def test_symbolic_loop_break_located_in_nested_kernel_with_column0_docstring():
-    @nki.jit
+    @nki.jit(api="classic")  # (a current-API loop is Python's range: unrolled and left)
     def kernel(a):
         """Docstring line two
         at column 0."""

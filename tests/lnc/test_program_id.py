@@ -235,3 +235,55 @@ def test_non_affine_arithmetic_on_the_program_id_is_legal_per_core():
     a = RNG.random((8, 16), dtype=np.float32)
     got = nki.jit(non_affine_program_id)[2](a)
     np.testing.assert_array_equal(got, a[[3, 1]])
+
+
+def _spmd_query(query, arg):
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+        getattr(nl, query)(arg)  # ERR
+        nisa.dma_copy(out, t)
+        return out
+
+    return k
+
+
+@pytest.mark.parametrize("query", ["num_programs", "program_id"])
+@pytest.mark.parametrize(
+    "arg,code,text",
+    [
+        (float("nan"), "err_invalid_program_axis", "compile-time integer, got nan"),
+        (1.0, "err_invalid_program_axis", "compile-time integer, got 1.0"),
+        (True, "err_invalid_program_axis", "compile-time integer, got True"),
+        (np.array([0, 1]), "err_invalid_argument", "must be an integer, got array([0, 1])"),
+        ("0", "err_invalid_argument", "must be an integer, got '0'"),
+        (3, "err_invalid_program_axis", "3"),
+        (-1, "err_invalid_program_axis", "-1"),
+    ],
+)
+def test_spmd_query_arguments_are_checked(query, arg, code, text):
+    """NaN, floats, bools, arrays, strings and axes outside the launch grid are located errors
+    (never a raw TypeError / ValueError)."""
+    x = np.ones((4, 4), np.float32)
+    expect(_spmd_query(query, arg), x, code=code, values=[f"nl.{query}", text], grid=2)
+
+
+def test_num_programs_takes_an_axis_tuple_once_each():
+    x = np.ones((4, 4), np.float32)
+    expect(_spmd_query("num_programs", (0, 0)), x, code="err_invalid_program_axis",
+           values=["names an axis twice"], grid=2)  # fmt: skip
+    seen = []
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        seen.append((nl.num_programs(), nl.num_programs([0]), nl.num_programs(np.int64(0))))
+        seen.append(nl.program_id())  # axis 0 by default, as in the current API
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+        nisa.dma_copy(out, t)
+        return out
+
+    np.testing.assert_array_equal(k(x), x)
+    assert seen == [(1, 1, 1), 0]

@@ -527,3 +527,72 @@ def test_a_whole_copy_into_an_output_writes_the_output():
     assert k.last_run.backend == "batched"
     np.testing.assert_array_equal(got, x)
     assert not np.shares_memory(got, x)
+
+
+@nki.jit
+def ragged_rows_scale(a):
+    """A ragged last row tile (a box of rows under the mask) and a mask that is no box (a
+    triangle), in one kernel."""
+    n, d = a.shape
+    out = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(d)[None, :]
+    for t in nl.affine_range((n + 127) // 128):
+        rows = t * 128 + i_p
+        x = nl.zeros((128, d), dtype=a.dtype, buffer=nl.sbuf)
+        x[i_p, i_f] = nl.load(a[rows, i_f], mask=rows < n)
+        y = nl.multiply(x, 3.0)
+        nl.store(out[rows, i_f], y, mask=(rows < n) & (i_f <= i_p))
+        nl.store(out[rows, i_f], nl.negative(y), mask=(rows < n) & (i_f > i_p))
+    return out
+
+
+def test_masked_box_and_non_box_accesses_match_the_interpreter():
+    a = np.random.default_rng(3).standard_normal((300, 96)).astype(np.float32)
+    runs = run_backends(ragged_rows_scale, None, a, ran=("batched",))
+    tri = np.tril(np.ones((128, 96), bool))
+    want = np.where(np.tile(tri, (3, 1))[:300], a * np.float32(3), -(a * np.float32(3)))
+    np.testing.assert_array_equal(runs["batched"], want)
+
+
+@nki.jit
+def psum_group_and_transpose(a_t, b):
+    """Current-API matmuls into PSUM with accumulate=None over K (the first product into an
+    element overwrites, later ones add), one of them into half the tile only (a tile that
+    starts part by part), and a Tensor-engine transpose of the result."""
+    k_dim, m_dim = a_t.shape
+    out = nl.ndarray((m_dim, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    out_t = nl.ndarray((128, m_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(k_dim // 128):
+            at = nl.ndarray((128, 128), dtype=a_t.dtype, buffer=nl.sbuf)
+            bt = nl.ndarray((128, 128), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+            nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, :])
+            nisa.nc_matmul(dst=acc[:, 0:64], stationary=at, moving=bt[:, 0:64])
+            nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+        res = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[m * 128 : (m + 1) * 128, :], src=res)
+        tp = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=tp, data=res, engine=nisa.tensor_engine)
+        tr = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=tr, src=tp)
+        nisa.dma_copy(dst=out_t[:, m * 128 : (m + 1) * 128], src=tr)
+    return out, out_t
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_current_psum_groups_and_transposes_run_batched_as_the_interpreter(bf16):
+    dt = ml_dtypes.bfloat16 if bf16 else np.float32
+    rng = np.random.default_rng(17)
+    a_t = rng.standard_normal((384, 256)).astype(dt)
+    b = rng.standard_normal((384, 128)).astype(dt)
+    got, want, info = run_backends(psum_group_and_transpose, None, a_t, b).against("batched")
+    assert "hosted" not in info.reason, info.reason
+    af, bf = a_t.astype(np.float64), b.astype(np.float64)
+    ref = af.T @ bf
+    ref[:, 0:64] += af.T @ bf[:, 0:64]  # the half tile gets both products
+    np.testing.assert_allclose(got[0], ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(got[1], got[0].T)

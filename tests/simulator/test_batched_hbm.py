@@ -412,7 +412,7 @@ def shift_down(a):
     nl.store(a[(i + 1) * 128 : (i + 2) * 128, :], value=nl.add(t, 1.0))  # STORE
 
 
-@nki.jit
+@nki.jit(api="classic")  # (current API: the loop keeps program order and runs batched in order)
 def neighbour_sum(a):
     """Each iteration reads its neighbour's tile after writing its own: overlapping windows."""
     for i in nl.affine_range(a.shape[1] // 8 - 1):
@@ -420,7 +420,7 @@ def neighbour_sum(a):
         nl.store(a[:, i * 8 : (i + 1) * 8], value=nl.add(t[:, 0:8], t[:, 8:16]))  # OWN
 
 
-@nki.jit
+@nki.jit(api="classic")  # (current API: the loop keeps program order)
 def next_tile_of_scratch(a):
     """Iteration i reads back the scratch rows iteration i + 1 writes."""
     scratch = nl.ndarray((a.shape[0] + 256, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
@@ -557,7 +557,7 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
     destination-first calls); with a shift they read rows another position writes (then the
     kernel is declined, and still computed as the interpreter does)."""
 
-    @nki.jit
+    @nki.jit(api="classic")
     def classic(a):
         g = nl.program_id(0)
         for t in nl.affine_range(tiles):
@@ -588,7 +588,7 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
         kernel, (grid,), make_args=lambda: (a.copy(),), backends=("batched", REFERENCE)
     )
     (got,), (want,), info = r.args_against("batched")
-    # (the current-API tracer unrolls the loop: one position, its program order kept)
+    # (a current-API loop whose iterations read each other's rows keeps program order)
     apart = shift == 0 or grid * tiles == 1 or current
     assert (info.backend == "batched") == apart, info.reason
     if not apart:
@@ -608,7 +608,8 @@ def test_generated_in_place_kernels_match_the_interpreter(grid, tiles, width, sh
 )
 def test_position_differences_agree_with_the_race_analysis(extents, data):
     """The planner's grouped enumeration of position differences decides the same overlaps as
-    ``races._first_conflict``'s enumeration of every pair of positions."""
+    ``races.pairwise_conflict``'s enumeration of every pair of positions, and the race
+    check's witness is a real meeting."""
     from simulator.batched.hbm import first_meeting
     from simulator.checks import races
 
@@ -622,5 +623,14 @@ def test_position_differences_agree_with_the_race_analysis(extents, data):
         ca, cb = data.draw(st.integers(-200, 200)), data.draw(st.integers(-200, 200))
         fa.append(races._DimForm(ca, coeffs, (), lo, hi, g))
         fb.append(races._DimForm(cb, coeffs, (), lo, hi, g))
-    want = races._first_conflict(fa, fb, extents, False) is not None
-    assert (first_meeting(fa, fb, extents) is True) == want
+    want = races.pairwise_conflict(fa, fb, extents)
+    assert (first_meeting(fa, fb, extents) is True) == (want is not None)
+    got = races.first_conflict(fa, fb, extents)
+    assert (got is None) == (want is None)
+    if got is not None:  # the witness is two distinct positions where the accesses meet
+        a, b = got
+        assert a != b and all(0 <= v < e for p in (a, b) for v, e in zip(p, extents))
+        for x, y in zip(fa, fb):
+            va = x.const + sum(c * v for c, v in zip(x.coeffs, a))
+            vb = y.const + sum(c * v for c, v in zip(y.coeffs, b))
+            assert races.holds(x, y, va - vb)

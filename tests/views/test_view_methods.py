@@ -116,7 +116,7 @@ def test_indirect_scatters_columns_and_checks_bounds_at_run_time(trn3):
 def test_indirect_needs_neuroncore_v4():
     x, idx = np.zeros((P, 64), np.float32), np.zeros((P, 2), np.int32)
     with pytest.raises(NKIError, match="NeuronCore-v4") as e:
-        nki.simulate(gather_columns)(x, idx)
+        nki.simulate(gather_columns.configure(target="trn2"))(x, idx)
     assert e.value.loc.line == _line(gather_columns.fn, ".indirect(")
 
 

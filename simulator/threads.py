@@ -1,0 +1,169 @@
+"""How many threads BLAS may use while a launch runs.
+
+NumPy's BLAS (OpenBLAS, MKL) starts one thread per core by default. Over-subscribed (a machine
+whose cores other processes keep busy) those threads spin waiting for each other and a tiled
+matmul kernel runs tens of times slower than on one thread; on an idle many-core machine the
+same threads are what makes a large matmul fast. So the simulator decides, per launch, from
+the kernel's matrix work and the cores free now, and sets the BLAS pools (``threadpoolctl``)
+for the launch only, restoring them after it:
+
+* a kernel without matmuls, or whose matmul work is small, runs with 1 thread;
+* otherwise ``min(cores free, work / WORK_PER_THREAD)``, where the cores free are the cores
+  this process may use minus the load of other processes (the 1-minute load average less
+  this process's own recent CPU use).
+
+``SimConfig.threads`` / ``$NKI_SIM_THREADS`` (a positive integer) fixes the count instead;
+``auto`` (the default) decides as above. Whatever the environment says
+(``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``), a launch never uses more threads than this
+decision. BLAS partitions a product's output among its threads, never the sum over the
+contraction, so results are bit-identical with any thread count."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from nki.ir import Access, KernelIR
+
+ENV = "NKI_SIM_THREADS"
+MATMUL_OPS = frozenset({"matmul", "nc_matmul", "nc_matmul_mx", "nc_transpose"})
+WORK_PER_THREAD = 1 << 24  # multiply-adds a thread should get before one more pays off
+ITEM_MIN = 1 << 20  # below this per product, BLAS runs one thread anyway: keep it so
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+_WORK: dict[int, tuple[KernelIR, int, int]] = {}  # id(ir) -> (ir, total, largest product)
+
+
+def matmul_work(ir: KernelIR) -> tuple[int, int]:
+    """(multiply-adds of every matmul the launch executes, those of its largest one), from the
+    operand sizes (a product of (M, K) by (K, N) into (M, N): sqrt of the three sizes' product
+    is M * K * N) and the executions (grid instances x enclosing loop trips)."""
+    hit = _WORK.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1], hit[2]
+    total = largest = 0
+    grid = math.prod(ir.grid.shape) if ir.grid.shape else 1
+    for instr, loops in ir.instructions():
+        if instr.op not in MATMUL_OPS or instr.dst is None:
+            continue
+        sizes = [math.prod(a.shape) for a in (*instr.srcs[:2], instr.dst) if isinstance(a, Access)]
+        if len(sizes) < 3:
+            continue
+        one = math.isqrt(math.prod(sizes))
+        runs = grid * math.prod(1 if lp.is_runtime else lp.trip_count for lp in loops)
+        total += one * runs
+        largest = max(largest, one)
+    if len(_WORK) > 512:
+        _WORK.clear()
+    _WORK[id(ir)] = (ir, total, largest)
+    return total, largest
+
+
+class _OwnUse:
+    """This process's CPU use (cores busy) over the last second or so."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu, self.rate = time.monotonic(), time.process_time(), 1.0
+
+    def now(self) -> float:
+        wall = time.monotonic()
+        if wall - self.wall > 0.5:  # (reading the process's CPU time may be slow: rarely)
+            cpu = time.process_time()
+            self.rate = (cpu - self.cpu) / (wall - self.wall)
+            self.wall, self.cpu = wall, cpu
+        return max(1.0, self.rate)
+
+
+_OWN = _OwnUse()
+
+
+def free_cores() -> int:
+    """The cores not kept busy by other processes (at least 1)."""
+    n = cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return n
+    others = max(0.0, load - _OWN.now())
+    return max(1, min(n, n - math.floor(others + 0.5)))
+
+
+def decide(ir: KernelIR, setting: int | None) -> int:
+    """The BLAS threads for a launch of ``ir`` (``setting``: a fixed count, None: auto)."""
+    if setting is not None:
+        return setting
+    total, largest = matmul_work(ir)
+    want = total // WORK_PER_THREAD
+    if largest < ITEM_MIN or want < 2:
+        return 1
+    return int(min(want, free_cores()))
+
+
+# ---- the BLAS pools ---------------------------------------------------------------------------
+
+_LOCK = threading.Lock()
+_POOLS: list[Any] | None = None  # threadpoolctl's BLAS library controllers (found once)
+_ACTIVE: dict[str, Any] = {"count": 0, "limit": 0, "saved": ()}
+
+
+def _pools() -> list[Any]:
+    global _POOLS
+    if _POOLS is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # (a dependency; without it the pools are left as they are)
+            _POOLS = []
+        else:
+            _POOLS = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    return _POOLS
+
+
+def blas_threads_now() -> list[int]:
+    """The thread count of each BLAS pool NumPy loaded (for reports and benchmarks)."""
+    return [p.get_num_threads() for p in _pools()]
+
+
+@contextmanager
+def blas_limit(n: int, exact: bool = False) -> Iterator[None]:
+    """Run the block with every BLAS pool limited to ``n`` threads (never more than the pool
+    had: ``OPENBLAS_NUM_THREADS=1`` stays 1), or set to ``n`` when ``exact`` (an explicit
+    setting); the pools are restored afterwards. Launches from several threads share the
+    pools: the first one in sets the limit (the smallest asked for while several run), the
+    last one out restores the pools."""
+    pools = _pools()
+    if not pools:
+        yield
+        return
+    with _LOCK:
+        if _ACTIVE["count"] == 0:
+            _ACTIVE["saved"] = tuple(p.get_num_threads() for p in pools)
+            _ACTIVE["limit"] = n
+        else:
+            _ACTIVE["limit"] = min(_ACTIVE["limit"], n)
+        _ACTIVE["count"] += 1
+        for p, was in zip(pools, _ACTIVE["saved"]):
+            want = _ACTIVE["limit"] if exact else min(_ACTIVE["limit"], was)
+            if p.get_num_threads() != want:
+                p.set_num_threads(want)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ACTIVE["count"] -= 1
+            if _ACTIVE["count"] == 0:
+                for p, was in zip(pools, _ACTIVE["saved"]):
+                    if p.get_num_threads() != was:
+                        p.set_num_threads(was)

@@ -1,0 +1,121 @@
+"""Thread control: each launch decides its BLAS threads from its matmul work and the cores free
+(one thread for kernels without much matmul work, never more than the environment allows),
+an explicit setting fixes the count, the pools come back as they were, and the results are the
+same bits with any count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+from nki.errors import NKIError
+from nki.kernels import matmul_kernel
+from simulator import threads
+from simulator.config import SimConfig
+
+
+@nki.jit
+def add(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.add(nl.load(a), nl.load(b)))
+    return out
+
+
+RNG = np.random.default_rng(5)
+
+
+def _mm_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        RNG.standard_normal((m, k)).astype(np.float32),
+        RNG.standard_normal((k, n)).astype(np.float32),
+    )
+
+
+def test_matmul_work_counts_every_product():
+    a, b = _mm_inputs(256, 512, 1024)
+    matmul_kernel(a, b)
+    total, largest = threads.matmul_work(matmul_kernel.last_ir)
+    assert largest == 128 * 128 * 512
+    assert total == 256 * 512 * 1024  # (M / 128) x (K / 128) x (N / 512) products
+
+
+def test_decision_from_work_and_free_cores(monkeypatch):
+    a, b = _mm_inputs(1024, 1024, 1024)
+    matmul_kernel(a, b)
+    big = matmul_kernel.last_ir
+    add(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
+    assert threads.decide(add.last_ir, None) == 1  # no matmul: nothing for BLAS to split
+    monkeypatch.setattr(threads, "free_cores", lambda: 16)
+    assert threads.decide(big, None) == 16  # every free core: 1024^3 is 64 threads' work
+    monkeypatch.setattr(threads, "free_cores", lambda: 256)
+    assert threads.decide(big, None) == 1024**3 // threads.WORK_PER_THREAD  # 64
+    assert threads.decide(big, 3) == 3  # an explicit setting
+    monkeypatch.setattr(threads, "free_cores", lambda: 1)  # a busy machine: one thread
+    assert threads.decide(big, None) == 1
+
+
+def test_free_cores_subtract_the_load_of_other_processes(monkeypatch):
+    monkeypatch.setattr(threads, "cores", lambda: 16)
+    monkeypatch.setattr(threads._OWN, "now", lambda: 1.0)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (5.2, 0.0, 0.0))
+    assert threads.free_cores() == 12  # 4 cores busy with other work
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (40.0, 0.0, 0.0))
+    assert threads.free_cores() == 1
+
+
+class _Pool:
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, []
+
+    def get_num_threads(self) -> int:
+        return self.n
+
+    def set_num_threads(self, n: int) -> None:
+        self.calls.append(n)
+        self.n = n
+
+
+def test_pools_are_limited_for_the_launch_and_restored(monkeypatch):
+    pool = _Pool(8)
+    monkeypatch.setattr(threads, "_POOLS", [pool])
+    with threads.blas_limit(2):
+        assert pool.n == 2
+        with threads.blas_limit(4):  # a second launch at once: the smaller limit holds
+            assert pool.n == 2
+        assert pool.n == 2
+    assert pool.n == 8
+    env_one = _Pool(1)  # OPENBLAS_NUM_THREADS=1: never raised by a decision
+    monkeypatch.setattr(threads, "_POOLS", [env_one])
+    with threads.blas_limit(4):
+        assert env_one.n == 1
+    with threads.blas_limit(4, exact=True):  # an explicit setting is what it says
+        assert env_one.n == 4
+    assert env_one.n == 1
+
+
+def test_results_are_the_same_bits_with_any_thread_count():
+    before = threads.blas_threads_now()
+    a, b = _mm_inputs(256, 256, 1024)
+    one = matmul_kernel.configure(threads=1)
+    two = matmul_kernel.configure(threads=2)
+    want = one(a, b)
+    assert one.last_run.threads == 1
+    got = two(a, b)
+    assert two.last_run.threads == 2
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(want, a @ b, rtol=1e-4, atol=1e-4)
+    assert threads.blas_threads_now() == before  # the pools are back as they were
+
+
+def test_thread_setting_is_validated():
+    assert SimConfig(threads=4).threads == 4
+    assert SimConfig.from_env({"NKI_SIM_THREADS": "3"}).threads == 3
+    assert SimConfig.from_env({"NKI_SIM_THREADS": "auto"}).threads is None
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(NKIError, match="SimConfig.threads must be a positive int") as e:
+            SimConfig(threads=bad)
+        assert e.value.code == "err_invalid_config"
+    with pytest.raises(NKIError, match="NKI_SIM_THREADS must be 'auto' or a positive integer"):
+        SimConfig.from_env({"NKI_SIM_THREADS": "many"})
