@@ -28,13 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "tutorials"
 
-# placeholder name -> (module, function returning Markdown)
-GENERATED: dict[str, tuple[str, str]] = {
-    "optable": ("nki.optable", "markdown"),
-    "isa-spec": ("nki.isa_spec", "markdown"),
-    "error-catalogue": ("nki.error_codes", "catalogue_markdown"),
-    "torch-backend-ops": ("frontends.torch_registry", "registry_table"),
-    "pipeline-ops": ("frontends.pipeline.ops", "markdown"),
+# placeholder name -> (module, function returning Markdown, its keyword arguments)
+GENERATED: dict[str, tuple[str, str, dict]] = {
+    "optable": ("nki.optable", "markdown", {}),
+    "isa-spec": ("nki.isa_spec", "markdown", {}),
+    "error-catalogue": ("nki.error_codes", "catalogue_markdown", {}),
+    "api-rules": ("nki.api_rules", "markdown", {"checked": True}),
+    "api-rules-unchecked": ("nki.api_rules", "markdown", {"checked": False}),
+    "torch-backend-ops": ("frontends.torch_registry", "registry_table", {}),
+    "pipeline-ops": ("frontends.pipeline.ops", "markdown", {}),
 }
 ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|obj|exc):(?=<code>)")
 PLACEHOLDER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
@@ -44,8 +46,8 @@ def generated(name: str) -> str:
     """The Markdown a placeholder named ``name`` stands for (a KeyError names an unknown one)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    module, function = GENERATED[name]
-    return getattr(importlib.import_module(module), function)().strip()
+    module, function, kwargs = GENERATED[name]
+    return getattr(importlib.import_module(module), function)(**kwargs).strip()
 
 
 def expand(markdown: str) -> str:
