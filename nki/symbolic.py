@@ -559,10 +559,6 @@ class MGrid:
 
 
 class _MGridMaker:
-    """``nl.mgrid[0:128, 0:512]``: one affine index per axis, broadcast to the grid's shape
-    (``i_p, i_f = nl.mgrid[0:128, 0:512]``), as NumPy's ``mgrid``. Each key must be a slice with
-    compile-time int bounds (``err_unsupported_index_expression`` otherwise)."""
-
     def __getitem__(self, key: object) -> MGrid | Index:
         keys = key if isinstance(key, tuple) else (key,)
         ranges = []

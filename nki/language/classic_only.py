@@ -13,7 +13,7 @@ from ..errors import is_internal_frame
 from ..symbolic import mgrid as _mgrid
 from ..tracer import generation, note_generation
 
-# name -> what the classic API has it for (the current API's replacement is in the README)
+# name -> what the classic API has it for (docs/guides/porting.md has the current API's forms)
 CLASSIC_ONLY = {
     "arange": "affine index arrays",
     "loop_reduce": "reductions across loop iterations",
@@ -42,7 +42,9 @@ def mark(namespace: dict[str, Any]) -> None:
 
 
 class ClassicMGrid:
-    """``nl.mgrid[0:128, 0:512]``: affine index arrays over a tile (classic API only)."""
+    """``nl.mgrid[0:128, 0:512]``: affine index arrays over a tile (classic API only), one per
+    axis broadcast to the grid's shape as NumPy's ``mgrid``; each key is a slice with int bounds
+    (``err_unsupported_index_expression`` otherwise)."""
 
     def __getitem__(self, key: object) -> Any:
         if not is_internal_frame():

@@ -275,11 +275,8 @@ def static_range(start: Any, stop: Any = None, step: Any = 1) -> range:
 
 
 def arange(start: int, stop: int | None = None, step: int = 1):
-    """An affine index along one tile axis: reshape with ``[:, None]`` / ``[None, :]``.
-
-    Bounds are compile-time ints; a step of 0 is ``err_invalid_argument`` and an empty range
-    ``err_invalid_shape``. A 1-D arange indexing a multi-dimensional tile is
-    ``err_1d_arange_not_supported``."""
+    """An affine index along one tile axis (reshape with ``[:, None]`` / ``[None, :]``): int
+    bounds, a step other than 0 (``err_invalid_argument``) and a non-empty range."""
     return _arange(start, stop, step)
 
 
@@ -287,9 +284,8 @@ mgrid = _mgrid
 
 
 def ds(start: Any, size: int) -> DynSlice:
-    """``nl.ds(start, size)``: the slice ``start:start+size``. ``start`` may be symbolic (a
-    program id or loop iterator expression); ``size`` must be a compile-time int. The slice
-    must stay inside the tensor over every iteration (``err_tensor_access_out_of_bound``)."""
+    """``nl.ds(start, size)``: the slice ``start:start+size``; ``start`` may be symbolic, ``size``
+    is an int, and the slice stays in bounds (``err_tensor_access_out_of_bound``)."""
     return DynSlice(start, size)
 
 
@@ -413,10 +409,8 @@ def _address_placement(
 def full(
     shape: Any, fill_value: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw: Any
 ) -> NkiTensor:
-    """An on-chip tensor filled with ``fill_value``, a number (``err_unsupported_dtype``
-    otherwise). HBM tensors cannot have initial values
-    (``err_hbm_tensor_with_init_value_not_supported``); the shape follows ``nl.ndarray``'s
-    rules (partition dimension <= 128)."""
+    """An on-chip tensor (``nl.ndarray``'s shape rules) filled with the number ``fill_value``; HBM
+    tensors cannot have initial values (``err_hbm_tensor_with_init_value_not_supported``)."""
     if _buffer_name(buffer) in HBM_BUFFERS:
         raise NKIMemoryError(
             "HBM tensors cannot be created with an initial value; create an SBUF tile and "
@@ -457,22 +451,19 @@ def _like(a: Any) -> tuple[tuple[int, ...], str, str]:
 
 
 def empty_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
-    """An uninitialised tensor with ``a``'s shape (and dtype unless given), in ``a``'s buffer
-    unless ``buffer`` says; ``a`` must be a tensor or tile (``err_unsupported_operand``)."""
+    """An uninitialised tensor with tensor ``a``'s shape (and dtype unless given)."""
     shape, dt, buf = _like(a)
     return ndarray(shape, dtype or dt, buffer=buffer if buffer is not None else buf, name=name)
 
 
 def zeros_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
-    """Zeros with ``a``'s shape (and dtype unless given), in SBUF unless ``buffer`` says (not
-    HBM: ``nl.zeros``'s rule); ``a`` must be a tensor or tile (``err_unsupported_operand``)."""
+    """Zeros with ``a``'s shape (and dtype unless given), on chip (SBUF unless ``buffer`` says)."""
     shape, dt, _ = _like(a)
     return zeros(shape, dtype or dt, buffer=buffer, name=name)
 
 
 def ones_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") -> NkiTensor:
-    """Ones with ``a``'s shape (and dtype unless given), in SBUF unless ``buffer`` says (not
-    HBM: ``nl.ones``'s rule); ``a`` must be a tensor or tile (``err_unsupported_operand``)."""
+    """Ones with ``a``'s shape (and dtype unless given), on chip (SBUF unless ``buffer`` says)."""
     shape, dt, _ = _like(a)
     return ones(shape, dtype or dt, buffer=buffer, name=name)
 
@@ -483,12 +474,8 @@ def ones_like(a: Any, dtype: Any = None, *, buffer: Any = None, name: str = "") 
 
 
 def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTensor:
-    """Copy a tile from HBM into a new SBUF tile (partition dim <= 128). Masked-out elements are
-    not read. ``dtype`` casts on the way.
-
-    ``src`` must be an HBM tensor (``err_unsupported_memory``) accessed with at least two
-    dimensions, a partition and a free one (``err_insufficient_rank``), inside its bounds
-    (``err_tensor_access_out_of_bound``; mask a partial tile)."""
+    """Copy a tile from an HBM tensor into a new SBUF tile (at least 2-D, partition dim <= 128, in
+    bounds; masked-out elements are not read). ``dtype`` casts on the way."""
     acc, t = operand(src, "nl.load", "src")
     require_buffer(t, HBM_BUFFERS, "load", "src")
     if len(acc.shape) < 2:
@@ -537,10 +524,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
 
 
 def copy(src: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> NkiTensor:
-    """A copy of an on-chip tile (cast to ``dtype`` if given), into a new SBUF tile.
-
-    ``src`` must be in SBUF or PSUM (``err_unsupported_memory``), with at most 128 partitions,
-    starting on a partition the engines can address (``err_unsupported_start_partition``)."""
+    """A copy of an SBUF or PSUM tile into a new SBUF tile (cast to ``dtype`` if given)."""
     acc, t = operand(src, "nl.copy", "src")
     check_start_partition(acc, t, "nl.copy", "src")
     require_buffer(t, ("sbuf", "psum"), "copy", "src")
