@@ -7,7 +7,7 @@ port and why. Only the statements that change are touched: the rest of the file 
 for byte (positions come from ``ast``). Exit status: 0 when nothing is left for a person, 1
 when something is, 2 when the file cannot be read or parsed.
 
-What is rewritten (see README "Port classic code"): imports; ``nl.load`` / ``nl.store`` ->
+What is rewritten (see docs/guides/porting.md): imports; ``nl.load`` / ``nl.store`` ->
 ``nl.ndarray`` + ``nisa.dma_copy`` (PSUM staged through SBUF); ``nl.arange`` / ``nl.mgrid``
 indices -> slices, or ``.ap(...)`` for broadcasts and transposed reads; ``mask=`` upper
 bounds -> ``min()``-bounded slices, masks without tile indices -> ``if``; ``nisa`` calls that

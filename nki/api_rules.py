@@ -9,7 +9,8 @@ that generation; a kernel still undecided when it breaks one is told at the end 
 it turns out to be of that generation (``nki/tracer/api_checks.py``).
 
 Rows with ``checked=False`` are rules nki-sim does not check yet: a kernel that breaks one runs
-anyway. The README's lists of both are generated from this table (:func:`markdown`).
+anyway. The porting guide's lists of both (``docs/guides/porting.md``) are generated from
+this table (:func:`markdown`).
 
 Sources: the ``nki.isa`` / ``nki.language`` API reference of NKI 0.3-0.7 (the stubs'
 docstrings), the NKI release notes 0.3-0.6 and the NKI simulator guide
@@ -263,7 +264,7 @@ def get(key: str) -> ApiRule:
 
 
 def markdown(checked: bool = True) -> str:
-    """The README's table of the rules checked (or, ``checked=False``, not checked yet)."""
+    """The porting guide's table of the rules checked (or, ``checked=False``, not checked yet)."""
     rows = [
         "| construct | documented rule | API | nki-sim | source | note |",
         "|---|---|---|---|---|---|",

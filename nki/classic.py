@@ -6,7 +6,7 @@ kernel in the simulator, so a script written for them runs unmodified and its re
 checked; compile and profiling options (``save_neff_name``, ``save_trace_name``,
 ``working_directory``, ``profile_nth``, ``additional_compile_opt``, ...) are accepted and
 ignored. Latencies reported by ``benchmark_result`` are the cost model's estimate
-(``simulator.cost``, README "Performance estimates"); the simulator's wall-clock time per run is
+(``simulator.cost``, docs/guides/performance.md); the simulator's wall-clock time per run is
 kept in ``benchmark_result.wall_us``. ``nki.profile(save_trace_name=...)`` writes the estimate's
 Perfetto / Chrome trace JSON there.
 

@@ -2,10 +2,9 @@
 
 Codes follow the classic NKI compiler's names where one exists (so a code can be looked up in
 the NKI documentation); the rest name the rule broken in the same style. Every code raised in
-``nki/``, ``simulator/`` and ``frontends/`` is listed here (a test checks it), and the README's
-error-code list is generated from this table (:func:`markdown`). ``FIXES`` says how to fix a
-kernel that raised each code; the documentation site's catalogue shows both
-(:func:`catalogue_markdown`)."""
+``nki/``, ``simulator/`` and ``frontends/`` is listed here (a test checks it). ``FIXES`` says
+how to fix a kernel that raised each code; the documentation site's error-code page shows both,
+generated from these tables (:func:`catalogue_markdown`)."""
 
 from __future__ import annotations
 
@@ -209,6 +208,9 @@ FIXES: dict[str, str] = {
     "instead of Python `if` on an index or predicate",
     "err_dynamic_control_flow_not_supported": "decide the branch with a mask or `nl.where`, "
     "use `nl.static_range` to unroll, or a runtime loop (`nl.fori_loop`, `nl.while_loop`)",
+    "err_loop_too_large_to_unroll": "keep the loop's iterator symbolic: bound partial tiles with "
+    "slices computed without `min()` or an `if` on the iterator, and index with the iterator "
+    "instead of a Python list",
     "err_ambiguous_tensor_truth_value": "compare element-wise and use the result as a mask "
     "or in `nl.where`; iterate over index ranges, not over a tile",
     "err_local_variable_used_out_of_scope": "allocate the tile before the loop (and write "
@@ -297,6 +299,8 @@ FIXES: dict[str, str] = {
     "with `nl.copy(..., dtype=)` or `nisa.tensor_copy` first",
     "err_invalid_operand_dtype": "cast the operand to a dtype the instruction accepts",
     "err_dtype_mismatch": "cast the operands to one dtype",
+    "err_memset_value_dtype": "give a value of the tile's kind: an integer for an integer tile "
+    "(`2`, not `2.0`), `0` for an x4 packed dtype",
     "err_bitvec_op_requires_integer_dtype": "apply bit-vector ops to integer tiles (view "
     "float data as an integer dtype of the same width first)",
     "err_unsupported_op": "use an op the call supports (see the op table's engines and kinds)",
@@ -350,6 +354,8 @@ FIXES: dict[str, str] = {
     "err_invalid_config": "use the settings `kernel.configure` documents (the message "
     "names the closest)",
     "err_invalid_platform_target": "use `trn1`, `trn2` or `trn3` (or gen2 / gen3 / gen4)",
+    "err_deprecated_platform_target": "drop `platform_target=` and set "
+    "`NEURON_PLATFORM_TARGET_OVERRIDE` or call `kernel.configure(target=...)`",
     "err_unsupported_device": "move the tensor to the CPU (`.cpu()`) before calling the kernel",
     "err_out_shape_mismatch": "make `out_shape` match what the kernel returns (count, "
     "shapes and dtypes)",
@@ -384,14 +390,6 @@ def fix(code: str) -> str:
 def meaning(code: str) -> str:
     """The one-line meaning of ``code`` ('' for a code not in the catalogue)."""
     return ERROR_CODES.get(code, "")
-
-
-def markdown() -> str:
-    """The catalogue as a Markdown table in catalogue order; the README's error-code list is
-    generated from it."""
-    rows = ["| code | meaning |", "|---|---|"]
-    rows += [f"| `{code}` | {text} |" for code, text in ERROR_CODES.items()]
-    return "\n".join(rows)
 
 
 def catalogue_markdown() -> str:

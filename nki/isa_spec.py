@@ -980,7 +980,7 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-# ---- README table --------------------------------------------------------------------------
+# ---- the reference page's table ----------------------------------------------------------
 _ENGINE_TITLES = {
     "tensor": "Tensor",
     "scalar": "Scalar",
@@ -1004,7 +1004,7 @@ def _call(i: Instruction, form: str) -> str:
 
 
 def markdown() -> str:
-    """The README's nki.isa table: one row per instruction, both calling forms."""
+    """The nki.isa reference page's table: one row per instruction, both calling forms."""
     rows = [
         "| instruction | engine | classic call (returns a new tile unless it takes dst) | "
         "current call (destination first) | targets | what it does |",

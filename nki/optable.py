@@ -1,7 +1,8 @@
 """The op table: every elementwise and reduction op is one row.
 
 The front end (``nki.language`` functions, ``op=`` values accepted by ``nki.isa``), the
-executors, the README op list and the per-op tests are all generated from these rows.
+executors, the op list of the ``nki.language`` reference page and the per-op tests are all
+generated from these rows.
 
 Each row gives the op's name, arity, the engines that can run it, the NumPy implementation on
 fp32 (or exact int64) values, its result-dtype rule and a one-line description."""
@@ -605,8 +606,8 @@ _NUMPY_NAMES: dict[object, str] = {
 
 
 def markdown() -> str:
-    """The op table as a Markdown table (name, kind, engines, integer semantics, doc); the
-    README's op list is generated from this."""
+    """The op table as a Markdown table (name, kind, engines, integer semantics, doc): the op
+    list of the ``nki.language`` reference page."""
     rows = ["| op | kind | engines | integers | meaning |", "|---|---|---|---|---|"]
     for op in OPS.values():
         if op.name == "copy":

@@ -4,10 +4,11 @@ kind, and a corpus runner.
 Run as a script (``python tests/access_corpus.py OUT``), it runs a broad corpus of kernels on
 the reference interpreter and pickles, per traced kernel, the IR and what the interpreter
 really read, wrote and touched (by storage tensor) for each instruction it executed: the
-README's snippets and the tutorials that need no framework, one valid call of every ``nki.isa``
-instruction in each of its calling forms (``benchmarks/fuzz_invalid.py``'s argument builder
-with no mistake planted) and the kernels below. It runs in a process of its own: the snippets
-and tutorials may change process-wide settings (environment, hypothesis profiles)."""
+Python examples of the README and the site's pages and the tutorials that need no framework,
+one valid call of every ``nki.isa`` instruction in each of its calling forms
+(``benchmarks/fuzz_invalid.py``'s argument builder with no mistake planted) and the kernels
+below. It runs in a process of its own: the snippets and tutorials may change process-wide
+settings (environment, hypothesis profiles)."""
 
 from __future__ import annotations
 
@@ -332,14 +333,15 @@ def launch(name: str) -> Any:
 _FRAMEWORKS = re.compile(r"^\s*(import|from)\s+(torch|jax|frontends)\b", re.M)
 
 
-def _readme_snippets() -> list[tuple[str, str]]:
-    """(label, code) of the README's runnable ```python blocks that need no framework."""
-    from snippets import README, snippets
+def _doc_snippets() -> list[tuple[str, str]]:
+    """(label, code) of the runnable ```python blocks of the README and the site's pages that
+    need no framework."""
+    from snippets import README, label, site_pages, snippets
 
-    runnable, _, _ = snippets(README.read_text())
     return [
-        (f"README.md:{line}", "\n" * (line - 1) + code)
-        for line, code in runnable
+        (label(path, line), "\n" * (line - 1) + code)
+        for path in (README, *site_pages())
+        for line, code in snippets(path.read_text())[0]
         if not _FRAMEWORKS.search(code)
     ]
 
@@ -433,7 +435,7 @@ def collect() -> list[tuple[str, Any, list]]:
         return run_launch(ir, arguments, dataclasses.replace(config, backend="numpy"))
 
     jit_module.simulator_launch = recording
-    sources: list[tuple[str, Any]] = [(label_, code) for label_, code in _readme_snippets()]
+    sources: list[tuple[str, Any]] = list(_doc_snippets())
     sources += [(str(p.relative_to(ROOT)), p) for p in _tutorials()]
     sources += _instruction_calls()
     sources += [(f"access_corpus.{k[0]}", k[0]) for k in KERNELS]
@@ -444,7 +446,8 @@ def collect() -> list[tuple[str, Any, list]]:
                 if isinstance(what, str) and what in {k[0] for k in KERNELS}:
                     launch(what)
                 elif isinstance(what, str):
-                    exec(compile(what, "README.md", "exec"), {"__name__": "__readme__"})
+                    page = str(ROOT / label[0].rpartition(":")[0])  # the snippet's own file
+                    exec(compile(what, page, "exec"), {"__name__": "__snippet__"})
                 elif isinstance(what, Path):
                     sys.path.insert(0, str(what.parent))
                     runpy.run_path(str(what), run_name="__main__")

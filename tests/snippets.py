@@ -2,7 +2,8 @@
 site's Markdown pages (docs/**/*.md), each in a fresh namespace, all in one subprocess started at
 the repository root (imports are paid once), compiled under its own file's name and line numbers
 so a failure, and any NKIError it raises, points at that line of that file. A plain ``` block
-marked as a snippet's expected output must be what that snippet prints.
+marked as a snippet's expected output must be what that snippet prints. ``site_table`` gives
+the tests of the project's tables the table a site page shows.
 
 Test files import this module as ``snippets`` (``tests/conftest.py`` puts ``tests/`` on
 ``sys.path``)."""
@@ -136,3 +137,16 @@ def run(paths: list[Path], results: Path) -> tuple[dict, subprocess.CompletedPro
         path, _, line = key.rpartition(":")
         named[label(Path(path), int(line))] = result
     return named, proc
+
+
+def site_table(page: str, name: str) -> str:
+    """The generated table the site page ``docs/<page>`` shows: the page must hold the line
+    ``<!-- generated: name -->``, which ``docs/hooks.py`` replaces at build time with the
+    Markdown its ``GENERATED`` entry builds from the project's own table."""
+    text = (DOCS / page).read_text()
+    assert f"<!-- generated: {name} -->" in text.splitlines(), f"docs/{page} lost its {name} table"
+    if str(DOCS) not in sys.path:
+        sys.path.insert(0, str(DOCS))
+    import hooks
+
+    return hooks.generated(name)

@@ -8,7 +8,7 @@ tensor-parallel collectives run across the ranks with the simulator's collective
 Weights are set per rank (``shard_checkpoint`` -> ``set_weights``), state buffers (a KV cache)
 persist between calls, and ``save`` / ``load`` keep the whole artifact set in one
 hash-checked archive. What is simulated and what stands in for the Neuron compiler is in the
-README's "Deploy models with ModelBuilder" section."""
+docs/guides/models.md, "ModelBuilder"."""
 
 from .builder import ModelBuilder, ModelBuilderConstants
 from .collectives import all_gather, all_reduce, scatter

@@ -9,7 +9,7 @@ concurrently in worker threads and pass activations and gradients through queues
 NeuronCore device runs its modules through ``torch.compile(backend="nki")`` (ATen ops as NKI
 kernels on the simulator, forward and backward) and accounts the cost model's estimated device
 time of every call; ``perf.write_trace`` draws the pipeline as a Perfetto trace. What is
-simulated and what is a stand-in is in the README's "Pipelines of devices" section."""
+simulated and what is a stand-in is in docs/guides/models.md, "Pipelines of devices"."""
 
 from . import config, loss, ops, optimizers, perf
 from . import optimizers as schedulers

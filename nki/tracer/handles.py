@@ -46,7 +46,8 @@ class TileOps:
             raise AttributeError(name)
         raise NKIAttributeError(
             f"NKI tiles and tensors have no attribute '{name}' ({type(self).__name__} "
-            f"{list(getattr(self, 'shape', ()))}); see the README's list of tile methods",
+            f"{list(getattr(self, 'shape', ()))}); see the view methods in "
+            "docs/guides/writing-kernels.md",
             loc=user_loc(),
         )
 

@@ -70,7 +70,7 @@ class _Latency:
 
 @dataclass
 class Report:
-    """A kernel's estimated performance on one target (see README "Performance estimates")."""
+    """A kernel's estimated performance on one target (see docs/guides/performance.md)."""
 
     kernel: str
     target: str

@@ -1,5 +1,5 @@
-"""The error-code catalogue: every code the sources raise is listed with a meaning, and the
-README's error-code list is the catalogue's table."""
+"""The error-code catalogue: every code the sources raise is listed with a meaning and a fix, and
+the site's error-code page is the catalogue's table."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import nki
 import nki.language as nl
 from nki import error_codes
 from nki.errors import NKIError
+
+from snippets import site_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # a code passed by keyword (code="err_x"), as a class default, or positionally to a checker
@@ -65,11 +67,10 @@ def test_the_site_catalogue_shows_meaning_and_fix_of_every_code():
         assert row == f'| <span id="{code}"></span>`{code}` | {text} | {error_codes.FIXES[code]} |'
 
 
-def test_readme_error_list_is_generated_from_the_catalogue():
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- errors:begin[^>]*-->\n(.*?)\n<!-- errors:end -->", text, re.S)
-    assert m, "README.md lacks the errors:begin / errors:end markers"
-    assert m.group(1).strip() == error_codes.markdown().strip()
+def test_the_error_code_page_is_generated_from_the_catalogue():
+    assert site_table("reference/error-codes.md", "error-catalogue") == (
+        error_codes.catalogue_markdown().strip()
+    )
 
 
 def test_a_raised_error_carries_its_catalogued_meaning():

@@ -1,9 +1,9 @@
 """How a kernel's API generation is decided, as AWS's packages do: ``import nki`` kernels are
 current-API unless they use a classic-only construct, run in classic mode or say
 ``nki.jit(api=...)``; ``neuronxcc.nki`` kernels are always classic. Then one test per row of
-the README's generations table (loops, inputs, ``kernel[n]``) in each generation, and the
-issue's kernels: a ragged copy, a KV-cache scatter into an input, and a core reading the other
-core's half without a barrier."""
+the generations table of docs/guides/writing-kernels.md (loops, inputs, ``kernel[n]``) in each
+generation, and the issue's kernels: a ragged copy, a KV-cache scatter into an input, and a
+core reading the other core's half without a barrier."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 against eager torch (values, gradients, trained parameters), the manual loop, the named op
 set, concurrency, the performance trace, and the errors for bad input.
 
-Tolerance of training against an eager torch loop (documented in the README): parameters
+Tolerance of training against an eager torch loop (documented in docs/guides/models.md): parameters
 within rtol 1e-5 / atol 1e-6 after the run (fp32; the NKI kernels sum in another order than
 torch's CPU kernels)."""
 
@@ -12,9 +12,7 @@ import copy
 import inspect
 import json
 import queue
-import re
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +23,8 @@ import frontends.pipeline as pb
 from frontends import torch_backend as tb
 from frontends.pipeline import ops
 from nki.errors import NKIError
+
+from snippets import site_table
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 
@@ -436,10 +436,8 @@ def test_op_names_and_parameter_values_are_checked():
         pb.NeuronCoreDevice("nc", module=empty).prepare()
 
 
-def test_readme_op_table_is_generated_from_the_op_table():
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"<!-- pipeline-ops:begin[^>]*-->\n(.*?)\n<!-- pipeline-ops:end -->", text, re.S)
-    assert m and m.group(1).strip() == ops.markdown().strip()
+def test_the_models_guide_op_table_is_generated_from_the_op_table():
+    assert site_table("guides/models.md", "pipeline-ops") == ops.markdown().strip()
 
 
 def test_inference_until_shutdown_and_module_run():

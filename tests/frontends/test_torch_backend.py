@@ -19,6 +19,8 @@ import nki.language as nl
 from frontends import torch_backend as tb
 from nki.errors import NKIError
 
+from snippets import site_table
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tutorials" / "torch_backend"))
 from models import MLP, Block, train_side_by_side  # noqa: E402
 
@@ -252,17 +254,14 @@ def test_traced_kernels_are_cached_across_processes(tmp_path):
         ft.init_backend()
 
 
-def test_readme_op_table_is_the_registry():
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = text.index("<!-- torch-backend-ops:begin")
-    body = text[text.index("\n", start) + 1 : text.index("<!-- torch-backend-ops:end -->")]
-    assert body.strip() == tb.registry_table().strip()
+def test_the_frontends_reference_op_table_is_the_registry():
+    assert site_table("reference/frontends.md", "torch-backend-ops") == tb.registry_table().strip()
 
 
-def test_readme_quick_start_runs(tmp_path, capsys):
+def test_the_models_guide_quick_start_runs(tmp_path, capsys):
     import re
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "models.md").read_text()
     section = text[text.index("## PyTorch models on NKI kernels") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     try:

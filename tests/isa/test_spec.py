@@ -1,6 +1,6 @@
 """The nki.isa instruction spec (nki/isa_spec.py) agrees with the code it describes: the classic
 functions' signatures, the simulator's executors, Numba lowering and poison rules, the targets'
-availability rules, the test strategies' limits, the test suite and the README."""
+availability rules, the test strategies' limits, the test suite and the site's reference table."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from simulator.executors import EXECUTORS, LOWERINGS
 from simulator.poison import rule_of
 
 from helpers import expect, expect_error
+from snippets import site_table
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = spec.names(spec.CLASSIC)
@@ -201,7 +202,7 @@ def test_every_instruction_has_an_explicit_poison_rule():
         assert all(r in spec.POISON_RULES for _, _, r in i.poison_if), i.name
 
 
-# ---- targets, limits, tests, README ------------------------------------------------------------
+# ---- targets, limits, tests, the reference table -----------------------------------------------
 
 
 @pytest.mark.parametrize("name", SIMULATED)
@@ -230,11 +231,8 @@ def test_every_simulated_instruction_is_exercised_by_a_test():
     assert not untested
 
 
-def test_readme_nisa_table_is_generated_from_the_spec():
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- isatable:begin[^>]*-->\n(.*?)\n<!-- isatable:end -->", text, re.S)
-    assert m, "README lost its isatable markers"
-    assert m.group(1).strip() == spec.markdown().strip()
+def test_the_isa_reference_table_is_generated_from_the_spec():
+    assert site_table("reference/isa.md", "isa-spec") == spec.markdown().strip()
 
 
 def test_markdown_has_one_row_per_instruction():

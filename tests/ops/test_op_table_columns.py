@@ -1,5 +1,6 @@
-"""Op-table columns other layers read: which ops ``nl.atomic_rmw`` applies (``atomic``) and the
-fp32 expressions the Numba backend compiles (``native``)."""
+"""Op-table columns other layers read: which ops ``nl.atomic_rmw`` applies (``atomic``), the
+fp32 expressions the Numba backend compiles (``native``), and the op list of the site's
+``nki.language`` reference (``markdown``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import nki
 import nki.language as nl
 import nki.typing as nt
 from nki.errors import NKIError
-from nki.optable import ATOMIC_UFUNCS, NATIVE, NATIVE_INT_OK, OPS
+from nki.optable import ATOMIC_UFUNCS, NATIVE, NATIVE_INT_OK, OPS, markdown
+
+from snippets import site_table
 
 
 def _scatter(op_name: str):
@@ -55,3 +58,7 @@ def test_numba_backend_compiles_the_native_column():
     assert NATIVE_INT_OK <= set(NATIVE)
     assert all("{a}" in tpl for tpl in NATIVE.values())
     assert all(("{b}" in tpl) == (OPS[n].arity == 2) for n, tpl in NATIVE.items() if n != "copy")
+
+
+def test_the_language_reference_lists_the_op_table():
+    assert site_table("reference/language.md", "optable") == markdown().strip()
