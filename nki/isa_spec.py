@@ -342,6 +342,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "dge_mode=dge_mode.unknown",
         current="dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, "
         "engine=engine.unknown, name=None, *, priority=None",
+        numba="native",
         ir_op="dma_copy", ir_attrs=("engine", "oob", "dge", "rmw"),
         result="writes dst in place (no return); same element count, dst's dtype",
         result_current="writes dst in place; dtype dst.dtype (hwdge: equal dtypes)",
@@ -383,6 +384,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Fill a tile with a compile-time constant.",
         classic="shape, value, dtype, *, mask=None, engine=None",
         current="dst, value, engine=engine.unknown, name=None",
+        numba="native",
         ir_op="memset", result="new SBUF tile of shape; dtype arg (required)",
         result_current="writes dst in place; value typed like dst.dtype",
         result_dtype="arg",
@@ -450,6 +452,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "reduce_cmd=reduce_cmd.idle, *, mask=None, dtype=None",
         current="dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, "
         "reduce_cmd=reduce_cmd.idle, name=None",
+        numba="native",
         ir_op="activation", ir_attrs=("engine", "op", "reduce_cmd", "reduce_op", "reduce_res"),
         poison="element",
     ),
@@ -458,6 +461,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "activation plus a reduction of all free axes into reduce_res (reset_reduce).",
         classic="op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None",
         current="dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None",
+        numba="native",
         ir_op="activation", ir_attrs=("engine", "op", "reduce_cmd", "reduce_op", "reduce_res"),
         poison="element",
         note="records an isa.activation with reduce_cmd=reset_reduce",
@@ -512,6 +516,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Partition <-> free transpose on the Tensor (<= 128x128) or Vector (<= 32x32) engine.",
         classic="data, *, mask=None, dtype=None, engine=None",
         current="dst, data, engine=engine.unknown, name=None",
+        numba="native",
         ir_op="nc_transpose", ir_attrs=("engine", "exact", "staged"), poison="transpose",
         result="new tile (free, partitions): PSUM on the Tensor engine, SBUF on the Vector "
         "engine; dtype arg or data's dtype",
@@ -533,6 +538,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "op(data1, data2) element-wise (a (P, 1) operand broadcasts along the free axis).",
         classic="data1, data2, op, *, dtype=None, mask=None, engine=None",
         current="dst, data1, data2, op, engine=engine.unknown, name=None",
+        numba="native",
         ir_op="tensor_tensor", ir_attrs=("engine", "op"), poison="element", result=_W,
         result_dtype="arg|widest",
     ),
@@ -543,6 +549,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "*, dtype=None, mask=None, engine=None",
         current="dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, "
         "reverse1=False, engine=engine.unknown, name=None",
+        numba="native",
         ir_op="tensor_scalar", ir_attrs=("engine", "op0", "op1", "reverse0", "reverse1"),
         poison="element",
     ),
@@ -553,6 +560,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "dtype=None, mask=None",
         current="dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, "
         "name=None",
+        numba="native",
         ir_op="scalar_tensor_tensor", ir_attrs=("engine", "op0", "op1", "reverse0", "reverse1"),
         poison="element", result=_W,
         result_dtype="arg|widest",
@@ -593,6 +601,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "1 / data element-wise in fp32.",
         classic="data, *, dtype=None, mask=None, engine=None",
         current="dst, data, name=None",
+        numba="native",
         ir_op="reciprocal", poison="element",
     ),
     Instruction(
@@ -608,6 +617,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Reduce trailing contiguous free axes with op (negate: times -1).",
         classic="op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False",
         current="dst, op, data, axis, negate=False, keepdims=False, name=None",
+        numba="native",
         ir_op="tensor_reduce", ir_attrs=("engine", "op", "axes", "negate"), poison="row",
         result="new tile, data's shape without the reduced axes (keepdims: size 1; at least "
         "(P, 1)); dtype arg or data's dtype",
@@ -670,6 +680,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Copy an on-chip tile (bit-exact for equal dtypes, else through fp32).",
         classic="src, *, mask=None, dtype=None, engine=None",
         current="dst, src, engine=engine.unknown, name=None",
+        numba="native",
         ir_op="tensor_copy", ir_attrs=("engine", "exact"), poison="element",
     ),
     Instruction(
@@ -677,6 +688,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "tensor_copy whose source offset is read from an SBUF tile at run time.",
         classic="src, *, mask=None, dtype=None, engine=None",
         current=None,
+        numba="native",
         ir_op="tensor_copy", ir_attrs=("engine", "exact"), poison="element",
         note="removed in the current API (0.4): use tensor_copy with src.ap(scalar_offset=...)",
     ),
@@ -685,6 +697,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "tensor_copy into a destination whose offset is read from an SBUF tile at run time.",
         classic="*, dst, src, mask=None, dtype=None, engine=None",
         current=None,
+        numba="native",
         ir_op="tensor_copy", ir_attrs=("engine", "exact"), poison="element",
         result="writes dst in place (no return); dtype arg or src's dtype, cast to dst's",
         note="records an isa.tensor_copy and a copy into dst; removed in the current API (0.4)",

@@ -174,6 +174,14 @@ class Ctx:
             return None
         return tuple(out)
 
+    def basic(self, acc: Access) -> tuple[Any, ...] | None:
+        """The bounds-checked basic (slice) subscript of an access into its tensor's array;
+        None when the access needs fancy indexing."""
+        basic = self._basic(acc)
+        if basic is not None:
+            self._check_bounds(acc, list(_slice_ends(basic)), None)
+        return basic
+
     def _check_bounds(self, acc: Access, idx: list[Any], sel: np.ndarray | None) -> None:
         if sel is not None and not sel.any():
             return  # fully masked off: nothing is read or written

@@ -44,10 +44,11 @@ from ..backends import AUTO
 from ..checks.coverage import instructions_of
 from ..compiled import backend as numba_backend
 from ..config import SimConfig
-from ..executors import COLLECTIVES, executor_of
+from ..executors import COLLECTIVES, PREPARE, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx
 from .host import Host, StateUsed
+from .moves import transposes
 from .ops import BATCHED
 from .plan import Declined, Plan, plan
 
@@ -62,8 +63,8 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
         if isinstance(n, Instr):
             _exec(n, ctx, p)
         elif isinstance(n, Alloc):
-            if n.tensor in p.viewed:
-                continue  # the elided load right after it makes the tile a view
+            if n.tensor in p.viewed or n.tensor in p.moved_names:
+                continue  # the elided load / the move filling it makes the tile a view
             ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
         elif isinstance(n, _GridLoop):
             whole = n.sym.axis in p.whole_axes
@@ -195,6 +196,9 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
         ctx.depth[instr.dst.tensor] = len(ctx.dims)
         return
     try:
+        if id(instr) in p.moved:
+            _move(instr, ctx)
+            return
         executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
     except NKIError as e:
         raise e.with_context(loc=instr.loc) from None
@@ -208,6 +212,15 @@ def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
             code="err_runtime",
             loc=instr.loc,
         ) from e
+
+
+def _move(instr: Instr, ctx: BCtx) -> None:
+    """The destination tile becomes a view of its source (never written again: ``moves``)."""
+    assert instr.dst is not None
+    PREPARE[instr.kind](instr, ctx)  # (the engines' destination rules)
+    view = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
+    ctx.arrays[instr.dst.tensor] = np.swapaxes(view, -1, -2) if transposes(instr) else view
+    ctx.depth[instr.dst.tensor] = len(ctx.dims)
 
 
 def _body_with_grid(ir: KernelIR) -> tuple[Node, ...]:

@@ -17,6 +17,7 @@ from ..config import SimConfig
 from ..executors import declined
 from . import hbm as batched_hbm
 from .host import not_hostable, uses_engine_state
+from .moves import on_chip_moves, whole_tile
 from .ops import BATCHED
 from .subtrees import check_views, contiguous_views, device_loops
 
@@ -40,6 +41,10 @@ class Plan:
     skipped: frozenset[int] = frozenset()  # ids of those stores (done by the fused tile)
     fused_names: frozenset[str] = frozenset()
     viewed: frozenset[str] = frozenset()  # tiles of elided loads (no storage of their own)
+    # ids of on-chip copies / transposes whose destination is a view of their source
+    # (``moves.py``); their destinations are not allocated
+    moved: frozenset[int] = frozenset()
+    moved_names: frozenset[str] = frozenset()
     # ids of instructions run per position with the interpreter's executor (``batched_host``)
     hosted: frozenset[int] = frozenset()
     stateful: frozenset[int] = frozenset()  # ids of hosted instructions using engine state
@@ -155,7 +160,11 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     }
     elided, fused = contiguous_views(ir, elided, fused)
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}
-    views = set(loaded)
+    # (a tile living in its store's destination is filled in place, never a view of another)
+    fused_tiles = {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
+    moved = on_chip_moves(ir, whole, writes, host_touched | fused_tiles, config)
+    moved_names = {i.dst.tensor for i, _ in instructions_of(ir) if id(i) in moved}  # type: ignore[union-attr]
+    views = set(loaded) | moved_names
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
     tile_bytes = sum(
         math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
@@ -178,6 +187,8 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
         if sub.loops
         else _full_checks_unproven(ir, fresh, hosted),
         reread=reread,
+        moved=moved,
+        moved_names=frozenset(moved_names),
         subtrees=sub.loops,
         whole_axes=frozenset(
             a for i, _ in instructions_of(ir) if i.kind == "all_reduce" for a in i.attr("axes")
@@ -274,7 +285,7 @@ def _plain_store_of(
         return False
     if out.buffer != "shared_hbm" or writes.get(dst.tensor) != 1 or dst.shape != tile.shape:
         return False
-    if not _identity(src, tile.shape):
+    if not whole_tile(src, tile.shape):
         return False
     same = numerics.storage_dtype(tile.dtype, config.precise_fp) == numerics.storage_dtype(
         out.dtype, config.precise_fp
@@ -300,19 +311,6 @@ def _starts_group(instr: Instr) -> bool:
         and instr.accumulate == "add"
         and bool(instr.attr("psum_group", False))
     )
-
-
-def _identity(acc: Access, shape: tuple[int, ...]) -> bool:
-    """``acc`` is the whole tile of ``shape``, element for element."""
-    if acc.shape != shape:
-        return False
-    for d, e in enumerate(acc.index):
-        if e.base.terms or e.base.const:
-            return False
-        # (a tile axis of length 1 takes only index 0: its coefficient does not matter)
-        if any(c != (t == d) for t, c in enumerate(e.coeffs) if shape[t] > 1):
-            return False
-    return True
 
 
 def _maybe_out_of_bounds(ir: KernelIR, instr: Instr, loops: tuple[Loop, ...]) -> str | None:
@@ -436,4 +434,4 @@ def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
         return False
     if instr.kind in ("matmul",) and instr.attr("psum_group", False):
         return False
-    return _identity(dst, ir.tensor(name).shape)
+    return whole_tile(dst, ir.tensor(name).shape)

@@ -38,6 +38,7 @@ from nki.ir import Alloc, Instr, KernelIR, Loop, Node, Sym, TensorDecl
 from .. import numerics
 from ..config import SimConfig
 from ..executors import COLLECTIVES, lowering_of
+from . import isa_lowering  # noqa: F401 (registers the nki.isa lowerings)
 from .access import Buffer, Emitter, Unsupported, f32_literal, sym, view_dtype
 from .kernels import Spec, module_name
 from .lowering import ACCUMULATE, NATIVE

@@ -159,14 +159,20 @@ def lower_ew(g: Emitter, ins: Instr) -> None:
         numpy_ew(g, ins)
 
 
-def numpy_ew(g: Emitter, ins: Instr) -> None:
-    """Gather the operands, run the op-table row with NumPy (call back), write back."""
+def numpy_ew(
+    g: Emitter, ins: Instr, op: str | None = None, srcs: tuple | None = None, pre: str = ""
+) -> None:
+    """Gather the operands, run the op-table row ``op`` (default: the instruction's) with
+    NumPy (call back), write back. With ``pre`` (an fp32 expression over ``srcs``, as in
+    ``elementwise``), the row's one operand is ``pre`` computed natively while gathering."""
     dst = ins.dst
     assert dst is not None
+    op = ins.op if op is None else op
+    srcs = tuple(ins.srcs) if srcs is None else srcs
     S = dst.shape
     rank = len(S)
     masked = ins.mask is not None
-    accs = [s for s in ins.srcs if isinstance(s, Access)]
+    accs = [s for s in srcs if isinstance(s, Access)]
     for s in accs:
         if not broadcastable(s.shape, S):
             raise Unsupported("operand shape does not broadcast to the destination")
@@ -176,7 +182,21 @@ def numpy_ew(g: Emitter, ins: Instr) -> None:
         if checks:
             g.call(Spec("check", checks=True), S, rank, [], [], ins.mask, checks)
     args: list[object] = []  # scratch names (gathered tiles) or fp32 constants
-    for s in ins.srcs:
+    if pre:
+        for s in srcs:
+            if not isinstance(s, (Access, Const)):
+                raise Unsupported(f"operand {s!s}")
+        gathered = g.scratch(S)
+        args.append(gathered)
+        kinds = tuple(g.kind(s.tensor) if isinstance(s, Access) else "c" for s in srcs)
+        spec = Spec("ew", expr=pre, dst="f", operands=kinds, mask=2 * masked)
+        blocks = [g.dense(S)] + [g.flat(a, rank) for a in accs]
+        spec = dataclasses.replace(spec, unit=g.unit(S, blocks))
+        consts = [const_value(c) for c in srcs if not isinstance(c, Access)]
+        names = [gathered] + [g.arg(a.tensor) for a in accs] + ["Z"]
+        g.call(spec, S, rank, names, blocks, ins.mask, consts=consts)
+        srcs = ()
+    for s in srcs:
         if isinstance(s, Const):
             args.append(const_value(s))
             continue
@@ -191,7 +211,7 @@ def numpy_ew(g: Emitter, ins: Instr) -> None:
         spec = dataclasses.replace(spec, unit=g.unit(s.shape, blocks))
         g.call(spec, s.shape, rank, [gathered, g.arg(s.tensor), "Z"], blocks, mask, consts=[])
     r = g.scratch(S)
-    g.ew_calls[g.cur] = (ins.op, tuple(S), tuple(args), r)
+    g.ew_calls[g.cur] = (op, tuple(S), tuple(args), r)
     g.callback(1)
     spec = Spec(
         "ew",

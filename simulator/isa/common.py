@@ -139,10 +139,33 @@ def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:
     arr = ctx.array(dst.tensor)
     key = f"psum_group.{dst.tensor}"
     entry = ctx.state.get(key)
-    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
-        entry = (arr, np.zeros(arr.shape, dtype=bool))
+    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile: none started
+        entry = [arr, None, False]
         ctx.state[key] = entry
+    if entry[2]:  # every element of the allocation has started: later matmuls add
+        ctx.write(dst, vals, sel, "add")
+        return
+    if entry[1] is None:
+        entry[1] = np.zeros(arr.shape, dtype=bool)
     started = entry[1]
+    basic = ctx.basic(dst) if sel is None else None
+    if basic is not None:  # the common whole-tile form, on views
+        cur = arr[basic]
+        untouched = ~started[basic] & np.isnan(cur.astype(np.float32, copy=False))
+        if untouched.all():
+            ctx.write(dst, vals, None, None)
+        elif not untouched.any():
+            ctx.write(dst, vals, None, "add")
+        else:
+            first = untouched.reshape(dst.shape)
+            ctx.write(dst, vals, first, None)
+            ctx.write(dst, vals, ~first, "add")
+        if cur.size == arr.size:  # the access covers the tile: every element has started
+            entry[2] = True
+            return
+        started[basic] = True
+        entry[2] = bool(started.all())
+        return
     want = np.ones(dst.shape, dtype=bool) if sel is None else np.broadcast_to(sel, dst.shape)
     idx = ctx.indices(dst, want)
     untouched = ~started[idx] & np.isnan(arr[idx].astype(np.float32))
@@ -153,6 +176,7 @@ def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:
     if rest.any():
         ctx.write(dst, vals, rest, "add")
     started[tuple(i[want] for i in idx)] = True
+    entry[2] = bool(started.all())
 
 
 def all_int(ctx: Ctx, *accs) -> bool:
