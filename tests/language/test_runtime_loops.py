@@ -3,8 +3,6 @@ the interpreter and checked against NumPy."""
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
@@ -13,12 +11,9 @@ import nki.language as nl
 from nki.errors import NKIError
 from nki.isa.registers import register_alloc, register_load, register_store
 
+from helpers import line_of
+
 RNG = np.random.default_rng(7)
-
-
-def _line(fn, text: str) -> int:
-    src, first = inspect.getsourcelines(fn)
-    return first + next(i for i, ln in enumerate(src) if text in ln)
 
 
 def _run(kernel, *args):
@@ -76,7 +71,7 @@ def test_fori_loop_register_bound_out_of_range_reports_the_body_line():
     x = RNG.standard_normal((16, 64)).astype(np.float32)
     with pytest.raises(NKIError, match="out-of-bound") as e:
         _run(k_fori_dynamic, x, np.array([[17]], dtype=np.int32))
-    assert e.value.loc.line == _line(k_fori_dynamic.fn, "row = nl.load")
+    assert e.value.loc.line == line_of(k_fori_dynamic.fn, "row = nl.load")
 
 
 @nki.jit
@@ -129,7 +124,7 @@ def test_non_terminating_while_loop_is_reported(monkeypatch):
     monkeypatch.setattr(loops, "MAX_WHILE_ITERATIONS", 50)
     with pytest.raises(NKIError, match="does not terminate") as e:
         _run(k_while_forever, np.zeros((1, 1), np.int32))
-    assert e.value.loc.line == _line(k_while_forever.fn, "# FOREVER")
+    assert e.value.loc.line == line_of(k_while_forever.fn, "# FOREVER")
 
 
 def test_fori_loop_rejects_a_non_int_step():
@@ -140,4 +135,4 @@ def test_fori_loop_rejects_a_non_int_step():
 
     with pytest.raises(NKIError, match="positive int") as e:
         _run(k, np.zeros((1, 1), np.float32))
-    assert e.value.loc.line == _line(k, "# STEP")
+    assert e.value.loc.line == line_of(k, "# STEP")

@@ -3,8 +3,6 @@ squeeze_dim / reshape / ap) as operands and destinations, checked against NumPy.
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
@@ -13,12 +11,9 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
 
+from helpers import line_of
+
 RNG = np.random.default_rng(14)
-
-
-def _line(fn, text: str) -> int:
-    src, first = inspect.getsourcelines(fn)
-    return first + next(i for i, ln in enumerate(src) if text in ln)
 
 
 def _run(kernel, *args):
@@ -187,7 +182,7 @@ def test_scalar_offset_out_of_bounds_is_reported_at_run_time():
     x = RNG.standard_normal((16, 32)).astype(np.float32)
     with pytest.raises(NKIError, match="out-of-bound") as e:
         _run(k_scalar_offset_oob, x, np.array([[15]], dtype=np.int32))
-    assert e.value.loc.line == _line(k_scalar_offset_oob.fn, "OOB_LINE")
+    assert e.value.loc.line == line_of(k_scalar_offset_oob.fn, "OOB_LINE")
 
 
 def _bad(body):
@@ -222,7 +217,7 @@ def test_view_rule_violations_are_located_errors(body, msg):
     x = np.zeros((128, 64), np.float32)
     with pytest.raises(NKIError, match=msg) as e:
         _run(_bad(body), x)
-    assert e.value.loc is not None and e.value.loc.line == _line(body, "lambda")
+    assert e.value.loc is not None and e.value.loc.line == line_of(body, "lambda")
     assert e.value.loc.file.endswith("test_views.py")
 
 
@@ -278,7 +273,7 @@ def test_overlapping_address_placements_are_reported():
     with pytest.raises(NKIError, match=msg) as e:
         _run(k_address_overlap, x)
     assert e.value.code == "err_address_overlap"
-    assert e.value.loc.line == _line(k_address_overlap.fn, "# B")
+    assert e.value.loc.line == line_of(k_address_overlap.fn, "# B")
 
 
 @pytest.mark.parametrize(
@@ -297,7 +292,7 @@ def test_invalid_addresses_are_located_errors(address, buffer, msg):
 
     with pytest.raises(NKIError, match=msg) as e:
         _run(k, np.zeros((1, 1), np.float32))
-    assert e.value.loc.line == _line(k, "address=address")
+    assert e.value.loc.line == line_of(k, "address=address")
 
 
 @nki.jit
@@ -415,7 +410,7 @@ def test_flatten_of_non_contiguous_axes_is_a_located_error():
 
     with pytest.raises(NKIError, match="not contiguous") as e:
         _run(k, np.zeros((128, 64), np.float32))
-    assert e.value.loc.line == _line(k, "# FLAT")
+    assert e.value.loc.line == line_of(k, "# FLAT")
 
 
 @nki.jit
@@ -430,7 +425,7 @@ def k_ap_oob(x):
 def test_out_of_bounds_ap_view_reports_the_kernel_line():
     with pytest.raises(NKIError, match="out-of-bound") as e:
         _run(k_ap_oob, np.zeros((128, 64), np.float32))
-    assert e.value.loc.line == _line(k_ap_oob.fn, "# OOB_AP")
+    assert e.value.loc.line == line_of(k_ap_oob.fn, "# OOB_AP")
 
 
 @nki.jit
