@@ -442,19 +442,20 @@ class Kernel:
         if st.generation is None:  # nothing decided it: `import nki` kernels are current-API
             st.generation = st.default_generation
         finish_rules(st, warn=core in (None, 0))
+        written = written_bases(st)
         writes_back: tuple[str, ...] = ()
         if st.generation == "current":  # the current API writes modified inputs back
-            writes_back = tuple(p for p in st.params if p in written_bases(st))
+            writes_back = tuple(p for p in st.params if p in written)
         else:
             check_param_writes(st, returns, mutable)
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
             bases = {st.tensors[o].alias_of or o for o in outputs}
-            if returns and name in written_bases(st) and name not in bases:
+            if returns and name in written and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "
                     "kernel does not return it; add it to the returned tensors",
                     code="err_mutable_parameter_not_returned",
-                    loc=written_bases(st)[name],
+                    loc=written[name],
                 )
         tensors = tuple(st.tensors.values())
         ir = KernelIR(
