@@ -247,5 +247,13 @@ def run(launch: Launch, args: tuple, kwargs: dict) -> Any:
         raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
 
+def run_bound(launch: Launch, bound: inspect.BoundArguments) -> Any:
+    """``run`` on arguments already bound (``bind``) and converted to NumPy."""
+    try:
+        return launch.run_bound(bound)
+    except NKIError as e:
+        raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
+
+
 def as_tuple(x: Any) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)

@@ -76,9 +76,15 @@ def check_tensor(t: torch.Tensor, what: str) -> np.dtype:
     return np_dtype(t, what)[0]
 
 
+def on_cpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` is on the CPU (a subclass may report another device: asked through
+    ``t.device``; a plain tensor through its cheaper flag)."""
+    return t.is_cpu if type(t) is torch.Tensor else t.device.type == "cpu"
+
+
 def host(t: torch.Tensor) -> torch.Tensor:
     """``t`` on the CPU (itself when it already is; a device-to-host copy otherwise)."""
-    return t if t.device.type == "cpu" else t.detach().to("cpu")
+    return t if on_cpu(t) else t.detach().to("cpu")
 
 
 def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
@@ -86,6 +92,10 @@ def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
     float8 are viewed through their bits). Non-contiguous tensors are copied to contiguous
     memory first, so strides are never misread; tensors on other devices are copied to the
     host."""
+    entry = _DTYPES.get(t.dtype)
+    if entry is not None and entry[1] is None and on_cpu(t) and t.is_contiguous():
+        # (the common case, checked with the tensor's cheapest properties)
+        return (t.detach() if t.requires_grad else t).numpy()
     check_tensor(t, what)
     npd, bits = np_dtype(t, what)
     src = host(t.detach())
@@ -107,7 +117,7 @@ def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
         t = torch.from_numpy(a.view(_DTYPES[bits][0])).view(td)
     else:
         t = torch.from_numpy(a)
-    if like is None or like.device.type == "cpu":
+    if like is None or on_cpu(like):
         return t
     return like.new_empty(t.shape, dtype=td).copy_(t)
 
@@ -117,7 +127,7 @@ def _device_tensor(values: list[Any]) -> torch.Tensor | None:
     back to its device."""
     for v in values:
         for t in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            if isinstance(t, torch.Tensor) and not on_cpu(t):
                 return t
     return None
 
@@ -125,22 +135,23 @@ def _device_tensor(values: list[Any]) -> torch.Tensor | None:
 def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
     """Run a kernel launch on torch tensors; returns torch tensors on the inputs' device
     (``None`` for legacy kernels, which write into the output tensors passed in)."""
-    name = common.kernel_name(k)
+    name = k.kernel.fn.__name__
     bound = common.bind(k, tuple(args), dict(kwargs), api=f"kernel '{name}'")
-    like = _device_tensor(list(bound.arguments.values()))
+    arguments = bound.arguments
+    like = _device_tensor(list(arguments.values()))
     copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
-    for pname, v in list(bound.arguments.items()):
-        what = f"argument '{pname}' of kernel '{name}'"
+    for pname, v in list(arguments.items()):
         if isinstance(v, torch.Tensor):
-            arr = to_numpy(v, what)
-            if not v.is_contiguous() or v.device.type != "cpu":
+            arr = to_numpy(v, f"argument '{pname}' of kernel '{name}'")
+            if not v.is_contiguous() or not on_cpu(v):
                 copies[pname] = (v, arr)
-            bound.arguments[pname] = arr
+            arguments[pname] = arr
         elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
-            bound.arguments[pname] = type(v)(
+            what = f"argument '{pname}' of kernel '{name}'"
+            arguments[pname] = type(v)(
                 to_numpy(x, what) if isinstance(x, torch.Tensor) else x for x in v
             )
-    res = common.run(k, bound.args, bound.kwargs)
+    res = common.run_bound(k, bound)
     ir = k.kernel.last_ir
     for pname in ir.outputs if ir is not None else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back

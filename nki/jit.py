@@ -21,6 +21,7 @@ from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
 from . import dtypes
+from .binding import bind_plain, plain_params
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -261,6 +262,8 @@ class Kernel:
 
     def config(self, **overrides: Any) -> SimConfig:
         cfg = SimConfig.from_env()
+        if not overrides and not self.config_overrides and self.platform_target is None:
+            return cfg
         over = dict(self.config_overrides)
         over.update({k: v for k, v in overrides.items() if v is not None})
         if self.platform_target is not None and "target" not in overrides:
@@ -271,6 +274,8 @@ class Kernel:
     def signature(self) -> inspect.Signature:
         """The kernel function's signature (read once: binding is per launch)."""
         return inspect.signature(self.fn)
+
+    _plain = functools.cached_property(lambda self: plain_params(self.signature))
 
     # ---- tracing ------------------------------------------------------------------------------
     def bind(
@@ -284,6 +289,11 @@ class Kernel:
         that do not fit the kernel's signature are an ``err_invalid_argument`` error located at
         ``loc()`` (the kernel author's call; a framework boundary passes its own), its message
         prefixed with ``api`` when given."""
+        plain = self._plain
+        if plain is not None:
+            got = bind_plain(self.signature, plain, args, kwargs)
+            if got is not None:
+                return got
         try:
             return self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -508,14 +518,20 @@ class Launch:
             raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
     def run_numpy(self, *args: Any, _config: Any = None, **kwargs: Any) -> Any:
+        return self.run_bound(self.kernel.bind(args, kwargs), _config)
+
+    def run_bound(self, bound: inspect.BoundArguments, config: SimConfig | None = None) -> Any:
+        """``run_numpy`` on arguments already bound (``Kernel.bind``) by a frontend."""
         k = self.kernel
-        cfg = _config if _config is not None else k.config()
-        bound = k.bind(args, kwargs)
-        bound.apply_defaults()
+        cfg = config if config is not None else k.config()
+        if len(bound.arguments) != len(k.signature.parameters):
+            bound.apply_defaults()
         for name, v in list(bound.arguments.items()):
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
-            if not isinstance(v, np.generic) and (
-                hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v)
+            if (
+                type(v) is not np.ndarray
+                and not isinstance(v, np.generic)
+                and (hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v))
             ):
                 bound.arguments[name] = np.asarray(v)
         grid = self.grid

@@ -85,7 +85,7 @@ class SimConfig:
     @staticmethod
     def from_env(env: dict[str, str] | None = None) -> SimConfig:
         if env is None:  # (read per call: only the variables it uses, parsed once per value)
-            return _from_values(tuple(os.environ.get(k) for k in _ENV_KEYS))
+            return _from_values(_env_values())
         return _parse(env)
 
 
@@ -105,9 +105,24 @@ _ENV_KEYS = (
 )
 
 
+# os.environ's own store, keyed by encoded names on POSIX: a launch reads its variables there
+# (each ``os.environ.get`` encodes the name and decodes the value, a few microseconds per
+# launch); the values are what ``os.environ`` holds at this moment, so a changed variable is
+# seen by the next launch
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_RAW = tuple(os.environ.encodekey(k) for k in _ENV_KEYS) if os.name == "posix" else None
+
+
+def _env_values() -> tuple[str | bytes | None, ...]:
+    if _ENV_RAW is not None and isinstance(_ENV_DATA, dict):
+        get = _ENV_DATA.get
+        return tuple([get(k) for k in _ENV_RAW])
+    return tuple([os.environ.get(k) for k in _ENV_KEYS])
+
+
 @functools.lru_cache(maxsize=64)
-def _from_values(values: tuple[str | None, ...]) -> SimConfig:
-    return _parse({k: v for k, v in zip(_ENV_KEYS, values) if v is not None})
+def _from_values(values: tuple[str | bytes | None, ...]) -> SimConfig:
+    return _parse({k: os.fsdecode(v) for k, v in zip(_ENV_KEYS, values) if v is not None})
 
 
 def _parse(env: dict[str, str]) -> SimConfig:
