@@ -56,6 +56,47 @@ def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
     return tuple(box) if np.count_nonzero(sel) == count else None
 
 
+# The layouts of strided views: (id(access), batch depth of its storage, batch axes' sizes,
+# the values / axes of the access's symbols, the storage's strides) -> (the access, shape,
+# strides, offset, first position). Bounded; the access is kept so that its id is not reused
+# while the entry lives. Shared by the threads that launch kernels (each entry is complete
+# when it is stored; a lost insert is recomputed).
+_LAYOUTS: dict[tuple, tuple] = {}
+_LAYOUTS_MAX = 4096
+_SYMS: dict[int, tuple[Access, tuple[Sym, ...]]] = {}
+
+
+def _syms_of(acc: Access) -> tuple[Sym, ...]:
+    """The symbols of an access's index expressions (each once)."""
+    hit = _SYMS.get(id(acc))
+    if hit is not None and hit[0] is acc:
+        return hit[1]
+    syms = tuple(dict.fromkeys(s for e in acc.index for s, _ in e.base.terms))
+    if len(_SYMS) >= _LAYOUTS_MAX:
+        _SYMS.clear()
+    _SYMS[id(acc)] = (acc, syms)
+    return syms
+
+
+# (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
+# instruction, whether every condition of its mask holds throughout the batch)
+_ALWAYS: dict[tuple, tuple[Instr, bool]] = {}
+_MASK_SYMS: dict[int, tuple[Instr, tuple[Sym, ...]]] = {}
+
+
+def _mask_syms(instr: Instr) -> tuple[Sym, ...]:
+    """The symbols of an instruction's mask conditions (each once)."""
+    hit = _MASK_SYMS.get(id(instr))
+    if hit is not None and hit[0] is instr:
+        return hit[1]
+    assert instr.mask is not None
+    syms = tuple(dict.fromkeys(s for c in instr.mask.conds for s, _ in c.expr.base.terms))
+    if len(_MASK_SYMS) >= _LAYOUTS_MAX:
+        _MASK_SYMS.clear()
+    _MASK_SYMS[id(instr)] = (instr, syms)
+    return syms
+
+
 class BCtx:
     """The state of one batch: its axes' sizes, each batch symbol's axis and values (start +
     step * position), scalar symbols, and tile storage with leading batch axes."""
@@ -114,10 +155,40 @@ class BCtx:
         """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
         storage."""
         p = self.depth[acc.tensor]
+        if box is None:  # (the layout depends on no data: kept per access and batch state)
+            sc, ax = self.scalar, self.axis
+            state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
+            key = (id(acc), p, tuple(self.dims), state, arr.strides)
+            hit = _LAYOUTS.get(key)
+            if hit is None or hit[0] is not acc:
+                hit = (acc, *self._layout(arr.strides, acc, None, p))
+                if len(_LAYOUTS) >= _LAYOUTS_MAX:
+                    _LAYOUTS.clear()
+                _LAYOUTS[key] = hit
+            _, shape, strides, offset, first = hit
+        else:
+            shape, strides, offset, first = self._layout(arr.strides, acc, box, p)
+        if offset >= 0 and arr.flags.c_contiguous:
+            try:  # (a view straight on the contiguous storage: several times cheaper)
+                return np.ndarray(shape, arr.dtype, buffer=arr, offset=offset, strides=strides)
+            except (ValueError, TypeError):  # (outside the buffer, or not a buffer)
+                pass
+        start = arr[first]
+        custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
+        if custom:
+            start = start.view(np.dtype(f"u{start.itemsize}"))
+        out = np.lib.stride_tricks.as_strided(start, shape=shape, strides=strides, writeable=True)
+        return out.view(arr.dtype) if custom else out
+
+    def _layout(
+        self, st: tuple[int, ...], acc: Access, box: tuple[slice, ...] | None, p: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...], int, tuple[slice, ...]]:
+        """(shape, strides, byte offset of the first position, index of the first position) of
+        ``strided``'s view into storage of strides ``st`` (an offset < 0: below the storage's
+        start somewhere, so not a view straight on its buffer)."""
         nb = len(self.dims)
         lo = [0] * (nb + len(acc.shape)) if box is None else [b.start for b in box]
         shape = (*self.dims, *acc.shape) if box is None else tuple(b.stop - b.start for b in box)
-        st = arr.strides
         bstr = [st[b] if b < p else 0 for b in range(nb)]
         tstr = [0] * len(acc.shape)
         first: list[slice] = [slice(lo[b], None) for b in range(p)]
@@ -133,21 +204,7 @@ class BCtx:
                 c += k * lo[nb + t]
             first.append(slice(c, None))  # (c is the element at the first position)
             offset += c * sd if c >= 0 else -(1 << 62)
-        if offset >= 0 and arr.flags.c_contiguous:
-            try:  # (a view straight on the contiguous storage: several times cheaper)
-                return np.ndarray(
-                    shape, arr.dtype, buffer=arr, offset=offset, strides=(*bstr, *tstr)
-                )
-            except (ValueError, TypeError):  # (outside the buffer, or not a buffer)
-                pass
-        start = arr[tuple(first)]
-        custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
-        if custom:
-            start = start.view(np.dtype(f"u{start.itemsize}"))
-        out = np.lib.stride_tricks.as_strided(
-            start, shape=shape, strides=(*bstr, *tstr), writeable=True
-        )
-        return out.view(arr.dtype) if custom else out
+        return shape, (*bstr, *tstr), offset, tuple(first)
 
     def box(self, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
         """The selection as one box (a slice per batch and tile axis) when it is one and the
@@ -220,6 +277,14 @@ class BCtx:
         if shape is None:
             assert instr.dst is not None
             shape = instr.dst.shape
+        # (whether every condition holds throughout depends on no data: kept per instruction,
+        # tile shape and batch state)
+        sc, ax = self.scalar, self.axis
+        state = tuple([sc[s] if s in sc else ax[s] for s in _mask_syms(instr)])
+        key = (id(instr), shape, tuple(self.dims), state)
+        hit = _ALWAYS.get(key)
+        if hit is not None and hit[0] is instr and hit[1]:
+            return None
         full = (*self.dims, *shape)
         out: np.ndarray | None = None
         for cond in instr.mask.conds:
@@ -227,6 +292,10 @@ class BCtx:
                 continue  # true for the whole batch: costs nothing
             r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
             out = r.copy() if out is None else out & r
+        if hit is None or hit[0] is not instr:
+            if len(_ALWAYS) >= _LAYOUTS_MAX:
+                _ALWAYS.clear()
+            _ALWAYS[key] = (instr, out is None)
         return None if out is None or out.all() else out
 
     def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
