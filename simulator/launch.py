@@ -14,6 +14,7 @@ preference (``backends.py``)."""
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,13 +67,24 @@ def run(
     info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
     sched = _schedule(ir, config, info)
     info.threads = threads.decide(ir, config.threads)
-    with progress.shown(ir):
-        if config.threads is None and not threads.matmul_work(ir)[0]:
-            _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
-        else:
-            with threads.blas_limit(info.threads, exact=config.threads is not None):
-                _run(ir, shared, config, sched, info)
+    limit = progress.threshold()
+    if progress.estimate_seconds(ir) < limit or not math.isfinite(limit):
+        _run_limited(ir, shared, config, sched, info)  # (no progress to show)
+    else:
+        with progress.shown(ir):
+            _run_limited(ir, shared, config, sched, info)
     return shared, info
+
+
+def _run_limited(
+    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+) -> None:
+    """``_run`` with the BLAS pools limited to the launch's threads."""
+    if config.threads is None and not threads.matmul_work(ir)[0]:
+        _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
+    else:
+        with threads.blas_limit(info.threads, exact=config.threads is not None):
+            _run(ir, shared, config, sched, info)
 
 
 def _run(
@@ -139,38 +151,78 @@ def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tup
         raise NKIMemoryError.host_exhausted(e, f"simulating kernel '{ir.name}'", ir.loc) from None
 
 
-def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
-    config = storage_config(ir, config)
-    static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
-    _check_writable(ir, arguments)
+@dataclass(frozen=True)
+class _Layout:
+    """What a launch of one traced kernel under one setting does with the caller's arrays (the
+    same every launch): its storage setting, each parameter's dtype and whether the kernel
+    writes it, the parameters written in place, and each output's tensor, dtype and whether
+    the launch owns its storage."""
+
+    config: SimConfig
+    params: tuple[tuple[str, str, bool], ...]  # (name, dtype, written)
+    in_place: tuple[str, ...]  # parameters the kernel writes that the caller sees updated
+    outputs: tuple[tuple[str, str, bool], ...]  # (name, dtype, own storage)
+    writable: tuple[str, ...]  # parameters written in place (the caller's array must allow it)
+
+
+def _layout_names(ir: KernelIR) -> tuple[str, ...]:
+    """The parameters an output is stored in or the kernel writes back, each once."""
+    names = [ir.storage_of(n) for n in ir.outputs] + list(ir.writes_back)
+    return tuple(n for n in dict.fromkeys(names) if n in ir.params)
+
+
+# (id(ir), config) -> (ir, layout): bounded, the IR kept so that its id is not reused
+_LAYOUTS: dict[tuple[int, SimConfig], tuple[KernelIR, _Layout]] = {}
+
+
+def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
+    hit = _LAYOUTS.get((id(ir), config))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    cfg = storage_config(ir, config)
     written = written_params(ir)  # parameters the kernel only reads are not copied
+    params = tuple((n, ir.tensor(n).dtype, n in written) for n in ir.params)
+    bases = [ir.storage_of(n) for n in ir.outputs]
+    outputs = tuple(
+        # storage the launch created is handed out as is (not copied a second time)
+        (n, ir.tensor(n).dtype, base not in ir.params and bases.count(base) == 1)
+        for n, base in zip(ir.outputs, bases)
+    )
+    # legacy outputs, mutable / written parameters: the caller's arrays are updated
+    in_place = tuple(ir.outputs) if not ir.returns_outputs else _layout_names(ir)
+    out = _Layout(cfg, params, in_place, outputs, _layout_names(ir))
+    if len(_LAYOUTS) >= 512:
+        _LAYOUTS.clear()
+    _LAYOUTS[(id(ir), config)] = (ir, out)
+    return out
+
+
+def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
+    lay = _layout(ir, config)
+    config = lay.config
+    static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
+    _check_writable(lay.writable, arguments, ir)
     inputs = {
-        name: storage_input(arguments[name], ir.tensor(name).dtype, config, name in written)
-        for name in ir.params
+        name: storage_input(arguments[name], dtype, config, written)
+        for name, dtype, written in lay.params
     }
     arrays, info = run(ir, inputs, config)
+    for name in lay.in_place:
+        arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
     if not ir.returns_outputs:
-        for name in ir.outputs:
-            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
         return None, info
-    outs = []
-    bases = [ir.storage_of(n) for n in ir.outputs]
-    for n, base in zip(ir.outputs, bases):
-        view = output_view(arrays, ir, n, config.precise_fp)
-        # storage the launch created is handed out as is (not copied a second time)
-        own = base not in ir.params and bases.count(base) == 1
-        outs.append(output_array(view, ir.tensor(n).dtype, copy=not own))
-    for name in bases + list(ir.writes_back):  # mutable / written parameters: update the caller
-        if name in ir.params:
-            arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
+    outs = [
+        output_array(output_view(arrays, ir, n, config.precise_fp), dtype, copy=not own)
+        for n, dtype, own in lay.outputs
+    ]
     return (outs[0] if len(outs) == 1 else tuple(outs)), info
 
 
-def _check_writable(ir: KernelIR, arguments: Mapping[str, Any]) -> None:
+def _check_writable(names: tuple[str, ...], arguments: Mapping[str, Any], ir: KernelIR) -> None:
     """Caller arrays the kernel writes in place (legacy outputs, mutable parameters) must be
     writable: checked before the run rather than failing after it."""
-    for name in [ir.storage_of(n) for n in ir.outputs] + list(ir.writes_back):
-        arr = arguments.get(name) if name in ir.params else None
+    for name in names:
+        arr = arguments.get(name)
         if isinstance(arr, np.ndarray) and not arr.flags.writeable:
             raise NKIError(
                 f"argument '{name}' is written by the kernel (an output parameter) but the "
