@@ -1,11 +1,17 @@
-"""Binding a launch's arguments to a kernel's parameters without ``inspect.Signature.bind``
-where the signature is plain (every parameter positional-or-keyword): a launch binds on every
-call, and ``Signature.bind`` costs several microseconds of the per-launch overhead."""
+"""The per-launch handling of a kernel's arguments, kept cheap (a launch does it on every call):
+binding them to the kernel's parameters without ``inspect.Signature.bind`` where the signature
+is plain (every parameter positional-or-keyword), and the parts of the trace-cache key that do
+not change between launches (a grid's text, a dtype's NKI name)."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .ir import Grid
 
 # (parameter names, how many lead ones have no default)
 PlainParams = tuple[tuple[str, ...], int]
@@ -40,3 +46,28 @@ def bind_plain(
     got = dict(zip(names, args))
     got.update((name, kwargs[name]) for name in rest if name in kwargs)
     return inspect.BoundArguments(sig, got)
+
+
+# NKI names of the NumPy dtypes launched with; the trace-key text of the grids launched
+# (id -> (grid, text), bounded, the grid kept so that its id is not reused)
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+_GRID_KEYS: dict[int, tuple[Grid, str]] = {}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtypes.name_of(dtype)``, its error for a dtype NKI lacks included."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES.setdefault(dtype, dtypes.name_of(dtype))
+    return name
+
+
+def grid_key(grid: Grid) -> str:
+    """``repr(grid)``, the grid's part of a trace key."""
+    hit = _GRID_KEYS.get(id(grid))
+    if hit is None or hit[0] is not grid:
+        hit = (grid, repr(grid))
+        if len(_GRID_KEYS) >= 256:
+            _GRID_KEYS.clear()
+        _GRID_KEYS[id(grid)] = hit
+    return hit[1]

@@ -21,7 +21,7 @@ from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
 from . import dtypes
-from .binding import bind_plain, plain_params
+from .binding import bind_plain, dtype_name, grid_key, plain_params
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -306,7 +306,7 @@ class Kernel:
 
     def trace(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
         """The kernel IR for these arguments (traced once per signature, then cached)."""
-        key_parts = [repr(grid), target]
+        key_parts = [grid_key(grid), target]
         for name, v in bound.arguments.items():
             if _is_array(v):
                 key_parts.append((name, "T", v.shape, self._param_dtype(name, v)))
@@ -364,7 +364,7 @@ class Kernel:
 
     def _param_dtype(self, name: str, v: np.ndarray) -> str:
         try:
-            return dtypes.name_of(v.dtype)
+            return dtype_name(v.dtype)
         except NKITypeError as e:
             code = self.fn.__code__
             raise NKITypeError(
