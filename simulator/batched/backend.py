@@ -223,11 +223,21 @@ def _move(instr: Instr, ctx: BCtx) -> None:
     ctx.depth[instr.dst.tensor] = len(ctx.dims)
 
 
+# id(ir) -> (ir, its body with the grid loops): made once per traced kernel (bounded)
+_BODIES: dict[int, tuple[KernelIR, tuple[Node, ...]]] = {}
+
+
 def _body_with_grid(ir: KernelIR) -> tuple[Node, ...]:
     """The kernel body wrapped in one batched loop per grid axis (instances are independent)."""
+    hit = _BODIES.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
     body = ir.body
     for a in reversed(range(len(ir.grid.shape))):
         body = (_GridLoop(PidSym(a), ir.grid.shape[a], body),)  # type: ignore[assignment]
+    if len(_BODIES) >= 512:
+        _BODIES.clear()
+    _BODIES[id(ir)] = (ir, body)
     return body
 
 
@@ -285,20 +295,37 @@ def execute(
         _restore(shared, saved)
         _first_error(ir, shared, config, sched, e)
         raise
+    if p.subtrees:
+        info.reason = _reason(p, tuple(ctx.device_loops))
+    else:  # (the same text every launch of the plan)
+        hit = _REASONS.get(id(p))
+        if hit is None or hit[0] is not p:
+            hit = (p, _reason(p, None))
+            if len(_REASONS) >= 512:
+                _REASONS.clear()
+            _REASONS[id(p)] = hit
+        info.reason = hit[1]
+    return True
+
+
+_REASONS: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, reason): bounded
+
+
+def _reason(p: Plan, device_loops: tuple[int, ...] | None) -> str:
+    """``RunInfo.reason`` of a batched run of plan ``p``."""
     n_host = len(p.hosted)
     hosted = f", {n_host} instruction(s) hosted per instance and iteration" if n_host else ""
-    if p.subtrees:
-        same, per = ctx.device_loops
+    if device_loops is not None:
+        same, per = device_loops
         hosted += (
             f", device loops run {same} time(s) batched (the same bounds at every position) "
             f"and {per} time(s) per instance by the interpreter"
         )
-    info.reason = (
+    return (
         "batched: every instruction ran once per batch of instances and iterations "
         f"({len(p.batch_loops)} affine_range loop(s) batched with the grid, {len(p.elided)} "
         f"load(s) read in place, {len(p.fused)} result(s) written straight into HBM{hosted})"
     )
-    return True
 
 
 def _first_error(

@@ -114,7 +114,21 @@ def _memset(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
 
 
+# id(instr) -> (instr, whether it computes in exact integers): bounded; decided by the
+# instruction's operands and their declared dtypes alone
+_EXACT: dict[int, tuple[Instr, bool]] = {}
+
+
 def _exact_int(instr: Instr, ctx: BCtx) -> bool:
+    hit = _EXACT.get(id(instr))
+    if hit is None or hit[0] is not instr:
+        if len(_EXACT) >= 4096:
+            _EXACT.clear()
+        hit = _EXACT[id(instr)] = (instr, _exact_int_of(instr, ctx))
+    return hit[1]
+
+
+def _exact_int_of(instr: Instr, ctx: BCtx) -> bool:
     if not OPS[instr.op].exact_int:
         return False
     for s in instr.srcs:

@@ -8,6 +8,8 @@ between SPMD instances or LNC cores and (a warning) output elements no instructi
 
 from __future__ import annotations
 
+import functools
+
 from nki.ir import KernelIR
 
 from ..config import SimConfig
@@ -26,7 +28,7 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
     key = (id(ir), config.target, config.checks)
     if _CHECKED.get(key) is ir:
         return
-    rows = due(STATIC, config.checks)
+    rows = _due(STATIC, config.checks)
     for one in ir.cores or (ir,):
         for check in rows:
             if check.per == TRACE:
@@ -39,7 +41,12 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
 
 def start_checks(ir: KernelIR, config: SimConfig) -> None:
     """Run the rows due at the start of every run (before anything is allocated)."""
-    _run(due(START, config.checks), ir, config)
+    _run(_due(START, config.checks), ir, config)
+
+
+@functools.lru_cache(maxsize=16)
+def _due(when: str, level: str) -> tuple[Check, ...]:
+    return due(when, level)  # (the table does not change while the process runs)
 
 
 def _run(rows: list[Check] | tuple[Check, ...], ir: KernelIR, config: SimConfig) -> None:
