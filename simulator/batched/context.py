@@ -158,14 +158,17 @@ class BCtx:
         if box is None:  # (the layout depends on no data: kept per access and batch state)
             sc, ax = self.scalar, self.axis
             state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
-            key = (id(acc), p, tuple(self.dims), state, arr.strides)
+            key = (id(acc), p, tuple(self.dims), state, arr.shape, arr.strides)
             hit = _LAYOUTS.get(key)
             if hit is None or hit[0] is not acc:
-                hit = (acc, *self._layout(arr.strides, acc, None, p))
+                layout = self._layout(arr.strides, acc, None, p)
+                hit = (acc, *layout, self._slicing(arr.shape, acc, p))
                 if len(_LAYOUTS) >= _LAYOUTS_MAX:
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = hit
-            _, shape, strides, offset, first = hit
+            _, shape, strides, offset, first, index = hit
+            if index is not None:  # (plain slicing: several times cheaper than a buffer view)
+                return arr[index]
         else:
             shape, strides, offset, first = self._layout(arr.strides, acc, box, p)
         if offset >= 0 and arr.flags.c_contiguous:
@@ -205,6 +208,29 @@ class BCtx:
             first.append(slice(c, None))  # (c is the element at the first position)
             offset += c * sd if c >= 0 else -(1 << 62)
         return shape, (*bstr, *tstr), offset, tuple(first)
+
+    def _slicing(
+        self, arr_shape: tuple[int, ...], acc: Access, p: int
+    ) -> tuple[slice | None, ...] | None:
+        """An index that gives ``strided``'s whole view of ``acc`` by plain slicing into storage
+        of shape ``arr_shape``, when there is one: each tile axis walks its own tensor axis
+        forwards, in bounds; the storage's batch axes are walked whole and the other batch
+        axes have one position (None otherwise)."""
+        nb, dims = len(self.dims), self.dims
+        if len(acc.shape) != len(acc.index) or tuple(arr_shape[:p]) != tuple(dims[:p]):
+            return None
+        if any(n != 1 for n in dims[p:]):
+            return None
+        out: list[slice | None] = [slice(None)] * p + [None] * (nb - p)
+        for d, e in enumerate(acc.index):
+            c, coef = self.affine(e.base)
+            if any(coef[:p]) or any(k for t, k in enumerate(e.coeffs) if t != d):
+                return None
+            n, k = acc.shape[d], e.coeffs[d] if acc.shape[d] > 1 else 1
+            if k < 1 or c < 0 or c + k * (n - 1) >= arr_shape[p + d]:
+                return None
+            out.append(slice(c, c + k * (n - 1) + 1, k))
+        return tuple(out)
 
     def box(self, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
         """The selection as one box (a slice per batch and tile axis) when it is one and the

@@ -111,7 +111,10 @@ def _copy(instr: Instr, ctx: BCtx) -> None:
 def _memset(instr: Instr, ctx: BCtx) -> None:
     c = instr.srcs[0]
     assert isinstance(c, Const) and instr.dst is not None
-    ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
+    value = np.asarray(c.value)
+    if instr.accumulate is None:  # (the one value rounded once, not once per element)
+        value = numerics.cast(value, ctx.decl(instr.dst.tensor).dtype, ctx.config.precise_fp)
+    ctx.write(instr.dst, value, ctx.mask(instr), instr.accumulate)
 
 
 # id(instr) -> (instr, whether it computes in exact integers): bounded; decided by the
