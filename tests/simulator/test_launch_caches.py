@@ -1,0 +1,173 @@
+"""What a launch keeps between launches to stay cheap (the environment's settings parsed per
+value, the plain binding of arguments, the per-kernel layout of a launch, the batched backend's
+view layouts and always-true masks) never hands a launch another launch's answer: a changed
+environment variable, shape, dtype, grid or keyword gives the new behaviour, checked against
+NumPy."""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import nki
+import nki.language as nl
+from frontends.torch_tensors import launch as torch_launch
+from nki.errors import NKITypeError
+from nki.jit import Launch
+from simulator.config import SimConfig
+
+BF16 = ml_dtypes.bfloat16
+
+
+@nki.jit
+def mul_add(a, b, scale=2.0):
+    """(a * b) * scale + a, row tiles of 128 with a tail mask (the last tile may be partial)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    rows, cols = a.shape
+    for t in nl.affine_range((rows + 127) // 128):
+        i = t * 128 + nl.arange(128)[:, None]
+        j = nl.arange(cols)[None, :]
+        x = nl.load(a[i, j], mask=i < rows)
+        y = nl.load(b[i, j], mask=i < rows)
+        prod = nl.multiply(nl.multiply(x, y), scale)
+        nl.store(out[i, j], value=nl.add(prod, x), mask=i < rows)
+    return out
+
+
+@nki.jit
+def grid_scale(a):
+    """Each grid instance scales its own 32-row block by its instance number plus one."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    p = nl.program_id(0)
+    i = p * 32 + nl.arange(32)[:, None]
+    j = nl.arange(a.shape[1])[None, :]
+    nl.store(out[i, j], value=nl.multiply(nl.load(a[i, j]), p + 1))
+    return out
+
+
+def _ref(a: np.ndarray, b: np.ndarray, scale: float, exact: bool = True) -> np.ndarray:
+    """NumPy's mul_add in fp32: ``a * b`` is a tile of the inputs' dtype, rounded to it when
+    ``exact`` (real storage) or kept in fp32 (fast fp); the float scalar makes the rest fp32,
+    rounded by the store."""
+    dt = a.dtype
+
+    def r(v: np.ndarray) -> np.ndarray:
+        return v.astype(dt).astype(np.float32) if exact else v
+
+    x, y = a.astype(np.float32), b.astype(np.float32)
+    prod = r(x * y) * np.float32(scale)
+    return (prod + x).astype(dt)
+
+
+def _data(shape: tuple[int, int], dtype: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    b = rng.standard_normal(shape).astype(np.float32).astype(dtype)
+    return a, b
+
+
+def test_changed_shapes_and_dtypes_between_launches_give_their_own_results():
+    # the same kernel, launched again and again: each shape / dtype (and a partial tail tile,
+    # whose mask is not always true) is traced, laid out and masked for itself
+    for shape, dtype in [((256, 64), np.float32), ((200, 64), np.float32),
+                         ((256, 64), np.float32), ((64, 32), np.float16),
+                         ((200, 64), np.float32), ((130, 16), BF16)]:  # fmt: skip
+        a, b = _data(shape, dtype, seed=shape[0])
+        for _ in range(2):  # (the second launch takes what the first one kept)
+            got = mul_add(a, b)
+            assert got.dtype == np.dtype(dtype) and got.shape == shape
+            np.testing.assert_array_equal(got, _ref(a, b, 2.0))
+
+
+def test_a_changed_environment_variable_is_seen_by_the_next_launch(monkeypatch):
+    a, b = _data((128, 64), BF16, seed=1)
+    monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
+    exact = _ref(a, b, 3.0, exact=True)
+    fast = _ref(a, b, 3.0, exact=False)
+    assert not np.array_equal(exact, fast)  # (the data tells the two apart)
+    np.testing.assert_array_equal(mul_add(a, b, 3.0), exact)
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    assert SimConfig.from_env().precise_fp is False
+    np.testing.assert_array_equal(mul_add(a, b, 3.0), fast)
+    monkeypatch.setenv("NKI_PRECISE_FP", "1")
+    np.testing.assert_array_equal(mul_add(a, b, 3.0), exact)
+    # through the torch launcher too
+    lk = Launch(mul_add, mul_add.default_grid)
+    ta, tb = (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) for v in (a, b))
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    got = torch_launch(lk, (ta, tb, 3.0), {})
+    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(BF16), fast)
+    monkeypatch.delenv("NKI_PRECISE_FP")
+    got = torch_launch(lk, (ta, tb, 3.0), {})
+    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(BF16), exact)
+
+
+def test_a_changed_checks_setting_in_the_environment_is_seen(monkeypatch):
+    @nki.jit
+    def reads_uninitialised(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nl.store(out, value=nl.add(t, nl.load(a)))
+        return out
+
+    a = np.ones((16, 16), np.float32)
+    monkeypatch.setenv("NKI_SIM_CHECKS", "static")
+    assert np.isnan(reads_uninitialised(a)).all()  # (fresh SBUF holds NaN)
+    monkeypatch.setenv("NKI_SIM_CHECKS", "full")
+    with pytest.raises(nki.errors.NKIError) as e:
+        reads_uninitialised(a)
+    assert "uninitiali" in str(e.value)
+    monkeypatch.setenv("NKI_SIM_CHECKS", "static")
+    assert np.isnan(reads_uninitialised(a)).all()
+
+
+def test_grids_of_other_sizes_get_their_own_batched_views():
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    for n in (4, 2, 4, 1, 3):
+        got = grid_scale[n](a[: 32 * n])
+        want = a[: 32 * n] * np.repeat(np.arange(1, n + 1, dtype=np.float32), 32)[:, None]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_plain_binding_matches_signature_binding_and_its_errors():
+    a, b = _data((128, 8), np.float32, seed=3)
+    want = _ref(a, b, 2.0)
+    for args, kwargs in [((a, b), {}), ((a,), {"b": b}), ((), {"b": b, "a": a}),
+                         ((a, b), {"scale": 2.0}), ((a, b, 2.0), {})]:  # fmt: skip
+        np.testing.assert_array_equal(mul_add(*args, **kwargs), want)
+        bound = mul_add.bind(args, kwargs)
+        assert bound.arguments == mul_add.signature.bind(*args, **kwargs).arguments
+    for args, kwargs, words in [
+        ((a, b, 2.0, 1), {}, "too many positional arguments"),
+        ((a,), {}, "missing a required argument: 'b'"),
+        ((a, b), {"c": 1}, "unexpected keyword argument 'c'"),
+        ((a, b), {"a": a}, "multiple values for argument 'a'"),
+    ]:
+        with pytest.raises(NKITypeError, match=words) as e:
+            mul_add(*args, **kwargs)
+        assert e.value.code == "err_invalid_argument"
+        assert "bad arguments for kernel 'mul_add'" in str(e.value)
+
+
+def test_launches_from_several_threads_with_other_shapes_agree_with_numpy():
+    shapes = [(256, 32), (200, 16), (128, 64), (64, 8)]
+    errors: list[BaseException] = []
+
+    def work(shape: tuple[int, int]) -> None:
+        try:
+            for k in range(10):
+                a, b = _data(shape, np.float32, seed=k)
+                np.testing.assert_array_equal(mul_add(a, b), _ref(a, b, 2.0))
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in shapes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
