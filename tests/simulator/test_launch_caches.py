@@ -109,9 +109,10 @@ def test_a_changed_environment_variable_is_seen_by_the_next_launch(monkeypatch):
 def test_a_changed_checks_setting_in_the_environment_is_seen(monkeypatch):
     @nki.jit
     def reads_uninitialised(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nl.store(out, value=nl.add(t, nl.load(a)))
+        never_written = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
+        result = nl.multiply(nl.load(a[:, 0:8]), never_written)
+        out = nl.ndarray((a.shape[0], 8), dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=result)
         return out
 
     a = np.ones((16, 16), np.float32)
