@@ -217,7 +217,9 @@ class BCtx:
         forwards, in bounds; the storage's batch axes are walked whole and the other batch
         axes have one position (None otherwise)."""
         nb, dims = len(self.dims), self.dims
-        if len(acc.shape) != len(acc.index) or tuple(arr_shape[:p]) != tuple(dims[:p]):
+        if len(acc.shape) != len(acc.index) or len(arr_shape) != p + len(acc.index):
+            return None
+        if tuple(arr_shape[:p]) != tuple(dims[:p]):
             return None
         if any(n != 1 for n in dims[p:]):
             return None
