@@ -48,7 +48,7 @@ def product(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
     as the transposed view of (K, M) storage). One gemm when ``stacked`` applies, else one per
     position."""
     out = stacked(x, y, nn)
-    return per_item(np.swapaxes(x, -1, -2), y) if out is None else out
+    return per_item(x, y, nn) if out is None else out
 
 
 def stacked(x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True) -> np.ndarray | None:
@@ -151,37 +151,29 @@ def _operands(
     return lhs, b_.reshape(k, cols), sx, sy
 
 
-def per_item(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` over (broadcast) leading batch axes in fp32 through BLAS: one gemm per item,
-    each with the reference's operand shapes. The left operand is made a C-contiguous fp32 copy
-    (a stacked matmul of transposed views leaves BLAS and is 4-6x slower); the right one is
-    used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
-    the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
-    the differential tests check."""
-    if a.dtype == np.float32 and a.strides[-2] == a.itemsize and b.dtype == np.float32:
-        items = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        if items <= _MAX_ITEMS_LOOPED:
-            return _looped_matmul(a, b)
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
-        b = np.ascontiguousarray(b, dtype=np.float32)
-    return np.matmul(a, b, dtype=np.float32)
+def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
+    """``product`` as one gemm per position (NumPy's stacked matmul), each in the reference's
+    layout: ``x.T`` the transposed view of fp32 (K, M) storage (``x`` itself when it already
+    is fp32 with unit-stride rows: BLAS reads it in place), or with ``nn`` a C-ordered (M, K)
+    copy (OpenBLAS sums small products of the two layouts differently)."""
+    if nn:
+        lhs = np.ascontiguousarray(np.swapaxes(x, -1, -2), dtype=np.float32)
+    elif _blasable(x):
+        lhs = np.swapaxes(x, -1, -2)
+    else:
+        lhs = np.swapaxes(np.ascontiguousarray(x, dtype=np.float32), -1, -2)
+    return np.matmul(lhs, y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32))
 
 
-_MAX_ITEMS_LOOPED = 256  # transposed fp32 operands multiplied item by item up to this many
-
-
-def _looped_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` item by item when ``a`` is the transpose of fp32 storage (the stationary
-    operand of ``nc_matmul``): each item is the reference's own 2-D gemm of a transposed view
-    (BLAS reads it in place), instead of a copy of every item."""
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = np.empty((*batch, a.shape[-2], b.shape[-1]), dtype=np.float32)
-    for idx in np.ndindex(*batch):
-        ia = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - a.ndim + 2 :], a.shape))
-        ib = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - b.ndim + 2 :], b.shape))
-        np.matmul(a[ia], b[ib], out=out[idx])
-    return out
+def _blasable(a: np.ndarray) -> bool:
+    """fp32 rows of unit stride, apart by at least a row (what NumPy hands BLAS in place)."""
+    row = a.strides[-2]
+    return (
+        a.dtype == np.float32
+        and a.strides[-1] == a.itemsize
+        and row % a.itemsize == 0
+        and row >= a.shape[-1] * a.itemsize
+    )
 
 
 # ---- does this BLAS give a large product's blocks its tile gemm's bits? -----------------------

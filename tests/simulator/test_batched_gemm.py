@@ -195,3 +195,33 @@ def test_this_blas_gives_blocks_the_tile_gemms_bits(nn):
     for m, k, n in gemm._PROBES:
         if not nn or m * k * n >= gemm._NN_MIN:
             assert gemm._probe(m, k, n, nn), (m, k, n)
+
+
+def per_head(m: int, n: int):
+    """One product per head: both operands vary along the batch axis (one gemm per position)."""
+
+    @nki.jit
+    def kernel(q, k):
+        out = nl.ndarray((q.shape[0], m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        for h in nl.affine_range(q.shape[0]):
+            nl.store(out[h], value=nl.matmul(nl.load(q[h]), nl.load(k[h]), transpose_x=True))
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize(("heads", "shape"), [(4, (33, 47, 100)), (300, (8, 128, 8))])
+def test_products_per_position_keep_the_interpreters_layout(dtype, heads, shape, one_gemm):
+    """Each position's gemm multiplies the transposed view of (K, M) storage, as the
+    interpreter does (a C-ordered copy gets other sums from OpenBLAS's small-matrix kernels)."""
+    m, k, n = shape
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((heads, k, m)).astype(DTYPES[dtype])
+    kk = rng.standard_normal((heads, k, n)).astype(DTYPES[dtype])
+    got, want, info = run_backends(per_head(m, n), None, q, kk, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched" and not one_gemm, info.reason
+    ref = np.einsum("hkm,hkn->hmn", q.astype(np.float64), kk.astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
