@@ -24,9 +24,10 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from nki.ir import Access, KernelIR
 
@@ -167,3 +168,45 @@ def blas_limit(n: int, exact: bool = False) -> Iterator[None]:
                 for p, was in zip(pools, _ACTIVE["saved"]):
                     if p.get_num_threads() != was:
                         p.set_num_threads(was)
+
+
+# ---- independent blocks of work on the launch's threads ---------------------------------------
+
+T = TypeVar("T")
+_WORKERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:
+    """``fn(block)`` for every block (independent blocks: each writes its own part of a result,
+    so the order does not matter). When the work (multiply-adds) is worth more than one thread
+    and the launch was given several BLAS threads, the blocks run on that many workers of this
+    process, each calling BLAS on one thread (``fn`` runs NumPy calls that release the GIL);
+    a worker kept waiting by a busy core delays only its own blocks, where BLAS's threads
+    would wait for each other at every call. Else in order on this thread."""
+    n = min(len(blocks), max(blas_threads_now(), default=1))
+    if n < 2 or work < 2 * WORK_PER_THREAD:
+        for b in blocks:
+            fn(b)
+        return
+    with _blas_single():
+        pool = _WORKERS.get(n)
+        if pool is None:
+            pool = _WORKERS.setdefault(n, ThreadPoolExecutor(n, thread_name_prefix="nki-sim"))
+        for _ in pool.map(fn, blocks):  # (re-raises a block's error here)
+            pass
+
+
+@contextmanager
+def _blas_single() -> Iterator[None]:
+    """The block with every BLAS pool at one thread, restored afterwards."""
+    pools = _pools()
+    with _LOCK:
+        had = tuple(p.get_num_threads() for p in pools)
+        for p in pools:
+            p.set_num_threads(1)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            for p, was in zip(pools, had):
+                p.set_num_threads(was)

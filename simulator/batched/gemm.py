@@ -26,7 +26,7 @@ import threading
 
 import numpy as np
 
-from ..threads import blas_threads_now
+from ..threads import blas_threads_now, run_blocks
 
 # the smallest product (multiply-adds) of the untransposed layout taken by a large-product
 # kernel: OpenBLAS's small-matrix kernels take those up to 100^3
@@ -83,19 +83,26 @@ def accumulate(
     tiles = x.shape[last[0]] if last else 1
     group = max(1, min(tiles, _BLOCK_BYTES // (mn[0] * rhs.shape[1] * 4)))
     inner = [b for b in range(x.ndim - 2) if b not in outer]  # (a block's batch axes)
-    sizes = {b: y.shape[b] for b in sy}
+    blocks: list[tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]] = []
     for at, lead in enumerate(np.ndindex(*(x.shape[b] for b in outer))):
         where: list[int | slice] = [slice(None)] * (x.ndim - 2)
         for b, i in zip(outer, lead):
             where[b] = i
         for j0 in range(0, tiles, group):
             j1 = min(tiles, j0 + group)
-            rows = lhs[(at * tiles + j0) * mn[0] : (at * tiles + j1) * mn[0]]
+            sizes = {b: y.shape[b] for b in sy}
             if last:
                 where[last[0]] = slice(j0, j1)
                 sizes[last[0]] = j1 - j0
-            sub = dst[tuple(where)]
-            np.add(sub, _arranged(np.matmul(rows, rhs), sizes, last, sy, inner, mn), out=sub)
+            rows = lhs[(at * tiles + j0) * mn[0] : (at * tiles + j1) * mn[0]]
+            blocks.append((rows, tuple(where), sizes))
+
+    def add(block: tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]) -> None:
+        rows, where, sizes = block
+        sub = dst[where]
+        np.add(sub, _arranged(np.matmul(rows, rhs), sizes, last, sy, inner, mn), out=sub)
+
+    run_blocks(add, blocks, lhs.shape[0] * rhs.shape[0] * rhs.shape[1])
     return True
 
 
