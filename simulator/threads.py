@@ -196,17 +196,25 @@ def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:
             pass
 
 
+_SINGLE: dict[str, Any] = {"count": 0, "saved": ()}
+
+
 @contextmanager
 def _blas_single() -> Iterator[None]:
-    """The block with every BLAS pool at one thread, restored afterwards."""
+    """The block with every BLAS pool at one thread; the first block in (of several running in
+    threads of this process) sets it, the last one out restores the pools."""
     pools = _pools()
     with _LOCK:
-        had = tuple(p.get_num_threads() for p in pools)
-        for p in pools:
-            p.set_num_threads(1)
+        if _SINGLE["count"] == 0:
+            _SINGLE["saved"] = tuple(p.get_num_threads() for p in pools)
+            for p in pools:
+                p.set_num_threads(1)
+        _SINGLE["count"] += 1
     try:
         yield
     finally:
         with _LOCK:
-            for p, was in zip(pools, had):
-                p.set_num_threads(was)
+            _SINGLE["count"] -= 1
+            if _SINGLE["count"] == 0:
+                for p, was in zip(pools, _SINGLE["saved"]):
+                    p.set_num_threads(was)
