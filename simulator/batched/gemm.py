@@ -5,9 +5,10 @@ products, each with the reference interpreter's sums (``simulator/language/matmu
 A tiled matmul kernel's products over a batch of (M tile, N tile) positions are blocks of one
 large product when the stationary operand varies only along batch axes the moving one does
 not vary along (lhsT indexed by the M tile, rhs by the N tile): ``stacked`` computes them as
-one gemm of all those rows and columns, which BLAS runs on the threads the launch was given
-(``simulator/threads.py``), instead of one small gemm per position (NumPy loops a stack of
-products one gemm at a time; BLAS does not thread small ones).
+one gemm of all those rows and columns instead of one small gemm per position (NumPy loops a
+stack of products one gemm at a time; BLAS does not thread small ones). ``accumulate`` adds
+it to PSUM a few M tiles at a time, the blocks run on the threads the launch was given
+(``simulator/threads.run_blocks``).
 
 The blocks keep the reference's bits where every block's sum is the same sequence of fused
 multiply-adds over K as the tile's own gemm: BLAS partitions a product's rows and columns
