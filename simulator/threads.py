@@ -14,9 +14,15 @@ for the launch only, restoring them after it:
 
 ``SimConfig.threads`` / ``$NKI_SIM_THREADS`` (a positive integer) fixes the count instead;
 ``auto`` (the default) decides as above. Whatever the environment says
-(``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``), a launch never uses more threads than this
-decision. BLAS partitions a product's output among its threads, never the sum over the
-contraction, so results are bit-identical with any thread count."""
+(``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``), a launch never uses more BLAS threads than
+this decision. BLAS partitions a product's output among its threads, never the sum over the
+contraction, so results are bit-identical with any thread count.
+
+Independent blocks of one large product (``run_blocks``: the batched backend's stacked tile
+products) run on workers of this process instead, each calling BLAS on one thread. Workers
+never wait for each other inside BLAS, so a core other processes keep busy only part of the
+time still helps: in ``auto`` they take the cores not fully busy (``free_cores(partly=True)``),
+never more than the cores and the environment allow; a fixed count fixes them too."""
 
 from __future__ import annotations
 
@@ -24,9 +30,10 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from nki.ir import Access, KernelIR
 
@@ -90,15 +97,16 @@ class _OwnUse:
 _OWN = _OwnUse()
 
 
-def free_cores() -> int:
-    """The cores not kept busy by other processes (at least 1)."""
+def free_cores(partly: bool = False) -> int:
+    """The cores not kept busy by other processes (at least 1); ``partly``: also those other
+    processes keep busy part of the time (their load rounded down, not to the nearest)."""
     n = cores()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return n
     others = max(0.0, load - _OWN.now())
-    return max(1, min(n, n - math.floor(others + 0.5)))
+    return max(1, min(n, n - math.floor(others if partly else others + 0.5)))
 
 
 def decide(ir: KernelIR, setting: int | None) -> int:
@@ -116,7 +124,7 @@ def decide(ir: KernelIR, setting: int | None) -> int:
 
 _LOCK = threading.Lock()
 _POOLS: list[Any] | None = None  # threadpoolctl's BLAS library controllers (found once)
-_ACTIVE: dict[str, Any] = {"count": 0, "limit": 0, "saved": ()}
+_ACTIVE: dict[str, Any] = {"count": 0, "limit": 0, "saved": (), "workers": 0, "fixed": False}
 
 
 def _pools() -> list[Any]:
@@ -151,8 +159,11 @@ def blas_limit(n: int, exact: bool = False) -> Iterator[None]:
         if _ACTIVE["count"] == 0:
             _ACTIVE["saved"] = tuple(p.get_num_threads() for p in pools)
             _ACTIVE["limit"] = n
+            _ACTIVE["workers"], _ACTIVE["fixed"] = _workers_allowed(n, exact), exact
         else:
             _ACTIVE["limit"] = min(_ACTIVE["limit"], n)
+            _ACTIVE["workers"] = min(_ACTIVE["workers"], _workers_allowed(n, exact))
+            _ACTIVE["fixed"] = _ACTIVE["fixed"] or exact
         _ACTIVE["count"] += 1
         for p, was in zip(pools, _ACTIVE["saved"]):
             want = _ACTIVE["limit"] if exact else min(_ACTIVE["limit"], was)
@@ -167,3 +178,72 @@ def blas_limit(n: int, exact: bool = False) -> Iterator[None]:
                 for p, was in zip(pools, _ACTIVE["saved"]):
                     if p.get_num_threads() != was:
                         p.set_num_threads(was)
+
+
+# ---- independent blocks of work on the launch's threads ---------------------------------------
+
+T = TypeVar("T")
+_WORKERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _workers_allowed(n: int, exact: bool) -> int:
+    """The workers a launch limited to ``n`` BLAS threads may run: ``n`` when it is an explicit
+    setting, else as many as the cores and the environment allow (BLAS's pools before the
+    launch: ``OPENBLAS_NUM_THREADS=1`` stays one)."""
+    return n if exact else min(cores(), max((p.get_num_threads() for p in _pools()), default=1))
+
+
+def _workers() -> int:
+    """The workers for independent blocks now: in a launch, its explicit thread count, or the
+    cores other processes do not keep fully busy (workers never wait for each other, so a
+    core that is busy part of the time still helps), within what the launch allows; outside
+    a launch, BLAS's threads."""
+    with _LOCK:
+        active, allowed, fixed = _ACTIVE["count"] > 0, _ACTIVE["workers"], _ACTIVE["fixed"]
+    if not active:
+        return max(blas_threads_now(), default=1)
+    return allowed if fixed else min(allowed, free_cores(partly=True))
+
+
+def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:
+    """``fn(block)`` for every block (independent blocks: each writes its own part of a result,
+    so the order does not matter). When the work (multiply-adds) is worth more than one thread
+    and several cores are free, the blocks run on that many workers of this
+    process (``_workers``), each calling BLAS on one thread (``fn`` runs NumPy calls that
+    release the GIL); a worker kept waiting by a busy core delays only its own blocks, where
+    BLAS's threads would wait for each other at every call. Else in order on this thread."""
+    n = min(len(blocks), _workers())
+    if n < 2 or work < 2 * WORK_PER_THREAD:
+        for b in blocks:
+            fn(b)
+        return
+    with _blas_single():
+        pool = _WORKERS.get(n)
+        if pool is None:
+            pool = _WORKERS.setdefault(n, ThreadPoolExecutor(n, thread_name_prefix="nki-sim"))
+        for _ in pool.map(fn, blocks):  # (re-raises a block's error here)
+            pass
+
+
+_SINGLE: dict[str, Any] = {"count": 0, "saved": ()}
+
+
+@contextmanager
+def _blas_single() -> Iterator[None]:
+    """The block with every BLAS pool at one thread; the first block in (of several running in
+    threads of this process) sets it, the last one out restores the pools."""
+    pools = _pools()
+    with _LOCK:
+        if _SINGLE["count"] == 0:
+            _SINGLE["saved"] = tuple(p.get_num_threads() for p in pools)
+            for p in pools:
+                p.set_num_threads(1)
+        _SINGLE["count"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _SINGLE["count"] -= 1
+            if _SINGLE["count"] == 0:
+                for p, was in zip(pools, _SINGLE["saved"]):
+                    p.set_num_threads(was)

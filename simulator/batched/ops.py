@@ -22,7 +22,9 @@ from ..collectives import fold, member_input
 from ..executors import Declines, Executor, executes
 from ..isa import formulas as M
 from ..language.common import is_int_access
+from . import gemm
 from .context import BCtx, contiguous
+from .gemm import unbroadcast
 
 BATCHED = name_of(__package__)  # this backend's name in the registry
 
@@ -226,53 +228,29 @@ def _reduce(instr: Instr, ctx: BCtx) -> None:
 def _matmul(instr: Instr, ctx: BCtx) -> None:
     xa, ya = instr.srcs
     assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
-    x, y = _unbroadcast(ctx.read(xa)), _unbroadcast(ctx.read(ya))
-    if not instr.attr("transpose_x", False):
-        x = np.swapaxes(x, -1, -2)
-    out = _per_item_matmul(np.swapaxes(x, -1, -2), y)
-    ctx.write(instr.dst, out, None, instr.accumulate)
+    x, y = unbroadcast(ctx.read(xa)), unbroadcast(ctx.read(ya))
+    plain = not instr.attr("transpose_x", False)  # (x is (M, K): the reference's C-ordered x.T)
+    x = np.swapaxes(x, -1, -2) if plain else x
+    into = _added_into(instr, ctx)
+    if into is None or not gemm.accumulate(into, x, y, nn=plain):
+        ctx.write(instr.dst, gemm.product(x, y, nn=plain), None, instr.accumulate)
 
 
-def _unbroadcast(a: np.ndarray) -> np.ndarray:
-    """A batched operand with its repeated batch axes (stride 0: the operand does not depend
-    on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
-    nb = a.ndim - 2
-    if not any(a.strides[b] == 0 and a.shape[b] > 1 for b in range(nb)):
-        return a
-    return a[tuple(slice(0, 1) if a.strides[b] == 0 else slice(None) for b in range(nb))]
-
-
-def _per_item_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` over (broadcast) leading batch axes in fp32 through BLAS: one gemm per item,
-    each with the reference's operand shapes. The left operand is made a C-contiguous fp32 copy
-    (a stacked matmul of transposed views leaves BLAS and is 4-6x slower); the right one is
-    used as it is when it already is fp32 with unit-stride rows (BLAS packs either layout into
-    the same panels). BLAS gives the reference's transposed-operand gemm the same sums, which
-    the differential tests check."""
-    if a.dtype == np.float32 and a.strides[-2] == a.itemsize and b.dtype == np.float32:
-        items = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        if items <= _MAX_ITEMS_LOOPED:
-            return _looped_matmul(a, b)
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    if b.dtype != np.float32 or b.strides[-1] != b.itemsize:
-        b = np.ascontiguousarray(b, dtype=np.float32)
-    return np.matmul(a, b, dtype=np.float32)
-
-
-_MAX_ITEMS_LOOPED = 256  # transposed fp32 operands multiplied item by item up to this many
-
-
-def _looped_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` item by item when ``a`` is the transpose of fp32 storage (the stationary
-    operand of ``nc_matmul``): each item is the reference's own 2-D gemm of a transposed view
-    (BLAS reads it in place), instead of a copy of every item."""
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = np.empty((*batch, a.shape[-2], b.shape[-1]), dtype=np.float32)
-    for idx in np.ndindex(*batch):
-        ia = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - a.ndim + 2 :], a.shape))
-        ib = tuple(i if n > 1 else 0 for i, n in zip(idx[len(batch) - b.ndim + 2 :], b.shape))
-        np.matmul(a[ia], b[ib], out=out[idx])
-    return out
+def _added_into(instr: Instr, ctx: BCtx) -> np.ndarray | None:
+    """The fp32 destination a matmul's product is simply added to (``BCtx.write``'s in-place
+    fp32 sum), or None: not accumulating, masked, a tile of more than two axes, or a PSUM
+    accumulation group whose elements have not all started."""
+    dst = instr.dst
+    if instr.accumulate != "add" or instr.mask is not None or dst is None or ctx.whole:
+        return None
+    if len(dst.shape) != 2:
+        return None
+    if instr.attr("psum_group", False):
+        entry = ctx.psum_groups.get(dst.tensor)
+        if entry is None or entry[0] is not ctx.storage(dst.tensor) or not entry[2]:
+            return None
+    view = ctx.view(dst)
+    return view if view.dtype == np.float32 else None
 
 
 @_batched("transpose", _declines_matmul)
@@ -446,13 +424,16 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     sacc, macc = instr.srcs
     assert isinstance(sacc, Access) and isinstance(macc, Access)
     k = sacc.shape[0]
-    s = _unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
-    m = _unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
-    out = _per_item_matmul(np.swapaxes(s, -1, -2), m)
+    s = unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
+    m = unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
+    into = _added_into(instr, ctx)
+    if into is not None and gemm.accumulate(into, s, m, nn=False):
+        return
+    out = gemm.product(s, m, nn=False)
     dst = instr.dst
     assert dst is not None
-    full = (*ctx.dims, *dst.shape)
-    out = out if out.shape == full else out.reshape(full)
+    if out.shape[-2:] != dst.shape:  # (a tile of more than two axes: its (P, F) product)
+        out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape((*ctx.dims, *dst.shape))
     if instr.attr("psum_group", False) and instr.accumulate == "add":
         if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
             ctx.write(dst, out)

@@ -5,8 +5,11 @@ same bits with any count."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import nki
 import nki.language as nl
@@ -119,3 +122,65 @@ def test_thread_setting_is_validated():
         assert e.value.code == "err_invalid_config"
     with pytest.raises(NKIError, match="NKI_SIM_THREADS must be 'auto' or a positive integer"):
         SimConfig.from_env({"NKI_SIM_THREADS": "many"})
+
+
+def test_blocks_run_on_workers_with_blas_on_one_thread_each():
+    """``run_blocks`` on a launch given two threads: every block runs once, on the process's
+    workers, each with BLAS on one thread; the pools come back as they were; a block's error
+    reaches the caller (after which the pools are back too)."""
+    done: dict[int, tuple[str, list[int]]] = {}
+
+    def block(i: int) -> None:
+        done[i] = (threading.current_thread().name, threads.blas_threads_now())
+
+    with threadpool_limits(2, user_api="blas"):
+        before = threads.blas_threads_now()
+        threads.run_blocks(block, list(range(8)), work=1 << 30)
+        assert threads.blas_threads_now() == before == [2] * len(before)
+        assert sorted(done) == list(range(8))
+        assert all(name.startswith("nki-sim") and n == [1] * len(n) for name, n in done.values())
+
+        def fails(i: int) -> None:
+            if i == 3:
+                raise ValueError("block 3")
+
+        with pytest.raises(ValueError, match="block 3"):
+            threads.run_blocks(fails, list(range(8)), work=1 << 30)
+        assert threads.blas_threads_now() == before
+        done.clear()
+        threads.run_blocks(block, list(range(4)), work=1000)  # (little work: this thread)
+        assert {name for name, _ in done.values()} == {threading.current_thread().name}
+
+
+def test_workers_take_the_cores_other_processes_keep_busy_part_of_the_time(monkeypatch):
+    """In a launch, ``auto`` runs blocks on the cores not fully busy (BLAS itself gets only the
+    cores free: load 0.7 of other processes on 2 cores leaves BLAS one thread and the workers
+    two); a fixed count fixes the workers; the environment's limit holds."""
+    monkeypatch.setattr(threads, "cores", lambda: 2)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.7, 0.7, 0.7))
+    monkeypatch.setattr(threads._OWN, "now", lambda: 0.0)
+    assert threads.free_cores() == 1 and threads.free_cores(partly=True) == 2
+    seen: set[str] = set()
+
+    def block(i: int) -> None:
+        seen.add(threading.current_thread().name)
+
+    def on_workers(n: int, exact: bool) -> bool:
+        """Whether the blocks ran on the workers (else all on this thread)."""
+        seen.clear()
+        with threads.blas_limit(n, exact=exact):
+            threads.run_blocks(block, list(range(16)), work=1 << 30)
+        if seen == {threading.current_thread().name}:
+            return False
+        assert all(name.startswith("nki-sim") for name in seen), seen
+        return True
+
+    with threadpool_limits(2, user_api="blas"):
+        assert threads.blas_threads_now()[0] == 2
+        assert on_workers(1, exact=False)
+        assert not on_workers(1, exact=True)
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.5, 1.5, 1.5))
+        assert not on_workers(2, exact=False)  # (one core fully busy)
+    with threadpool_limits(1, user_api="blas"):  # (as with OPENBLAS_NUM_THREADS=1)
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        assert not on_workers(1, exact=False)

@@ -1,0 +1,234 @@
+"""The products of the batched matmul executors (``ops.py``): a batch of ``x.T @ y`` tile
+products, each with the reference interpreter's sums (``simulator/language/matmul.py``,
+``simulator/isa/tensor.py``: one fp32 gemm of the tile's shapes).
+
+A tiled matmul kernel's products over a batch of (M tile, N tile) positions are blocks of one
+large product when the stationary operand varies only along batch axes the moving one does
+not vary along (lhsT indexed by the M tile, rhs by the N tile): ``stacked`` computes them as
+one gemm of all those rows and columns instead of one small gemm per position (NumPy loops a
+stack of products one gemm at a time; BLAS does not thread small ones). ``accumulate`` adds
+it to PSUM a few M tiles at a time, the blocks run on the threads the launch was given
+(``simulator/threads.run_blocks``).
+
+The blocks keep the reference's bits where every block's sum is the same sequence of fused
+multiply-adds over K as the tile's own gemm: BLAS partitions a product's rows and columns
+among its threads and kernel calls, not the sum over K (at most 128, inside one K block of
+every BLAS). Two cases do not: a tile of one row or one column (NumPy then calls gemv, which
+sums in another order) and a small product in the untransposed layout (OpenBLAS's small-matrix
+and "direct" kernels, used below about 100^3 multiply-adds, sum in another order than its
+large-product kernel). Both keep one gemm per position. Whether this BLAS gives blocks its
+tile gemm's bits is also checked once per process, layout and thread count on a few shapes
+(``agrees``); a BLAS that does not keeps one gemm per position everywhere."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ..threads import blas_threads_now, run_blocks
+
+# the smallest product (multiply-adds) of the untransposed layout taken by a large-product
+# kernel: OpenBLAS's small-matrix kernels take those up to 100^3
+_NN_MIN = 100**3 + 1
+
+
+def unbroadcast(a: np.ndarray) -> np.ndarray:
+    """A batched operand with its repeated batch axes (stride 0: the operand does not depend
+    on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
+    nb = a.ndim - 2
+    if not any(a.strides[b] == 0 and a.shape[b] > 1 for b in range(nb)):
+        return a
+    return a[tuple(slice(0, 1) if a.strides[b] == 0 else slice(None) for b in range(nb))]
+
+
+def product(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
+    """``x.T @ y`` over leading batch axes in fp32: ``x`` (batch..., K, M), ``y`` (batch..., K, N),
+    both unbroadcast; ``nn``: the reference multiplies ``x.T`` as a C-ordered (M, K) copy (else
+    as the transposed view of (K, M) storage). One gemm when ``stacked`` applies, else one per
+    position."""
+    out = stacked(x, y, nn)
+    return per_item(x, y, nn) if out is None else out
+
+
+def stacked(x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True) -> np.ndarray | None:
+    """``product`` as one gemm (the result a view with the batch axes' order), or None when
+    the batch is not blocks of one product (or its blocks would not keep the tiles' bits;
+    ``probed``: only where ``agrees``)."""
+    ops = _operands(x, y, nn, probed)
+    if ops is None:
+        return None
+    lhs, rhs, sx, sy = ops
+    out = np.matmul(lhs, rhs)
+    sizes = {b: x.shape[b] for b in sx} | {b: y.shape[b] for b in sy}
+    return _arranged(out, sizes, sx, sy, list(range(x.ndim - 2)), (x.shape[-1], y.shape[-1]))
+
+
+_BLOCK_BYTES = 2 << 20  # a block of the product added while it is in cache
+
+
+def accumulate(
+    dst: np.ndarray, x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True
+) -> bool:
+    """``dst += product(x, y, nn)`` into the fp32 view ``dst`` (batch..., M, N), the product
+    computed as one gemm a few M tiles at a time, each block added while it is still in cache
+    (the same fp32 additions as the whole product's); False (nothing done) when ``stacked``
+    does not apply."""
+    ops = _operands(x, y, nn, probed)
+    if ops is None:
+        return False
+    lhs, rhs, sx, sy = ops
+    mn = (x.shape[-1], y.shape[-1])
+    outer, last = sx[:-1], sx[-1:]  # (a block: one position of the outer axes, tiles of the last)
+    tiles = x.shape[last[0]] if last else 1
+    group = max(1, min(tiles, _BLOCK_BYTES // (mn[0] * rhs.shape[1] * 4)))
+    inner = [b for b in range(x.ndim - 2) if b not in outer]  # (a block's batch axes)
+    blocks: list[tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]] = []
+    for at, lead in enumerate(np.ndindex(*(x.shape[b] for b in outer))):
+        where: list[int | slice] = [slice(None)] * (x.ndim - 2)
+        for b, i in zip(outer, lead):
+            where[b] = i
+        for j0 in range(0, tiles, group):
+            j1 = min(tiles, j0 + group)
+            sizes = {b: y.shape[b] for b in sy}
+            if last:
+                where[last[0]] = slice(j0, j1)
+                sizes[last[0]] = j1 - j0
+            rows = lhs[(at * tiles + j0) * mn[0] : (at * tiles + j1) * mn[0]]
+            blocks.append((rows, tuple(where), sizes))
+
+    def add(block: tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]) -> None:
+        rows, where, sizes = block
+        sub = dst[where]
+        np.add(sub, _arranged(np.matmul(rows, rhs), sizes, last, sy, inner, mn), out=sub)
+
+    run_blocks(add, blocks, lhs.shape[0] * rhs.shape[0] * rhs.shape[1])
+    return True
+
+
+def _arranged(
+    out: np.ndarray,
+    sizes: dict[int, int],
+    sx: list[int],
+    sy: list[int],
+    axes: list[int],
+    mn: tuple[int, int],
+) -> np.ndarray:
+    """A gemm's result (rows: the positions along x's batch axes ``sx``, then M; columns:
+    along y's ``sy``, then N; ``sizes``: the positions along each) as a view (batch..., M, N)
+    over the batch axes ``axes``, of length 1 along those neither operand varies along."""
+    m, n = mn
+    out = out.reshape(*(sizes[b] for b in sx), m, *(sizes[b] for b in sy), n)
+    src = {b: i for i, b in enumerate(sx)} | {b: len(sx) + 1 + i for i, b in enumerate(sy)}
+    order = [src[b] for b in axes if b in src] + [len(sx), out.ndim - 1]
+    return out.transpose(order).reshape(*(sizes.get(b, 1) for b in axes), m, n)
+
+
+def _operands(
+    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool
+) -> tuple[np.ndarray, np.ndarray, list[int], list[int]] | None:
+    """The one gemm's operands in the reference's layouts (fp32 copies: the left one the
+    rows of every M tile, the right one the columns of every N tile) and the batch axes ``x``
+    and ``y`` vary along; None when the batch is not blocks of one product or they
+    would not keep the tiles' bits."""
+    nb = x.ndim - 2
+    sx = [b for b in range(nb) if x.shape[b] > 1]
+    sy = [b for b in range(nb) if y.shape[b] > 1]
+    if set(sx) & set(sy) or not (sx or sy) or y.ndim != x.ndim:
+        return None
+    k, m = x.shape[-2:]
+    n = y.shape[-1]
+    if m < 2 or n < 2 or (nn and m * n * k < _NN_MIN):
+        return None
+    if probed and not agrees(nn):
+        return None
+    xs = x[tuple(slice(None) if b in sx else 0 for b in range(nb))]
+    ys = y[tuple(slice(None) if b in sy else 0 for b in range(nb))]
+    rows, cols = math.prod(xs.shape[:-2]) * m, math.prod(ys.shape[:-2]) * n
+    if nn:  # (rows of x.T, C-ordered)
+        a = np.empty((*xs.shape[:-2], m, k), dtype=np.float32)
+        np.copyto(a, np.swapaxes(xs, -1, -2), casting="unsafe")
+        lhs = a.reshape(rows, k)
+    else:  # (x's storage (K, rows), multiplied transposed)
+        a = np.empty((k, *xs.shape[:-2], m), dtype=np.float32)
+        np.copyto(a, np.moveaxis(xs, -2, 0), casting="unsafe")
+        lhs = a.reshape(k, rows).T
+    b_ = np.empty((k, *ys.shape[:-2], n), dtype=np.float32)
+    np.copyto(b_, np.moveaxis(ys, -2, 0), casting="unsafe")
+    return lhs, b_.reshape(k, cols), sx, sy
+
+
+def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
+    """``product`` as one gemm per position (NumPy's stacked matmul), each in the reference's
+    layout: ``x.T`` the transposed view of fp32 (K, M) storage (``x`` itself when it already
+    is fp32 with unit-stride rows: BLAS reads it in place), or with ``nn`` a C-ordered (M, K)
+    copy (OpenBLAS sums small products of the two layouts differently)."""
+    if nn:
+        lhs = np.ascontiguousarray(np.swapaxes(x, -1, -2), dtype=np.float32)
+    elif _blasable(x):
+        lhs = np.swapaxes(x, -1, -2)
+    else:
+        lhs = np.swapaxes(np.ascontiguousarray(x, dtype=np.float32), -1, -2)
+    return np.matmul(lhs, y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32))
+
+
+def _blasable(a: np.ndarray) -> bool:
+    """fp32 rows of unit stride, apart by at least a row (what NumPy hands BLAS in place)."""
+    row = a.strides[-2]
+    return (
+        a.dtype == np.float32
+        and a.strides[-1] == a.itemsize
+        and row % a.itemsize == 0
+        and row >= a.shape[-1] * a.itemsize
+    )
+
+
+# ---- does this BLAS give a large product's blocks its tile gemm's bits? -----------------------
+
+# tile products (M, K, N) checked, with the layouts' limits: small ones (OpenBLAS's small-matrix
+# kernels in the transposed layout), ragged ones, full ones, K of 1 and of 128
+_PROBES = ((64, 128, 64), (8, 128, 8), (33, 47, 100), (128, 128, 512), (2, 1, 3), (128, 64, 256))
+_AGREES: dict[tuple[bool, tuple[int, ...]], bool] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def agrees(nn: bool) -> bool:
+    """Whether a product of 3 x 2 tiles computed as one gemm equals each tile's own gemm bit for
+    bit on the probe shapes, in the layout ``nn`` and with the BLAS threads set now (checked
+    once per process, layout and thread counts)."""
+    key = (nn, tuple(blas_threads_now()))
+    got = _AGREES.get(key)
+    if got is None:
+        with _PROBE_LOCK:
+            got = _AGREES.get(key)
+            if got is None:
+                shapes = [s for s in _PROBES if not nn or math.prod(s) >= _NN_MIN]
+                got = all(_probe(m, k, n, nn) for m, k, n in shapes)
+                _AGREES[key] = got
+    return got
+
+
+def _probe(m: int, k: int, n: int, nn: bool) -> bool:
+    """3 x 2 tiles (M, K) x (K, N) as one product and accumulated into zeros, against each
+    tile's own gemm in the reference's layout."""
+    rng = np.random.default_rng(m * 1000 + k + n)
+    x = rng.standard_normal((3, 1, k, m)).astype(np.float32)  # 3 M tiles, batch axis 0
+    y = rng.standard_normal((1, 2, k, n)).astype(np.float32)  # 2 N tiles, batch axis 1
+    whole = stacked(x, y, nn, probed=False)
+    into = np.zeros((3, 2, m, n), dtype=np.float32)
+    if whole is None or not accumulate(into, x, y, nn, probed=False):
+        return False
+    for i, j in np.ndindex(3, 2):
+        lhs = np.ascontiguousarray(x[i, 0].T) if nn else x[i, 0].T
+        tile = np.matmul(lhs, y[0, j])
+        plus = np.float32(0) + tile
+        if not (_same_bits(tile, whole[i, j]) and _same_bits(plus, into[i, j])):
+            return False
+    return True
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(
+        np.ascontiguousarray(a).view(np.uint32), np.ascontiguousarray(b).view(np.uint32)
+    )

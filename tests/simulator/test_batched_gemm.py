@@ -1,0 +1,227 @@
+"""The batched backend multiplies a tiled matmul's (M tile, N tile) products as one large gemm
+(``simulator/batched/gemm.py``) and must still give the reference interpreter's results bit for
+bit: classic and current-API matmuls, both layouts, fp32 / bf16 / fp8 inputs, tiles down to 2
+rows, products over grid axes and loops, a product the same at every position, with one BLAS
+thread and with two."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from simulator.batched import gemm
+
+from backends import REFERENCE, run_backends
+
+BACKENDS = ("batched", REFERENCE)
+DTYPES = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp8": ml_dtypes.float8_e4m3fn}
+
+
+@pytest.fixture
+def one_gemm(monkeypatch):
+    """The batch sizes of the products ``gemm`` computed as one gemm (a list filled per test)."""
+    seen: list[int] = []
+    real = gemm._operands
+
+    def spy(x, y, nn, probed):
+        got = real(x, y, nn, probed)
+        if got is not None:
+            seen.append(got[0].shape[0] * got[1].shape[1])
+        return got
+
+    monkeypatch.setattr(gemm, "_operands", spy)
+    return seen
+
+
+def tiled(form: str, tm: int, tn: int, tk: int):
+    """out = a.T @ b (``plain``: a @ b) in [tm, tn] output tiles accumulated over K steps of
+    ``tk``, in the classic (``transpose_x``, ``plain``) or current (``nc_matmul``) API."""
+
+    @nki.jit
+    def kernel(a, b):
+        k_dim, n_dim = b.shape
+        m_dim = a.shape[0] if form == "plain" else a.shape[1]
+        out = nl.ndarray((m_dim, n_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+        for m in nl.affine_range(m_dim // tm):
+            for n in nl.affine_range(n_dim // tn):
+                acc = nl.zeros((tm, tn), dtype=nl.float32, buffer=nl.psum)
+                for k in nl.affine_range(k_dim // tk):
+                    bt = nl.load(b[k * tk : (k + 1) * tk, n * tn : (n + 1) * tn])
+                    if form == "plain":
+                        at = nl.load(a[m * tm : (m + 1) * tm, k * tk : (k + 1) * tk])
+                        acc += nl.matmul(at, bt)
+                    elif form == "nc_matmul":
+                        at = nl.load(a[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
+                        acc += nisa.nc_matmul(at, bt)
+                    else:
+                        at = nl.load(a[k * tk : (k + 1) * tk, m * tm : (m + 1) * tm])
+                        acc += nl.matmul(at, bt, transpose_x=True)
+                nl.store(out[m * tm : (m + 1) * tm, n * tn : (n + 1) * tn], value=acc)
+        return out
+
+    return kernel
+
+
+def _operands(form: str, shape: tuple[int, int, int], dtype: str, seed: int = 0):
+    m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k) if form == "plain" else (k, m)) * 4
+    b = rng.standard_normal((k, n)) * 4
+    return a.astype(DTYPES[dtype]), b.astype(DTYPES[dtype])
+
+
+CASES = [  # (form, (M, K, N), tile (M, N, K), dtype)
+    ("transpose_x", (512, 256, 1024), (128, 512, 128), "fp32"),
+    ("transpose_x", (512, 256, 1024), (128, 512, 128), "bf16"),
+    ("transpose_x", (256, 384, 512), (128, 128, 128), "fp8"),
+    ("transpose_x", (192, 96, 160), (64, 32, 48), "fp32"),  # (OpenBLAS's small-matrix kernel)
+    ("transpose_x", (48, 32, 48), (8, 8, 32), "bf16"),
+    ("transpose_x", (99, 94, 200), (33, 100, 47), "fp32"),  # (ragged tiles)
+    ("nc_matmul", (128, 256, 256), (64, 64, 128), "fp32"),
+    ("transpose_x", (12, 8, 18), (2, 3, 1), "fp32"),  # (2-row tiles, K of 1)
+    ("nc_matmul", (512, 256, 1024), (128, 512, 128), "bf16"),
+    ("nc_matmul", (192, 256, 192), (64, 64, 128), "fp8"),
+    ("plain", (512, 256, 1024), (128, 512, 128), "bf16"),
+    ("plain", (256, 256, 512), (128, 128, 128), "fp32"),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("form", "shape", "tile", "dtype"), CASES)
+def test_tiled_matmuls_as_one_gemm_match_the_interpreter(
+    form, shape, tile, dtype, threads, one_gemm
+):
+    tm, tn, tk = tile
+    kernel = tiled(form, tm, tn, tk)
+    a, b = _operands(form, shape, dtype)
+    with threadpool_limits(threads, user_api="blas"):
+        got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
+    assert info.backend == "batched", info.reason
+    positions = (shape[0] // tm) * (shape[2] // tn)
+    # (the plain layout's small products keep one gemm per tile: OpenBLAS sums them otherwise)
+    if form != "plain" or tm * tn * tk > 100**3:
+        assert one_gemm and max(one_gemm) == positions * tm * tn
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    ref = (af if form == "plain" else af.T) @ bf
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+
+
+@nki.jit
+def grid_matmul(a_t, b):
+    """One (M tile, N tile) product per instance of a 2-D grid, K accumulated in PSUM, plus the
+    product of the first tiles, the same at every instance (neither operand varies)."""
+    out = nl.ndarray((a_t.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    same = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(a_t.shape[0] // 128):
+        at = nl.load(a_t[k * 128 : (k + 1) * 128, i * 128 : (i + 1) * 128])
+        bt = nl.load(b[k * 128 : (k + 1) * 128, j * 128 : (j + 1) * 128])
+        acc += nl.matmul(at, bt, transpose_x=True)
+    nl.store(out[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128], value=acc)
+    first = nl.matmul(nl.load(a_t[0:128, 0:128]), nl.load(b[0:128, 0:128]), transpose_x=True)
+    nl.store(same[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128], value=first)
+    return out, same
+
+
+def test_products_over_grid_axes_match_the_interpreter(one_gemm):
+    rng = np.random.default_rng(3)
+    a_t = rng.standard_normal((256, 384)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((256, 512)).astype(ml_dtypes.bfloat16)
+    runs = run_backends(grid_matmul, (3, 4), a_t, b, backends=BACKENDS)
+    (out, same), _, info = runs.against("batched")
+    assert info.backend == "batched", info.reason
+    assert max(one_gemm) == 384 * 512
+    af, bf = a_t.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(out, af.T @ bf, rtol=1e-4, atol=1e-3)
+    first = af[:128, :128].T @ bf[:128, :128]
+    np.testing.assert_allclose(same, np.tile(first, (3, 4)), rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def current_psum_group(a_t, b):
+    """Current-API nc_matmul into PSUM with accumulate=None over K: the first product into an
+    element overwrites it, later ones add (after it, a product is simply added)."""
+    k_dim, m_dim = a_t.shape
+    n_dim = b.shape[1]
+    out = nl.ndarray((m_dim, n_dim), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(m_dim // 128):
+        for n in nl.affine_range(n_dim // 256):
+            acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(k_dim // 128):
+                at = nl.ndarray((128, 128), dtype=a_t.dtype, buffer=nl.sbuf)
+                bt = nl.ndarray((128, 256), dtype=b.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=at, src=a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                nisa.dma_copy(dst=bt, src=b[k * 128 : (k + 1) * 128, n * 256 : (n + 1) * 256])
+                nisa.nc_matmul(dst=acc, stationary=at, moving=bt)
+            res = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[m * 128 : (m + 1) * 128, n * 256 : (n + 1) * 256], src=res)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_current_api_psum_groups_as_one_gemm_match_the_interpreter(dtype, one_gemm):
+    a_t, b = _operands("nc_matmul", (384, 384, 512), dtype, seed=5)
+    got, want, info = run_backends(current_psum_group, None, a_t, b, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched" and "hosted" not in info.reason, info.reason
+    assert max(one_gemm) == 384 * 512
+    ref = a_t.astype(np.float64).T @ b.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+
+
+def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gemm):
+    """Where the probe finds a large product's blocks summed otherwise than a tile's own gemm,
+    every tile gets its own gemm (and the same bits as the interpreter)."""
+    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn: False)
+    monkeypatch.setattr(gemm, "_AGREES", {})
+    assert not gemm.agrees(False) and not gemm.agrees(True)
+    kernel = tiled("transpose_x", 128, 256, 128)
+    a, b = _operands("transpose_x", (256, 256, 512), "bf16")
+    got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
+    assert info.backend == "batched" and not one_gemm
+
+
+@pytest.mark.parametrize("nn", [False, True])
+def test_this_blas_gives_blocks_the_tile_gemms_bits(nn):
+    """The probe on this machine's BLAS (the differential tests above rely on it)."""
+    for m, k, n in gemm._PROBES:
+        if not nn or m * k * n >= gemm._NN_MIN:
+            assert gemm._probe(m, k, n, nn), (m, k, n)
+
+
+def per_head(m: int, n: int):
+    """One product per head: both operands vary along the batch axis (one gemm per position)."""
+
+    @nki.jit
+    def kernel(q, k):
+        out = nl.ndarray((q.shape[0], m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        for h in nl.affine_range(q.shape[0]):
+            nl.store(out[h], value=nl.matmul(nl.load(q[h]), nl.load(k[h]), transpose_x=True))
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize(("heads", "shape"), [(4, (33, 47, 100)), (300, (8, 128, 8))])
+def test_products_per_position_keep_the_interpreters_layout(dtype, heads, shape, one_gemm):
+    """Each position's gemm multiplies the transposed view of (K, M) storage, as the
+    interpreter does (a C-ordered copy gets other sums from OpenBLAS's small-matrix kernels)."""
+    m, k, n = shape
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((heads, k, m)).astype(DTYPES[dtype])
+    kk = rng.standard_normal((heads, k, n)).astype(DTYPES[dtype])
+    got, want, info = run_backends(per_head(m, n), None, q, kk, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched" and not one_gemm, info.reason
+    ref = np.einsum("hkm,hkn->hmn", q.astype(np.float64), kk.astype(np.float64))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
