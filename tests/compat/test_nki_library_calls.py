@@ -122,3 +122,25 @@ def test_nc_sub_version_is_the_first_revision():
     x = rand((8, 8))
     np.testing.assert_array_equal(k(x), x)
     assert seen == [0]
+
+
+def k_constant_file(x, path):
+    c = nl.shared_constant(path)  # ERR
+    t = nl.ndarray(x.shape, x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=c)
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_shared_constant_from_a_npy_file(tmp_path):
+    # nki-library writes its rotation matrices to .npy files and passes the path
+    x = rand((16, 24))
+    path = tmp_path / "rot.npy"
+    np.save(path, x)
+    np.testing.assert_array_equal(run(k_constant_file, x, str(path)), x + x)
+    expect_error(
+        k_constant_file, x, str(tmp_path / "missing.npy"), cls=NKIError,
+        code="err_invalid_argument", fragments=["could not read the .npy file", "missing.npy"],
+    )  # fmt: skip
