@@ -144,3 +144,36 @@ def test_shared_constant_from_a_npy_file(tmp_path):
         k_constant_file, x, str(tmp_path / "missing.npy"), cls=NKIError,
         code="err_invalid_argument", fragments=["could not read the .npy file", "missing.npy"],
     )  # fmt: skip
+
+
+def k_dma_transpose_mode(x, mode):
+    t = nl.ndarray((x.shape[1], x.shape[0]), x.dtype, nl.sbuf)
+    nisa.dma_transpose(dst=t, src=x, dge_mode=mode)
+    out = nl.ndarray(t.shape, x.dtype, nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("mode", [nisa.dge_mode.swdge, nisa.dge_mode.none])
+def test_dma_transpose_takes_a_dge_mode(mode):
+    x = rand((16, 32), ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(run(k_dma_transpose_mode, x, mode), x.T)
+
+
+def k_pid_none(x, shard=None):
+    pid = nl.program_id(0)
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    rows = x.shape[0] // 2
+    assert pid != None  # noqa: E711  (AWS's library compares with None this way)
+    if shard == None and not pid == None:  # noqa: E711
+        nl.store(
+            out[pid * rows : pid * rows + rows, :], nl.load(x[pid * rows : pid * rows + rows, :])
+        )
+    return out
+
+
+@pytest.mark.parametrize("api", ["classic", "current"])
+def test_a_program_id_compared_with_none_is_not_none(api):
+    # classic: a symbolic program id; current: an int per core
+    x = rand((32, 8))
+    np.testing.assert_array_equal(nki.jit(k_pid_none, api=api)[2](x), x)
