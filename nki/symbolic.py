@@ -263,14 +263,10 @@ class _Affine(_Traced):
         return self._cmp(other, ">=")
 
     def __eq__(self, other):  # type: ignore[override]
-        if other is None:  # (`if shard_id == None:`) an index expression is never None
-            return False
-        return self._cmp(other, "==")
+        return False if other is None else self._cmp(other, "==")  # (never None)
 
     def __ne__(self, other):  # type: ignore[override]
-        if other is None:
-            return True
-        return self._cmp(other, "!=")
+        return True if other is None else self._cmp(other, "!=")
 
     __hash__ = _Traced.__hash__
 
