@@ -16,12 +16,12 @@ import nki.language as nl
 from nki import api_rules
 from nki.errors import (
     AccumulateUninitializedWarning,
-    RawEnumWarning,
     NKIError,
     NKIMemoryError,
     NKIShapeError,
     NKITypeError,
     NKIUnsupportedError,
+    RawEnumWarning,
 )
 
 from helpers import close, expect_error, f32, line_of, rand, run
