@@ -126,8 +126,10 @@ RULES: tuple[ApiRule, ...] = (
     ApiRule(
         "enum.named", "dge_mode=2 (a raw integer for an enum)",
         "enum arguments are named members (nisa.dge_mode.hwdge, nisa.engine.vector); raw "
-        "integer enum constants are not accepted", _NOTES_03, (CURRENT,), "err_invalid_argument",
-        "NKITypeError", note="classic kernels pass raw integers (dge_mode=2)",
+        "integer enum constants are not accepted", _NOTES_03, (CURRENT,),
+        cls="RawEnumWarning",
+        note="a warning, not an error: AWS's NKI library (nki-library, 2026) still passes "
+        "dge_mode=3 in current-API kernels; classic kernels pass raw integers (dge_mode=2)",
     ),
     ApiRule(
         "dma_copy.engine", "nisa.dma_copy(engine=...)",

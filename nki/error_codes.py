@@ -100,6 +100,8 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_view": "a tensor view (`slice`, `select`, `permute`, `broadcast`, "
     "`expand_dim`, `squeeze_dim`, `ap`) that breaks the view's rules",
     "err_runtime_loop_limit": "an `nl.while_loop` whose condition register never becomes 0",
+    "err_device_loop_in_no_reorder": "a register-bounded device loop (`nl.fori_loop`, "
+    "`nl.while_loop`, `nl.dynamic_range`) inside a `with nl.no_reorder():` block",
     "err_address_overlap": "two live on-chip tensors placed with `nl.ndarray(address=...)` "
     "share partitions and bytes",
     # ---- dtypes, ops, engines and instructions ---------------------------------------------------
@@ -291,6 +293,8 @@ FIXES: dict[str, str] = {
     "sizes the message names as valid",
     "err_invalid_view": "keep the view inside the tensor and its rules (the message names "
     "the rule); reshape or copy when a view cannot express the layout",
+    "err_device_loop_in_no_reorder": "move the device loop out of the `nl.no_reorder()` block "
+    "(static loops, `range` / `nl.affine_range` / `nl.sequential_range`, are allowed in it)",
     "err_runtime_loop_limit": "make the loop's condition register reach 0 (check the update "
     "in the loop body)",
     "err_address_overlap": "give the tensors disjoint `address=` ranges, or let the "

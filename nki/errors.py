@@ -42,6 +42,7 @@ __all__ = [
     "NKIAttributeError",
     "NKIWarning",
     "AccumulateUninitializedWarning",
+    "RawEnumWarning",
     "UnreturnedOutputWarning",
     "SrcLoc",
 ]
@@ -361,6 +362,12 @@ class AccumulateUninitializedWarning(NKIWarning):
 class UnreturnedOutputWarning(NKIWarning):
     """A kernel writes a ``shared_hbm`` tensor it created but never returns it (a forgotten
     ``return``): the caller never sees what it wrote."""
+
+
+class RawEnumWarning(NKIWarning):
+    """A current-API kernel passes an enum argument as its raw integer (``dge_mode=3``). The
+    NKI 0.3 release notes say raw integers are no longer accepted, while AWS's own NKI library
+    still passes some (``dge_mode=3``): the kernel runs, and is told to name the member."""
 
 
 class NKIAttributeError(NKITypeError, AttributeError):

@@ -52,6 +52,11 @@ def _gelu_dx(x):
     return _f(cdf + x * pdf)
 
 
+def _gelu_sigmoid_dx(x):
+    s = _sigmoid(np.float32(1.702) * _f(x))
+    return _f(s + np.float32(1.702) * _f(x) * s * (1.0 - s))
+
+
 def _gelu_tanh(x):
     x = _f(x)
     return _f(0.5 * x * (1.0 + np.tanh(np.float32(_SQRT_2_PI) * (x + 0.044715 * x**3))))
@@ -396,6 +401,14 @@ _U = [
         None,
         "x * sigmoid(1.702 x)",
     ),
+    (
+        "gelu_apprx_sigmoid_dx",
+        _gelu_sigmoid_dx,
+        (_S,),
+        True,
+        None,
+        "derivative of gelu_apprx_sigmoid",
+    ),  # fmt: skip
     ("silu", lambda x: _f(_f(x) * _sigmoid(x)), (_S,), True, None, "x * sigmoid(x)"),
     ("silu_dx", _silu_dx, (_S,), True, None, "derivative of silu"),
     ("erf", _erf, (_S,), True, None, "error function"),

@@ -263,10 +263,10 @@ class _Affine(_Traced):
         return self._cmp(other, ">=")
 
     def __eq__(self, other):  # type: ignore[override]
-        return self._cmp(other, "==")
+        return False if other is None else self._cmp(other, "==")  # (never None)
 
     def __ne__(self, other):  # type: ignore[override]
-        return self._cmp(other, "!=")
+        return True if other is None else self._cmp(other, "!=")
 
     __hash__ = _Traced.__hash__
 

@@ -32,6 +32,7 @@ from .collectives import dma_engine
 from .enums import (
     dge_mode,
     engine,
+    get_nc_sub_version,
     get_nc_version,
     gpsimd_engine,
     matmul_perf_mode,
@@ -61,6 +62,7 @@ __all__ = [
     "dge_mode",
     "dma_engine",
     "engine",
+    "get_nc_sub_version",
     "get_nc_version",
     "gpsimd_engine",
     "matmul_perf_mode",

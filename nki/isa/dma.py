@@ -14,7 +14,7 @@ from .common import Call, Instruction, alu_op, prod
 from .enums import dge_mode as _dge_mode
 from .enums import engine_name, enum_value
 from .enums import oob_mode as _oob_mode
-from .forms import instruction
+from .forms import generic_current, instruction
 from .rules import rules, target
 
 _DMA_BUFFERS = (*HBM_BUFFERS, "sbuf")
@@ -33,6 +33,19 @@ def _same_count(a: Access, b: Access, api: str, ra: str, rb: str) -> None:
 
 def _invalid(msg: str, code: str = "err_invalid_argument") -> NKIError:
     return NKIError(msg, code=code, loc=user_loc())
+
+
+def _dge(mode: Any, api: str) -> _dge_mode:
+    """A ``dge_mode`` argument; hardware DGE needs NeuronCore-v3 (trn2) or newer."""
+    dge = enum_value(mode, _dge_mode, api, "dge_mode")
+    if dge == _dge_mode.hwdge and not rules().hwdge:
+        raise NKIUnsupportedError(
+            f"dge_mode=hwdge of '{api}' needs NeuronCore-v3 (trn2) or newer; target is "
+            f"{target().name} (NeuronCore-v{target().gen})",
+            code="err_unsupported_dge_mode",
+            loc=user_loc(),
+        )
+    return dge
 
 
 def _dma_copy_current(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict[str, Any]]:
@@ -68,14 +81,7 @@ def dma_copy(
     sacc, st = c.tile(src, "src", _DMA_BUFFERS, compute=False)
     _same_count(sacc, dacc, c.api, "src", "dst")
     oob = enum_value(oob_mode, _oob_mode, c.api, "oob_mode")
-    dge = enum_value(dge_mode, _dge_mode, c.api, "dge_mode")
-    if dge == _dge_mode.hwdge and not rules().hwdge:
-        raise NKIUnsupportedError(
-            f"dge_mode=hwdge of '{c.api}' needs NeuronCore-v3 (trn2) or newer; target is "
-            f"{target().name} (NeuronCore-v{target().gen})",
-            code="err_unsupported_dge_mode",
-            loc=user_loc(),
-        )
+    dge = _dge(dge_mode, c.api)
     if dge == _dge_mode.hwdge and dt.decl.dtype != st.decl.dtype:
         broken(
             "dma_copy.hwdge_dtype",
@@ -104,7 +110,15 @@ def dma_copy(
 _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
-@instruction
+def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
+    """The destination-first dma_transpose's ``dge_mode``: which engine generates the
+    descriptors, the same transpose either way (the hardware-DGE shape limits are not
+    checked)."""
+    _dge(a.pop("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
+    return generic_current(name, dst, a)
+
+
+@instruction(current=_dma_transpose_current)
 def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """Transpose ``src`` (HBM or SBUF) with the DMA engine into a new SBUF tile. Supported
     permutations: 2-D (1, 0), 3-D (2, 1, 0), 4-D (3, 1, 2, 0) (the default for the rank).

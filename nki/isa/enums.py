@@ -17,6 +17,7 @@ class engine(enum.IntEnum):  # noqa: N801 - classic name
     tensor = 1
     scalar = 2
     gpsimd = 3
+    dma = 4
     vector = 5
     sync = 6
 
@@ -48,10 +49,10 @@ class oob_mode(enum.IntEnum):  # noqa: N801
 class dge_mode(enum.IntEnum):  # noqa: N801
     """DMA descriptor generation mode."""
 
-    unknown = 0
-    none = 1
-    swdge = 2
-    hwdge = 3
+    unknown = 0  # let the compiler choose
+    swdge = 1  # software descriptor generation (GpSimd)
+    hwdge = 2  # hardware descriptor generation (NeuronCore-v3+)
+    none = 3  # no descriptor generation engine
 
 
 class nc_version(enum.IntEnum):  # noqa: N801
@@ -114,6 +115,13 @@ def enum_value(x: object, cls: type[enum.Enum], api: str, role: str) -> enum.Enu
         code="err_invalid_argument",
         loc=user_loc(),
     )
+
+
+@arguments_checked("nisa.get_nc_sub_version")
+def get_nc_sub_version() -> int:
+    """The silicon revision within the target's NeuronCore generation: 0 (the first revision,
+    the only one nki-sim models)."""
+    return 0
 
 
 @arguments_checked("nisa.get_nc_version")

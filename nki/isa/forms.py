@@ -153,7 +153,7 @@ def both_forms(fn: Callable[..., Any], adapter: Adapter | None = None) -> Callab
     def call(*args: Any, **kwargs: Any) -> Any:
         if choose_form(name, args, kwargs) == CLASSIC:
             return fn(*args, **kwargs)
-        return call_current(name, fn, adapter or _generic, args, kwargs)
+        return call_current(name, fn, adapter or generic_current, args, kwargs)
 
     call.__doc__ = (fn.__doc__ or "") + (
         f"\n\nCurrent API (destination first): ``nisa.{name}{spec.signature(name, CURRENT)}`` "
@@ -224,7 +224,9 @@ def call_current(
     return Instruction(name, _into(name, dst, result, accumulate, extra))
 
 
-def _generic(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, str | None, dict[str, Any]]:
+def generic_current(
+    name: str, dst: Any, a: dict[str, Any]
+) -> tuple[Any, str | None, dict[str, Any]]:
     """Parameters named alike in both forms pass through; the result dtype is dst's."""
     classic = {p.name for p in spec.get(name).params(CLASSIC)}
     defaults = signature_of(name).parameters

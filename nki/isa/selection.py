@@ -255,7 +255,9 @@ def range_select(
             loc=user_loc(),
         )
     fp32_min = float(np.finfo(np.float32).min)
-    if float(fill) != fp32_min:
+    with np.errstate(over="ignore"):
+        as_fp32 = float(np.float32(fill))  # the register holds the value rounded to fp32
+    if as_fp32 != fp32_min:
         raise NKIError(
             f"'on_false_value'={fill} of '{api}' must be the float32 minimum ({fp32_min}, "
             "nl.fp32.min): the hardware fills rejected elements with that bit pattern",

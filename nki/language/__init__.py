@@ -54,7 +54,7 @@ from .current import (
 )
 from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
 from .loop_reduce import loop_reduce
-from .loops import dynamic_range, fori_loop, while_loop
+from .loops import dynamic_range, fori_loop, no_reorder, while_loop
 from .matmul import load_transpose2d, matmul, transpose
 from .ops import *  # noqa: F401,F403 - every op-table row (nl.add, nl.exp, ...)
 from .randomness import dropout, rand, random_seed
@@ -146,6 +146,7 @@ __all__ = [
     "fori_loop",
     "while_loop",
     "dynamic_range",
+    "no_reorder",
     "all_reduce",
     "finfo",
     "iinfo",

@@ -315,7 +315,6 @@ def _shape(shape: Any) -> tuple[tuple[int, ...], int]:
 def ndarray(
     shape: Any,
     dtype: Any,
-    *,
     buffer: Any = None,
     name: str = "",
     address: Any = None,
@@ -407,7 +406,7 @@ def _address_placement(
 
 
 def full(
-    shape: Any, fill_value: Any, dtype: Any, *, buffer: Any = None, name: str = "", **_kw: Any
+    shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **_kw: Any
 ) -> NkiTensor:
     """An on-chip tensor (``nl.ndarray``'s shape rules) filled with the number ``fill_value``; HBM
     tensors cannot have initial values (``err_hbm_tensor_with_init_value_not_supported``)."""
@@ -429,12 +428,12 @@ def full(
     return t
 
 
-def zeros(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
+def zeros(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
     """An on-chip tensor of zeros (``nl.full(shape, 0, dtype)``: not in HBM)."""
     return full(shape, 0, dtype, buffer=buffer, name=name, **kw)
 
 
-def ones(shape: Any, dtype: Any, *, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
+def ones(shape: Any, dtype: Any, buffer: Any = None, name: str = "", **kw: Any) -> NkiTensor:
     """An on-chip tensor of ones (``nl.full(shape, 1, dtype)``: not in HBM)."""
     return full(shape, 1, dtype, buffer=buffer, name=name, **kw)
 

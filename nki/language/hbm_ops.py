@@ -4,12 +4,13 @@ scatter-add through an indirect index)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import NKIShapeError, NKITypeError, user_loc
+from ..errors import NKIError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Const
 from ..optable import ATOMIC_UFUNCS, lookup
 from ..tracer import (
@@ -27,11 +28,21 @@ from ..tracer import (
 
 
 def shared_constant(constant: Any, dtype: Any = None, **_kw: Any) -> NkiTensor:
-    """A shared-HBM tensor holding a compile-time constant (a NumPy array, converted to
-    ``dtype`` if given; 64-bit arrays are narrowed to 32 bits), ``nl.load``-ed like any HBM
-    tensor. Made inside a loop, it still exists once for the whole kernel."""
+    """A shared-HBM tensor holding a compile-time constant (a NumPy array, or the path of a
+    ``.npy`` file holding one; converted to ``dtype`` if given; 64-bit arrays are narrowed to 32
+    bits), ``nl.load``-ed like any HBM tensor. Made inside a loop, it still exists once for
+    the whole kernel."""
     api = "nl.shared_constant"
     st = state(api)
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise NKIError(
+                f"'{api}' could not read the .npy file {str(constant)!r}: {e}",
+                code="err_invalid_argument",
+                loc=user_loc(),
+            ) from None
     arr = np.asarray(constant)
     if arr.ndim == 0:
         raise NKIShapeError(

@@ -22,7 +22,7 @@ from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
 from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
 
-__all__ = ["dynamic_range", "fori_loop", "while_loop"]
+__all__ = ["dynamic_range", "fori_loop", "no_reorder", "while_loop"]
 
 MAX_WHILE_ITERATIONS = 1 << 20  # a while_loop running longer is reported (likely never ends)
 
@@ -73,11 +73,32 @@ def _bound(x: Any, api: str, what: str) -> int | TileOps:
 
 
 @contextmanager
+def no_reorder() -> Iterator[None]:
+    """``with nl.no_reorder():``: the instructions of the block run in program order (the
+    simulator runs every kernel in program order, so the block changes no result). Device
+    loops bounded by registers (``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range``) are
+    not allowed inside it (``err_device_loop_in_no_reorder``); static loops are."""
+    st = state("nl.no_reorder")
+    st.no_reorder_depth += 1
+    try:
+        yield
+    finally:
+        st.no_reorder_depth -= 1
+
+
+@contextmanager
 def _device_loop(
     kind: str, lower: Any, upper: Any, step: int, cond: Any, loc: SrcLoc
 ) -> Iterator[LoopSym]:
     """The body traced inside this context becomes one RuntimeLoop node."""
     st = state(f"nl.{kind}")
+    if st.no_reorder_depth:
+        raise NKIError(
+            f"nl.{kind} with register bounds inside a 'with nl.no_reorder():' block: device "
+            "loops cannot be kept in program order (static loops can)",
+            code="err_device_loop_in_no_reorder",
+            loc=loc,
+        )
     sym = LoopSym(st._next_id, "sequential")
     st._next_id += 1
     st.loop_ranges[sym] = (0, 0)

@@ -70,6 +70,11 @@ NUMPY_OPS: dict[str, Callable[..., np.ndarray]] = {
     "gelu_dx": _gelu_dx,
     "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))),
     "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    # (a central difference of gelu_apprx_sigmoid in float64: independent of the closed form)
+    "gelu_apprx_sigmoid_dx": lambda x: (
+        ((x + 1e-6) * _sigmoid(1.702 * (x + 1e-6)) - (x - 1e-6) * _sigmoid(1.702 * (x - 1e-6)))
+        / 2e-6
+    ),
     "silu": lambda x: x * _sigmoid(x),
     "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
     "erf": _erf,

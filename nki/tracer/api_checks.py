@@ -36,7 +36,8 @@ def broken(key: str, detail: str, loc: SrcLoc | None = None) -> None:
     if gen is not None and gen not in rule.generations:
         return
     if st is not None and (rule.warning or (gen is None and one_generation)):
-        st.rule_breaches.append((rule, detail, loc))
+        if (rule, detail, loc) not in st.rule_breaches:  # (one call may check a rule twice)
+            st.rule_breaches.append((rule, detail, loc))
         return
     _tell(rule, detail, loc)
 

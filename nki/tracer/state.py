@@ -34,6 +34,7 @@ class TraceState:
     def __init__(self, name: str, target: Any, grid_shape: tuple[int, ...]) -> None:
         self.name = name
         self.target = target  # nki.targets.Target
+        self.no_reorder_depth = 0  # open `with nl.no_reorder():` blocks
         self.grid_shape = grid_shape
         self.tensors: dict[str, TensorDecl] = {}
         self.bodies: list[list[Node]] = [[]]

@@ -25,6 +25,11 @@ every tensor dimension overlaps and the epochs are equal. Iterations are enumera
 to 512 per access; beyond that the per-dimension lattice bound of ``races.py`` decides (it may
 report interleaved blocks that never meet).
 
+A plain copy that writes back the very elements it reads (the HBM fence
+``dma_copy(dst=t, src=t)`` of AWS's kernels) counts as a write of them only: what its read
+takes from the other core is what it stores, and the run time requires both cores' writes of
+an element to store the same bytes.
+
 Not decided here (no report): accesses after a meeting inside a device loop (``fori_loop`` with
 a register bound, ``while_loop``), whose epochs depend on run-time trip counts; kernels whose
 cores run different numbers of meetings (the run time reports the mismatch); indirect
@@ -281,6 +286,19 @@ def _conflict(a: _Event, b: _Event) -> bool:
     return bool(hit.any())
 
 
+# copies whose source may be their own destination (the "HBM fence" dma_copy(dst=t, src=t))
+_COPIES = frozenset({"dma_copy", "tensor_copy"})
+
+
+def _rewrites(read: _Event) -> bool:
+    """The read is of a plain copy that writes back the very elements it reads (an identity
+    copy such as AWS's ``nisa.dma_copy(dst=result, src=result)`` fence): what it reads from the
+    other core is what it stores, so the pair is the two cores' writes of those elements,
+    which the run time requires to store the same bytes."""
+    i = read.instr
+    return i.op in _COPIES and not i.accumulates and read.acc in i.writes()
+
+
 # id(ir) -> (ir, shared tensors both cores may write in one epoch): checked at run time
 _SAME_WRITES: dict[int, tuple[KernelIR, frozenset[str]]] = {}
 
@@ -315,7 +333,7 @@ def check_core_races(ir: KernelIR) -> None:
                 if ea.acc.tensor != eb.acc.tensor or len(ea.acc.index) != len(eb.acc.index):
                     continue
                 if _conflict(ea, eb):
-                    if eb.write:
+                    if eb.write or _rewrites(eb):
                         both_write.add(ir.storage_of(ea.acc.tensor))
                         continue
                     _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))

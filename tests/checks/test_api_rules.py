@@ -21,6 +21,7 @@ from nki.errors import (
     NKIShapeError,
     NKITypeError,
     NKIUnsupportedError,
+    RawEnumWarning,
 )
 
 from helpers import close, expect_error, f32, line_of, rand, run
@@ -332,6 +333,18 @@ def k_raw_enum(x):
     return _store(t)
 
 
+def test_raw_integer_enum_warns_and_runs():
+    # the release notes reject raw integers; AWS's NKI library still passes dge_mode=3
+    with pytest.warns(RawEnumWarning) as rec:
+        got = run(k_raw_enum, _X, target="trn2")
+    np.testing.assert_array_equal(got, _X)
+    (w,) = [r for r in rec if r.category is RawEnumWarning]
+    assert w.filename == __file__
+    assert w.lineno == line_of(k_raw_enum, "# ERR")
+    assert "'dge_mode' of 'nisa.dma_copy' got 2; write nisa.dge_mode.hwdge" in str(w.message)
+    assert _rule("enum.named") in str(w.message)
+
+
 def k_dma_engine(x):
     t = _tile(x.shape)
     nisa.dma_copy(t, x, engine=nisa.engine.sync)  # ERR
@@ -511,8 +524,6 @@ _X = rand((64, 32))
 _XI = np.arange(64 * 32, dtype=np.int32).reshape(64, 32)
 # (rule, kernel, its input, target, error class, code, fragments of the message)
 CURRENT_RULES = [
-    ("enum.named", k_raw_enum, _X, "trn2", NKITypeError, "err_invalid_argument",
-     ["dge_mode", "nisa.dge_mode.hwdge"]),
     ("dma_copy.engine", k_dma_engine, _X, "trn2", NKIError, "err_unsupported_engine_for_op",
      ["engine=sync with dge_mode=unknown"]),
     ("dma_copy.priority", k_dma_priority, _X, "trn2", NKIUnsupportedError,

@@ -249,3 +249,27 @@ def test_cores_that_cannot_pair_their_meetings_get_the_run_time_error_not_a_race
     a = RNG.standard_normal((2 * ROWS, 8)).astype(np.float32)
     expect(meeting_on_one_core, a, cls=NKIRuntimeError, code="err_collective_mismatch",
            values=("without reaching it",), grid=2)  # fmt: skip
+
+
+def replicated_with_fence(a, shift):
+    """Both cores copy all of ``a`` (the kernel does not shard), then run AWS's HBM fence idiom
+    ``dma_copy(dst=out, src=out)``; with ``shift``, the last copy moves rows instead."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = _sb(a.shape, a.dtype)
+    nisa.dma_copy(dst=t, src=a)
+    nisa.dma_copy(dst=out, src=t)  # ERR (core 0's store; the shifted copy reads it)
+    if shift:
+        nisa.dma_copy(dst=out[0:ROWS, :], src=out[ROWS : 2 * ROWS, :])
+    else:
+        nisa.dma_copy(dst=out, src=out)
+    return out
+
+
+def test_an_identity_copy_on_both_cores_is_not_a_race():
+    # what it reads from the other core is what it writes: both cores store the same bytes
+    a = RNG.standard_normal((2 * ROWS, 32)).astype(np.float32)
+    np.testing.assert_array_equal(nki.jit(replicated_with_fence)[2](a, False), a)
+    expect(
+        replicated_with_fence, a, True, cls=NKIDependencyError, code="err_core_race",
+        values=["core 0 writes", "core 1 reads 'hbm0[i0 + 64, i1]'", "'out'"], grid=2,
+    )  # fmt: skip
