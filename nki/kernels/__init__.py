@@ -37,6 +37,7 @@ from .index import (
     topk_kernel,
     tril_kernel,
 )
+from .fused import fused_elementwise_kernel
 from .loss import nll_loss_backward_kernel, nll_loss_kernel
 from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
 from .norm import (
@@ -78,6 +79,7 @@ __all__ = [
     "embedding_kernel",
     "fill_kernel",
     "flat_index_kernel",
+    "fused_elementwise_kernel",
     "layer_norm_backward_kernel",
     "layer_norm_kernel",
     "log_softmax_backward_kernel",

@@ -1,0 +1,402 @@
+"""Fusing chains of element-wise ATen ops of a compiled graph into one NKI kernel launch
+(:func:`nki.kernels.fused_elementwise_kernel`) for the ``"nki"`` torch.compile backend.
+
+Once per compiled graph, :func:`find_groups` groups the float element-wise nodes (unary math
+and activations, add / sub / mul / div / maximum / minimum / pow with tensors or Python scalars,
+activation backward ops, float dtype conversions, and means / sums over the last dim with
+``keepdim``) that compute on one shape (or its row statistics) into groups that can run as one
+step of the graph. Each group becomes a static program of the fused kernel; the graph runner
+launches it once per call (:func:`run_group`), and when the fused kernel's guard refuses a call
+the group's nodes run one by one as before. Each step computes and rounds as its separate
+kernel does, so fusing never changes a result."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+import nki.kernels as K
+from nki.kernels._tiles import FREE_MAX
+
+from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
+from .torch_registry import Guard
+
+__all__ = ["Group", "find_groups", "run_group"]
+
+FUSED_KERNEL = "fused_elementwise_kernel"
+
+Key = tuple  # a shape with symbolic sizes as their expressions
+
+
+def _key(t: Any) -> Key | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    return tuple(s.node.expr if isinstance(s, torch.SymInt) else int(s) for s in t.shape)
+
+
+def _col(k: Key) -> Key:
+    return k[:-1] + (1,)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One node as a fused step: op (``"binary:mul"``), its arguments (graph nodes or
+    ``("s", x)`` scalars), the shape keys its tensor arguments must have relative to the group
+    (``"full"`` for reductions, ``"same"`` for the two operands of a backward op)."""
+
+    op: str
+    args: tuple
+    needs: str = ""
+
+
+_UNARY = "neg abs reciprocal sqrt rsqrt exp log tanh sigmoid relu silu sin cos erf".split()
+_BINARY = {
+    "add": True,
+    "sub": False,
+    "mul": True,
+    "div": False,
+    "maximum": True,
+    "minimum": False,
+    "pow": False,
+}  # op -> commutative (the adapters put the full-shaped operand first)
+_GRAD = {"silu_backward", "sigmoid_backward", "tanh_backward"}
+
+
+def _float_node(a: Any) -> bool:
+    v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+    return isinstance(v, torch.Tensor) and v.dtype in FLOATS and v.dim() > 0
+
+
+def _scalar(a: Any) -> bool:
+    return type(a) in (int, float)
+
+
+def _unary(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 1 or n.kwargs or not _float_node(n.args[0]):
+            return None
+        return _Spec(f"unary:{op}", (n.args[0],))
+
+    return rule
+
+
+def _gelu(n: torch.fx.Node) -> _Spec | None:
+    op = {"none": "gelu", "tanh": "gelu_tanh"}.get(n.kwargs.get("approximate", "none"))
+    if len(n.args) != 1 or set(n.kwargs) - {"approximate"} or op is None:
+        return None
+    return _Spec(f"unary:{op}", (n.args[0],)) if _float_node(n.args[0]) else None
+
+
+def _binary(op: str, commutative: bool) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or n.kwargs.get("rounding_mode"):
+            return None
+        x, y = n.args
+        if _scalar(x) and _float_node(y):
+            return _Spec(f"binary:{op}", (("s", float(x)), y))
+        if _float_node(x) and _scalar(y):
+            return _Spec(f"binary:{op}", (x, ("s", float(y))))
+        if not (_float_node(x) and _float_node(y)):
+            return None
+        out = _key(n.meta["val"])
+        if commutative and _key(x.meta["val"]) != out and _key(y.meta["val"]) == out:
+            x, y = y, x
+        return _Spec(f"binary:{op}", (x, y))
+
+    return rule
+
+
+def _rsub(n: torch.fx.Node) -> _Spec | None:
+    if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or not _scalar(n.args[1]):
+        return None
+    return _Spec("binary:sub", (("s", float(n.args[1])), n.args[0]))
+
+
+def _grad(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        g, saved = n.args[:2]
+        if op == "threshold_backward" and n.args[2] != 0:
+            return None
+        if not (_float_node(g) and _float_node(saved)) or len(n.args) > 3:
+            return None
+        if g.meta["val"].dtype != saved.meta["val"].dtype:
+            return None
+        name = {"threshold_backward": "relu_backward"}.get(op, op)
+        if op == "gelu_backward":
+            a = n.kwargs.get("approximate", "none")
+            name = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}.get(a)
+            if name is None:
+                return None
+        return _Spec(f"grad:{name}", (g, saved), needs="same")
+
+    return rule
+
+
+def _cast(n: torch.fx.Node) -> _Spec | None:
+    if n.target is torch.ops.prims.convert_element_type.default:
+        x, dt = n.args
+    elif len(n.args) == 1 and set(n.kwargs) <= {"dtype"}:
+        x, dt = n.args[0], n.kwargs.get("dtype")
+    else:
+        return None
+    ok = dt is None or dt in FLOATS
+    return _Spec("cast", (x,)) if ok and _float_node(x) else None
+
+
+def _reduce(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 3 or n.kwargs or not _float_node(n.args[0]) or n.args[2] is not True:
+            return None
+        x, dims, _ = n.args
+        nd = x.meta["val"].dim()
+        if [d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims])] != [nd - 1]:
+            return None
+        return _Spec(op, (x,), needs="full")
+
+    return rule
+
+
+RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
+    **{f"aten::{op}": _unary(op) for op in _UNARY},
+    "aten::gelu": _gelu,
+    **{f"aten::{op}": _binary(op, c) for op, c in _BINARY.items()},
+    "aten::rsub": _rsub,
+    **{f"aten::{op}": _grad(op) for op in _GRAD | {"gelu_backward", "threshold_backward"}},
+    "aten::_to_copy": _cast,
+    "prims::convert_element_type": _cast,
+    "aten::mean": _reduce("mean"),
+    "aten::sum": _reduce("sum"),
+}
+
+
+def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
+    """The node as a fused step, or None when it is not a float element-wise op the fused
+    kernel computes exactly as its own kernel does."""
+    rule = RULES.get(name or "")
+    val = n.meta.get("val")
+    if rule is None or not isinstance(val, torch.Tensor) or val.dtype not in FLOATS:
+        return None
+    if val.dim() == 0 or any(isinstance(a, torch.SymInt) for a in n.args):
+        return None
+    return rule(n)
+
+
+# --------------------------------------------------------------------------------------------
+# Grouping (once per compiled graph)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """Nodes run as one fused launch: ``members`` (graph order), the fused kernel's
+    ``program`` and ``outs``, the group's external tensor ``inputs`` (graph nodes), per output
+    member whether it is a row statistic, and the full shape (``shape``: ints, or None when it
+    is taken at run time from input ``shape_from``)."""
+
+    members: list[torch.fx.Node]
+    full: Key
+    program: tuple = ()
+    outs: tuple = ()
+    outputs: tuple = ()  # the member nodes stored, in the order of outs
+    out_col: tuple = ()
+    inputs: tuple = ()
+    names: tuple = ()  # the members' ATen op names
+    shape: tuple | None = None
+    shape_from: int = -1
+
+
+class _Groups:
+    """Union-find of groups, with what each node depends on (to keep every group a convex part
+    of the graph: no path leaves a group and comes back into it)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.members: dict[int, list[torch.fx.Node]] = {}
+        self.full: dict[int, Key] = {}
+        self.reduces: dict[int, bool] = {}
+        self.of: dict[torch.fx.Node, int] = {}
+        self.deps: dict[torch.fx.Node, set[int]] = {}
+
+    def find(self, g: int) -> int:
+        while self.parent[g] != g:
+            self.parent[g] = self.parent[self.parent[g]]
+            g = self.parent[g]
+        return g
+
+    def group(self, a: Any) -> int | None:
+        return self.find(self.of[a]) if a in self.of else None
+
+    def upstream(self, a: torch.fx.Node) -> set[int]:
+        """The groups ``a`` depends on (its own excluded)."""
+        return {self.find(g) for g in self.deps.get(a, ())}
+
+    def convex(self, roots: set[int], new_inputs: list[torch.fx.Node]) -> bool:
+        """True when merging ``roots`` with a node reading ``new_inputs`` keeps the group
+        convex: no input from outside it depends on one of them."""
+        outside = [a for a in new_inputs if self.group(a) not in roots]
+        for r in roots:
+            for m in self.members[r]:
+                outside += [a for a in m.all_input_nodes if self.group(a) not in roots]
+        return all(not (self.upstream(a) & roots) for a in outside)
+
+
+def _fits(spec: _Spec, k: Key, full: Key, key_of: Callable) -> bool:
+    """Whether a node of shape key ``k`` computes on a group of full shape ``full``."""
+    if k != full and k != _col(full):
+        return False
+    tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
+    if spec.needs == "full":
+        return key_of(tensors[0]) == full and k == _col(full)
+    if spec.needs == "same":
+        return key_of(tensors[0]) == key_of(tensors[1]) == k
+    return all(_broadcasts(key_of(a), full) for a in tensors)
+
+
+def _broadcasts(k: Key, full: Key) -> bool:
+    if len(k) > len(full):
+        return False
+    pad = (1,) * (len(full) - len(k)) + tuple(k)
+    return all(a == b or a == 1 for a, b in zip(pad, full))
+
+
+def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -> list[Group]:
+    """Groups of two or more fusable nodes (``specs``) that run as one launch."""
+    gs = _Groups()
+
+    def key_of(a: torch.fx.Node) -> Key | None:
+        return _key(a.meta.get("val"))
+
+    for i, n in enumerate(nodes):
+        ins = n.all_input_nodes
+        up: set[int] = set()
+        for a in ins:
+            up |= gs.deps.get(a, set())
+            if a in gs.of:
+                up.add(gs.of[a])
+        gs.deps[n] = up
+        spec = specs.get(n)
+        if spec is None:
+            continue
+        k = key_of(n)
+        cands = {gs.group(a) for a in ins if a in gs.of} - {None}
+        fitting = []
+        for c in sorted(cands):  # type: ignore[type-var]
+            full = gs.full[c]
+            if not gs.reduces[c] and full == _col(k) and full != k:
+                full = k  # a group of row statistics grows to the full shape
+            if _fits(spec, k, full, key_of):
+                fitting.append((c, full))
+        choice: list[tuple[int, Key]] = []
+        fulls = {f for _, f in fitting}
+        if len(fulls) == 1 and gs.convex({c for c, _ in fitting}, ins):
+            choice = fitting
+        else:
+            choice = next(([f] for f in fitting if gs.convex({f[0]}, ins)), [])
+        start = key_of(spec.args[0]) if spec.needs == "full" else k
+        if not choice and not _fits(spec, k, start, key_of):
+            continue
+        gs.parent[i] = i
+        gs.members[i] = [n]
+        gs.full[i] = choice[0][1] if choice else start
+        gs.reduces[i] = spec.needs == "full"
+        gs.of[n] = i
+        for c, _ in choice:
+            gs.parent[c] = i
+            gs.members[i] += gs.members.pop(c)
+            gs.reduces[i] = gs.reduces[i] or gs.reduces.pop(c)
+            gs.full.pop(c)
+    order = {n: i for i, n in enumerate(nodes)}
+    out = []
+    for r, members in gs.members.items():
+        if len(members) < 2:
+            continue
+        g = _program(sorted(members, key=order.__getitem__), gs.full[r], specs)
+        if g is not None:
+            out.append(g)
+    return out
+
+
+def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | None:
+    """The fused kernel's program for a group; None when its full shape cannot be known at run
+    time (symbolic, and no input has it)."""
+    index = {m: j for j, m in enumerate(members)}
+    inputs: list[torch.fx.Node] = []
+    steps: list[tuple] = []
+    at: dict[torch.fx.Node, int] = {}  # member -> its step
+
+    def ref(a: Any, dtype: torch.dtype) -> tuple:
+        if not isinstance(a, torch.fx.Node):
+            return a  # ("s", x)
+        if a in index:
+            r = ("v", at[a])
+            src = a.meta["val"].dtype
+        else:
+            if a not in inputs:
+                inputs.append(a)
+            r = ("in", inputs.index(a))
+            src = a.meta["val"].dtype
+        if src != dtype:  # the adapters convert an operand to the result dtype first
+            steps.append(("cast", (r,), _DTYPE_NAMES[dtype]))
+            r = ("v", len(steps) - 1)
+        return r
+
+    for m in members:
+        spec = specs[m]
+        dt = m.meta["val"].dtype
+        src = dt if spec.op.startswith(("binary", "grad")) else None
+        args = tuple(ref(a, src or a.meta["val"].dtype) if isinstance(a, torch.fx.Node) else a
+                     for a in spec.args)  # fmt: skip
+        steps.append((spec.op, args, _DTYPE_NAMES[dt]))
+        at[m] = len(steps) - 1
+    used_outside = [m for m in members if m.users.keys() - set(members)]
+    g = Group(members, full)
+    g.program = tuple(steps)
+    g.outputs = tuple(used_outside)
+    g.outs = tuple(at[m] for m in used_outside)
+    g.out_col = tuple(_key(m.meta["val"]) != full for m in used_outside)
+    g.inputs = tuple(inputs)
+    if all(isinstance(s, int) for s in full):
+        g.shape = tuple(full)
+    else:
+        g.shape_from = next((j for j, a in enumerate(inputs) if _key(a.meta["val"]) == full), -1)
+        if g.shape_from < 0:
+            return None
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# Running a group
+# --------------------------------------------------------------------------------------------
+
+
+def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
+    """``t`` in one of the forms the fused kernel broadcasts: (n, d), (n, 1), (1, d), (1, 1);
+    another broadcast is materialised (a layout copy, as the separate adapters do)."""
+    pad = (1,) * (len(full) - t.dim()) + tuple(t.shape)
+    if pad == full:
+        return _rows(t)
+    if pad[:-1] == full[:-1] and pad[-1] == 1:
+        return t.contiguous().reshape(n, 1)
+    if all(s == 1 for s in pad[:-1]) and pad[-1] in (d, 1):
+        return t.contiguous().reshape(1, pad[-1])
+    return _rows(t.expand(full))
+
+
+def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The group's stored values from one launch of the fused kernel (``values``: its inputs
+    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
+    full = g.shape if g.shape is not None else tuple(values[g.shape_from].shape)
+    d = full[-1]
+    n = math.prod(full[:-1])
+    if d > FREE_MAX or n * d == 0:
+        raise Guard(f"shape {full}")
+    ins = [_operand(v, full, n, d) for v in values]
+    res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
+    res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
+    col = full[:-1] + (1,)
+    return [r.reshape(col if c else full) for r, c in zip(res, g.out_col)]
