@@ -333,6 +333,17 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
+def _copy_cat(n: torch.fx.Node, name: str) -> bool:
+    """A ``cat`` whose other tensors are all legacy empty 1-D tensors (a KV cache's start):
+    a copy of its one tensor, left to torch as a layout copy."""
+    if name != "aten::cat" or not n.args or not isinstance(n.args[0], (list, tuple)):
+        return False
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[0]]
+    if not all(isinstance(v, torch.Tensor) for v in vals):
+        return False
+    return sum(not (v.dim() == 1 and _hint(v.shape[0]) == 0) for v in vals) == 1
+
+
 def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: GraphReport) -> Any:
     """One ATen node of a graph: as an NKI kernel where a registry entry accepts it, else on
     the CPU, recorded in ``report``."""
@@ -399,11 +410,12 @@ class _Plan:
             name = None if n.target is operator.getitem else _schema_name(n.target)
             if name is None:
                 self.kind[n] = (_PLAIN, None)
-            elif name in VIEW_OPS or _empty(n.meta.get("val")):
+            elif name in VIEW_OPS or _empty(n.meta.get("val")) or _copy_cat(n, name):
                 self.kind[n] = (_VIEW, name)
             else:
                 self.kind[n] = (_ATEN, name)
-                spec = fusion.fusable(n, name) if OPTIONS.fuse and not _on_cpu(n) else None
+                alone = _on_cpu(n) or name in OPTIONS.cpu_ops or user_entry(name) is not None
+                spec = fusion.fusable(n, name) if OPTIONS.fuse and not alone else None
                 if spec is not None:
                     specs[n] = spec
         groups = fusion.find_groups(nodes, specs)

@@ -231,6 +231,12 @@ class _Groups:
     def group(self, a: Any) -> int | None:
         return self.find(self.of[a]) if a in self.of else None
 
+    def merge(self, c: int, into: int) -> None:
+        self.parent[c] = into
+        self.members[into] += self.members.pop(c)
+        self.reduces[into] = self.reduces[into] or self.reduces.pop(c)
+        self.full.pop(c)
+
     def upstream(self, a: torch.fx.Node) -> set[int]:
         """The groups ``a`` depends on (its own excluded)."""
         return {self.find(g) for g in self.deps.get(a, ())}
@@ -307,9 +313,12 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         gs.of[n] = i
         for c, _ in choice:
             gs.parent[c] = i
-            gs.members[i] += gs.members.pop(c)
-            gs.reduces[i] = gs.reduces[i] or gs.reduces.pop(c)
-            gs.full.pop(c)
+            gs.merge(c, i)
+    for a in nodes:  # groups reading one value (sin(x) and cos(x)) load it once
+        roots = sorted({gs.find(gs.of[u]) for u in a.users if u in gs.of})
+        for r in roots[1:]:
+            if gs.full[r] == gs.full[roots[0]] and gs.convex({roots[0], r}, []):
+                gs.merge(r, roots[0])
     order = {n: i for i, n in enumerate(nodes)}
     out = []
     for r, members in gs.members.items():
