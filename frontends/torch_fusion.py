@@ -31,6 +31,7 @@ __all__ = ["Group", "find_groups", "run_group"]
 FUSED_KERNEL = "fused_elementwise_kernel"
 
 Key = tuple  # a shape with symbolic sizes as their expressions
+_ALONE = ("unary", "cast")  # steps of one operand: they may run on a part of a cat's columns
 
 
 def _key(t: Any) -> Key | None:
@@ -41,6 +42,16 @@ def _key(t: Any) -> Key | None:
 
 def _col(k: Key) -> Key:
     return k[:-1] + (1,)
+
+
+def _part(k: Key, full: Key) -> bool:
+    """``k`` is some of the columns of ``full`` (one row per row; a cat joins such parts)."""
+    return (
+        len(k) == len(full)
+        and k[:-1] == full[:-1]
+        and isinstance(k[-1], int)
+        and k[-1] not in (1, full[-1])
+    )
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,21 @@ def _reduce(op: str) -> Callable:
     return rule
 
 
+def _cat(n: torch.fx.Node) -> _Spec | None:
+    """torch.cat along the last dim of float tensors of the result's dtype (a copy)."""
+    if not n.args or not isinstance(n.args[0], (list, tuple)) or len(n.args[0]) < 2:
+        return None
+    parts = n.args[0]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    nd = n.meta["val"].dim()
+    if not all(_float_node(a) for a in parts) or not isinstance(dim, int) or dim % nd != nd - 1:
+        return None
+    dts = {a.meta["val"].dtype for a in parts} | {n.meta["val"].dtype}
+    if len(dts) > 1 or not all(isinstance(_key(a.meta["val"])[-1], int) for a in parts):
+        return None
+    return _Spec("cat", tuple(parts), needs="parts")
+
+
 RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
     **{f"aten::{op}": _unary(op) for op in _UNARY},
     "aten::gelu": _gelu,
@@ -171,6 +197,7 @@ RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
     "prims::convert_element_type": _cast,
     "aten::mean": _reduce("mean"),
     "aten::sum": _reduce("sum"),
+    "aten::cat": _cat,
 }
 
 
@@ -194,16 +221,16 @@ def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
 @dataclass
 class Group:
     """Nodes run as one fused launch: ``members`` (graph order), the fused kernel's
-    ``program`` and ``outs``, the group's external tensor ``inputs`` (graph nodes), per output
-    member whether it is a row statistic, and the full shape (``shape``: ints, or None when it
-    is taken at run time from input ``shape_from``)."""
+    ``program`` and ``outs`` (the members stored: ``outputs``), the group's external tensor
+    ``inputs`` (graph nodes), and the full shape (``shape``: ints, or None when it is taken at
+    run time from input ``shape_from``); a stored value has the full shape's columns, one (a row
+    statistic) or a part of them (a cat's operand)."""
 
     members: list[torch.fx.Node]
     full: Key
     program: tuple = ()
     outs: tuple = ()
     outputs: tuple = ()  # the member nodes stored, in the order of outs
-    out_col: tuple = ()
     inputs: tuple = ()
     names: tuple = ()  # the members' ATen op names
     shape: tuple | None = None
@@ -219,6 +246,7 @@ class _Groups:
         self.members: dict[int, list[torch.fx.Node]] = {}
         self.full: dict[int, Key] = {}
         self.reduces: dict[int, bool] = {}
+        self.alone: dict[int, bool] = {}  # every member a one-operand step
         self.of: dict[torch.fx.Node, int] = {}
         self.deps: dict[torch.fx.Node, set[int]] = {}
 
@@ -235,6 +263,7 @@ class _Groups:
         self.parent[c] = into
         self.members[into] += self.members.pop(c)
         self.reduces[into] = self.reduces[into] or self.reduces.pop(c)
+        self.alone[into] = self.alone[into] and self.alone.pop(c)
         self.full.pop(c)
 
     def upstream(self, a: torch.fx.Node) -> set[int]:
@@ -253,9 +282,13 @@ class _Groups:
 
 def _fits(spec: _Spec, k: Key, full: Key, key_of: Callable) -> bool:
     """Whether a node of shape key ``k`` computes on a group of full shape ``full``."""
+    tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
+    if spec.needs == "parts":
+        return k == full and all(key_of(a) == full or _part(key_of(a), full) for a in tensors)
+    if spec.op.split(":")[0] in _ALONE and _part(k, full):
+        return key_of(tensors[0]) == k
     if k != full and k != _col(full):
         return False
-    tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
     if spec.needs == "full":
         return key_of(tensors[0]) == full and k == _col(full)
     if spec.needs == "same":
@@ -295,6 +328,8 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
             full = gs.full[c]
             if not gs.reduces[c] and full == _col(k) and full != k:
                 full = k  # a group of row statistics grows to the full shape
+            elif gs.alone[c] and spec.needs == "parts" and _part(full, k):
+                full = k  # and one of a cat's parts to the cat's
             if _fits(spec, k, full, key_of):
                 fitting.append((c, full))
         choice: list[tuple[int, Key]] = []
@@ -310,9 +345,9 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         gs.members[i] = [n]
         gs.full[i] = choice[0][1] if choice else start
         gs.reduces[i] = spec.needs == "full"
+        gs.alone[i] = spec.op.split(":")[0] in _ALONE
         gs.of[n] = i
         for c, _ in choice:
-            gs.parent[c] = i
             gs.merge(c, i)
     for a in nodes:  # groups reading one value (sin(x) and cos(x)) load it once
         roots = sorted({gs.find(gs.of[u]) for u in a.users if u in gs.of})
@@ -367,7 +402,6 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
     g.program = tuple(steps)
     g.outputs = tuple(used_outside)
     g.outs = tuple(at[m] for m in used_outside)
-    g.out_col = tuple(_key(m.meta["val"]) != full for m in used_outside)
     g.inputs = tuple(inputs)
     if all(isinstance(s, int) for s in full):
         g.shape = tuple(full)
@@ -389,8 +423,8 @@ def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
     pad = (1,) * (len(full) - t.dim()) + tuple(t.shape)
     if pad == full:
         return _rows(t)
-    if pad[:-1] == full[:-1] and pad[-1] == 1:
-        return t.contiguous().reshape(n, 1)
+    if pad[:-1] == full[:-1]:  # one value per row, or a part of a cat
+        return t.contiguous().reshape(n, pad[-1])
     if all(s == 1 for s in pad[:-1]) and pad[-1] in (d, 1):
         return t.contiguous().reshape(1, pad[-1])
     return _rows(t.expand(full))
@@ -407,5 +441,4 @@ def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tens
     ins = [_operand(v, full, n, d) for v in values]
     res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
     res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
-    col = full[:-1] + (1,)
-    return [r.reshape(col if c else full) for r, c in zip(res, g.out_col)]
+    return [r.reshape(full[:-1] + (r.shape[1],)) for r in res]  # (full, a column or a part)

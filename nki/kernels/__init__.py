@@ -28,6 +28,7 @@ from .elementwise import (
     where_kernel,
 )
 from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
+from .fused import fused_elementwise_kernel
 from .index import (
     arange_kernel,
     cat_kernel,
@@ -37,7 +38,6 @@ from .index import (
     topk_kernel,
     tril_kernel,
 )
-from .fused import fused_elementwise_kernel
 from .loss import nll_loss_backward_kernel, nll_loss_kernel
 from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
 from .norm import (

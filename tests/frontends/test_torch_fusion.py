@@ -164,3 +164,24 @@ def test_fused_chains_follow_dynamic_shapes():
     (rep,) = tb.reports()[before:]
     assert "s" in rep.inputs  # a symbolic size: one graph for every row count
     assert rep.kernel_calls == {FUSED: 3}
+
+
+def _rope(q, cos, sin):
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)  # rotate_half
+    return q * cos + rotated * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_cat_of_the_last_dim_joins_the_chain_bitwise(dtype):
+    q = torch.randn(2, 5, 3, 16, dtype=dtype).transpose(1, 2)  # a strided view, as in models
+    cos, sin = torch.randn(1, 1, 5, 16, dtype=dtype), torch.randn(1, 1, 5, 16, dtype=dtype)
+    fused, (rep,) = _compiled(True, _rope, q, cos, sin)
+    plain, (ref,) = _compiled(False, _rope, q, cos, sin)
+    assert torch.equal(fused, plain)
+    assert fused.stride() == plain.stride()  # laid out as the eager op lays it out
+    torch.testing.assert_close(fused, _rope(q, cos, sin))
+    assert rep.kernel_calls == {FUSED: 1}  # neg, cat, mul, mul, add: one launch
+    assert rep.kernels_of("aten::cat") == {FUSED: 1} and ref.kernels_of("aten::cat") == {
+        "cat_kernel": 1
+    }
