@@ -6,8 +6,11 @@ and each graph is run node by node: an op whose registry entry accepts the call 
 checks shapes and dtypes) runs as an NKI kernel from :mod:`nki.kernels` (or a user kernel
 registered with :func:`register_kernel`, which overrides the built-in one); metadata-only ops
 (views, transposes as strides) stay torch views; everything else runs eagerly on the CPU.
-Each compiled graph keeps a :class:`GraphReport` (which ops ran as kernels, which fell back and
-why, counts, simulated time per kernel), printed when ``log_level="INFO"``.
+Chains of float element-wise ops run as one fused kernel launch each
+(:mod:`frontends.torch_fusion`; ``init_backend(fuse=False)`` turns it off); what each node is,
+the fused groups and the order of the steps are decided once per graph (:class:`_Plan`). Each
+compiled graph keeps a :class:`GraphReport` (which ops ran as kernels, which fell back and why,
+counts, simulated time per kernel), printed when ``log_level="INFO"``.
 
 Dynamic shapes: graphs compiled with symbolic sizes (``dynamic=True``, or after a recompile in
 the default mode) run with the sizes of each call; a kernel's result gets the dim order the
@@ -20,7 +23,6 @@ the kernel's name and source file; inside it, by shapes, dtypes and target)."""
 from __future__ import annotations
 
 import hashlib
-import heapq
 import inspect
 import logging
 import operator
@@ -421,7 +423,7 @@ class _Plan:
         groups = fusion.find_groups(nodes, specs)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
-        self.steps: list[Any] = _schedule(nodes, groups)
+        self.steps: list[Any] = fusion.schedule(nodes, groups) or list(nodes)
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, fusion.Group) else [st]:
@@ -487,41 +489,6 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def _schedule(nodes: list[torch.fx.Node], groups: list[fusion.Group]) -> list[Any]:
-    """The graph's nodes with each group as one step, in an order where every step comes after
-    the steps computing its inputs (graph order wherever it allows)."""
-    unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
-    for g in groups:
-        for m in g.members:
-            unit[m] = g
-    first: dict[int, int] = {}
-    for i, n in enumerate(nodes):
-        first.setdefault(id(unit[n]), i)
-    preds: dict[int, set[int]] = {}
-    succs: dict[int, list[Any]] = {}
-    units = {id(u): u for u in unit.values()}
-    for n in nodes:
-        u = unit[n]
-        for a in n.all_input_nodes:
-            p = unit[a]
-            if p is not u and id(p) not in preds.setdefault(id(u), set()):
-                preds[id(u)].add(id(p))
-                succs.setdefault(id(p), []).append(u)
-    ready = [(first[k], k) for k in units if not preds.get(k)]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(units[k])
-        for s in succs.get(k, []):
-            preds[id(s)].discard(k)
-            if not preds[id(s)]:
-                heapq.heappush(ready, (first[id(s)], id(s)))
-    if len(order) != len(units):
-        raise RuntimeError("nki backend: fused groups form a cycle in the graph")
-    return order
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ kernel does, so fusing never changes a result."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from nki.kernels._tiles import FREE_MAX
 from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
 from .torch_registry import Guard
 
-__all__ = ["Group", "find_groups", "run_group"]
+__all__ = ["Group", "find_groups", "run_group", "schedule"]
 
 FUSED_KERNEL = "fused_elementwise_kernel"
 
@@ -410,6 +411,40 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
         if g.shape_from < 0:
             return None
     return g
+
+
+def schedule(nodes: list[torch.fx.Node], groups: list[Group]) -> list[Any] | None:
+    """The graph's nodes with each group as one step, in an order where every step comes after
+    the steps computing its inputs (graph order wherever it allows); None if the groups made
+    that impossible (they are convex, so they never should)."""
+    unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
+    for g in groups:
+        for m in g.members:
+            unit[m] = g
+    first: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        first.setdefault(id(unit[n]), i)
+    preds: dict[int, set[int]] = {}
+    succs: dict[int, list[Any]] = {}
+    units = {id(u): u for u in unit.values()}
+    for n in nodes:
+        u = unit[n]
+        for a in n.all_input_nodes:
+            p = unit[a]
+            if p is not u and id(p) not in preds.setdefault(id(u), set()):
+                preds[id(u)].add(id(p))
+                succs.setdefault(id(p), []).append(u)
+    ready = [(first[k], k) for k in units if not preds.get(k)]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(units[k])
+        for s in succs.get(k, []):
+            preds[id(s)].discard(k)
+            if not preds[id(s)]:
+                heapq.heappush(ready, (first[id(s)], id(s)))
+    return order if len(order) == len(units) else None
 
 
 # --------------------------------------------------------------------------------------------
