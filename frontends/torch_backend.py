@@ -335,6 +335,14 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
+_GROUPS = (fusion.Group, fusion.SharedMatmul)
+
+
+def _alone(name: str) -> bool:
+    """An op that never runs inside a fused launch: kept on the CPU or with a user kernel."""
+    return name in OPTIONS.cpu_ops or user_entry(name) is not None
+
+
 def _copy_cat(n: torch.fx.Node, name: str) -> bool:
     """A ``cat`` whose other tensors are all legacy empty 1-D tensors (a KV cache's start):
     a copy of its one tensor, left to torch as a layout copy."""
@@ -416,17 +424,20 @@ class _Plan:
                 self.kind[n] = (_VIEW, name)
             else:
                 self.kind[n] = (_ATEN, name)
-                alone = _on_cpu(n) or name in OPTIONS.cpu_ops or user_entry(name) is not None
+                alone = _on_cpu(n) or _alone(name)
                 spec = fusion.fusable(n, name) if OPTIONS.fuse and not alone else None
                 if spec is not None:
                     specs[n] = spec
-        groups = fusion.find_groups(nodes, specs)
+        mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}
+        mms = {n for n in mms if OPTIONS.fuse and not _on_cpu(n) and not _alone("aten::mm")}
+        groups: list[Any] = fusion.find_groups(nodes, specs)
+        groups += fusion.find_shared_matmuls(nodes, mms)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
         self.steps: list[Any] = fusion.schedule(nodes, groups) or list(nodes)
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
-            for m in st.members if isinstance(st, fusion.Group) else [st]:
+            for m in st.members if isinstance(st, _GROUPS) else [st]:
                 for a in m.all_input_nodes:
                     last[a] = i
         outs = {a for n in nodes if n.op == "output" for a in n.all_input_nodes}
@@ -439,7 +450,7 @@ class _Plan:
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
         for i, st in enumerate(self.steps):
-            if isinstance(st, fusion.Group):
+            if isinstance(st, _GROUPS):
                 self._group(st, env, report)
             elif st.op == "placeholder":
                 env[st] = next(it)
@@ -464,13 +475,16 @@ class _Plan:
             return n.target(*args, **kwargs)
         return _run_node(n, name, args, kwargs, report)  # type: ignore[arg-type]
 
-    def _group(self, g: fusion.Group, env: dict, report: GraphReport) -> None:
-        if not any(user_entry(nm) or nm in OPTIONS.cpu_ops for nm in g.names):
+    def _group(self, g: Any, env: dict, report: GraphReport) -> None:
+        if not any(_alone(nm) for nm in g.names):
             run = _Run(report)
             t0 = time.perf_counter()
             try:
                 with torch.no_grad():
-                    res = fusion.run_group(run, g, [env[a] for a in g.inputs])
+                    if isinstance(g, fusion.Group):
+                        res = fusion.run_group(run, g, [env[a] for a in g.inputs])
+                    else:
+                        res = fusion.run_shared_matmul(run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:

@@ -27,7 +27,15 @@ from nki.kernels._tiles import FREE_MAX
 from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
 from .torch_registry import Guard
 
-__all__ = ["Group", "find_groups", "run_group", "schedule"]
+__all__ = [
+    "Group",
+    "SharedMatmul",
+    "find_groups",
+    "find_shared_matmuls",
+    "run_group",
+    "run_shared_matmul",
+    "schedule",
+]
 
 FUSED_KERNEL = "fused_elementwise_kernel"
 
@@ -413,7 +421,7 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
     return g
 
 
-def schedule(nodes: list[torch.fx.Node], groups: list[Group]) -> list[Any] | None:
+def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     """The graph's nodes with each group as one step, in an order where every step comes after
     the steps computing its inputs (graph order wherever it allows); None if the groups made
     that impossible (they are convex, so they never should)."""
@@ -445,6 +453,76 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Group]) -> list[Any] | Non
             if not preds[id(s)]:
                 heapq.heappush(ready, (first[id(s)], id(s)))
     return order if len(order) == len(units) else None
+
+
+@dataclass
+class SharedMatmul:
+    """``aten::mm`` nodes with one left operand (``lhs``) and independent right operands, run
+    as one launch of ``matmul_shared_kernel``."""
+
+    members: list[torch.fx.Node]
+    lhs: torch.fx.Node
+    names: tuple = ()
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(self.members)
+
+
+def find_shared_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[SharedMatmul]:
+    """Groups of two or more of the ``aten::mm`` nodes ``mms`` reading one left operand (one
+    node, or views of one node to one shape) where no right operand depends on another
+    product of the group."""
+    by_lhs: dict[Any, list[torch.fx.Node]] = {}
+    for m in nodes:
+        if m in mms:
+            by_lhs.setdefault(_same_value(m.args[0]), []).append(m)
+    out = []
+    for sib in by_lhs.values():
+        keep = [m for m in sib if not (_ancestors(m.args[1]) & set(sib))]
+        if len(keep) >= 2:
+            out.append(SharedMatmul(keep, keep[0].args[0]))
+    return out
+
+
+_VIEWS = ("aten::view", "aten::_unsafe_view", "aten::reshape")
+
+
+def _same_value(a: Any) -> Any:
+    """A key equal for nodes that hold the same value: a view of a node to a static shape is
+    keyed by the node and the shape."""
+    name = getattr(getattr(a, "target", None), "_schema", None)
+    if name is not None and name.name in _VIEWS and len(a.args) == 2:
+        shape = a.args[1]
+        if isinstance(shape, (list, tuple)) and all(type(s) is int for s in shape):
+            return ("view", a.args[0], tuple(shape))
+    return a
+
+
+def _ancestors(n: Any) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    todo = [n] if isinstance(n, torch.fx.Node) else []
+    while todo:
+        x = todo.pop()
+        for a in x.all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return seen
+
+
+def run_shared_matmul(run: Any, g: SharedMatmul, env: dict) -> list[torch.Tensor]:
+    """The products of one launch; :class:`Guard` when the kernel does not apply (the mms then
+    run one by one)."""
+    a = env[g.lhs]
+    bs = [env[m.args[1]] for m in g.members]
+    ts = [a, *bs]
+    if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in ts):
+        raise Guard("not 2-D float tensors")
+    if len({t.dtype for t in ts}) > 1:
+        raise Guard("mixed dtypes")
+    res = run(K.matmul_shared_kernel, a.contiguous(), [b.contiguous() for b in bs])
+    return list(res)
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,13 @@ from .index import (
     tril_kernel,
 )
 from .loss import nll_loss_backward_kernel, nll_loss_kernel
-from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
+from .matmul import (
+    addmm_kernel,
+    bmm_kernel,
+    matmul_kernel,
+    matmul_shared_kernel,
+    sum_rows_kernel,
+)
 from .norm import (
     layer_norm_backward_kernel,
     layer_norm_kernel,
@@ -111,6 +117,7 @@ __all__ = [
     "addmm_kernel",
     "bmm_kernel",
     "matmul_kernel",
+    "matmul_shared_kernel",
     "sum_rows_kernel",
     "where_kernel",
 ]

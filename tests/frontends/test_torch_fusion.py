@@ -185,3 +185,20 @@ def test_a_cat_of_the_last_dim_joins_the_chain_bitwise(dtype):
     assert rep.kernels_of("aten::cat") == {FUSED: 1} and ref.kernels_of("aten::cat") == {
         "cat_kernel": 1
     }
+
+
+def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
+    def qkv(x, wq, wk, wv, wo):
+        h = x.reshape(-1, x.shape[-1])
+        q, k, v = h @ wq.t(), h @ wk.t(), h @ wv.t()
+        return (q * k + v) @ wo.t()  # wo reads the chain's result: a separate launch
+
+    x = torch.randn(2, 9, 32)
+    ws = [torch.randn(24, 32), torch.randn(24, 32), torch.randn(24, 32), torch.randn(8, 24)]
+    fused, (rep,) = _compiled(True, qkv, x, *ws)
+    plain, (ref,) = _compiled(False, qkv, x, *ws)
+    assert torch.equal(fused, plain)
+    torch.testing.assert_close(fused, qkv(x, *ws), rtol=1e-4, atol=1e-4)
+    assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
+    assert rep.kernel_calls["matmul_shared_kernel"] == 1
+    assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
