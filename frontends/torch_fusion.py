@@ -25,6 +25,7 @@ import nki.kernels as K
 from nki.kernels._tiles import FREE_MAX
 
 from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
+from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
 from .torch_registry import Guard
 
 __all__ = [
@@ -165,7 +166,9 @@ def _cast(n: torch.fx.Node) -> _Spec | None:
     else:
         return None
     ok = dt is None or dt in FLOATS
-    return _Spec("cast", (x,)) if ok and _float_node(x) else None
+    v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    ints = isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64) and v.dim() > 0
+    return _Spec("cast", (x,)) if ok and (_float_node(x) or ints) else None  # ints as int32
 
 
 def _reduce(op: str) -> Callable:
@@ -551,7 +554,7 @@ def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tens
     n = math.prod(full[:-1])
     if d > FREE_MAX or n * d == 0:
         raise Guard(f"shape {full}")
-    ins = [_operand(v, full, n, d) for v in values]
+    ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
     res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
     res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
     return [r.reshape(full[:-1] + (r.shape[1],)) for r in res]  # (full, a column or a part)

@@ -202,3 +202,18 @@ def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
     assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
     assert rep.kernel_calls["matmul_shared_kernel"] == 1
     assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+def test_an_integer_to_float_conversion_starts_a_chain():
+    def f(pos, inv_freq):
+        return pos.to(torch.float32) * inv_freq + 0.5
+
+    pos, inv = torch.arange(32).reshape(1, 32, 1), torch.rand(16)
+    fused, (rep,) = _compiled(True, f, pos, inv)
+    plain, _ = _compiled(False, f, pos, inv)
+    assert torch.equal(fused, plain)
+    assert rep.kernel_calls == {FUSED: 1}
+    far = pos + 2**40  # int64 values NKI cannot hold: every op falls back, results stay right
+    got, (rep,) = _compiled(True, f, far, inv)
+    torch.testing.assert_close(got, f(far, inv))
+    assert FUSED not in rep.kernel_calls
