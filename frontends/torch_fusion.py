@@ -184,6 +184,12 @@ def _reduce(op: str) -> Callable:
     return rule
 
 
+def _int_width(a: torch.fx.Node) -> bool:
+    """A cat operand with a static, non-zero last dim (legacy empty 1-D tensors stay out)."""
+    w = _key(a.meta["val"])[-1]
+    return isinstance(w, int) and w > 0
+
+
 def _cat(n: torch.fx.Node) -> _Spec | None:
     """torch.cat along the last dim of float tensors of the result's dtype (a copy)."""
     if not n.args or not isinstance(n.args[0], (list, tuple)) or len(n.args[0]) < 2:
@@ -194,7 +200,7 @@ def _cat(n: torch.fx.Node) -> _Spec | None:
     if not all(_float_node(a) for a in parts) or not isinstance(dim, int) or dim % nd != nd - 1:
         return None
     dts = {a.meta["val"].dtype for a in parts} | {n.meta["val"].dtype}
-    if len(dts) > 1 or not all(isinstance(_key(a.meta["val"])[-1], int) for a in parts):
+    if len(dts) > 1 or not all(_int_width(a) for a in parts):
         return None
     return _Spec("cat", tuple(parts), needs="parts")
 
