@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import frontends.torch  # noqa: E402,F401  (registers the "nki" backend)
+from frontends.torch_backend import reports  # noqa: E402
 from frontends.torch_tensors import launch as torch_launch  # noqa: E402
 from nki.jit import Launch  # noqa: E402
 from nki.kernels import BINARY_KERNELS, matmul_kernel  # noqa: E402
@@ -83,6 +84,8 @@ def llama_rows(repeat: int) -> list[dict]:
         eager(x)
         rows.append(_row("forward", _median(lambda: compiled(x), repeat),
                          _median(lambda: eager(x), repeat)))  # fmt: skip
+    rep = reports()[-1]  # the forward graph: kernel launches per call
+    rows[-1]["launches"] = sum(rep.kernel_calls.values()) / rep.runs
     rows.append({"workload": "first call", "nki_s": first[0], "nki_cpu_s": first[1],
                  "target": TARGETS["first call"]})  # fmt: skip
     # greedy generate(): the forward compiled (prefill and decode shapes), then timed warm
@@ -167,9 +170,10 @@ def report(repeat: int) -> list[dict]:
                 f"{'':>9s} {'':>7s} {'':>7s} {'<' + format(r['target'], 'g') + ' s':>8s}"
             )
             continue
+        launches = f"  ({r['launches']:.0f} kernel launches)" if "launches" in r else ""
         print(f"{r['workload']:22s} {r['nki_s'] * 1e3:8.1f}ms {r['nki_cpu_s'] * 1e3:8.1f}ms "
               f"{r['eager_s'] * 1e3:7.2f}ms {r['ratio']:6.1f}x {r['ratio_cpu']:6.1f}x "
-              f"{'<' + format(r['target'], 'g') + 'x':>8s}")  # fmt: skip
+              f"{'<' + format(r['target'], 'g') + 'x':>8s}{launches}")  # fmt: skip
     return [*({"overhead": o} for o in over), *rows]
 
 

@@ -6,8 +6,11 @@ and each graph is run node by node: an op whose registry entry accepts the call 
 checks shapes and dtypes) runs as an NKI kernel from :mod:`nki.kernels` (or a user kernel
 registered with :func:`register_kernel`, which overrides the built-in one); metadata-only ops
 (views, transposes as strides) stay torch views; everything else runs eagerly on the CPU.
-Each compiled graph keeps a :class:`GraphReport` (which ops ran as kernels, which fell back and
-why, counts, simulated time per kernel), printed when ``log_level="INFO"``.
+Chains of float element-wise ops run as one fused kernel launch each
+(:mod:`frontends.torch_fusion`; ``init_backend(fuse=False)`` turns it off); what each node is,
+the fused groups and the order of the steps are decided once per graph (:class:`_Plan`). Each
+compiled graph keeps a :class:`GraphReport` (which ops ran as kernels, which fell back and why,
+counts, simulated time per kernel), printed when ``log_level="INFO"``.
 
 Dynamic shapes: graphs compiled with symbolic sizes (``dynamic=True``, or after a recompile in
 the default mode) run with the sizes of each call; a kernel's result gets the dim order the
@@ -47,6 +50,7 @@ from . import (  # noqa: F401  (their @builtin adapters fill the registry)
     torch_ops_index,
     torch_ops_nn,
 )
+from . import torch_fusion as fusion
 from .common import placeholder
 from .torch_registry import (
     NKI_CUSTOM_OPS,
@@ -88,6 +92,7 @@ class _Options:
     rank: int | None = None
     world_size: int | None = None
     cpu_ops: frozenset[str] = frozenset()
+    fuse: bool = True
 
 
 OPTIONS = _Options()
@@ -101,6 +106,7 @@ def init_backend(
     rank: int | None = None,
     world_size: int | None = None,
     cpu_ops: tuple[str, ...] = (),
+    fuse: bool = True,
 ) -> None:
     """Options of the ``"nki"`` torch.compile backend (process-wide).
 
@@ -111,7 +117,9 @@ def init_backend(
     simulator's, ``NKI_SIM_CHECKS``). ``rank`` / ``world_size``: this process's place in a
     tensor-parallel group (default: the initialised ``torch.distributed`` process group's, else
     a single process); collectives in compiled graphs exchange data through that group.
-    ``cpu_ops``: ATen ops (``"aten::cat"``) always left to the CPU."""
+    ``cpu_ops``: ATen ops (``"aten::cat"``) always left to the CPU. ``fuse``: run chains of
+    element-wise ops as one fused kernel launch each (default on; graphs compiled after the
+    call follow it)."""
     if cache_dir is not None:
         os.makedirs(cache_dir, exist_ok=True)
     if (rank is None) != (world_size is None) or (
@@ -123,6 +131,7 @@ def init_backend(
     OPTIONS.checks = checks
     OPTIONS.rank, OPTIONS.world_size = rank, world_size
     OPTIONS.cpu_ops = frozenset(_full_name(o) for o in cpu_ops)
+    OPTIONS.fuse = bool(fuse)
     level = logging.getLevelName(log_level) if isinstance(log_level, str) else log_level
     if not isinstance(level, int):
         raise ValueError(f"init_backend: unknown log_level {log_level!r}")
@@ -326,61 +335,174 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-class _Interpreter(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, report: GraphReport) -> None:
-        super().__init__(gm)
-        self.report = report
+_GROUPS = (fusion.Group, fusion.SharedMatmul)
 
-    def run_node(self, n: torch.fx.Node) -> Any:
-        if n.op != "call_function" or n.target is operator.getitem:
-            return super().run_node(n)
-        name = _schema_name(n.target)
-        args, kwargs = self.fetch_args_kwargs_from_env(n)
-        if name is None:
-            return n.target(*args, **kwargs)
-        if name in VIEW_OPS or _empty(n.meta.get("val")):
-            self.report.record(name, "view")
-            return n.target(*args, **kwargs)
-        if name in OPTIONS.cpu_ops or _on_cpu(n):
-            self.report.record(name, "cpu", reason="kept on the CPU")
-            return n.target(*args, **kwargs)
-        if name in NKI_CUSTOM_OPS:  # a frontends.torch custom op: its impl runs the NKI kernel
-            t0 = time.perf_counter()
-            res = n.target(*args, **kwargs)
-            self.report.record(name, "nki", [name], s=time.perf_counter() - t0)
-            return res
-        notes: list[str] = []
-        t0 = time.perf_counter()
-        user = user_entry(name)
-        if user is not None:
-            run = _Run(self.report)
-            try:
-                with torch.no_grad():
-                    res = user.adapter(run, *args, **kwargs)
-            except Guard as g:
-                notes.append(f"user kernel {user.kernels[0]} refused: {g}")
-            except Exception as e:  # noqa: BLE001 (a failing user kernel falls back, recorded)
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                notes.append(f"user kernel {user.kernels[0]} failed: {type(e).__name__}: {first}")
-            else:
-                self.report.record(name, "nki", run.used, s=time.perf_counter() - t0)
-                return _conform(res, n.meta.get("val"))
-        entry = builtin_entry(name)
-        if entry is None:
-            notes.append("no kernel")
-        else:
-            run = _Run(self.report)
-            try:
-                with torch.no_grad():
-                    res = entry.adapter(run, *args, **kwargs)
-            except Guard as g:
-                notes.append(f"guard failed: {g}")
-            else:
-                reason = "; ".join(notes)
-                self.report.record(name, "nki", run.used, reason, s=time.perf_counter() - t0)
-                return _conform(res, n.meta.get("val"))
-        self.report.record(name, "cpu", reason="; ".join(notes))
+
+def _alone(name: str) -> bool:
+    """An op that never runs inside a fused launch: kept on the CPU or with a user kernel."""
+    return name in OPTIONS.cpu_ops or user_entry(name) is not None
+
+
+def _copy_cat(n: torch.fx.Node, name: str) -> bool:
+    """A ``cat`` whose other tensors are all legacy empty 1-D tensors (a KV cache's start):
+    a copy of its one tensor, left to torch as a layout copy."""
+    if name != "aten::cat" or not n.args or not isinstance(n.args[0], (list, tuple)):
+        return False
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[0]]
+    if not all(isinstance(v, torch.Tensor) for v in vals):
+        return False
+    return sum(not (v.dim() == 1 and _hint(v.shape[0]) == 0) for v in vals) == 1
+
+
+def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: GraphReport) -> Any:
+    """One ATen node of a graph: as an NKI kernel where a registry entry accepts it, else on
+    the CPU, recorded in ``report``."""
+    if name in OPTIONS.cpu_ops or _on_cpu(n):
+        report.record(name, "cpu", reason="kept on the CPU")
         return n.target(*args, **kwargs)
+    if name in NKI_CUSTOM_OPS:  # a frontends.torch custom op: its impl runs the NKI kernel
+        t0 = time.perf_counter()
+        res = n.target(*args, **kwargs)
+        report.record(name, "nki", [name], s=time.perf_counter() - t0)
+        return res
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    user = user_entry(name)
+    if user is not None:
+        run = _Run(report)
+        try:
+            with torch.no_grad():
+                res = user.adapter(run, *args, **kwargs)
+        except Guard as g:
+            notes.append(f"user kernel {user.kernels[0]} refused: {g}")
+        except Exception as e:  # noqa: BLE001 (a failing user kernel falls back, recorded)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            notes.append(f"user kernel {user.kernels[0]} failed: {type(e).__name__}: {first}")
+        else:
+            report.record(name, "nki", run.used, s=time.perf_counter() - t0)
+            return _conform(res, n.meta.get("val"))
+    entry = builtin_entry(name)
+    if entry is None:
+        notes.append("no kernel")
+    else:
+        run = _Run(report)
+        try:
+            with torch.no_grad():
+                res = entry.adapter(run, *args, **kwargs)
+        except Guard as g:
+            notes.append(f"guard failed: {g}")
+        else:
+            reason = "; ".join(notes)
+            report.record(name, "nki", run.used, reason, s=time.perf_counter() - t0)
+            return _conform(res, n.meta.get("val"))
+    report.record(name, "cpu", reason="; ".join(notes))
+    return n.target(*args, **kwargs)
+
+
+# what the runner does with a call_function node, decided once per graph
+_PLAIN, _VIEW, _ATEN = 0, 1, 2
+
+
+class _Plan:
+    """A compiled graph as a list of steps, decided once: each node's kind (plain Python call,
+    view, ATen op) and its op name, the fused groups (:mod:`frontends.torch_fusion`) in an
+    order where every step's inputs are computed before it, and after which step each value is
+    last used (freed then)."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm = gm
+        nodes = list(gm.graph.nodes)
+        self.kind: dict[torch.fx.Node, tuple[int, str | None]] = {}
+        specs = {}
+        for n in nodes:
+            if n.op != "call_function":
+                continue
+            name = None if n.target is operator.getitem else _schema_name(n.target)
+            if name is None:
+                self.kind[n] = (_PLAIN, None)
+            elif name in VIEW_OPS or _empty(n.meta.get("val")) or _copy_cat(n, name):
+                self.kind[n] = (_VIEW, name)
+            else:
+                self.kind[n] = (_ATEN, name)
+                alone = _on_cpu(n) or _alone(name)
+                spec = fusion.fusable(n, name) if OPTIONS.fuse and not alone else None
+                if spec is not None:
+                    specs[n] = spec
+        mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}
+        mms = {n for n in mms if OPTIONS.fuse and not _on_cpu(n) and not _alone("aten::mm")}
+        groups: list[Any] = fusion.find_groups(nodes, specs)
+        groups += fusion.find_shared_matmuls(nodes, mms)
+        for g in groups:
+            g.names = tuple(str(self.kind[m][1]) for m in g.members)
+        self.steps: list[Any] = fusion.schedule(nodes, groups) or list(nodes)
+        last: dict[torch.fx.Node, int] = {}
+        for i, st in enumerate(self.steps):
+            for m in st.members if isinstance(st, _GROUPS) else [st]:
+                for a in m.all_input_nodes:
+                    last[a] = i
+        outs = {a for n in nodes if n.op == "output" for a in n.all_input_nodes}
+        self.free: list[list[torch.fx.Node]] = [[] for _ in self.steps]
+        for a, i in last.items():
+            if a not in outs:
+                self.free[i].append(a)
+
+    def run(self, args: tuple, report: GraphReport) -> Any:
+        env: dict[torch.fx.Node, Any] = {}
+        it = iter(args)
+        for i, st in enumerate(self.steps):
+            if isinstance(st, _GROUPS):
+                self._group(st, env, report)
+            elif st.op == "placeholder":
+                env[st] = next(it)
+            elif st.op == "get_attr":
+                env[st] = _fetch_attr(self.gm, st.target)
+            elif st.op == "output":
+                return torch.fx.node.map_arg(st.args[0], env.__getitem__)
+            else:
+                env[st] = self._node(st, env, report)
+            for a in self.free[i]:
+                env.pop(a, None)  # (a value inside a fused group was never stored)
+        return None
+
+    def _node(self, n: torch.fx.Node, env: dict, report: GraphReport) -> Any:
+        args = torch.fx.node.map_arg(n.args, env.__getitem__)
+        kwargs = torch.fx.node.map_arg(n.kwargs, env.__getitem__)
+        kind, name = self.kind[n]
+        if kind == _PLAIN:
+            return n.target(*args, **kwargs)
+        if kind == _VIEW:
+            report.record(name, "view")
+            return n.target(*args, **kwargs)
+        return _run_node(n, name, args, kwargs, report)  # type: ignore[arg-type]
+
+    def _group(self, g: Any, env: dict, report: GraphReport) -> None:
+        if not any(_alone(nm) for nm in g.names):
+            run = _Run(report)
+            t0 = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    if isinstance(g, fusion.Group):
+                        res = fusion.run_group(run, g, [env[a] for a in g.inputs])
+                    else:
+                        res = fusion.run_shared_matmul(run, g, env)
+            except Guard:
+                pass  # the nodes run one by one, each under its own guard
+            else:
+                share = (time.perf_counter() - t0) / len(g.members)
+                for m, r in zip(g.outputs, res):
+                    env[m] = _conform(r, m.meta.get("val"))
+                for nm in g.names:
+                    report.record(nm, "nki", run.used, s=share)
+                return
+        for m in g.members:
+            env[m] = self._node(m, env, report)
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,8 +553,12 @@ def _compiler(kind: str) -> Callable:
         report = GraphReport(f"{kind} graph {count}", _describe(example_inputs), rank)
         REPORTS.append(report)
 
+        plan: list[_Plan] = []
+
         def run(*args: Any) -> Any:
-            out = _Interpreter(gm, report).run(*args)
+            if not plan:
+                plan.append(_Plan(gm))
+            out = plan[0].run(args, report)
             report.runs += 1
             if report.runs == 1:
                 log.info("%s", report)

@@ -421,23 +421,39 @@ def _batch_norm(
 
 @builtin(
     "aten::_native_batch_norm_legit_no_training",
-    ("add_scalar_kernel", "rsqrt_kernel", "mul_kernel", "sub_kernel", "add_kernel"),
+    ("fused_elementwise_kernel",),
     f"{_FLOAT_DOC}; (N, C, ...) with affine weight and bias, eval mode",
 )
 def _batch_norm_eval(
     run: Any, x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float
 ) -> Any:
     x3 = _bn_input(x, w, b, rm, rv)
+    if any(p.dtype not in FLOATS for p in (w, b, rm, rv)):
+        raise Guard("parameters of a dtype the kernels do not take")
     n, c, _ = x3.shape
-    rstd = run(K.UNARY_KERNELS["rsqrt"], run(K.SCALAR_KERNELS["add"], _row(rv), s=float(eps)))
-    scale = run(K.BINARY_KERNELS["mul"], _row(w), rstd)
-    shift = run(K.BINARY_KERNELS["sub"], _row(b), run(K.BINARY_KERNELS["mul"], _row(rm), scale))
+    # per channel: scale = w * rsqrt(var + eps), shift = b - mean * scale; each step rounds
+    # to its first operand's dtype, as the separate kernels would
+    rv_t, w_t, b_t, rm_t = (_DTYPE_NAMES[p.dtype] for p in (rv, w, b, rm))
+    stats = (
+        ("binary:add", (("in", 0), ("s", float(eps))), rv_t),
+        ("unary:rsqrt", (("v", 0),), rv_t),
+        ("binary:mul", (("in", 1), ("v", 1)), w_t),
+        ("binary:mul", (("in", 3), ("v", 2)), rm_t),
+        ("binary:sub", (("in", 2), ("v", 3)), b_t),
+    )
+    fused = K.fused_elementwise_kernel
+    scale, shift = run(fused, [_row(p) for p in (rv, w, b, rm)], program=stats, outs=(2, 4))
 
     def per_row(v: torch.Tensor) -> torch.Tensor:  # (1, C) -> one value per (sample, channel)
         return v.expand(n, c).reshape(n * c, 1).contiguous()
 
-    y = run(K.BINARY_KERNELS["mul"], x3.contiguous().reshape(n * c, -1), per_row(scale))
-    y = run(K.BINARY_KERNELS["add"], y, per_row(shift))
+    x_t = _DTYPE_NAMES[x.dtype]
+    affine = (
+        ("binary:mul", (("in", 0), ("in", 1)), x_t),
+        ("binary:add", (("v", 0), ("in", 2)), x_t),
+    )
+    ins = [x3.contiguous().reshape(n * c, -1), per_row(scale), per_row(shift)]
+    y = run(fused, ins, program=affine, outs=(1,))
     empty = x.new_empty(0)
     return y.reshape(x.shape), empty, empty
 

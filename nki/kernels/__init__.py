@@ -28,6 +28,7 @@ from .elementwise import (
     where_kernel,
 )
 from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
+from .fused import fused_elementwise_kernel
 from .index import (
     arange_kernel,
     cat_kernel,
@@ -38,7 +39,13 @@ from .index import (
     tril_kernel,
 )
 from .loss import nll_loss_backward_kernel, nll_loss_kernel
-from .matmul import addmm_kernel, bmm_kernel, matmul_kernel, sum_rows_kernel
+from .matmul import (
+    addmm_kernel,
+    bmm_kernel,
+    matmul_kernel,
+    matmul_shared_kernel,
+    sum_rows_kernel,
+)
 from .norm import (
     layer_norm_backward_kernel,
     layer_norm_kernel,
@@ -78,6 +85,7 @@ __all__ = [
     "embedding_kernel",
     "fill_kernel",
     "flat_index_kernel",
+    "fused_elementwise_kernel",
     "layer_norm_backward_kernel",
     "layer_norm_kernel",
     "log_softmax_backward_kernel",
@@ -109,6 +117,7 @@ __all__ = [
     "addmm_kernel",
     "bmm_kernel",
     "matmul_kernel",
+    "matmul_shared_kernel",
     "sum_rows_kernel",
     "where_kernel",
 ]

@@ -57,12 +57,8 @@ def _out_tile(m: int, k: int, n: int, mi: Any, ni: Any) -> tuple[Any, Any, Any]:
     return rows, cols, (rows < m) & (cols < n)
 
 
-@nki.jit
-def matmul_kernel(a, b):
-    """c[M, N] = a[M, K] @ b[K, N].
-
-    Shapes: any M, K, N >= 1 (ragged tiles are masked). Dtypes: a and b both float32, bfloat16
-    or float16; fp32 accumulation in PSUM; c has a's dtype (rounded once)."""
+def _matmul(a: Any, b: Any) -> Any:
+    """a @ b into a new HBM tensor of a's dtype, tile by tile."""
     m, k = a.shape
     n = b.shape[1]
     tm, _, tn = _tiles(m, k, n)
@@ -73,6 +69,26 @@ def matmul_kernel(a, b):
             rows, cols, ok = _out_tile(m, k, n, mi, ni)
             nl.store(out[rows, cols], nl.copy(acc, dtype=a.dtype), mask=ok)
     return out
+
+
+@nki.jit
+def matmul_kernel(a, b):
+    """c[M, N] = a[M, K] @ b[K, N].
+
+    Shapes: any M, K, N >= 1 (ragged tiles are masked). Dtypes: a and b both float32, bfloat16
+    or float16; fp32 accumulation in PSUM; c has a's dtype (rounded once)."""
+    return _matmul(a, b)
+
+
+@nki.jit
+def matmul_shared_kernel(a, bs):
+    """(a @ b for b in bs): the products of one a[M, K] with several b[K, Ni] in one launch
+    (the query, key and value projections of one input), each computed as ``matmul_kernel``
+    computes it.
+
+    Shapes: any M, K, Ni >= 1. Dtypes: a and every b float32, bfloat16 or float16, all the
+    same; fp32 accumulation in PSUM; results in a's dtype (rounded once)."""
+    return tuple(_matmul(a, b) for b in bs)
 
 
 @nki.jit

@@ -1,0 +1,566 @@
+"""Fusing chains of element-wise ATen ops of a compiled graph into one NKI kernel launch
+(:func:`nki.kernels.fused_elementwise_kernel`) for the ``"nki"`` torch.compile backend.
+
+Once per compiled graph, :func:`find_groups` groups the float element-wise nodes (unary math
+and activations, add / sub / mul / div / maximum / minimum / pow with tensors or Python scalars,
+activation backward ops, float dtype conversions, and means / sums over the last dim with
+``keepdim``) that compute on one shape (or its row statistics) into groups that can run as one
+step of the graph. Each group becomes a static program of the fused kernel; the graph runner
+launches it once per call (:func:`run_group`), and when the fused kernel's guard refuses a call
+the group's nodes run one by one as before. Each step computes and rounds as its separate
+kernel does, so fusing never changes a result."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+import nki.kernels as K
+from nki.kernels._tiles import FREE_MAX
+
+from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
+from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
+from .torch_registry import Guard
+
+__all__ = [
+    "Group",
+    "SharedMatmul",
+    "find_groups",
+    "find_shared_matmuls",
+    "run_group",
+    "run_shared_matmul",
+    "schedule",
+]
+
+FUSED_KERNEL = "fused_elementwise_kernel"
+
+Key = tuple  # a shape with symbolic sizes as their expressions
+_ALONE = ("unary", "cast")  # steps of one operand: they may run on a part of a cat's columns
+
+
+def _key(t: Any) -> Key | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    return tuple(s.node.expr if isinstance(s, torch.SymInt) else int(s) for s in t.shape)
+
+
+def _col(k: Key) -> Key:
+    return k[:-1] + (1,)
+
+
+def _part(k: Key, full: Key) -> bool:
+    """``k`` is some of the columns of ``full`` (one row per row; a cat joins such parts)."""
+    return (
+        len(k) == len(full)
+        and k[:-1] == full[:-1]
+        and isinstance(k[-1], int)
+        and k[-1] not in (1, full[-1])
+    )
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """One node as a fused step: op (``"binary:mul"``), its arguments (graph nodes or
+    ``("s", x)`` scalars), the shape keys its tensor arguments must have relative to the group
+    (``"full"`` for reductions, ``"same"`` for the two operands of a backward op)."""
+
+    op: str
+    args: tuple
+    needs: str = ""
+
+
+_UNARY = "neg abs reciprocal sqrt rsqrt exp log tanh sigmoid relu silu sin cos erf".split()
+_BINARY = {
+    "add": True,
+    "sub": False,
+    "mul": True,
+    "div": False,
+    "maximum": True,
+    "minimum": False,
+    "pow": False,
+}  # op -> commutative (the adapters put the full-shaped operand first)
+_GRAD = {"silu_backward", "sigmoid_backward", "tanh_backward"}
+
+
+def _float_node(a: Any) -> bool:
+    v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+    return isinstance(v, torch.Tensor) and v.dtype in FLOATS and v.dim() > 0
+
+
+def _scalar(a: Any) -> bool:
+    return type(a) in (int, float)
+
+
+def _unary(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 1 or n.kwargs or not _float_node(n.args[0]):
+            return None
+        return _Spec(f"unary:{op}", (n.args[0],))
+
+    return rule
+
+
+def _gelu(n: torch.fx.Node) -> _Spec | None:
+    op = {"none": "gelu", "tanh": "gelu_tanh"}.get(n.kwargs.get("approximate", "none"))
+    if len(n.args) != 1 or set(n.kwargs) - {"approximate"} or op is None:
+        return None
+    return _Spec(f"unary:{op}", (n.args[0],)) if _float_node(n.args[0]) else None
+
+
+def _binary(op: str, commutative: bool) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or n.kwargs.get("rounding_mode"):
+            return None
+        x, y = n.args
+        if _scalar(x) and _float_node(y):
+            return _Spec(f"binary:{op}", (("s", float(x)), y))
+        if _float_node(x) and _scalar(y):
+            return _Spec(f"binary:{op}", (x, ("s", float(y))))
+        if not (_float_node(x) and _float_node(y)):
+            return None
+        out = _key(n.meta["val"])
+        if commutative and _key(x.meta["val"]) != out and _key(y.meta["val"]) == out:
+            x, y = y, x
+        return _Spec(f"binary:{op}", (x, y))
+
+    return rule
+
+
+def _rsub(n: torch.fx.Node) -> _Spec | None:
+    if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or not _scalar(n.args[1]):
+        return None
+    return _Spec("binary:sub", (("s", float(n.args[1])), n.args[0]))
+
+
+def _grad(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        g, saved = n.args[:2]
+        if op == "threshold_backward" and n.args[2] != 0:
+            return None
+        if not (_float_node(g) and _float_node(saved)) or len(n.args) > 3:
+            return None
+        if g.meta["val"].dtype != saved.meta["val"].dtype:
+            return None
+        name = {"threshold_backward": "relu_backward"}.get(op, op)
+        if op == "gelu_backward":
+            a = n.kwargs.get("approximate", "none")
+            name = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}.get(a)
+            if name is None:
+                return None
+        return _Spec(f"grad:{name}", (g, saved), needs="same")
+
+    return rule
+
+
+def _cast(n: torch.fx.Node) -> _Spec | None:
+    if n.target is torch.ops.prims.convert_element_type.default:
+        x, dt = n.args
+    elif len(n.args) == 1 and set(n.kwargs) <= {"dtype"}:
+        x, dt = n.args[0], n.kwargs.get("dtype")
+    else:
+        return None
+    ok = dt is None or dt in FLOATS
+    v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    ints = isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64) and v.dim() > 0
+    return _Spec("cast", (x,)) if ok and (_float_node(x) or ints) else None  # ints as int32
+
+
+def _reduce(op: str) -> Callable:
+    def rule(n: torch.fx.Node) -> _Spec | None:
+        if len(n.args) != 3 or n.kwargs or not _float_node(n.args[0]) or n.args[2] is not True:
+            return None
+        x, dims, _ = n.args
+        nd = x.meta["val"].dim()
+        if [d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims])] != [nd - 1]:
+            return None
+        return _Spec(op, (x,), needs="full")
+
+    return rule
+
+
+def _int_width(a: torch.fx.Node) -> bool:
+    """A cat operand with a static, non-zero last dim (legacy empty 1-D tensors stay out)."""
+    w = _key(a.meta["val"])[-1]
+    return isinstance(w, int) and w > 0
+
+
+def _cat(n: torch.fx.Node) -> _Spec | None:
+    """torch.cat along the last dim of float tensors of the result's dtype (a copy)."""
+    if not n.args or not isinstance(n.args[0], (list, tuple)) or len(n.args[0]) < 2:
+        return None
+    parts = n.args[0]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    nd = n.meta["val"].dim()
+    if not all(_float_node(a) for a in parts) or not isinstance(dim, int) or dim % nd != nd - 1:
+        return None
+    dts = {a.meta["val"].dtype for a in parts} | {n.meta["val"].dtype}
+    if len(dts) > 1 or not all(_int_width(a) for a in parts):
+        return None
+    return _Spec("cat", tuple(parts), needs="parts")
+
+
+RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
+    **{f"aten::{op}": _unary(op) for op in _UNARY},
+    "aten::gelu": _gelu,
+    **{f"aten::{op}": _binary(op, c) for op, c in _BINARY.items()},
+    "aten::rsub": _rsub,
+    **{f"aten::{op}": _grad(op) for op in _GRAD | {"gelu_backward", "threshold_backward"}},
+    "aten::_to_copy": _cast,
+    "prims::convert_element_type": _cast,
+    "aten::mean": _reduce("mean"),
+    "aten::sum": _reduce("sum"),
+    "aten::cat": _cat,
+}
+
+
+def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
+    """The node as a fused step, or None when it is not a float element-wise op the fused
+    kernel computes exactly as its own kernel does."""
+    rule = RULES.get(name or "")
+    val = n.meta.get("val")
+    if rule is None or not isinstance(val, torch.Tensor) or val.dtype not in FLOATS:
+        return None
+    if val.dim() == 0 or any(isinstance(a, torch.SymInt) for a in n.args):
+        return None
+    return rule(n)
+
+
+# --------------------------------------------------------------------------------------------
+# Grouping (once per compiled graph)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """Nodes run as one fused launch: ``members`` (graph order), the fused kernel's
+    ``program`` and ``outs`` (the members stored: ``outputs``), the group's external tensor
+    ``inputs`` (graph nodes), and the full shape (``shape``: ints, or None when it is taken at
+    run time from input ``shape_from``); a stored value has the full shape's columns, one (a row
+    statistic) or a part of them (a cat's operand)."""
+
+    members: list[torch.fx.Node]
+    full: Key
+    program: tuple = ()
+    outs: tuple = ()
+    outputs: tuple = ()  # the member nodes stored, in the order of outs
+    inputs: tuple = ()
+    names: tuple = ()  # the members' ATen op names
+    shape: tuple | None = None
+    shape_from: int = -1
+
+
+class _Groups:
+    """Union-find of groups, with what each node depends on (to keep every group a convex part
+    of the graph: no path leaves a group and comes back into it)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.members: dict[int, list[torch.fx.Node]] = {}
+        self.full: dict[int, Key] = {}
+        self.reduces: dict[int, bool] = {}
+        self.alone: dict[int, bool] = {}  # every member a one-operand step
+        self.of: dict[torch.fx.Node, int] = {}
+        self.deps: dict[torch.fx.Node, set[int]] = {}
+
+    def find(self, g: int) -> int:
+        while self.parent[g] != g:
+            self.parent[g] = self.parent[self.parent[g]]
+            g = self.parent[g]
+        return g
+
+    def group(self, a: Any) -> int | None:
+        return self.find(self.of[a]) if a in self.of else None
+
+    def merge(self, c: int, into: int) -> None:
+        self.parent[c] = into
+        self.members[into] += self.members.pop(c)
+        self.reduces[into] = self.reduces[into] or self.reduces.pop(c)
+        self.alone[into] = self.alone[into] and self.alone.pop(c)
+        self.full.pop(c)
+
+    def upstream(self, a: torch.fx.Node) -> set[int]:
+        """The groups ``a`` depends on (its own excluded)."""
+        return {self.find(g) for g in self.deps.get(a, ())}
+
+    def convex(self, roots: set[int], new_inputs: list[torch.fx.Node]) -> bool:
+        """True when merging ``roots`` with a node reading ``new_inputs`` keeps the group
+        convex: no input from outside it depends on one of them."""
+        outside = [a for a in new_inputs if self.group(a) not in roots]
+        for r in roots:
+            for m in self.members[r]:
+                outside += [a for a in m.all_input_nodes if self.group(a) not in roots]
+        return all(not (self.upstream(a) & roots) for a in outside)
+
+
+def _fits(spec: _Spec, k: Key, full: Key, key_of: Callable) -> bool:
+    """Whether a node of shape key ``k`` computes on a group of full shape ``full``."""
+    tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
+    if spec.needs == "parts":
+        return k == full and all(key_of(a) == full or _part(key_of(a), full) for a in tensors)
+    if spec.op.split(":")[0] in _ALONE and _part(k, full):
+        return key_of(tensors[0]) == k
+    if k != full and k != _col(full):
+        return False
+    if spec.needs == "full":
+        return key_of(tensors[0]) == full and k == _col(full)
+    if spec.needs == "same":
+        return key_of(tensors[0]) == key_of(tensors[1]) == k
+    return all(_broadcasts(key_of(a), full) for a in tensors)
+
+
+def _broadcasts(k: Key, full: Key) -> bool:
+    if len(k) > len(full):
+        return False
+    pad = (1,) * (len(full) - len(k)) + tuple(k)
+    return all(a == b or a == 1 for a, b in zip(pad, full))
+
+
+def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -> list[Group]:
+    """Groups of two or more fusable nodes (``specs``) that run as one launch."""
+    gs = _Groups()
+
+    def key_of(a: torch.fx.Node) -> Key | None:
+        return _key(a.meta.get("val"))
+
+    for i, n in enumerate(nodes):
+        ins = n.all_input_nodes
+        up: set[int] = set()
+        for a in ins:
+            up |= gs.deps.get(a, set())
+            if a in gs.of:
+                up.add(gs.of[a])
+        gs.deps[n] = up
+        spec = specs.get(n)
+        if spec is None:
+            continue
+        k = key_of(n)
+        cands = {gs.group(a) for a in ins if a in gs.of} - {None}
+        fitting = []
+        for c in sorted(cands):  # type: ignore[type-var]
+            full = gs.full[c]
+            if not gs.reduces[c] and full == _col(k) and full != k:
+                full = k  # a group of row statistics grows to the full shape
+            elif gs.alone[c] and spec.needs == "parts" and _part(full, k):
+                full = k  # and one of a cat's parts to the cat's
+            if _fits(spec, k, full, key_of):
+                fitting.append((c, full))
+        choice: list[tuple[int, Key]] = []
+        fulls = {f for _, f in fitting}
+        if len(fulls) == 1 and gs.convex({c for c, _ in fitting}, ins):
+            choice = fitting
+        else:
+            choice = next(([f] for f in fitting if gs.convex({f[0]}, ins)), [])
+        start = key_of(spec.args[0]) if spec.needs == "full" else k
+        if not choice and not _fits(spec, k, start, key_of):
+            continue
+        gs.parent[i] = i
+        gs.members[i] = [n]
+        gs.full[i] = choice[0][1] if choice else start
+        gs.reduces[i] = spec.needs == "full"
+        gs.alone[i] = spec.op.split(":")[0] in _ALONE
+        gs.of[n] = i
+        for c, _ in choice:
+            gs.merge(c, i)
+    for a in nodes:  # groups reading one value (sin(x) and cos(x)) load it once
+        roots = sorted({gs.find(gs.of[u]) for u in a.users if u in gs.of})
+        for r in roots[1:]:
+            if gs.full[r] == gs.full[roots[0]] and gs.convex({roots[0], r}, []):
+                gs.merge(r, roots[0])
+    order = {n: i for i, n in enumerate(nodes)}
+    out = []
+    for r, members in gs.members.items():
+        if len(members) < 2:
+            continue
+        g = _program(sorted(members, key=order.__getitem__), gs.full[r], specs)
+        if g is not None:
+            out.append(g)
+    return out
+
+
+def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | None:
+    """The fused kernel's program for a group; None when its full shape cannot be known at run
+    time (symbolic, and no input has it)."""
+    index = {m: j for j, m in enumerate(members)}
+    inputs: list[torch.fx.Node] = []
+    steps: list[tuple] = []
+    at: dict[torch.fx.Node, int] = {}  # member -> its step
+
+    def ref(a: Any, dtype: torch.dtype) -> tuple:
+        if not isinstance(a, torch.fx.Node):
+            return a  # ("s", x)
+        if a in index:
+            r = ("v", at[a])
+            src = a.meta["val"].dtype
+        else:
+            if a not in inputs:
+                inputs.append(a)
+            r = ("in", inputs.index(a))
+            src = a.meta["val"].dtype
+        if src != dtype:  # the adapters convert an operand to the result dtype first
+            steps.append(("cast", (r,), _DTYPE_NAMES[dtype]))
+            r = ("v", len(steps) - 1)
+        return r
+
+    for m in members:
+        spec = specs[m]
+        dt = m.meta["val"].dtype
+        src = dt if spec.op.startswith(("binary", "grad")) else None
+        args = tuple(ref(a, src or a.meta["val"].dtype) if isinstance(a, torch.fx.Node) else a
+                     for a in spec.args)  # fmt: skip
+        steps.append((spec.op, args, _DTYPE_NAMES[dt]))
+        at[m] = len(steps) - 1
+    used_outside = [m for m in members if m.users.keys() - set(members)]
+    g = Group(members, full)
+    g.program = tuple(steps)
+    g.outputs = tuple(used_outside)
+    g.outs = tuple(at[m] for m in used_outside)
+    g.inputs = tuple(inputs)
+    if all(isinstance(s, int) for s in full):
+        g.shape = tuple(full)
+    else:
+        g.shape_from = next((j for j, a in enumerate(inputs) if _key(a.meta["val"]) == full), -1)
+        if g.shape_from < 0:
+            return None
+    return g
+
+
+def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
+    """The graph's nodes with each group as one step, in an order where every step comes after
+    the steps computing its inputs (graph order wherever it allows); None if the groups made
+    that impossible (they are convex, so they never should)."""
+    unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
+    for g in groups:
+        for m in g.members:
+            unit[m] = g
+    first: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        first.setdefault(id(unit[n]), i)
+    preds: dict[int, set[int]] = {}
+    succs: dict[int, list[Any]] = {}
+    units = {id(u): u for u in unit.values()}
+    for n in nodes:
+        u = unit[n]
+        for a in n.all_input_nodes:
+            p = unit[a]
+            if p is not u and id(p) not in preds.setdefault(id(u), set()):
+                preds[id(u)].add(id(p))
+                succs.setdefault(id(p), []).append(u)
+    ready = [(first[k], k) for k in units if not preds.get(k)]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(units[k])
+        for s in succs.get(k, []):
+            preds[id(s)].discard(k)
+            if not preds[id(s)]:
+                heapq.heappush(ready, (first[id(s)], id(s)))
+    return order if len(order) == len(units) else None
+
+
+@dataclass
+class SharedMatmul:
+    """``aten::mm`` nodes with one left operand (``lhs``) and independent right operands, run
+    as one launch of ``matmul_shared_kernel``."""
+
+    members: list[torch.fx.Node]
+    lhs: torch.fx.Node
+    names: tuple = ()
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(self.members)
+
+
+def find_shared_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[SharedMatmul]:
+    """Groups of two or more of the ``aten::mm`` nodes ``mms`` reading one left operand (one
+    node, or views of one node to one shape) where no right operand depends on another
+    product of the group."""
+    by_lhs: dict[Any, list[torch.fx.Node]] = {}
+    for m in nodes:
+        if m in mms:
+            by_lhs.setdefault(_same_value(m.args[0]), []).append(m)
+    out = []
+    for sib in by_lhs.values():
+        keep = [m for m in sib if not (_ancestors(m.args[1]) & set(sib))]
+        if len(keep) >= 2:
+            out.append(SharedMatmul(keep, keep[0].args[0]))
+    return out
+
+
+_VIEWS = ("aten::view", "aten::_unsafe_view", "aten::reshape")
+
+
+def _same_value(a: Any) -> Any:
+    """A key equal for nodes that hold the same value: a view of a node to a static shape is
+    keyed by the node and the shape."""
+    name = getattr(getattr(a, "target", None), "_schema", None)
+    if name is not None and name.name in _VIEWS and len(a.args) == 2:
+        shape = a.args[1]
+        if isinstance(shape, (list, tuple)) and all(type(s) is int for s in shape):
+            return ("view", a.args[0], tuple(shape))
+    return a
+
+
+def _ancestors(n: Any) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    todo = [n] if isinstance(n, torch.fx.Node) else []
+    while todo:
+        x = todo.pop()
+        for a in x.all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return seen
+
+
+def run_shared_matmul(run: Any, g: SharedMatmul, env: dict) -> list[torch.Tensor]:
+    """The products of one launch; :class:`Guard` when the kernel does not apply (the mms then
+    run one by one)."""
+    a = env[g.lhs]
+    bs = [env[m.args[1]] for m in g.members]
+    ts = [a, *bs]
+    if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in ts):
+        raise Guard("not 2-D float tensors")
+    if len({t.dtype for t in ts}) > 1:
+        raise Guard("mixed dtypes")
+    res = run(K.matmul_shared_kernel, a.contiguous(), [b.contiguous() for b in bs])
+    return list(res)
+
+
+# --------------------------------------------------------------------------------------------
+# Running a group
+# --------------------------------------------------------------------------------------------
+
+
+def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
+    """``t`` in one of the forms the fused kernel broadcasts: (n, d), (n, 1), (1, d), (1, 1);
+    another broadcast is materialised (a layout copy, as the separate adapters do)."""
+    pad = (1,) * (len(full) - t.dim()) + tuple(t.shape)
+    if pad == full:
+        return _rows(t)
+    if pad[:-1] == full[:-1]:  # one value per row, or a part of a cat
+        return t.contiguous().reshape(n, pad[-1])
+    if all(s == 1 for s in pad[:-1]) and pad[-1] in (d, 1):
+        return t.contiguous().reshape(1, pad[-1])
+    return _rows(t.expand(full))
+
+
+def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The group's stored values from one launch of the fused kernel (``values``: its inputs
+    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
+    full = g.shape if g.shape is not None else tuple(values[g.shape_from].shape)
+    d = full[-1]
+    n = math.prod(full[:-1])
+    if d > FREE_MAX or n * d == 0:
+        raise Guard(f"shape {full}")
+    ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
+    res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
+    res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
+    return [r.reshape(full[:-1] + (r.shape[1],)) for r in res]  # (full, a column or a part)

@@ -1,0 +1,219 @@
+"""Fused element-wise chains of the torch.compile backend: the fused kernel gives bit for bit what
+the chain of separate kernels gives, the backend fuses chains once per graph (report, fallback,
+graph order, dynamic shapes) and ``init_backend(fuse=False)`` turns it off."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import frontends.torch as ft
+import nki.kernels as K
+from frontends import torch_backend as tb
+
+FUSED = "fused_elementwise_kernel"
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+@pytest.mark.parametrize("n", [64, 300])  # one tile; ragged tiles (zero-filled rows)
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_fused_kernel_is_bitwise_the_chain_of_separate_kernels(n, dt):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, 96)).astype(dt)
+    w = rng.standard_normal((1, 96)).astype(dt)
+    g = rng.standard_normal((n, 96)).astype(dt)
+    s = np.abs(rng.standard_normal((1, 1))).astype(dt)
+    name = "float32" if dt is np.float32 else "bfloat16"
+    prog = (
+        ("binary:pow", (("in", 0), ("s", 2.0)), name),  # 0
+        ("mean", (("v", 0),), name),  # 1: (n, 1)
+        ("binary:add", (("v", 1), ("s", 1e-6)), name),  # 2
+        ("unary:rsqrt", (("v", 2),), name),  # 3
+        ("binary:mul", (("in", 0), ("v", 3)), name),  # 4
+        ("binary:mul", (("v", 4), ("in", 1)), name),  # 5: a row vector
+        ("unary:silu", (("v", 5),), name),  # 6
+        ("grad:silu_backward", (("in", 2), ("v", 5)), name),  # 7
+        ("binary:div", (("s", 1.0), ("in", 3)), name),  # 8: (1, 1), reversed scalar
+        ("binary:sub", (("v", 6), ("v", 8)), name),  # 9
+        ("cast", (("v", 9),), "float32"),  # 10
+        ("sum", (("v", 10),), "float32"),  # 11
+    )
+    got = K.fused_elementwise_kernel([x, w, g, s], program=prog, outs=(3, 7, 10, 11))
+    r = K.UNARY_KERNELS["rsqrt"](
+        K.SCALAR_KERNELS["add"](K.mean_kernel(K.SCALAR_KERNELS["pow"](x, s=2.0)), s=1e-6)
+    )
+    y = K.BINARY_KERNELS["mul"](K.BINARY_KERNELS["mul"](x, r), w)
+    gy = K.GRAD_KERNELS["silu_backward"](g, y)
+    inv = K.SCALAR_KERNELS["div"](s, s=1.0, reverse=True)
+    c = K.cast_kernel(K.BINARY_KERNELS["sub"](K.UNARY_KERNELS["silu"](y), inv), dtype="float32")
+    want = (r, gy, c, K.sum_kernel(c))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def _rms_mlp(x, w, up):
+    """An RMSNorm, a residual and a gated activation: chains of element-wise ops around mms."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    h = w * h.to(x.dtype)
+    a = h @ up
+    return x + F.silu(a[..., :32]) * a[..., 32:] - torch.sigmoid(h).sum(-1, keepdim=True) / 3.0
+
+
+def _compiled(fuse: bool, fn, *args, **kw):
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    ft.init_backend(fuse=fuse)
+    try:
+        out = torch.compile(fn, backend="nki", **kw)(*args)
+    finally:
+        ft.init_backend()
+    return out, tb.reports()[before:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_fused_graph_gives_the_unfused_results_bitwise_with_fewer_launches(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 32, dtype=dtype)
+    w, up = torch.randn(32, dtype=dtype), torch.randn(32, 64, dtype=dtype)
+    fused, (rep,) = _compiled(True, _rms_mlp, x, w, up)
+    plain, (ref,) = _compiled(False, _rms_mlp, x, w, up)
+    assert torch.equal(fused, plain)
+    torch.testing.assert_close(fused, _rms_mlp(x, w, up), rtol=2e-2, atol=2e-2)
+    # every element-wise op ran as the fused kernel; fewer launches in all
+    for op in ("aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::sigmoid"):
+        assert rep.kernels_of(op) == {FUSED: 1}, (op, rep.kernels_of(op))
+    assert ref.kernels_of("aten::rsqrt") == {"rsqrt_kernel": 1}
+    assert sum(rep.kernel_calls.values()) < sum(ref.kernel_calls.values()) - 5
+    assert rep.coverage == ref.coverage == 1.0
+    assert f"kernel {FUSED}:" in str(rep)
+
+
+def test_a_value_used_between_two_fused_ops_keeps_the_graph_order():
+    # y feeds an unfusable op (a sum over dim 0) whose result feeds the chain again: y and
+    # y * z cannot run as one launch, and the results stay right
+    def f(x):
+        y = torch.exp(x) * 2.0
+        z = y.sum(0, keepdim=True)
+        return torch.tanh(y * z) + y
+
+    x = torch.randn(6, 16)
+    got, (rep,) = _compiled(True, f, x)
+    plain, _ = _compiled(False, f, x)
+    assert torch.equal(got, plain)
+    torch.testing.assert_close(got, f(x))
+    assert rep.kernels_of("aten::exp") == {FUSED: 1} and rep.kernels_of("aten::tanh") == {FUSED: 1}
+    assert rep.kernel_calls[FUSED] == 2
+
+
+def test_an_op_with_a_user_kernel_or_kept_on_the_cpu_is_not_fused():
+    def f(x):
+        return torch.relu(torch.exp(x) + 1.0) * 3.0
+
+    x = torch.randn(8, 16)
+    tb.register_kernel("aten::relu", K.UNARY_KERNELS["relu"])
+    try:
+        got, (rep,) = _compiled(True, f, x)
+    finally:
+        tb.unregister_kernel("aten::relu")
+    torch.testing.assert_close(got, f(x))
+    assert rep.kernels_of("aten::relu") == {"relu_kernel": 1}
+    assert rep.kernels_of("aten::exp") == {FUSED: 1}
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    ft.init_backend(cpu_ops=("aten::relu",))
+    try:
+        got = torch.compile(f, backend="nki")(x)
+    finally:
+        ft.init_backend()
+    (rep,) = tb.reports()[before:]
+    torch.testing.assert_close(got, f(x))
+    assert rep.fallbacks == {"aten::relu": "kept on the CPU"}
+    assert rep.kernels_of("aten::mul") == {"mul_scalar_kernel": 1}  # alone after relu
+
+
+def test_a_refused_fused_launch_runs_the_ops_one_by_one():
+    def f(x):
+        return torch.sigmoid(x) * x + 1.0
+
+    x = torch.randn(2, 5000)  # wider than a tile: the fused guard and each op's guard refuse
+    got, (rep,) = _compiled(True, f, x)
+    torch.testing.assert_close(got, f(x))
+    assert FUSED not in rep.kernel_calls
+    assert rep.fallbacks["aten::sigmoid"].startswith("guard failed: last dim 5000")
+
+
+def test_fused_chains_follow_dynamic_shapes():
+    def f(x, w):
+        return F.silu(x * w) + x.mean(-1, keepdim=True)
+
+    w = torch.randn(24)
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    fn = torch.compile(f, backend="nki", dynamic=True)
+    for rows in (3, 7, 130):
+        x = torch.randn(rows, 24)
+        torch.testing.assert_close(fn(x, w), f(x, w), rtol=1e-5, atol=1e-6)
+    (rep,) = tb.reports()[before:]
+    assert "s" in rep.inputs  # a symbolic size: one graph for every row count
+    assert rep.kernel_calls == {FUSED: 3}
+
+
+def _rope(q, cos, sin):
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)  # rotate_half
+    return q * cos + rotated * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_cat_of_the_last_dim_joins_the_chain_bitwise(dtype):
+    q = torch.randn(2, 5, 3, 16, dtype=dtype).transpose(1, 2)  # a strided view, as in models
+    cos, sin = torch.randn(1, 1, 5, 16, dtype=dtype), torch.randn(1, 1, 5, 16, dtype=dtype)
+    fused, (rep,) = _compiled(True, _rope, q, cos, sin)
+    plain, (ref,) = _compiled(False, _rope, q, cos, sin)
+    assert torch.equal(fused, plain)
+    assert fused.stride() == plain.stride()  # laid out as the eager op lays it out
+    torch.testing.assert_close(fused, _rope(q, cos, sin))
+    assert rep.kernel_calls == {FUSED: 1}  # neg, cat, mul, mul, add: one launch
+    assert rep.kernels_of("aten::cat") == {FUSED: 1} and ref.kernels_of("aten::cat") == {
+        "cat_kernel": 1
+    }
+
+
+def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
+    def qkv(x, wq, wk, wv, wo):
+        h = x.reshape(-1, x.shape[-1])
+        q, k, v = h @ wq.t(), h @ wk.t(), h @ wv.t()
+        return (q * k + v) @ wo.t()  # wo reads the chain's result: a separate launch
+
+    x = torch.randn(2, 9, 32)
+    ws = [torch.randn(24, 32), torch.randn(24, 32), torch.randn(24, 32), torch.randn(8, 24)]
+    fused, (rep,) = _compiled(True, qkv, x, *ws)
+    plain, (ref,) = _compiled(False, qkv, x, *ws)
+    assert torch.equal(fused, plain)
+    torch.testing.assert_close(fused, qkv(x, *ws), rtol=1e-4, atol=1e-4)
+    assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
+    assert rep.kernel_calls["matmul_shared_kernel"] == 1
+    assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+def test_an_integer_to_float_conversion_starts_a_chain():
+    def f(pos, inv_freq):
+        return pos.to(torch.float32) * inv_freq + 0.5
+
+    pos, inv = torch.arange(32).reshape(1, 32, 1), torch.rand(16)
+    fused, (rep,) = _compiled(True, f, pos, inv)
+    plain, _ = _compiled(False, f, pos, inv)
+    assert torch.equal(fused, plain)
+    assert rep.kernel_calls == {FUSED: 1}
+    far = pos + 2**40  # int64 values NKI cannot hold: every op falls back, results stay right
+    got, (rep,) = _compiled(True, f, far, inv)
+    torch.testing.assert_close(got, f(far, inv))
+    assert FUSED not in rep.kernel_calls
