@@ -1,0 +1,170 @@
+"""A pytest plugin that runs AWS's NKI library tests (aws-neuron/nki-library) on nki-sim.
+
+``benchmarks/nki_library.py`` copies a fetched snapshot of the library, puts this file in
+place of its ``test/conftest.py`` and runs its ``fast`` tests. The library's own harness
+compiles each kernel and runs it on a Trainium host; here the ``test_manager`` fixture runs the
+kernel on the simulator instead (``kernel[lnc](**inputs)``, the launch AWS's CPU-simulator
+mode makes) and compares every output with the test's torch reference by the library's own
+comparator (``maxAllClose``, the test's rtol / atol). What the harness needs and this machine
+lacks (AWS's ``neuron_dtypes``, S3 and SSH clients, metric emitters) is stubbed; coverage
+parametrisation keeps the valid "singles" cases only (no boundary or negative cases)."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import nki
+import nki.language as nl
+import nki.typing
+
+_NARROW_FLOATS = (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+_FP8 = tuple(np.dtype(d) for d in _NARROW_FLOATS)
+
+
+def _module(name: str, **attrs: Any) -> types.ModuleType:
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    sys.modules[name] = m
+    return m
+
+
+# AWS's dtype package: what the tests use of it
+_module(
+    "neuron_dtypes",
+    static_cast=lambda x, dtype: np.asarray(x).astype(dtype),
+    is_float_type=lambda d: np.dtype(d).kind == "f" or np.dtype(d) in _FP8,
+    sizeinbytes=lambda d: np.dtype(d).itemsize,
+    finfo=ml_dtypes.finfo,
+    bfloat16=ml_dtypes.bfloat16,
+    float8_e4m3=ml_dtypes.float8_e4m3fn,
+    float8_e5m2=ml_dtypes.float8_e5m2,
+    float8_e4m3fn_x4=nl.float8_e4m3fn_x4,
+    float8_e5m2_x4=nl.float8_e5m2_x4,
+    float4_e2m1fn_x4=nl.float4_e2m1fn_x4,
+)
+_module("neuronxcc")
+_module("neuronxcc.nki", typing=nki.typing)
+sys.modules["neuronxcc.nki.typing"] = nki.typing
+
+# infrastructure clients the harness imports but a simulator run never calls
+_INFRA = ("fabric2", "boto3", "botocore", "plotext", "pytest_html", "aws_embedded_metrics",
+          "invoke", "paramiko")  # fmt: skip
+
+
+class _Anything:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return _Anything()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _Anything()
+
+
+def _infra_attr(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return Exception if name.endswith(("Error", "Exception")) else _Anything
+
+
+class _InfraStubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name.split(".")[0] in _INFRA:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        m = types.ModuleType(spec.name)
+        m.__path__ = []
+        m.__getattr__ = _infra_attr  # type: ignore[method-assign]
+        return m
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+sys.meta_path.insert(0, _InfraStubs())
+
+from test.integration.nkilib.utils.comparators import maxAllClose  # noqa: E402
+from test.utils.coverage_parametrized_tests import (  # noqa: E402
+    extract_parametrize_args,
+    generate_parametrized_test_case,
+)
+
+
+class SimulatorOrchestrator:
+    """The ``test_manager`` of the library's tests, running kernels on nki-sim."""
+
+    def execute(self, args: Any) -> None:
+        inputs = args.kernel_input or {}
+        if not hasattr(inputs, "items"):
+            pytest.skip("per-rank inputs of a multi-rank collective test")
+        inputs = {k.removesuffix(".must_alias_input"): v for k, v in inputs.items()}
+        lnc = args.compiler_input.logical_nc_config
+        os.environ["NKI_SIM_TARGET"] = args.compiler_input.platform_target.get_nc_gen()
+        kernel = args.kernel_func
+        kernel = kernel if hasattr(kernel, "__getitem__") else nki.jit(kernel)
+        got = kernel[lnc](**inputs) if lnc != 1 else kernel(**inputs)
+        got = [] if got is None else list(got) if isinstance(got, (list, tuple)) else [got]
+        golden = args.validation_args.golden_output
+        want = golden.golden if hasattr(golden, "golden") else golden
+        if not isinstance(want, dict):
+            pytest.skip("the test validates with a custom validator")
+        assert len(got) == len(want), f"{len(got)} outputs, the reference has {list(want)}"
+        rtol = args.validation_args.relative_accuracy
+        atol = args.validation_args.absolute_accuracy
+        bad = []
+        for (name, ref), out in zip(want.items(), got):
+            if not isinstance(ref, np.ndarray):
+                continue  # (a custom validator)
+            actual = np.asarray(out).astype(np.float32)
+            if not maxAllClose(actual, ref.astype(np.float32), rtol, atol, verbose=1):
+                bad.append(name)
+        assert not bad, f"outputs {bad} differ from the torch reference"
+
+
+_module("test.utils.test_orchestrator", Orchestrator=SimulatorOrchestrator)
+
+
+@pytest.fixture
+def test_manager() -> SimulatorOrchestrator:
+    return SimulatorOrchestrator()
+
+
+@pytest.fixture
+def platform_target() -> Any:
+    from test.utils.common_dataclasses import Platforms
+
+    return Platforms.TRN2
+
+
+@pytest.fixture
+def collector() -> None:
+    return None
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    marker = metafunc.definition.get_closest_marker("coverage_parametrize")
+    if not marker:
+        return
+    params = dict(marker.kwargs)
+    filt = params.pop("filter", None)
+    for k in ("coverage", "enable_automatic_boundary_tests", "enable_invalid_combination_tests",
+              "n_tests_per_boundary_value", "max_invalid_tests"):  # fmt: skip
+        params.pop(k, None)
+    cases = generate_parametrized_test_case(
+        params=params, coverage="singles", filter_func=filt,
+        enable_automatic_boundary_tests=False, enable_invalid_combination_tests=False,
+    )  # fmt: skip
+    names, values, ids = extract_parametrize_args(params, [c for c in cases if not c.is_negative])
+    metafunc.parametrize(names, values, ids=ids)
