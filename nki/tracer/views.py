@@ -463,6 +463,16 @@ def ap(
         total //= ratio_den
         rows = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den
         parts, free = total // rows, rows
+    if (
+        isinstance(scalar_offset, int)
+        and not isinstance(scalar_offset, bool)
+        and (not on_chip or indirect_dim == 0)
+    ):
+        # a register value known while tracing (nki.collectives.rank_id()): a static offset
+        offset += scalar_offset * (free if on_chip else rows)
+        scalar_offset = None
+        if offset < 0:
+            raise _err(f"ap: the scalar offset puts the access before the start, at {offset}")
     dynamic = scalar_offset if scalar_offset is not None else vector_offset
     if on_chip:
         # (partitions, free elements): the partition pair walks dim 0, the rest the row

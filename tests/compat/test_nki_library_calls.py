@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.collectives as ncc
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKITypeError, RawEnumWarning
@@ -177,3 +178,21 @@ def test_a_program_id_compared_with_none_is_not_none(api):
     # classic: a symbolic program id; current: an int per core
     x = rand((32, 8))
     np.testing.assert_array_equal(nki.jit(k_pid_none, api=api)[2](x), x)
+
+
+@nki.jit
+def k_rank_slice(x):
+    n, h, w = x.shape
+    out = nl.ndarray((n * h, w), x.dtype, nl.shared_hbm)
+    rank = ncc.rank_id()  # (a register on the device, known per core while tracing)
+    t = nl.ndarray((h, w), x.dtype, nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[w, h], [1, w]], scalar_offset=rank, indirect_dim=0))
+    nisa.dma_copy(dst=out[rank * h : (rank + 1) * h, :], src=t)
+    return out
+
+
+def test_scalar_offset_from_the_rank_id():
+    # nki-library's collectives tests index their input by ncc.rank_id() through scalar_offset
+    x = rand((2, 16, 8))
+    np.testing.assert_array_equal(k_rank_slice[2](x), x.reshape(32, 8))
+    np.testing.assert_array_equal(k_rank_slice(x[:1]), x[0])
