@@ -60,18 +60,23 @@ class Plan:
     whole_axes: frozenset[int] = frozenset()
 
 
+# id(ir) -> (ir, precise_fp, its plan or why it declines); the entry keeps its IR alive, so an
+# id is never another IR's while the entry exists; cleared past _MAX_PLANS entries
 _PLANS: dict[int, tuple[KernelIR, bool, Plan | str]] = {}
+_MAX_PLANS = 512
 
 
 def plan(ir: KernelIR, config: SimConfig) -> Plan:
     key = id(ir)
     got = _PLANS.get(key)
-    if got is None or got[1] != config.precise_fp:
+    if got is None or got[0] is not ir or got[1] != config.precise_fp:
         try:
             p: Plan | str = _plan(ir, config)
         except Declined as e:
             p = str(e)
         got = (ir, config.precise_fp, p)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
         _PLANS[key] = got
     if isinstance(got[2], str):
         raise Declined(got[2])

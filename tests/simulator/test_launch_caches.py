@@ -172,3 +172,30 @@ def test_launches_from_several_threads_with_other_shapes_agree_with_numpy():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_batched_plans_belong_to_their_kernel_and_stay_bounded(monkeypatch):
+    from simulator.batched import plan as plans
+
+    a = np.random.default_rng(5).standard_normal((200, 16)).astype(np.float32)
+    np.testing.assert_allclose(mul_add(a, a), a * a * 2.0 + a, rtol=1e-6)
+    ir_a = mul_add.last_ir
+    np.testing.assert_allclose(mul_add(a[:64], a[:64]), a[:64] ** 2 * 2.0 + a[:64], rtol=1e-6)
+    ir_b = mul_add.last_ir
+    assert ir_a is not ir_b
+    cfg = SimConfig()
+    plan_a = plans.plan(ir_a, cfg)
+    # an entry under B's id that holds another IR (as after an id is reused) is not B's plan
+    monkeypatch.setitem(plans._PLANS, id(ir_b), (ir_a, cfg.precise_fp, plan_a))
+    assert plans.plan(ir_b, cfg) is not plan_a
+    assert plans._PLANS[id(ir_b)][0] is ir_b
+    # past _MAX_PLANS entries the cache starts again
+    np.testing.assert_allclose(mul_add(a[:8], a[:8]), a[:8] ** 2 * 2.0 + a[:8], rtol=1e-6)
+    ir_c = mul_add.last_ir
+    monkeypatch.setattr(plans, "_PLANS", {})
+    monkeypatch.setattr(plans, "_MAX_PLANS", 2)
+    plans.plan(ir_a, cfg)
+    plans.plan(ir_b, cfg)
+    assert len(plans._PLANS) == 2
+    plans.plan(ir_c, cfg)
+    assert list(plans._PLANS) == [id(ir_c)]
