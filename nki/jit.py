@@ -457,9 +457,9 @@ class Kernel:
         if st.generation == "current":  # the current API writes modified inputs back
             writes_back = tuple(p for p in st.params if p in written)
         else:
-            check_param_writes(st, returns, mutable)
+            check_param_writes(st, returns, mutable, written)
+        bases = {st.tensors[o].alias_of or o for o in outputs}
         for name in sorted(mutable):  # an in/out parameter must come back to the caller
-            bases = {st.tensors[o].alias_of or o for o in outputs}
             if returns and name in written and name not in bases:
                 raise NKIError(
                     f"parameter '{name}' is annotated nt.mutable_tensor and written, but the "

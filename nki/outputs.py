@@ -5,12 +5,11 @@ writes), the parameters it may write, and the shared-HBM tensors it writes but n
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import numpy as np
 
-from .errors import NKIError, SrcLoc, UnreturnedOutputWarning, user_loc
+from .errors import NKIError, SrcLoc, UnreturnedOutputWarning, user_loc, warn_at
 from .ir import KernelIR, tensor_label
 from .tracer import NkiTensor, TraceState, onchip_return
 from .tracer.api_checks import broken
@@ -59,12 +58,14 @@ def kernel_outputs(st: TraceState, ret: Any) -> tuple[tuple[str, ...], bool]:
     return tuple(names), True
 
 
-def check_param_writes(st: TraceState, returns: bool, mutable: set[str]) -> None:
+def check_param_writes(
+    st: TraceState, returns: bool, mutable: set[str], written: dict[str, SrcLoc]
+) -> None:
     """A kernel that returns its outputs may write only the parameters annotated
-    ``nt.mutable_tensor`` (classic API)."""
+    ``nt.mutable_tensor`` (classic API); ``written``: :func:`written_bases` of the trace."""
     if not returns:
         return  # legacy convention: outputs are parameters the kernel writes
-    for name, loc in written_bases(st).items():
+    for name, loc in written.items():
         if name in st.params and name not in mutable:
             raise NKIError(
                 f"kernel writes to input parameter '{name}', which is immutable; annotate it "
@@ -102,12 +103,10 @@ def warn_unreturned(ir: KernelIR) -> None:
         if name in returned or name in read or name not in written:
             continue
         how = "returns nothing" if not ir.returns_outputs else "does not return it"
-        loc = decl.loc
-        warnings.warn_explicit(
+        warn_at(
             f"kernel '{ir.name}' writes the shared-HBM tensor {tensor_label(decl)} (line "
             f"{written[name]}) but {how}: the caller never sees what it wrote. Return it from "
             "the kernel (or drop it)",
             UnreturnedOutputWarning,
-            loc.file if loc is not None else "<kernel>",
-            loc.line if loc is not None else 0,
+            decl.loc,
         )
