@@ -22,6 +22,7 @@ import os
 import sys
 import sysconfig
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -352,6 +353,16 @@ class NKIWarning(UserWarning):
     probably wrong, such as output elements no instruction writes). Turn them into errors with
     ``warnings.simplefilter("error", nki.errors.NKIWarning)`` (pytest:
     ``-W error::nki.errors.NKIWarning``)."""
+
+
+def warn_at(message: str, category: type[Warning], loc: SrcLoc | None) -> None:
+    """Give a warning located at the kernel line ``loc`` (``<kernel>`` when it has none)."""
+    warnings.warn_explicit(
+        message,
+        category,
+        loc.file if loc is not None else "<kernel>",
+        loc.line if loc is not None else 0,
+    )
 
 
 class AccumulateUninitializedWarning(NKIWarning):

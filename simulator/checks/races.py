@@ -25,12 +25,11 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from nki.errors import NKIDependencyError, NKIWarning, SrcLoc
+from nki.errors import NKIDependencyError, NKIWarning, SrcLoc, warn_at
 from nki.ir import HBM_BUFFERS, Access, Alloc, Instr, KernelIR, Loop, PidSym, Sym
 from nki.optable import OPS
 
@@ -423,14 +422,13 @@ class UndecidedCheckWarning(NKIWarning):
 
 def _undecided(what: str, a: Instr, b: Instr, loc: SrcLoc | None) -> None:
     lines = " and ".join(dict.fromkeys(f"line {i.loc.line}" for i in (a, b) if i.loc))
-    warnings.warn_explicit(
+    warn_at(
         f"write-conflict check not decided for {what}: comparing the writes at "
         f"{lines or 'its writes'} across every pair of positions would enumerate more than "
         f"{_MAX_PAIRS:,} pairs (or {_MAX_DIFFERENCES:,} differences); they were not checked "
         "against each other",
         UndecidedCheckWarning,
-        loc.file if loc is not None else "<kernel>",
-        loc.line if loc is not None else 0,
+        loc,
     )
 
 

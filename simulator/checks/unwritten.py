@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from nki import dtypes
-from nki.errors import NKIRuntimeError, NKIWarning, SrcLoc
+from nki.errors import NKIRuntimeError, NKIWarning, SrcLoc, warn_at
 from nki.ir import (
     Access,
     Affine,
@@ -377,13 +376,7 @@ def warn_unwritten_outputs(ir: KernelIR) -> None:
             f"they will hold NaN/garbage): {by}. Check the masks and loop bounds of the writes "
             'to it; checks="full" reports it as an error'
         )
-        loc = u.loc
-        warnings.warn_explicit(
-            msg,
-            UnwrittenOutputWarning,
-            loc.file if loc is not None else "<kernel>",
-            loc.line if loc is not None else 0,
-        )
+        warn_at(msg, UnwrittenOutputWarning, u.loc)
 
 
 def check_outputs_written(
