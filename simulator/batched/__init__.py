@@ -4,8 +4,10 @@ independent ``affine_range`` iterations, as NumPy operations over leading batch 
 ``backend`` (the walk and ``execute``), ``context`` (one batch's state and storage), ``plan``
 (batch axes, hosted instructions), ``ops`` (the batched executors), ``host`` (instructions run
 per position by the interpreter's executors), ``subtrees`` (device loops and views), ``hbm``
-(the proof that no position meets another's HBM writes)."""
+(the proof that no position meets another's HBM writes), ``select`` (the selecting
+instructions' executors)."""
 
+from . import select  # noqa: F401  (registers its executors)
 from .backend import execute
 
 __all__ = ["execute"]

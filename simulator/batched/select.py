@@ -1,0 +1,86 @@
+"""Batched executors of the selecting instructions: ``nisa.affine_select`` (a tile where an
+affine predicate of its indices, program ids and loop iterators holds, a constant elsewhere)
+and ``nl.where`` (a select by a condition tile). Each restates its reference executor
+(``simulator/isa/gpsimd._affine_select``, ``simulator/language/ops._select``) over operands
+with leading batch axes, call for call, so results are bit-identical."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from nki.ir import Access, Const, Instr
+
+from .. import numerics
+from ..backends import name_of
+from ..executors import executes
+from ..language.common import is_int_access
+from .context import BCtx
+
+BATCHED = name_of(__package__)  # this backend's name in the registry
+
+
+def _direct(instr: Instr) -> str | None:
+    """Operands the batched context reads as strided views: direct tiles and immediates."""
+    for a in (instr.dst, *instr.srcs):
+        if isinstance(a, Access) and a.indirect:
+            return "uses an indirect (data-dependent) access"
+        if a is not None and not isinstance(a, (Access, Const)):
+            return "takes an index-expression operand"
+    return None
+
+
+def _declines_affine_select(instr: Instr) -> str | None:
+    if any(isinstance(a, Access) and len(a.shape) < 1 for a in (instr.dst, *instr.srcs)):
+        return "has a scalar tile"
+    return _direct(instr)
+
+
+def _declines_where(instr: Instr) -> str | None:
+    r = len(instr.dst.shape) if instr.dst is not None else -1
+    if any(isinstance(s, Access) and len(s.shape) != r for s in instr.srcs):
+        return "broadcasts operands of another rank"  # (batch axes would not line up)
+    return _direct(instr)
+
+
+# id(affine_select) -> (it, the same instruction with its predicate as its mask): so the
+# batch's selection comes from ``BCtx.mask``, which skips conditions that hold throughout
+_AS_MASKED: dict[int, tuple[Instr, Instr]] = {}
+
+
+def _predicate_instr(instr: Instr) -> Instr:
+    hit = _AS_MASKED.get(id(instr))
+    if hit is None or hit[0] is not instr:
+        if len(_AS_MASKED) >= 4096:
+            _AS_MASKED.clear()
+        hit = _AS_MASKED[id(instr)] = (instr, dataclasses.replace(instr, mask=instr.attr("pred")))
+    return hit[1]
+
+
+@executes("isa", "affine_select", backend=BATCHED, declines=_declines_affine_select)
+def _affine_select(instr: Instr, ctx: BCtx) -> None:
+    src, fval = instr.srcs
+    dst = instr.dst
+    assert isinstance(src, Access) and isinstance(fval, Const) and dst is not None
+    full = (*ctx.dims, *dst.shape)
+    x = numerics.to_compute(ctx.read(src).reshape(full))
+    cond = ctx.mask(_predicate_instr(instr))
+    vals = x if cond is None else np.where(cond, x, np.float32(fval.value))
+    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+
+
+@executes("select", backend=BATCHED, declines=_declines_where)
+def _where(instr: Instr, ctx: BCtx) -> None:
+    dst = instr.dst
+    assert dst is not None
+    sel = ctx.mask(instr)
+    exact = all(
+        is_int_access(s, ctx) or (isinstance(s, Const) and isinstance(s.value, (int, np.integer)))
+        for s in instr.srcs[1:]
+    )
+    c, a, b = (
+        ctx.value(s, sel if isinstance(s, Access) and s.shape == dst.shape else None, exact)
+        for s in instr.srcs
+    )
+    ctx.write(dst, np.where(np.asarray(c) != 0, a, b), sel, instr.accumulate)
