@@ -1,153 +1,327 @@
 """2-D convolution (NCHW, implicit GEMM on the Tensor engine) and max / average pooling.
 
-conv2d: for each image and output row, the products over input channels (the contraction,
-on the partition axis, 128 at a time) and the KH x KW kernel offsets accumulate into one fp32
-PSUM tile of (output channels, output width); each offset reads a shifted, strided window of
-the input under a mask, so padding reads nothing and contributes zeros.
+conv2d: the input planes of an image load once into a zero-padded SBUF window (input
+channels on partitions, the contraction, 128 at a time) and the weights once per tile of
+output channels; for each output row the KH x KW kernel offsets' matmuls over shifted,
+strided views of the window accumulate into one fp32 PSUM tile of (output channels, output
+width). Padding is the window's zeros: no masked loads.
 
-pool2d: one image plane per partition (N*C planes, 128 per tile), each kernel offset a strided
-3-D load of the plane, combined on the Vector engine."""
+pool2d: one image plane per partition (N*C planes, 128 per tile), loaded once into an SBUF
+window padded with the value that never wins (-3e38 for max, 0 for the sum); each kernel
+offset is a strided view of it, combined on the Vector engine.
+
+Planes or weights past an SBUF budget per partition (``sbuf_budget``) are split into blocks
+of output rows (and, for conv2d, groups of input channels and kernel rows), so every shape
+the docstrings allow fits on chip. The backward kernels gather per input row."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from nki import dtypes
 
 from ._tiles import P, fit, row_tiles
 
 F32 = nl.float32
 NEG = -3.0e38
+# SBUF bytes per partition the forward kernels' input windows, weights and accumulators take
+# by default (of the 176 KiB trn1 leaves usable)
+BUDGET = 96 * 1024
+
+
+def _all(*conds: Any) -> Any:
+    """The conjunction of the conditions that are not None (None: no condition)."""
+    out = None
+    for c in conds:
+        if c is not None:
+            out = c if out is None else out & c
+    return out
+
+
+def _tile(shape: tuple, dtype: Any, fill: Any) -> Any:
+    """A new SBUF tile, set to ``fill`` (None: left for loads that cover it)."""
+    if fill is None:
+        return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+    return nl.full(shape, fill, dtype, buffer=nl.sbuf)
+
+
+def _window(read: Any, ok: Any, shape: tuple, dtype: Any, fill: float, pad: int, h: int,
+            wd: int, row0: Any = None) -> Any:  # fmt: skip
+    """An SBUF tile of ``shape`` (P, [G,] HB, WN) whose element (p, [t,] j, c) is input row
+    ``row0 + j - pad``, column ``c - pad`` of the plane ``read(t, p, rows, cols)`` addresses,
+    and ``fill`` outside the image and where ``ok(t, p)`` is false (``ok`` None: everywhere
+    true); a G axis loads in an affine loop (one DMA instruction). ``row0`` None: the window
+    starts at row 0 (the whole plane in one window), so its in-image rows load without a row
+    mask, into a tile that needs no memset when there is no padding."""
+    p, hb, wn = shape[0], shape[-2], shape[-1]
+    i_p = nl.arange(p)[:, None, None]
+    nc = min(wd, wn - pad)  # the input columns the window holds
+    nr = min(h, hb - pad) if row0 is None else hb
+    if nr <= 0 or nc <= 0:  # (a window of padding only)
+        return _tile(shape, dtype, fill)
+    i_w = nl.arange(nc)[None, None, :]
+    if row0 is None:
+        i_h = nl.arange(nr)[None, :, None]
+        rows, at, row_ok = i_h, pad + i_h, None
+        covered = pad == 0 and nr == hb and nc == wn and ok is None
+    else:
+        i_h = nl.arange(hb)[None, :, None]
+        rows, at, covered = row0 + i_h - pad, i_h, False
+        row_ok = (rows >= 0) & (rows < h)
+    tile = _tile(shape, dtype, None if covered else fill)
+    groups = [None] if len(shape) == 3 else nl.affine_range(shape[1])
+    for t in groups:
+        mask = _all(row_ok, ok(t, i_p) if ok is not None else None)
+        dst = (i_p, at, pad + i_w) if t is None else (i_p, t, at, pad + i_w)
+        tile[dst] = nl.load(read(t, i_p, rows, i_w), mask=mask)
+    return tile
+
+
+def _conv_plan(ti: int, po: int, kh: int, kw: int, wn: int, oh: int, ow: int, stride: int,
+               item: int, budget: int) -> tuple[int, int, int]:  # fmt: skip
+    """(input-channel tiles per group, kernel rows per group, output rows per block) whose
+    weights, input window and (when the contraction is split) fp32 row accumulators fit
+    ``budget`` bytes per partition: the whole contraction and the whole plane when they fit."""
+
+    def cost(g: int, gy: int, rb: int) -> int:
+        split = g < ti or gy < kh
+        window = g * ((rb - 1) * stride + gy) * wn
+        return item * (g * gy * kw * po + window) + (4 * rb * ow if split else 0)
+
+    g, gy, rb = ti, kh, oh
+    while g > 1 and cost(g, gy, 1) > budget:
+        g -= 1
+    while gy > 1 and cost(g, gy, 1) > budget:
+        gy -= 1
+    while rb > 1 and cost(g, gy, rb) > budget:
+        rb -= 1
+    return g, gy, rb
 
 
 @nki.jit
-def conv2d_kernel(x, w, b, stride=1, padding=0):
+def conv2d_kernel(x, w, b, stride=1, padding=0, sbuf_budget=BUDGET):
     """out[N, Co, OH, OW] = conv2d(x[N, Ci, H, W], w[Co, Ci, KH, KW]) + b[Co, 1].
 
     OH = (H + 2*padding - KH) // stride + 1 (OW likewise). Limits: OW <= 512 (one PSUM bank
     per output row), any N, Ci, Co (tiled by 128), stride >= 1, padding >= 0, dilation 1,
-    groups 1. Dtypes: float32, bfloat16 or float16, all the same; fp32 accumulation."""
+    groups 1. Dtypes: float32, bfloat16 or float16, all the same; fp32 accumulation.
+
+    The weights of an output-channel tile load once (all input channels and kernel offsets in
+    one SBUF tile), each image's input planes once into a zero-padded SBUF window (one memset,
+    one DMA); each output row then accumulates the KH x KW offsets' matmuls over shifted
+    (strided) views of the window in one PSUM tile. Planes or weights past the SBUF budget are
+    split into blocks of output rows and groups of input channels / kernel rows (the groups'
+    sums then accumulate in an fp32 SBUF tile): ``sbuf_budget`` is the bytes per partition
+    they may take."""
     n, ci, h, wd = x.shape
     co, _, kh, kw = w.shape
-    oh = (h + 2 * padding - kh) // stride + 1
-    ow = (wd + 2 * padding - kw) // stride + 1
+    s = stride
+    oh = (h + 2 * padding - kh) // s + 1
+    ow = (wd + 2 * padding - kw) // s + 1
     out = nl.ndarray((n, co, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
     pi, po = fit(ci), fit(co)  # channel tiles: 128, or all the channels when fewer
-    i_p = nl.arange(pi)[:, None]  # input channels (the contraction, on partitions)
-    i_q = nl.arange(po)[:, None]  # output channels (the result's partitions)
-    i_o = nl.arange(po)[None, :]
+    ti, to = row_tiles(ci, pi), row_tiles(co, po)
+    wn = (ow - 1) * s + kw  # the input columns (padding included) a row of outputs reads
+    g, gy, rb = _conv_plan(ti, po, kh, kw, wn, oh, ow, s, dtypes.itemsize(str(x.dtype)),
+                            sbuf_budget)  # fmt: skip
+    ng, ny, nblk = row_tiles(ti, g), row_tiles(kh, gy), row_tiles(oh, rb)
+    hb = (rb - 1) * s + gy  # input rows a block of output rows reads per group of kernel rows
+    i_q, i_1 = nl.arange(po)[:, None], nl.arange(1)[None, :]
     i_w = nl.arange(ow)[None, :]
-    i_1 = nl.arange(1)[None, :]
-    for img in nl.affine_range(n):
-        for ct in nl.affine_range(row_tiles(co, po)):
-            ochan = ct * po + i_q
-            bias = nl.load(b[ochan, i_1], mask=ochan < co)
-            for r in nl.affine_range(oh):
-                acc = nl.zeros((po, ow), F32, buffer=nl.psum)
-                for it in nl.affine_range(row_tiles(ci, pi)):
-                    ichan = it * pi + i_p
-                    for dy in nl.static_range(kh):
-                        for dx in nl.static_range(kw):
-                            w_t = nl.zeros((pi, po), w.dtype, buffer=nl.sbuf)
-                            w_t[i_p, i_o] = nl.load(
-                                w[ct * po + i_o, ichan, dy, dx],
-                                mask=(ichan < ci) & (ct * po + i_o < co),
-                            )
-                            row = r * stride + dy - padding
-                            col = i_w * stride + dx - padding
-                            x_t = nl.zeros((pi, ow), x.dtype, buffer=nl.sbuf)
-                            x_t[i_p, i_w] = nl.load(
-                                x[img, ichan, row, col],
-                                mask=(ichan < ci)
-                                & (row >= 0)
-                                & (row < h)
-                                & (col >= 0)
-                                & (col < wd),
-                            )
-                            acc += nl.matmul(w_t, x_t, transpose_x=True)
-                res = nl.add(acc, bias, dtype=x.dtype)
-                nl.store(out[img, ochan, r, i_w], res, mask=ochan < co)
+
+    def chans(gc: Any, t: Any, i_p: Any) -> Any:
+        return (gc * g + t) * pi + i_p
+
+    def chan_ok(gc: Any, t: Any, i_p: Any) -> Any:
+        return chans(gc, t, i_p) < ci if ng * g * pi > ci else None
+
+    def weights(ct: Any, gc: Any, ky: Any) -> Any:
+        """(Ci tile, group tile, kernel row, kernel column, Co) weights of a group."""
+        i_p = nl.arange(pi)[:, None, None, None]
+        i_y = nl.arange(gy)[None, :, None, None]
+        i_x = nl.arange(kw)[None, None, :, None]
+        i_o = nl.arange(po)[None, None, None, :]
+        rows, ochan = ky * gy + i_y, ct * po + i_o
+        row_ok = rows < kh if ny * gy > kh else None
+        co_ok = ochan < co if co % po else None
+        ragged = row_ok is not None or co_ok is not None or ng * g * pi > ci
+        wt = _tile((pi, g, gy, kw, po), w.dtype, 0.0 if ragged else None)
+        for t in nl.affine_range(g):
+            mask = _all(chan_ok(gc, t, i_p), row_ok, co_ok)
+            wt[i_p, t, i_y, i_x, i_o] = nl.load(w[ochan, chans(gc, t, i_p), rows, i_x], mask=mask)
+        return wt
+
+    def window(img: Any, gc: Any, row0: Any) -> Any:
+        def read(t: Any, i_p: Any, rows: Any, cols: Any) -> Any:
+            return x[img, chans(gc, t, i_p), rows, cols]
+
+        ok = (lambda t, i_p: chan_ok(gc, t, i_p)) if ng * g * pi > ci else None
+        return _window(read, ok, (pi, g, hb, wn), x.dtype, 0.0, padding, h, wd, row0)
+
+    def row_sum(wt: Any, xw: Any, r: Any) -> Any:
+        """The (Co, OW) fp32 PSUM sum of a group's matmuls for output row r of the block."""
+        i_p, i_o = nl.arange(pi)[:, None], nl.arange(po)[None, :]
+        acc = nl.zeros((po, ow), F32, buffer=nl.psum)
+        for it in nl.affine_range(g):
+            for dy in nl.static_range(gy):
+                for dx in nl.static_range(kw):
+                    moving = xw[i_p, it, r * s + dy, i_w * s + dx]
+                    acc += nl.matmul(wt[i_p, it, dy, dx, i_o], moving, transpose_x=True)
+        return acc
+
+    def store(img: Any, ct: Any, blk: Any, r: Any, acc: Any, bias: Any) -> None:
+        ochan, row = ct * po + i_q, blk * rb + r
+        mask = _all(ochan < co if co % po else None, row < oh if nblk * rb > oh else None)
+        nl.store(out[img, ochan, row, i_w], nl.add(acc, bias, dtype=x.dtype), mask=mask)
+
+    for ct in nl.affine_range(to):
+        ochan = ct * po + i_q
+        bias = nl.load(b[ochan, i_1], mask=ochan < co if co % po else None)
+        if ng == 1 and ny == 1:  # the whole contraction in one window: one PSUM sum per row
+            wt = weights(ct, 0, 0)
+            for img in nl.affine_range(n):
+                for blk in nl.affine_range(nblk):
+                    xw = window(img, 0, None if nblk == 1 else blk * rb * s)
+                    for r in nl.affine_range(rb):
+                        store(img, ct, blk, r, row_sum(wt, xw, r), bias)
+            continue
+        for img in nl.affine_range(n):
+            for blk in nl.affine_range(nblk):
+                total = nl.zeros((po, rb, ow), F32, buffer=nl.sbuf)
+                for gc in nl.sequential_range(ng):
+                    for ky in nl.sequential_range(ny):
+                        wt = weights(ct, gc, ky)
+                        xw = window(img, gc, blk * rb * s + ky * gy)
+                        for r in nl.affine_range(rb):
+                            part = total[i_q, r, i_w]
+                            total[i_q, r, i_w] = nl.add(part, row_sum(wt, xw, r), dtype=F32)
+                for r in nl.affine_range(rb):
+                    store(img, ct, blk, r, total[i_q, r, i_w], bias)
     return out
 
 
-def _pool(x, kernel, stride, padding, is_max):
+def _pool_plan(k: int, s: int, wn: int, oh: int, ow: int, item: int, tiles: int,
+               budget: int) -> int:  # fmt: skip
+    """Output rows per block: the input window and ``tiles`` fp32 (rows, OW) tiles fit
+    ``budget`` bytes per partition."""
+    rb = oh
+    while rb > 1 and item * ((rb - 1) * s + k) * wn + 4 * tiles * rb * ow > budget:
+        rb -= 1
+    return rb
+
+
+def _pool_windows(x: Any, kernel: int, stride: int, padding: int, fill: float, tiles: int,
+                  budget: int, body: Any) -> None:  # fmt: skip
+    """Each (up to 128 planes, block of output rows) of x[M, H, W] loaded once into an SBUF
+    window padded with ``fill``; ``body(blk, rb, taps)`` combines the KH x KW strided views
+    ``taps`` ((dy, dx, view) each) of block ``blk`` of ``rb`` output rows into the (output,
+    value) pairs to store."""
+    m, h, wd = x.shape
+    oh = (h + 2 * padding - kernel) // stride + 1
+    ow = (wd + 2 * padding - kernel) // stride + 1
+    p = fit(m)
+    wn = (ow - 1) * stride + kernel
+    rb = _pool_plan(kernel, stride, wn, oh, ow, dtypes.itemsize(str(x.dtype)), tiles,
+                   budget)  # fmt: skip
+    nblk = row_tiles(oh, rb)
+    hb = (rb - 1) * stride + kernel
+    i_p = nl.arange(p)[:, None, None]
+    i_h = nl.arange(rb)[None, :, None]
+    i_w = nl.arange(ow)[None, None, :]
+    for t in nl.affine_range(row_tiles(m, p)):
+
+        def read(_: Any, i_p: Any, rows: Any, cols: Any, t: Any = t) -> Any:
+            return x[t * p + i_p, rows, cols]
+
+        def ok(_: Any, i_p: Any, t: Any = t) -> Any:
+            return t * p + i_p < m
+
+        for blk in nl.affine_range(nblk):
+            row0 = None if nblk == 1 else blk * rb * stride
+            part = ok if m % p else None
+            xw = _window(read, part, (p, hb, wn), x.dtype, fill, padding, h, wd, row0)
+            taps = [
+                (dy, dx, xw[i_p, i_h * stride + dy, i_w * stride + dx])
+                for dy in range(kernel)
+                for dx in range(kernel)
+            ]
+            rows = blk * rb + i_h
+            mask = _all(ok(None, i_p) if m % p else None, rows < oh if nblk * rb > oh else None)
+            for dst, value in body(blk, rb, taps):
+                nl.store(dst[t * p + i_p, rows, i_w], value, mask=mask)
+
+
+def _pool(x, kernel, stride, padding, is_max, budget):
     m, h, wd = x.shape
     oh = (h + 2 * padding - kernel) // stride + 1
     ow = (wd + 2 * padding - kernel) // stride + 1
     out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None, None]
-    i_h = nl.arange(oh)[None, :, None]
-    i_w = nl.arange(ow)[None, None, :]
-    for t in nl.affine_range(row_tiles(m)):
-        planes = t * P + i_p
-        acc = nl.full((P, oh, ow), NEG if is_max else 0.0, F32, buffer=nl.sbuf)
-        for dy in nl.static_range(kernel):
-            for dx in nl.static_range(kernel):
-                row = i_h * stride + dy - padding
-                col = i_w * stride + dx - padding
-                win = nl.full((P, oh, ow), NEG if is_max else 0.0, x.dtype, buffer=nl.sbuf)
-                win[i_p, i_h, i_w] = nl.load(
-                    x[planes, row, col],
-                    mask=(planes < m) & (row >= 0) & (row < h) & (col >= 0) & (col < wd),
-                )
-                if is_max:
-                    acc[i_p, i_h, i_w] = nl.maximum(acc, win, dtype=F32)
-                else:
-                    acc[i_p, i_h, i_w] = nl.add(acc, win, dtype=F32)
-        res = acc if is_max else nl.multiply(acc, 1.0 / (kernel * kernel), dtype=F32)
-        nl.store(out[planes, i_h, i_w], nl.copy(res, dtype=x.dtype), mask=planes < m)
+
+    def body(blk: Any, rb: int, taps: list) -> list:
+        acc = taps[0][2]
+        for _, _, tap in taps[1:]:  # max: exact in any dtype; sums in fp32
+            acc = nl.maximum(acc, tap, dtype=x.dtype) if is_max else nl.add(acc, tap, dtype=F32)
+        if is_max:
+            return [(out, acc if len(taps) > 1 else nl.copy(acc, dtype=x.dtype))]
+        return [(out, nl.multiply(acc, 1.0 / (kernel * kernel), dtype=x.dtype))]
+
+    _pool_windows(x, kernel, stride, padding, NEG if is_max else 0.0, 3, budget, body)
     return out
 
 
 @nki.jit
-def max_pool2d_kernel(x, kernel=2, stride=2, padding=0):
+def max_pool2d_kernel(x, kernel=2, stride=2, padding=0, sbuf_budget=BUDGET):
     """out[M, OH, OW] = max over each kernel x kernel window of the planes x[M, H, W] (M = N*C;
     padding never wins). Limits: OH * OW <= 4096, padding <= kernel // 2. Dtypes: float32,
-    bfloat16, float16 (exact)."""
-    return _pool(x, kernel, stride, padding, True)
+    bfloat16, float16 (exact).
+
+    Each tile of planes loads once into an SBUF window padded with -3e38 (blocks of output
+    rows when a plane exceeds ``sbuf_budget`` bytes per partition); the kernel offsets are
+    strided views of it."""
+    return _pool(x, kernel, stride, padding, True, sbuf_budget)
 
 
 @nki.jit
-def avg_pool2d_kernel(x, kernel=2, stride=2, padding=0):
+def avg_pool2d_kernel(x, kernel=2, stride=2, padding=0, sbuf_budget=BUDGET):
     """out[M, OH, OW] = mean over each kernel x kernel window of x[M, H, W] (M = N*C; padding
     counts as zeros, torch's count_include_pad=True). Limits: OH * OW <= 4096. Dtypes:
-    float32, bfloat16, float16 (fp32 sums)."""
-    return _pool(x, kernel, stride, padding, False)
+    float32, bfloat16, float16 (fp32 sums). Windows as :func:`max_pool2d_kernel`'s."""
+    return _pool(x, kernel, stride, padding, False, sbuf_budget)
 
 
 @nki.jit
-def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0):
+def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0, sbuf_budget=BUDGET):
     """(out, idx)[M, OH, OW]: :func:`max_pool2d_kernel` plus, for each output, the flat index
     row * W + col of the first maximum in its window (int32; torch's max_pool2d_with_indices,
     whose backward scatters through these indices). Limits: OH * OW <= 4096,
-    padding <= kernel // 2, H * W < 2**24. Dtypes: float32, bfloat16, float16."""
+    padding <= kernel // 2, H * W < 2**24. Dtypes: float32, bfloat16, float16. Windows as
+    :func:`max_pool2d_kernel`'s."""
     m, h, wd = x.shape
     oh = (h + 2 * padding - kernel) // stride + 1
     ow = (wd + 2 * padding - kernel) // stride + 1
     out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
     idx = nl.ndarray((m, oh, ow), dtype=nl.int32, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None, None]
-    i_h = nl.arange(oh)[None, :, None]
-    i_w = nl.arange(ow)[None, None, :]
-    for t in nl.affine_range(row_tiles(m)):
-        planes = t * P + i_p
-        best = nl.full((P, oh, ow), NEG, F32, buffer=nl.sbuf)
-        arg = nl.zeros((P, oh, ow), F32, buffer=nl.sbuf)
-        for dy in nl.static_range(kernel):
-            for dx in nl.static_range(kernel):
-                row = i_h * stride + dy - padding
-                col = i_w * stride + dx - padding
-                win = nl.full((P, oh, ow), NEG, x.dtype, buffer=nl.sbuf)
-                win[i_p, i_h, i_w] = nl.load(
-                    x[planes, row, col],
-                    mask=(planes < m) & (row >= 0) & (row < h) & (col >= 0) & (col < wd),
-                )
-                cand = nisa.iota(row * wd + col + 0 * i_p, dtype=F32)
-                better = nl.greater(win, best, dtype=F32)  # strict: the first maximum wins
-                arg[i_p, i_h, i_w] = nl.where(better, cand, arg, dtype=F32)
-                best[i_p, i_h, i_w] = nl.maximum(best, win, dtype=F32)
-        nl.store(out[planes, i_h, i_w], nl.copy(best, dtype=x.dtype), mask=planes < m)
-        nl.store(idx[planes, i_h, i_w], nl.copy(arg, dtype=nl.int32), mask=planes < m)
+
+    def body(blk: Any, rb: int, taps: list) -> list:
+        i_p = nl.arange(fit(m))[:, None, None]
+        i_h = nl.arange(rb)[None, :, None]
+        i_w = nl.arange(ow)[None, None, :]
+
+        def flat(dy: int, dx: int) -> Any:  # the input position of offset (dy, dx), row-major
+            row = (blk * rb + i_h) * stride + dy - padding
+            return nisa.iota(row * wd + i_w * stride + dx - padding + 0 * i_p, dtype=nl.int32)
+
+        best, arg = taps[0][2], flat(0, 0)
+        for dy, dx, tap in taps[1:]:
+            better = nl.greater(tap, best, dtype=F32)  # strict: the first maximum wins
+            arg = nl.where(better, flat(dy, dx), arg, dtype=nl.int32)
+            best = nl.maximum(best, tap, dtype=x.dtype)
+        return [(out, best if len(taps) > 1 else nl.copy(best, dtype=x.dtype)), (idx, arg)]
+
+    _pool_windows(x, kernel, stride, padding, NEG, 5, sbuf_budget, body)
     return out, idx
 
 

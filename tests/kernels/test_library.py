@@ -325,6 +325,62 @@ def test_conv2d_kernel_matches_torch(n, ci, co, h, k, stride, dtype, seed):
     close(gw, wf.grad.to(dtype), dtype, 2 * (n * h * h) ** 0.5)
 
 
+# (n, ci, co, h, w, k, stride, padding, dtype, SBUF budget in bytes per partition: small ones
+# split the planes into blocks of output rows, the weights into kernel-row / channel groups)
+CONV_CASES = [
+    (4, 3, 8, 8, 8, 3, 1, 1, torch.float32, None),  # the CNN of benchmarks/model_runs.py
+    (2, 8, 8, 4, 4, 3, 1, 1, torch.bfloat16, None),
+    (1, 130, 5, 6, 7, 3, 2, 1, torch.float32, None),  # ragged input-channel tiles
+    (1, 4, 130, 5, 5, 3, 1, 2, torch.bfloat16, None),  # ragged output-channel tiles
+    (2, 3, 4, 9, 7, 3, 2, 0, torch.bfloat16, None),
+    (1, 1, 3, 6, 5, 2, 2, 2, torch.float32, None),  # one input channel, even kernel
+    (2, 5, 3, 4, 4, 1, 2, 0, torch.float32, None),  # 1x1
+    (1, 2, 3, 1, 1, 1, 3, 1, torch.float32, None),  # windows of padding only
+    (1, 256, 3, 5, 5, 3, 1, 1, torch.float32, None),
+    (1, 3, 8, 8, 8, 3, 1, 1, torch.float32, 600),  # blocks of output rows
+    (1, 3, 8, 8, 8, 3, 2, 2, torch.bfloat16, 170),  # kernel-row groups
+    (1, 260, 4, 6, 6, 3, 1, 1, torch.float32, 500),  # channel groups and row blocks
+]
+
+
+@pytest.mark.parametrize("n, ci, co, h, w, k, stride, pad, dtype, budget", CONV_CASES)
+def test_conv2d_forward_layouts_match_torch(n, ci, co, h, w, k, stride, pad, dtype, budget):
+    gen = torch.Generator().manual_seed(ci * 100 + h)
+    x = torch.randn(n, ci, h, w, generator=gen).to(dtype)
+    wt = torch.randn(co, ci, k, k, generator=gen).to(dtype)
+    b = torch.randn(co, generator=gen).to(dtype)
+    extra = {} if budget is None else {"sbuf_budget": budget}
+    got = full(K.conv2d_kernel)(x, wt, b[:, None], stride=stride, padding=pad, **extra)
+    want = F.conv2d(x.float(), wt.float(), b.float(), stride=stride, padding=pad)
+    assert got.shape == want.shape
+    close(got, want.to(dtype), dtype, 2 * (ci * k * k) ** 0.5)
+
+
+# (m, h, w, kernel, stride, padding, dtype, SBUF budget)
+POOL_CASES = [
+    (32, 8, 8, 2, 2, 0, torch.float32, None),  # the CNN's max pool
+    (130, 7, 5, 3, 2, 1, torch.bfloat16, None),  # ragged plane tiles
+    (3, 9, 9, 3, 1, 1, torch.float32, None),
+    (2, 5, 6, 1, 2, 0, torch.float32, None),  # 1x1
+    (4, 11, 10, 3, 2, 1, torch.float32, 800),  # blocks of output rows
+    (5, 12, 7, 2, 1, 1, torch.bfloat16, 600),
+]
+
+
+@pytest.mark.parametrize("m, h, w, k, s, p, dtype, budget", POOL_CASES)
+def test_pool2d_forward_layouts_match_torch(m, h, w, k, s, p, dtype, budget):
+    x = torch.randn(m, h, w, generator=torch.Generator().manual_seed(m + h)).to(dtype)
+    extra = {} if budget is None else {"sbuf_budget": budget}
+    want, want_idx = F.max_pool2d(x[None], k, s, p, return_indices=True)
+    assert torch.equal(
+        full(K.max_pool2d_kernel)(x, kernel=k, stride=s, padding=p, **extra), want[0]
+    )
+    got, idx = full(K.max_pool2d_indices_kernel)(x, kernel=k, stride=s, padding=p, **extra)
+    assert torch.equal(got, want[0]) and torch.equal(idx.long(), want_idx[0])
+    got = full(K.avg_pool2d_kernel)(x, kernel=k, stride=s, padding=p, **extra)
+    close(got, F.avg_pool2d(x.float()[None], k, s, p)[0].to(dtype), dtype)
+
+
 @FEW
 @given(
     m=st.sampled_from([1, 6, 130]),
