@@ -310,16 +310,17 @@ def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0, sbuf_budget=BUDG
         i_h = nl.arange(rb)[None, :, None]
         i_w = nl.arange(ow)[None, None, :]
 
-        def flat(dy: int, dx: int) -> Any:  # the input position of offset (dy, dx), row-major
-            row = (blk * rb + i_h) * stride + dy - padding
-            return nisa.iota(row * wd + i_w * stride + dx - padding + 0 * i_p, dtype=nl.int32)
-
-        best, arg = taps[0][2], flat(0, 0)
+        # the input position of offset (0, 0), row-major; offset (dy, dx) is dy * W + dx on
+        row = (blk * rb + i_h) * stride - padding
+        corner = nisa.iota(row * wd + i_w * stride - padding + 0 * i_p, dtype=nl.int32)
+        best, step = taps[0][2], 0  # step: the winning offset's dy * W + dx so far
         for dy, dx, tap in taps[1:]:
             better = nl.greater(tap, best, dtype=F32)  # strict: the first maximum wins
-            arg = nl.where(better, flat(dy, dx), arg, dtype=nl.int32)
+            step = nl.where(better, dy * wd + dx, step, dtype=nl.int32)
             best = nl.maximum(best, tap, dtype=x.dtype)
-        return [(out, best if len(taps) > 1 else nl.copy(best, dtype=x.dtype)), (idx, arg)]
+        if len(taps) == 1:
+            return [(out, nl.copy(best, dtype=x.dtype)), (idx, corner)]
+        return [(out, best), (idx, nl.add(corner, step, dtype=nl.int32))]
 
     _pool_windows(x, kernel, stride, padding, NEG, 5, sbuf_budget, body)
     return out, idx
