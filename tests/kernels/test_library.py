@@ -325,6 +325,44 @@ def test_conv2d_kernel_matches_torch(n, ci, co, h, k, stride, dtype, seed):
     close(gw, wf.grad.to(dtype), dtype, 2 * (n * h * h) ** 0.5)
 
 
+# (B, H, Hk, Sq, Sk, D, causal, additive mask, dtype): blocks of a whole short sequence, of
+# 128 with a ragged tail, two full blocks; grouped-query heads; a decode step (Sq < Sk)
+ATTENTION_CASES = [
+    (2, 4, 2, 32, 32, 32, True, False, torch.float32),  # the tiny Llama of model_runs.py
+    (1, 2, 2, 130, 130, 16, True, False, torch.bfloat16),
+    (1, 1, 1, 256, 256, 8, True, False, torch.float32),
+    (2, 2, 1, 5, 40, 8, False, True, torch.float32),
+    (1, 2, 1, 1, 130, 32, False, False, torch.bfloat16),
+    (1, 2, 2, 24, 136, 16, True, True, torch.float32),
+]
+
+
+@pytest.mark.parametrize("b, h, hk, sq, sk, d, causal, masked, dtype", ATTENTION_CASES)
+def test_attention_layouts_match_torch(b, h, hk, sq, sk, d, causal, masked, dtype):
+    gen = torch.Generator().manual_seed(sq * 1000 + sk)
+    q = torch.randn(b * h, sq, d, generator=gen).to(dtype)
+    k, v = (torch.randn(b * hk, sk, d, generator=gen).to(dtype) for _ in range(2))
+    g = torch.randn(b * h, sq, d, generator=gen).to(dtype)
+    mask = torch.randn(b, 1, sq, sk, generator=gen) if masked else None
+    qf, kf, vf = (t.float().requires_grad_(True) for t in (q, k, v))
+
+    def grouped(t):  # (B*Hk, S, D) -> (B, H, S, D), each key/value head shared by H/Hk heads
+        return t.reshape(b, hk, sk, d).repeat_interleave(h // hk, dim=1)
+
+    bias = torch.zeros(sq, sk) if mask is None else mask
+    if causal:  # torch's is_causal: top-left aligned, key j <= query i
+        bias = bias.masked_fill(torch.ones(sq, sk, dtype=torch.bool).tril().logical_not(), -1e30)
+    ref = F.scaled_dot_product_attention(qf.reshape(b, h, sq, d), grouped(kf), grouped(vf), bias)
+    ref.backward(g.float().reshape(b, h, sq, d))
+    sc = d**-0.5
+    kw = {"scale": sc, "causal": causal, "heads": h}
+    out, lse = full(K.attention_kernel)(q, k, v, mask, **kw)
+    close(out, ref.detach().reshape(b * h, sq, d).to(dtype), dtype, 2)
+    grads = full(K.attention_backward_kernel)(g, q, k, v, out, lse, mask, **kw)
+    for got, want in zip(grads, (qf.grad, kf.grad, vf.grad)):
+        close(got, want.to(dtype), dtype, 4 * sk**0.5)
+
+
 # (n, ci, co, h, w, k, stride, padding, dtype, SBUF budget in bytes per partition: small ones
 # split the planes into blocks of output rows, the weights into kernel-row / channel groups)
 CONV_CASES = [
