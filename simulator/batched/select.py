@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from nki.ir import Access, Const, Instr
+from nki.ir import Access, Const, Instr, Sym
 
 from .. import numerics
 from ..backends import name_of
@@ -44,18 +44,42 @@ def _declines_where(instr: Instr) -> str | None:
     return _direct(instr)
 
 
-# id(affine_select) -> (it, the same instruction with its predicate as its mask): so the
-# batch's selection comes from ``BCtx.mask``, which skips conditions that hold throughout
-_AS_MASKED: dict[int, tuple[Instr, Instr]] = {}
+# id(affine_select) -> (it, the same instruction with its predicate as its mask, the symbols of
+# the predicate): the batch's selection comes from ``BCtx.mask``, which skips conditions that
+# hold throughout. Bounded.
+_AS_MASKED: dict[int, tuple[Instr, Instr, tuple[Sym, ...]]] = {}
+# (id(affine_select), batch axes' sizes, the predicate symbols' values / axes) -> (it, the
+# selection, read-only; None: all true): the same in every launch of a traced kernel. Bounded.
+_SELECTIONS: dict[tuple, tuple[Instr, np.ndarray | None]] = {}
+_MAX = 1024
 
 
-def _predicate_instr(instr: Instr) -> Instr:
+def _predicate(instr: Instr) -> tuple[Instr, tuple[Sym, ...]]:
     hit = _AS_MASKED.get(id(instr))
     if hit is None or hit[0] is not instr:
-        if len(_AS_MASKED) >= 4096:
+        if len(_AS_MASKED) >= _MAX:
             _AS_MASKED.clear()
-        hit = _AS_MASKED[id(instr)] = (instr, dataclasses.replace(instr, mask=instr.attr("pred")))
-    return hit[1]
+        pred = instr.attr("pred")
+        syms = tuple(dict.fromkeys(s for c in pred.conds for s, _ in c.expr.base.terms))
+        hit = _AS_MASKED[id(instr)] = (instr, dataclasses.replace(instr, mask=pred), syms)
+    return hit[1], hit[2]
+
+
+def _selection(instr: Instr, ctx: BCtx) -> np.ndarray | None:
+    """Where the predicate of an affine_select holds over the batch (None: everywhere)."""
+    masked, syms = _predicate(instr)
+    sc, ax = ctx.scalar, ctx.axis
+    key = (id(instr), tuple(ctx.dims), tuple([sc[s] if s in sc else ax[s] for s in syms]))
+    hit = _SELECTIONS.get(key)
+    if hit is not None and hit[0] is instr:
+        return hit[1]
+    sel = ctx.mask(masked)
+    if sel is not None:
+        sel.flags.writeable = False
+    if len(_SELECTIONS) >= _MAX:
+        _SELECTIONS.clear()
+    _SELECTIONS[key] = (instr, sel)
+    return sel
 
 
 @executes("isa", "affine_select", backend=BATCHED, declines=_declines_affine_select)
@@ -65,7 +89,7 @@ def _affine_select(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(src, Access) and isinstance(fval, Const) and dst is not None
     full = (*ctx.dims, *dst.shape)
     x = numerics.to_compute(ctx.read(src).reshape(full))
-    cond = ctx.mask(_predicate_instr(instr))
+    cond = _selection(instr, ctx)
     vals = x if cond is None else np.where(cond, x, np.float32(fval.value))
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
