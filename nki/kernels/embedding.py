@@ -7,7 +7,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ._tiles import PSUM_FMAX, P, load_rows, row_tiles, store_rows
+from ._tiles import PSUM_FMAX, P, fit, load_rows, row_tiles, store_rows
 
 F32 = nl.float32
 
@@ -21,12 +21,13 @@ def embedding_kernel(w, idx):
     by the simulator); any N, D <= 4096. Dtypes: w float32, bfloat16 or float16."""
     n = idx.shape[0]
     d = w.shape[1]
+    p = fit(n)  # rows per tile: 128, or all of them (no padding rows) when fewer
     out = nl.ndarray((n, d), dtype=w.dtype, buffer=nl.shared_hbm)
     i_f = nl.arange(d)[None, :]
-    for t in nl.affine_range(row_tiles(n)):
-        it = load_rows(idx, t, n, 1)  # padding rows read index 0, never stored
+    for t in nl.affine_range(row_tiles(n, p)):
+        it = load_rows(idx, t, n, 1, p=p)  # padding rows read index 0, never stored
         rows_t = nl.load(w[it, i_f])
-        store_rows(out, t, n, d, rows_t)
+        store_rows(out, t, n, d, rows_t, p=p)
     return out
 
 

@@ -11,7 +11,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ._tiles import P, load_operand, load_rows, row_tiles, store_rows
+from ._tiles import P, fit, load_operand, load_rows, row_tiles, store_rows
 
 F32 = nl.float32
 NEG = -3.0e38
@@ -27,16 +27,25 @@ def arange_kernel(n=1, start=0.0, step=1.0, dtype="int32"):
     ``"float16"``."""
     out_dtype = getattr(nl, dtype)
     out = nl.ndarray((n, 1), dtype=out_dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(P)[:, None]
+    p = fit(n)  # rows per tile: 128, or all of them when fewer
+    i_p = nl.arange(p)[:, None]
     i_1 = nl.arange(1)[None, :]
-    for t in nl.affine_range(row_tiles(n)):
-        if out_dtype == nl.int32 and float(step).is_integer() and float(start).is_integer():
-            idx = nisa.iota(t * P + i_p + 0 * i_1, dtype=nl.int32)
-            val = nl.add(nl.multiply(idx, int(step), dtype=nl.int32), int(start), dtype=nl.int32)
-        else:
-            idx = nisa.iota(t * P + i_p + 0 * i_1, dtype=F32)
-            val = nl.add(nl.multiply(idx, float(step), dtype=F32), float(start), dtype=F32)
-        store_rows(out, t, n, 1, nl.copy(val, dtype=out_dtype))
+    exact = out_dtype == nl.int32 and float(step).is_integer() and float(start).is_integer()
+    for t in nl.affine_range(row_tiles(n, p)):
+        i = t * p + i_p + 0 * i_1
+        if exact:  # start + step * i is an affine index expression: one iota, int32 arithmetic
+            store_rows(out, t, n, 1, nisa.iota(int(start) + int(step) * i, dtype=nl.int32), p)
+            continue
+        val = nisa.iota(i, dtype=F32)
+        scaled = float(step) != 1.0
+        shifted = float(start) != 0.0 or float(step) < 0  # (+0.0 keeps -0.0 from 0 * step)
+        if scaled:
+            val = nl.multiply(val, float(step), dtype=out_dtype if not shifted else F32)
+        if shifted:
+            val = nl.add(val, float(start), dtype=out_dtype)
+        if not (scaled or shifted) and out_dtype != F32:
+            val = nl.copy(val, dtype=out_dtype)
+        store_rows(out, t, n, 1, val, p)
     return out
 
 

@@ -3,6 +3,8 @@ and bfloat16, run with checks="full" (an uninitialised read or any other finding
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -252,6 +254,32 @@ def test_norm_kernels_forward_and_backward_match_autograd(n, d, dtype, seed):
     close(dx, xf.grad.to(dtype), dtype, scale)
     close(dw[0], wf.grad.to(dtype), dtype, scale)
     close(db[0], bf.grad.to(dtype), dtype, scale)
+
+
+@pytest.mark.parametrize("n", [1, 32, 130, 300])
+@pytest.mark.parametrize(
+    "start, step, dtype",
+    [
+        (0, 1, "int32"),
+        (5, -2, "int32"),
+        (0, 1, "float32"),
+        (0, 1, "bfloat16"),
+        (0.0, 0.5, "float32"),
+        (0, -1.0, "float16"),
+        (-3.0, 0.1, "float32"),
+        (2.5, 3.0, "bfloat16"),
+    ],
+)
+def test_arange_kernel_matches_fp32_arithmetic(n, start, step, dtype):
+    got = full(K.arange_kernel)(n=n, start=start, step=step, dtype=dtype)
+    i = np.arange(n, dtype=np.float32)[:, None]
+    if dtype == "int32":
+        want = (start + step * np.arange(n, dtype=np.int64)[:, None]).astype(np.int32)
+    else:  # fp32 arithmetic, rounded once to the dtype (exact where the products are)
+        f32 = (i * np.float32(step) + np.float32(start)).astype(np.float32)
+        want = f32.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    assert got.dtype == want.dtype and got.shape == (n, 1)
+    assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
 
 
 @FEW
