@@ -49,28 +49,30 @@ def _tile(shape: tuple, dtype: Any, fill: Any) -> Any:
 
 
 def _window(read: Any, ok: Any, shape: tuple, dtype: Any, fill: float, pad: int, h: int,
-            wd: int, row0: Any = None) -> Any:  # fmt: skip
+            wd: int, row0: Any, inside: bool = False) -> Any:  # fmt: skip
     """An SBUF tile of ``shape`` (P, [G,] HB, WN) whose element (p, [t,] j, c) is input row
     ``row0 + j - pad``, column ``c - pad`` of the plane ``read(t, p, rows, cols)`` addresses,
     and ``fill`` outside the image and where ``ok(t, p)`` is false (``ok`` None: everywhere
-    true); a G axis loads in an affine loop (one DMA instruction). ``row0`` None: the window
-    starts at row 0 (the whole plane in one window), so its in-image rows load without a row
-    mask, into a tile that needs no memset when there is no padding."""
+    true); a G axis loads in an affine loop (one DMA instruction). Rows load without a mask
+    when ``row0`` is an int (the in-image rows, known while tracing) or ``inside`` says every
+    row is in the image; the tile needs no memset when the load covers it."""
     p, hb, wn = shape[0], shape[-2], shape[-1]
     i_p = nl.arange(p)[:, None, None]
     nc = min(wd, wn - pad)  # the input columns the window holds
-    nr = min(h, hb - pad) if row0 is None else hb
+    if isinstance(row0, int):
+        top = row0 - pad
+        lo, nr = max(0, top), min(h, top + hb) - max(0, top)
+        i_h = nl.arange(max(nr, 1))[None, :, None]
+        rows, at, row_ok = lo + i_h, lo - top + i_h, None
+    else:
+        nr = hb
+        i_h = nl.arange(hb)[None, :, None]
+        rows, at = row0 - pad + i_h, i_h
+        row_ok = None if inside else (rows >= 0) & (rows < h)
     if nr <= 0 or nc <= 0:  # (a window of padding only)
         return _tile(shape, dtype, fill)
     i_w = nl.arange(nc)[None, None, :]
-    if row0 is None:
-        i_h = nl.arange(nr)[None, :, None]
-        rows, at, row_ok = i_h, pad + i_h, None
-        covered = pad == 0 and nr == hb and nc == wn and ok is None
-    else:
-        i_h = nl.arange(hb)[None, :, None]
-        rows, at, covered = row0 + i_h - pad, i_h, False
-        row_ok = (rows >= 0) & (rows < h)
+    covered = pad == 0 and nr == hb and nc == wn and ok is None and row_ok is None
     tile = _tile(shape, dtype, None if covered else fill)
     groups = [None] if len(shape) == 3 else nl.affine_range(shape[1])
     for t in groups:
@@ -78,6 +80,23 @@ def _window(read: Any, ok: Any, shape: tuple, dtype: Any, fill: float, pad: int,
         dst = (i_p, at, pad + i_w) if t is None else (i_p, t, at, pad + i_w)
         tile[dst] = nl.load(read(t, i_p, rows, i_w), mask=mask)
     return tile
+
+
+def _segments(nblk: int, rb: int, oh: int, s: int, pad: int, hb: int,
+              h: int) -> list[tuple[int, int, bool]]:  # fmt: skip
+    """Runs (first block, blocks, edge) covering the ``nblk`` blocks of ``rb`` output rows
+    (input windows of ``hb`` rows from row ``blk * rb * s - pad``): an edge block (its window
+    leaves the image, or it has fewer than rb output rows) is a run of its own, traced with
+    static bounds; the blocks between run in one affine loop, with no masks."""
+    runs: list[tuple[int, int, bool]] = []
+    for blk in range(nblk):
+        top = blk * rb * s - pad
+        edge = top < 0 or top + hb > h or (blk + 1) * rb > oh
+        if not edge and runs and not runs[-1][2]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, False)
+        else:
+            runs.append((blk, 1, edge))
+    return runs
 
 
 def _conv_plan(ti: int, po: int, kh: int, kw: int, wn: int, oh: int, ow: int, stride: int,
@@ -154,12 +173,12 @@ def conv2d_kernel(x, w, b, stride=1, padding=0, sbuf_budget=BUDGET):
             wt[i_p, t, i_y, i_x, i_o] = nl.load(w[ochan, chans(gc, t, i_p), rows, i_x], mask=mask)
         return wt
 
-    def window(img: Any, gc: Any, row0: Any) -> Any:
+    def window(img: Any, gc: Any, row0: Any, inside: bool = False) -> Any:
         def read(t: Any, i_p: Any, rows: Any, cols: Any) -> Any:
             return x[img, chans(gc, t, i_p), rows, cols]
 
         ok = (lambda t, i_p: chan_ok(gc, t, i_p)) if ng * g * pi > ci else None
-        return _window(read, ok, (pi, g, hb, wn), x.dtype, 0.0, padding, h, wd, row0)
+        return _window(read, ok, (pi, g, hb, wn), x.dtype, 0.0, padding, h, wd, row0, inside)
 
     def row_sum(wt: Any, xw: Any, r: Any) -> Any:
         """The (Co, OW) fp32 PSUM sum of a group's matmuls for output row r of the block."""
@@ -172,9 +191,9 @@ def conv2d_kernel(x, w, b, stride=1, padding=0, sbuf_budget=BUDGET):
                     acc += nl.matmul(wt[i_p, it, dy, dx, i_o], moving, transpose_x=True)
         return acc
 
-    def store(img: Any, ct: Any, blk: Any, r: Any, acc: Any, bias: Any) -> None:
-        ochan, row = ct * po + i_q, blk * rb + r
-        mask = _all(ochan < co if co % po else None, row < oh if nblk * rb > oh else None)
+    def store(img: Any, ct: Any, row: Any, acc: Any, bias: Any, row_ok: Any = None) -> None:
+        ochan = ct * po + i_q
+        mask = _all(ochan < co if co % po else None, row_ok)
         nl.store(out[img, ochan, row, i_w], nl.add(acc, bias, dtype=x.dtype), mask=mask)
 
     for ct in nl.affine_range(to):
@@ -183,10 +202,16 @@ def conv2d_kernel(x, w, b, stride=1, padding=0, sbuf_budget=BUDGET):
         if ng == 1 and ny == 1:  # the whole contraction in one window: one PSUM sum per row
             wt = weights(ct, 0, 0)
             for img in nl.affine_range(n):
-                for blk in nl.affine_range(nblk):
-                    xw = window(img, 0, None if nblk == 1 else blk * rb * s)
-                    for r in nl.affine_range(rb):
-                        store(img, ct, blk, r, row_sum(wt, xw, r), bias)
+                for b0, count, edge in _segments(nblk, rb, oh, s, padding, hb, h):
+                    if edge:
+                        xw = window(img, 0, b0 * rb * s)
+                        for r in nl.affine_range(min(rb, oh - b0 * rb)):
+                            store(img, ct, b0 * rb + r, row_sum(wt, xw, r), bias)
+                        continue
+                    for j in nl.affine_range(count):
+                        xw = window(img, 0, (b0 + j) * rb * s, inside=True)
+                        for r in nl.affine_range(rb):
+                            store(img, ct, (b0 + j) * rb + r, row_sum(wt, xw, r), bias)
             continue
         for img in nl.affine_range(n):
             for blk in nl.affine_range(nblk):
@@ -199,7 +224,9 @@ def conv2d_kernel(x, w, b, stride=1, padding=0, sbuf_budget=BUDGET):
                             part = total[i_q, r, i_w]
                             total[i_q, r, i_w] = nl.add(part, row_sum(wt, xw, r), dtype=F32)
                 for r in nl.affine_range(rb):
-                    store(img, ct, blk, r, total[i_q, r, i_w], bias)
+                    row = blk * rb + r
+                    row_ok = row < oh if nblk * rb > oh else None
+                    store(img, ct, row, total[i_q, r, i_w], bias, row_ok)
     return out
 
 
@@ -216,20 +243,19 @@ def _pool_plan(k: int, s: int, wn: int, oh: int, ow: int, item: int, tiles: int,
 def _pool_windows(x: Any, kernel: int, stride: int, padding: int, fill: float, tiles: int,
                   budget: int, body: Any) -> None:  # fmt: skip
     """Each (up to 128 planes, block of output rows) of x[M, H, W] loaded once into an SBUF
-    window padded with ``fill``; ``body(blk, rb, taps)`` combines the KH x KW strided views
-    ``taps`` ((dy, dx, view) each) of block ``blk`` of ``rb`` output rows into the (output,
-    value) pairs to store."""
+    window padded with ``fill``; ``body(row, rows, taps)`` combines the KH x KW strided views
+    ``taps`` ((dy, dx, view) each) of the ``rows`` output rows from output row ``row`` into
+    the (output, value) pairs to store."""
     m, h, wd = x.shape
     oh = (h + 2 * padding - kernel) // stride + 1
     ow = (wd + 2 * padding - kernel) // stride + 1
     p = fit(m)
     wn = (ow - 1) * stride + kernel
     rb = _pool_plan(kernel, stride, wn, oh, ow, dtypes.itemsize(str(x.dtype)), tiles,
-                   budget)  # fmt: skip
+                    budget)  # fmt: skip
     nblk = row_tiles(oh, rb)
     hb = (rb - 1) * stride + kernel
     i_p = nl.arange(p)[:, None, None]
-    i_h = nl.arange(rb)[None, :, None]
     i_w = nl.arange(ow)[None, None, :]
     for t in nl.affine_range(row_tiles(m, p)):
 
@@ -239,19 +265,26 @@ def _pool_windows(x: Any, kernel: int, stride: int, padding: int, fill: float, t
         def ok(_: Any, i_p: Any, t: Any = t) -> Any:
             return t * p + i_p < m
 
-        for blk in nl.affine_range(nblk):
-            row0 = None if nblk == 1 else blk * rb * stride
+        def block(blk: Any, nrow: int, inside: bool, t: Any = t) -> None:
             part = ok if m % p else None
-            xw = _window(read, part, (p, hb, wn), x.dtype, fill, padding, h, wd, row0)
+            row0 = blk * rb * stride
+            xw = _window(read, part, (p, hb, wn), x.dtype, fill, padding, h, wd, row0, inside)
+            i_h = nl.arange(nrow)[None, :, None]
             taps = [
                 (dy, dx, xw[i_p, i_h * stride + dy, i_w * stride + dx])
                 for dy in range(kernel)
                 for dx in range(kernel)
             ]
-            rows = blk * rb + i_h
-            mask = _all(ok(None, i_p) if m % p else None, rows < oh if nblk * rb > oh else None)
-            for dst, value in body(blk, rb, taps):
-                nl.store(dst[t * p + i_p, rows, i_w], value, mask=mask)
+            mask = ok(None, i_p) if m % p else None
+            for dst, value in body(blk * rb, nrow, taps):
+                nl.store(dst[t * p + i_p, blk * rb + i_h, i_w], value, mask=mask)
+
+        for b0, count, edge in _segments(nblk, rb, oh, stride, padding, hb, h):
+            if edge:
+                block(b0, min(rb, oh - b0 * rb), False)
+                continue
+            for j in nl.affine_range(count):
+                block(b0 + j, rb, True)
 
 
 def _pool(x, kernel, stride, padding, is_max, budget):
@@ -260,7 +293,7 @@ def _pool(x, kernel, stride, padding, is_max, budget):
     ow = (wd + 2 * padding - kernel) // stride + 1
     out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
 
-    def body(blk: Any, rb: int, taps: list) -> list:
+    def body(row: Any, nrow: int, taps: list) -> list:
         acc = taps[0][2]
         for _, _, tap in taps[1:]:  # max: exact in any dtype; sums in fp32
             acc = nl.maximum(acc, tap, dtype=x.dtype) if is_max else nl.add(acc, tap, dtype=F32)
@@ -305,13 +338,13 @@ def max_pool2d_indices_kernel(x, kernel=2, stride=2, padding=0, sbuf_budget=BUDG
     out = nl.ndarray((m, oh, ow), dtype=x.dtype, buffer=nl.shared_hbm)
     idx = nl.ndarray((m, oh, ow), dtype=nl.int32, buffer=nl.shared_hbm)
 
-    def body(blk: Any, rb: int, taps: list) -> list:
+    def body(row0: Any, nrow: int, taps: list) -> list:
         i_p = nl.arange(fit(m))[:, None, None]
-        i_h = nl.arange(rb)[None, :, None]
+        i_h = nl.arange(nrow)[None, :, None]
         i_w = nl.arange(ow)[None, None, :]
 
         # the input position of offset (0, 0), row-major; offset (dy, dx) is dy * W + dx on
-        row = (blk * rb + i_h) * stride - padding
+        row = (row0 + i_h) * stride - padding
         corner = nisa.iota(row * wd + i_w * stride - padding + 0 * i_p, dtype=nl.int32)
         best, step = taps[0][2], 0  # step: the winning offset's dy * W + dx so far
         for dy, dx, tap in taps[1:]:

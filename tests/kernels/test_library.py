@@ -404,6 +404,7 @@ CONV_CASES = [
     (1, 2, 3, 1, 1, 1, 3, 1, torch.float32, None),  # windows of padding only
     (1, 256, 3, 5, 5, 3, 1, 1, torch.float32, None),
     (1, 3, 8, 8, 8, 3, 1, 1, torch.float32, 600),  # blocks of output rows
+    (2, 3, 4, 20, 9, 3, 1, 1, torch.float32, 370),  # edge blocks and a run of inner ones
     (1, 3, 8, 8, 8, 3, 2, 2, torch.bfloat16, 170),  # kernel-row groups
     (1, 260, 4, 6, 6, 3, 1, 1, torch.float32, 500),  # channel groups and row blocks
 ]
@@ -429,6 +430,7 @@ POOL_CASES = [
     (3, 9, 9, 3, 1, 1, torch.float32, None),
     (2, 5, 6, 1, 2, 0, torch.float32, None),  # 1x1
     (4, 11, 10, 3, 2, 1, torch.float32, 800),  # blocks of output rows
+    (3, 30, 8, 3, 1, 1, torch.float32, 700),  # edge blocks and a run of inner ones
     (5, 12, 7, 2, 1, 1, torch.bfloat16, 600),
 ]
 
