@@ -105,7 +105,8 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
     any B, Sq, Sk, D <= 128. The causal mask keeps key j <= query i (top-left aligned, as
     torch's is_causal). Dtypes: q, k, v float32, bfloat16 or float16, all the same (out in that
     dtype); mask any float dtype. Flash style: blocks of min(Sq, 128) queries, keys streamed in
-    blocks of min(Sk, 128) with a running max and sum (nl.sequential_range)."""
+    blocks of min(Sk, 128) with a running max and sum (nl.sequential_range); with one key
+    block (Sk <= 128), a plain softmax."""
     nbh, sq, d = q.shape
     nkv, sk, _ = k.shape
     h = heads or 1  # without heads=, every (batch, head) row of q is its own batch
@@ -116,9 +117,20 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
     lse = nl.ndarray((nbh, sq, 1), dtype=F32, buffer=nl.shared_hbm)
     bq, bk = fit(sq), fit(sk)  # query / key block rows: 128, or the whole sequence
     blocks = (sq, sk, bq, bk)
+    nk = row_tiles(sk, bk)
     i_p = nl.arange(bq)[:, None]
     i_d = nl.arange(d)[None, :]
     i_1 = nl.arange(1)[None, :]
+
+    def scores(b: Any, head: Any, kv: Any, qi: Any, kj: Any, q_t: Any) -> Any:
+        m_blk = None if mask is None else _mask_blk(mask, b, head, qi, kj, blocks)
+        k_t = _load_t(k, kv, kj, sk, d, bk)
+        return _scores(q_t, k_t, qi, kj, blocks, scale, causal, m_blk)
+
+    def times_v(p: Any, kv: Any, kj: Any) -> Any:
+        v_b = _load_blk(v, kv, kj, sk, d, bk)
+        return nl.matmul(_transposed(p, q.dtype), v_b, transpose_x=True)
+
     for b in nl.affine_range(nb):
         for kh in nl.affine_range(hk):
             for j in nl.affine_range(g):
@@ -127,26 +139,31 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
                 kv = b * hk + kh
                 for qi in nl.affine_range(row_tiles(sq, bq)):
                     q_t = _load_t(q, bh, qi, sq, d, bq)
-                    m = nl.full((bq, 1), NEG, F32, buffer=nl.sbuf)
-                    l_sum = nl.zeros((bq, 1), F32, buffer=nl.sbuf)
-                    acc = nl.zeros((bq, d), F32, buffer=nl.sbuf)
-                    for kj in nl.sequential_range(row_tiles(sk, bk)):
-                        m_blk = None if mask is None else _mask_blk(mask, b, head, qi, kj, blocks)
-                        k_t = _load_t(k, kv, kj, sk, d, bk)
-                        sc = _scores(q_t, k_t, qi, kj, blocks, scale, causal, m_blk)
-                        m_new = nl.maximum(
-                            m, nl.max(sc, axis=1, keepdims=True, dtype=F32), dtype=F32
-                        )
-                        p = nl.exp(nl.subtract(sc, m_new, dtype=F32), dtype=F32)
-                        corr = nl.exp(nl.subtract(m, m_new, dtype=F32), dtype=F32)
-                        row = nl.sum(p, axis=1, keepdims=True, dtype=F32)
-                        l_sum[i_p, i_1] = nl.add(
-                            nl.multiply(l_sum, corr, dtype=F32), row, dtype=F32
-                        )
-                        p_t = _transposed(p, q.dtype)
-                        pv = nl.matmul(p_t, _load_blk(v, kv, kj, sk, d, bk), transpose_x=True)
-                        acc[i_p, i_d] = nl.add(nl.multiply(acc, corr, dtype=F32), pv, dtype=F32)
-                        m[i_p, i_1] = nl.copy(m_new, dtype=F32)
+                    if nk == 1:  # one key block: a plain softmax, no running statistics
+                        sc = scores(b, head, kv, qi, 0, q_t)
+                        row_max = nl.max(sc, axis=1, keepdims=True, dtype=F32)
+                        m = nl.maximum(row_max, NEG, dtype=F32)  # (the running max's start)
+                        p = nl.exp(nl.subtract(sc, m, dtype=F32), dtype=F32)
+                        l_sum = nl.sum(p, axis=1, keepdims=True, dtype=F32)
+                        acc = times_v(p, kv, 0)
+                    else:
+                        m = nl.full((bq, 1), NEG, F32, buffer=nl.sbuf)
+                        l_sum = nl.zeros((bq, 1), F32, buffer=nl.sbuf)
+                        acc = nl.zeros((bq, d), F32, buffer=nl.sbuf)
+                        for kj in nl.sequential_range(nk):
+                            sc = scores(b, head, kv, qi, kj, q_t)
+                            m_new = nl.maximum(
+                                m, nl.max(sc, axis=1, keepdims=True, dtype=F32), dtype=F32
+                            )
+                            p = nl.exp(nl.subtract(sc, m_new, dtype=F32), dtype=F32)
+                            corr = nl.exp(nl.subtract(m, m_new, dtype=F32), dtype=F32)
+                            row = nl.sum(p, axis=1, keepdims=True, dtype=F32)
+                            l_sum[i_p, i_1] = nl.add(
+                                nl.multiply(l_sum, corr, dtype=F32), row, dtype=F32
+                            )
+                            pv = times_v(p, kv, kj)
+                            acc[i_p, i_d] = nl.add(nl.multiply(acc, corr, dtype=F32), pv, dtype=F32)
+                            m[i_p, i_1] = nl.copy(m_new, dtype=F32)
                     rows = qi * bq + i_p
                     res = nl.multiply(acc, nl.reciprocal(l_sum, dtype=F32), dtype=q.dtype)
                     nl.store(out[bh, rows, i_d], res, mask=rows < sq if sq % bq else None)
