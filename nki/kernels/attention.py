@@ -89,10 +89,14 @@ def _scores(
     return nisa.affine_select(pred, sc, NEG)
 
 
+def _as(p: Any, dtype: Any) -> Any:
+    """The fp32 tile p as a matmul operand of ``dtype`` (a copy unless fp32)."""
+    return p if dtype == F32 else nl.copy(p, dtype=dtype)
+
+
 def _transposed(p: Any, dtype: Any) -> Any:
     """The (bk, bq) SBUF transpose (Tensor engine) of the fp32 (bq, bk) tile p, in ``dtype``."""
-    src = p if dtype == F32 else nl.copy(p, dtype=dtype)
-    return nl.copy(nl.transpose(src), dtype=dtype)
+    return nl.copy(nl.transpose(_as(p, dtype)), dtype=dtype)
 
 
 @nki.jit
@@ -178,7 +182,8 @@ def attention_backward_kernel(g, q, k, v, o, lse, mask=None, scale=1.0, causal=F
     gradient g, the forward output o and its lse: with P = exp(scores - lse), dv = P^T g,
     dS = P (g v^T - rowsum(g o)), dq = dS k * scale, dk = dS^T q * scale. Each key block
     accumulates dk, dv in PSUM over the query blocks of every query head of its group; a
-    second pass over query blocks accumulates dq.
+    second pass over query blocks accumulates dq (with one key block, Sk <= 128, dq comes from
+    the first pass).
 
     Shapes and dtypes as :func:`attention_kernel`; g and o as q, lse (B*H, Sq, 1) fp32
     (gradients in q's dtype)."""
@@ -211,6 +216,14 @@ def attention_backward_kernel(g, q, k, v, o, lse, mask=None, scale=1.0, causal=F
         ds = nl.multiply(p, nl.subtract(dp, di, dtype=F32), dtype=F32)
         return p, ds, g_b
 
+    def k_b(kv, kj):
+        return _load_blk(k, kv, kj, sk, d, bk)
+
+    def store_dq(bh, qi, dq_acc):
+        rows = qi * bq + nl.arange(bq)[:, None]
+        dq_res = nl.multiply(dq_acc, scale, dtype=q.dtype)
+        nl.store(dq[bh, rows, i_d], dq_res, mask=rows < sq if sq % bq else None)
+
     for b in nl.affine_range(nb):
         for kh in nl.affine_range(hk):
             kv = b * hk + kh
@@ -222,9 +235,12 @@ def attention_backward_kernel(g, q, k, v, o, lse, mask=None, scale=1.0, causal=F
                     for qi in nl.affine_range(nq):
                         bh = b * h + head
                         p, ds, g_b = probs(b, head, kv, qi, kj, _load_t(q, bh, qi, sq, d, bq))
-                        dv_acc += nl.matmul(nl.copy(p, dtype=q.dtype), g_b, transpose_x=True)
+                        dv_acc += nl.matmul(_as(p, q.dtype), g_b, transpose_x=True)
                         q_b = _load_blk(q, bh, qi, sq, d, bq)
-                        dk_acc += nl.matmul(nl.copy(ds, dtype=q.dtype), q_b, transpose_x=True)
+                        dk_acc += nl.matmul(_as(ds, q.dtype), q_b, transpose_x=True)
+                        if nk == 1:  # dq = dS k * scale: this block is the whole sum
+                            ds_t = _transposed(ds, q.dtype)
+                            store_dq(bh, qi, nl.matmul(ds_t, k_b(kv, kj), transpose_x=True))
                 rows = kj * bk + nl.arange(bk)[:, None]
                 nl.store(
                     dv[kv, rows, i_d],
@@ -233,17 +249,17 @@ def attention_backward_kernel(g, q, k, v, o, lse, mask=None, scale=1.0, causal=F
                 )
                 dk_res = nl.multiply(dk_acc, scale, dtype=q.dtype)
                 nl.store(dk[kv, rows, i_d], dk_res, mask=rows < sk if sk % bk else None)
-            for j in nl.affine_range(gs):
-                head = kh * gs + j
-                bh = b * h + head
-                for qi in nl.affine_range(nq):
-                    q_t = _load_t(q, bh, qi, sq, d, bq)
-                    dq_acc = nl.zeros((bq, d), F32, buffer=nl.psum)
-                    for kj in nl.affine_range(nk):
-                        _, ds, _ = probs(b, head, kv, qi, kj, q_t)
-                        k_b = _load_blk(k, kv, kj, sk, d, bk)
-                        dq_acc += nl.matmul(_transposed(ds, q.dtype), k_b, transpose_x=True)
-                    rows = qi * bq + nl.arange(bq)[:, None]
-                    dq_res = nl.multiply(dq_acc, scale, dtype=q.dtype)
-                    nl.store(dq[bh, rows, i_d], dq_res, mask=rows < sq if sq % bq else None)
+            if nk > 1:  # the second pass: dq over the key blocks
+                for j in nl.affine_range(gs):
+                    head = kh * gs + j
+                    bh = b * h + head
+                    for qi in nl.affine_range(nq):
+                        q_t = _load_t(q, bh, qi, sq, d, bq)
+                        dq_acc = nl.zeros((bq, d), F32, buffer=nl.psum)
+                        for kj in nl.affine_range(nk):
+                            _, ds, _ = probs(b, head, kv, qi, kj, q_t)
+                            dq_acc += nl.matmul(
+                                _transposed(ds, q.dtype), k_b(kv, kj), transpose_x=True
+                            )
+                        store_dq(bh, qi, dq_acc)
     return dq, dk, dv
