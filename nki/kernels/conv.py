@@ -4,7 +4,8 @@ conv2d: the input planes of an image load once into a zero-padded SBUF window (i
 channels on partitions, the contraction, 128 at a time) and the weights once per tile of
 output channels; for each output row the KH x KW kernel offsets' matmuls over shifted,
 strided views of the window accumulate into one fp32 PSUM tile of (output channels, output
-width). Padding is the window's zeros: no masked loads.
+width). Padding is the window's zeros: no masked loads (only a contraction split into groups,
+past the budget below, masks the rows of its windows).
 
 pool2d: one image plane per partition (N*C planes, 128 per tile), loaded once into an SBUF
 window padded with the value that never wins (-3e38 for max, 0 for the sum); each kernel
@@ -12,7 +13,9 @@ offset is a strided view of it, combined on the Vector engine.
 
 Planes or weights past an SBUF budget per partition (``sbuf_budget``) are split into blocks
 of output rows (and, for conv2d, groups of input channels and kernel rows), so every shape
-the docstrings allow fits on chip. The backward kernels gather per input row."""
+the docstrings allow fits on chip; the blocks whose windows stay inside the image run in one
+affine loop, the edge blocks with bounds known while tracing. The backward kernels gather
+per input row."""
 
 from __future__ import annotations
 
