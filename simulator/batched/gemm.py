@@ -18,7 +18,9 @@ sums in another order) and a small product in the untransposed layout (OpenBLAS'
 and "direct" kernels, used below about 100^3 multiply-adds, sum in another order than its
 large-product kernel). Both keep one gemm per position. Whether this BLAS gives blocks its
 tile gemm's bits is also checked once per process, layout and thread count on a few shapes
-(``agrees``); a BLAS that does not keeps one gemm per position everywhere."""
+(``agrees``); a BLAS that does not keeps one gemm per position everywhere. Batches of less
+than ``STACK_MIN`` multiply-adds in all keep one gemm per position too: for them it is the
+faster way."""
 
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ from ..threads import blas_threads_now, run_blocks
 # the smallest product (multiply-adds) of the untransposed layout taken by a large-product
 # kernel: OpenBLAS's small-matrix kernels take those up to 100^3
 _NN_MIN = 100**3 + 1
+# below this many multiply-adds in all, one gemm per position is faster than gathering the
+# operands into one product (the copies and the arrangement of the result cost more than the
+# gemms they save)
+STACK_MIN = 1 << 24
 
 
 def unbroadcast(a: np.ndarray) -> np.ndarray:
@@ -140,6 +146,12 @@ def _operands(
     k, m = x.shape[-2:]
     n = y.shape[-1]
     if m < 2 or n < 2 or (nn and m * n * k < _NN_MIN):
+        return None
+    if (
+        probed
+        and math.prod(x.shape[b] for b in sx) * math.prod(y.shape[b] for b in sy) * (m * n * k)
+        < STACK_MIN
+    ):
         return None
     if probed and not agrees(nn):
         return None

@@ -55,27 +55,32 @@ def check_dst(instr: Instr, ctx: Ctx) -> None:
     if instr.dst is None:
         return
     decl = ctx.decl(instr.dst.tensor)
-    buf, label = decl.buffer, tensor_label(decl)
+    buf = decl.buffer
     eng = instr.attr("engine", "")
+    tensor_off_psum = eng == "tensor" and buf != "psum"
+    gpsimd_on_psum = eng == "gpsimd" and buf == "psum"
+    compute_on_hbm = eng not in ("dma", "") and buf in HBM_BUFFERS
+    if not (tensor_off_psum or gpsimd_on_psum or compute_on_hbm):
+        return  # (the message's label is built only for an error)
+    label = tensor_label(decl)
     api = instr.api or f"nisa.{instr.op}"
-    if eng == "tensor" and buf != "psum":
+    if tensor_off_psum:
         raise NKIMemoryError(
             f"'{api}' runs on the Tensor engine, which writes PSUM only; its result was assigned "
             f"to {label} in {buf}. Assign it to a PSUM tile and copy it out",
             code="err_unsupported_memory",
         )
-    if eng == "gpsimd" and buf == "psum":
+    if gpsimd_on_psum:
         raise NKIMemoryError(
             f"'{api}' runs on the GpSimd engine, which cannot access PSUM; its result was "
             f"assigned to the PSUM tile {label}",
             code="err_unsupported_memory",
         )
-    if eng not in ("dma", "") and buf in HBM_BUFFERS:
-        raise NKIMemoryError(
-            f"'{api}' runs on a compute engine and cannot write HBM tensor {label}; "
-            "write an SBUF tile and nl.store it",
-            code="err_unsupported_memory",
-        )
+    raise NKIMemoryError(
+        f"'{api}' runs on a compute engine and cannot write HBM tensor {label}; "
+        "write an SBUF tile and nl.store it",
+        code="err_unsupported_memory",
+    )
 
 
 def dtype_of(ctx: Ctx, acc: Access) -> str:

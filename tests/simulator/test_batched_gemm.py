@@ -27,6 +27,7 @@ def one_gemm(monkeypatch):
     """The batch sizes of the products ``gemm`` computed as one gemm (a list filled per test)."""
     seen: list[int] = []
     real = gemm._operands
+    monkeypatch.setattr(gemm, "STACK_MIN", 0)  # (the small products of these tests too)
 
     def spy(x, y, nn, probed):
         got = real(x, y, nn, probed)
@@ -187,6 +188,31 @@ def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gem
     a, b = _operands("transpose_x", (256, 256, 512), "bf16")
     got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
     assert info.backend == "batched" and not one_gemm
+
+
+def test_small_batches_keep_one_gemm_per_position():
+    """A batch of products under ``STACK_MIN`` multiply-adds in all is one gemm per position
+    (cheaper there than gathering one product), with the interpreter's bits; a batch above it
+    is one gemm."""
+    kernel = tiled("transpose_x", 32, 64, 32)
+    a, b = _operands("transpose_x", (64, 64, 128), "fp32")
+    with threadpool_limits(1, user_api="blas"):
+        got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
+    assert info.backend == "batched", info.reason
+    rng = np.random.default_rng(5)
+    small = (
+        rng.standard_normal((2, 1, 32, 32)).astype(np.float32),
+        rng.standard_normal((1, 2, 32, 64)).astype(np.float32),
+    )
+    assert gemm.stacked(*small, nn=False) is None
+    assert gemm.stacked(*small, nn=False, probed=False) is not None
+    k, m, n = 128, 128, 512
+    big = (
+        rng.standard_normal((4, 1, k, m)).astype(np.float32),
+        rng.standard_normal((1, 2, k, n)).astype(np.float32),
+    )
+    assert 8 * k * m * n >= gemm.STACK_MIN
+    assert gemm.stacked(*big, nn=False) is not None
 
 
 @pytest.mark.parametrize("nn", [False, True])
