@@ -56,11 +56,13 @@ def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
     return tuple(box) if np.count_nonzero(sel) == count else None
 
 
-# The layouts of strided views: (id(access), batch depth of its storage, batch axes' sizes,
-# the values / axes of the access's symbols, the storage's strides) -> (the access, shape,
-# strides, offset, first position). Bounded; the access is kept so that its id is not reused
-# while the entry lives. Shared by the threads that launch kernels (each entry is complete
-# when it is stored; a lost insert is recomputed).
+# The layouts of strided views: (id(access), id(box) (None: the whole view), batch depth of its
+# storage, batch axes' sizes, the values / axes of the access's symbols, the storage's shape and
+# strides) -> (the access, the box, shape, strides, offset, first position, slicing index).
+# Bounded; the access and box are kept so that their ids are not reused while the entry lives;
+# only the boxes of kept selections are keyed (a one-off box would churn the table). Shared by
+# the threads that launch kernels (each entry is complete when it is stored; a lost insert is
+# recomputed).
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 _SYMS: dict[int, tuple[Access, tuple[Sym, ...]]] = {}
@@ -79,8 +81,38 @@ def _syms_of(acc: Access) -> tuple[Sym, ...]:
 
 
 # (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
-# instruction, whether every condition of its mask holds throughout the batch)
-_ALWAYS: dict[tuple, tuple[Instr, bool]] = {}
+# instruction, its selection over the batch: None when every condition holds throughout it,
+# else a read-only array). A selection depends on no data. Bounded in entries and in bytes
+# (a selection larger than a tenth of the bytes is not kept).
+_MASKS: dict[tuple, tuple[Instr, np.ndarray | None]] = {}
+_MASKS_BYTES = 16 << 20
+_mask_bytes = [0]  # (the bytes of the kept selections; approximate under threads)
+# id(selection) -> (the selection, its box or None): for the selections ``_MASKS`` keeps
+_SEL_BOXES: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+
+
+def _keep_mask(key: tuple, instr: Instr, sel: np.ndarray | None) -> None:
+    size = 0 if sel is None else sel.nbytes
+    if size > _MASKS_BYTES // 10:
+        return
+    if len(_MASKS) >= _LAYOUTS_MAX or _mask_bytes[0] + size > _MASKS_BYTES:
+        _MASKS.clear()
+        _SEL_BOXES.clear()
+        _ACCESS_BOXES.clear()
+        _KEPT_BOXES.clear()
+        _mask_bytes[0] = 0
+    if sel is not None:
+        sel.flags.writeable = False  # (shared by later launches: never written)
+        _SEL_BOXES[id(sel)] = (sel, _UNKNOWN)  # type: ignore[assignment]
+    _mask_bytes[0] += size
+    _MASKS[key] = (instr, sel)
+
+
+_UNKNOWN: Any = object()  # a kept selection whose box is not computed yet
+# (id(access), id(kept selection), batch depth of the access's storage, batch axes' sizes, the
+# access's symbols' values / axes, its tensor's shape) -> (the access, the selection, ``box``)
+_ACCESS_BOXES: dict[tuple, tuple] = {}
+_KEPT_BOXES: dict[int, tuple[slice, ...]] = {}  # id(box) -> box: the boxes of kept selections
 _MASK_SYMS: dict[int, tuple[Instr, tuple[Sym, ...]]] = {}
 
 
@@ -120,6 +152,7 @@ class BCtx:
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         self._boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        self._stored: dict[str, np.dtype] = {}  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
@@ -155,22 +188,22 @@ class BCtx:
         """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
         storage."""
         p = self.depth[acc.tensor]
-        if box is None:  # (the layout depends on no data: kept per access and batch state)
-            sc, ax = self.scalar, self.axis
-            state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
-            key = (id(acc), p, tuple(self.dims), state, arr.shape, arr.strides)
-            hit = _LAYOUTS.get(key)
-            if hit is None or hit[0] is not acc:
-                layout = self._layout(arr.strides, acc, None, p)
-                hit = (acc, *layout, self._slicing(arr.shape, acc, p))
+        # (the layout depends on no data: kept per access, box and batch state)
+        sc, ax = self.scalar, self.axis
+        state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
+        key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
+        hit = _LAYOUTS.get(key)
+        if hit is None or hit[0] is not acc or hit[1] is not box:
+            layout = self._layout(arr.strides, acc, box, p)
+            index = self._slicing(arr.shape, acc, p) if box is None else None
+            hit = (acc, box, *layout, index)  # (box kept: its id is not reused meanwhile)
+            if box is None or _KEPT_BOXES.get(id(box)) is box:  # (not a one-off box)
                 if len(_LAYOUTS) >= _LAYOUTS_MAX:
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = hit
-            _, shape, strides, offset, first, index = hit
-            if index is not None:  # (plain slicing: several times cheaper than a buffer view)
-                return arr[index]
-        else:
-            shape, strides, offset, first = self._layout(arr.strides, acc, box, p)
+        _, _, shape, strides, offset, first, index = hit
+        if index is not None:  # (plain slicing: several times cheaper than a buffer view)
+            return arr[index]
         if offset >= 0 and arr.flags.c_contiguous:
             try:  # (a view straight on the contiguous storage: several times cheaper)
                 return np.ndarray(shape, arr.dtype, buffer=arr, offset=offset, strides=strides)
@@ -239,12 +272,38 @@ class BCtx:
         access is in bounds over it: masked accesses then read and write strided views of
         the box instead of gathering through index arrays. None otherwise (then ``indices``
         also reports an access out of bounds)."""
-        hit = self._boxes.get(id(sel))
-        if hit is not None and hit[0] is sel:
-            box = hit[1]
-        else:
+        kept = _SEL_BOXES.get(id(sel))
+        p = self.depth.get(acc.tensor)  # (None: a view whose storage is not made yet)
+        if kept is None or kept[0] is not sel or p is None:
+            hit = self._boxes.get(id(sel))
+            if hit is None or hit[0] is not sel:
+                hit = (sel, selection_box(sel))
+                self._boxes = {id(sel): hit}  # (the running instruction's selections)
+            return self._access_box(acc, hit[1])
+        # a kept selection (``mask``): the answer depends on no data, kept per access, batch
+        # state and the shape of the access's tensor
+        sc, ax = self.scalar, self.axis
+        state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
+        shape = self.decl(acc.tensor).shape
+        key = (id(acc), id(sel), p, tuple(self.dims), state, shape)
+        hit = _ACCESS_BOXES.get(key)
+        if hit is not None and hit[0] is acc and hit[1] is sel:
+            return hit[2]
+        box = kept[1]
+        if box is _UNKNOWN:
             box = selection_box(sel)
-            self._boxes = {id(sel): (sel, box)}  # (the running instruction's selections)
+            _SEL_BOXES[id(sel)] = (sel, box)
+            if box is not None:
+                _KEPT_BOXES[id(box)] = box
+        out = self._access_box(acc, box)
+        if len(_ACCESS_BOXES) >= _LAYOUTS_MAX:
+            _ACCESS_BOXES.clear()
+        _ACCESS_BOXES[key] = (acc, sel, out)
+        return out
+
+    def _access_box(self, acc: Access, box: tuple[slice, ...] | None) -> tuple[slice, ...] | None:
+        """``box`` when ``acc`` is in bounds over it and takes the batch axes of its storage
+        whole (None otherwise)."""
         if box is None or any(b.stop <= b.start for b in box):
             return None
         nb = len(self.dims)
@@ -305,14 +364,13 @@ class BCtx:
         if shape is None:
             assert instr.dst is not None
             shape = instr.dst.shape
-        # (whether every condition holds throughout depends on no data: kept per instruction,
-        # tile shape and batch state)
+        # (the selection depends on no data: kept per instruction, tile shape and batch state)
         sc, ax = self.scalar, self.axis
         state = tuple([sc[s] if s in sc else ax[s] for s in _mask_syms(instr)])
         key = (id(instr), shape, tuple(self.dims), state)
-        hit = _ALWAYS.get(key)
-        if hit is not None and hit[0] is instr and hit[1]:
-            return None
+        hit = _MASKS.get(key)
+        if hit is not None and hit[0] is instr:
+            return hit[1]
         full = (*self.dims, *shape)
         out: np.ndarray | None = None
         for cond in instr.mask.conds:
@@ -320,11 +378,9 @@ class BCtx:
                 continue  # true for the whole batch: costs nothing
             r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
             out = r.copy() if out is None else out & r
-        if hit is None or hit[0] is not instr:
-            if len(_ALWAYS) >= _LAYOUTS_MAX:
-                _ALWAYS.clear()
-            _ALWAYS[key] = (instr, out is None)
-        return None if out is None or out.all() else out
+        sel = None if out is None or out.all() else out
+        _keep_mask(key, instr, sel)
+        return sel
 
     def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
         """``e op 0`` holds at every batch position and tile element (from the affine
@@ -370,24 +426,35 @@ class BCtx:
         self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
     ) -> None:
         full = (*self.dims, *acc.shape)
-        vals = np.asarray(values)
-        if vals.shape != full:  # (a fresh full-shape result stays itself: it may become the tile)
-            vals = np.broadcast_to(vals, full)
-        into = _INTO.get(accumulate) if sel is None else None  # type: ignore[arg-type]
-        if into is not None and vals.dtype == np.float32:
-            dst = self.view(acc)
-            if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
-                into(dst, vals, out=dst)
-                return
+        vals = values if type(values) is np.ndarray else np.asarray(values)
         if accumulate is not None:
+            if vals.shape != full:
+                vals = np.broadcast_to(vals, full)
+            into = _INTO.get(accumulate) if sel is None else None
+            if into is not None and vals.dtype == np.float32:
+                dst = self.view(acc)
+                if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
+                    into(dst, vals, out=dst)
+                    return
             old = self.read(acc, sel)
             exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
             a = numerics.to_compute(old, exact_int=exact)
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
-        stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
+        sd = self._stored.get(acc.tensor)
+        if sd is None:
+            sd = self._stored[acc.tensor] = numerics.storage_dtype(
+                self.decl(acc.tensor).dtype, self.config.precise_fp
+            )
+        if vals.dtype == sd:  # (``cast`` leaves values of the storage dtype as they are)
+            stored = vals
+        else:
+            stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
         pend = self.pending.pop(acc.tensor, None)
         if pend is not None:
+            if sel is None and stored.ndim == 0:  # (one value fills the fresh tile)
+                self.arrays[acc.tensor] = np.full(pend[0], stored, dtype=pend[1])
+                return
             if (
                 sel is None
                 and stored.shape == pend[0]
@@ -399,16 +466,17 @@ class BCtx:
                 return
             self.arrays[acc.tensor] = np.empty(*pend)
         if sel is None:
-            self.view(acc)[...] = stored
+            self.view(acc)[...] = stored  # (broadcast by the assignment)
             return
+        whole = stored if stored.shape == full else np.broadcast_to(stored, full)
         box = self.box(acc, sel)
         if box is not None:
-            self.view(acc, box)[...] = np.broadcast_to(stored, full)[box]
+            self.view(acc, box)[...] = whole[box]
             return
         idx = self.indices(acc, sel)
         arr = self.arrays.get(acc.tensor)
         arr = self._storage(acc.tensor) if arr is None else arr
-        arr[tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
+        arr[tuple(i[sel] for i in idx)] = whole[sel]
 
     def into(self, acc: Access) -> np.ndarray | None:
         """Where the running instruction may compute its fp32 result in place: the view of a
