@@ -302,15 +302,11 @@ class BCtx:
         return out
 
     def _access_box(self, acc: Access, box: tuple[slice, ...] | None) -> tuple[slice, ...] | None:
-        """``box`` when ``acc`` is in bounds over it and takes the batch axes of its storage
-        whole (None otherwise)."""
+        """``box`` when ``acc`` is in bounds over it (None otherwise)."""
         if box is None or any(b.stop <= b.start for b in box):
             return None
         nb = len(self.dims)
         shape = self.decl(acc.tensor).shape
-        p = self.depth[acc.tensor]
-        if any(box[b] != slice(0, self.dims[b]) for b in range(p)):
-            return None  # (per-position storage is taken whole along its batch axes)
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             lo = hi = c
