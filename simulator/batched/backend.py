@@ -75,9 +75,9 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
             _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
         else:
             for v in range(n.start, n.stop, n.step):
-                ctx.scalar[n.sym] = v
+                ctx.set_scalar(n.sym, v)
                 _run_nodes(n.body, ctx, p)
-            ctx.scalar.pop(n.sym, None)
+            ctx.set_scalar(n.sym, None)
 
 
 def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
@@ -101,9 +101,9 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     if (lo == lo[0]).all():
         shared = range(int(lo[0]), int(hi.min()), n.step)
         for v in shared:
-            ctx.scalar[n.sym] = v
+            ctx.set_scalar(n.sym, v)
             _run_nodes(n.body, ctx, p)
-        ctx.scalar.pop(n.sym, None)
+        ctx.set_scalar(n.sym, None)
         start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
     if (start < hi).any():  # (trips left for some positions)
         assert ctx.host is not None
@@ -122,15 +122,15 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
             break
         if go is None or not go.all() or trips == n.max_iterations:
             # (past the limit, the interpreter's walk reports the loop at its first position)
-            ctx.scalar.pop(n.sym, None)
+            ctx.set_scalar(n.sym, None)
             assert ctx.host is not None
             ctx.host.run_nodes(n, ctx, id(n) in p.stateful, trips)
             ctx.device_loops[1] += 1
             return
-        ctx.scalar[n.sym] = trips
+        ctx.set_scalar(n.sym, trips)
         _run_nodes(n.body, ctx, p)
         trips += 1
-    ctx.scalar.pop(n.sym, None)
+    ctx.set_scalar(n.sym, None)
     ctx.device_loops[0] += 1
 
 
@@ -171,12 +171,12 @@ def _run_batched(
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         ctx.dims.append(n)
-        ctx.axis[sym] = (len(ctx.dims) - 1, start + first * step, step)
+        ctx.set_axis(sym, (len(ctx.dims) - 1, start + first * step, step))
         try:
             _run_nodes(body, ctx, p)
         finally:
             ctx.dims.pop()
-            del ctx.axis[sym]
+            ctx.set_axis(sym, None)
 
 
 # how ``_exec`` runs an instruction of a plan (flags; 0: its batched executor)

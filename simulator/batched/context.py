@@ -3,6 +3,7 @@ tile storage with leading batch axes; accesses as strided views or index arrays 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -65,19 +66,47 @@ def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
 # recomputed).
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
-_SYMS: dict[int, tuple[Access, tuple[Sym, ...]]] = {}
+# id(sym object) -> (the sym, its key): the key is a plain tuple of the symbol's class and
+# fields, hashed in C (a Sym's dataclass hash and equality are Python calls, several times
+# slower in the walk's lookups). Bounded; the sym is kept so that its id is not reused.
+_SYM_KEYS: dict[int, tuple[Sym, tuple]] = {}
+_KEYS: dict[int, tuple[Any, tuple]] = {}  # id(access / affine) -> (it, its symbols' keys)
 
 
-def _syms_of(acc: Access) -> tuple[Sym, ...]:
-    """The symbols of an access's index expressions (each once)."""
-    hit = _SYMS.get(id(acc))
+def sym_key(s: Sym) -> tuple:
+    """The key ``BCtx.values`` holds symbol ``s``'s value under (equal symbols, equal keys)."""
+    hit = _SYM_KEYS.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    key = (type(s).__name__, *(getattr(s, f.name) for f in fields(s)))
+    if len(_SYM_KEYS) >= _LAYOUTS_MAX:
+        _SYM_KEYS.clear()
+    _SYM_KEYS[id(s)] = (s, key)
+    return key
+
+
+def _keys_of(acc: Access) -> tuple[tuple, ...]:
+    """The keys of the symbols of an access's index expressions (each once)."""
+    hit = _KEYS.get(id(acc))
     if hit is not None and hit[0] is acc:
         return hit[1]
-    syms = tuple(dict.fromkeys(s for e in acc.index for s, _ in e.base.terms))
-    if len(_SYMS) >= _LAYOUTS_MAX:
-        _SYMS.clear()
-    _SYMS[id(acc)] = (acc, syms)
-    return syms
+    keys = tuple(dict.fromkeys(sym_key(s) for e in acc.index for s, _ in e.base.terms))
+    if len(_KEYS) >= _LAYOUTS_MAX:
+        _KEYS.clear()
+    _KEYS[id(acc)] = (acc, keys)
+    return keys
+
+
+def _terms_of(base: Any) -> tuple[tuple[tuple, int], ...]:
+    """An affine expression's terms with each symbol's key: (key, coefficient)."""
+    hit = _KEYS.get(id(base))
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    terms = tuple((sym_key(s), k) for s, k in base.terms)
+    if len(_KEYS) >= _LAYOUTS_MAX:
+        _KEYS.clear()
+    _KEYS[id(base)] = (base, terms)
+    return terms
 
 
 # (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
@@ -113,20 +142,21 @@ _UNKNOWN: Any = object()  # a kept selection whose box is not computed yet
 # access's symbols' values / axes, its tensor's shape) -> (the access, the selection, ``box``)
 _ACCESS_BOXES: dict[tuple, tuple] = {}
 _KEPT_BOXES: dict[int, tuple[slice, ...]] = {}  # id(box) -> box: the boxes of kept selections
-_MASK_SYMS: dict[int, tuple[Instr, tuple[Sym, ...]]] = {}
+_MASK_KEYS: dict[int, tuple[Instr, tuple[tuple, ...]]] = {}
 
 
-def _mask_syms(instr: Instr) -> tuple[Sym, ...]:
-    """The symbols of an instruction's mask conditions (each once)."""
-    hit = _MASK_SYMS.get(id(instr))
+def _mask_keys(instr: Instr) -> tuple[tuple, ...]:
+    """The keys of the symbols of an instruction's mask conditions (each once)."""
+    hit = _MASK_KEYS.get(id(instr))
     if hit is not None and hit[0] is instr:
         return hit[1]
     assert instr.mask is not None
-    syms = tuple(dict.fromkeys(s for c in instr.mask.conds for s, _ in c.expr.base.terms))
-    if len(_MASK_SYMS) >= _LAYOUTS_MAX:
-        _MASK_SYMS.clear()
-    _MASK_SYMS[id(instr)] = (instr, syms)
-    return syms
+    terms = (s for c in instr.mask.conds for s, _ in c.expr.base.terms)
+    keys = tuple(dict.fromkeys(sym_key(s) for s in terms))
+    if len(_MASK_KEYS) >= _LAYOUTS_MAX:
+        _MASK_KEYS.clear()
+    _MASK_KEYS[id(instr)] = (instr, keys)
+    return keys
 
 
 class BCtx:
@@ -139,6 +169,9 @@ class BCtx:
         self.dims: list[int] = []
         self.axis: dict[Sym, tuple[int, int, int]] = {}  # sym -> (axis, start, step)
         self.scalar: dict[Sym, int] = {}
+        # both, under each symbol's ``sym_key``: what the walk's lookups read (``set_scalar``
+        # and ``set_axis`` keep the three in step)
+        self.values: dict[tuple, int | tuple[int, int, int]] = {}
         self.arrays: dict[str, np.ndarray] = dict(shared)
         self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
         self.instr: Instr | None = None
@@ -161,17 +194,37 @@ class BCtx:
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
 
+    def set_scalar(self, sym: Sym, value: int | None) -> None:
+        """Bind ``sym`` to ``value`` for the whole batch (None: unbind it)."""
+        if value is None:
+            self.scalar.pop(sym, None)
+            self.values.pop(sym_key(sym), None)
+        else:
+            self.scalar[sym] = value
+            self.values[sym_key(sym)] = value
+
+    def set_axis(self, sym: Sym, where: tuple[int, int, int] | None) -> None:
+        """Make ``sym`` batch axis ``where`` = (axis, start, step) (None: no longer)."""
+        if where is None:
+            del self.axis[sym]
+            del self.values[sym_key(sym)]
+        else:
+            self.axis[sym] = where
+            self.values[sym_key(sym)] = where
+
     # affine index -> (constant, per-batch-axis coefficient)
     def affine(self, base: Any) -> tuple[int, list[int]]:
         c = base.const
         coef = [0] * len(self.dims)
-        for s, k in base.terms:
-            if s in self.scalar:
-                c += k * self.scalar[s]
-            else:
-                ax, start, step = self.axis[s]
+        values = self.values
+        for key, k in _terms_of(base):
+            v = values[key]
+            if type(v) is tuple:  # a batch axis
+                ax, start, step = v
                 c += k * start
                 coef[ax] += k * step
+            else:
+                c += k * v
         return c, coef
 
     def view(self, acc: Access, box: tuple[slice, ...] | None = None) -> np.ndarray:
@@ -190,8 +243,8 @@ class BCtx:
         storage."""
         p = self.depth[acc.tensor]
         # (the layout depends on no data: kept per access, box and batch state)
-        sc, ax = self.scalar, self.axis
-        state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
+        values = self.values
+        state = tuple([values[k] for k in _keys_of(acc)])
         key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
         hit = _LAYOUTS.get(key)
         if hit is None or hit[0] is not acc or hit[1] is not box:
@@ -283,8 +336,8 @@ class BCtx:
             return self._access_box(acc, hit[1])
         # a kept selection (``mask``): the answer depends on no data, kept per access, batch
         # state and the shape of the access's tensor
-        sc, ax = self.scalar, self.axis
-        state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
+        values = self.values
+        state = tuple([values[k] for k in _keys_of(acc)])
         shape = self.decl(acc.tensor).shape
         key = (id(acc), id(sel), p, tuple(self.dims), state, shape)
         hit = _ACCESS_BOXES.get(key)
@@ -362,8 +415,8 @@ class BCtx:
             assert instr.dst is not None
             shape = instr.dst.shape
         # (the selection depends on no data: kept per instruction, tile shape and batch state)
-        sc, ax = self.scalar, self.axis
-        state = tuple([sc[s] if s in sc else ax[s] for s in _mask_syms(instr)])
+        values = self.values
+        state = tuple([values[k] for k in _mask_keys(instr)])
         key = (id(instr), shape, tuple(self.dims), state)
         hit = _MASKS.get(key)
         if hit is not None and hit[0] is instr:
