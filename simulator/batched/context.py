@@ -3,7 +3,6 @@ tile storage with leading batch axes; accesses as strided views or index arrays 
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -13,48 +12,18 @@ from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
-from ..checks.coverage import HOLDS_THROUGHOUT
 from ..config import SimConfig
 from ..host import alias_array
+from . import masks
+from .keys import keys_of, sym_key, terms_of
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
-_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-        "==": np.equal, "!=": np.not_equal}  # fmt: skip
-
-
 def contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The selection of an instruction (batch + its tile shape) as seen by an operand of
-    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
-    of the operand is read when any lane it broadcasts to is selected."""
-    tile = sel.shape[nb:]
-    if tuple(tile) == tuple(shape):
-        return sel
-    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
-    return sel.any(axis=axes, keepdims=True) if axes else sel
-
-
-def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
-    """``sel`` as one slice per axis when its selected lanes are exactly a box (each axis's
-    selected positions one contiguous run, every combination of them selected)."""
-    box = []
-    for ax in range(sel.ndim):
-        others = tuple(a for a in range(sel.ndim) if a != ax)
-        on = np.flatnonzero(sel.any(axis=others) if others else sel)
-        if len(on) == 0 or on[-1] - on[0] + 1 != len(on):
-            return None
-        box.append(slice(int(on[0]), int(on[-1]) + 1))
-    count = 1
-    for b in box:
-        count *= b.stop - b.start
-    return tuple(box) if np.count_nonzero(sel) == count else None
 
 
 # The layouts of strided views: (id(access), id(box) (None: the whole view), batch depth of its
@@ -66,97 +35,6 @@ def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
 # recomputed).
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
-# id(sym object) -> (the sym, its key): the key is a plain tuple of the symbol's class and
-# fields, hashed in C (a Sym's dataclass hash and equality are Python calls, several times
-# slower in the walk's lookups). Bounded; the sym is kept so that its id is not reused.
-_SYM_KEYS: dict[int, tuple[Sym, tuple]] = {}
-_KEYS: dict[int, tuple[Any, tuple]] = {}  # id(access / affine) -> (it, its symbols' keys)
-
-
-def sym_key(s: Sym) -> tuple:
-    """The key ``BCtx.values`` holds symbol ``s``'s value under (equal symbols, equal keys)."""
-    hit = _SYM_KEYS.get(id(s))
-    if hit is not None and hit[0] is s:
-        return hit[1]
-    key = (type(s).__name__, *(getattr(s, f.name) for f in fields(s)))
-    if len(_SYM_KEYS) >= _LAYOUTS_MAX:
-        _SYM_KEYS.clear()
-    _SYM_KEYS[id(s)] = (s, key)
-    return key
-
-
-def _keys_of(acc: Access) -> tuple[tuple, ...]:
-    """The keys of the symbols of an access's index expressions (each once)."""
-    hit = _KEYS.get(id(acc))
-    if hit is not None and hit[0] is acc:
-        return hit[1]
-    keys = tuple(dict.fromkeys(sym_key(s) for e in acc.index for s, _ in e.base.terms))
-    if len(_KEYS) >= _LAYOUTS_MAX:
-        _KEYS.clear()
-    _KEYS[id(acc)] = (acc, keys)
-    return keys
-
-
-def _terms_of(base: Any) -> tuple[tuple[tuple, int], ...]:
-    """An affine expression's terms with each symbol's key: (key, coefficient)."""
-    hit = _KEYS.get(id(base))
-    if hit is not None and hit[0] is base:
-        return hit[1]
-    terms = tuple((sym_key(s), k) for s, k in base.terms)
-    if len(_KEYS) >= _LAYOUTS_MAX:
-        _KEYS.clear()
-    _KEYS[id(base)] = (base, terms)
-    return terms
-
-
-# (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
-# instruction, its selection over the batch: None when every condition holds throughout it,
-# else a read-only array). A selection depends on no data. Bounded in entries and in bytes
-# (a selection larger than a tenth of the bytes is not kept).
-_MASKS: dict[tuple, tuple[Instr, np.ndarray | None]] = {}
-_MASKS_BYTES = 16 << 20
-_mask_bytes = [0]  # (the bytes of the kept selections; approximate under threads)
-# id(selection) -> (the selection, its box or None): for the selections ``_MASKS`` keeps
-_SEL_BOXES: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
-
-
-def _keep_mask(key: tuple, instr: Instr, sel: np.ndarray | None) -> None:
-    size = 0 if sel is None else sel.nbytes
-    if size > _MASKS_BYTES // 10:
-        return
-    if len(_MASKS) >= _LAYOUTS_MAX or _mask_bytes[0] + size > _MASKS_BYTES:
-        _MASKS.clear()
-        _SEL_BOXES.clear()
-        _ACCESS_BOXES.clear()
-        _KEPT_BOXES.clear()
-        _mask_bytes[0] = 0
-    if sel is not None:
-        sel.flags.writeable = False  # (shared by later launches: never written)
-        _SEL_BOXES[id(sel)] = (sel, _UNKNOWN)  # type: ignore[assignment]
-    _mask_bytes[0] += size
-    _MASKS[key] = (instr, sel)
-
-
-_UNKNOWN: Any = object()  # a kept selection whose box is not computed yet
-# (id(access), id(kept selection), batch depth of the access's storage, batch axes' sizes, the
-# access's symbols' values / axes, its tensor's shape) -> (the access, the selection, ``box``)
-_ACCESS_BOXES: dict[tuple, tuple] = {}
-_KEPT_BOXES: dict[int, tuple[slice, ...]] = {}  # id(box) -> box: the boxes of kept selections
-_MASK_KEYS: dict[int, tuple[Instr, tuple[tuple, ...]]] = {}
-
-
-def _mask_keys(instr: Instr) -> tuple[tuple, ...]:
-    """The keys of the symbols of an instruction's mask conditions (each once)."""
-    hit = _MASK_KEYS.get(id(instr))
-    if hit is not None and hit[0] is instr:
-        return hit[1]
-    assert instr.mask is not None
-    terms = (s for c in instr.mask.conds for s, _ in c.expr.base.terms)
-    keys = tuple(dict.fromkeys(sym_key(s) for s in terms))
-    if len(_MASK_KEYS) >= _LAYOUTS_MAX:
-        _MASK_KEYS.clear()
-    _MASK_KEYS[id(instr)] = (instr, keys)
-    return keys
 
 
 class BCtx:
@@ -185,7 +63,8 @@ class BCtx:
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
-        self._boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
+        self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
         self._stored: dict[str, np.dtype] = {}  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
@@ -217,7 +96,7 @@ class BCtx:
         c = base.const
         coef = [0] * len(self.dims)
         values = self.values
-        for key, k in _terms_of(base):
+        for key, k in terms_of(base):
             v = values[key]
             if type(v) is tuple:  # a batch axis
                 ax, start, step = v
@@ -244,14 +123,14 @@ class BCtx:
         p = self.depth[acc.tensor]
         # (the layout depends on no data: kept per access, box and batch state)
         values = self.values
-        state = tuple([values[k] for k in _keys_of(acc)])
+        state = tuple([values[k] for k in keys_of(acc)])
         key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
         hit = _LAYOUTS.get(key)
         if hit is None or hit[0] is not acc or hit[1] is not box:
             layout = self._layout(arr.strides, acc, box, p)
             index = self._slicing(arr.shape, acc, p) if box is None else None
             hit = (acc, box, *layout, index)  # (box kept: its id is not reused meanwhile)
-            if box is None or _KEPT_BOXES.get(id(box)) is box:  # (not a one-off box)
+            if box is None or masks.kept_box(box):  # (not a one-off box)
                 if len(_LAYOUTS) >= _LAYOUTS_MAX:
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = hit
@@ -322,54 +201,8 @@ class BCtx:
         return tuple(out)
 
     def box(self, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
-        """The selection as one box (a slice per batch and tile axis) when it is one and the
-        access is in bounds over it: masked accesses then read and write strided views of
-        the box instead of gathering through index arrays. None otherwise (then ``indices``
-        also reports an access out of bounds)."""
-        kept = _SEL_BOXES.get(id(sel))
-        p = self.depth.get(acc.tensor)  # (None: a view whose storage is not made yet)
-        if kept is None or kept[0] is not sel or p is None:
-            hit = self._boxes.get(id(sel))
-            if hit is None or hit[0] is not sel:
-                hit = (sel, selection_box(sel))
-                self._boxes = {id(sel): hit}  # (the running instruction's selections)
-            return self._access_box(acc, hit[1])
-        # a kept selection (``mask``): the answer depends on no data, kept per access, batch
-        # state and the shape of the access's tensor
-        values = self.values
-        state = tuple([values[k] for k in _keys_of(acc)])
-        shape = self.decl(acc.tensor).shape
-        key = (id(acc), id(sel), p, tuple(self.dims), state, shape)
-        hit = _ACCESS_BOXES.get(key)
-        if hit is not None and hit[0] is acc and hit[1] is sel:
-            return hit[2]
-        box = kept[1]
-        if box is _UNKNOWN:
-            box = selection_box(sel)
-            _SEL_BOXES[id(sel)] = (sel, box)
-            if box is not None:
-                _KEPT_BOXES[id(box)] = box
-        out = self._access_box(acc, box)
-        if len(_ACCESS_BOXES) >= _LAYOUTS_MAX:
-            _ACCESS_BOXES.clear()
-        _ACCESS_BOXES[key] = (acc, sel, out)
-        return out
-
-    def _access_box(self, acc: Access, box: tuple[slice, ...] | None) -> tuple[slice, ...] | None:
-        """``box`` when ``acc`` is in bounds over it (None otherwise)."""
-        if box is None or any(b.stop <= b.start for b in box):
-            return None
-        nb = len(self.dims)
-        shape = self.decl(acc.tensor).shape
-        for d, e in enumerate(acc.index):
-            c, coef = self.affine(e.base)
-            lo = hi = c
-            for k, b in [*zip(coef, box), *zip(e.coeffs, box[nb:])]:
-                lo += min(k * b.start, k * (b.stop - 1))
-                hi += max(k * b.start, k * (b.stop - 1))
-            if lo < 0 or hi >= shape[d]:
-                return None
-        return box
+        """``masks.box``: the selection as one box the access takes in bounds, or None."""
+        return masks.box(self, acc, sel)
 
     def indices(self, acc: Access, sel: np.ndarray) -> tuple[np.ndarray, ...]:
         """Index arrays (batch + tile shape) into the access's storage; masked-out lanes point
@@ -408,39 +241,9 @@ class BCtx:
         return tuple(np.where(sel, np.broadcast_to(v, full_shape), 0) for v in out)
 
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
-        """The batch-wide selection of a masked instruction (None: unmasked or all true)."""
-        if instr.mask is None:
-            return None
-        if shape is None:
-            assert instr.dst is not None
-            shape = instr.dst.shape
-        # (the selection depends on no data: kept per instruction, tile shape and batch state)
-        values = self.values
-        state = tuple([values[k] for k in _mask_keys(instr)])
-        key = (id(instr), shape, tuple(self.dims), state)
-        hit = _MASKS.get(key)
-        if hit is not None and hit[0] is instr:
-            return hit[1]
-        full = (*self.dims, *shape)
-        out: np.ndarray | None = None
-        for cond in instr.mask.conds:
-            if self._always(cond.expr, cond.op, shape):
-                continue  # true for the whole batch: costs nothing
-            r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
-            out = r.copy() if out is None else out & r
-        sel = None if out is None or out.all() else out
-        _keep_mask(key, instr, sel)
-        return sel
-
-    def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
-        """``e op 0`` holds at every batch position and tile element (from the affine
-        expression's extremes)."""
-        c, coef = self.affine(e.base)
-        lo = hi = c
-        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
-            lo += min(0, k * (n - 1))
-            hi += max(0, k * (n - 1))
-        return HOLDS_THROUGHOUT[op](lo, hi)
+        """The batch-wide selection of a masked instruction (None: unmasked or all true):
+        ``masks.mask``."""
+        return masks.mask(self, instr, shape)
 
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
@@ -462,7 +265,7 @@ class BCtx:
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         if sel is None:
             return self.view(acc)
-        sel = selection_for(sel, len(self.dims), acc.shape)
+        sel = masks.selection_for(sel, len(self.dims), acc.shape)
         box = self.box(acc, sel)
         if box is not None:  # lanes outside the box are never used: zeros
             part = self.view(acc, box)
@@ -471,6 +274,30 @@ class BCtx:
             return out
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
+
+    def _storage_dtype(self, name: str) -> np.dtype:
+        sd = self._stored.get(name)
+        if sd is None:
+            sd = numerics.storage_dtype(self.decl(name).dtype, self.config.precise_fp)
+            self._stored[name] = sd
+        return sd
+
+    def copy_box(self, dst: Access, src: Access, sel: np.ndarray) -> bool:
+        """``write(dst, read(src, sel), sel)`` in one copy, done when ``sel`` is a box both
+        accesses take in bounds and their storage dtypes agree (True); else nothing (False)."""
+        if src.shape != dst.shape:
+            return False
+        box = self.box(src, sel)
+        if box is None or self.box(dst, sel) is not box:
+            return False
+        part = self.view(src, box)
+        if part.dtype != self._storage_dtype(dst.tensor):
+            return False
+        pend = self.pending.pop(dst.tensor, None)
+        if pend is not None:
+            self.arrays[dst.tensor] = np.empty(*pend)
+        self.view(dst, box)[...] = part  # (NumPy buffers an overlapping copy)
+        return True
 
     def write(
         self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
@@ -491,11 +318,7 @@ class BCtx:
             a = numerics.to_compute(old, exact_int=exact)
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
-        sd = self._stored.get(acc.tensor)
-        if sd is None:
-            sd = self._stored[acc.tensor] = numerics.storage_dtype(
-                self.decl(acc.tensor).dtype, self.config.precise_fp
-            )
+        sd = self._storage_dtype(acc.tensor)
         if vals.dtype == sd:  # (``cast`` leaves values of the storage dtype as they are)
             stored = vals
         else:

@@ -94,6 +94,8 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
+    if sel is not None and ctx.copy_box(instr.dst, src, sel):
+        return
     vals = ctx.read(src, sel)
     dst_dtype = ctx.decl(instr.dst.tensor).dtype
     if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):

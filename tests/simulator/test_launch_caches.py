@@ -1,6 +1,6 @@
 """What a launch keeps between launches to stay cheap (the environment's settings parsed per
 value, the plain binding of arguments, the per-kernel layout of a launch, the batched backend's
-view layouts and always-true masks) never hands a launch another launch's answer: a changed
+view layouts and masks' selections) never hands a launch another launch's answer: a changed
 environment variable, shape, dtype, grid or keyword gives the new behaviour, checked against
 NumPy."""
 
@@ -226,24 +226,24 @@ def _triangle_ref(a: np.ndarray) -> np.ndarray:
 
 
 def test_kept_selections_follow_the_batch_state_and_stay_bounded(monkeypatch):
-    from simulator.batched import context
+    from simulator.batched import masks
 
     a = np.random.default_rng(7).standard_normal((100, 48)).astype(np.float32)
     for rows in (100, 64, 100, 37):
         for _ in range(2):  # (the second launch takes the selections the first one kept)
             np.testing.assert_array_equal(triangle_rows(a[:rows]), _triangle_ref(a[:rows]))
-    kept = [sel for _, sel in context._MASKS.values() if sel is not None]
+    kept = [sel for _, sel in masks._MASKS.values() if sel is not None]
     assert kept and not any(sel.flags.writeable for sel in kept)  # (shared: never written)
     # a small byte budget: the table starts again instead of growing, results unchanged
-    monkeypatch.setattr(context, "_MASKS_BYTES", 40_000)
-    monkeypatch.setattr(context, "_MASKS", {})
-    monkeypatch.setattr(context, "_SEL_BOXES", {})
-    monkeypatch.setattr(context, "_mask_bytes", [0])
+    monkeypatch.setattr(masks, "_MASKS_BYTES", 40_000)
+    monkeypatch.setattr(masks, "_MASKS", {})
+    monkeypatch.setattr(masks, "_SEL_BOXES", {})
+    monkeypatch.setattr(masks, "_mask_bytes", [0])
     for rows in (100, 64, 37):
         np.testing.assert_array_equal(triangle_rows(a[:rows]), _triangle_ref(a[:rows]))
-        sizes = [0 if sel is None else sel.nbytes for _, sel in context._MASKS.values()]
+        sizes = [0 if sel is None else sel.nbytes for _, sel in masks._MASKS.values()]
         assert sum(sizes) <= 40_000 and max(sizes) <= 4_000
-        assert context._mask_bytes[0] == sum(sizes)
+        assert masks._mask_bytes[0] == sum(sizes)
 
 
 @nki.jit
