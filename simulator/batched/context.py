@@ -424,7 +424,7 @@ class BCtx:
             self.depth[name] = len(self.dims)
             return
         shape = (*self.dims, *d.shape)
-        sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
+        sd = self._storage_dtype(name)
         if fresh:  # the next instruction writes the whole tile: storage when it does
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)
