@@ -1,11 +1,13 @@
 """The per-launch handling of a kernel's arguments, kept cheap (a launch does it on every call):
 binding them to the kernel's parameters without ``inspect.Signature.bind`` where the signature
 is plain (every parameter positional-or-keyword), and the parts of the trace-cache key that do
-not change between launches (a grid's text, a dtype's NKI name)."""
+not change between launches (a grid's text, a dtype's NKI name, a compile-time argument's
+key)."""
 
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import numpy as np
@@ -71,3 +73,40 @@ def grid_key(grid: Grid) -> str:
             _GRID_KEYS.clear()
         _GRID_KEYS[id(grid)] = hit
     return hit[1]
+
+
+def static_key(v: object) -> object:
+    """A cache key for a compile-time argument. Floats are keyed by their exact bits so that
+    ``0.0`` and ``-0.0`` trace separately and a NaN (never equal to itself) hits the cache."""
+    if isinstance(v, (float, np.floating)):
+        return ("f", type(v).__name__, float(v).hex() if not math.isnan(v) else "nan")
+    if isinstance(v, tuple):
+        return _tuple_key(v)
+    if isinstance(v, list):
+        return ("s", type(v).__name__, tuple(static_key(e) for e in v))
+    try:
+        hash(v)
+        return ("v", type(v).__name__, v)
+    except TypeError:
+        return ("r", repr(v))
+
+
+# id(tuple) -> (the tuple, its key): a compile-time tuple (a fused op program) is often the
+# same object launch after launch. Only hashable tuples are kept (one holding a list may
+# change); bounded, the tuple kept so that its id is not reused while the entry lives.
+_TUPLE_KEYS: dict[int, tuple[tuple, object]] = {}
+
+
+def _tuple_key(v: tuple) -> object:
+    hit = _TUPLE_KEYS.get(id(v))
+    if hit is not None and hit[0] is v:
+        return hit[1]
+    key = ("s", type(v).__name__, tuple(static_key(e) for e in v))
+    try:
+        hash(v)
+    except TypeError:
+        return key
+    if len(_TUPLE_KEYS) >= 1024:
+        _TUPLE_KEYS.clear()
+    _TUPLE_KEYS[id(v)] = (v, key)
+    return key

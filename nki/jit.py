@@ -8,7 +8,6 @@ import difflib
 import functools
 import importlib
 import inspect
-import math
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -21,7 +20,7 @@ from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
 from . import dtypes
-from .binding import bind_plain, dtype_name, grid_key, plain_params
+from .binding import bind_plain, dtype_name, grid_key, plain_params, static_key
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -132,20 +131,6 @@ def _dispatch(launch: Launch, modules: set[str], args: tuple, kwargs: dict) -> A
             loc=user_loc(),
         )
     return FRONTENDS[next(iter(modules))][1](launch, args, kwargs)
-
-
-def _static_key(v: object) -> object:
-    """A cache key for a compile-time argument. Floats are keyed by their exact bits so that
-    ``0.0`` and ``-0.0`` trace separately and a NaN (never equal to itself) hits the cache."""
-    if isinstance(v, (float, np.floating)):
-        return ("f", type(v).__name__, float(v).hex() if not math.isnan(v) else "nan")
-    if isinstance(v, (tuple, list)):
-        return ("s", type(v).__name__, tuple(_static_key(e) for e in v))
-    try:
-        hash(v)
-        return ("v", type(v).__name__, v)
-    except TypeError:
-        return ("r", repr(v))
 
 
 _LABELS = ("__name__", "__qualname__", "__module__", "__code__", "__globals__")
@@ -314,7 +299,7 @@ class Kernel:
                 elems = tuple((e.shape, self._param_dtype(name, e)) for e in v)
                 key_parts.append((name, "L", type(v).__name__, elems))
             else:
-                key_parts.append((name, "S", _static_key(v)))
+                key_parts.append((name, "S", static_key(v)))
         key = tuple(key_parts)
         with self._cache_lock:
             ir = self._cache.get(key)

@@ -75,9 +75,9 @@ def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
             _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
         else:
             for v in range(n.start, n.stop, n.step):
-                ctx.scalar[n.sym] = v
+                ctx.set_scalar(n.sym, v)
                 _run_nodes(n.body, ctx, p)
-            ctx.scalar.pop(n.sym, None)
+            ctx.set_scalar(n.sym, None)
 
 
 def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
@@ -101,9 +101,9 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
     if (lo == lo[0]).all():
         shared = range(int(lo[0]), int(hi.min()), n.step)
         for v in shared:
-            ctx.scalar[n.sym] = v
+            ctx.set_scalar(n.sym, v)
             _run_nodes(n.body, ctx, p)
-        ctx.scalar.pop(n.sym, None)
+        ctx.set_scalar(n.sym, None)
         start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
     if (start < hi).any():  # (trips left for some positions)
         assert ctx.host is not None
@@ -122,15 +122,15 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
             break
         if go is None or not go.all() or trips == n.max_iterations:
             # (past the limit, the interpreter's walk reports the loop at its first position)
-            ctx.scalar.pop(n.sym, None)
+            ctx.set_scalar(n.sym, None)
             assert ctx.host is not None
             ctx.host.run_nodes(n, ctx, id(n) in p.stateful, trips)
             ctx.device_loops[1] += 1
             return
-        ctx.scalar[n.sym] = trips
+        ctx.set_scalar(n.sym, trips)
         _run_nodes(n.body, ctx, p)
         trips += 1
-    ctx.scalar.pop(n.sym, None)
+    ctx.set_scalar(n.sym, None)
     ctx.device_loops[0] += 1
 
 
@@ -171,32 +171,55 @@ def _run_batched(
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         ctx.dims.append(n)
-        ctx.axis[sym] = (len(ctx.dims) - 1, start + first * step, step)
+        ctx.set_axis(sym, (len(ctx.dims) - 1, start + first * step, step))
         try:
             _run_nodes(body, ctx, p)
         finally:
             ctx.dims.pop()
-            del ctx.axis[sym]
+            ctx.set_axis(sym, None)
+
+
+# how ``_exec`` runs an instruction of a plan (flags; 0: its batched executor)
+_SKIP, _HOST, _WHOLE, _ELIDE, _MOVE = 1, 2, 4, 8, 16
+_ROUTES: dict[int, tuple[Plan, dict[int, int]]] = {}  # id(plan) -> (plan, routes): bounded
+
+
+def _routes(p: Plan) -> dict[int, int]:
+    """id(instruction) -> its ``_exec`` flags under plan ``p`` (made once per plan: one lookup
+    per executed instruction instead of one per set)."""
+    hit = _ROUTES.get(id(p))
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    routes: dict[int, int] = {}
+    for flag, ids in ((_SKIP, p.skipped), (_HOST, p.hosted), (_WHOLE, p.whole),
+                      (_ELIDE, p.elided), (_MOVE, p.moved)):  # fmt: skip
+        for i in ids:
+            routes[i] = routes.get(i, 0) | flag
+    if len(_ROUTES) >= 512:
+        _ROUTES.clear()
+    _ROUTES[id(p)] = (p, routes)
+    return routes
 
 
 def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
-    if id(instr) in p.skipped:  # its tile already lives in the destination
+    how = ctx.routes.get(id(instr), 0)
+    if how & _SKIP:  # its tile already lives in the destination
         progress.tick(math.prod(ctx.dims))
         return
     ctx.instr = instr
-    if id(instr) in p.hosted:  # the interpreter's executor per position (errors located)
+    if how & _HOST:  # the interpreter's executor per position (errors located)
         assert ctx.host is not None
         ctx.host.run(instr, ctx, id(instr) in p.stateful)  # (it counts each position)
         return
     progress.tick(math.prod(ctx.dims))
-    ctx.whole = id(instr) in p.whole
-    if id(instr) in p.elided:  # the tile is a view of the (never written) HBM tensor
+    ctx.whole = bool(how & _WHOLE)
+    if how & _ELIDE:  # the tile is a view of the (never written) HBM tensor
         assert instr.dst is not None
         ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
         ctx.depth[instr.dst.tensor] = len(ctx.dims)
         return
     try:
-        if id(instr) in p.moved:
+        if how & _MOVE:
             _move(instr, ctx)
             return
         executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
@@ -276,6 +299,7 @@ def execute(
         return False
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
+    ctx.routes = _routes(p)
     ctx.host = Host(ir, dict(sched.order))
     n = len(info.order)
     info.order.extend(sched.instances)

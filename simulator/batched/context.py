@@ -12,89 +12,29 @@ from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
-from ..checks.coverage import HOLDS_THROUGHOUT
 from ..config import SimConfig
 from ..host import alias_array
+from . import masks
+from .keys import keys_of, sym_key, terms_of
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
-_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-        "==": np.equal, "!=": np.not_equal}  # fmt: skip
-
-
 def contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The selection of an instruction (batch + its tile shape) as seen by an operand of
-    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
-    of the operand is read when any lane it broadcasts to is selected."""
-    tile = sel.shape[nb:]
-    if tuple(tile) == tuple(shape):
-        return sel
-    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
-    return sel.any(axis=axes, keepdims=True) if axes else sel
-
-
-def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
-    """``sel`` as one slice per axis when its selected lanes are exactly a box (each axis's
-    selected positions one contiguous run, every combination of them selected)."""
-    box = []
-    for ax in range(sel.ndim):
-        others = tuple(a for a in range(sel.ndim) if a != ax)
-        on = np.flatnonzero(sel.any(axis=others) if others else sel)
-        if len(on) == 0 or on[-1] - on[0] + 1 != len(on):
-            return None
-        box.append(slice(int(on[0]), int(on[-1]) + 1))
-    count = 1
-    for b in box:
-        count *= b.stop - b.start
-    return tuple(box) if np.count_nonzero(sel) == count else None
-
-
-# The layouts of strided views: (id(access), batch depth of its storage, batch axes' sizes,
-# the values / axes of the access's symbols, the storage's strides) -> (the access, shape,
-# strides, offset, first position). Bounded; the access is kept so that its id is not reused
-# while the entry lives. Shared by the threads that launch kernels (each entry is complete
-# when it is stored; a lost insert is recomputed).
+# The layouts of strided views: (id(access), id(box) (None: the whole view), batch depth of its
+# storage, batch axes' sizes, the values / axes of the access's symbols, the storage's shape and
+# strides) -> (the access, the box, shape, strides, offset, first position, slicing index).
+# Bounded; the access and box are kept so that their ids are not reused while the entry lives;
+# only the boxes of kept selections are keyed (a one-off box would churn the table). Shared by
+# the threads that launch kernels (each entry is complete when it is stored; a lost insert is
+# recomputed).
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
-_SYMS: dict[int, tuple[Access, tuple[Sym, ...]]] = {}
-
-
-def _syms_of(acc: Access) -> tuple[Sym, ...]:
-    """The symbols of an access's index expressions (each once)."""
-    hit = _SYMS.get(id(acc))
-    if hit is not None and hit[0] is acc:
-        return hit[1]
-    syms = tuple(dict.fromkeys(s for e in acc.index for s, _ in e.base.terms))
-    if len(_SYMS) >= _LAYOUTS_MAX:
-        _SYMS.clear()
-    _SYMS[id(acc)] = (acc, syms)
-    return syms
-
-
-# (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
-# instruction, whether every condition of its mask holds throughout the batch)
-_ALWAYS: dict[tuple, tuple[Instr, bool]] = {}
-_MASK_SYMS: dict[int, tuple[Instr, tuple[Sym, ...]]] = {}
-
-
-def _mask_syms(instr: Instr) -> tuple[Sym, ...]:
-    """The symbols of an instruction's mask conditions (each once)."""
-    hit = _MASK_SYMS.get(id(instr))
-    if hit is not None and hit[0] is instr:
-        return hit[1]
-    assert instr.mask is not None
-    syms = tuple(dict.fromkeys(s for c in instr.mask.conds for s, _ in c.expr.base.terms))
-    if len(_MASK_SYMS) >= _LAYOUTS_MAX:
-        _MASK_SYMS.clear()
-    _MASK_SYMS[id(instr)] = (instr, syms)
-    return syms
 
 
 class BCtx:
@@ -107,11 +47,15 @@ class BCtx:
         self.dims: list[int] = []
         self.axis: dict[Sym, tuple[int, int, int]] = {}  # sym -> (axis, start, step)
         self.scalar: dict[Sym, int] = {}
+        # both, under each symbol's ``sym_key``: what the walk's lookups read (``set_scalar``
+        # and ``set_axis`` keep the three in step)
+        self.values: dict[tuple, int | tuple[int, int, int]] = {}
         self.arrays: dict[str, np.ndarray] = dict(shared)
         self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
         self.instr: Instr | None = None
         self.whole = False  # the running instruction fills a fresh tile entirely
         self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
+        self.routes: dict[int, int] = {}  # id(instr) -> how the walk runs it (backend.py)
         # fresh tiles without storage yet (shape, dtype): the instruction that fills them
         # either hands over its result array or gets empty storage to write into
         self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -119,7 +63,9 @@ class BCtx:
         # reshape / dtype views: name -> (the base storage it was made from, the view)
         self.aliases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
-        self._boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
+        self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+        self._stored: dict[str, np.dtype] = {}  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
@@ -127,17 +73,37 @@ class BCtx:
     def decl(self, name: str) -> Any:
         return self.ir.tensor(name)
 
+    def set_scalar(self, sym: Sym, value: int | None) -> None:
+        """Bind ``sym`` to ``value`` for the whole batch (None: unbind it)."""
+        if value is None:
+            self.scalar.pop(sym, None)
+            self.values.pop(sym_key(sym), None)
+        else:
+            self.scalar[sym] = value
+            self.values[sym_key(sym)] = value
+
+    def set_axis(self, sym: Sym, where: tuple[int, int, int] | None) -> None:
+        """Make ``sym`` batch axis ``where`` = (axis, start, step) (None: no longer)."""
+        if where is None:
+            del self.axis[sym]
+            del self.values[sym_key(sym)]
+        else:
+            self.axis[sym] = where
+            self.values[sym_key(sym)] = where
+
     # affine index -> (constant, per-batch-axis coefficient)
     def affine(self, base: Any) -> tuple[int, list[int]]:
         c = base.const
         coef = [0] * len(self.dims)
-        for s, k in base.terms:
-            if s in self.scalar:
-                c += k * self.scalar[s]
-            else:
-                ax, start, step = self.axis[s]
+        values = self.values
+        for key, k in terms_of(base):
+            v = values[key]
+            if type(v) is tuple:  # a batch axis
+                ax, start, step = v
                 c += k * start
                 coef[ax] += k * step
+            else:
+                c += k * v
         return c, coef
 
     def view(self, acc: Access, box: tuple[slice, ...] | None = None) -> np.ndarray:
@@ -155,22 +121,22 @@ class BCtx:
         """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
         storage."""
         p = self.depth[acc.tensor]
-        if box is None:  # (the layout depends on no data: kept per access and batch state)
-            sc, ax = self.scalar, self.axis
-            state = tuple([sc[s] if s in sc else ax[s] for s in _syms_of(acc)])
-            key = (id(acc), p, tuple(self.dims), state, arr.shape, arr.strides)
-            hit = _LAYOUTS.get(key)
-            if hit is None or hit[0] is not acc:
-                layout = self._layout(arr.strides, acc, None, p)
-                hit = (acc, *layout, self._slicing(arr.shape, acc, p))
+        # (the layout depends on no data: kept per access, box and batch state)
+        values = self.values
+        state = tuple([values[k] for k in keys_of(acc)])
+        key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
+        hit = _LAYOUTS.get(key)
+        if hit is None or hit[0] is not acc or hit[1] is not box:
+            layout = self._layout(arr.strides, acc, box, p)
+            index = self._slicing(arr.shape, acc, p) if box is None else None
+            hit = (acc, box, *layout, index)  # (box kept: its id is not reused meanwhile)
+            if box is None or masks.kept_box(box):  # (not a one-off box)
                 if len(_LAYOUTS) >= _LAYOUTS_MAX:
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = hit
-            _, shape, strides, offset, first, index = hit
-            if index is not None:  # (plain slicing: several times cheaper than a buffer view)
-                return arr[index]
-        else:
-            shape, strides, offset, first = self._layout(arr.strides, acc, box, p)
+        _, _, shape, strides, offset, first, index = hit
+        if index is not None:  # (plain slicing: several times cheaper than a buffer view)
+            return arr[index]
         if offset >= 0 and arr.flags.c_contiguous:
             try:  # (a view straight on the contiguous storage: several times cheaper)
                 return np.ndarray(shape, arr.dtype, buffer=arr, offset=offset, strides=strides)
@@ -235,32 +201,8 @@ class BCtx:
         return tuple(out)
 
     def box(self, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
-        """The selection as one box (a slice per batch and tile axis) when it is one and the
-        access is in bounds over it: masked accesses then read and write strided views of
-        the box instead of gathering through index arrays. None otherwise (then ``indices``
-        also reports an access out of bounds)."""
-        hit = self._boxes.get(id(sel))
-        if hit is not None and hit[0] is sel:
-            box = hit[1]
-        else:
-            box = selection_box(sel)
-            self._boxes = {id(sel): (sel, box)}  # (the running instruction's selections)
-        if box is None or any(b.stop <= b.start for b in box):
-            return None
-        nb = len(self.dims)
-        shape = self.decl(acc.tensor).shape
-        p = self.depth[acc.tensor]
-        if any(box[b] != slice(0, self.dims[b]) for b in range(p)):
-            return None  # (per-position storage is taken whole along its batch axes)
-        for d, e in enumerate(acc.index):
-            c, coef = self.affine(e.base)
-            lo = hi = c
-            for k, b in [*zip(coef, box), *zip(e.coeffs, box[nb:])]:
-                lo += min(k * b.start, k * (b.stop - 1))
-                hi += max(k * b.start, k * (b.stop - 1))
-            if lo < 0 or hi >= shape[d]:
-                return None
-        return box
+        """``masks.box``: the selection as one box the access takes in bounds, or None."""
+        return masks.box(self, acc, sel)
 
     def indices(self, acc: Access, sel: np.ndarray) -> tuple[np.ndarray, ...]:
         """Index arrays (batch + tile shape) into the access's storage; masked-out lanes point
@@ -299,42 +241,9 @@ class BCtx:
         return tuple(np.where(sel, np.broadcast_to(v, full_shape), 0) for v in out)
 
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
-        """The batch-wide selection of a masked instruction (None: unmasked or all true)."""
-        if instr.mask is None:
-            return None
-        if shape is None:
-            assert instr.dst is not None
-            shape = instr.dst.shape
-        # (whether every condition holds throughout depends on no data: kept per instruction,
-        # tile shape and batch state)
-        sc, ax = self.scalar, self.axis
-        state = tuple([sc[s] if s in sc else ax[s] for s in _mask_syms(instr)])
-        key = (id(instr), shape, tuple(self.dims), state)
-        hit = _ALWAYS.get(key)
-        if hit is not None and hit[0] is instr and hit[1]:
-            return None
-        full = (*self.dims, *shape)
-        out: np.ndarray | None = None
-        for cond in instr.mask.conds:
-            if self._always(cond.expr, cond.op, shape):
-                continue  # true for the whole batch: costs nothing
-            r = np.broadcast_to(_CMP[cond.op](self.index_values(cond.expr, len(shape)), 0), full)
-            out = r.copy() if out is None else out & r
-        if hit is None or hit[0] is not instr:
-            if len(_ALWAYS) >= _LAYOUTS_MAX:
-                _ALWAYS.clear()
-            _ALWAYS[key] = (instr, out is None)
-        return None if out is None or out.all() else out
-
-    def _always(self, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
-        """``e op 0`` holds at every batch position and tile element (from the affine
-        expression's extremes)."""
-        c, coef = self.affine(e.base)
-        lo = hi = c
-        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
-            lo += min(0, k * (n - 1))
-            hi += max(0, k * (n - 1))
-        return HOLDS_THROUGHOUT[op](lo, hi)
+        """The batch-wide selection of a masked instruction (None: unmasked or all true):
+        ``masks.mask``."""
+        return masks.mask(self, instr, shape)
 
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
@@ -356,7 +265,7 @@ class BCtx:
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         if sel is None:
             return self.view(acc)
-        sel = selection_for(sel, len(self.dims), acc.shape)
+        sel = masks.selection_for(sel, len(self.dims), acc.shape)
         box = self.box(acc, sel)
         if box is not None:  # lanes outside the box are never used: zeros
             part = self.view(acc, box)
@@ -366,28 +275,59 @@ class BCtx:
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
+    def _storage_dtype(self, name: str) -> np.dtype:
+        sd = self._stored.get(name)
+        if sd is None:
+            sd = numerics.storage_dtype(self.decl(name).dtype, self.config.precise_fp)
+            self._stored[name] = sd
+        return sd
+
+    def copy_box(self, dst: Access, src: Access, sel: np.ndarray) -> bool:
+        """``write(dst, read(src, sel), sel)`` in one copy, done when ``sel`` is a box both
+        accesses take in bounds and their storage dtypes agree (True); else nothing (False)."""
+        if src.shape != dst.shape:
+            return False
+        box = self.box(src, sel)
+        if box is None or self.box(dst, sel) is not box:
+            return False
+        part = self.view(src, box)
+        if part.dtype != self._storage_dtype(dst.tensor):
+            return False
+        pend = self.pending.pop(dst.tensor, None)
+        if pend is not None:
+            self.arrays[dst.tensor] = np.empty(*pend)
+        self.view(dst, box)[...] = part  # (NumPy buffers an overlapping copy)
+        return True
+
     def write(
         self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
     ) -> None:
         full = (*self.dims, *acc.shape)
-        vals = np.asarray(values)
-        if vals.shape != full:  # (a fresh full-shape result stays itself: it may become the tile)
-            vals = np.broadcast_to(vals, full)
-        into = _INTO.get(accumulate) if sel is None else None  # type: ignore[arg-type]
-        if into is not None and vals.dtype == np.float32:
-            dst = self.view(acc)
-            if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
-                into(dst, vals, out=dst)
-                return
+        vals = values if type(values) is np.ndarray else np.asarray(values)
         if accumulate is not None:
+            if vals.shape != full:
+                vals = np.broadcast_to(vals, full)
+            into = _INTO.get(accumulate) if sel is None else None
+            if into is not None and vals.dtype == np.float32:
+                dst = self.view(acc)
+                if dst.dtype == np.float32:  # fp32 += fp32: the same sums, in place
+                    into(dst, vals, out=dst)
+                    return
             old = self.read(acc, sel)
             exact = vals.dtype.kind in "iub" and old.dtype.kind in "iub"
             a = numerics.to_compute(old, exact_int=exact)
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
-        stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
+        sd = self._storage_dtype(acc.tensor)
+        if vals.dtype == sd:  # (``cast`` leaves values of the storage dtype as they are)
+            stored = vals
+        else:
+            stored = numerics.cast(vals, self.decl(acc.tensor).dtype, self.config.precise_fp)
         pend = self.pending.pop(acc.tensor, None)
         if pend is not None:
+            if sel is None and stored.ndim == 0:  # (one value fills the fresh tile)
+                self.arrays[acc.tensor] = np.full(pend[0], stored, dtype=pend[1])
+                return
             if (
                 sel is None
                 and stored.shape == pend[0]
@@ -399,16 +339,17 @@ class BCtx:
                 return
             self.arrays[acc.tensor] = np.empty(*pend)
         if sel is None:
-            self.view(acc)[...] = stored
+            self.view(acc)[...] = stored  # (broadcast by the assignment)
             return
+        whole = stored if stored.shape == full else np.broadcast_to(stored, full)
         box = self.box(acc, sel)
         if box is not None:
-            self.view(acc, box)[...] = np.broadcast_to(stored, full)[box]
+            self.view(acc, box)[...] = whole[box]
             return
         idx = self.indices(acc, sel)
         arr = self.arrays.get(acc.tensor)
         arr = self._storage(acc.tensor) if arr is None else arr
-        arr[tuple(i[sel] for i in idx)] = np.broadcast_to(stored, full)[sel]
+        arr[tuple(i[sel] for i in idx)] = whole[sel]
 
     def into(self, acc: Access) -> np.ndarray | None:
         """Where the running instruction may compute its fp32 result in place: the view of a
@@ -483,7 +424,7 @@ class BCtx:
             self.depth[name] = len(self.dims)
             return
         shape = (*self.dims, *d.shape)
-        sd = numerics.storage_dtype(d.dtype, self.config.precise_fp)
+        sd = self._storage_dtype(name)
         if fresh:  # the next instruction writes the whole tile: storage when it does
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)

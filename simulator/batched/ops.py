@@ -94,6 +94,8 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
+    if sel is not None and ctx.copy_box(instr.dst, src, sel):
+        return
     vals = ctx.read(src, sel)
     dst_dtype = ctx.decl(instr.dst.tensor).dtype
     if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
@@ -194,6 +196,23 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
         s_sel = sel if isinstance(s, Access) and s.shape == instr.dst.shape else None
         vals.append(ctx.value(s, s_sel, exact_int=exact, contig=contig))
     ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
+
+
+@_batched("select", _declines_copy)
+def _select(instr: Instr, ctx: BCtx) -> None:
+    """nl.where over the batch: ``simulator/language/ops._select``'s operands and choice."""
+    assert instr.dst is not None
+    sel = ctx.mask(instr)
+    exact = all(
+        is_int_access(s, ctx) or (isinstance(s, Const) and isinstance(s.value, (int, np.integer)))  # type: ignore[arg-type]
+        for s in instr.srcs[1:]
+    )
+    shape = instr.dst.shape
+    c, a, b = (
+        ctx.value(s, sel if isinstance(s, Access) and s.shape == shape else None, exact_int=exact)
+        for s in instr.srcs
+    )
+    ctx.write(instr.dst, np.where(np.asarray(c) != 0, a, b), sel, instr.accumulate)
 
 
 @_batched("reduce", _declines_reduce)

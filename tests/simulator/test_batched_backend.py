@@ -596,3 +596,36 @@ def test_current_psum_groups_and_transposes_run_batched_as_the_interpreter(bf16)
     ref[:, 0:64] += af.T @ bf[:, 0:64]  # the half tile gets both products
     np.testing.assert_allclose(got[0], ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(got[1], got[0].T)
+
+
+@nki.jit
+def where_masked(a, b, n):
+    """nl.where per row tile: a tile condition, a (P, 1) column and a scalar picked by it, an
+    integer where, and a ragged last tile (a mask) over the rows."""
+    rows, d = a.shape
+    out = nl.ndarray((rows, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    out_i = nl.ndarray((rows, d), dtype=n.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(d)[None, :]
+    for t in nl.affine_range((rows + 127) // 128):
+        r = t * 128 + i_p
+        x = nl.load(a[r, i_f], mask=r < rows)
+        y = nl.load(b[r, nl.arange(1)[None, :]], mask=r < rows)
+        k = nl.load(n[r, i_f], mask=r < rows)
+        picked = nl.where(nl.greater(x, 0.0), x, y, mask=r < rows)
+        nl.store(out[r, i_f], nl.where(nl.less(picked, -0.5), -1.0, picked), mask=r < rows)
+        nl.store(out_i[r, i_f], nl.where(nl.greater(k, 3), k, 7, mask=r < rows), mask=r < rows)
+    return out, out_i
+
+
+def test_where_runs_batched_and_matches_the_interpreter():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((300, 48)).astype(np.float32)
+    b = rng.standard_normal((300, 1)).astype(np.float32)
+    n = rng.integers(-10, 10, (300, 48)).astype(np.int32)
+    runs = run_backends(where_masked, None, a, b, n, ran=("batched",))
+    assert "hosted" not in runs.info("batched").reason, runs.info("batched").reason
+    picked = np.where(a > 0, a, b)
+    got, got_i = runs["batched"]
+    np.testing.assert_array_equal(got, np.where(picked < -0.5, np.float32(-1), picked))
+    np.testing.assert_array_equal(got_i, np.where(n > 3, n, 7))

@@ -1,6 +1,6 @@
 """What a launch keeps between launches to stay cheap (the environment's settings parsed per
 value, the plain binding of arguments, the per-kernel layout of a launch, the batched backend's
-view layouts and always-true masks) never hands a launch another launch's answer: a changed
+view layouts and masks' selections) never hands a launch another launch's answer: a changed
 environment variable, shape, dtype, grid or keyword gives the new behaviour, checked against
 NumPy."""
 
@@ -16,6 +16,7 @@ import torch
 import nki
 import nki.language as nl
 from frontends.torch_tensors import launch as torch_launch
+from nki import binding
 from nki.errors import NKITypeError
 from nki.jit import Launch
 from simulator.config import SimConfig
@@ -199,3 +200,74 @@ def test_batched_plans_belong_to_their_kernel_and_stay_bounded(monkeypatch):
     assert len(plans._PLANS) == 2
     plans.plan(ir_c, cfg)
     assert list(plans._PLANS) == [id(ir_c)]
+
+
+@nki.jit
+def triangle_rows(a):
+    """Row tile t keeps the columns below t * 8 + its row (a mask that changes with the
+    sequential iterator and the partition: no box) and the rest is -1; ragged rows past n."""
+    n, d = a.shape
+    out = nl.ndarray((n, d), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(32)[:, None]
+    i_f = nl.arange(d)[None, :]
+    for t in nl.sequential_range((n + 31) // 32):
+        r = t * 32 + i_p
+        x = nl.load(a[r, i_f], mask=r < n)
+        nl.store(out[r, i_f], nl.full((32, d), -1.0, dtype=a.dtype), mask=r < n)
+        nl.store(out[r, i_f], x, mask=(r < n) & (i_f < t * 8 + i_p))
+    return out
+
+
+def _triangle_ref(a: np.ndarray) -> np.ndarray:
+    n, d = a.shape
+    rows = np.arange(n)[:, None]
+    keep = np.arange(d)[None, :] < (rows // 32) * 8 + rows % 32
+    return np.where(keep, a, np.float32(-1))
+
+
+def test_kept_selections_follow_the_batch_state_and_stay_bounded(monkeypatch):
+    from simulator.batched import masks
+
+    a = np.random.default_rng(7).standard_normal((100, 48)).astype(np.float32)
+    for rows in (100, 64, 100, 37):
+        for _ in range(2):  # (the second launch takes the selections the first one kept)
+            np.testing.assert_array_equal(triangle_rows(a[:rows]), _triangle_ref(a[:rows]))
+    kept = [sel for _, sel in masks._MASKS.values() if sel is not None]
+    assert kept and not any(sel.flags.writeable for sel in kept)  # (shared: never written)
+    # a small byte budget: the table starts again instead of growing, results unchanged
+    monkeypatch.setattr(masks, "_MASKS_BYTES", 40_000)
+    monkeypatch.setattr(masks, "_MASKS", {})
+    monkeypatch.setattr(masks, "_SEL_BOXES", {})
+    monkeypatch.setattr(masks, "_mask_bytes", [0])
+    for rows in (100, 64, 37):
+        np.testing.assert_array_equal(triangle_rows(a[:rows]), _triangle_ref(a[:rows]))
+        sizes = [0 if sel is None else sel.nbytes for _, sel in masks._MASKS.values()]
+        assert sum(sizes) <= 40_000 and max(sizes) <= 4_000
+        assert masks._mask_bytes[0] == sum(sizes)
+
+
+@nki.jit
+def program_scale(a, program):
+    """Multiplies by the product of the scalars in ``program`` (a compile-time tuple)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    for c in program[0]:
+        x = nl.multiply(x, c)
+    nl.store(out, value=x)
+    return out
+
+
+def test_compile_time_tuples_keep_their_trace_key_only_while_they_cannot_change():
+    a = np.ones((4, 8), np.float32)
+    zero = ((0.0,),)
+    assert np.signbit(program_scale(a, zero)).sum() == 0
+    np.testing.assert_array_equal(np.signbit(program_scale(a, ((-0.0,),))), True)
+    assert np.signbit(program_scale(a, zero)).sum() == 0  # (0.0 and -0.0 trace apart)
+    assert binding._TUPLE_KEYS[id(zero)][0] is zero
+    # a tuple holding a list may change between launches: its key is made each time
+    scalars = [2.0]
+    held = (scalars,)
+    np.testing.assert_array_equal(program_scale(a, held), 2 * a)
+    assert id(held) not in binding._TUPLE_KEYS
+    scalars[0] = 3.0
+    np.testing.assert_array_equal(program_scale(a, held), 3 * a)

@@ -1,0 +1,71 @@
+"""The keys the batched backend's caches are built from (``context.py``, ``masks.py``): each
+symbol as a plain tuple, and the symbols of an access, a mask and an affine expression. A Sym's
+dataclass hash and equality are Python calls; these keys hash in C, once per lookup."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from nki.ir import Access, Instr, Sym
+
+KEYS_MAX = 4096  # entries of each table here (each starts again past it)
+
+# id(sym object) -> (the sym, its key): the key is a plain tuple of the symbol's class and
+# fields, hashed in C (a Sym's dataclass hash and equality are Python calls, several times
+# slower in the walk's lookups). Bounded; the sym is kept so that its id is not reused.
+_SYM_KEYS: dict[int, tuple[Sym, tuple]] = {}
+_KEYS: dict[int, tuple[Any, tuple]] = {}  # id(access / affine) -> (it, its symbols' keys)
+
+
+def sym_key(s: Sym) -> tuple:
+    """The key ``BCtx.values`` holds symbol ``s``'s value under (equal symbols, equal keys)."""
+    hit = _SYM_KEYS.get(id(s))
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    key = (type(s).__name__, *(getattr(s, f.name) for f in fields(s)))
+    if len(_SYM_KEYS) >= KEYS_MAX:
+        _SYM_KEYS.clear()
+    _SYM_KEYS[id(s)] = (s, key)
+    return key
+
+
+def keys_of(acc: Access) -> tuple[tuple, ...]:
+    """The keys of the symbols of an access's index expressions (each once)."""
+    hit = _KEYS.get(id(acc))
+    if hit is not None and hit[0] is acc:
+        return hit[1]
+    keys = tuple(dict.fromkeys(sym_key(s) for e in acc.index for s, _ in e.base.terms))
+    if len(_KEYS) >= KEYS_MAX:
+        _KEYS.clear()
+    _KEYS[id(acc)] = (acc, keys)
+    return keys
+
+
+def terms_of(base: Any) -> tuple[tuple[tuple, int], ...]:
+    """An affine expression's terms with each symbol's key: (key, coefficient)."""
+    hit = _KEYS.get(id(base))
+    if hit is not None and hit[0] is base:
+        return hit[1]
+    terms = tuple((sym_key(s), k) for s, k in base.terms)
+    if len(_KEYS) >= KEYS_MAX:
+        _KEYS.clear()
+    _KEYS[id(base)] = (base, terms)
+    return terms
+
+
+_MASK_KEYS: dict[int, tuple[Instr, tuple[tuple, ...]]] = {}
+
+
+def mask_keys(instr: Instr) -> tuple[tuple, ...]:
+    """The keys of the symbols of an instruction's mask conditions (each once)."""
+    hit = _MASK_KEYS.get(id(instr))
+    if hit is not None and hit[0] is instr:
+        return hit[1]
+    assert instr.mask is not None
+    terms = (s for c in instr.mask.conds for s, _ in c.expr.base.terms)
+    keys = tuple(dict.fromkeys(sym_key(s) for s in terms))
+    if len(_MASK_KEYS) >= KEYS_MAX:
+        _MASK_KEYS.clear()
+    _MASK_KEYS[id(instr)] = (instr, keys)
+    return keys

@@ -1,0 +1,177 @@
+"""Masked instructions of the batched backend (``context.py``): an instruction's selection over
+the batch (its mask evaluated at every batch position and tile element), whether the selection
+is a box, and each access's box over it. None of it depends on data: it is kept per
+instruction or access, tile shape and batch state (the values / axes of the symbols involved),
+in tables shared by the threads that launch kernels (each entry complete when stored, bounded;
+the objects whose ids key an entry are kept in it, so an id is not reused while it lives). A
+kept selection is read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nki.ir import Access, IndexExpr, Instr
+
+from ..checks.coverage import HOLDS_THROUGHOUT
+from .keys import KEYS_MAX, keys_of, mask_keys
+
+_CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+        "==": np.equal, "!=": np.not_equal}  # fmt: skip
+
+
+def selection_for(sel: np.ndarray, nb: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The selection of an instruction (batch + its tile shape) as seen by an operand of
+    ``shape`` that broadcasts over some tile axes (a ``(P, 1)`` source of a wider store): a lane
+    of the operand is read when any lane it broadcasts to is selected."""
+    tile = sel.shape[nb:]
+    if tuple(tile) == tuple(shape):
+        return sel
+    axes = tuple(nb + t for t, (n, m) in enumerate(zip(shape, tile)) if n == 1 and m != 1)
+    return sel.any(axis=axes, keepdims=True) if axes else sel
+
+
+def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
+    """``sel`` as one slice per axis when its selected lanes are exactly a box (each axis's
+    selected positions one contiguous run, every combination of them selected)."""
+    box = []
+    for ax in range(sel.ndim):
+        others = tuple(a for a in range(sel.ndim) if a != ax)
+        on = np.flatnonzero(sel.any(axis=others) if others else sel)
+        if len(on) == 0 or on[-1] - on[0] + 1 != len(on):
+            return None
+        box.append(slice(int(on[0]), int(on[-1]) + 1))
+    count = 1
+    for b in box:
+        count *= b.stop - b.start
+    return tuple(box) if np.count_nonzero(sel) == count else None
+
+
+# (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
+# instruction, its selection over the batch: None when every condition holds throughout it,
+# else a read-only array). A selection depends on no data. Bounded in entries and in bytes
+# (a selection larger than a tenth of the bytes is not kept).
+_MASKS: dict[tuple, tuple[Instr, np.ndarray | None]] = {}
+_MASKS_BYTES = 16 << 20
+_mask_bytes = [0]  # (the bytes of the kept selections; approximate under threads)
+# id(selection) -> (the selection, its box or None): for the selections ``_MASKS`` keeps
+_SEL_BOXES: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
+
+
+def _keep_mask(key: tuple, instr: Instr, sel: np.ndarray | None) -> None:
+    size = 0 if sel is None else sel.nbytes
+    if size > _MASKS_BYTES // 10:
+        return
+    if len(_MASKS) >= KEYS_MAX or _mask_bytes[0] + size > _MASKS_BYTES:
+        _MASKS.clear()
+        _SEL_BOXES.clear()
+        _ACCESS_BOXES.clear()
+        _KEPT_BOXES.clear()
+        _mask_bytes[0] = 0
+    if sel is not None:
+        sel.flags.writeable = False  # (shared by later launches: never written)
+        _SEL_BOXES[id(sel)] = (sel, _UNKNOWN)  # type: ignore[assignment]
+    _mask_bytes[0] += size
+    _MASKS[key] = (instr, sel)
+
+
+_UNKNOWN: Any = object()  # a kept selection whose box is not computed yet
+# (id(access), id(kept selection), batch depth of the access's storage, batch axes' sizes, the
+# access's symbols' values / axes, its tensor's shape) -> (the access, the selection, ``box``)
+_ACCESS_BOXES: dict[tuple, tuple] = {}
+_KEPT_BOXES: dict[int, tuple[slice, ...]] = {}  # id(box) -> box: the boxes of kept selections
+
+
+def kept_box(box: tuple[slice, ...]) -> bool:
+    """Whether ``box`` is a kept selection's (a one-off box keys no table)."""
+    return _KEPT_BOXES.get(id(box)) is box
+
+
+def mask(ctx: Any, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+    """The batch-wide selection of a masked instruction (None: unmasked or all true)."""
+    if instr.mask is None:
+        return None
+    if shape is None:
+        assert instr.dst is not None
+        shape = instr.dst.shape
+    # (the selection depends on no data: kept per instruction, tile shape and batch state)
+    values = ctx.values
+    state = tuple([values[k] for k in mask_keys(instr)])
+    key = (id(instr), shape, tuple(ctx.dims), state)
+    hit = _MASKS.get(key)
+    if hit is not None and hit[0] is instr:
+        return hit[1]
+    full = (*ctx.dims, *shape)
+    out: np.ndarray | None = None
+    for cond in instr.mask.conds:
+        if _always(ctx, cond.expr, cond.op, shape):
+            continue  # true for the whole batch: costs nothing
+        r = np.broadcast_to(_CMP[cond.op](ctx.index_values(cond.expr, len(shape)), 0), full)
+        out = r.copy() if out is None else out & r
+    sel = None if out is None or out.all() else out
+    _keep_mask(key, instr, sel)
+    return sel
+
+
+def _always(ctx: Any, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
+    """``e op 0`` holds at every batch position and tile element (from the affine
+    expression's extremes)."""
+    c, coef = ctx.affine(e.base)
+    lo = hi = c
+    for k, n in [*zip(coef, ctx.dims), *zip(e.coeffs, shape)]:
+        lo += min(0, k * (n - 1))
+        hi += max(0, k * (n - 1))
+    return HOLDS_THROUGHOUT[op](lo, hi)
+
+
+def box(ctx: Any, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
+    """The selection as one box (a slice per batch and tile axis) when it is one and the
+    access is in bounds over it: masked accesses then read and write strided views of
+    the box instead of gathering through index arrays. None otherwise (then ``indices``
+    also reports an access out of bounds)."""
+    kept = _SEL_BOXES.get(id(sel))
+    p = ctx.depth.get(acc.tensor)  # (None: a view whose storage is not made yet)
+    if kept is None or kept[0] is not sel or p is None:
+        hit = ctx.boxes.get(id(sel))
+        if hit is None or hit[0] is not sel:
+            hit = (sel, selection_box(sel))
+            ctx.boxes = {id(sel): hit}  # (the running instruction's selections)
+        return _access_box(ctx, acc, hit[1])
+    # a kept selection (``mask``): the answer depends on no data, kept per access, batch
+    # state and the shape of the access's tensor
+    values = ctx.values
+    state = tuple([values[k] for k in keys_of(acc)])
+    shape = ctx.decl(acc.tensor).shape
+    key = (id(acc), id(sel), p, tuple(ctx.dims), state, shape)
+    hit = _ACCESS_BOXES.get(key)
+    if hit is not None and hit[0] is acc and hit[1] is sel:
+        return hit[2]
+    box = kept[1]
+    if box is _UNKNOWN:
+        box = selection_box(sel)
+        _SEL_BOXES[id(sel)] = (sel, box)
+        if box is not None:
+            _KEPT_BOXES[id(box)] = box
+    out = _access_box(ctx, acc, box)
+    if len(_ACCESS_BOXES) >= KEYS_MAX:
+        _ACCESS_BOXES.clear()
+    _ACCESS_BOXES[key] = (acc, sel, out)
+    return out
+
+
+def _access_box(ctx: Any, acc: Access, box: tuple[slice, ...] | None) -> tuple[slice, ...] | None:
+    """``box`` when ``acc`` is in bounds over it (None otherwise)."""
+    if box is None or any(b.stop <= b.start for b in box):
+        return None
+    nb = len(ctx.dims)
+    shape = ctx.decl(acc.tensor).shape
+    for d, e in enumerate(acc.index):
+        c, coef = ctx.affine(e.base)
+        lo = hi = c
+        for k, b in [*zip(coef, box), *zip(e.coeffs, box[nb:])]:
+            lo += min(k * b.start, k * (b.stop - 1))
+            hi += max(k * b.start, k * (b.stop - 1))
+        if lo < 0 or hi >= shape[d]:
+            return None
+    return box
