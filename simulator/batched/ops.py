@@ -198,23 +198,6 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, apply(op, vals, None), sel, instr.accumulate)
 
 
-@_batched("select", _declines_copy)
-def _select(instr: Instr, ctx: BCtx) -> None:
-    """nl.where over the batch: ``simulator/language/ops._select``'s operands and choice."""
-    assert instr.dst is not None
-    sel = ctx.mask(instr)
-    exact = all(
-        is_int_access(s, ctx) or (isinstance(s, Const) and isinstance(s.value, (int, np.integer)))  # type: ignore[arg-type]
-        for s in instr.srcs[1:]
-    )
-    shape = instr.dst.shape
-    c, a, b = (
-        ctx.value(s, sel if isinstance(s, Access) and s.shape == shape else None, exact_int=exact)
-        for s in instr.srcs
-    )
-    ctx.write(instr.dst, np.where(np.asarray(c) != 0, a, b), sel, instr.accumulate)
-
-
 @_batched("reduce", _declines_reduce)
 def _reduce(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from nki.ir import Access, Const, Instr, Sym
+from nki.ir import Access, Const, Instr
 
 from .. import numerics
 from ..backends import name_of
@@ -44,42 +44,21 @@ def _declines_where(instr: Instr) -> str | None:
     return _direct(instr)
 
 
-# id(affine_select) -> (it, the same instruction with its predicate as its mask, the symbols of
-# the predicate): the batch's selection comes from ``BCtx.mask``, which skips conditions that
-# hold throughout. Bounded.
-_AS_MASKED: dict[int, tuple[Instr, Instr, tuple[Sym, ...]]] = {}
-# (id(affine_select), batch axes' sizes, the predicate symbols' values / axes) -> (it, the
-# selection, read-only; None: all true): the same in every launch of a traced kernel. Bounded.
-_SELECTIONS: dict[tuple, tuple[Instr, np.ndarray | None]] = {}
+# id(affine_select) -> (it, the same instruction with its predicate as its mask): the batch's
+# selection comes from ``BCtx.mask``, which skips conditions that hold throughout and keeps the
+# selection per instruction and batch state (``masks.py``). Bounded.
+_AS_MASKED: dict[int, tuple[Instr, Instr]] = {}
 _MAX = 1024
-
-
-def _predicate(instr: Instr) -> tuple[Instr, tuple[Sym, ...]]:
-    hit = _AS_MASKED.get(id(instr))
-    if hit is None or hit[0] is not instr:
-        if len(_AS_MASKED) >= _MAX:
-            _AS_MASKED.clear()
-        pred = instr.attr("pred")
-        syms = tuple(dict.fromkeys(s for c in pred.conds for s, _ in c.expr.base.terms))
-        hit = _AS_MASKED[id(instr)] = (instr, dataclasses.replace(instr, mask=pred), syms)
-    return hit[1], hit[2]
 
 
 def _selection(instr: Instr, ctx: BCtx) -> np.ndarray | None:
     """Where the predicate of an affine_select holds over the batch (None: everywhere)."""
-    masked, syms = _predicate(instr)
-    sc, ax = ctx.scalar, ctx.axis
-    key = (id(instr), tuple(ctx.dims), tuple([sc[s] if s in sc else ax[s] for s in syms]))
-    hit = _SELECTIONS.get(key)
-    if hit is not None and hit[0] is instr:
-        return hit[1]
-    sel = ctx.mask(masked)
-    if sel is not None:
-        sel.flags.writeable = False
-    if len(_SELECTIONS) >= _MAX:
-        _SELECTIONS.clear()
-    _SELECTIONS[key] = (instr, sel)
-    return sel
+    hit = _AS_MASKED.get(id(instr))
+    if hit is None or hit[0] is not instr:
+        if len(_AS_MASKED) >= _MAX:
+            _AS_MASKED.clear()
+        hit = _AS_MASKED[id(instr)] = (instr, dataclasses.replace(instr, mask=instr.attr("pred")))
+    return ctx.mask(hit[1])
 
 
 @executes("isa", "affine_select", backend=BATCHED, declines=_declines_affine_select)
