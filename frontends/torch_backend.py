@@ -335,7 +335,7 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.SharedMatmul)
+_GROUPS = (fusion.Group, fusion.Matmuls)
 
 
 def _alone(name: str) -> bool:
@@ -430,11 +430,15 @@ class _Plan:
                     specs[n] = spec
         mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}
         mms = {n for n in mms if OPTIONS.fuse and not _on_cpu(n) and not _alone("aten::mm")}
-        groups: list[Any] = fusion.find_groups(nodes, specs)
-        groups += fusion.find_shared_matmuls(nodes, mms)
+        chains: list[Any] = fusion.find_groups(nodes, specs)
+        groups = chains + fusion.find_matmuls(nodes, mms)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
-        self.steps: list[Any] = fusion.schedule(nodes, groups) or list(nodes)
+        # (chains are convex and matmul groups ordered by depth, but a chain may still join
+        # two matmul groups into a circle: then the chains alone)
+        self.steps: list[Any] = (
+            fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or list(nodes)
+        )
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, _GROUPS) else [st]:
@@ -484,7 +488,7 @@ class _Plan:
                     if isinstance(g, fusion.Group):
                         res = fusion.run_group(run, g, [env[a] for a in g.inputs])
                     else:
-                        res = fusion.run_shared_matmul(run, g, env)
+                        res = fusion.run_matmuls(run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:

@@ -30,11 +30,11 @@ from .torch_registry import Guard
 
 __all__ = [
     "Group",
-    "SharedMatmul",
+    "Matmuls",
     "find_groups",
-    "find_shared_matmuls",
+    "find_matmuls",
     "run_group",
-    "run_shared_matmul",
+    "run_matmuls",
     "schedule",
 ]
 
@@ -465,12 +465,13 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
 
 
 @dataclass
-class SharedMatmul:
-    """``aten::mm`` nodes with one left operand (``lhs``) and independent right operands, run
-    as one launch of ``matmul_shared_kernel``."""
+class Matmuls:
+    """``aten::mm`` nodes none of which depends on another, run as one launch: of
+    ``matmul_shared_kernel`` when they read one left operand (``lhs``), else of
+    ``matmul_pairs_kernel``."""
 
     members: list[torch.fx.Node]
-    lhs: torch.fx.Node
+    lhs: torch.fx.Node | None = None
     names: tuple = ()
 
     @property
@@ -478,19 +479,25 @@ class SharedMatmul:
         return tuple(self.members)
 
 
-def find_shared_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[SharedMatmul]:
-    """Groups of two or more of the ``aten::mm`` nodes ``mms`` reading one left operand (one
-    node, or views of one node to one shape) where no right operand depends on another
-    product of the group."""
-    by_lhs: dict[Any, list[torch.fx.Node]] = {}
-    for m in nodes:
-        if m in mms:
-            by_lhs.setdefault(_same_value(m.args[0]), []).append(m)
+def find_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[Matmuls]:
+    """Groups of two or more of the ``aten::mm`` nodes ``mms`` at one depth: the depth of a node
+    is the largest number of ``mms`` on a path from the graph's inputs to it (itself included),
+    so no product of a group depends on another, and every path between two groups goes from
+    the shallower to the deeper (the groups can always be scheduled). In a backward graph a
+    layer's input and weight gradients are at one depth; in a forward graph the products of
+    one input (the query, key and value projections)."""
+    depth: dict[torch.fx.Node, int] = {}
+    by_depth: dict[int, list[torch.fx.Node]] = {}
+    for n in nodes:
+        d = max((depth[a] for a in n.all_input_nodes), default=0)
+        depth[n] = d + (n in mms)
+        if n in mms:
+            by_depth.setdefault(depth[n], []).append(n)
     out = []
-    for sib in by_lhs.values():
-        keep = [m for m in sib if not (_ancestors(m.args[1]) & set(sib))]
-        if len(keep) >= 2:
-            out.append(SharedMatmul(keep, keep[0].args[0]))
+    for ms in by_depth.values():
+        if len(ms) >= 2:
+            lhs = {_same_value(m.args[0]) for m in ms}
+            out.append(Matmuls(ms, ms[0].args[0] if len(lhs) == 1 else None))
     return out
 
 
@@ -508,30 +515,21 @@ def _same_value(a: Any) -> Any:
     return a
 
 
-def _ancestors(n: Any) -> set[torch.fx.Node]:
-    seen: set[torch.fx.Node] = set()
-    todo = [n] if isinstance(n, torch.fx.Node) else []
-    while todo:
-        x = todo.pop()
-        for a in x.all_input_nodes:
-            if a not in seen:
-                seen.add(a)
-                todo.append(a)
-    return seen
-
-
-def run_shared_matmul(run: Any, g: SharedMatmul, env: dict) -> list[torch.Tensor]:
-    """The products of one launch; :class:`Guard` when the kernel does not apply (the mms then
+def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
+    """The products of one launch; :class:`Guard` when the kernels do not apply (the mms then
     run one by one)."""
-    a = env[g.lhs]
-    bs = [env[m.args[1]] for m in g.members]
-    ts = [a, *bs]
-    if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in ts):
-        raise Guard("not 2-D float tensors")
-    if len({t.dtype for t in ts}) > 1:
-        raise Guard("mixed dtypes")
-    res = run(K.matmul_shared_kernel, a.contiguous(), [b.contiguous() for b in bs])
-    return list(res)
+    pairs = [(env[m.args[0]], env[m.args[1]]) for m in g.members]
+    for a, b in pairs:
+        if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
+            raise Guard("not 2-D float tensors")
+        if a.dtype != b.dtype:
+            raise Guard("mixed dtypes")
+    bs = [b.contiguous() for _, b in pairs]
+    if g.lhs is not None:
+        if len({b.dtype for b in bs} | {env[g.lhs].dtype}) > 1:
+            raise Guard("mixed dtypes")
+        return list(run(K.matmul_shared_kernel, env[g.lhs].contiguous(), bs))
+    return list(run(K.matmul_pairs_kernel, [a.contiguous() for a, _ in pairs], bs))
 
 
 # --------------------------------------------------------------------------------------------

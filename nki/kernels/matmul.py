@@ -13,6 +13,7 @@ from typing import Any
 
 import nki
 import nki.language as nl
+from nki.errors import NKIShapeError, user_loc
 
 from ._tiles import PSUM_FMAX, P
 
@@ -37,15 +38,28 @@ def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, bi: Any =
     i_n = nl.arange(tn)[None, :]
     at = (lambda r, c: a[r, c]) if bi is None else (lambda r, c: a[bi, r, c])
     bt = (lambda r, c: b[r, c]) if bi is None else (lambda r, c: b[bi, r, c])
+
+    def product(ki: Any) -> Any:
+        krow = ki * tk + i_p
+        # stationary operand: a's block with K on the partition axis (a transposing DMA); a
+        # ragged block loads into a zero-filled tile (whole blocks need no fill)
+        if m % tm or k % tk:
+            a_t = nl.zeros((tk, tm), a.dtype, buffer=nl.sbuf)
+            a_t[i_p, i_m] = nl.load(at(mi * tm + i_m, krow), mask=(krow < k) & (mi * tm + i_m < m))
+        else:
+            a_t = nl.load(at(mi * tm + i_m, krow))
+        if k % tk or n % tn:
+            b_t = nl.zeros((tk, tn), b.dtype, buffer=nl.sbuf)
+            b_t[i_p, i_n] = nl.load(bt(krow, ni * tn + i_n), mask=(krow < k) & (ni * tn + i_n < n))
+        else:
+            b_t = nl.load(bt(krow, ni * tn + i_n))
+        return nl.matmul(a_t, b_t, transpose_x=True)
+
+    if k <= tk:  # one K tile: the product is the accumulator
+        return product(0)
     acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
     for ki in nl.affine_range(_count(k, tk)):
-        krow = ki * tk + i_p
-        # stationary operand: a's block with K on the partition axis (a transposing DMA)
-        a_t = nl.zeros((tk, tm), a.dtype, buffer=nl.sbuf)
-        a_t[i_p, i_m] = nl.load(at(mi * tm + i_m, krow), mask=(krow < k) & (mi * tm + i_m < m))
-        b_t = nl.zeros((tk, tn), b.dtype, buffer=nl.sbuf)
-        b_t[i_p, i_n] = nl.load(bt(krow, ni * tn + i_n), mask=(krow < k) & (ni * tn + i_n < n))
-        acc += nl.matmul(a_t, b_t, transpose_x=True)
+        acc += product(ki)
     return acc
 
 
@@ -89,6 +103,23 @@ def matmul_shared_kernel(a, bs):
     Shapes: any M, K, Ni >= 1. Dtypes: a and every b float32, bfloat16 or float16, all the
     same; fp32 accumulation in PSUM; results in a's dtype (rounded once)."""
     return tuple(_matmul(a, b) for b in bs)
+
+
+@nki.jit
+def matmul_pairs_kernel(lhs, rhs):
+    """(a @ b for a, b in zip(lhs, rhs)): independent products in one launch (a backward
+    graph's input and weight gradients), each computed as ``matmul_kernel`` computes it.
+
+    Shapes: as many ``rhs`` as ``lhs``; each a[M, K] with b[K, N], any M, K, N >= 1. Dtypes:
+    each pair float32, bfloat16 or float16, a and b the same; fp32 accumulation in PSUM; each
+    result in its a's dtype (rounded once)."""
+    if len(lhs) != len(rhs):
+        raise NKIShapeError(
+            f"matmul_pairs_kernel takes one rhs per lhs: {len(lhs)} lhs, {len(rhs)} rhs",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
+    return tuple(_matmul(a, b) for a, b in zip(lhs, rhs))
 
 
 @nki.jit

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import frontends.torch as ft
 import nki.kernels as K
 from frontends import torch_backend as tb
+from nki.errors import NKIError
 
 FUSED = "fused_elementwise_kernel"
 
@@ -202,6 +203,47 @@ def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
     assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
     assert rep.kernel_calls["matmul_shared_kernel"] == 1
     assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+def _train_step(fuse: bool, model: torch.nn.Module, x: torch.Tensor):
+    """Gradients of one compiled forward and backward, and the graphs' reports."""
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    ft.init_backend(fuse=fuse)
+    try:
+        model.zero_grad(set_to_none=True)
+        torch.compile(model, backend="nki")(x).square().mean().backward()
+    finally:
+        ft.init_backend()
+    return [p.grad.clone() for p in model.parameters()], tb.reports()[before:]
+
+
+def test_independent_products_of_a_backward_graph_share_a_launch_bitwise():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 48, bias=False),
+        torch.nn.SiLU(),
+        torch.nn.Linear(48, 16, bias=False),
+    )
+    x = torch.randn(24, 32, requires_grad=True)
+    fused, (_, bwd) = _train_step(True, model, x)
+    plain, (_, ref) = _train_step(False, model, x)
+    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    for a, b, e in zip(fused, plain, eager):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    # each layer's input and weight gradients: one launch per layer instead of two
+    assert bwd.kernels_of("aten::mm") == {"matmul_pairs_kernel": 4}
+    assert bwd.kernel_calls["matmul_pairs_kernel"] == 2
+    assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
+    np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
+    with pytest.raises(NKIError, match="one rhs per lhs: 2 lhs, 1 rhs") as e:
+        K.matmul_pairs_kernel([a, a], [b])
+    assert e.value.code == "err_invalid_shape"
 
 
 def test_an_integer_to_float_conversion_starts_a_chain():
