@@ -420,12 +420,12 @@ class _Plan:
             name = None if n.target is operator.getitem else _schema_name(n.target)
             if name is None:
                 self.kind[n] = (_PLAIN, None)
-            elif name in VIEW_OPS or _empty(n.meta.get("val")) or _copy_cat(n, name):
-                self.kind[n] = (_VIEW, name)
-            else:
-                self.kind[n] = (_ATEN, name)
-                alone = _on_cpu(n) or _alone(name)
-                spec = fusion.fusable(n, name) if OPTIONS.fuse and not alone else None
+                continue
+            empty = _empty(n.meta.get("val")) or _copy_cat(n, name)
+            self.kind[n] = (_VIEW if name in VIEW_OPS or empty else _ATEN, name)
+            # (a view of columns, a broadcast or a slice's gradient may join a fused chain)
+            if OPTIONS.fuse and not empty and not _on_cpu(n) and not _alone(name):
+                spec = fusion.fusable(n, name)
                 if spec is not None:
                     specs[n] = spec
         mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 import nki.kernels as K
-from nki.kernels._tiles import FREE_MAX
+from nki.kernels._tiles import FREE_MAX, PSUM_FMAX
 
 from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
 from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
@@ -73,6 +73,7 @@ class _Spec:
     op: str
     args: tuple
     needs: str = ""
+    free: bool = False  # a copy torch makes as a view: a group of only such steps is no launch
 
 
 _UNARY = "neg abs reciprocal sqrt rsqrt exp log tanh sigmoid relu silu sin cos erf".split()
@@ -173,15 +174,80 @@ def _cast(n: torch.fx.Node) -> _Spec | None:
 
 def _reduce(op: str) -> Callable:
     def rule(n: torch.fx.Node) -> _Spec | None:
-        if len(n.args) != 3 or n.kwargs or not _float_node(n.args[0]) or n.args[2] is not True:
+        if len(n.args) not in (2, 3) or n.kwargs or not _float_node(n.args[0]):
             return None
-        x, dims, _ = n.args
+        x, dims = n.args[:2]
+        keep = len(n.args) == 3 and n.args[2] is True
         nd = x.meta["val"].dim()
-        if [d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims])] != [nd - 1]:
-            return None
-        return _Spec(op, (x,), needs="full")
+        dims = sorted(d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+        if dims == [nd - 1] and keep:
+            return _Spec(op, (x,), needs="full")
+        w = _key(x.meta["val"])[-1]
+        if op == "sum" and nd > 1 and dims == list(range(nd - 1)) and _static(w, PSUM_FMAX):
+            return _Spec("colsum", (x,), needs="colsum")  # (a bias or norm weight gradient)
+        return None
 
     return rule
+
+
+def _static(w: Any, most: int = FREE_MAX) -> bool:
+    return isinstance(w, int) and 0 < w <= most
+
+
+def _expand(n: torch.fx.Node) -> _Spec | None:
+    """expand of a float tensor to a static last dim: a broadcast copy."""
+    x = n.args[0]
+    w = _key(n.meta["val"])[-1]
+    if not _float_node(x) or not _static(w) or n.kwargs.get("implicit"):
+        return None
+    return _Spec("expand", (x, ("s", w)), free=True)
+
+
+def _bounds(start: Any, end: Any, size: Any) -> tuple[int, int] | None:
+    """A slice's (start, stop) in a dim of ``size`` (None: not static)."""
+    start = 0 if start is None else start
+    end = size if end is None else end
+    if not (type(start) is int and type(end) is int and isinstance(size, int)):
+        return None
+    start, end = (v + size if v < 0 else v for v in (start, end))
+    return min(max(start, 0), size), min(max(end, 0), size)
+
+
+def _slice(n: torch.fx.Node) -> _Spec | None:
+    """A slice of the last dim (columns), or of a whole dim (a copy)."""
+    x = n.args[0]
+    if not _float_node(x):
+        return None
+    dim, start, end, step = (list(n.args[1:]) + [0, None, None, 1][len(n.args) - 1 :])[:4]
+    key = _key(x.meta["val"])
+    if step != 1 or type(dim) is not int:
+        return None
+    dim %= len(key)
+    if start in (None, 0) and (end is None or (type(end) is int and end >= 2**62)):
+        return _Spec("cast", (x,), free=True)  # the whole dim
+    b = _bounds(start, end, key[dim])
+    if b is not None and b == (0, key[dim]):
+        return _Spec("cast", (x,), free=True)
+    if b is None or dim != len(key) - 1 or b[1] <= b[0]:
+        return None
+    return _Spec("slice", (x, ("s", b[0]), ("s", b[1])), needs="slice", free=True)
+
+
+def _slice_backward(n: torch.fx.Node) -> _Spec | None:
+    """The gradient of a slice of the last dim: zero columns around the gradient's."""
+    g, sizes, dim, start, end, step = n.args
+    if (
+        not _float_node(g)
+        or step != 1
+        or type(dim) is not int
+        or dim % len(sizes) != len(sizes) - 1
+    ):
+        return None
+    w = sizes[-1]
+    b = _bounds(start, end, w)
+    if b is None or not _static(w) or _key(g.meta["val"])[-1] != b[1] - b[0]:
+        return None
+    return _Spec("pad", (g, ("s", b[0]), ("s", w)), needs="pad", free=True)
 
 
 def _int_width(a: torch.fx.Node) -> bool:
@@ -216,6 +282,9 @@ RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
     "aten::mean": _reduce("mean"),
     "aten::sum": _reduce("sum"),
     "aten::cat": _cat,
+    "aten::expand": _expand,
+    "aten::slice": _slice,
+    "aten::slice_backward": _slice_backward,
 }
 
 
@@ -253,6 +322,7 @@ class Group:
     names: tuple = ()  # the members' ATen op names
     shape: tuple | None = None
     shape_from: int = -1
+    rows: tuple = ()  # per stored value: its shape if it is a colsum's row, else None
 
 
 class _Groups:
@@ -301,6 +371,10 @@ class _Groups:
 def _fits(spec: _Spec, k: Key, full: Key, key_of: Callable) -> bool:
     """Whether a node of shape key ``k`` computes on a group of full shape ``full``."""
     tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
+    if spec.needs in ("slice", "colsum"):  # (a slice's value is a part, a colsum's one row)
+        return key_of(tensors[0]) == full
+    if spec.needs == "pad":
+        return k == full and _part(key_of(tensors[0]), full)
     if spec.needs == "parts":
         return k == full and all(key_of(a) == full or _part(key_of(a), full) for a in tensors)
     if spec.op.split(":")[0] in _ALONE and _part(k, full):
@@ -328,6 +402,12 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
     def key_of(a: torch.fx.Node) -> Key | None:
         return _key(a.meta.get("val"))
 
+    sums: set[torch.fx.Node] = set()  # colsum members: read by no other member
+
+    def reads_sum(roots: set[int]) -> bool:
+        ms = {m for r in roots for m in gs.members[r]}
+        return any(a in sums and a in ms for m in ms for a in m.all_input_nodes)
+
     for i, n in enumerate(nodes):
         ins = n.all_input_nodes
         up: set[int] = set()
@@ -340,7 +420,7 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         if spec is None:
             continue
         k = key_of(n)
-        cands = {gs.group(a) for a in ins if a in gs.of} - {None}
+        cands = {gs.group(a) for a in ins if a in gs.of} - {gs.group(a) for a in ins if a in sums}
         fitting = []
         for c in sorted(cands):  # type: ignore[type-var]
             full = gs.full[c]
@@ -350,19 +430,27 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
                 full = k  # and one of a cat's parts to the cat's
             if _fits(spec, k, full, key_of):
                 fitting.append((c, full))
+        wide = [f for _, f in fitting if any(g == _col(f) != f for _, g in fitting)]
+        if wide and _fits(spec, k, wide[0], key_of):  # row statistics join the full shape
+            fitting = [
+                (c, wide[0] if f == _col(wide[0]) and not gs.reduces[c] else f) for c, f in fitting
+            ]
         choice: list[tuple[int, Key]] = []
         fulls = {f for _, f in fitting}
-        if len(fulls) == 1 and gs.convex({c for c, _ in fitting}, ins):
+        roots = {c for c, _ in fitting}
+        if len(fulls) == 1 and gs.convex(roots, ins) and not reads_sum(roots):
             choice = fitting
         else:
             choice = next(([f] for f in fitting if gs.convex({f[0]}, ins)), [])
-        start = key_of(spec.args[0]) if spec.needs == "full" else k
+        start = key_of(spec.args[0]) if spec.needs in ("full", "slice", "colsum") else k
         if not choice and not _fits(spec, k, start, key_of):
             continue
+        if spec.needs == "colsum":
+            sums.add(n)
         gs.parent[i] = i
         gs.members[i] = [n]
         gs.full[i] = choice[0][1] if choice else start
-        gs.reduces[i] = spec.needs == "full"
+        gs.reduces[i] = spec.needs in ("full", "slice", "colsum")  # (their full is their input's)
         gs.alone[i] = spec.op.split(":")[0] in _ALONE
         gs.of[n] = i
         for c, _ in choice:
@@ -370,12 +458,13 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
     for a in nodes:  # groups reading one value (sin(x) and cos(x)) load it once
         roots = sorted({gs.find(gs.of[u]) for u in a.users if u in gs.of})
         for r in roots[1:]:
-            if gs.full[r] == gs.full[roots[0]] and gs.convex({roots[0], r}, []):
+            pair = {roots[0], r}
+            if gs.full[r] == gs.full[roots[0]] and gs.convex(pair, []) and not reads_sum(pair):
                 gs.merge(r, roots[0])
     order = {n: i for i, n in enumerate(nodes)}
     out = []
     for r, members in gs.members.items():
-        if len(members) < 2:
+        if len(members) < 2 or all(specs[m].free for m in members):
             continue
         g = _program(sorted(members, key=order.__getitem__), gs.full[r], specs)
         if g is not None:
@@ -419,6 +508,9 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
     g = Group(members, full)
     g.program = tuple(steps)
     g.outputs = tuple(used_outside)
+    g.rows = tuple(
+        tuple(m.meta["val"].shape) if specs[m].op == "colsum" else None for m in used_outside
+    )
     g.outs = tuple(at[m] for m in used_outside)
     g.inputs = tuple(inputs)
     if all(isinstance(s, int) for s in full):
@@ -561,4 +653,7 @@ def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tens
     ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
     res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
     res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
-    return [r.reshape(full[:-1] + (r.shape[1],)) for r in res]  # (full, a column or a part)
+    return [  # (full, a column or a part; a colsum's row)
+        r.reshape(full[:-1] + (r.shape[1],) if rows is None else rows)
+        for r, rows in zip(res, g.rows)
+    ]

@@ -238,6 +238,69 @@ def test_independent_products_of_a_backward_graph_share_a_launch_bitwise():
     assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
 
 
+class _NormRope(torch.nn.Module):
+    """An RMSNorm with a weight, a projection and rotary embeddings: the backward graph has the
+    norm's row statistics broadcast back (expand), the weight's gradient (a sum over every
+    row) and the gradient of rotate_half (slices of the last dim and their gradients)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(32) + 0.5)
+        self.proj = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        q = self.proj(h).reshape(x.shape[0], x.shape[1], 2, 16).transpose(1, 2)
+        pos = torch.arange(x.shape[1], dtype=torch.float32)[:, None]
+        return _rope(q, torch.cos(pos), torch.sin(pos))
+
+
+@pytest.mark.parametrize("rows", [9, 70], ids=["one-tile", "ragged"])
+def test_norm_and_rope_gradients_run_as_fused_chains_bitwise(rows):
+    torch.manual_seed(0)
+    model = _NormRope()
+    x = torch.randn(2, rows, 32, requires_grad=True)
+    fused, (_, bwd) = _train_step(True, model, x)
+    plain, (_, ref) = _train_step(False, model, x)
+    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    for a, b, e in zip(fused, plain, eager):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    for op in ("aten::expand", "aten::slice_backward", "aten::sum", "aten::neg"):
+        assert bwd.kernels_of(op) == {FUSED: bwd.kernels_of(op)[FUSED]}, (op, bwd.kernels_of(op))
+    assert ref.kernels_of("aten::sum").keys() == {"sum_kernel", "sum_rows_kernel"}
+    assert bwd.kernel_calls[FUSED] == 2  # the rope's gradient; the norm's (and its weight's)
+    assert sum(bwd.kernel_calls.values()) < sum(ref.kernel_calls.values()) - 5
+
+
+@pytest.mark.parametrize("n", [64, 300])  # one tile; ragged tiles (zero-filled rows)
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_fused_copies_and_column_sums_are_bitwise_the_separate_kernels(n, dt):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((n, 32)).astype(dt)
+    c = rng.standard_normal((n, 1)).astype(dt)
+    name = "float32" if dt is np.float32 else "bfloat16"
+    prog = (
+        ("slice", (("in", 0), ("s", 8), ("s", 24)), name),  # 0: (n, 16)
+        ("unary:neg", (("v", 0),), name),  # 1
+        ("pad", (("v", 1), ("s", 4), ("s", 32)), name),  # 2: (n, 32), zero but columns 4..20
+        ("expand", (("in", 1), ("s", 32)), name),  # 3: c broadcast to 32 columns
+        ("binary:mul", (("v", 2), ("v", 3)), name),  # 4
+        ("colsum", (("v", 4),), name),  # 5: (1, 32)
+    )
+    prod, sums, wide = K.fused_elementwise_kernel([x, c], program=prog, outs=(4, 5, 3))
+    padded = np.zeros((n, 32), dt)
+    padded[:, 4:20] = K.UNARY_KERNELS["neg"](np.ascontiguousarray(x[:, 8:24]))
+    want = K.BINARY_KERNELS["mul"](padded, c)
+    np.testing.assert_array_equal(_bits(prod), _bits(want))
+    assert sums.shape == (1, 32)
+    np.testing.assert_array_equal(_bits(sums), _bits(K.sum_rows_kernel(want)))
+    np.testing.assert_array_equal(_bits(wide), _bits(np.broadcast_to(c, (n, 32))))
+    bad = (("colsum", (("in", 0),), name), ("unary:neg", (("v", 0),), name))
+    with pytest.raises(NKIError, match="step 1 \\(unary:neg\\) reads a colsum step's value"):
+        K.fused_elementwise_kernel([x], program=bad, outs=(1,))
+
+
 def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
     a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
     np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
