@@ -218,6 +218,18 @@ def _train_step(fuse: bool, model: torch.nn.Module, x: torch.Tensor):
     return [p.grad.clone() for p in model.parameters()], tb.reports()[before:]
 
 
+def _backward_graphs(model: torch.nn.Module, x: torch.Tensor):
+    """The reports of the backward graph fused and not, after checking that the gradients are
+    the same bits both ways and close to eager torch's."""
+    fused, (_, bwd) = _train_step(True, model, x)
+    plain, (_, ref) = _train_step(False, model, x)
+    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    for a, b, e in zip(fused, plain, eager):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    return bwd, ref
+
+
 def test_independent_products_of_a_backward_graph_share_a_launch_bitwise():
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -226,12 +238,7 @@ def test_independent_products_of_a_backward_graph_share_a_launch_bitwise():
         torch.nn.Linear(48, 16, bias=False),
     )
     x = torch.randn(24, 32, requires_grad=True)
-    fused, (_, bwd) = _train_step(True, model, x)
-    plain, (_, ref) = _train_step(False, model, x)
-    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
-    for a, b, e in zip(fused, plain, eager):
-        assert torch.equal(a, b)
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    bwd, ref = _backward_graphs(model, x)
     # each layer's input and weight gradients: one launch per layer instead of two
     assert bwd.kernels_of("aten::mm") == {"matmul_pairs_kernel": 4}
     assert bwd.kernel_calls["matmul_pairs_kernel"] == 2
@@ -260,12 +267,7 @@ def test_norm_and_rope_gradients_run_as_fused_chains_bitwise(rows):
     torch.manual_seed(0)
     model = _NormRope()
     x = torch.randn(2, rows, 32, requires_grad=True)
-    fused, (_, bwd) = _train_step(True, model, x)
-    plain, (_, ref) = _train_step(False, model, x)
-    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
-    for a, b, e in zip(fused, plain, eager):
-        assert torch.equal(a, b)
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    bwd, ref = _backward_graphs(model, x)
     for op in ("aten::expand", "aten::slice_backward", "aten::sum", "aten::neg"):
         assert bwd.kernels_of(op) == {FUSED: bwd.kernels_of(op)[FUSED]}, (op, bwd.kernels_of(op))
     assert ref.kernels_of("aten::sum").keys() == {"sum_kernel", "sum_rows_kernel"}
