@@ -502,6 +502,10 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
         src = dt if spec.op.startswith(("binary", "grad")) else None
         args = tuple(ref(a, src or a.meta["val"].dtype) if isinstance(a, torch.fx.Node) else a
                      for a in spec.args)  # fmt: skip
+        same = _identity(spec.op, args, m.args[0] if spec.op == "cast" else None, dt)
+        if same is not None:  # no step: the value is its operand's (a copy torch makes)
+            at[m] = same
+            continue
         steps.append((spec.op, args, _DTYPE_NAMES[dt]))
         at[m] = len(steps) - 1
     used_outside = [m for m in members if m.users.keys() - set(members)]
@@ -520,6 +524,18 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
         if g.shape_from < 0:
             return None
     return g
+
+
+def _identity(op: str, args: tuple, src: Any, dtype: torch.dtype) -> int | None:
+    """The step whose value a step is, bit for bit (a cast to the dtype it has, a product with
+    or a quotient by 1.0 in its operand's dtype), or None."""
+    if op == "cast" and args[0][0] == "v" and src.meta["val"].dtype == dtype:
+        return args[0][1]
+    if op in ("binary:mul", "binary:div") and args[1] == ("s", 1.0) and args[0][0] == "v":
+        return args[0][1]  # (the operand was converted to the result's dtype first)
+    if op == "binary:mul" and args[0] == ("s", 1.0) and args[1][0] == "v":
+        return args[1][1]
+    return None
 
 
 def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:

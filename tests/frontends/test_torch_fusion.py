@@ -290,7 +290,8 @@ def test_fused_copies_and_column_sums_are_bitwise_the_separate_kernels(n, dt):
         ("binary:mul", (("v", 2), ("v", 3)), name),  # 4
         ("colsum", (("v", 4),), name),  # 5: (1, 32)
     )
-    prod, sums, wide = K.fused_elementwise_kernel([x, c], program=prog, outs=(4, 5, 3))
+    prod, sums, wide, part = K.fused_elementwise_kernel([x, c], program=prog, outs=(4, 5, 3, 0))
+    np.testing.assert_array_equal(_bits(part), _bits(x[:, 8:24]))
     padded = np.zeros((n, 32), dt)
     padded[:, 4:20] = K.UNARY_KERNELS["neg"](np.ascontiguousarray(x[:, 8:24]))
     want = K.BINARY_KERNELS["mul"](padded, c)
@@ -301,6 +302,22 @@ def test_fused_copies_and_column_sums_are_bitwise_the_separate_kernels(n, dt):
     bad = (("colsum", (("in", 0),), name), ("unary:neg", (("v", 0),), name))
     with pytest.raises(NKIError, match="step 1 \\(unary:neg\\) reads a colsum step's value"):
         K.fused_elementwise_kernel([x], program=bad, outs=(1,))
+
+
+def test_copies_in_a_chain_take_no_step_and_keep_every_value():
+    def f(x):
+        y = torch.exp(x)
+        z = y * 1.0  # the same bits: the program computes it once
+        return z + 1.0, y, z.to(torch.float32), z / 1.0
+
+    x = torch.randn(6, 16)
+    got, (rep,) = _compiled(True, f, x)
+    plain, _ = _compiled(False, f, x)
+    for a, b, e in zip(got, plain, f(x)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e)
+    assert torch.equal(got[1], got[2]) and torch.equal(got[1], got[3])
+    assert rep.kernel_calls == {FUSED: 1}
 
 
 def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
