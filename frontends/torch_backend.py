@@ -354,6 +354,16 @@ def _copy_cat(n: torch.fx.Node, name: str) -> bool:
     return sum(not (v.dim() == 1 and _hint(v.shape[0]) == 0) for v in vals) == 1
 
 
+def _grad_free(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with autograd off (a kernel's adapter records no autograd graph;
+    compiled graphs mostly run with it off already, and entering ``no_grad`` costs more than
+    the check)."""
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    with torch.no_grad():
+        return fn(*args, **kwargs)
+
+
 def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: GraphReport) -> Any:
     """One ATen node of a graph: as an NKI kernel where a registry entry accepts it, else on
     the CPU, recorded in ``report``."""
@@ -371,8 +381,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
     if user is not None:
         run = _Run(report)
         try:
-            with torch.no_grad():
-                res = user.adapter(run, *args, **kwargs)
+            res = _grad_free(user.adapter, run, *args, **kwargs)
         except Guard as g:
             notes.append(f"user kernel {user.kernels[0]} refused: {g}")
         except Exception as e:  # noqa: BLE001 (a failing user kernel falls back, recorded)
@@ -387,8 +396,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
     else:
         run = _Run(report)
         try:
-            with torch.no_grad():
-                res = entry.adapter(run, *args, **kwargs)
+            res = _grad_free(entry.adapter, run, *args, **kwargs)
         except Guard as g:
             notes.append(f"guard failed: {g}")
         else:
@@ -484,11 +492,10 @@ class _Plan:
             run = _Run(report)
             t0 = time.perf_counter()
             try:
-                with torch.no_grad():
-                    if isinstance(g, fusion.Group):
-                        res = fusion.run_group(run, g, [env[a] for a in g.inputs])
-                    else:
-                        res = fusion.run_matmuls(run, g, env)
+                if isinstance(g, fusion.Group):
+                    res = _grad_free(fusion.run_group, run, g, [env[a] for a in g.inputs])
+                else:
+                    res = _grad_free(fusion.run_matmuls, run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:

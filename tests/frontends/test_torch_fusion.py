@@ -320,6 +320,22 @@ def test_copies_in_a_chain_take_no_step_and_keep_every_value():
     assert rep.kernel_calls == {FUSED: 1}
 
 
+@pytest.mark.parametrize(
+    "m, k, ns",
+    [(2, 128, (128, 64, 64)), (130, 200, (96, 256)), (64, 64, (300, 300))],
+    ids=["decode", "ragged", "wide"],
+)
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_products_of_one_input_are_bitwise_the_separate_products(m, k, ns, dt):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(dt)
+    bs = [rng.standard_normal((k, n)).astype(dt) for n in ns]
+    for got, b in zip(K.matmul_shared_kernel(a, bs), bs):
+        np.testing.assert_array_equal(_bits(got), _bits(K.matmul_kernel(a, b)))
+    for got, b in zip(K.matmul_pairs_kernel([a, a], bs[:2]), bs):
+        np.testing.assert_array_equal(_bits(got), _bits(K.matmul_kernel(a, b)))
+
+
 def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
     a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
     np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
