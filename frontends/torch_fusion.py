@@ -79,7 +79,6 @@ class _Groups:
         self.members: dict[int, list[torch.fx.Node]] = {}
         self.full: dict[int, Key] = {}
         self.reduces: dict[int, bool] = {}
-        self.alone: dict[int, bool] = {}  # every member a one-operand step
         self.of: dict[torch.fx.Node, int] = {}
         self.deps: dict[torch.fx.Node, set[int]] = {}
 
@@ -96,8 +95,22 @@ class _Groups:
         self.parent[c] = into
         self.members[into] += self.members.pop(c)
         self.reduces[into] = self.reduces[into] or self.reduces.pop(c)
-        self.alone[into] = self.alone[into] and self.alone.pop(c)
         self.full.pop(c)
+
+    def rows_only(self, g: int, key_of: Callable) -> bool:
+        """True when every input of group ``g`` from outside it has the rows of its full shape
+        or one row (a row vector, a scalar): the forms the fused kernel broadcasts whatever the
+        full shape's last dim (so the group may grow to more columns)."""
+        full = self.full[g]
+        for m in self.members[g]:
+            for a in m.all_input_nodes:
+                k = key_of(a)
+                if self.group(a) == g or k is None:
+                    continue
+                pad = (1,) * (len(full) - len(k)) + tuple(k)
+                if pad[:-1] != full[:-1] and any(s != 1 for s in pad[:-1]):
+                    return False
+        return True
 
     def upstream(self, a: torch.fx.Node) -> set[int]:
         """The groups ``a`` depends on (its own excluded)."""
@@ -169,9 +182,9 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         fitting = []
         for c in sorted(cands):  # type: ignore[type-var]
             full = gs.full[c]
-            if not gs.reduces[c] and full == _col(k) and full != k:
+            if not gs.reduces[c] and full == _col(k) and full != k and gs.rows_only(c, key_of):
                 full = k  # a group of row statistics grows to the full shape
-            elif gs.alone[c] and spec.needs == "parts" and _part(full, k):
+            elif spec.needs == "parts" and _part(full, k) and gs.rows_only(c, key_of):
                 full = k  # and one of a cat's parts to the cat's
             if _fits(spec, k, full, key_of):
                 fitting.append((c, full))
@@ -196,7 +209,6 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         gs.members[i] = [n]
         gs.full[i] = choice[0][1] if choice else start
         gs.reduces[i] = spec.needs in ("full", "slice", "colsum")  # (their full is their input's)
-        gs.alone[i] = spec.op.split(":")[0] in _ALONE
         gs.of[n] = i
         for c, _ in choice:
             gs.merge(c, i)
@@ -398,7 +410,7 @@ def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
         return _rows(t)
     if pad[:-1] == full[:-1]:  # one value per row, or a part of a cat
         return t.contiguous().reshape(n, pad[-1])
-    if all(s == 1 for s in pad[:-1]) and pad[-1] in (d, 1):
+    if all(s == 1 for s in pad[:-1]):  # one row (of the full shape's columns, or a part's)
         return t.contiguous().reshape(1, pad[-1])
     return _rows(t.expand(full))
 

@@ -336,6 +336,21 @@ def test_products_of_one_input_are_bitwise_the_separate_products(m, k, ns, dt):
         np.testing.assert_array_equal(_bits(got), _bits(K.matmul_kernel(a, b)))
 
 
+def test_rotary_frequencies_and_their_cat_run_as_one_launch():
+    def rotary(pos, inv_freq):  # a Llama's cos and sin: a product of a column and a row
+        freqs = pos[:, :, None].float() * inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * 1.0, emb.sin() * 1.0
+
+    pos, inv = torch.arange(20).reshape(2, 10), torch.rand(16)
+    got, (rep,) = _compiled(True, rotary, pos, inv)
+    plain, _ = _compiled(False, rotary, pos, inv)
+    for a, b, e in zip(got, plain, rotary(pos, inv)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    assert rep.kernel_calls == {FUSED: 1}
+
+
 def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
     a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
     np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
