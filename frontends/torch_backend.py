@@ -355,9 +355,8 @@ def _copy_cat(n: torch.fx.Node, name: str) -> bool:
 
 
 def _grad_free(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` with autograd off (a kernel's adapter records no autograd graph;
-    compiled graphs mostly run with it off already, and entering ``no_grad`` costs more than
-    the check)."""
+    """``fn(*args, **kwargs)`` with autograd off (entering ``no_grad`` costs more than the check,
+    and compiled graphs mostly run with it off already)."""
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
     with torch.no_grad():
@@ -442,11 +441,8 @@ class _Plan:
         groups = chains + fusion.find_matmuls(nodes, mms)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
-        # (chains are convex and matmul groups ordered by depth, but a chain may still join
-        # two matmul groups into a circle: then the chains alone)
-        self.steps: list[Any] = (
-            fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or list(nodes)
-        )
+        # (a chain may join two matmul groups into a circle: then the chains alone)
+        self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, _GROUPS) else [st]:
