@@ -335,7 +335,8 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.Matmuls)
+_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls)
+_RUNS = {fusion.Cat: fusion.run_cat, fusion.Matmuls: fusion.run_matmuls}
 
 
 def _alone(name: str) -> bool:
@@ -435,9 +436,11 @@ class _Plan:
                 spec = fusion.fusable(n, name)
                 if spec is not None:
                     specs[n] = spec
-        mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}
-        mms = {n for n in mms if OPTIONS.fuse and not _on_cpu(n) and not _alone("aten::mm")}
+        mms = {n for n in nodes if self._grouped(n, "aten::mm") and n not in specs}
         chains: list[Any] = fusion.find_groups(nodes, specs)
+        grouped = {m for g in chains for m in g.members}
+        cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
+        chains += fusion.find_cats(nodes, cats)
         groups = chains + fusion.find_matmuls(nodes, mms)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
@@ -454,6 +457,11 @@ class _Plan:
             if a not in outs:
                 self.free[i].append(a)
 
+    def _grouped(self, n: torch.fx.Node, name: str) -> bool:
+        """``n`` is an ATen ``name`` node that may run in a launch with others."""
+        alone = _on_cpu(n) or _alone(name)
+        return self.kind.get(n) == (_ATEN, name) and OPTIONS.fuse and not alone
+
     def run(self, args: tuple, report: GraphReport) -> Any:
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
@@ -463,7 +471,7 @@ class _Plan:
             elif st.op == "placeholder":
                 env[st] = next(it)
             elif st.op == "get_attr":
-                env[st] = _fetch_attr(self.gm, st.target)
+                env[st] = operator.attrgetter(st.target)(self.gm)
             elif st.op == "output":
                 return torch.fx.node.map_arg(st.args[0], env.__getitem__)
             else:
@@ -491,7 +499,7 @@ class _Plan:
                 if isinstance(g, fusion.Group):
                     res = _grad_free(fusion.run_group, run, g, [env[a] for a in g.inputs])
                 else:
-                    res = _grad_free(fusion.run_matmuls, run, g, env)
+                    res = _grad_free(_RUNS[type(g)], run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:
@@ -503,13 +511,6 @@ class _Plan:
                 return
         for m in g.members:
             env[m] = self._node(m, env, report)
-
-
-def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # --------------------------------------------------------------------------------------------

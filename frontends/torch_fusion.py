@@ -33,11 +33,14 @@ from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
 from .torch_registry import Guard
 
 __all__ = [
+    "Cat",
     "Group",
     "fusable",
     "Matmuls",
+    "find_cats",
     "find_groups",
     "find_matmuls",
+    "run_cat",
     "run_group",
     "run_matmuls",
     "schedule",
@@ -395,6 +398,60 @@ def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
             raise Guard("mixed dtypes")
         return list(run(K.matmul_shared_kernel, env[g.lhs].contiguous(), bs))
     return list(run(K.matmul_pairs_kernel, [a.contiguous() for a, _ in pairs], bs))
+
+
+@dataclass
+class Cat:
+    """A ``cat`` of float tensors (along any dim) in no chain: the fused kernel's cat step on
+    (rows, columns) views of its parts (the dims before the cat's, the rest), whose tiles have
+    as many partitions as the parts have rows (a KV cache's cat in a decode step: a few rows)."""
+
+    members: list[torch.fx.Node]
+    program: tuple
+    names: tuple = ()
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(self.members)
+
+    @property
+    def inputs(self) -> tuple:
+        return tuple(self.members[0].args[0])
+
+
+def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]:
+    """The nodes of ``cats`` (``aten::cat`` nodes in no chain) whose parts are float tensors of
+    the result's dtype, as :class:`Cat` steps."""
+    out = []
+    for n in nodes:
+        parts = n.args[0] if n in cats and n.args else None
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        if not isinstance(parts, (list, tuple)) or len(parts) < 2 or type(dim) is not int:
+            continue
+        dt = n.meta["val"].dtype
+        same = all(isinstance(a, torch.fx.Node) and a.meta["val"].dtype == dt for a in parts)
+        if same and dt in FLOATS:
+            refs = tuple(("in", i) for i in range(len(parts)))
+            out.append(Cat([n], (("cat", refs, _DTYPE_NAMES[dt]),)))
+    return out
+
+
+def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
+    """The cat from one launch of the fused kernel; :class:`Guard` when it does not apply."""
+    n = g.members[0]
+    parts = [env[a] for a in g.inputs]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    d = dim % parts[0].dim()
+    shape = list(parts[0].shape)
+    shape[d] = sum(p.shape[d] for p in parts)
+    rows = math.prod(shape[:d])
+    xs = [p.contiguous().reshape(rows, -1) for p in parts]
+    if any(p.dtype not in FLOATS or p.dim() != len(shape) for p in parts) or rows == 0:
+        raise Guard("not float tensors of one rank")
+    if any(x.shape[1] == 0 or x.shape[1] > FREE_MAX for x in xs) or sum(shape[d:]) == 0:
+        raise Guard(f"parts of {[x.shape[1] for x in xs]} columns")
+    res = run(K.fused_elementwise_kernel, xs, program=g.program, outs=(0,))
+    return [res.reshape(shape)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -351,6 +351,21 @@ def test_rotary_frequencies_and_their_cat_run_as_one_launch():
     assert rep.kernel_calls == {FUSED: 1}
 
 
+@pytest.mark.parametrize("rows", [2, 70], ids=["few", "ragged"])
+def test_a_cat_in_no_chain_runs_on_the_fused_kernel(rows):
+    def step(cache, new, ids):  # a decode step's KV cache (rows heads of a batch) and indices
+        return torch.cat([cache, new], dim=-2), torch.cat([ids, ids + 1], dim=0)
+
+    cache, new = torch.randn(rows, 2, 5, 32), torch.randn(rows, 2, 1, 32)
+    ids = torch.arange(6)
+    got, (rep,) = _compiled(True, step, cache, new, ids)
+    plain, (ref,) = _compiled(False, step, cache, new, ids)
+    for a, b, e in zip(got, plain, step(cache, new, ids)):
+        assert torch.equal(a, b) and torch.equal(a, e)
+    assert rep.kernels_of("aten::cat") == {FUSED: 1, "cat_kernel": 1}  # (integers: cat_kernel)
+    assert ref.kernels_of("aten::cat") == {"cat_kernel": 2}
+
+
 def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
     a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
     np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
