@@ -335,7 +335,8 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.SharedMatmul)
+_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls)
+_RUNS = {fusion.Cat: fusion.run_cat, fusion.Matmuls: fusion.run_matmuls}
 
 
 def _alone(name: str) -> bool:
@@ -352,6 +353,15 @@ def _copy_cat(n: torch.fx.Node, name: str) -> bool:
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return False
     return sum(not (v.dim() == 1 and _hint(v.shape[0]) == 0) for v in vals) == 1
+
+
+def _grad_free(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with autograd off (entering ``no_grad`` costs more than the check,
+    and compiled graphs mostly run with it off already)."""
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    with torch.no_grad():
+        return fn(*args, **kwargs)
 
 
 def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: GraphReport) -> Any:
@@ -371,8 +381,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
     if user is not None:
         run = _Run(report)
         try:
-            with torch.no_grad():
-                res = user.adapter(run, *args, **kwargs)
+            res = _grad_free(user.adapter, run, *args, **kwargs)
         except Guard as g:
             notes.append(f"user kernel {user.kernels[0]} refused: {g}")
         except Exception as e:  # noqa: BLE001 (a failing user kernel falls back, recorded)
@@ -387,8 +396,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
     else:
         run = _Run(report)
         try:
-            with torch.no_grad():
-                res = entry.adapter(run, *args, **kwargs)
+            res = _grad_free(entry.adapter, run, *args, **kwargs)
         except Guard as g:
             notes.append(f"guard failed: {g}")
         else:
@@ -420,21 +428,24 @@ class _Plan:
             name = None if n.target is operator.getitem else _schema_name(n.target)
             if name is None:
                 self.kind[n] = (_PLAIN, None)
-            elif name in VIEW_OPS or _empty(n.meta.get("val")) or _copy_cat(n, name):
-                self.kind[n] = (_VIEW, name)
-            else:
-                self.kind[n] = (_ATEN, name)
-                alone = _on_cpu(n) or _alone(name)
-                spec = fusion.fusable(n, name) if OPTIONS.fuse and not alone else None
+                continue
+            empty = _empty(n.meta.get("val")) or _copy_cat(n, name)
+            self.kind[n] = (_VIEW if name in VIEW_OPS or empty else _ATEN, name)
+            # (a view of columns, a broadcast or a slice's gradient may join a fused chain)
+            if OPTIONS.fuse and not empty and not _on_cpu(n) and not _alone(name):
+                spec = fusion.fusable(n, name)
                 if spec is not None:
                     specs[n] = spec
-        mms = {n for n in nodes if self.kind.get(n) == (_ATEN, "aten::mm") and n not in specs}
-        mms = {n for n in mms if OPTIONS.fuse and not _on_cpu(n) and not _alone("aten::mm")}
-        groups: list[Any] = fusion.find_groups(nodes, specs)
-        groups += fusion.find_shared_matmuls(nodes, mms)
+        mms = {n for n in nodes if self._grouped(n, "aten::mm") and n not in specs}
+        chains: list[Any] = fusion.find_groups(nodes, specs)
+        grouped = {m for g in chains for m in g.members}
+        cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
+        chains += fusion.find_cats(nodes, cats)
+        groups = chains + fusion.find_matmuls(nodes, mms)
         for g in groups:
             g.names = tuple(str(self.kind[m][1]) for m in g.members)
-        self.steps: list[Any] = fusion.schedule(nodes, groups) or list(nodes)
+        # (a chain may join two matmul groups into a circle: then the chains alone)
+        self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, _GROUPS) else [st]:
@@ -446,6 +457,11 @@ class _Plan:
             if a not in outs:
                 self.free[i].append(a)
 
+    def _grouped(self, n: torch.fx.Node, name: str) -> bool:
+        """``n`` is an ATen ``name`` node that may run in a launch with others."""
+        alone = _on_cpu(n) or _alone(name)
+        return self.kind.get(n) == (_ATEN, name) and OPTIONS.fuse and not alone
+
     def run(self, args: tuple, report: GraphReport) -> Any:
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
@@ -455,7 +471,7 @@ class _Plan:
             elif st.op == "placeholder":
                 env[st] = next(it)
             elif st.op == "get_attr":
-                env[st] = _fetch_attr(self.gm, st.target)
+                env[st] = operator.attrgetter(st.target)(self.gm)
             elif st.op == "output":
                 return torch.fx.node.map_arg(st.args[0], env.__getitem__)
             else:
@@ -480,11 +496,10 @@ class _Plan:
             run = _Run(report)
             t0 = time.perf_counter()
             try:
-                with torch.no_grad():
-                    if isinstance(g, fusion.Group):
-                        res = fusion.run_group(run, g, [env[a] for a in g.inputs])
-                    else:
-                        res = fusion.run_shared_matmul(run, g, env)
+                if isinstance(g, fusion.Group):
+                    res = _grad_free(fusion.run_group, run, g, [env[a] for a in g.inputs])
+                else:
+                    res = _grad_free(_RUNS[type(g)], run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:
@@ -496,13 +511,6 @@ class _Plan:
                 return
         for m in g.members:
             env[m] = self._node(m, env, report)
-
-
-def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 
 Once per compiled graph, :func:`find_groups` groups the float element-wise nodes (unary math
 and activations, add / sub / mul / div / maximum / minimum / pow with tensors or Python scalars,
-activation backward ops, float dtype conversions, and means / sums over the last dim with
-``keepdim``) that compute on one shape (or its row statistics) into groups that can run as one
-step of the graph. Each group becomes a static program of the fused kernel; the graph runner
-launches it once per call (:func:`run_group`), and when the fused kernel's guard refuses a call
-the group's nodes run one by one as before. Each step computes and rounds as its separate
-kernel does, so fusing never changes a result."""
+activation backward ops, float dtype conversions, means / sums over the last dim with
+``keepdim``, cats of the last dim, and the copies of backward graphs: expand, slices of the last
+dim and their gradients, sums over every row) that compute on one shape (or its row statistics,
+or some of its columns) into groups that can run as one step of the graph. Each group becomes a
+static program of the fused kernel; the graph runner launches it once per call
+(:func:`run_group`), and when the fused kernel's guard refuses a call the group's nodes run one
+by one as before. Each step computes and rounds as its separate kernel does, so fusing never
+changes a result. :func:`find_matmuls` groups the matrix products that do not depend on each
+other into one matmul launch (:func:`run_matmuls`)."""
 
 from __future__ import annotations
 
@@ -24,212 +27,26 @@ import torch.fx
 import nki.kernels as K
 from nki.kernels._tiles import FREE_MAX
 
+from .torch_fusion_rules import _ALONE, Key, _col, _key, _part, _Spec, fusable
 from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
 from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
 from .torch_registry import Guard
 
 __all__ = [
+    "Cat",
     "Group",
-    "SharedMatmul",
+    "fusable",
+    "Matmuls",
+    "find_cats",
     "find_groups",
-    "find_shared_matmuls",
+    "find_matmuls",
+    "run_cat",
     "run_group",
-    "run_shared_matmul",
+    "run_matmuls",
     "schedule",
 ]
 
 FUSED_KERNEL = "fused_elementwise_kernel"
-
-Key = tuple  # a shape with symbolic sizes as their expressions
-_ALONE = ("unary", "cast")  # steps of one operand: they may run on a part of a cat's columns
-
-
-def _key(t: Any) -> Key | None:
-    if not isinstance(t, torch.Tensor):
-        return None
-    return tuple(s.node.expr if isinstance(s, torch.SymInt) else int(s) for s in t.shape)
-
-
-def _col(k: Key) -> Key:
-    return k[:-1] + (1,)
-
-
-def _part(k: Key, full: Key) -> bool:
-    """``k`` is some of the columns of ``full`` (one row per row; a cat joins such parts)."""
-    return (
-        len(k) == len(full)
-        and k[:-1] == full[:-1]
-        and isinstance(k[-1], int)
-        and k[-1] not in (1, full[-1])
-    )
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """One node as a fused step: op (``"binary:mul"``), its arguments (graph nodes or
-    ``("s", x)`` scalars), the shape keys its tensor arguments must have relative to the group
-    (``"full"`` for reductions, ``"same"`` for the two operands of a backward op)."""
-
-    op: str
-    args: tuple
-    needs: str = ""
-
-
-_UNARY = "neg abs reciprocal sqrt rsqrt exp log tanh sigmoid relu silu sin cos erf".split()
-_BINARY = {
-    "add": True,
-    "sub": False,
-    "mul": True,
-    "div": False,
-    "maximum": True,
-    "minimum": False,
-    "pow": False,
-}  # op -> commutative (the adapters put the full-shaped operand first)
-_GRAD = {"silu_backward", "sigmoid_backward", "tanh_backward"}
-
-
-def _float_node(a: Any) -> bool:
-    v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
-    return isinstance(v, torch.Tensor) and v.dtype in FLOATS and v.dim() > 0
-
-
-def _scalar(a: Any) -> bool:
-    return type(a) in (int, float)
-
-
-def _unary(op: str) -> Callable:
-    def rule(n: torch.fx.Node) -> _Spec | None:
-        if len(n.args) != 1 or n.kwargs or not _float_node(n.args[0]):
-            return None
-        return _Spec(f"unary:{op}", (n.args[0],))
-
-    return rule
-
-
-def _gelu(n: torch.fx.Node) -> _Spec | None:
-    op = {"none": "gelu", "tanh": "gelu_tanh"}.get(n.kwargs.get("approximate", "none"))
-    if len(n.args) != 1 or set(n.kwargs) - {"approximate"} or op is None:
-        return None
-    return _Spec(f"unary:{op}", (n.args[0],)) if _float_node(n.args[0]) else None
-
-
-def _binary(op: str, commutative: bool) -> Callable:
-    def rule(n: torch.fx.Node) -> _Spec | None:
-        if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or n.kwargs.get("rounding_mode"):
-            return None
-        x, y = n.args
-        if _scalar(x) and _float_node(y):
-            return _Spec(f"binary:{op}", (("s", float(x)), y))
-        if _float_node(x) and _scalar(y):
-            return _Spec(f"binary:{op}", (x, ("s", float(y))))
-        if not (_float_node(x) and _float_node(y)):
-            return None
-        out = _key(n.meta["val"])
-        if commutative and _key(x.meta["val"]) != out and _key(y.meta["val"]) == out:
-            x, y = y, x
-        return _Spec(f"binary:{op}", (x, y))
-
-    return rule
-
-
-def _rsub(n: torch.fx.Node) -> _Spec | None:
-    if len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1 or not _scalar(n.args[1]):
-        return None
-    return _Spec("binary:sub", (("s", float(n.args[1])), n.args[0]))
-
-
-def _grad(op: str) -> Callable:
-    def rule(n: torch.fx.Node) -> _Spec | None:
-        g, saved = n.args[:2]
-        if op == "threshold_backward" and n.args[2] != 0:
-            return None
-        if not (_float_node(g) and _float_node(saved)) or len(n.args) > 3:
-            return None
-        if g.meta["val"].dtype != saved.meta["val"].dtype:
-            return None
-        name = {"threshold_backward": "relu_backward"}.get(op, op)
-        if op == "gelu_backward":
-            a = n.kwargs.get("approximate", "none")
-            name = {"none": "gelu_backward", "tanh": "gelu_tanh_backward"}.get(a)
-            if name is None:
-                return None
-        return _Spec(f"grad:{name}", (g, saved), needs="same")
-
-    return rule
-
-
-def _cast(n: torch.fx.Node) -> _Spec | None:
-    if n.target is torch.ops.prims.convert_element_type.default:
-        x, dt = n.args
-    elif len(n.args) == 1 and set(n.kwargs) <= {"dtype"}:
-        x, dt = n.args[0], n.kwargs.get("dtype")
-    else:
-        return None
-    ok = dt is None or dt in FLOATS
-    v = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    ints = isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64) and v.dim() > 0
-    return _Spec("cast", (x,)) if ok and (_float_node(x) or ints) else None  # ints as int32
-
-
-def _reduce(op: str) -> Callable:
-    def rule(n: torch.fx.Node) -> _Spec | None:
-        if len(n.args) != 3 or n.kwargs or not _float_node(n.args[0]) or n.args[2] is not True:
-            return None
-        x, dims, _ = n.args
-        nd = x.meta["val"].dim()
-        if [d % nd for d in (dims if isinstance(dims, (list, tuple)) else [dims])] != [nd - 1]:
-            return None
-        return _Spec(op, (x,), needs="full")
-
-    return rule
-
-
-def _int_width(a: torch.fx.Node) -> bool:
-    """A cat operand with a static, non-zero last dim (legacy empty 1-D tensors stay out)."""
-    w = _key(a.meta["val"])[-1]
-    return isinstance(w, int) and w > 0
-
-
-def _cat(n: torch.fx.Node) -> _Spec | None:
-    """torch.cat along the last dim of float tensors of the result's dtype (a copy)."""
-    if not n.args or not isinstance(n.args[0], (list, tuple)) or len(n.args[0]) < 2:
-        return None
-    parts = n.args[0]
-    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
-    nd = n.meta["val"].dim()
-    if not all(_float_node(a) for a in parts) or not isinstance(dim, int) or dim % nd != nd - 1:
-        return None
-    dts = {a.meta["val"].dtype for a in parts} | {n.meta["val"].dtype}
-    if len(dts) > 1 or not all(_int_width(a) for a in parts):
-        return None
-    return _Spec("cat", tuple(parts), needs="parts")
-
-
-RULES: dict[str, Callable[[torch.fx.Node], _Spec | None]] = {
-    **{f"aten::{op}": _unary(op) for op in _UNARY},
-    "aten::gelu": _gelu,
-    **{f"aten::{op}": _binary(op, c) for op, c in _BINARY.items()},
-    "aten::rsub": _rsub,
-    **{f"aten::{op}": _grad(op) for op in _GRAD | {"gelu_backward", "threshold_backward"}},
-    "aten::_to_copy": _cast,
-    "prims::convert_element_type": _cast,
-    "aten::mean": _reduce("mean"),
-    "aten::sum": _reduce("sum"),
-    "aten::cat": _cat,
-}
-
-
-def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
-    """The node as a fused step, or None when it is not a float element-wise op the fused
-    kernel computes exactly as its own kernel does."""
-    rule = RULES.get(name or "")
-    val = n.meta.get("val")
-    if rule is None or not isinstance(val, torch.Tensor) or val.dtype not in FLOATS:
-        return None
-    if val.dim() == 0 or any(isinstance(a, torch.SymInt) for a in n.args):
-        return None
-    return rule(n)
-
 
 # --------------------------------------------------------------------------------------------
 # Grouping (once per compiled graph)
@@ -253,6 +70,7 @@ class Group:
     names: tuple = ()  # the members' ATen op names
     shape: tuple | None = None
     shape_from: int = -1
+    rows: tuple = ()  # per stored value: its shape if it is a colsum's row, else None
 
 
 class _Groups:
@@ -264,7 +82,6 @@ class _Groups:
         self.members: dict[int, list[torch.fx.Node]] = {}
         self.full: dict[int, Key] = {}
         self.reduces: dict[int, bool] = {}
-        self.alone: dict[int, bool] = {}  # every member a one-operand step
         self.of: dict[torch.fx.Node, int] = {}
         self.deps: dict[torch.fx.Node, set[int]] = {}
 
@@ -281,8 +98,22 @@ class _Groups:
         self.parent[c] = into
         self.members[into] += self.members.pop(c)
         self.reduces[into] = self.reduces[into] or self.reduces.pop(c)
-        self.alone[into] = self.alone[into] and self.alone.pop(c)
         self.full.pop(c)
+
+    def rows_only(self, g: int, key_of: Callable) -> bool:
+        """True when every input of group ``g`` from outside it has the rows of its full shape
+        or one row (a row vector, a scalar): the forms the fused kernel broadcasts whatever the
+        full shape's last dim (so the group may grow to more columns)."""
+        full = self.full[g]
+        for m in self.members[g]:
+            for a in m.all_input_nodes:
+                k = key_of(a)
+                if self.group(a) == g or k is None:
+                    continue
+                pad = (1,) * (len(full) - len(k)) + tuple(k)
+                if pad[:-1] != full[:-1] and any(s != 1 for s in pad[:-1]):
+                    return False
+        return True
 
     def upstream(self, a: torch.fx.Node) -> set[int]:
         """The groups ``a`` depends on (its own excluded)."""
@@ -301,6 +132,10 @@ class _Groups:
 def _fits(spec: _Spec, k: Key, full: Key, key_of: Callable) -> bool:
     """Whether a node of shape key ``k`` computes on a group of full shape ``full``."""
     tensors = [a for a in spec.args if isinstance(a, torch.fx.Node)]
+    if spec.needs in ("slice", "colsum"):  # (a slice's value is a part, a colsum's one row)
+        return key_of(tensors[0]) == full
+    if spec.needs == "pad":
+        return k == full and _part(key_of(tensors[0]), full)
     if spec.needs == "parts":
         return k == full and all(key_of(a) == full or _part(key_of(a), full) for a in tensors)
     if spec.op.split(":")[0] in _ALONE and _part(k, full):
@@ -328,6 +163,12 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
     def key_of(a: torch.fx.Node) -> Key | None:
         return _key(a.meta.get("val"))
 
+    sums: set[torch.fx.Node] = set()  # colsum members: read by no other member
+
+    def reads_sum(roots: set[int]) -> bool:
+        ms = {m for r in roots for m in gs.members[r]}
+        return any(a in sums and a in ms for m in ms for a in m.all_input_nodes)
+
     for i, n in enumerate(nodes):
         ins = n.all_input_nodes
         up: set[int] = set()
@@ -340,42 +181,50 @@ def find_groups(nodes: list[torch.fx.Node], specs: dict[torch.fx.Node, _Spec]) -
         if spec is None:
             continue
         k = key_of(n)
-        cands = {gs.group(a) for a in ins if a in gs.of} - {None}
+        cands = {gs.group(a) for a in ins if a in gs.of} - {gs.group(a) for a in ins if a in sums}
         fitting = []
         for c in sorted(cands):  # type: ignore[type-var]
             full = gs.full[c]
-            if not gs.reduces[c] and full == _col(k) and full != k:
+            if not gs.reduces[c] and full == _col(k) and full != k and gs.rows_only(c, key_of):
                 full = k  # a group of row statistics grows to the full shape
-            elif gs.alone[c] and spec.needs == "parts" and _part(full, k):
+            elif spec.needs == "parts" and _part(full, k) and gs.rows_only(c, key_of):
                 full = k  # and one of a cat's parts to the cat's
             if _fits(spec, k, full, key_of):
                 fitting.append((c, full))
+        wide = [f for _, f in fitting if any(g == _col(f) != f for _, g in fitting)]
+        if wide and _fits(spec, k, wide[0], key_of):  # row statistics join the full shape
+            fitting = [
+                (c, wide[0] if f == _col(wide[0]) and not gs.reduces[c] else f) for c, f in fitting
+            ]
         choice: list[tuple[int, Key]] = []
         fulls = {f for _, f in fitting}
-        if len(fulls) == 1 and gs.convex({c for c, _ in fitting}, ins):
+        roots = {c for c, _ in fitting}
+        if len(fulls) == 1 and gs.convex(roots, ins) and not reads_sum(roots):
             choice = fitting
         else:
             choice = next(([f] for f in fitting if gs.convex({f[0]}, ins)), [])
-        start = key_of(spec.args[0]) if spec.needs == "full" else k
+        start = key_of(spec.args[0]) if spec.needs in ("full", "slice", "colsum") else k
         if not choice and not _fits(spec, k, start, key_of):
             continue
+        if spec.needs == "colsum":
+            sums.add(n)
         gs.parent[i] = i
         gs.members[i] = [n]
         gs.full[i] = choice[0][1] if choice else start
-        gs.reduces[i] = spec.needs == "full"
-        gs.alone[i] = spec.op.split(":")[0] in _ALONE
+        gs.reduces[i] = spec.needs in ("full", "slice", "colsum")  # (their full is their input's)
         gs.of[n] = i
         for c, _ in choice:
             gs.merge(c, i)
     for a in nodes:  # groups reading one value (sin(x) and cos(x)) load it once
         roots = sorted({gs.find(gs.of[u]) for u in a.users if u in gs.of})
         for r in roots[1:]:
-            if gs.full[r] == gs.full[roots[0]] and gs.convex({roots[0], r}, []):
+            pair = {roots[0], r}
+            if gs.full[r] == gs.full[roots[0]] and gs.convex(pair, []) and not reads_sum(pair):
                 gs.merge(r, roots[0])
     order = {n: i for i, n in enumerate(nodes)}
     out = []
     for r, members in gs.members.items():
-        if len(members) < 2:
+        if len(members) < 2 or all(specs[m].free for m in members):
             continue
         g = _program(sorted(members, key=order.__getitem__), gs.full[r], specs)
         if g is not None:
@@ -413,12 +262,19 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
         src = dt if spec.op.startswith(("binary", "grad")) else None
         args = tuple(ref(a, src or a.meta["val"].dtype) if isinstance(a, torch.fx.Node) else a
                      for a in spec.args)  # fmt: skip
+        same = _identity(spec.op, args, m.args[0] if spec.op == "cast" else None, dt)
+        if same is not None:  # no step: the value is its operand's (a copy torch makes)
+            at[m] = same
+            continue
         steps.append((spec.op, args, _DTYPE_NAMES[dt]))
         at[m] = len(steps) - 1
     used_outside = [m for m in members if m.users.keys() - set(members)]
     g = Group(members, full)
     g.program = tuple(steps)
     g.outputs = tuple(used_outside)
+    g.rows = tuple(
+        tuple(m.meta["val"].shape) if specs[m].op == "colsum" else None for m in used_outside
+    )
     g.outs = tuple(at[m] for m in used_outside)
     g.inputs = tuple(inputs)
     if all(isinstance(s, int) for s in full):
@@ -428,6 +284,18 @@ def _program(members: list[torch.fx.Node], full: Key, specs: dict) -> Group | No
         if g.shape_from < 0:
             return None
     return g
+
+
+def _identity(op: str, args: tuple, src: Any, dtype: torch.dtype) -> int | None:
+    """The step whose value a step is, bit for bit (a cast to the dtype it has, a product with
+    or a quotient by 1.0 in its operand's dtype), or None."""
+    if op == "cast" and args[0][0] == "v" and src.meta["val"].dtype == dtype:
+        return args[0][1]
+    if op in ("binary:mul", "binary:div") and args[1] == ("s", 1.0) and args[0][0] == "v":
+        return args[0][1]  # (the operand was converted to the result's dtype first)
+    if op == "binary:mul" and args[0] == ("s", 1.0) and args[1][0] == "v":
+        return args[1][1]
+    return None
 
 
 def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
@@ -465,12 +333,13 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
 
 
 @dataclass
-class SharedMatmul:
-    """``aten::mm`` nodes with one left operand (``lhs``) and independent right operands, run
-    as one launch of ``matmul_shared_kernel``."""
+class Matmuls:
+    """``aten::mm`` nodes none of which depends on another, run as one launch: of
+    ``matmul_shared_kernel`` when they read one left operand (``lhs``), else of
+    ``matmul_pairs_kernel``."""
 
     members: list[torch.fx.Node]
-    lhs: torch.fx.Node
+    lhs: torch.fx.Node | None = None
     names: tuple = ()
 
     @property
@@ -478,19 +347,25 @@ class SharedMatmul:
         return tuple(self.members)
 
 
-def find_shared_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[SharedMatmul]:
-    """Groups of two or more of the ``aten::mm`` nodes ``mms`` reading one left operand (one
-    node, or views of one node to one shape) where no right operand depends on another
-    product of the group."""
-    by_lhs: dict[Any, list[torch.fx.Node]] = {}
-    for m in nodes:
-        if m in mms:
-            by_lhs.setdefault(_same_value(m.args[0]), []).append(m)
+def find_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[Matmuls]:
+    """Groups of two or more of the ``aten::mm`` nodes ``mms`` at one depth: the depth of a node
+    is the largest number of ``mms`` on a path from the graph's inputs to it (itself included),
+    so no product of a group depends on another, and every path between two groups goes from
+    the shallower to the deeper (the groups can always be scheduled). In a backward graph a
+    layer's input and weight gradients are at one depth; in a forward graph the products of
+    one input (the query, key and value projections)."""
+    depth: dict[torch.fx.Node, int] = {}
+    by_depth: dict[int, list[torch.fx.Node]] = {}
+    for n in nodes:
+        d = max((depth[a] for a in n.all_input_nodes), default=0)
+        depth[n] = d + (n in mms)
+        if n in mms:
+            by_depth.setdefault(depth[n], []).append(n)
     out = []
-    for sib in by_lhs.values():
-        keep = [m for m in sib if not (_ancestors(m.args[1]) & set(sib))]
-        if len(keep) >= 2:
-            out.append(SharedMatmul(keep, keep[0].args[0]))
+    for ms in by_depth.values():
+        if len(ms) >= 2:
+            lhs = {_same_value(m.args[0]) for m in ms}
+            out.append(Matmuls(ms, ms[0].args[0] if len(lhs) == 1 else None))
     return out
 
 
@@ -508,30 +383,75 @@ def _same_value(a: Any) -> Any:
     return a
 
 
-def _ancestors(n: Any) -> set[torch.fx.Node]:
-    seen: set[torch.fx.Node] = set()
-    todo = [n] if isinstance(n, torch.fx.Node) else []
-    while todo:
-        x = todo.pop()
-        for a in x.all_input_nodes:
-            if a not in seen:
-                seen.add(a)
-                todo.append(a)
-    return seen
-
-
-def run_shared_matmul(run: Any, g: SharedMatmul, env: dict) -> list[torch.Tensor]:
-    """The products of one launch; :class:`Guard` when the kernel does not apply (the mms then
+def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
+    """The products of one launch; :class:`Guard` when the kernels do not apply (the mms then
     run one by one)."""
-    a = env[g.lhs]
-    bs = [env[m.args[1]] for m in g.members]
-    ts = [a, *bs]
-    if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in ts):
-        raise Guard("not 2-D float tensors")
-    if len({t.dtype for t in ts}) > 1:
-        raise Guard("mixed dtypes")
-    res = run(K.matmul_shared_kernel, a.contiguous(), [b.contiguous() for b in bs])
-    return list(res)
+    pairs = [(env[m.args[0]], env[m.args[1]]) for m in g.members]
+    for a, b in pairs:
+        if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
+            raise Guard("not 2-D float tensors")
+        if a.dtype != b.dtype:
+            raise Guard("mixed dtypes")
+    bs = [b.contiguous() for _, b in pairs]
+    if g.lhs is not None:
+        if len({b.dtype for b in bs} | {env[g.lhs].dtype}) > 1:
+            raise Guard("mixed dtypes")
+        return list(run(K.matmul_shared_kernel, env[g.lhs].contiguous(), bs))
+    return list(run(K.matmul_pairs_kernel, [a.contiguous() for a, _ in pairs], bs))
+
+
+@dataclass
+class Cat:
+    """A ``cat`` of float tensors (along any dim) in no chain: the fused kernel's cat step on
+    (rows, columns) views of its parts (the dims before the cat's, the rest), whose tiles have
+    as many partitions as the parts have rows (a KV cache's cat in a decode step: a few rows)."""
+
+    members: list[torch.fx.Node]
+    program: tuple
+    names: tuple = ()
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(self.members)
+
+    @property
+    def inputs(self) -> tuple:
+        return tuple(self.members[0].args[0])
+
+
+def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]:
+    """The nodes of ``cats`` (``aten::cat`` nodes in no chain) whose parts are float tensors of
+    the result's dtype, as :class:`Cat` steps."""
+    out = []
+    for n in nodes:
+        parts = n.args[0] if n in cats and n.args else None
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        if not isinstance(parts, (list, tuple)) or len(parts) < 2 or type(dim) is not int:
+            continue
+        dt = n.meta["val"].dtype
+        same = all(isinstance(a, torch.fx.Node) and a.meta["val"].dtype == dt for a in parts)
+        if same and dt in FLOATS:
+            refs = tuple(("in", i) for i in range(len(parts)))
+            out.append(Cat([n], (("cat", refs, _DTYPE_NAMES[dt]),)))
+    return out
+
+
+def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
+    """The cat from one launch of the fused kernel; :class:`Guard` when it does not apply."""
+    n = g.members[0]
+    parts = [env[a] for a in g.inputs]
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    d = dim % parts[0].dim()
+    shape = list(parts[0].shape)
+    shape[d] = sum(p.shape[d] for p in parts)
+    rows = math.prod(shape[:d])
+    xs = [p.contiguous().reshape(rows, -1) for p in parts]
+    if any(p.dtype not in FLOATS or p.dim() != len(shape) for p in parts) or rows == 0:
+        raise Guard("not float tensors of one rank")
+    if any(x.shape[1] == 0 or x.shape[1] > FREE_MAX for x in xs) or sum(shape[d:]) == 0:
+        raise Guard(f"parts of {[x.shape[1] for x in xs]} columns")
+    res = run(K.fused_elementwise_kernel, xs, program=g.program, outs=(0,))
+    return [res.reshape(shape)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,7 +467,7 @@ def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
         return _rows(t)
     if pad[:-1] == full[:-1]:  # one value per row, or a part of a cat
         return t.contiguous().reshape(n, pad[-1])
-    if all(s == 1 for s in pad[:-1]) and pad[-1] in (d, 1):
+    if all(s == 1 for s in pad[:-1]):  # one row (of the full shape's columns, or a part's)
         return t.contiguous().reshape(1, pad[-1])
     return _rows(t.expand(full))
 
@@ -563,4 +483,7 @@ def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tens
     ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
     res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
     res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
-    return [r.reshape(full[:-1] + (r.shape[1],)) for r in res]  # (full, a column or a part)
+    return [  # (full, a column or a part; a colsum's row)
+        r.reshape(full[:-1] + (r.shape[1],) if rows is None else rows)
+        for r, rows in zip(res, g.rows)
+    ]

@@ -125,13 +125,17 @@ def _runs(dims: list[int]) -> list[tuple[int, int]]:
 
 def _reduce_run(run: Any, x: Any, first: int, last: int, kernel: str) -> Any:
     """x reduced over dims first..last (kept as size 1): the last dim on the Vector engine
-    (sum / mean / amax kernels), a middle run on the Tensor engine (sum_middle_kernel)."""
+    (sum / mean / amax kernels), a middle run on the Tensor engine (sum_middle_kernel; a sum
+    over every dim but the last, a bias or norm weight gradient, as sum_rows_kernel, which a
+    fused chain's column sum computes bit for bit alike)."""
     shape = tuple(x.shape)
     kept = shape[:first] + (1,) * (last - first + 1) + shape[last + 1 :]
     if last == x.dim() - 1:
         return run(getattr(K, kernel), _rows(x.reshape(*shape[:first], -1))).reshape(kept)
     if kernel == "amax_kernel":
         raise Guard("amax over a dim other than the last")
+    if kernel == "sum_kernel" and first == 0 and last == x.dim() - 2:
+        return run(K.sum_rows_kernel, x.contiguous().reshape(-1, shape[-1])).reshape(kept)
     o = math.prod(shape[:first])
     r = math.prod(shape[first : last + 1])
     scale = 1.0 / r if kernel == "mean_kernel" else 1.0
@@ -162,7 +166,9 @@ def _reduce(kernel_name: str) -> Any:
     return adapter
 
 
-builtin("aten::sum", ("sum_kernel", "sum_middle_kernel"), f"{_EW}; any dims")(_reduce("sum_kernel"))
+builtin("aten::sum", ("sum_kernel", "sum_middle_kernel", "sum_rows_kernel"), f"{_EW}; any dims")(
+    _reduce("sum_kernel")
+)
 builtin("aten::mean", ("mean_kernel", "sum_middle_kernel"), f"{_EW}; any dims")(
     _reduce("mean_kernel")
 )

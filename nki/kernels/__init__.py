@@ -43,6 +43,7 @@ from .matmul import (
     addmm_kernel,
     bmm_kernel,
     matmul_kernel,
+    matmul_pairs_kernel,
     matmul_shared_kernel,
     sum_rows_kernel,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "addmm_kernel",
     "bmm_kernel",
     "matmul_kernel",
+    "matmul_pairs_kernel",
     "matmul_shared_kernel",
     "sum_rows_kernel",
     "where_kernel",

@@ -9,10 +9,15 @@ dtype), so a fused chain gives bit for bit what the chain of separate launches g
 
 A program is a tuple of steps ``(op, args, dtype)``: ``op`` is ``"unary:<op>"`` (a row of
 ``UNARY``), ``"binary:<op>"`` (``BINARY``), ``"grad:<op>"`` (``GRAD``), ``"cast"``, ``"mean"``
-or ``"sum"`` (over the last dim, keeping it as 1) or ``"cat"`` (the operands side by side along
-the last dim); ``args`` are ``("in", i)`` (input ``i``),
-``("v", j)`` (the value of step ``j``) or ``("s", x)`` (the Python scalar ``x``); ``dtype`` is
-the step's result dtype name (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
+or ``"sum"`` (over the last dim, keeping it as 1), ``"cat"`` (the operands side by side along
+the last dim), ``"expand"`` (``(value, ("s", w))``: a value of one column, or of w, broadcast
+to w columns), ``"slice"`` (``(value, ("s", start), ("s", stop))``: columns start..stop),
+``"pad"`` (``(value, ("s", start), ("s", w))``: w columns, zero but for the value's from
+column start) or ``"colsum"`` (the sum over all rows: one (1, W) row, computed as
+``sum_rows_kernel`` computes it; only stored, never an operand of another step); ``args`` are
+``("in", i)`` (input ``i``), ``("v", j)`` (the value of step ``j``) or ``("s", x)`` (the Python
+scalar ``x``); ``dtype`` is the step's result dtype name (``"float32"``, ``"bfloat16"``,
+``"float16"``). Copies (cast to the same dtype, expand, slice, pad, cat) never round."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from typing import Any
 
 import nki
 import nki.language as nl
+from nki.errors import NKIShapeError, user_loc
 
 from ._tiles import fit, load_row_vector
 from .elementwise import BINARY, F32, GRAD, UNARY, load_rows, rounded, row_tiles, store_rows
@@ -35,7 +41,25 @@ STEP: dict[str, Any] = {
     ),
     "sum": lambda name, a, dt: nl.sum(a[0], axis=1, keepdims=True, dtype=dt),
     "cat": lambda name, a, dt: _side_by_side(a, dt),
+    "expand": lambda name, a, dt: nl.broadcast_to(a[0], shape=(a[0].shape[0], int(a[1]))),
+    "slice": lambda name, a, dt: _columns(a[0], int(a[1]), int(a[2]), dt),
+    "pad": lambda name, a, dt: _padded(a[0], int(a[1]), int(a[2]), dt),
 }
+
+
+def _columns(tile: Any, start: int, stop: int, dtype: Any) -> Any:
+    """Columns start..stop of the tile (a view: no instruction)."""
+    return tile[nl.arange(tile.shape[0])[:, None], start + nl.arange(stop - start)[None, :]]
+
+
+def _padded(tile: Any, start: int, width: int, dtype: Any) -> Any:
+    """A zero tile of ``width`` columns holding the tile from column ``start`` (the gradient of
+    a slice)."""
+    p, w = tile.shape
+    out = nl.zeros((p, width), dtype=dtype, buffer=nl.sbuf)
+    i_p = nl.arange(p)[:, None]
+    out[i_p, start + nl.arange(w)[None, :]] = tile
+    return out
 
 
 def _side_by_side(tiles: list, dtype: Any) -> Any:
@@ -57,8 +81,22 @@ def widths(program: tuple, in_widths: tuple[int, ...]) -> list[int]:
     w: list[int] = []
     for op, args, _ in program:
         kind = op.split(":")[0]
+        if any(r[0] == "v" and program[r[1]][0] == "colsum" for r in args):
+            raise NKIShapeError(
+                f"fused_elementwise_kernel: step {len(w)} ({op}) reads a colsum step's value, "
+                "which is only complete after the last row tile (colsum values are only stored)",
+                code="err_invalid_shape",
+                loc=user_loc(),
+            )
         refs = [in_widths[r[1]] if r[0] == "in" else w[r[1]] for r in args if r[0] != "s"]
-        w.append(1 if kind in ("mean", "sum") else sum(refs) if kind == "cat" else max(refs))
+        if kind in ("mean", "sum"):
+            w.append(1)
+        elif kind in ("expand", "pad"):
+            w.append(int(args[-1][1]))
+        elif kind == "slice":
+            w.append(int(args[2][1]) - int(args[1][1]))
+        else:
+            w.append(sum(refs) if kind == "cat" else max(refs))
     return w
 
 
@@ -73,22 +111,55 @@ def fused_elementwise_kernel(ins, program=(), outs=()):
     sum, the parts' sum for a cat. Dtypes: float32, bfloat16, float16 (fp32 math, each step
     rounded to its dtype as its separate kernel rounds)."""
     n = max(x.shape[0] for x in ins)
+    p = fit(n)
     w = widths(program, tuple(x.shape[1] for x in ins))
     results = [
-        nl.ndarray((n, w[o]), dtype=getattr(nl, program[o][2]), buffer=nl.shared_hbm) for o in outs
+        nl.ndarray(
+            (1 if program[o][0] == "colsum" else n, w[o]),
+            dtype=getattr(nl, program[o][2]),
+            buffer=nl.shared_hbm,
+        )
+        for o in outs
     ]
+    # a colsum step sums its rows into one fp32 PSUM row over all row tiles
+    sums = {
+        j: nl.zeros((1, w[j]), F32, buffer=nl.psum)
+        for j, (op, _, _) in enumerate(program)
+        if op == "colsum"
+    }
+    ones = {
+        program[j][2]: nl.ones((p, 1), getattr(nl, program[j][2]), buffer=nl.sbuf) for j in sums
+    }
     for t in nl.affine_range(row_tiles(n)):
         tiles = [
-            load_rows(x, t, n, x.shape[1])
-            if x.shape[0] == n
-            else load_row_vector(x, x.shape[1], fit(n))
+            load_rows(x, t, n, x.shape[1]) if x.shape[0] == n else load_row_vector(x, x.shape[1], p)
             for x in ins
         ]
         vals: list[Any] = []
-        for op, args, dtype in program:
+        for j, (op, args, dtype) in enumerate(program):
             kind, _, name = op.partition(":")
             a = [tiles[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
-            vals.append(STEP[kind](name, a, getattr(nl, dtype)))
+            if kind == "colsum":
+                sums[j] += nl.matmul(ones[dtype], _rows_below(a[0], t, n), transpose_x=True)
+                vals.append(None)
+            else:
+                vals.append(STEP[kind](name, a, getattr(nl, dtype)))
         for res, o in zip(results, outs):
-            store_rows(res, t, n, w[o], vals[o])
+            if o not in sums:
+                store_rows(res, t, n, w[o], vals[o])
+    for res, o in zip(results, outs):
+        if o in sums:
+            i_f = nl.arange(w[o])[None, :]
+            nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(sums[o], dtype=res.dtype))
     return tuple(results)
+
+
+def _rows_below(tile: Any, t: Any, n: int) -> Any:
+    """The tile with the rows past ``n`` (of a ragged last tile) zero."""
+    p, w = tile.shape
+    if n % p == 0:
+        return tile
+    i_p = nl.arange(p)[:, None]
+    out = nl.zeros((p, w), dtype=tile.dtype, buffer=nl.sbuf)
+    out[i_p, nl.arange(w)[None, :]] = nl.copy(tile, mask=t * p + i_p < n)
+    return out

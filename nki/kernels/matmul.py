@@ -13,6 +13,7 @@ from typing import Any
 
 import nki
 import nki.language as nl
+from nki.errors import NKIShapeError, user_loc
 
 from ._tiles import PSUM_FMAX, P
 
@@ -28,25 +29,90 @@ def _count(n: int, tile: int) -> int:
     return (n + tile - 1) // tile
 
 
+def _a_block(at: Any, mi: Any, krow: Any, m: int, k: int, tm: int, tk: int) -> Any:
+    """The stationary operand: rows mi*tm... of ``at(rows, cols)`` (an (m, k) tensor) with K on
+    the partition axis (a transposing DMA); a ragged block loads into a zero-filled tile (whole
+    blocks need no fill)."""
+    i_p = nl.arange(tk)[:, None]
+    i_m = nl.arange(tm)[None, :]
+    if m % tm or k % tk:
+        a_t = nl.zeros((tk, tm), at.dtype, buffer=nl.sbuf)
+        a_t[i_p, i_m] = nl.load(at(mi * tm + i_m, krow), mask=(krow < k) & (mi * tm + i_m < m))
+        return a_t
+    return nl.load(at(mi * tm + i_m, krow))
+
+
+def _accumulated(product: Any, k: int, tk: int, shape: tuple) -> Any:
+    """The sum over K tiles of ``product(ki)`` in an fp32 PSUM tile (one K tile: the product
+    itself)."""
+    if k <= tk:
+        return product(0)
+    acc = nl.zeros(shape, nl.float32, buffer=nl.psum)
+    for ki in nl.affine_range(_count(k, tk)):
+        acc += product(ki)
+    return acc
+
+
+class _Indexed:
+    """``x[r, c]``, or ``x[bi, r, c]`` of a batched tensor, as a function of (r, c)."""
+
+    def __init__(self, x: Any, bi: Any = None) -> None:
+        self.x, self.bi, self.dtype = x, bi, x.dtype
+
+    def __call__(self, r: Any, c: Any) -> Any:
+        return self.x[r, c] if self.bi is None else self.x[self.bi, r, c]
+
+
 def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, bi: Any = None) -> Any:
     """acc[tm, tn] (fp32 PSUM) = a[mi tile, :] @ b[:, ni tile]; ``a`` is (m, k) and ``b``
     (k, n) HBM tensors, or with ``bi`` (B, m, k) and (B, k, n) ones at batch ``bi``."""
     tm, tk, tn = _tiles(m, k, n)
     i_p = nl.arange(tk)[:, None]
-    i_m = nl.arange(tm)[None, :]
     i_n = nl.arange(tn)[None, :]
-    at = (lambda r, c: a[r, c]) if bi is None else (lambda r, c: a[bi, r, c])
-    bt = (lambda r, c: b[r, c]) if bi is None else (lambda r, c: b[bi, r, c])
-    acc = nl.zeros((tm, tn), nl.float32, buffer=nl.psum)
-    for ki in nl.affine_range(_count(k, tk)):
+    at, bt = _Indexed(a, bi), _Indexed(b, bi)
+
+    def product(ki: Any) -> Any:
         krow = ki * tk + i_p
-        # stationary operand: a's block with K on the partition axis (a transposing DMA)
-        a_t = nl.zeros((tk, tm), a.dtype, buffer=nl.sbuf)
-        a_t[i_p, i_m] = nl.load(at(mi * tm + i_m, krow), mask=(krow < k) & (mi * tm + i_m < m))
-        b_t = nl.zeros((tk, tn), b.dtype, buffer=nl.sbuf)
-        b_t[i_p, i_n] = nl.load(bt(krow, ni * tn + i_n), mask=(krow < k) & (ni * tn + i_n < n))
-        acc += nl.matmul(a_t, b_t, transpose_x=True)
-    return acc
+        a_t = _a_block(at, mi, krow, m, k, tm, tk)
+        if k % tk or n % tn:
+            b_t = nl.zeros((tk, tn), b.dtype, buffer=nl.sbuf)
+            b_t[i_p, i_n] = nl.load(bt(krow, ni * tn + i_n), mask=(krow < k) & (ni * tn + i_n < n))
+        else:
+            b_t = nl.load(bt(krow, ni * tn + i_n))
+        return nl.matmul(a_t, b_t, transpose_x=True)
+
+    return _accumulated(product, k, tk, (tm, tn))
+
+
+def _side_by_side(a: Any, bs: list) -> tuple:
+    """(a @ b for b in bs) as one product of a with the bs side by side (their columns at most
+    ``NT``): a's blocks load once, each result's columns are stored from the product's. Every
+    column sums over K as its own product does."""
+    m, k = a.shape
+    ns = [b.shape[1] for b in bs]
+    tm, tk, _ = _tiles(m, k, sum(ns))
+    outs = [nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm) for n in ns]
+    offs = [sum(ns[:i]) for i in range(len(ns))]
+    i_p = nl.arange(tk)[:, None]
+    at = _Indexed(a)
+    for mi in nl.affine_range(_count(m, tm)):
+
+        def product(ki: Any, mi: Any = mi) -> Any:
+            krow = ki * tk + i_p
+            a_t = _a_block(at, mi, krow, m, k, tm, tk)
+            make = nl.zeros if k % tk else nl.ndarray  # (ragged K: zero rows)
+            b_t = make((tk, sum(ns)), dtype=bs[0].dtype, buffer=nl.sbuf)
+            for b, n, off in zip(bs, ns, offs):
+                i_n = nl.arange(n)[None, :]
+                b_t[i_p, off + i_n] = nl.load(b[krow, i_n], mask=krow < k)
+            return nl.matmul(a_t, b_t, transpose_x=True)
+
+        res = nl.copy(_accumulated(product, k, tk, (tm, sum(ns))), dtype=a.dtype)
+        rows = mi * tm + nl.arange(tm)[:, None]
+        for out, n, off in zip(outs, ns, offs):
+            i_n = nl.arange(n)[None, :]
+            nl.store(out[rows, i_n], res[nl.arange(tm)[:, None], off + i_n], mask=rows < m)
+    return tuple(outs)
 
 
 def _out_tile(m: int, k: int, n: int, mi: Any, ni: Any) -> tuple[Any, Any, Any]:
@@ -87,8 +153,28 @@ def matmul_shared_kernel(a, bs):
     computes it.
 
     Shapes: any M, K, Ni >= 1. Dtypes: a and every b float32, bfloat16 or float16, all the
-    same; fp32 accumulation in PSUM; results in a's dtype (rounded once)."""
+    same; fp32 accumulation in PSUM; results in a's dtype (rounded once). When the bs have at
+    most 512 columns in all, a's tiles load once and one product computes every result."""
+    if sum(b.shape[1] for b in bs) <= NT:
+        return _side_by_side(a, bs)
     return tuple(_matmul(a, b) for b in bs)
+
+
+@nki.jit
+def matmul_pairs_kernel(lhs, rhs):
+    """(a @ b for a, b in zip(lhs, rhs)): independent products in one launch (a backward
+    graph's input and weight gradients), each computed as ``matmul_kernel`` computes it.
+
+    Shapes: as many ``rhs`` as ``lhs``; each a[M, K] with b[K, N], any M, K, N >= 1. Dtypes:
+    each pair float32, bfloat16 or float16, a and b the same; fp32 accumulation in PSUM; each
+    result in its a's dtype (rounded once)."""
+    if len(lhs) != len(rhs):
+        raise NKIShapeError(
+            f"matmul_pairs_kernel takes one rhs per lhs: {len(lhs)} lhs, {len(rhs)} rhs",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
+    return tuple(_matmul(a, b) for a, b in zip(lhs, rhs))
 
 
 @nki.jit

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import frontends.torch as ft
 import nki.kernels as K
 from frontends import torch_backend as tb
+from nki.errors import NKIError
 
 FUSED = "fused_elementwise_kernel"
 
@@ -202,6 +203,175 @@ def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
     assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
     assert rep.kernel_calls["matmul_shared_kernel"] == 1
     assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+def _train_step(fuse: bool, model: torch.nn.Module, x: torch.Tensor):
+    """Gradients of one compiled forward and backward, and the graphs' reports."""
+    torch._dynamo.reset()
+    before = len(tb.reports())
+    ft.init_backend(fuse=fuse)
+    try:
+        model.zero_grad(set_to_none=True)
+        torch.compile(model, backend="nki")(x).square().mean().backward()
+    finally:
+        ft.init_backend()
+    return [p.grad.clone() for p in model.parameters()], tb.reports()[before:]
+
+
+def _backward_graphs(model: torch.nn.Module, x: torch.Tensor):
+    """The reports of the backward graph fused and not, after checking that the gradients are
+    the same bits both ways and close to eager torch's."""
+    fused, (_, bwd) = _train_step(True, model, x)
+    plain, (_, ref) = _train_step(False, model, x)
+    eager = torch.autograd.grad(model(x).square().mean(), list(model.parameters()))
+    for a, b, e in zip(fused, plain, eager):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+    return bwd, ref
+
+
+def test_independent_products_of_a_backward_graph_share_a_launch_bitwise():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 48, bias=False),
+        torch.nn.SiLU(),
+        torch.nn.Linear(48, 16, bias=False),
+    )
+    x = torch.randn(24, 32, requires_grad=True)
+    bwd, ref = _backward_graphs(model, x)
+    # each layer's input and weight gradients: one launch per layer instead of two
+    assert bwd.kernels_of("aten::mm") == {"matmul_pairs_kernel": 4}
+    assert bwd.kernel_calls["matmul_pairs_kernel"] == 2
+    assert ref.kernels_of("aten::mm") == {"matmul_kernel": 4}
+
+
+class _NormRope(torch.nn.Module):
+    """An RMSNorm with a weight, a projection and rotary embeddings: the backward graph has the
+    norm's row statistics broadcast back (expand), the weight's gradient (a sum over every
+    row) and the gradient of rotate_half (slices of the last dim and their gradients)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(32) + 0.5)
+        self.proj = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        q = self.proj(h).reshape(x.shape[0], x.shape[1], 2, 16).transpose(1, 2)
+        pos = torch.arange(x.shape[1], dtype=torch.float32)[:, None]
+        return _rope(q, torch.cos(pos), torch.sin(pos))
+
+
+@pytest.mark.parametrize("rows", [9, 70], ids=["one-tile", "ragged"])
+def test_norm_and_rope_gradients_run_as_fused_chains_bitwise(rows):
+    torch.manual_seed(0)
+    model = _NormRope()
+    x = torch.randn(2, rows, 32, requires_grad=True)
+    bwd, ref = _backward_graphs(model, x)
+    for op in ("aten::expand", "aten::slice_backward", "aten::sum", "aten::neg"):
+        assert bwd.kernels_of(op) == {FUSED: bwd.kernels_of(op)[FUSED]}, (op, bwd.kernels_of(op))
+    assert ref.kernels_of("aten::sum").keys() == {"sum_kernel", "sum_rows_kernel"}
+    assert bwd.kernel_calls[FUSED] == 2  # the rope's gradient; the norm's (and its weight's)
+    assert sum(bwd.kernel_calls.values()) < sum(ref.kernel_calls.values()) - 5
+
+
+@pytest.mark.parametrize("n", [64, 300])  # one tile; ragged tiles (zero-filled rows)
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_fused_copies_and_column_sums_are_bitwise_the_separate_kernels(n, dt):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((n, 32)).astype(dt)
+    c = rng.standard_normal((n, 1)).astype(dt)
+    name = "float32" if dt is np.float32 else "bfloat16"
+    prog = (
+        ("slice", (("in", 0), ("s", 8), ("s", 24)), name),  # 0: (n, 16)
+        ("unary:neg", (("v", 0),), name),  # 1
+        ("pad", (("v", 1), ("s", 4), ("s", 32)), name),  # 2: (n, 32), zero but columns 4..20
+        ("expand", (("in", 1), ("s", 32)), name),  # 3: c broadcast to 32 columns
+        ("binary:mul", (("v", 2), ("v", 3)), name),  # 4
+        ("colsum", (("v", 4),), name),  # 5: (1, 32)
+    )
+    prod, sums, wide, part = K.fused_elementwise_kernel([x, c], program=prog, outs=(4, 5, 3, 0))
+    np.testing.assert_array_equal(_bits(part), _bits(x[:, 8:24]))
+    padded = np.zeros((n, 32), dt)
+    padded[:, 4:20] = K.UNARY_KERNELS["neg"](np.ascontiguousarray(x[:, 8:24]))
+    want = K.BINARY_KERNELS["mul"](padded, c)
+    np.testing.assert_array_equal(_bits(prod), _bits(want))
+    assert sums.shape == (1, 32)
+    np.testing.assert_array_equal(_bits(sums), _bits(K.sum_rows_kernel(want)))
+    np.testing.assert_array_equal(_bits(wide), _bits(np.broadcast_to(c, (n, 32))))
+    bad = (("colsum", (("in", 0),), name), ("unary:neg", (("v", 0),), name))
+    with pytest.raises(NKIError, match="step 1 \\(unary:neg\\) reads a colsum step's value"):
+        K.fused_elementwise_kernel([x], program=bad, outs=(1,))
+
+
+def test_copies_in_a_chain_take_no_step_and_keep_every_value():
+    def f(x):
+        y = torch.exp(x)
+        z = y * 1.0  # the same bits: the program computes it once
+        return z + 1.0, y, z.to(torch.float32), z / 1.0
+
+    x = torch.randn(6, 16)
+    got, (rep,) = _compiled(True, f, x)
+    plain, _ = _compiled(False, f, x)
+    for a, b, e in zip(got, plain, f(x)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e)
+    assert torch.equal(got[1], got[2]) and torch.equal(got[1], got[3])
+    assert rep.kernel_calls == {FUSED: 1}
+
+
+@pytest.mark.parametrize(
+    "m, k, ns",
+    [(2, 128, (128, 64, 64)), (130, 200, (96, 256)), (64, 64, (300, 300))],
+    ids=["decode", "ragged", "wide"],
+)
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_products_of_one_input_are_bitwise_the_separate_products(m, k, ns, dt):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(dt)
+    bs = [rng.standard_normal((k, n)).astype(dt) for n in ns]
+    for got, b in zip(K.matmul_shared_kernel(a, bs), bs):
+        np.testing.assert_array_equal(_bits(got), _bits(K.matmul_kernel(a, b)))
+    for got, b in zip(K.matmul_pairs_kernel([a, a], bs[:2]), bs):
+        np.testing.assert_array_equal(_bits(got), _bits(K.matmul_kernel(a, b)))
+
+
+def test_rotary_frequencies_and_their_cat_run_as_one_launch():
+    def rotary(pos, inv_freq):  # a Llama's cos and sin: a product of a column and a row
+        freqs = pos[:, :, None].float() * inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * 1.0, emb.sin() * 1.0
+
+    pos, inv = torch.arange(20).reshape(2, 10), torch.rand(16)
+    got, (rep,) = _compiled(True, rotary, pos, inv)
+    plain, _ = _compiled(False, rotary, pos, inv)
+    for a, b, e in zip(got, plain, rotary(pos, inv)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    assert rep.kernel_calls == {FUSED: 1}
+
+
+@pytest.mark.parametrize("rows", [2, 70], ids=["few", "ragged"])
+def test_a_cat_in_no_chain_runs_on_the_fused_kernel(rows):
+    def step(cache, new, ids):  # a decode step's KV cache (rows heads of a batch) and indices
+        return torch.cat([cache, new], dim=-2), torch.cat([ids, ids + 1], dim=0)
+
+    cache, new = torch.randn(rows, 2, 5, 32), torch.randn(rows, 2, 1, 32)
+    ids = torch.arange(6)
+    got, (rep,) = _compiled(True, step, cache, new, ids)
+    plain, (ref,) = _compiled(False, step, cache, new, ids)
+    for a, b, e in zip(got, plain, step(cache, new, ids)):
+        assert torch.equal(a, b) and torch.equal(a, e)
+    assert rep.kernels_of("aten::cat") == {FUSED: 1, "cat_kernel": 1}  # (integers: cat_kernel)
+    assert ref.kernels_of("aten::cat") == {"cat_kernel": 2}
+
+
+def test_matmul_pairs_kernel_wants_one_rhs_per_lhs():
+    a, b = np.ones((4, 8), np.float32), np.ones((8, 4), np.float32)
+    np.testing.assert_array_equal(K.matmul_pairs_kernel([a, b], [b, a])[1], b @ a)
+    with pytest.raises(NKIError, match="one rhs per lhs: 2 lhs, 1 rhs") as e:
+        K.matmul_pairs_kernel([a, a], [b])
+    assert e.value.code == "err_invalid_shape"
 
 
 def test_an_integer_to_float_conversion_starts_a_chain():
