@@ -13,36 +13,9 @@ import numpy as np
 from nki.ir import Access, Const, Instr
 
 from .. import numerics
-from ..backends import name_of
-from ..executors import executes
 from ..language.common import is_int_access
 from .context import BCtx
-
-BATCHED = name_of(__package__)  # this backend's name in the registry
-
-
-def _direct(instr: Instr) -> str | None:
-    """Operands the batched context reads as strided views: direct tiles and immediates."""
-    for a in (instr.dst, *instr.srcs):
-        if isinstance(a, Access) and a.indirect:
-            return "uses an indirect (data-dependent) access"
-        if a is not None and not isinstance(a, (Access, Const)):
-            return "takes an index-expression operand"
-    return None
-
-
-def _declines_affine_select(instr: Instr) -> str | None:
-    if any(isinstance(a, Access) and len(a.shape) < 1 for a in (instr.dst, *instr.srcs)):
-        return "has a scalar tile"
-    return _direct(instr)
-
-
-def _declines_where(instr: Instr) -> str | None:
-    r = len(instr.dst.shape) if instr.dst is not None else -1
-    if any(isinstance(s, Access) and len(s.shape) != r for s in instr.srcs):
-        return "broadcasts operands of another rank"  # (batch axes would not line up)
-    return _direct(instr)
-
+from .ops import _batched, _declines_copy, _isa  # (the batched executors' registration rules)
 
 # id(affine_select) -> (it, the same instruction with its predicate as its mask): the batch's
 # selection comes from ``BCtx.mask``, which skips conditions that hold throughout and keeps the
@@ -61,7 +34,7 @@ def _selection(instr: Instr, ctx: BCtx) -> np.ndarray | None:
     return ctx.mask(hit[1])
 
 
-@executes("isa", "affine_select", backend=BATCHED, declines=_declines_affine_select)
+@_isa("affine_select")
 def _affine_select(instr: Instr, ctx: BCtx) -> None:
     src, fval = instr.srcs
     dst = instr.dst
@@ -73,7 +46,7 @@ def _affine_select(instr: Instr, ctx: BCtx) -> None:
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
 
-@executes("select", backend=BATCHED, declines=_declines_where)
+@_batched("select", _declines_copy)
 def _where(instr: Instr, ctx: BCtx) -> None:
     dst = instr.dst
     assert dst is not None
