@@ -298,8 +298,15 @@ def _declines_tensor_reduce(instr: Instr) -> str | None:
 
 
 def _declines_activation(instr: Instr) -> str | None:
-    if instr.attr("reduce_op") is not None:
-        return "reduces into the engine's accumulator registers"
+    """A reduction runs batched when it resets the registers first (``activation_reduce``): its
+    ``reduce_res`` is then its own partials (``plan`` hosts it when another instruction reads
+    the registers)."""
+    if instr.attr("reduce_op") is None:
+        return None
+    if instr.attr("reduce_cmd") != "reset_reduce":
+        return "folds into the engine's accumulator registers across instructions"
+    if instr.mask is not None:
+        return "is a masked reduction"
     return None
 
 
@@ -402,6 +409,10 @@ def _activation(instr: Instr, ctx: BCtx) -> None:
     if not one:
         np.add(t, bi, out=t)
     y = np.asarray(OPS[instr.attr("op")].fn(t), dtype=np.float32)
+    res = instr.attr("reduce_res")
+    if res is not None:  # (reset_reduce: the registers hold this instruction's row partials)
+        partial = M.reduce(instr.attr("reduce_op"), y, (y.ndim - 1,))
+        ctx.write(res, partial.reshape((*ctx.dims, *res.shape)))
     _isa_store(instr, ctx, y)
 
 

@@ -105,9 +105,12 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     hosted: set[int] = set()
     stateful: set[int] = set()
     hbm_read: set[str] = set()
+    shared_regs = _shares_registers(ir)
     for instr, loops in instructions_of(ir):
         # (an access that may be out of bounds is hosted: the interpreter's checks report it)
         why = declined(instr, BATCHED) or _maybe_out_of_bounds(ir, instr, loops)
+        if not why and shared_regs and instr.attr("reduce_op") is not None:
+            why = "its accumulator registers are read by another instruction"
         if why:
             never = not_hostable(instr)
             if never:
@@ -316,6 +319,23 @@ def _starts_group(instr: Instr) -> bool:
         and instr.accumulate == "add"
         and bool(instr.attr("psum_group", False))
     )
+
+
+# the instructions that fold into the Scalar engine's accumulator registers (simulator/isa)
+_SCALAR_REGISTERS = ("activation", "activate2")
+
+
+def _shares_registers(ir: KernelIR) -> bool:
+    """Some instruction of the kernel folds into the Scalar engine's accumulator registers
+    without resetting them first (``reduce_cmd`` other than reset_reduce, or ``activate2``): it
+    sees what another one left there. The batched executors keep no engine state, so an
+    ``activation_reduce`` they would run is then hosted with the instance's state."""
+    for i, _ in instructions_of(ir):
+        if i.kind != "isa" or i.op not in _SCALAR_REGISTERS or i.attr("reduce_op") is None:
+            continue
+        if i.op != "activation" or i.attr("reduce_cmd") != "reset_reduce":
+            return True
+    return False
 
 
 def _maybe_out_of_bounds(ir: KernelIR, instr: Instr, loops: tuple[Loop, ...]) -> str | None:

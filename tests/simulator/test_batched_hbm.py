@@ -511,13 +511,18 @@ def test_an_error_after_in_place_writes_is_the_interpreters():
 
 @nki.jit
 def bump_then_row_sums(a, sums):
-    """In place: a += 1, then exp and its row sums (engine accumulator state) of the new a."""
+    """In place: a += 1, then exp of the new a, and the row sums of exp(a) and a folded into the
+    Scalar engine's accumulator registers by two instructions (engine state)."""
     g = nl.program_id(0)
     for j in nl.affine_range(3):
         r = slice((g * 3 + j) * 128, (g * 3 + j + 1) * 128)
         nl.store(a[r, :], value=nl.add(nl.load(a[r, :]), 1.0))
         rs = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-        e = nisa.activation_reduce(nl.exp, nl.load(a[r, :]), reduce_op=nl.add, reduce_res=rs)
+        x = nl.load(a[r, :])
+        e = nisa.activation(nl.exp, x, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(
+            nl.copy, x, reduce_op=nl.add, reduce_res=rs, reduce_cmd=nisa.reduce_cmd.reduce
+        )
         nl.store(sums[r, :], value=rs)
         nl.store(a[r, :], value=e)
 
@@ -539,6 +544,8 @@ def test_a_late_decline_hands_the_next_backend_the_launchs_data(monkeypatch):
     assert info.backend == "numpy" and "engine state" in info.reason
     assert same(ga, wa) and same(gs, ws)
     np.testing.assert_allclose(ga, np.exp(a + 1), rtol=1e-6)
+    want_sums = np.exp(a + 1).sum(axis=1) + (a + 1).sum(axis=1)
+    np.testing.assert_allclose(gs[:, 0], want_sums, rtol=1e-5)
 
 
 # ---- a differential property test --------------------------------------------------------------

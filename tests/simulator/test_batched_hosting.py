@@ -97,8 +97,9 @@ def top8_rows(a):
 
 @nki.jit
 def exp_row_sums(a):
-    """Per tile: exp(a) and its row sums through activation_reduce (engine accumulator state:
-    its loop is iterated, the grid batched)."""
+    """Per tile: exp(a), then the row sums of exp(a) and of exp(a / 2) folded into the Scalar
+    engine's accumulator registers by two instructions (engine state shared across
+    instructions: the loop is iterated, the grid batched)."""
     out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
     sums = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
     g = nl.program_id(0)
@@ -106,7 +107,11 @@ def exp_row_sums(a):
         r = slice((g * L + j) * 128, (g * L + j + 1) * 128)
         t = nl.load(a[r, :])
         rs = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-        e = nisa.activation_reduce(nl.exp, t, reduce_op=nl.add, reduce_res=rs)
+        e = nisa.activation(nl.exp, t, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(
+            nl.exp, t, scale=0.5, reduce_op=nl.add, reduce_res=rs,
+            reduce_cmd=nisa.reduce_cmd.reduce,
+        )  # fmt: skip
         nl.store(out[r, :], value=nl.add(e, 0.5))
         nl.store(sums[r, :], value=rs)
     return out, sums
@@ -196,7 +201,8 @@ def test_engine_state_keeps_its_loop_iterated():
     assert same(got, want) and same(got_sums, want_sums)
     assert "0 affine_range loop(s) batched" in info.reason  # (the grid still is)
     np.testing.assert_allclose(got, np.exp(a) + 0.5, rtol=1e-6)
-    np.testing.assert_allclose(got_sums[:, 0], np.exp(a).sum(axis=1), rtol=1e-5)
+    want_rows = np.exp(a).sum(axis=1) + np.exp(a / 2).sum(axis=1)
+    np.testing.assert_allclose(got_sums[:, 0], want_rows, rtol=1e-5)
 
 
 @nki.jit
