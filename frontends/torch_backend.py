@@ -335,8 +335,12 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls)
-_RUNS = {fusion.Cat: fusion.run_cat, fusion.Matmuls: fusion.run_matmuls}
+_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls, fusion.Horizontal)
+_RUNS = {
+    fusion.Cat: fusion.run_cat,
+    fusion.Matmuls: fusion.run_matmuls,
+    fusion.Horizontal: fusion.run_horizontal,
+}
 
 
 def _alone(name: str) -> bool:
@@ -509,8 +513,11 @@ class _Plan:
                 for nm in g.names:
                     report.record(nm, "nki", run.used, s=share)
                 return
-        for m in g.members:
-            env[m] = self._node(m, env, report)
+        for m in getattr(g, "parts", g.members):  # (a horizontal launch's parts: their own)
+            if isinstance(m, _GROUPS):
+                self._group(m, env, report)
+            else:
+                env[m] = self._node(m, env, report)
 
 
 # --------------------------------------------------------------------------------------------

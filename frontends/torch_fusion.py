@@ -35,6 +35,7 @@ from .torch_registry import Guard
 __all__ = [
     "Cat",
     "Group",
+    "Horizontal",
     "fusable",
     "Matmuls",
     "find_cats",
@@ -42,6 +43,7 @@ __all__ = [
     "find_matmuls",
     "run_cat",
     "run_group",
+    "run_horizontal",
     "run_matmuls",
     "schedule",
 ]
@@ -300,8 +302,13 @@ def _identity(op: str, args: tuple, src: Any, dtype: torch.dtype) -> int | None:
 
 def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     """The graph's nodes with each group as one step, in an order where every step comes after
-    the steps computing its inputs (graph order wherever it allows); None if the groups made
-    that impossible (they are convex, so they never should)."""
+    the steps computing its inputs; None if the groups made that impossible (they are convex,
+    so they never should).
+
+    Element-wise steps (:class:`Group`, :class:`Cat`) wait until no other step is ready; then
+    all those ready run as one step (a :class:`Horizontal` launch when there are several:
+    they depend on none of each other). Other steps go in graph order wherever it allows, and
+    the graph's output comes last."""
     unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
     for g in groups:
         for m in g.members:
@@ -319,17 +326,36 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
             if p is not u and id(p) not in preds.setdefault(id(u), set()):
                 preds[id(u)].add(id(p))
                 succs.setdefault(id(p), []).append(u)
-    ready = [(first[k], k) for k in units if not preds.get(k)]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(units[k])
-        for s in succs.get(k, []):
-            preds[id(s)].discard(k)
-            if not preds[id(s)]:
-                heapq.heappush(ready, (first[id(s)], id(s)))
-    return order if len(order) == len(units) else None
+    ready: list[tuple[int, int]] = []
+    waiting: list[Any] = []  # ready element-wise steps
+    last = [u for u in units.values() if getattr(u, "op", None) == "output"]
+
+    def release(k: int) -> None:
+        if not preds.get(k) and not (last and units[k] is last[0]):
+            if isinstance(units[k], _SEGMENTS):
+                waiting.append(units[k])
+            else:
+                heapq.heappush(ready, (first[k], k))
+
+    for k in units:
+        release(k)
+    order: list[Any] = []
+    emitted = len(last)
+    while ready or waiting:
+        if ready:
+            done = [heapq.heappop(ready)[1]]
+            order.append(units[done[0]])
+        else:
+            batch = sorted(waiting, key=lambda u: first[id(u)])
+            waiting.clear()
+            order.append(batch[0] if len(batch) == 1 else Horizontal(batch))
+            done = [id(u) for u in batch]
+        emitted += len(done)
+        for k in done:
+            for s in succs.get(k, []):
+                preds[id(s)].discard(k)
+                release(id(s))
+    return order + last if emitted == len(units) else None
 
 
 @dataclass
@@ -436,8 +462,42 @@ def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]
     return out
 
 
-def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
-    """The cat from one launch of the fused kernel; :class:`Guard` when it does not apply."""
+@dataclass
+class Horizontal:
+    """Element-wise steps (:class:`Group`, :class:`Cat`) none of which depends on another,
+    ready at one point of the schedule: one launch of the fused kernel, a segment per part."""
+
+    parts: list[Any]
+
+    @property
+    def members(self) -> list[torch.fx.Node]:
+        return [m for p in self.parts for m in p.members]
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(m for p in self.parts for m in p.outputs)
+
+    @property
+    def names(self) -> tuple:
+        return tuple(nm for p in self.parts for nm in p.names)
+
+
+_SEGMENTS = (Group, Cat)  # the steps a Horizontal launch joins
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One program of a fused launch: its kernel inputs, program, stored steps, and the
+    function giving the graph's values from the stored results."""
+
+    ins: list
+    program: tuple
+    outs: tuple
+    done: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+
+
+def _cat_segment(g: Cat, env: dict) -> _Segment:
+    """The cat as a segment of the fused kernel; :class:`Guard` when it does not apply."""
     n = g.members[0]
     parts = [env[a] for a in g.inputs]
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
@@ -450,8 +510,12 @@ def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
         raise Guard("not float tensors of one rank")
     if any(x.shape[1] == 0 or x.shape[1] > FREE_MAX for x in xs) or sum(shape[d:]) == 0:
         raise Guard(f"parts of {[x.shape[1] for x in xs]} columns")
-    res = run(K.fused_elementwise_kernel, xs, program=g.program, outs=(0,))
-    return [res.reshape(shape)]
+    return _Segment(xs, g.program, (0,), lambda res: [res[0].reshape(shape)])
+
+
+def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
+    """The cat from one launch of the fused kernel; :class:`Guard` when it does not apply."""
+    return _launch(run, [_cat_segment(g, env)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -472,18 +536,59 @@ def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
     return _rows(t.expand(full))
 
 
-def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The group's stored values from one launch of the fused kernel (``values``: its inputs
-    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
+def _group_segment(g: Group, values: list[torch.Tensor]) -> _Segment:
+    """The group as a segment of the fused kernel (``values``: its inputs in the order of
+    ``g.inputs``); :class:`Guard` when the kernel does not apply."""
     full = g.shape if g.shape is not None else tuple(values[g.shape_from].shape)
     d = full[-1]
     n = math.prod(full[:-1])
     if d > FREE_MAX or n * d == 0:
         raise Guard(f"shape {full}")
     ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
-    res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
-    res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
-    return [  # (full, a column or a part; a colsum's row)
-        r.reshape(full[:-1] + (r.shape[1],) if rows is None else rows)
-        for r, rows in zip(res, g.rows)
+
+    def done(res: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [  # (full, a column or a part; a colsum's row)
+            r.reshape(full[:-1] + (r.shape[1],) if rows is None else rows)
+            for r, rows in zip(res, g.rows)
+        ]
+
+    return _Segment(ins, g.program, g.outs, done)
+
+
+def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The group's stored values from one launch of the fused kernel (``values``: its inputs
+    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
+    return _launch(run, [_group_segment(g, values)])
+
+
+def run_horizontal(run: Any, g: Horizontal, env: dict) -> list[torch.Tensor]:
+    """The stored values of every part (in the order of ``g.outputs``) from one launch of the
+    fused kernel, a segment per part; :class:`Guard` when the kernel does not apply to one of
+    them (the parts then run one by one)."""
+    segs = [
+        _group_segment(p, [env[a] for a in p.inputs])
+        if isinstance(p, Group)
+        else _cat_segment(p, env)
+        for p in g.parts
     ]
+    return _launch(run, segs)
+
+
+def _launch(run: Any, segs: list[_Segment]) -> list[torch.Tensor]:
+    """One launch of the fused kernel for ``segs``: their stored values, in order."""
+    if len(segs) == 1:
+        s = segs[0]
+        res = run(K.fused_elementwise_kernel, s.ins, program=s.program, outs=s.outs)
+        return s.done(list(res) if isinstance(res, tuple) else [res])  # (one comes alone)
+    ins: list[torch.Tensor] = []
+    spec = []
+    for s in segs:
+        spec.append((tuple(range(len(ins), len(ins) + len(s.ins))), s.program, s.outs))
+        ins += s.ins
+    res = run(K.fused_elementwise_kernel, ins, segments=tuple(spec))
+    res = list(res) if isinstance(res, tuple) else [res]
+    out: list[torch.Tensor] = []
+    for s in segs:
+        out += s.done(res[: len(s.outs)])
+        res = res[len(s.outs) :]
+    return out
