@@ -444,10 +444,13 @@ class _Plan:
         chains: list[Any] = fusion.find_groups(nodes, specs)
         grouped = {m for g in chains for m in g.members}
         cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
-        chains += fusion.find_cats(nodes, cats)
+        chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
-        for g in groups:
-            g.names = tuple(str(self.kind[m][1]) for m in g.members)
+        todo = list(groups)  # (with the parts a refused launch runs on their own)
+        while todo:
+            u = todo.pop()
+            u.names = tuple(str(self.kind[m][1]) for m in u.members)
+            todo += getattr(u, "parts", ())
         # (a chain may join two matmul groups into a circle: then the chains alone)
         self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
         last: dict[torch.fx.Node, int] = {}
@@ -513,7 +516,7 @@ class _Plan:
                 for nm in g.names:
                     report.record(nm, "nki", run.used, s=share)
                 return
-        for m in getattr(g, "parts", g.members):  # (a horizontal launch's parts: their own)
+        for m in getattr(g, "parts", None) or g.members:  # (parts of a launch: on their own)
             if isinstance(m, _GROUPS):
                 self._group(m, env, report)
             else:

@@ -453,9 +453,24 @@ def test_rotary_embeddings_and_cache_cats_share_launches_bitwise(dtype):
     for a, b, e in zip(fused, plain, _attention_inputs(*args)):
         assert torch.equal(a, b)
         torch.testing.assert_close(a, e)
-    # both rotary chains and the value cache's cat, then the key cache's cat
-    assert rep.kernel_calls == {FUSED: 2}
+    # both rotary chains, the key cache's cat (after the new key's) and the value cache's cat
+    assert rep.kernel_calls == {FUSED: 1}
     assert ref.kernels_of("aten::cat") == {"cat_kernel": 4}
+
+
+def test_a_long_cache_runs_its_cats_apart_and_the_chains_still_fused():  # (refused parts)
+    q, k, v = (torch.randn(2, h, 1, 16) for h in (4, 2, 2))
+    cache_k, cache_v = torch.randn(2, 2, 300, 16), torch.randn(2, 2, 300, 16)  # 4800 columns
+    cos, sin = torch.randn(2, 1, 1, 16), torch.randn(2, 1, 1, 16)
+    args = (q, k, v, cache_k, cache_v, cos, sin)
+    got, (rep,) = _compiled(True, _attention_inputs, *args)
+    for a, e in zip(got, _attention_inputs(*args)):
+        torch.testing.assert_close(a, e)
+    # the shared launch and the key's chain with its cat refuse the caches' 4800 columns: the
+    # rotary chains run as a launch each, the cats on their own (cat_kernel refuses them too)
+    assert rep.kernel_calls == {FUSED: 2}
+    assert rep.kernels_of("aten::neg") == {FUSED: 2}
+    assert rep.fallbacks == {"aten::cat": "guard failed: slices wider than 4096 or empty"}
 
 
 def test_a_refused_part_of_a_shared_launch_runs_alone():
