@@ -295,7 +295,8 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     Element-wise steps (:class:`Group`, :class:`Cat`) wait until no other step is ready; then
     all those ready run as one step (a :class:`Horizontal` launch when there are several:
     they depend on none of each other). Other steps go in graph order wherever it allows, and
-    the graph's output comes last."""
+    the graph's output comes last. A node that writes one of its operands (``copy_`` of an
+    input mutation) keeps its place in graph order against every other step."""
     unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
     for g in groups:
         for m in g.members:
@@ -306,13 +307,22 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     preds: dict[int, set[int]] = {}
     succs: dict[int, list[Any]] = {}
     units = {id(u): u for u in unit.values()}
+
+    def edge(p: Any, u: Any) -> None:  # p before u
+        if p is not u and id(p) not in preds.setdefault(id(u), set()):
+            preds[id(u)].add(id(p))
+            succs.setdefault(id(p), []).append(u)
+
     for n in nodes:
-        u = unit[n]
         for a in n.all_input_nodes:
-            p = unit[a]
-            if p is not u and id(p) not in preds.setdefault(id(u), set()):
-                preds[id(u)].add(id(p))
-                succs.setdefault(id(p), []).append(u)
+            edge(unit[a], unit[n])
+    for i, w in enumerate(nodes):
+        if _writes(w):  # (a step reading the operand, or a view of it, must not pass it)
+            for k, u in units.items():
+                if first[k] < i:
+                    edge(u, unit[w])
+                else:
+                    edge(unit[w], u)
     ready: list[tuple[int, int]] = []
     waiting: list[Any] = []  # ready element-wise steps
     last = [u for u in units.values() if getattr(u, "op", None) == "output"]
@@ -343,6 +353,14 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
                 preds[id(s)].discard(k)
                 release(id(s))
     return order + last if emitted == len(units) else None
+
+
+def _writes(n: torch.fx.Node) -> bool:
+    """Whether the node writes one of its operands (an in-place ATen op)."""
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )
 
 
 def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import frontends.torch as ft
 import nki.kernels as K
 from frontends import torch_backend as tb
+from frontends import torch_fusion as fusion
 from nki.errors import NKIError
 
 FUSED = "fused_elementwise_kernel"
@@ -483,3 +484,19 @@ def test_a_refused_part_of_a_shared_launch_runs_alone():
         torch.testing.assert_close(a, e)
     assert rep.kernels_of("aten::exp") == {FUSED: 1}
     assert rep.fallbacks["aten::sigmoid"].startswith("guard failed: last dim 5000")
+
+
+def test_an_in_place_write_keeps_its_place_against_fused_steps():
+    # exp(x) * 2 (a fused step, which waits for other steps) reads x before copy_ writes it
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    e = g.call_function(torch.ops.aten.exp.default, (x,))
+    m = g.call_function(torch.ops.aten.mul.Tensor, (e, 2.0))
+    p = g.call_function(torch.ops.aten.mm.default, (x, w))
+    c = g.call_function(torch.ops.aten.copy_.default, (x, p))
+    g.output((m, c))
+    nodes = list(g.nodes)
+    chain = fusion.Group([e, m], (4, 8))
+    order = fusion.schedule(nodes, [chain])
+    assert order.index(chain) < order.index(c)
+    assert order[-1].op == "output" and len(order) == len(nodes) - 1
