@@ -335,12 +335,7 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls, fusion.Horizontal)
-_RUNS = {
-    fusion.Cat: fusion.run_cat,
-    fusion.Matmuls: fusion.run_matmuls,
-    fusion.Horizontal: fusion.run_horizontal,
-}
+_GROUPS = fusion.STEPS
 
 
 def _alone(name: str) -> bool:
@@ -446,11 +441,6 @@ class _Plan:
         cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
         chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
-        todo = list(groups)  # (with the parts a refused launch runs on their own)
-        while todo:
-            u = todo.pop()
-            u.names = tuple(str(self.kind[m][1]) for m in u.members)
-            todo += getattr(u, "parts", ())
         # (a chain may join two matmul groups into a circle: then the chains alone)
         self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
         last: dict[torch.fx.Node, int] = {}
@@ -503,10 +493,7 @@ class _Plan:
             run = _Run(report)
             t0 = time.perf_counter()
             try:
-                if isinstance(g, fusion.Group):
-                    res = _grad_free(fusion.run_group, run, g, [env[a] for a in g.inputs])
-                else:
-                    res = _grad_free(_RUNS[type(g)], run, g, env)
+                res = _grad_free(fusion.run_step, run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:

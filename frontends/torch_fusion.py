@@ -44,6 +44,7 @@ __all__ = [
     "Horizontal",
     "fusable",
     "Matmuls",
+    "STEPS",
     "find_cats",
     "find_groups",
     "find_matmuls",
@@ -52,8 +53,25 @@ __all__ = [
     "run_group",
     "run_horizontal",
     "run_matmuls",
+    "run_step",
     "schedule",
 ]
+
+STEPS = (Group, Cat, Matmuls, Horizontal)  # the steps of a graph that are not single nodes
+_RUNS: dict[type, Callable] = {
+    Group: run_group,
+    Cat: run_cat,
+    Matmuls: run_matmuls,
+    Horizontal: run_horizontal,
+}
+
+
+def run_step(run: Any, g: Any, env: dict) -> list[torch.Tensor]:
+    """The stored values (``g.outputs``) of one of the :data:`STEPS` from the values ``env``
+    of the graph; :class:`Guard` when its kernel does not apply (its parts or nodes then run on
+    their own)."""
+    return _RUNS[type(g)](run, g, env)
+
 
 FUSED_KERNEL = "fused_elementwise_kernel"
 

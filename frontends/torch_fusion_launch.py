@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -23,7 +24,12 @@ from .torch_ops import FLOATS, _rows
 from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
 from .torch_registry import Guard
 
-__all__ = ["Cat", "Group", "Horizontal", "run_cat", "run_group", "run_horizontal"]
+__all__ = ["Cat", "Group", "Horizontal", "op_names", "run_cat", "run_group", "run_horizontal"]
+
+
+def op_names(members: list[torch.fx.Node]) -> tuple:
+    """The ATen op names of a step's members (``"aten::mul"``), for the report."""
+    return tuple(m.target._schema.name for m in members)  # type: ignore[union-attr]
 
 
 @dataclass
@@ -40,7 +46,6 @@ class Group:
     outs: tuple = ()
     outputs: tuple = ()  # the member nodes stored, in the order of outs
     inputs: tuple = ()
-    names: tuple = ()  # the members' ATen op names
     shape: tuple | None = None
     shape_from: int = -1
     # per stored value: None (the full shape's rows), a colsum's row shape, or ("cat", d,
@@ -48,6 +53,10 @@ class Group:
     rows: tuple = ()
     views: tuple = ()  # per input: True when it is a cat's part, given as (rows, -1)
     parts: tuple = ()  # a group with a joined cat: the group and the cat, run apart if refused
+
+    @cached_property
+    def names(self) -> tuple:
+        return op_names(self.members)
 
 
 @dataclass
@@ -58,7 +67,6 @@ class Cat:
 
     members: list[torch.fx.Node]
     program: tuple
-    names: tuple = ()
 
     @property
     def outputs(self) -> tuple:
@@ -68,6 +76,10 @@ class Cat:
     def inputs(self) -> tuple:
         return tuple(self.members[0].args[0])
 
+    @cached_property
+    def names(self) -> tuple:
+        return op_names(self.members)
+
 
 @dataclass
 class Horizontal:
@@ -76,17 +88,17 @@ class Horizontal:
 
     parts: list[Any]
 
-    @property
+    @cached_property
     def members(self) -> list[torch.fx.Node]:
         return [m for p in self.parts for m in p.members]
 
-    @property
+    @cached_property
     def outputs(self) -> tuple:
         return tuple(m for p in self.parts for m in p.outputs)
 
-    @property
+    @cached_property
     def names(self) -> tuple:
-        return tuple(nm for p in self.parts for nm in p.names)
+        return op_names(self.members)
 
 
 _SEGMENTS = (Group, Cat)  # the steps a Horizontal launch joins
@@ -172,10 +184,10 @@ def _part_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.contiguous().reshape(n, w)
 
 
-def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The group's stored values from one launch of the fused kernel (``values``: its inputs
-    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
-    return _launch(run, [_group_segment(g, values)])
+def run_group(run: Any, g: Group, env: dict) -> list[torch.Tensor]:
+    """The group's stored values from one launch of the fused kernel; :class:`Guard` when the
+    kernel does not apply."""
+    return _launch(run, [_group_segment(g, [env[a] for a in g.inputs])])
 
 
 def run_horizontal(run: Any, g: Horizontal, env: dict) -> list[torch.Tensor]:

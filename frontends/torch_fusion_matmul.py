@@ -7,6 +7,7 @@ graph (none depends on another), :func:`run_matmuls` runs a group as one launch 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ import torch.fx
 
 import nki.kernels as K
 
+from .torch_fusion_launch import op_names
 from .torch_ops import FLOATS
 from .torch_registry import Guard
 
@@ -28,11 +30,14 @@ class Matmuls:
 
     members: list[torch.fx.Node]
     lhs: torch.fx.Node | None = None
-    names: tuple = ()
 
     @property
     def outputs(self) -> tuple:
         return tuple(self.members)
+
+    @cached_property
+    def names(self) -> tuple:
+        return op_names(self.members)
 
 
 def find_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[Matmuls]:
