@@ -335,8 +335,7 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = (fusion.Group, fusion.Cat, fusion.Matmuls)
-_RUNS = {fusion.Cat: fusion.run_cat, fusion.Matmuls: fusion.run_matmuls}
+_GROUPS = fusion.STEPS
 
 
 def _alone(name: str) -> bool:
@@ -440,10 +439,8 @@ class _Plan:
         chains: list[Any] = fusion.find_groups(nodes, specs)
         grouped = {m for g in chains for m in g.members}
         cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
-        chains += fusion.find_cats(nodes, cats)
+        chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
-        for g in groups:
-            g.names = tuple(str(self.kind[m][1]) for m in g.members)
         # (a chain may join two matmul groups into a circle: then the chains alone)
         self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
         last: dict[torch.fx.Node, int] = {}
@@ -496,10 +493,7 @@ class _Plan:
             run = _Run(report)
             t0 = time.perf_counter()
             try:
-                if isinstance(g, fusion.Group):
-                    res = _grad_free(fusion.run_group, run, g, [env[a] for a in g.inputs])
-                else:
-                    res = _grad_free(_RUNS[type(g)], run, g, env)
+                res = _grad_free(fusion.run_step, run, g, env)
             except Guard:
                 pass  # the nodes run one by one, each under its own guard
             else:
@@ -509,8 +503,11 @@ class _Plan:
                 for nm in g.names:
                     report.record(nm, "nki", run.used, s=share)
                 return
-        for m in g.members:
-            env[m] = self._node(m, env, report)
+        for m in getattr(g, "parts", None) or g.members:  # (parts of a launch: on their own)
+            if isinstance(m, _GROUPS):
+                self._group(m, env, report)
+            else:
+                env[m] = self._node(m, env, report)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Fusing chains of element-wise ATen ops of a compiled graph into one NKI kernel launch
+"""Fusing element-wise ATen ops of a compiled graph into few NKI kernel launches
 (:func:`nki.kernels.fused_elementwise_kernel`) for the ``"nki"`` torch.compile backend.
 
 Once per compiled graph, :func:`find_groups` groups the float element-wise nodes (unary math
@@ -7,70 +7,77 @@ activation backward ops, float dtype conversions, means / sums over the last dim
 ``keepdim``, cats of the last dim, and the copies of backward graphs: expand, slices of the last
 dim and their gradients, sums over every row) that compute on one shape (or its row statistics,
 or some of its columns) into groups that can run as one step of the graph. Each group becomes a
-static program of the fused kernel; the graph runner launches it once per call
-(:func:`run_group`), and when the fused kernel's guard refuses a call the group's nodes run one
-by one as before. Each step computes and rounds as its separate kernel does, so fusing never
-changes a result. :func:`find_matmuls` groups the matrix products that do not depend on each
-other into one matmul launch (:func:`run_matmuls`)."""
+static program of the fused kernel. :func:`find_cats` makes the cats in no chain fused steps
+too, :func:`join_cats` joins a cat to the group computing one of its parts (a KV cache's cat
+after the new key's rotary embedding), and :func:`schedule` orders the steps, running the
+element-wise steps ready at one point as one launch (:class:`Horizontal`). Running them is
+:mod:`frontends.torch_fusion_launch`'s; when the fused kernel's guard refuses a call, the
+parts or nodes run one by one as before. Each step computes and rounds as its separate kernel
+does, so fusing never changes a result. Matrix products that do not depend on each other share
+a launch too (:mod:`frontends.torch_fusion_matmul`)."""
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
-import nki.kernels as K
-from nki.kernels._tiles import FREE_MAX
-
+from .torch_fusion_launch import (
+    _SEGMENTS,
+    Cat,
+    Group,
+    Horizontal,
+    run_cat,
+    run_group,
+    run_horizontal,
+)
+from .torch_fusion_matmul import Matmuls, find_matmuls, run_matmuls
 from .torch_fusion_rules import _ALONE, Key, _col, _key, _part, _Spec, fusable
-from .torch_ops import _DTYPE_NAMES, FLOATS, _rows
-from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
-from .torch_registry import Guard
+from .torch_ops import _DTYPE_NAMES, FLOATS
 
 __all__ = [
     "Cat",
     "Group",
+    "Horizontal",
     "fusable",
     "Matmuls",
+    "STEPS",
     "find_cats",
     "find_groups",
     "find_matmuls",
+    "join_cats",
     "run_cat",
     "run_group",
+    "run_horizontal",
     "run_matmuls",
+    "run_step",
     "schedule",
 ]
+
+STEPS = (Group, Cat, Matmuls, Horizontal)  # the steps of a graph that are not single nodes
+_RUNS: dict[type, Callable] = {
+    Group: run_group,
+    Cat: run_cat,
+    Matmuls: run_matmuls,
+    Horizontal: run_horizontal,
+}
+
+
+def run_step(run: Any, g: Any, env: dict) -> list[torch.Tensor]:
+    """The stored values (``g.outputs``) of one of the :data:`STEPS` from the values ``env``
+    of the graph; :class:`Guard` when its kernel does not apply (its parts or nodes then run on
+    their own)."""
+    return _RUNS[type(g)](run, g, env)
+
 
 FUSED_KERNEL = "fused_elementwise_kernel"
 
 # --------------------------------------------------------------------------------------------
 # Grouping (once per compiled graph)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Group:
-    """Nodes run as one fused launch: ``members`` (graph order), the fused kernel's
-    ``program`` and ``outs`` (the members stored: ``outputs``), the group's external tensor
-    ``inputs`` (graph nodes), and the full shape (``shape``: ints, or None when it is taken at
-    run time from input ``shape_from``); a stored value has the full shape's columns, one (a row
-    statistic) or a part of them (a cat's operand)."""
-
-    members: list[torch.fx.Node]
-    full: Key
-    program: tuple = ()
-    outs: tuple = ()
-    outputs: tuple = ()  # the member nodes stored, in the order of outs
-    inputs: tuple = ()
-    names: tuple = ()  # the members' ATen op names
-    shape: tuple | None = None
-    shape_from: int = -1
-    rows: tuple = ()  # per stored value: its shape if it is a colsum's row, else None
 
 
 class _Groups:
@@ -300,8 +307,14 @@ def _identity(op: str, args: tuple, src: Any, dtype: torch.dtype) -> int | None:
 
 def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     """The graph's nodes with each group as one step, in an order where every step comes after
-    the steps computing its inputs (graph order wherever it allows); None if the groups made
-    that impossible (they are convex, so they never should)."""
+    the steps computing its inputs; None if the groups made that impossible (they are convex,
+    so they never should).
+
+    Element-wise steps (:class:`Group`, :class:`Cat`) wait until no other step is ready; then
+    all those ready run as one step (a :class:`Horizontal` launch when there are several:
+    they depend on none of each other). Other steps go in graph order wherever it allows, and
+    the graph's output comes last. A node that writes one of its operands (``copy_`` of an
+    input mutation) keeps its place in graph order against every other step."""
     unit: dict[torch.fx.Node, Any] = {n: n for n in nodes}
     for g in groups:
         for m in g.members:
@@ -312,111 +325,60 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
     preds: dict[int, set[int]] = {}
     succs: dict[int, list[Any]] = {}
     units = {id(u): u for u in unit.values()}
+
+    def edge(p: Any, u: Any) -> None:  # p before u
+        if p is not u and id(p) not in preds.setdefault(id(u), set()):
+            preds[id(u)].add(id(p))
+            succs.setdefault(id(p), []).append(u)
+
     for n in nodes:
-        u = unit[n]
         for a in n.all_input_nodes:
-            p = unit[a]
-            if p is not u and id(p) not in preds.setdefault(id(u), set()):
-                preds[id(u)].add(id(p))
-                succs.setdefault(id(p), []).append(u)
-    ready = [(first[k], k) for k in units if not preds.get(k)]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(units[k])
-        for s in succs.get(k, []):
-            preds[id(s)].discard(k)
-            if not preds[id(s)]:
-                heapq.heappush(ready, (first[id(s)], id(s)))
-    return order if len(order) == len(units) else None
+            edge(unit[a], unit[n])
+    for i, w in enumerate(nodes):
+        if _writes(w):  # (a step reading the operand, or a view of it, must not pass it)
+            for k, u in units.items():
+                if first[k] < i:
+                    edge(u, unit[w])
+                else:
+                    edge(unit[w], u)
+    ready: list[tuple[int, int]] = []
+    waiting: list[Any] = []  # ready element-wise steps
+    last = [u for u in units.values() if getattr(u, "op", None) == "output"]
+
+    def release(k: int) -> None:
+        if not preds.get(k) and not (last and units[k] is last[0]):
+            if isinstance(units[k], _SEGMENTS):
+                waiting.append(units[k])
+            else:
+                heapq.heappush(ready, (first[k], k))
+
+    for k in units:
+        release(k)
+    order: list[Any] = []
+    emitted = len(last)
+    while ready or waiting:
+        if ready:
+            done = [heapq.heappop(ready)[1]]
+            order.append(units[done[0]])
+        else:
+            batch = sorted(waiting, key=lambda u: first[id(u)])
+            waiting.clear()
+            order.append(batch[0] if len(batch) == 1 else Horizontal(batch))
+            done = [id(u) for u in batch]
+        emitted += len(done)
+        for k in done:
+            for s in succs.get(k, []):
+                preds[id(s)].discard(k)
+                release(id(s))
+    return order + last if emitted == len(units) else None
 
 
-@dataclass
-class Matmuls:
-    """``aten::mm`` nodes none of which depends on another, run as one launch: of
-    ``matmul_shared_kernel`` when they read one left operand (``lhs``), else of
-    ``matmul_pairs_kernel``."""
-
-    members: list[torch.fx.Node]
-    lhs: torch.fx.Node | None = None
-    names: tuple = ()
-
-    @property
-    def outputs(self) -> tuple:
-        return tuple(self.members)
-
-
-def find_matmuls(nodes: list[torch.fx.Node], mms: set[torch.fx.Node]) -> list[Matmuls]:
-    """Groups of two or more of the ``aten::mm`` nodes ``mms`` at one depth: the depth of a node
-    is the largest number of ``mms`` on a path from the graph's inputs to it (itself included),
-    so no product of a group depends on another, and every path between two groups goes from
-    the shallower to the deeper (the groups can always be scheduled). In a backward graph a
-    layer's input and weight gradients are at one depth; in a forward graph the products of
-    one input (the query, key and value projections)."""
-    depth: dict[torch.fx.Node, int] = {}
-    by_depth: dict[int, list[torch.fx.Node]] = {}
-    for n in nodes:
-        d = max((depth[a] for a in n.all_input_nodes), default=0)
-        depth[n] = d + (n in mms)
-        if n in mms:
-            by_depth.setdefault(depth[n], []).append(n)
-    out = []
-    for ms in by_depth.values():
-        if len(ms) >= 2:
-            lhs = {_same_value(m.args[0]) for m in ms}
-            out.append(Matmuls(ms, ms[0].args[0] if len(lhs) == 1 else None))
-    return out
-
-
-_VIEWS = ("aten::view", "aten::_unsafe_view", "aten::reshape")
-
-
-def _same_value(a: Any) -> Any:
-    """A key equal for nodes that hold the same value: a view of a node to a static shape is
-    keyed by the node and the shape."""
-    name = getattr(getattr(a, "target", None), "_schema", None)
-    if name is not None and name.name in _VIEWS and len(a.args) == 2:
-        shape = a.args[1]
-        if isinstance(shape, (list, tuple)) and all(type(s) is int for s in shape):
-            return ("view", a.args[0], tuple(shape))
-    return a
-
-
-def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
-    """The products of one launch; :class:`Guard` when the kernels do not apply (the mms then
-    run one by one)."""
-    pairs = [(env[m.args[0]], env[m.args[1]]) for m in g.members]
-    for a, b in pairs:
-        if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
-            raise Guard("not 2-D float tensors")
-        if a.dtype != b.dtype:
-            raise Guard("mixed dtypes")
-    bs = [b.contiguous() for _, b in pairs]
-    if g.lhs is not None:
-        if len({b.dtype for b in bs} | {env[g.lhs].dtype}) > 1:
-            raise Guard("mixed dtypes")
-        return list(run(K.matmul_shared_kernel, env[g.lhs].contiguous(), bs))
-    return list(run(K.matmul_pairs_kernel, [a.contiguous() for a, _ in pairs], bs))
-
-
-@dataclass
-class Cat:
-    """A ``cat`` of float tensors (along any dim) in no chain: the fused kernel's cat step on
-    (rows, columns) views of its parts (the dims before the cat's, the rest), whose tiles have
-    as many partitions as the parts have rows (a KV cache's cat in a decode step: a few rows)."""
-
-    members: list[torch.fx.Node]
-    program: tuple
-    names: tuple = ()
-
-    @property
-    def outputs(self) -> tuple:
-        return tuple(self.members)
-
-    @property
-    def inputs(self) -> tuple:
-        return tuple(self.members[0].args[0])
+def _writes(n: torch.fx.Node) -> bool:
+    """Whether the node writes one of its operands (an in-place ATen op)."""
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )
 
 
 def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]:
@@ -436,54 +398,79 @@ def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]
     return out
 
 
-def run_cat(run: Any, g: Cat, env: dict) -> list[torch.Tensor]:
-    """The cat from one launch of the fused kernel; :class:`Guard` when it does not apply."""
-    n = g.members[0]
-    parts = [env[a] for a in g.inputs]
+def join_cats(groups: list[Group], cats: list[Cat]) -> list[Any]:
+    """The groups and the cats, where a cat whose parts are stored values of one group and
+    tensors that do not depend on it, along a dim whose rows are the group's (the dims between
+    it and the last are 1: the new key of a decode step before the KV cache's cat), is the
+    group's last step instead of a launch of its own."""
+    out: list[Any] = list(groups)
+    rest = []
+    for c in cats:
+        j = next((i for i, g in enumerate(out) if _joins(g, c)), None)
+        if j is None:
+            rest.append(c)
+        else:
+            out[j] = _with_cat(out[j], c)
+    return out + rest
+
+
+def _cat_dim(n: torch.fx.Node) -> int:
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
-    d = dim % parts[0].dim()
-    shape = list(parts[0].shape)
-    shape[d] = sum(p.shape[d] for p in parts)
-    rows = math.prod(shape[:d])
-    xs = [p.contiguous().reshape(rows, -1) for p in parts]
-    if any(p.dtype not in FLOATS or p.dim() != len(shape) for p in parts) or rows == 0:
-        raise Guard("not float tensors of one rank")
-    if any(x.shape[1] == 0 or x.shape[1] > FREE_MAX for x in xs) or sum(shape[d:]) == 0:
-        raise Guard(f"parts of {[x.shape[1] for x in xs]} columns")
-    res = run(K.fused_elementwise_kernel, xs, program=g.program, outs=(0,))
-    return [res.reshape(shape)]
+    return dim % n.meta["val"].dim()
 
 
-# --------------------------------------------------------------------------------------------
-# Running a group
-# --------------------------------------------------------------------------------------------
+def _joins(g: Group, c: Cat) -> bool:
+    n = c.members[0]
+    d, full = _cat_dim(n), g.full
+    mine = [p for p in n.args[0] if p in g.outputs]
+    if not mine or d == len(full) - 1 or any(s != 1 for s in full[d:-1]):
+        return False
+    if any(_key(p.meta["val"]) != full or g.rows[g.outputs.index(p)] is not None for p in mine):
+        return False
+    if not all(isinstance(s, int) for s in _key(n.meta["val"])[d + 1 :]):
+        return False
+    members = set(g.members)
+    return not any(_reaches(members, p) for p in n.args[0] if p not in g.outputs)
 
 
-def _operand(t: torch.Tensor, full: tuple, n: int, d: int) -> torch.Tensor:
-    """``t`` in one of the forms the fused kernel broadcasts: (n, d), (n, 1), (1, d), (1, 1);
-    another broadcast is materialised (a layout copy, as the separate adapters do)."""
-    pad = (1,) * (len(full) - t.dim()) + tuple(t.shape)
-    if pad == full:
-        return _rows(t)
-    if pad[:-1] == full[:-1]:  # one value per row, or a part of a cat
-        return t.contiguous().reshape(n, pad[-1])
-    if all(s == 1 for s in pad[:-1]):  # one row (of the full shape's columns, or a part's)
-        return t.contiguous().reshape(1, pad[-1])
-    return _rows(t.expand(full))
+def _reaches(members: set, a: torch.fx.Node) -> bool:
+    """Whether ``a`` is one of ``members`` or depends on one."""
+    seen, todo = set(), [a]
+    while todo:
+        x = todo.pop()
+        if x in members:
+            return True
+        if x not in seen:
+            seen.add(x)
+            todo += x.all_input_nodes
+    return False
 
 
-def run_group(run: Any, g: Group, values: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The group's stored values from one launch of the fused kernel (``values``: its inputs
-    in the order of ``g.inputs``); :class:`Guard` when the kernel does not apply."""
-    full = g.shape if g.shape is not None else tuple(values[g.shape_from].shape)
-    d = full[-1]
-    n = math.prod(full[:-1])
-    if d > FREE_MAX or n * d == 0:
-        raise Guard(f"shape {full}")
-    ins = [_operand(v if v.dtype in FLOATS else _int32(v), full, n, d) for v in values]
-    res = run(K.fused_elementwise_kernel, ins, program=g.program, outs=g.outs)
-    res = res if isinstance(res, tuple) else (res,)  # one output comes back on its own
-    return [  # (full, a column or a part; a colsum's row)
-        r.reshape(full[:-1] + (r.shape[1],) if rows is None else rows)
-        for r, rows in zip(res, g.rows)
-    ]
+def _with_cat(g: Group, c: Cat) -> Group:
+    n = c.members[0]
+    inputs, views = list(g.inputs), list(g.views or (False,) * len(g.inputs))
+    refs = []
+    for p in n.args[0]:
+        if p in g.outputs:
+            refs.append(("v", g.outs[g.outputs.index(p)]))
+        else:
+            inputs.append(p)
+            views.append(True)
+            refs.append(("in", len(inputs) - 1))
+    program = g.program + (("cat", tuple(refs), c.program[0][2]),)
+    members = g.members + [n]
+    keep = [i for i, m in enumerate(g.outputs) if m.users.keys() - set(members)]
+    d = _cat_dim(n)
+    return Group(
+        members,
+        g.full,
+        program,
+        outs=tuple(g.outs[i] for i in keep) + (len(program) - 1,),
+        outputs=tuple(g.outputs[i] for i in keep) + (n,),
+        inputs=tuple(inputs),
+        shape=g.shape,
+        shape_from=g.shape_from,
+        rows=tuple(g.rows[i] for i in keep) + (("cat", d, _key(n.meta["val"])[d + 1 :]),),
+        views=tuple(views),
+        parts=(g, c),
+    )

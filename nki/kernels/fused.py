@@ -101,7 +101,7 @@ def widths(program: tuple, in_widths: tuple[int, ...]) -> list[int]:
 
 
 @nki.jit
-def fused_elementwise_kernel(ins, program=(), outs=()):
+def fused_elementwise_kernel(ins, program=(), outs=(), segments=()):
     """The values ``outs`` (step indices) of ``program`` (see the module) computed on the
     rows of the inputs ``ins``, each loaded once per 128-row tile.
 
@@ -109,7 +109,27 @@ def fused_elementwise_kernel(ins, program=(), outs=()):
     cat step joins) or (1, W) (one row, broadcast to every row); N the largest row count; any
     N, W <= 4096. A step's value has the columns of its widest operand, one for a row mean /
     sum, the parts' sum for a cat. Dtypes: float32, bfloat16, float16 (fp32 math, each step
-    rounded to its dtype as its separate kernel rounds)."""
+    rounded to its dtype as its separate kernel rounds).
+
+    ``segments``: several independent programs in one launch instead of ``program`` /
+    ``outs``, each ``(inputs, program, outs)`` where ``inputs`` are the indices into ``ins`` of
+    the segment's inputs (its ``("in", i)`` refer to them in that order); each segment has its
+    own row count N and runs as the one-program kernel does; the results are every segment's
+    ``outs`` in order."""
+    if segments and (program or outs):
+        raise NKIShapeError(
+            "fused_elementwise_kernel: give program and outs, or segments, not both",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
+    results: list[Any] = []
+    for idx, prog, out in segments or ((tuple(range(len(ins))), program, outs),):
+        results += _segment([ins[i] for i in idx], prog, out)
+    return tuple(results)
+
+
+def _segment(ins: list, program: tuple, outs: tuple) -> list:
+    """The stored values ``outs`` of one program on the rows of ``ins`` (new HBM tensors)."""
     n = max(x.shape[0] for x in ins)
     p = fit(n)
     w = widths(program, tuple(x.shape[1] for x in ins))
@@ -151,7 +171,7 @@ def fused_elementwise_kernel(ins, program=(), outs=()):
         if o in sums:
             i_f = nl.arange(w[o])[None, :]
             nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(sums[o], dtype=res.dtype))
-    return tuple(results)
+    return results
 
 
 def _rows_below(tile: Any, t: Any, n: int) -> Any:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import frontends.torch as ft
 import nki.kernels as K
 from frontends import torch_backend as tb
+from frontends import torch_fusion as fusion
 from nki.errors import NKIError
 
 FUSED = "fused_elementwise_kernel"
@@ -387,3 +388,115 @@ def test_an_integer_to_float_conversion_starts_a_chain():
     got, (rep,) = _compiled(True, f, far, inv)
     torch.testing.assert_close(got, f(far, inv))
     assert FUSED not in rep.kernel_calls
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_segments_of_one_launch_are_bitwise_their_own_launches(dt):
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((300, 48)).astype(dt), rng.standard_normal((1, 48)).astype(dt)
+    y, z = rng.standard_normal((3, 40)).astype(dt), rng.standard_normal((3, 8)).astype(dt)
+    name = "float32" if dt is np.float32 else "bfloat16"
+    norm = (  # 300 rows: ragged tiles, a row statistic and a column sum
+        ("binary:mul", (("in", 0), ("in", 1)), name),
+        ("mean", (("v", 0),), name),
+        ("binary:sub", (("v", 0), ("v", 1)), name),
+        ("colsum", (("v", 2),), name),
+    )
+    cat = (("unary:exp", (("in", 1),), name), ("cat", (("in", 0), ("v", 0)), name))  # 3 rows
+    segments = (((0, 1), norm, (2, 3)), ((2, 3), cat, (1, 0)))
+    got = K.fused_elementwise_kernel([x, w, y, z], segments=segments)
+    want = (
+        *K.fused_elementwise_kernel([x, w], program=norm, outs=(2, 3)),
+        *K.fused_elementwise_kernel([y, z], program=cat, outs=(1, 0)),
+    )
+    assert len(got) == 4
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    np.testing.assert_array_equal(_bits(got[2]), _bits(np.concatenate([y, got[3]], 1)))
+    with pytest.raises(NKIError, match="give program and outs, or segments, not both"):
+        K.fused_elementwise_kernel([x, w], program=norm, outs=(2,), segments=segments)
+
+
+def test_independent_chains_ready_together_run_as_one_launch():
+    def two(x, y):  # chains of different shapes that read nothing of each other
+        return torch.sigmoid(x) * 2.0 + 1.0, torch.exp(y).mean(-1, keepdim=True) - y
+
+    x, y = torch.randn(5, 24), torch.randn(3, 7, 40)
+    fused, (rep,) = _compiled(True, two, x, y)
+    plain, (ref,) = _compiled(False, two, x, y)
+    for a, b, e in zip(fused, plain, two(x, y)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e)
+    assert rep.kernel_calls == {FUSED: 1}
+    assert rep.kernels_of("aten::exp") == rep.kernels_of("aten::sigmoid") == {FUSED: 1}
+    assert sum(ref.kernel_calls.values()) == 6
+
+
+def _attention_inputs(q, k, v, cache_k, cache_v, cos, sin):
+    """A decode step's rotary embeddings of queries and keys and its KV cache cats."""
+    return (
+        _rope(q, cos, sin),
+        torch.cat([cache_k, _rope(k, cos, sin)], -2),
+        torch.cat([cache_v, v], -2),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rotary_embeddings_and_cache_cats_share_launches_bitwise(dtype):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, h, 1, 16, dtype=dtype) for h in (4, 2, 2))
+    cache_k, cache_v = torch.randn(2, 2, 6, 16, dtype=dtype), torch.randn(2, 2, 6, 16, dtype=dtype)
+    cos, sin = torch.randn(2, 1, 1, 16, dtype=dtype), torch.randn(2, 1, 1, 16, dtype=dtype)
+    args = (q, k, v, cache_k, cache_v, cos, sin)
+    fused, (rep,) = _compiled(True, _attention_inputs, *args)
+    plain, (ref,) = _compiled(False, _attention_inputs, *args)
+    for a, b, e in zip(fused, plain, _attention_inputs(*args)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, e)
+    # both rotary chains, the key cache's cat (after the new key's) and the value cache's cat
+    assert rep.kernel_calls == {FUSED: 1}
+    assert ref.kernels_of("aten::cat") == {"cat_kernel": 4}
+
+
+def test_a_long_cache_runs_its_cats_apart_and_the_chains_still_fused():  # (refused parts)
+    q, k, v = (torch.randn(2, h, 1, 16) for h in (4, 2, 2))
+    cache_k, cache_v = torch.randn(2, 2, 300, 16), torch.randn(2, 2, 300, 16)  # 4800 columns
+    cos, sin = torch.randn(2, 1, 1, 16), torch.randn(2, 1, 1, 16)
+    args = (q, k, v, cache_k, cache_v, cos, sin)
+    got, (rep,) = _compiled(True, _attention_inputs, *args)
+    for a, e in zip(got, _attention_inputs(*args)):
+        torch.testing.assert_close(a, e)
+    # the shared launch and the key's chain with its cat refuse the caches' 4800 columns: the
+    # rotary chains run as a launch each, the cats on their own (cat_kernel refuses them too)
+    assert rep.kernel_calls == {FUSED: 2}
+    assert rep.kernels_of("aten::neg") == {FUSED: 2}
+    assert rep.fallbacks == {"aten::cat": "guard failed: slices wider than 4096 or empty"}
+
+
+def test_a_refused_part_of_a_shared_launch_runs_alone():
+    def two(x, y):  # x is wider than a tile: its chain runs op by op, y's still fused
+        return torch.sigmoid(x) + 1.0, torch.exp(y) * 3.0
+
+    x, y = torch.randn(2, 5000), torch.randn(4, 8)
+    got, (rep,) = _compiled(True, two, x, y)
+    for a, e in zip(got, two(x, y)):
+        torch.testing.assert_close(a, e)
+    assert rep.kernels_of("aten::exp") == {FUSED: 1}
+    assert rep.fallbacks["aten::sigmoid"].startswith("guard failed: last dim 5000")
+
+
+def test_an_in_place_write_keeps_its_place_against_fused_steps():
+    # exp(x) * 2 (a fused step, which waits for other steps) reads x before copy_ writes it
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    e = g.call_function(torch.ops.aten.exp.default, (x,))
+    m = g.call_function(torch.ops.aten.mul.Tensor, (e, 2.0))
+    p = g.call_function(torch.ops.aten.mm.default, (x, w))
+    c = g.call_function(torch.ops.aten.copy_.default, (x, p))
+    g.output((m, c))
+    nodes = list(g.nodes)
+    chain = fusion.Group([e, m], (4, 8))
+    order = fusion.schedule(nodes, [chain])
+    assert order.index(chain) < order.index(c)
+    assert order[-1].op == "output" and len(order) == len(nodes) - 1
