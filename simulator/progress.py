@@ -19,6 +19,7 @@ context managers around it."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -40,11 +41,19 @@ PER_ELEMENT = 0.5e-9
 
 
 def threshold() -> float:
-    raw = os.environ.get(ENV, "").strip()
+    """``$NKI_SIM_PROGRESS_SECONDS`` (read per launch: a changed value holds for the next one),
+    else ``THRESHOLD``."""
+    got = _parsed(os.environ.get(ENV))
+    return THRESHOLD if got is None else got
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(raw: str | None) -> float | None:
+    raw = (raw or "").strip()
     try:
-        return float(raw) if raw else THRESHOLD
+        return float(raw) if raw else None
     except ValueError:
-        return THRESHOLD
+        return None
 
 
 _WORK: dict[int, tuple[KernelIR, int, int]] = {}  # id(ir) -> (ir, executions, elements)

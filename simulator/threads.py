@@ -111,13 +111,21 @@ def free_cores(partly: bool = False) -> int:
 
 def decide(ir: KernelIR, setting: int | None) -> int:
     """The BLAS threads for a launch of ``ir`` (``setting``: a fixed count, None: auto)."""
+    n = fixed(ir, setting)
+    if n is not None:
+        return n
+    return int(min(matmul_work(ir)[0] // WORK_PER_THREAD, free_cores()))
+
+
+def fixed(ir: KernelIR, setting: int | None) -> int | None:
+    """``decide``'s answer when it does not depend on the cores free now (a fixed setting, or
+    too little matmul work for a second thread); None otherwise."""
     if setting is not None:
         return setting
     total, largest = matmul_work(ir)
-    want = total // WORK_PER_THREAD
-    if largest < ITEM_MIN or want < 2:
+    if largest < ITEM_MIN or total // WORK_PER_THREAD < 2:
         return 1
-    return int(min(want, free_cores()))
+    return None
 
 
 # ---- the BLAS pools ---------------------------------------------------------------------------
