@@ -25,11 +25,11 @@ from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR, TensorDecl
 
 from . import backends, interpreter, progress, threads
+from .checks.coverage import unfilled_outputs
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
-from .checks.coverage import unfilled_outputs
 from .host import (
     host_array,
     output_array,
