@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -165,6 +165,13 @@ def _seconds(s: float) -> str:
 
 
 _LOCAL = threading.local()
+
+
+def counter() -> Callable[[int], None] | None:
+    """``tick`` of the launch running in this thread, or None when it shows no progress (a
+    backend asks once per run, not per instruction)."""
+    p = getattr(_LOCAL, "progress", None)
+    return None if p is None else p.tick
 
 
 def tick(n: int = 1) -> None:
