@@ -72,6 +72,18 @@ class SimConfig:
                 code="err_invalid_config",
                 loc=user_loc(),
             )
+        # (hashed once: a launch looks its kernel's records up by (IR, config) several times)
+        object.__setattr__(self, "_hash", hash(self._fields()))
+
+    def _fields(self) -> tuple:
+        return (self.target, self.precise_fp, self.checks, self.shuffle_seed, self.backend,
+                self.threads)  # fmt: skip
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:  # (unpickled from a copy made without it)
+            return hash(self._fields())
 
     def with_(self, **changes: object) -> SimConfig:
         changes = {k: v for k, v in changes.items() if v is not None}
