@@ -31,6 +31,8 @@ from typing import TextIO
 
 from nki.ir import Access, KernelIR
 
+from .config import env_reader
+
 ENV = "NKI_SIM_PROGRESS_SECONDS"
 THRESHOLD = 3.0  # seconds of estimated run time above which a launch shows progress
 LOG_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
@@ -43,15 +45,18 @@ PER_ELEMENT = 0.5e-9
 def threshold() -> float:
     """``$NKI_SIM_PROGRESS_SECONDS`` (read per launch: a changed value holds for the next one),
     else ``THRESHOLD``."""
-    got = _parsed(os.environ.get(ENV))
+    got = _parsed(_env()[0])
     return THRESHOLD if got is None else got
 
 
+_env = env_reader((ENV,))
+
+
 @functools.lru_cache(maxsize=16)
-def _parsed(raw: str | None) -> float | None:
-    raw = (raw or "").strip()
+def _parsed(raw: str | bytes | None) -> float | None:
+    text = os.fsdecode(raw).strip() if raw is not None else ""
     try:
-        return float(raw) if raw else None
+        return float(text) if text else None
     except ValueError:
         return None
 

@@ -360,21 +360,21 @@ def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
     return None
 
 
-# id(schedule) -> (schedule, its instances' cores): bounded, the schedule kept so that its id
-# is not reused (an unshuffled schedule is the same object every launch of its kernel)
-_CORES: dict[int, tuple[Schedule, dict[tuple[int, ...], int]]] = {}
+# id(schedule) -> (schedule, its instances in order, their cores): bounded, the schedule kept
+# so that its id is not reused (an unshuffled schedule is the same object every launch)
+_ORDERS: dict[int, tuple[Schedule, list[tuple[int, ...]], dict[tuple[int, ...], int]]] = {}
 
 
-def _cores(sched: Schedule) -> dict[tuple[int, ...], int]:
-    hit = _CORES.get(id(sched))
+def _order(sched: Schedule) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int]]:
+    """The schedule's instances in run order and each one's core (read-only)."""
+    hit = _ORDERS.get(id(sched))
     if hit is not None and hit[0] is sched:
-        return hit[1]
-    cores = dict(sched.order)
-    if sched.rng is None:  # (a shuffled schedule is made per launch)
-        if len(_CORES) >= 512:
-            _CORES.clear()
-        _CORES[id(sched)] = (sched, cores)
-    return cores
+        return hit[1], hit[2]
+    got = (sched, sched.instances, dict(sched.order))
+    if len(_ORDERS) >= 512:
+        _ORDERS.clear()
+    _ORDERS[id(sched)] = got
+    return got[1], got[2]
 
 
 def execute(
@@ -393,13 +393,15 @@ def execute(
         info.reason = ready
         return False
     p = ready.plan
+    instances, cores = _order(sched)
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
-    ctx.host = Host(ir, _cores(sched))
+    if p.hosted or p.subtrees:
+        ctx.host = Host(ir, cores)
     n = len(info.order)
-    info.order.extend(sched.instances)
+    info.order.extend(instances)
     # (what the kernel both writes and reads, as it was: a rerun must start from it)
-    saved = {name: shared[name].copy() for name in ready.reread}
+    saved = {name: shared[name].copy() for name in ready.reread} if ready.reread else {}
     try:
         with np.errstate(all="ignore"):  # once per launch, not per instruction
             _run_nodes(ready.steps, ctx, p, progress.counter())
