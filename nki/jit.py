@@ -519,7 +519,7 @@ class Launch:
         cfg = config if config is not None else k.config()
         if len(bound.arguments) != len(k.signature.parameters):
             bound.apply_defaults()
-        for name, v in list(bound.arguments.items()):
+        for name, v in bound.arguments.items():  # (values replaced in place: the keys stay)
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
             if (
                 type(v) is not np.ndarray

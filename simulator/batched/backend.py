@@ -61,12 +61,14 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 
 # A plan's walk is made once (``_steps``): each node of a body becomes a step tuple whose first
 # item says what it is, with what running it needs decided beforehand:
-#   (_INSTR, instr, flags)                  flags: how ``_exec`` runs it (0: its batched executor)
+#   (_INSTR, instr, whole)                  its batched executor (``whole``: fills a fresh tile)
+#   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
+#   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
 #   (_ALLOC, tensor, fresh, fused store)    a tile allocation the walk makes
 #   (_BATCH, sym, start, step, count, body, whole)   a loop (or grid axis) as a batch axis
 #   (_LOOP, sym, values, body)              a loop iterated around its batched body
 #   (_DEVICE, loop, body)                   a device loop (``_run_device_loop``)
-_INSTR, _ALLOC, _BATCH, _LOOP, _DEVICE = range(5)
+_INSTR, _ELIDED, _ROUTED, _ALLOC, _BATCH, _LOOP, _DEVICE = range(7)
 Steps = tuple[tuple, ...]
 Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
 
@@ -75,7 +77,9 @@ def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int]) -> Steps:
     out: list[tuple] = []
     for n in nodes:
         if isinstance(n, Instr):
-            out.append((_INSTR, n, routes.get(id(n), 0)))
+            how = routes.get(id(n), 0)
+            code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
+            out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
             if n.tensor in p.viewed or n.tensor in p.moved_names:
                 continue  # the elided load / the move filling it makes the tile a view
@@ -96,19 +100,21 @@ def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int]) -> Steps:
 def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
     for st in steps:
         code = st[0]
-        if code == _INSTR:
+        if code <= _ELIDED:
             instr = st[1]
-            if st[2]:
-                _exec(instr, st[2], ctx, p, tick)
-                continue
             if tick is not None:
                 tick(math.prod(ctx.dims))
             ctx.instr = instr
-            ctx.whole = False
+            ctx.whole = st[2]
+            if code == _ELIDED:
+                _elide(instr, ctx)
+                continue
             try:
                 executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (np.errstate)
             except Exception as e:
                 _failed(e, instr)
+        elif code == _ROUTED:
+            _exec(st[1], st[2], ctx, p, tick)
         elif code == _ALLOC:
             ctx.allocate(st[1], st[2], st[3])
         elif code == _BATCH:
@@ -211,7 +217,7 @@ def _run_batched(
     if count <= 0:
         return
     per = p.tile_bytes * max(1, math.prod(ctx.dims))
-    chunk = count if whole else max(1, min(count, BUDGET // per))
+    chunk = count if whole or count * per <= BUDGET else max(1, BUDGET // per)
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         ctx.dims.append(n)
@@ -251,10 +257,8 @@ def _exec(instr: Instr, how: int, ctx: BCtx, p: Plan, tick: Tick) -> None:
     if tick is not None:
         tick(math.prod(ctx.dims))
     ctx.whole = bool(how & _WHOLE)
-    if how & _ELIDE:  # the tile is a view of the (never written) HBM tensor
-        assert instr.dst is not None
-        ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
-        ctx.depth[instr.dst.tensor] = len(ctx.dims)
+    if how & _ELIDE:
+        _elide(instr, ctx)
         return
     try:
         if how & _MOVE:
@@ -263,6 +267,13 @@ def _exec(instr: Instr, how: int, ctx: BCtx, p: Plan, tick: Tick) -> None:
         executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
     except Exception as e:
         _failed(e, instr)
+
+
+def _elide(instr: Instr, ctx: BCtx) -> None:
+    """The load's tile becomes a view of its (never written) HBM source."""
+    assert instr.dst is not None
+    ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
+    ctx.depth[instr.dst.tensor] = len(ctx.dims)
 
 
 def _failed(e: Exception, instr: Instr) -> NoReturn:
