@@ -68,12 +68,13 @@ def run(
     shared = dict(inputs)
     for decl, fill in ready.fresh:
         shared[decl.name] = host_array(decl, config, fill)
-    info = RunInfo(ir.grid.shape, num_cores=ready.num_cores, target=ir.target)
     if ready.sched is None:
+        info = RunInfo(ir.grid.shape, num_cores=ready.num_cores, target=ir.target)
         sched = schedule(ir, config, info)
     else:
         sched = ready.sched
-        info.placement.update(ready.placement)
+        info = RunInfo(ir.grid.shape, dict(ready.placement), num_cores=ready.num_cores,
+                       target=ir.target)  # fmt: skip
     info.threads = ready.threads if ready.threads is not None else threads.decide(ir, None)
     limit = progress.threshold()
     if ready.estimate < limit or not math.isfinite(limit):

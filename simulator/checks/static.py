@@ -48,7 +48,8 @@ def start_checks(ir: KernelIR, config: SimConfig) -> None:
     """Run the rows due at the start of every run (before anything is allocated)."""
     hit = _START.get((id(ir), config))
     if hit is not None and hit[0] is ir:
-        _run(hit[1], ir, config)
+        if hit[1]:
+            _run(hit[1], ir, config)
         return
     again = []
     for check in _due(START, config.checks):
