@@ -378,6 +378,8 @@ _ORDERS: dict[int, tuple[Schedule, list[tuple[int, ...]], dict[tuple[int, ...], 
 
 def _order(sched: Schedule) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int]]:
     """The schedule's instances in run order and each one's core (read-only)."""
+    if len(sched.order) <= 8:  # (made per launch: a one-core schedule of an LNC launch)
+        return sched.instances, dict(sched.order)
     hit = _ORDERS.get(id(sched))
     if hit is not None and hit[0] is sched:
         return hit[1], hit[2]
