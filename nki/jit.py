@@ -69,7 +69,7 @@ def _array_list(x: object) -> bool:
 def _flat_arrays(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments with each element of an array list also under its parameter name
     ``name[i]`` (``arguments`` itself when it holds no array list)."""
-    lists = [(n, v) for n, v in arguments.items() if isinstance(v, list | tuple) and _array_list(v)]
+    lists = [(n, v) for n, v in arguments.items() if _array_list(v)]
     if not lists:
         return arguments
     out = dict(arguments)

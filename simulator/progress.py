@@ -169,20 +169,20 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s"
 
 
-_LOCAL = threading.local()
+_LOCAL = threading.local()  # (read through its __dict__: an absent attribute raises inside)
 
 
 def counter() -> Callable[[int], None] | None:
     """``tick`` of the launch running in this thread, or None when it shows no progress (a
     backend asks once per run, not per instruction)."""
-    p = getattr(_LOCAL, "progress", None)
+    p = _LOCAL.__dict__.get("progress")
     return None if p is None else p.tick
 
 
 def tick(n: int = 1) -> None:
     """Count ``n`` instruction executions of the running launch (nothing when it shows no
     progress)."""
-    p = getattr(_LOCAL, "progress", None)
+    p = _LOCAL.__dict__.get("progress")
     if p is not None:
         p.tick(n)
 
@@ -192,7 +192,7 @@ def shown(ir: KernelIR) -> Iterator[None]:
     """Show the progress of a launch of ``ir`` while the block runs, when its estimate is
     above the threshold (a launch inside another one's display keeps the outer display)."""
     limit = threshold()
-    if getattr(_LOCAL, "progress", None) is not None or not math.isfinite(limit):
+    if _LOCAL.__dict__.get("progress") is not None or not math.isfinite(limit):
         yield
         return
     est = estimate_seconds(ir)
