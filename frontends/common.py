@@ -247,10 +247,33 @@ def run(launch: Launch, args: tuple, kwargs: dict) -> Any:
         raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 
 
-def run_bound(launch: Launch, bound: inspect.BoundArguments) -> Any:
-    """``run`` on arguments already bound (``bind``) and converted to NumPy."""
+# (id(kernel), target, checks) -> (kernel, its configured copy): bounded, the kernel kept so
+# that its id is not reused
+_CONFIGURED: dict[tuple[int, str | None, str | None], tuple[Kernel, Kernel]] = {}
+
+
+def configured(k: Kernel, target: str | None, checks: str | None) -> Kernel:
+    """``k.configure(target=..., checks=...)`` with the settings given (``k`` itself when
+    neither is), made once per kernel and settings (``Kernel.configure`` validates them)."""
+    if target is None and checks is None:
+        return k
+    key = (id(k), target, checks)
+    hit = _CONFIGURED.get(key)
+    if hit is not None and hit[0] is k:
+        return hit[1]
+    over = {n: v for n, v in (("target", target), ("checks", checks)) if v is not None}
+    out = k.configure(**over)
+    if len(_CONFIGURED) >= 512:
+        _CONFIGURED.clear()
+    _CONFIGURED[key] = (k, out)
+    return out
+
+
+def run_traced(launch: Launch, bound: inspect.BoundArguments) -> tuple[Any, KernelIR]:
+    """``run`` on arguments already bound (``bind``) and converted to NumPy; also returns the
+    traced kernel the launch ran."""
     try:
-        return launch.run_bound(bound)
+        return launch.run_traced(bound)
     except NKIError as e:
         raise user_facing(e) from e.__cause__  # keep the real cause of an err_runtime
 

@@ -51,7 +51,7 @@ from . import (  # noqa: F401  (their @builtin adapters fill the registry)
     torch_ops_nn,
 )
 from . import torch_fusion as fusion
-from .common import placeholder
+from .common import configured, placeholder
 from .torch_registry import (
     NKI_CUSTOM_OPS,
     Guard,
@@ -63,7 +63,7 @@ from .torch_registry import (
     user_entry,
 )
 from .torch_report import REPORTS, GraphReport, reports
-from .torch_tensors import launch, np_dtype
+from .torch_tensors import launch_traced, np_dtype
 
 log = logging.getLogger("nki.torch_backend")
 
@@ -158,8 +158,10 @@ def _cache_file(k: Kernel) -> str:
 
 
 def _load_cache(k: Kernel) -> None:
-    key = (OPTIONS.cache_dir or "", id(k))
-    if OPTIONS.cache_dir is None or key in _loaded:
+    if OPTIONS.cache_dir is None:
+        return
+    key = (OPTIONS.cache_dir, id(k))
+    if key in _loaded:
         return
     path = _loaded[key] = _cache_file(k)
     try:
@@ -215,11 +217,9 @@ def _placeholders(v: Any) -> Any:
     return v
 
 
-def _device_us(runner: Any, args: tuple, kwargs: dict) -> float | None:
-    """The cost model's estimated device latency of the launch just run (``nki.estimate``),
-    once per traced IR; None where the cost model cannot estimate the kernel."""
-    k = runner.kernel if isinstance(runner, Launch) else runner
-    ir = k.last_ir
+def _device_us(runner: Any, ir: nki.ir.KernelIR, args: tuple, kwargs: dict) -> float | None:
+    """The cost model's estimated device latency of the launch just run (``nki.estimate``) of
+    traced kernel ``ir``, once per IR; None where the cost model cannot estimate the kernel."""
     hit = _ESTIMATES.get(id(ir))
     if hit is not None and hit[0] is ir:
         return hit[1]
@@ -253,18 +253,13 @@ class _Run:
             base = lk.kernel
             _load_cache(base)
             traced = len(base._cache)  # configure() copies share this dict
-            over = {}
-            if OPTIONS.target is not None:
-                over["target"] = OPTIONS.target
-            if OPTIONS.checks is not None:
-                over["checks"] = OPTIONS.checks
-            runner = Launch(base.configure(**over) if over else base, lk.grid)
+            runner = Launch(configured(base, OPTIONS.target, OPTIONS.checks), lk.grid)
             t0 = time.perf_counter()
-            res = launch(runner, args, kwargs)
+            res, ir = launch_traced(runner, args, kwargs)
             dt = time.perf_counter() - t0
             if len(base._cache) != traced:
                 _save_cache(base)
-            us = _device_us(runner, args, kwargs)
+            us = _device_us(runner, ir, args, kwargs)
             if us is not None:
                 self.report.kernel_device_us[name] += us
             for hook in LAUNCH_HOOKS:

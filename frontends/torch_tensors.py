@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from nki.errors import NKIError, NKITypeError
+from nki.ir import KernelIR
 from nki.jit import Launch
 
 from . import common
@@ -109,8 +110,11 @@ def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
 def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
     """A torch tensor sharing ``a``'s memory (copied only if ``a`` is read-only); with
     ``like`` on another device than the CPU, a tensor on ``like``'s device holding ``a``."""
-    td = torch_dtype(a.dtype)
-    if not a.flags.writeable or not a.flags.c_contiguous:
+    td = _BY_NP.get(a.dtype)
+    if td is None:
+        td = torch_dtype(a.dtype)  # (its error)
+    flags = a.flags
+    if not flags.writeable or not flags.c_contiguous:
         a = np.ascontiguousarray(a).copy()
     bits = _DTYPES[td][1]
     if bits is not None:
@@ -122,44 +126,47 @@ def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
     return like.new_empty(t.shape, dtype=td).copy_(t)
 
 
-def _device_tensor(values: list[Any]) -> torch.Tensor | None:
-    """The first tensor among ``values`` (lists included) that is not on the CPU: results go
-    back to its device."""
-    for v in values:
-        for t in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(t, torch.Tensor) and not on_cpu(t):
-                return t
-    return None
-
-
 def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
     """Run a kernel launch on torch tensors; returns torch tensors on the inputs' device
     (``None`` for legacy kernels, which write into the output tensors passed in)."""
+    return launch_traced(k, args, kwargs)[0]
+
+
+def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
+    """``launch``, with the traced kernel the launch ran."""
     name = k.kernel.fn.__name__
     bound = common.bind(k, tuple(args), dict(kwargs), api=f"kernel '{name}'")
     arguments = bound.arguments
-    like = _device_tensor(list(arguments.values()))
+    like = None  # the first tensor not on the CPU: results go back to its device
     copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
-    for pname, v in list(arguments.items()):
+    for pname, v in arguments.items():  # (values replaced in place: the keys stay)
         if isinstance(v, torch.Tensor):
+            entry = _DTYPES.get(v.dtype)
+            if type(v) is torch.Tensor and v.is_cpu and entry is not None and entry[1] is None:
+                if v.is_contiguous():  # (the common case, checked with the cheapest properties)
+                    arguments[pname] = (v.detach() if v.requires_grad else v).numpy()
+                    continue
             arr = to_numpy(v, f"argument '{pname}' of kernel '{name}'")
             if not v.is_contiguous() or not on_cpu(v):
                 copies[pname] = (v, arr)
+                if like is None and not on_cpu(v):
+                    like = v
             arguments[pname] = arr
         elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
             what = f"argument '{pname}' of kernel '{name}'"
+            if like is None:
+                like = next((x for x in v if isinstance(x, torch.Tensor) and not on_cpu(x)), None)
             arguments[pname] = type(v)(
                 to_numpy(x, what) if isinstance(x, torch.Tensor) else x for x in v
             )
-    res = common.run_bound(k, bound)
-    ir = k.kernel.last_ir
-    for pname in ir.outputs if ir is not None else ():
+    res, ir = common.run_traced(k, bound)
+    for pname in ir.outputs if copies else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back
             orig, arr = copies[pname]
             with torch.no_grad():
                 orig.copy_(from_numpy(np.array(arr)))
     if res is None:
-        return None
+        return None, ir
     if isinstance(res, tuple):
-        return tuple(from_numpy(r, like) for r in res)
-    return from_numpy(res, like)
+        return tuple(from_numpy(r, like) for r in res), ir
+    return from_numpy(res, like), ir

@@ -68,11 +68,13 @@ def _array_list(x: object) -> bool:
 
 def _flat_arrays(arguments: dict[str, Any]) -> dict[str, Any]:
     """The arguments with each element of an array list also under its parameter name
-    ``name[i]``."""
+    ``name[i]`` (``arguments`` itself when it holds no array list)."""
+    lists = [(n, v) for n, v in arguments.items() if _array_list(v)]
+    if not lists:
+        return arguments
     out = dict(arguments)
-    for name, v in arguments.items():
-        if _array_list(v):
-            out.update({f"{name}[{i}]": e for i, e in enumerate(v)})
+    for name, v in lists:
+        out.update({f"{name}[{i}]": e for i, e in enumerate(v)})
     return out
 
 
@@ -293,7 +295,7 @@ class Kernel:
         """The kernel IR for these arguments (traced once per signature, then cached)."""
         key_parts = [grid_key(grid), target]
         for name, v in bound.arguments.items():
-            if _is_array(v):
+            if isinstance(v, np.ndarray):
                 key_parts.append((name, "T", v.shape, self._param_dtype(name, v)))
             elif _array_list(v):
                 elems = tuple((e.shape, self._param_dtype(name, e)) for e in v)
@@ -301,8 +303,7 @@ class Kernel:
             else:
                 key_parts.append((name, "S", static_key(v)))
         key = tuple(key_parts)
-        with self._cache_lock:
-            ir = self._cache.get(key)
+        ir = self._cache.get(key)  # (entries are only added, under the lock, and complete)
         if ir is None:
             # traced outside the lock (tracing state is per thread, and a kernel may call
             # another kernel while tracing); the first finished trace of a key wins
@@ -507,11 +508,18 @@ class Launch:
 
     def run_bound(self, bound: inspect.BoundArguments, config: SimConfig | None = None) -> Any:
         """``run_numpy`` on arguments already bound (``Kernel.bind``) by a frontend."""
+        return self.run_traced(bound, config)[0]
+
+    def run_traced(
+        self, bound: inspect.BoundArguments, config: SimConfig | None = None
+    ) -> tuple[Any, KernelIR]:
+        """``run_bound``, with the traced kernel the launch ran (``Kernel.last_ir`` may be
+        another thread's by the time a frontend could read it)."""
         k = self.kernel
         cfg = config if config is not None else k.config()
         if len(bound.arguments) != len(k.signature.parameters):
             bound.apply_defaults()
-        for name, v in list(bound.arguments.items()):
+        for name, v in bound.arguments.items():  # (values replaced in place: the keys stay)
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
             if (
                 type(v) is not np.ndarray
@@ -522,7 +530,11 @@ class Launch:
         grid = self.grid
         if k.api == "current":
             grid = lnc_grid(self.grid, cfg.target)
-        check_grid_fits(grid, cfg.target)
+        if _FITS.get((id(grid), cfg.target)) is not grid:
+            check_grid_fits(grid, cfg.target)
+            if len(_FITS) >= 256:
+                _FITS.clear()
+            _FITS[(id(grid), cfg.target)] = grid
         ir = k.trace(grid, bound, cfg.target)
         if k.api is None and k.generation(ir) == "current" and grid is self.grid and not ir.cores:
             # a current-API kernel: kernel[n] is a launch on n cores (LNC), not an SPMD grid
@@ -530,7 +542,11 @@ class Launch:
             if lgrid != self.grid:
                 ir = k.trace(lgrid, bound, cfg.target)
         result, k.last_run = simulator_launch(ir, _flat_arrays(bound.arguments), cfg)
-        return result
+        return result, ir
+
+
+# (id(grid), target) -> the grid, which fits the target: bounded, the grid kept (its id not reused)
+_FITS: dict[tuple[int, str], Grid] = {}
 
 
 def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from nki.errors import NKIError, user_loc
@@ -72,6 +73,18 @@ class SimConfig:
                 code="err_invalid_config",
                 loc=user_loc(),
             )
+        # (hashed once: a launch looks its kernel's records up by (IR, config) several times)
+        object.__setattr__(self, "_hash", hash(self._fields()))
+
+    def _fields(self) -> tuple:
+        return (self.target, self.precise_fp, self.checks, self.shuffle_seed, self.backend,
+                self.threads)  # fmt: skip
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:  # (unpickled from a copy made without it)
+            return hash(self._fields())
 
     def with_(self, **changes: object) -> SimConfig:
         changes = {k: v for k, v in changes.items() if v is not None}
@@ -110,14 +123,18 @@ _ENV_KEYS = (
 # launch); the values are what ``os.environ`` holds at this moment, so a changed variable is
 # seen by the next launch
 _ENV_DATA = getattr(os.environ, "_data", None)
-_ENV_RAW = tuple(os.environ.encodekey(k) for k in _ENV_KEYS) if os.name == "posix" else None
 
 
-def _env_values() -> tuple[str | bytes | None, ...]:
-    if _ENV_RAW is not None and isinstance(_ENV_DATA, dict):
-        get = _ENV_DATA.get
-        return tuple([get(k) for k in _ENV_RAW])
-    return tuple([os.environ.get(k) for k in _ENV_KEYS])
+def env_reader(names: tuple[str, ...]) -> Callable[[], tuple[str | bytes | None, ...]]:
+    """A function returning the raw values of environment variables ``names`` now (None when
+    unset; ``os.fsdecode`` gives the text), read straight from ``os.environ``'s store."""
+    if os.name == "posix" and isinstance(_ENV_DATA, dict):
+        raw, get = tuple(os.environ.encodekey(k) for k in names), _ENV_DATA.get
+        return lambda: tuple([get(k) for k in raw])
+    return lambda: tuple([os.environ.get(k) for k in names])
+
+
+_env_values = env_reader(_ENV_KEYS)
 
 
 @functools.lru_cache(maxsize=64)

@@ -14,7 +14,6 @@ from nki.errors import NKIMemoryError
 from nki.ir import KernelIR, TensorDecl, tensor_label
 
 from . import numerics
-from .checks.coverage import unfilled_outputs
 from .config import SimConfig
 
 
@@ -137,17 +136,3 @@ def output_array(a: np.ndarray, dtype_name: str, copy: bool = True) -> np.ndarra
     if a.dtype != want:
         return np.array(a, dtype=want, copy=True)
     return a.copy() if copy else a
-
-
-def shared_storage(
-    ir: KernelIR, inputs: dict[str, np.ndarray], config: SimConfig
-) -> dict[str, np.ndarray]:
-    """The launch's shared HBM: the parameters' storage and a fresh array for every shared
-    output / local HBM tensor (views share their base's storage). Tensors the kernel writes
-    entirely and never reads are not filled (``coverage.unfilled_outputs``)."""
-    shared: dict[str, np.ndarray] = dict(inputs)
-    unfilled = unfilled_outputs(ir)
-    for d in ir.tensors:
-        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None:
-            shared[d.name] = host_array(d, config, fill=d.name not in unfilled)
-    return shared

@@ -22,17 +22,18 @@ from typing import Any
 import numpy as np
 
 from nki.errors import NKIError, NKIMemoryError
-from nki.ir import KernelIR
+from nki.ir import KernelIR, TensorDecl
 
 from . import backends, interpreter, progress, threads
+from .checks.coverage import unfilled_outputs
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
 from .host import (
+    host_array,
     output_array,
     output_view,
-    shared_storage,
     storage_config,
     storage_input,
     written_params,
@@ -63,35 +64,103 @@ def run(
     storage dtype (they are updated in place where the kernel writes them); returns the
     storage of every shared HBM tensor and what the launch did."""
     start_checks(ir, config)  # (the host memory a launch needs, before allocating anything)
-    shared = shared_storage(ir, inputs, config)
-    info = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
-    sched = _schedule(ir, config, info)
-    info.threads = threads.decide(ir, config.threads)
+    ready = _ready(ir, config)
+    shared = dict(inputs)
+    for decl, fill in ready.fresh:
+        shared[decl.name] = host_array(decl, config, fill)
+    if ready.sched is None:
+        info = RunInfo(ir.grid.shape, num_cores=ready.num_cores, target=ir.target)
+        sched = schedule(ir, config, info)
+    else:
+        sched = ready.sched
+        info = RunInfo(ir.grid.shape, dict(ready.placement), num_cores=ready.num_cores,
+                       target=ir.target)  # fmt: skip
+    info.threads = ready.threads if ready.threads is not None else threads.decide(ir, None)
     limit = progress.threshold()
-    if progress.estimate_seconds(ir) < limit or not math.isfinite(limit):
-        _run_limited(ir, shared, config, sched, info)  # (no progress to show)
+    if ready.estimate < limit or not math.isfinite(limit):
+        _run_limited(ir, shared, config, sched, info, ready)  # (no progress to show)
     else:
         with progress.shown(ir):
-            _run_limited(ir, shared, config, sched, info)
+            _run_limited(ir, shared, config, sched, info, ready)
     return shared, info
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """What every run of one traced kernel under one setting decides before it starts (the
+    same every run): the shared tensors it allocates (and whether each is filled), the
+    instances' schedule and placement (None: shuffled, made per run), the BLAS threads when
+    they do not depend on the machine's load now (None: decided per run), whether the BLAS
+    pools are limited, the progress estimate and the backends the setting allows."""
+
+    fresh: tuple[tuple[TensorDecl, bool], ...]
+    num_cores: int
+    sched: Schedule | None
+    placement: dict[tuple[int, ...], int]
+    threads: int | None
+    limit_blas: bool
+    estimate: float
+    backends: tuple[Loaded, ...]
+
+
+# (id(ir), config) -> (ir, ready): bounded, the IR kept so that its id is not reused
+_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready]] = {}
+
+
+def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
+    hit = _READY.get((id(ir), config))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    unfilled = unfilled_outputs(ir)
+    fresh = tuple(
+        (d, d.name not in unfilled)
+        for d in ir.tensors
+        if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
+    )
+    probe = RunInfo(ir.grid.shape, num_cores=max(1, ir.grid.num_cores), target=ir.target)
+    sched = None if config.shuffle_seed is not None else schedule(ir, config, probe)
+    ready = _Ready(
+        fresh,
+        max(1, ir.grid.num_cores),
+        sched,
+        dict(probe.placement),
+        threads.fixed(ir, config.threads),
+        config.threads is not None or threads.matmul_work(ir)[0] > 0,
+        progress.estimate_seconds(ir),
+        tuple(one for one in BACKENDS if one.backend.allowed(config.backend)),
+    )
+    if len(_READY) >= 512:
+        _READY.clear()
+    _READY[(id(ir), config)] = (ir, ready)
+    return ready
+
+
 def _run_limited(
-    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+    ir: KernelIR,
+    shared: dict[str, np.ndarray],
+    config: SimConfig,
+    sched: Schedule,
+    info: RunInfo,
+    ready: _Ready,
 ) -> None:
     """``_run`` with the BLAS pools limited to the launch's threads."""
-    if config.threads is None and not threads.matmul_work(ir)[0]:
-        _run(ir, shared, config, sched, info)  # (no BLAS call to limit)
+    if not ready.limit_blas:
+        _run(ir, shared, config, sched, info, ready)  # (no BLAS call to limit)
     else:
         with threads.blas_limit(info.threads, exact=config.threads is not None):
-            _run(ir, shared, config, sched, info)
+            _run(ir, shared, config, sched, info, ready)
 
 
 def _run(
-    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+    ir: KernelIR,
+    shared: dict[str, np.ndarray],
+    config: SimConfig,
+    sched: Schedule,
+    info: RunInfo,
+    ready: _Ready,
 ) -> None:
     if not ir.cores:
-        _execute(ir, shared, config, sched, info)
+        _execute(ir, shared, config, sched, info, ready.backends)
     elif (
         config.checks == "full"
         or any(i.kind in COLLECTIVES for i, _ in ir.instructions())
@@ -105,37 +174,22 @@ def _run(
         for inst, core in sched.order:
             n = len(info.order)
             one = Schedule((((), core),), sched.rng, frozenset())
-            _execute(ir.cores[core], shared, config, one, info)
+            _execute(ir.cores[core], shared, config, one, info, ready.backends)
             info.order[n:] = [inst]
 
 
 def _execute(
-    ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
+    ir: KernelIR,
+    shared: dict[str, np.ndarray],
+    config: SimConfig,
+    sched: Schedule,
+    info: RunInfo,
+    allowed: tuple[Loaded, ...],
 ) -> None:
-    for one in BACKENDS:
-        if one.backend.allowed(config.backend) and one.execute(ir, shared, config, sched, info):
+    for one in allowed:
+        if one.execute(ir, shared, config, sched, info):
             info.backend = one.backend.name
             break
-
-
-# id(ir) -> (ir, schedule, placement) of unshuffled launches (the same every time)
-_SCHEDULES: dict[int, tuple[KernelIR, Schedule, dict[tuple[int, ...], int]]] = {}
-
-
-def _schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:
-    """``instances.schedule``, kept per traced kernel when it is not shuffled (a grid of
-    thousands of instances is placed once, not per launch)."""
-    if config.shuffle_seed is not None:
-        return schedule(ir, config, info)
-    got = _SCHEDULES.get(id(ir))
-    if got is None or got[0] is not ir:
-        sched = schedule(ir, config, info)
-        if len(_SCHEDULES) > 256:
-            _SCHEDULES.clear()
-        _SCHEDULES[id(ir)] = (ir, sched, dict(info.placement))
-        return sched
-    info.placement.update(got[2])
-    return got[1]
 
 
 def launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
@@ -156,7 +210,8 @@ class _Layout:
     """What a launch of one traced kernel under one setting does with the caller's arrays (the
     same every launch): its storage setting, each parameter's dtype and whether the kernel
     writes it, the parameters written in place, and each output's tensor, dtype and whether
-    the launch owns its storage."""
+    the launch owns its storage. Made once the static checks passed on the kernel under that
+    setting (a layout in the table means they did)."""
 
     config: SimConfig
     params: tuple[tuple[str, str, bool], ...]  # (name, dtype, written)
@@ -180,6 +235,7 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
     if hit is not None and hit[0] is ir:
         return hit[1]
     cfg = storage_config(ir, config)
+    static_checks(ir, cfg)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     written = written_params(ir)  # parameters the kernel only reads are not copied
     params = tuple((n, ir.tensor(n).dtype, n in written) for n in ir.params)
     bases = [ir.storage_of(n) for n in ir.outputs]
@@ -198,10 +254,10 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
 
 
 def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tuple[Any, RunInfo]:
-    lay = _layout(ir, config)
+    lay = _layout(ir, config)  # (the static checks passed)
     config = lay.config
-    static_checks(ir, config)  # (under "none" too: an oversized HBM tensor would exhaust the host)
-    _check_writable(lay.writable, arguments, ir)
+    if lay.writable:
+        _check_writable(lay.writable, arguments, ir)
     inputs = {
         name: storage_input(arguments[name], dtype, config, written)
         for name, dtype, written in lay.params

@@ -19,16 +19,19 @@ context managers around it."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 from nki.ir import Access, KernelIR
+
+from .config import env_reader
 
 ENV = "NKI_SIM_PROGRESS_SECONDS"
 THRESHOLD = 3.0  # seconds of estimated run time above which a launch shows progress
@@ -40,11 +43,22 @@ PER_ELEMENT = 0.5e-9
 
 
 def threshold() -> float:
-    raw = os.environ.get(ENV, "").strip()
+    """``$NKI_SIM_PROGRESS_SECONDS`` (read per launch: a changed value holds for the next one),
+    else ``THRESHOLD``."""
+    got = _parsed(_env()[0])
+    return THRESHOLD if got is None else got
+
+
+_env = env_reader((ENV,))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(raw: str | bytes | None) -> float | None:
+    text = os.fsdecode(raw).strip() if raw is not None else ""
     try:
-        return float(raw) if raw else THRESHOLD
+        return float(text) if text else None
     except ValueError:
-        return THRESHOLD
+        return None
 
 
 _WORK: dict[int, tuple[KernelIR, int, int]] = {}  # id(ir) -> (ir, executions, elements)
@@ -155,13 +169,20 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s"
 
 
-_LOCAL = threading.local()
+_LOCAL = threading.local()  # (read through its __dict__: an absent attribute raises inside)
+
+
+def counter() -> Callable[[int], None] | None:
+    """``tick`` of the launch running in this thread, or None when it shows no progress (a
+    backend asks once per run, not per instruction)."""
+    p = _LOCAL.__dict__.get("progress")
+    return None if p is None else p.tick
 
 
 def tick(n: int = 1) -> None:
     """Count ``n`` instruction executions of the running launch (nothing when it shows no
     progress)."""
-    p = getattr(_LOCAL, "progress", None)
+    p = _LOCAL.__dict__.get("progress")
     if p is not None:
         p.tick(n)
 
@@ -171,7 +192,7 @@ def shown(ir: KernelIR) -> Iterator[None]:
     """Show the progress of a launch of ``ir`` while the block runs, when its estimate is
     above the threshold (a launch inside another one's display keeps the outer display)."""
     limit = threshold()
-    if getattr(_LOCAL, "progress", None) is not None or not math.isfinite(limit):
+    if _LOCAL.__dict__.get("progress") is not None or not math.isfinite(limit):
         yield
         return
     est = estimate_seconds(ir)

@@ -111,20 +111,31 @@ def free_cores(partly: bool = False) -> int:
 
 def decide(ir: KernelIR, setting: int | None) -> int:
     """The BLAS threads for a launch of ``ir`` (``setting``: a fixed count, None: auto)."""
+    n = fixed(ir, setting)
+    if n is not None:
+        return n
+    return int(min(matmul_work(ir)[0] // WORK_PER_THREAD, free_cores()))
+
+
+def fixed(ir: KernelIR, setting: int | None) -> int | None:
+    """``decide``'s answer when it does not depend on the cores free now (a fixed setting, or
+    too little matmul work for a second thread); None otherwise."""
     if setting is not None:
         return setting
     total, largest = matmul_work(ir)
-    want = total // WORK_PER_THREAD
-    if largest < ITEM_MIN or want < 2:
+    if largest < ITEM_MIN or total // WORK_PER_THREAD < 2:
         return 1
-    return int(min(want, free_cores()))
+    return None
 
 
 # ---- the BLAS pools ---------------------------------------------------------------------------
 
 _LOCK = threading.Lock()
 _POOLS: list[Any] | None = None  # threadpoolctl's BLAS library controllers (found once)
-_ACTIVE: dict[str, Any] = {"count": 0, "limit": 0, "saved": (), "workers": 0, "fixed": False}
+# the launches running now: how many, their limit, the pools' counts before them and now,
+# whether one is an explicit setting, the smallest explicit count, whether one is auto
+_ACTIVE: dict[str, Any] = {"count": 0, "limit": 0, "saved": (), "now": (), "fixed": False,
+                           "exact_min": None, "auto": False}  # fmt: skip
 
 
 def _pools() -> list[Any]:
@@ -144,40 +155,57 @@ def blas_threads_now() -> list[int]:
     return [p.get_num_threads() for p in _pools()]
 
 
-@contextmanager
-def blas_limit(n: int, exact: bool = False) -> Iterator[None]:
+class blas_limit:  # noqa: N801 (used as a function: ``with blas_limit(n): ...``)
     """Run the block with every BLAS pool limited to ``n`` threads (never more than the pool
     had: ``OPENBLAS_NUM_THREADS=1`` stays 1), or set to ``n`` when ``exact`` (an explicit
     setting); the pools are restored afterwards. Launches from several threads share the
     pools: the first one in sets the limit (the smallest asked for while several run), the
-    last one out restores the pools."""
-    pools = _pools()
-    if not pools:
-        yield
-        return
-    with _LOCK:
-        if _ACTIVE["count"] == 0:
-            _ACTIVE["saved"] = tuple(p.get_num_threads() for p in pools)
-            _ACTIVE["limit"] = n
-            _ACTIVE["workers"], _ACTIVE["fixed"] = _workers_allowed(n, exact), exact
-        else:
-            _ACTIVE["limit"] = min(_ACTIVE["limit"], n)
-            _ACTIVE["workers"] = min(_ACTIVE["workers"], _workers_allowed(n, exact))
-            _ACTIVE["fixed"] = _ACTIVE["fixed"] or exact
-        _ACTIVE["count"] += 1
-        for p, was in zip(pools, _ACTIVE["saved"]):
-            want = _ACTIVE["limit"] if exact else min(_ACTIVE["limit"], was)
-            if p.get_num_threads() != want:
-                p.set_num_threads(want)
-    try:
-        yield
-    finally:
+    last one out restores the pools. The pools are read once, by the first one in (while
+    launches run, only they and ``run_blocks``, which restores what it found, change them)."""
+
+    def __init__(self, n: int, exact: bool = False) -> None:
+        self.n, self.exact = n, exact
+
+    def __enter__(self) -> None:
+        pools = _pools()
+        if not pools:
+            return
+        n, exact = self.n, self.exact
+        with _LOCK:
+            if _ACTIVE["count"] == 0:
+                saved = tuple([p.get_num_threads() for p in pools])
+                _ACTIVE["saved"] = _ACTIVE["now"] = saved
+                _ACTIVE["limit"], _ACTIVE["fixed"] = n, exact
+                _ACTIVE["exact_min"] = n if exact else None
+                _ACTIVE["auto"] = not exact
+            else:
+                _ACTIVE["limit"] = min(_ACTIVE["limit"], n)
+                _ACTIVE["fixed"] = _ACTIVE["fixed"] or exact
+                if exact:
+                    was = _ACTIVE["exact_min"]
+                    _ACTIVE["exact_min"] = n if was is None else min(was, n)
+                else:
+                    _ACTIVE["auto"] = True
+            _ACTIVE["count"] += 1
+            limit, now = _ACTIVE["limit"], list(_ACTIVE["now"])
+            for i, (p, was) in enumerate(zip(pools, _ACTIVE["saved"])):
+                want = limit if exact else min(limit, was)
+                if now[i] != want:
+                    p.set_num_threads(want)
+                    now[i] = want
+            _ACTIVE["now"] = tuple(now)
+
+    def __exit__(self, *exc: object) -> None:
+        pools = _pools()
+        if not pools:
+            return
         with _LOCK:
             _ACTIVE["count"] -= 1
             if _ACTIVE["count"] == 0:
-                for p, was in zip(pools, _ACTIVE["saved"]):
-                    if p.get_num_threads() != was:
+                for p, was, now in zip(pools, _ACTIVE["saved"], _ACTIVE["now"]):
+                    if now != was:
                         p.set_num_threads(was)
+                _ACTIVE["now"] = _ACTIVE["saved"]
 
 
 # ---- independent blocks of work on the launch's threads ---------------------------------------
@@ -186,23 +214,22 @@ T = TypeVar("T")
 _WORKERS: dict[int, ThreadPoolExecutor] = {}
 
 
-def _workers_allowed(n: int, exact: bool) -> int:
-    """The workers a launch limited to ``n`` BLAS threads may run: ``n`` when it is an explicit
-    setting, else as many as the cores and the environment allow (BLAS's pools before the
-    launch: ``OPENBLAS_NUM_THREADS=1`` stays one)."""
-    return n if exact else min(cores(), max((p.get_num_threads() for p in _pools()), default=1))
-
-
 def _workers() -> int:
     """The workers for independent blocks now: in a launch, its explicit thread count, or the
     cores other processes do not keep fully busy (workers never wait for each other, so a
-    core that is busy part of the time still helps), within what the launch allows; outside
-    a launch, BLAS's threads."""
+    core that is busy part of the time still helps), within what the launches running allow
+    (an explicit count, else as many as the cores and the environment allow: BLAS's pools
+    before the launch, ``OPENBLAS_NUM_THREADS=1`` stays one); outside a launch, BLAS's
+    threads."""
     with _LOCK:
-        active, allowed, fixed = _ACTIVE["count"] > 0, _ACTIVE["workers"], _ACTIVE["fixed"]
+        active, fixed = _ACTIVE["count"] > 0, _ACTIVE["fixed"]
+        exact_min, auto, saved = _ACTIVE["exact_min"], _ACTIVE["auto"], _ACTIVE["saved"]
     if not active:
         return max(blas_threads_now(), default=1)
-    return allowed if fixed else min(allowed, free_cores(partly=True))
+    allowed = [exact_min] if exact_min is not None else []
+    if auto:
+        allowed.append(min(cores(), max(saved, default=1)))
+    return min(allowed) if fixed else min(*allowed, free_cores(partly=True))
 
 
 def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:

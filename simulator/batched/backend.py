@@ -23,7 +23,9 @@ per-instance walk (core meetings of LNC=2, HBM one position sees another write,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -57,37 +59,84 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 
 # ---- the walk --------------------------------------------------------------------------------
 
+# A plan's walk is made once (``_steps``): each node of a body becomes a step tuple whose first
+# item says what it is, with what running it needs decided beforehand:
+#   (_INSTR, instr, whole)                  its batched executor (``whole``: fills a fresh tile)
+#   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
+#   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
+#   (_ALLOC, tensor, fresh, fused store)    a tile allocation the walk makes
+#   (_BATCH, sym, start, step, count, body, whole)   a loop (or grid axis) as a batch axis
+#   (_LOOP, sym, values, body)              a loop iterated around its batched body
+#   (_DEVICE, loop, body)                   a device loop (``_run_device_loop``)
+_INSTR, _ELIDED, _ROUTED, _ALLOC, _BATCH, _LOOP, _DEVICE = range(7)
+Steps = tuple[tuple, ...]
+Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
 
-def _run_nodes(nodes: tuple[Node, ...], ctx: BCtx, p: Plan) -> None:
+
+def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int]) -> Steps:
+    out: list[tuple] = []
     for n in nodes:
         if isinstance(n, Instr):
-            _exec(n, ctx, p)
+            how = routes.get(id(n), 0)
+            code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
+            out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
             if n.tensor in p.viewed or n.tensor in p.moved_names:
                 continue  # the elided load / the move filling it makes the tile a view
-            ctx.allocate(n.tensor, id(n) in p.fresh, p.fused.get(id(n)))
+            out.append((_ALLOC, n.tensor, id(n) in p.fresh, p.fused.get(id(n))))
         elif isinstance(n, _GridLoop):
             whole = n.sym.axis in p.whole_axes
-            _run_batched(n.sym, 0, 1, n.size, n.body, ctx, p, whole)
+            out.append((_BATCH, n.sym, 0, 1, n.size, _steps(n.body, p, routes), whole))
         elif id(n) in p.subtrees:
-            _run_device_loop(n, ctx, p)  # type: ignore[arg-type]
+            out.append((_DEVICE, n, _steps(n.body, p, routes)))
         elif id(n) in p.batch_loops:
-            _run_batched(n.sym, n.start, n.step, n.trip_count, n.body, ctx, p)
+            body = _steps(n.body, p, routes)
+            out.append((_BATCH, n.sym, n.start, n.step, n.trip_count, body, False))
         else:
-            for v in range(n.start, n.stop, n.step):
-                ctx.set_scalar(n.sym, v)
-                _run_nodes(n.body, ctx, p)
-            ctx.set_scalar(n.sym, None)
+            out.append((_LOOP, n.sym, range(n.start, n.stop, n.step), _steps(n.body, p, routes)))
+    return tuple(out)
 
 
-def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
+    for st in steps:
+        code = st[0]
+        if code <= _ELIDED:
+            instr = st[1]
+            if tick is not None:
+                tick(math.prod(ctx.dims))
+            ctx.instr = instr
+            ctx.whole = st[2]
+            if code == _ELIDED:
+                _elide(instr, ctx)
+                continue
+            try:
+                executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (np.errstate)
+            except Exception as e:
+                _failed(e, instr)
+        elif code == _ROUTED:
+            _exec(st[1], st[2], ctx, p, tick)
+        elif code == _ALLOC:
+            ctx.allocate(st[1], st[2], st[3])
+        elif code == _BATCH:
+            _run_batched(st[1], st[2], st[3], st[4], st[5], ctx, p, tick, st[6])
+        elif code == _LOOP:
+            sym, body = st[1], st[3]
+            for v in st[2]:
+                ctx.set_scalar(sym, v)
+                _run_nodes(body, ctx, p, tick)
+            ctx.set_scalar(sym, None)
+        else:
+            _run_device_loop(st[1], st[2], ctx, p, tick)
+
+
+def _run_device_loop(n: RuntimeLoop, body: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
     """A device loop, iterated around its batched body for the trips every position of the
     batch shares: a fori_loop's values below every position's upper bound when the lower
     bounds agree (bound registers read when it starts), a while loop's trips while every
     condition register holds (read before each trip). The positions' other trips run per
     position with the interpreter's walker."""
     if n.cond is not None:
-        _run_while(n, ctx, p)
+        _run_while(n, body, ctx, p, tick)
         return
     lo, hi = (
         _bound(acc, c, ctx) for acc, c in ((n.lower, n.lower_const), (n.upper, n.upper_const))
@@ -102,7 +151,7 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
         shared = range(int(lo[0]), int(hi.min()), n.step)
         for v in shared:
             ctx.set_scalar(n.sym, v)
-            _run_nodes(n.body, ctx, p)
+            _run_nodes(body, ctx, p, tick)
         ctx.set_scalar(n.sym, None)
         start = np.full_like(lo, int(lo[0]) + len(shared) * n.step)
     if (start < hi).any():  # (trips left for some positions)
@@ -113,7 +162,7 @@ def _run_device_loop(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
         ctx.device_loops[0] += 1
 
 
-def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
+def _run_while(n: RuntimeLoop, body: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
     trips = 0
     while True:
         cond = _registers(n.cond, ctx)  # type: ignore[arg-type]
@@ -128,7 +177,7 @@ def _run_while(n: RuntimeLoop, ctx: BCtx, p: Plan) -> None:
             ctx.device_loops[1] += 1
             return
         ctx.set_scalar(n.sym, trips)
-        _run_nodes(n.body, ctx, p)
+        _run_nodes(body, ctx, p, tick)
         trips += 1
     ctx.set_scalar(n.sym, None)
     ctx.device_loops[0] += 1
@@ -157,9 +206,10 @@ def _run_batched(
     start: int,
     step: int,
     count: int,
-    body: tuple[Node, ...],
+    body: Steps,
     ctx: BCtx,
     p: Plan,
+    tick: Tick,
     whole: bool = False,
 ) -> None:
     """Run ``body`` with ``sym`` as a new batch axis, in chunks under the memory budget
@@ -167,13 +217,13 @@ def _run_batched(
     if count <= 0:
         return
     per = p.tile_bytes * max(1, math.prod(ctx.dims))
-    chunk = count if whole else max(1, min(count, BUDGET // per))
+    chunk = count if whole or count * per <= BUDGET else max(1, BUDGET // per)
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         ctx.dims.append(n)
         ctx.set_axis(sym, (len(ctx.dims) - 1, start + first * step, step))
         try:
-            _run_nodes(body, ctx, p)
+            _run_nodes(body, ctx, p, tick)
         finally:
             ctx.dims.pop()
             ctx.set_axis(sym, None)
@@ -181,60 +231,65 @@ def _run_batched(
 
 # how ``_exec`` runs an instruction of a plan (flags; 0: its batched executor)
 _SKIP, _HOST, _WHOLE, _ELIDE, _MOVE = 1, 2, 4, 8, 16
-_ROUTES: dict[int, tuple[Plan, dict[int, int]]] = {}  # id(plan) -> (plan, routes): bounded
 
 
 def _routes(p: Plan) -> dict[int, int]:
-    """id(instruction) -> its ``_exec`` flags under plan ``p`` (made once per plan: one lookup
-    per executed instruction instead of one per set)."""
-    hit = _ROUTES.get(id(p))
-    if hit is not None and hit[0] is p:
-        return hit[1]
+    """id(instruction) -> how ``_run_nodes`` runs it under plan ``p`` (``_exec``'s flags)."""
     routes: dict[int, int] = {}
     for flag, ids in ((_SKIP, p.skipped), (_HOST, p.hosted), (_WHOLE, p.whole),
                       (_ELIDE, p.elided), (_MOVE, p.moved)):  # fmt: skip
         for i in ids:
             routes[i] = routes.get(i, 0) | flag
-    if len(_ROUTES) >= 512:
-        _ROUTES.clear()
-    _ROUTES[id(p)] = (p, routes)
     return routes
 
 
-def _exec(instr: Instr, ctx: BCtx, p: Plan) -> None:
-    how = ctx.routes.get(id(instr), 0)
+def _exec(instr: Instr, how: int, ctx: BCtx, p: Plan, tick: Tick) -> None:
+    """An instruction the plan runs another way than with its batched executor (``how``)."""
     if how & _SKIP:  # its tile already lives in the destination
-        progress.tick(math.prod(ctx.dims))
+        if tick is not None:
+            tick(math.prod(ctx.dims))
         return
     ctx.instr = instr
     if how & _HOST:  # the interpreter's executor per position (errors located)
         assert ctx.host is not None
         ctx.host.run(instr, ctx, id(instr) in p.stateful)  # (it counts each position)
         return
-    progress.tick(math.prod(ctx.dims))
+    if tick is not None:
+        tick(math.prod(ctx.dims))
     ctx.whole = bool(how & _WHOLE)
-    if how & _ELIDE:  # the tile is a view of the (never written) HBM tensor
-        assert instr.dst is not None
-        ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
-        ctx.depth[instr.dst.tensor] = len(ctx.dims)
+    if how & _ELIDE:
+        _elide(instr, ctx)
         return
     try:
         if how & _MOVE:
             _move(instr, ctx)
             return
         executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (under np.errstate)
-    except NKIError as e:
-        raise e.with_context(loc=instr.loc) from None
-    except MemoryError as e:
-        what = f"executing '{instr.api or instr.kind + '.' + instr.op}' batched"
-        raise NKIMemoryError.host_exhausted(e, what, instr.loc) from None
     except Exception as e:
-        raise NKIRuntimeError(
-            f"error while executing '{instr.api or instr.kind + '.' + instr.op}': "
-            f"{type(e).__name__}: {e}",
-            code="err_runtime",
-            loc=instr.loc,
-        ) from e
+        _failed(e, instr)
+
+
+def _elide(instr: Instr, ctx: BCtx) -> None:
+    """The load's tile becomes a view of its (never written) HBM source."""
+    assert instr.dst is not None
+    ctx.arrays[instr.dst.tensor] = ctx.view(instr.srcs[0])  # type: ignore[arg-type]
+    ctx.depth[instr.dst.tensor] = len(ctx.dims)
+
+
+def _failed(e: Exception, instr: Instr) -> NoReturn:
+    """Raise what an instruction's failure is to the user: an NKIError at the instruction's
+    line, running out of memory as ``err_host_memory_exhausted``, anything else as
+    ``err_runtime`` (its cause kept)."""
+    what = f"'{instr.api or instr.kind + '.' + instr.op}'"
+    if isinstance(e, NKIError):
+        raise e.with_context(loc=instr.loc) from None
+    if isinstance(e, MemoryError):
+        raise NKIMemoryError.host_exhausted(e, f"executing {what} batched", instr.loc) from None
+    raise NKIRuntimeError(
+        f"error while executing {what}: {type(e).__name__}: {e}",
+        code="err_runtime",
+        loc=instr.loc,
+    ) from e
 
 
 def _move(instr: Instr, ctx: BCtx) -> None:
@@ -246,21 +301,11 @@ def _move(instr: Instr, ctx: BCtx) -> None:
     ctx.depth[instr.dst.tensor] = len(ctx.dims)
 
 
-# id(ir) -> (ir, its body with the grid loops): made once per traced kernel (bounded)
-_BODIES: dict[int, tuple[KernelIR, tuple[Node, ...]]] = {}
-
-
 def _body_with_grid(ir: KernelIR) -> tuple[Node, ...]:
     """The kernel body wrapped in one batched loop per grid axis (instances are independent)."""
-    hit = _BODIES.get(id(ir))
-    if hit is not None and hit[0] is ir:
-        return hit[1]
     body = ir.body
     for a in reversed(range(len(ir.grid.shape))):
         body = (_GridLoop(PidSym(a), ir.grid.shape[a], body),)  # type: ignore[assignment]
-    if len(_BODIES) >= 512:
-        _BODIES.clear()
-    _BODIES[id(ir)] = (ir, body)
     return body
 
 
@@ -271,6 +316,80 @@ class _GridLoop:
     body: tuple[Node, ...]
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """What every batched run of one traced kernel under one setting uses, made once: the
+    plan, its walk (``_steps``), the shared tensors copied before a run (``Plan.reread``) and
+    the run's ``RunInfo.reason`` (None: counted per run, for device loops)."""
+
+    plan: Plan
+    steps: Steps
+    reread: tuple[str, ...]
+    reason: str | None
+
+
+# (id(ir), config) -> (ir, what its runs use, or why the backend declines it): bounded, the IR
+# kept so that its id is not reused while the entry lives
+_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready | str]] = {}
+
+
+def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
+    hit = _READY.get((id(ir), config))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    got: _Ready | str
+    try:
+        p = plan(ir, config)
+    except Declined as e:
+        got = f"batched: {e}"
+    else:
+        why = _declined(ir, config, p)
+        if why is not None:
+            got = f"batched: {why}"
+        else:
+            steps = _steps(_body_with_grid(ir), p, _routes(p))
+            reason = None if p.subtrees else _reason(p, None)
+            got = _Ready(p, steps, tuple(sorted(p.reread)), reason)
+    if len(_READY) >= 512:
+        _READY.clear()
+    _READY[(id(ir), config)] = (ir, got)
+    return got
+
+
+def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
+    """Why a kernel the batched backend can plan still goes to the next backend (None: it
+    does not)."""
+    if config.checks == "full" and p.unproven is not None:
+        return f"checks='full' tracks uninitialised values per instance: {p.unproven}"
+    steps = _serial_steps(ir, p)
+    if config.backend == AUTO and steps > SERIAL_STEPS:
+        if numba_backend.unsupported_reason(ir, config) is None:
+            return (
+                f"{steps:,} instruction steps iterated in Python (loops that cannot batch): "
+                "the Numba backend compiles them"
+            )
+    return None
+
+
+# id(schedule) -> (schedule, its instances in order, their cores): bounded, the schedule kept
+# so that its id is not reused (an unshuffled schedule is the same object every launch)
+_ORDERS: dict[int, tuple[Schedule, list[tuple[int, ...]], dict[tuple[int, ...], int]]] = {}
+
+
+def _order(sched: Schedule) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int]]:
+    """The schedule's instances in run order and each one's core (read-only)."""
+    if len(sched.order) <= 8:  # (made per launch: a one-core schedule of an LNC launch)
+        return sched.instances, dict(sched.order)
+    hit = _ORDERS.get(id(sched))
+    if hit is not None and hit[0] is sched:
+        return hit[1], hit[2]
+    got = (sched, sched.instances, dict(sched.order))
+    if len(_ORDERS) >= 512:
+        _ORDERS.clear()
+    _ORDERS[id(sched)] = got
+    return got[1], got[2]
+
+
 def execute(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
 ) -> bool:
@@ -279,35 +398,26 @@ def execute(
     kernel both writes and reads is copied before the run (one extra copy of each such tensor
     per launch) so that the replay of an error, or the next backend after a late decline,
     starts from the data the launch was given."""
-    reason = _decline_reason(ir, config, sched)
-    if reason is None:
-        try:
-            p = plan(ir, config)
-        except Declined as e:
-            reason = str(e)
-        else:
-            if config.checks == "full" and p.unproven is not None:
-                reason = f"checks='full' tracks uninitialised values per instance: {p.unproven}"
-            elif config.backend == AUTO and _serial_steps(ir, p) > SERIAL_STEPS:
-                if numba_backend.unsupported_reason(ir, config) is None:
-                    reason = (
-                        f"{_serial_steps(ir, p):,} instruction steps iterated in Python (loops "
-                        "that cannot batch): the Numba backend compiles them"
-                    )
-    if reason is not None:
-        info.reason = f"batched: {reason}"
+    if sched.rng is not None:
+        info.reason = "batched: shuffle_seed runs instances in a shuffled order (interpreter)"
         return False
+    ready = _ready(ir, config)
+    if isinstance(ready, str):
+        info.reason = ready
+        return False
+    p = ready.plan
+    instances, cores = _order(sched)
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
-    ctx.routes = _routes(p)
-    ctx.host = Host(ir, dict(sched.order))
+    if p.hosted or p.subtrees:
+        ctx.host = Host(ir, cores)
     n = len(info.order)
-    info.order.extend(sched.instances)
+    info.order.extend(instances)
     # (what the kernel both writes and reads, as it was: a rerun must start from it)
-    saved = {name: shared[name].copy() for name in sorted(p.reread)}
+    saved = {name: shared[name].copy() for name in ready.reread} if ready.reread else {}
     try:
         with np.errstate(all="ignore"):  # once per launch, not per instruction
-            _run_nodes(_body_with_grid(ir), ctx, p)
+            _run_nodes(ready.steps, ctx, p, progress.counter())
     except StateUsed:
         # (the next backend reruns the kernel from the start)
         del info.order[n:]
@@ -319,20 +429,8 @@ def execute(
         _restore(shared, saved)
         _first_error(ir, shared, config, sched, e)
         raise
-    if p.subtrees:
-        info.reason = _reason(p, tuple(ctx.device_loops))
-    else:  # (the same text every launch of the plan)
-        hit = _REASONS.get(id(p))
-        if hit is None or hit[0] is not p:
-            hit = (p, _reason(p, None))
-            if len(_REASONS) >= 512:
-                _REASONS.clear()
-            _REASONS[id(p)] = hit
-        info.reason = hit[1]
+    info.reason = ready.reason or _reason(p, tuple(ctx.device_loops))
     return True
-
-
-_REASONS: dict[int, tuple[Plan, str]] = {}  # id(plan) -> (plan, reason): bounded
 
 
 def _reason(p: Plan, device_loops: tuple[int, ...] | None) -> str:
@@ -382,27 +480,13 @@ def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> Non
 # Python per step here against nanoseconds compiled; a cold compile costs seconds)
 SERIAL_STEPS = 100_000
 
-_STEPS: dict[int, tuple[KernelIR, int]] = {}
-
 
 def _serial_steps(ir: KernelIR, p: Plan) -> int:
     """Instruction executions of the batched walk: each instruction once per iteration of the
     loops around it that are not batch axes (a device loop counts one trip)."""
-    hit = _STEPS.get(id(ir))
-    if hit is not None and hit[0] is ir:
-        return hit[1]
     steps = 0
     for _, loops in instructions_of(ir):
         steps += math.prod(
             1 if lp.is_runtime or id(lp) in p.batch_loops else lp.trip_count for lp in loops
         )
-    if len(_STEPS) > 512:
-        _STEPS.clear()
-    _STEPS[id(ir)] = (ir, steps)
     return steps
-
-
-def _decline_reason(ir: KernelIR, config: SimConfig, sched: Schedule) -> str | None:
-    if sched.rng is not None:
-        return "shuffle_seed runs instances in a shuffled order (interpreter)"
-    return None

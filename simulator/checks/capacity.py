@@ -342,23 +342,24 @@ def _host_bytes(ir: KernelIR, precise_fp: bool, copies: int) -> tuple[list, int]
     return sized, total
 
 
-def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> None:
+def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> bool:
     """The host memory a launch holds at its peak fits the memory available now.
 
     The simulator keeps every shared HBM tensor once and, for each grid instance, its private
     HBM and on-chip tensors until the launch ends, so the peak is ``shared + instances x
     per-instance``. Raises :class:`NKIMemoryError` ``err_host_memory_exhausted`` before anything
     is allocated (instead of the OOM killer ending the process), at the tensor whose bytes bring
-    the total past the available memory, with the totals."""
+    the total past the available memory, with the totals. Returns True when the launch is too
+    small to need the host's memory read (then every launch of ``ir`` passes)."""
     copies = 1
     for n in ir.grid.shape:
         copies *= n
     sized, total = _host_bytes(ir, precise_fp, copies)
     if total <= HOST_CHECK_MIN_BYTES:
-        return
+        return True
     avail = host_available_bytes()
     if total <= avail:
-        return
+        return False
     running, k = 0, 0
     while running + sized[k][1] <= avail:  # total > avail: stops inside the list
         running += sized[k][1]

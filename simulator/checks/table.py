@@ -63,8 +63,10 @@ class Check:
             return () if ir.cores else (ir,)
         return (ir,)
 
-    def __call__(self, ir: KernelIR, config: SimConfig) -> None:
-        self.run(ir, *(getattr(config, s) for s in self.settings))
+    def __call__(self, ir: KernelIR, config: SimConfig) -> Any:
+        """The row's check on ``ir`` (a start row returns True when its pass holds for every
+        later run of ``ir`` under ``config``: ``static.start_checks`` then skips it)."""
+        return self.run(ir, *(getattr(config, s) for s in self.settings))
 
 
 CHECKS = (

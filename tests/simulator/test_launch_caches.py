@@ -1,8 +1,9 @@
 """What a launch keeps between launches to stay cheap (the environment's settings parsed per
-value, the plain binding of arguments, the per-kernel layout of a launch, the batched backend's
-view layouts and masks' selections) never hands a launch another launch's answer: a changed
-environment variable, shape, dtype, grid or keyword gives the new behaviour, checked against
-NumPy."""
+value, the plain binding of arguments, the per-kernel layout and run records of a launch, the
+checks that passed, the batched backend's walk, view layouts and masks' selections) never hands
+a launch another launch's answer: a changed environment variable, check setting, shape, dtype,
+grid or keyword gives the new behaviour (results checked against NumPy, errors by code and
+line), also with launches from several threads."""
 
 from __future__ import annotations
 
@@ -271,3 +272,102 @@ def test_compile_time_tuples_keep_their_trace_key_only_while_they_cannot_change(
     assert id(held) not in binding._TUPLE_KEYS
     scalars[0] = 3.0
     np.testing.assert_array_equal(program_scale(a, held), 3 * a)
+
+
+def _every_instance_writes_all(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(a))  # (a write race between the grid's instances)
+    return out
+
+
+def test_what_a_launch_keeps_per_setting_never_skips_a_check_of_another(monkeypatch):
+    """Each launch of one traced kernel under "static" reports its race, whatever launches
+    under "none" (which run it) came between, through configure() and the environment."""
+    racy = nki.jit(_every_instance_writes_all, api="classic")
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    loose = racy.configure(checks="none")
+    for _ in range(2):
+        with pytest.raises(nki.errors.NKIError) as e:
+            racy[2](a)
+        assert e.value.code == "err_spmd_write_race"
+        assert e.value.loc.line == _every_instance_writes_all.__code__.co_firstlineno + 2
+        np.testing.assert_array_equal(loose[2](a), a)  # (the same values written twice)
+        monkeypatch.setenv("NKI_SIM_CHECKS", "none")
+        np.testing.assert_array_equal(racy[2](a), a)
+        monkeypatch.setenv("NKI_SIM_CHECKS", "static")
+
+
+def test_the_host_memory_check_is_kept_only_for_launches_too_small_to_read_it(monkeypatch):
+    """A launch below ``HOST_CHECK_MIN_BYTES`` never needs the host's memory: after its first
+    pass it is not asked again. A larger one asks at every launch (the memory available
+    changes): the launch after the memory shrank is refused, located at the tensor."""
+    from simulator.checks import capacity
+
+    calls: list[int] = []
+    avail = [1 << 40]
+
+    def available() -> int:
+        calls.append(1)
+        return avail[0]
+
+    monkeypatch.setattr(capacity, "host_available_bytes", available)
+    a, b = _data((64, 32), np.float32, seed=9)
+    for _ in range(3):
+        np.testing.assert_array_equal(mul_add(a, b), _ref(a, b, 2.0))
+    assert calls == []  # (a few KiB: below the threshold)
+    monkeypatch.setattr(capacity, "HOST_CHECK_MIN_BYTES", 1024)
+    c, d = _data((64, 48), np.float32, seed=10)  # (another trace: its own start rows)
+    for n in (1, 2):
+        np.testing.assert_array_equal(mul_add(c, d), _ref(c, d, 2.0))
+        assert len(calls) == n
+    avail[0] = 2048
+    with pytest.raises(nki.errors.NKIMemoryError) as e:
+        mul_add(c, d)
+    assert e.value.code == "err_host_memory_exhausted"
+    assert "only 2048 bytes are available" in str(e.value)
+
+
+def test_torch_launches_from_several_threads_run_and_report_their_own_trace():
+    """The IR a torch launch reports is its own (another thread's launch of the same kernel
+    with other shapes may have replaced ``Kernel.last_ir`` meanwhile)."""
+    from frontends.torch_tensors import launch_traced
+
+    lk = Launch(mul_add, mul_add.default_grid)
+    errors: list[BaseException] = []
+
+    def work(rows: int) -> None:
+        try:
+            for k in range(10):
+                a, b = _data((rows, 16), np.float32, seed=k)
+                got, ir = launch_traced(lk, (torch.from_numpy(a), torch.from_numpy(b)), {})
+                assert ir.tensor("a").shape == (rows, 16)
+                np.testing.assert_array_equal(got.numpy(), _ref(a, b, 2.0))
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(r,)) for r in (256, 200, 64, 8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_the_torch_backends_configured_kernel_follows_its_options():
+    """``common.configured`` (the torch backend's target / checks options applied to a
+    kernel): one copy per kernel and options, another for other options, the kernel itself
+    with none; each copy launches under its own options."""
+    from frontends.common import configured
+
+    racy = nki.jit(_every_instance_writes_all, api="classic")
+    a = np.ones((128, 8), np.float32)
+    assert configured(racy, None, None) is racy
+    loose = configured(racy, None, "none")
+    assert configured(racy, None, "none") is loose and loose.config().checks == "none"
+    strict = configured(racy, "trn2", "static")
+    assert strict is not loose and strict.config().target == "trn2"
+    np.testing.assert_array_equal(loose[2](a), a)
+    with pytest.raises(nki.errors.NKIError) as e:
+        strict[2](a)
+    assert e.value.code == "err_spmd_write_race"
+    assert strict.last_run is None and loose.last_run.target == racy.config().target

@@ -70,9 +70,10 @@ def test_free_cores_subtract_the_load_of_other_processes(monkeypatch):
 
 class _Pool:
     def __init__(self, n: int) -> None:
-        self.n, self.calls = n, []
+        self.n, self.calls, self.reads = n, [], 0
 
     def get_num_threads(self) -> int:
+        self.reads += 1
         return self.n
 
     def set_num_threads(self, n: int) -> None:
@@ -96,6 +97,26 @@ def test_pools_are_limited_for_the_launch_and_restored(monkeypatch):
     with threads.blas_limit(4, exact=True):  # an explicit setting is what it says
         assert env_one.n == 4
     assert env_one.n == 1
+
+
+def test_the_pools_are_read_once_and_set_only_where_the_limit_differs(monkeypatch):
+    """The first launch in reads the pools (launches running at once share its reading), a
+    pool already at the launch's limit is never set, and the last one out restores exactly
+    what the launches changed, also after an explicit count raised a pool above it."""
+    at_one, at_eight = _Pool(1), _Pool(8)
+    monkeypatch.setattr(threads, "_POOLS", [at_one, at_eight])
+    with threads.blas_limit(1):
+        with threads.blas_limit(1):
+            assert (at_one.n, at_eight.n) == (1, 1)
+        with threads.blas_limit(3, exact=True):  # (the smaller limit of the two holds)
+            assert (at_one.n, at_eight.n) == (1, 1)
+    assert (at_one.n, at_eight.n) == (1, 8)
+    assert (at_one.reads, at_eight.reads) == (1, 1)
+    assert (at_one.calls, at_eight.calls) == ([], [1, 8])
+    with threads.blas_limit(2, exact=True):
+        assert (at_one.n, at_eight.n) == (2, 2)
+    assert (at_one.n, at_eight.n) == (1, 8)
+    assert (at_one.calls, at_eight.calls) == ([2, 1], [1, 8, 2, 8])
 
 
 def test_results_are_the_same_bits_with_any_thread_count():
