@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -248,8 +248,16 @@ def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:
         pool = _WORKERS.get(n)
         if pool is None:
             pool = _WORKERS.setdefault(n, ThreadPoolExecutor(n, thread_name_prefix="nki-sim"))
-        for _ in pool.map(fn, blocks):  # (re-raises a block's error here)
-            pass
+        futures = [pool.submit(fn, b) for b in blocks]
+        # (a failing block cancels the blocks not started; the launch goes on, or reports the
+        # error, only once no block of it is running: none writes its storage afterwards)
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        for f in futures:
+            if not f.cancelled():
+                f.result()  # (re-raises the first failing block's error, in block order)
 
 
 _SINGLE: dict[str, Any] = {"count": 0, "saved": ()}

@@ -6,6 +6,7 @@ same bits with any count."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -168,6 +169,21 @@ def test_blocks_run_on_workers_with_blas_on_one_thread_each():
         with pytest.raises(ValueError, match="block 3"):
             threads.run_blocks(fails, list(range(8)), work=1 << 30)
         assert threads.blas_threads_now() == before
+        # a failing block: the blocks not started are dropped, and the error reaches the caller
+        # only when no block runs any more (none writes the launch's storage afterwards)
+        finished: list[int] = []
+
+        def slow_or_fails(i: int) -> None:
+            if i == 0:
+                raise ValueError("block 0")
+            time.sleep(0.05)
+            finished.append(i)
+
+        with pytest.raises(ValueError, match="block 0"):
+            threads.run_blocks(slow_or_fails, list(range(8)), work=1 << 30)
+        seen = len(finished)
+        time.sleep(0.3)
+        assert len(finished) == seen < 7
         done.clear()
         threads.run_blocks(block, list(range(4)), work=1000)  # (little work: this thread)
         assert {name for name, _ in done.values()} == {threading.current_thread().name}
