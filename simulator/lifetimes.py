@@ -78,7 +78,7 @@ def _compute(ir: KernelIR) -> Lifetimes:
     # the child indices from the body down to the node
     allocs: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
     uses: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
-    ends: dict[tuple[int, ...], int] = {}  # path of a node that accesses a tile -> end of it
+    ends: dict[tuple[int, ...], int] = {}  # path of a loop -> position of its last node
     tiles = {d.name for d in ir.tensors if d.on_chip and d.alias_of is None}
     base = {d.name: d.alias_of or d.name for d in ir.tensors}
     pos = 0

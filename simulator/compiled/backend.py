@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import heapq
-import math
 import time
 import warnings
 from typing import Any
@@ -56,9 +54,9 @@ from ..executors import NUMBA
 from ..host import alias_array
 from ..instances import RunInfo, Schedule
 from ..interpreter import execute_instruction
-from ..lifetimes import lifetimes
 from . import budget
 from . import kernels as lib
+from .buffers import tile_buffers
 from .codegen import Plan, Unsupported, generate
 from .kernels import cache_dir
 
@@ -334,7 +332,7 @@ def _array_args(
     """The driver's array arguments (flat, in the dtypes numba sees) and, by name, the same
     memory in the tensor's shape (what hosted instructions and NumPy call-backs use)."""
     out, by_name = [], {}
-    shared_tiles = _tile_memory(ir, p, precise)
+    shared_tiles = tile_buffers(ir, p, precise)
     for b in p.args:
         if b.tensor is None:  # scratch
             a = np.empty(b.shape, dtype=b.dtype)
@@ -356,40 +354,6 @@ def _array_args(
         by_name[b.tensor] = a.view(b.dtype)
         out.append(by_name[b.tensor].reshape(-1))
     return out, by_name
-
-
-def _tile_memory(ir: KernelIR, p: Plan, precise: bool) -> dict[str, np.ndarray]:
-    """Bytes for the per-instance tiles of ``p`` that may share memory: tiles whose windows
-    (``simulator/lifetimes.py``: from the Alloc to the last access, ends included) never
-    overlap take turns in one buffer, so an unrolled loop's tiles need the memory of one
-    iteration. Each Alloc refills its tile before any read, as for a tile of its own. Tiles
-    absent here get their own array."""
-    lt = lifetimes(ir)
-    need: dict[str, int] = {}
-    for b in p.args:
-        if b.tensor is not None and b.tensor in lt.windows:
-            d = ir.tensor(b.tensor)
-            need[d.name] = math.prod(d.shape) * numerics.storage_dtype(d.dtype, precise).itemsize
-    sizes: list[int] = []  # bytes of each buffer
-    owner: dict[str, int] = {}
-    busy: list[tuple[int, int]] = []  # (window end, buffer) of the buffers in use
-    free: list[int] = []
-    for name in sorted(need, key=lambda n: lt.windows[n][0]):
-        start, end = lt.windows[name]
-        while busy and busy[0][0] < start:
-            free.append(heapq.heappop(busy)[1])
-        fits = [k for k in free if sizes[k] >= need[name]]
-        if fits or free:  # the smallest that fits, else the largest, grown
-            k = min(fits, key=sizes.__getitem__) if fits else max(free, key=sizes.__getitem__)
-            free.remove(k)
-            sizes[k] = max(sizes[k], need[name])
-        else:
-            k = len(sizes)
-            sizes.append(need[name])
-        owner[name] = k
-        heapq.heappush(busy, (end, k))
-    pools = [np.empty(n, dtype=np.uint8) for n in sizes]
-    return {name: pools[k][: need[name]] for name, k in owner.items()}
 
 
 _EXTRA = ("order", "ERR", "ENV", "EPOCH", "CB", "P", "D", "FC", "Z", "SIGCHECK", "SIGCLEAR")

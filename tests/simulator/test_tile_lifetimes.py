@@ -5,6 +5,7 @@ with results and errors unchanged (``simulator/lifetimes.py``)."""
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import nki.isa as nisa
 import nki.language as nl
 import simulator.checks.capacity as capacity
 from nki.errors import NKIMemoryError, NKIRuntimeError
+from nki.ir import Alloc, Loop
 from simulator.lifetimes import lifetimes
 
 from backends import BACKENDS, run_backends
@@ -79,7 +81,8 @@ def _peak(launch, *args) -> tuple[int, np.ndarray]:
 @pytest.mark.parametrize("backend", [*BACKENDS, "numpy-full"])
 def test_unrolled_tiles_take_host_memory_of_one_iteration(backend):
     a = rand(SHAPE)
-    opts = {"backend": "numpy", "checks": "full"} if backend == "numpy-full" else {"backend": backend}
+    full = backend == "numpy-full"  # (the interpreter with its shadows of written elements)
+    opts = {"backend": "numpy", "checks": "full"} if full else {"backend": backend}
     k = nki.jit(unrolled).configure(**opts)
     peaks = {}
     for n in (8, 32):
@@ -110,19 +113,15 @@ def test_results_stay_bit_identical_across_backends():
     run_backends(nki.jit(classic_unrolled), None, b, c, 6, ran=BACKENDS)
 
 
-def test_windows_follow_the_last_access_and_keep_carried_tiles():
+def test_windows_end_at_the_last_access():
     k = nki.jit(unrolled)
     k(rand(SHAPE), 3)
     ir = k.last_ir
     lt = lifetimes(ir)
-    acc, tiles = None, []
-    for d in ir.tensors:
-        if d.on_chip and d.alias_of is None:
-            tiles.append(d.name)
+    acc, *per_iteration = [d.name for d in ir.tensors if d.on_chip and d.alias_of is None]
     # the accumulator lives from its allocation to the final copy; each iteration's two tiles
-    # die within the iteration (windows that end before the next iteration's allocations)
-    acc = tiles[0]
-    per_iteration = sorted(tiles[1:], key=lambda t: lt.windows[t][0])
+    # die within the iteration (before the next iteration's first allocation)
+    per_iteration.sort(key=lambda t: lt.windows[t][0])
     assert len(per_iteration) == 6 and not lt.kept
     starts = [lt.windows[t][0] for t in per_iteration]
     ends = [lt.windows[t][1] for t in per_iteration]
@@ -138,6 +137,22 @@ def stale_tile(a):
         t[...] = nl.add(u, 1.0, mask=(i == 0))  # only the first iteration writes t
         nl.store(out[i], t)  # ERR
     return out
+
+
+def test_carried_and_twice_allocated_tiles_are_kept():
+    k = nki.jit(stale_tile)
+    k(rand((4, 128, 8)))
+    ir = k.last_ir
+    (loop,) = [n for n in ir.body if isinstance(n, Loop)]
+    store = loop.body[-1]
+    t = store.srcs[0].tensor
+    assert t in lifetimes(ir).windows and not lifetimes(ir).kept
+    # the store moved before the loop body's allocations reads the previous iteration's t
+    carried = replace(ir, body=(replace(loop, body=(store, *loop.body[:-1])),))
+    assert lifetimes(carried).kept == {t} and t not in lifetimes(carried).windows
+    alloc_t = next(n for n in loop.body if isinstance(n, Alloc) and n.tensor == t)
+    twice = replace(ir, body=(replace(loop, body=(*loop.body, alloc_t)),))
+    assert lifetimes(twice).kept == {t}
 
 
 def test_reading_a_previous_iterations_tile_is_still_an_uninitialised_read():
