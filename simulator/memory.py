@@ -235,17 +235,24 @@ class Ctx:
         access touches; masked-out lanes point at element 0 and are not checked."""
         idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
         for dim, ind in acc.indirect:
-            isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
-            vals = self.read(ind, isel).astype(np.int64)
-            if vals.ndim == 2 and vals.shape[1] == 1 and len(acc.shape) > 2:
-                # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
-                vals = vals.reshape((vals.shape[0],) + (1,) * (len(acc.shape) - 1))
-            idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
+            idx[dim] = idx[dim] + self.offsets(ind, acc.shape, sel)
         self._check_bounds(acc, idx, sel)
         full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
         if sel is not None:
             full = [np.where(sel, v, 0) for v in full]  # masked-out lanes touch nothing real
         return tuple(full)
+
+    def offsets(
+        self, ind: Access, shape: tuple[int, ...], sel: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The values of the index tile ``ind`` of an indirect access of ``shape`` as offsets
+        over that shape (``sel``: the access's selected lanes; the index rows any of them
+        uses are read)."""
+        vals = self.read(ind, lanes_of(sel, ind.shape)).astype(np.int64)
+        if vals.ndim == 2 and vals.shape[1] == 1 and len(shape) > 2:
+            # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
+            vals = vals.reshape((vals.shape[0],) + (1,) * (len(shape) - 1))
+        return np.broadcast_to(vals, shape)
 
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         """The tile an access reads (storage dtype, tile shape). ``sel`` may be the mask of a

@@ -23,7 +23,7 @@ def _in_bounds(ctx: Ctx, acc: Access) -> np.ndarray:
     for d, (e, n) in enumerate(zip(acc.index, shape)):
         v = np.asarray(eval_index(e, ctx.env), dtype=np.int64)
         if d in ind:
-            v = v + np.broadcast_to(ctx.read(ind[d]).astype(np.int64), acc.shape)
+            v = v + ctx.offsets(ind[d], acc.shape)
         ok &= np.broadcast_to((v >= 0) & (v < n), acc.shape)
     return ok
 
