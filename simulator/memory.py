@@ -3,6 +3,8 @@ writes with bounds checks, masks and operand values.
 
 HBM tensors shared by every instance live for the whole launch; SBUF / PSUM / private-HBM
 allocations are fresh (NaN-filled for floats) each time their ``Alloc`` runs, per instance.
+An ``Alloc`` first drops the storage of the instance's tiles that are dead there
+(``simulator/lifetimes.py``), so host memory follows the live tiles, not a loop's trip count.
 Under ``checks="full"`` a boolean shadow per tensor records which elements were written; reads
 of unwritten elements go through the instance's :class:`~simulator.poison.Poison` state."""
 
@@ -21,7 +23,12 @@ from nki.optable import OPS
 from . import numerics
 from .config import SimConfig
 from .host import alias_array, host_array
+from .lifetimes import lifetimes
 from .poison import Poison
+
+# ``Ctx.state`` keys holding per-allocation engine state of a tile (key + tile name): dropped
+# with the tile's storage
+PSUM_GROUP = "psum_group."
 
 _IOTA_CACHE: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
 
@@ -98,6 +105,7 @@ class Ctx:
         self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
         self.epoch = 0  # meetings of the two LNC=2 cores this instance has passed
         self.same_writes: Any = None  # core_writes.SameWrites of a launch that needs it
+        self.held: set[str] = set()  # tiles this walk allocated that may be dropped when dead
 
     # ---- storage --------------------------------------------------------------------------
     def decl(self, name: str) -> TensorDecl:
@@ -122,6 +130,8 @@ class Ctx:
     def allocate(self, decl: TensorDecl) -> None:
         if decl.buffer == "shared_hbm" and decl.name in self.arrays:
             return  # shared across instances: allocated once per launch
+        if decl.on_chip:
+            self._drop_dead(decl.name)
         self.arrays[decl.name] = host_array(decl, self.config)
         if self.full_checks and decl.alias_of is None:
             # (a tile also read as another width is not tracked: a bool per element cannot
@@ -132,6 +142,22 @@ class Ctx:
             for alias in self._aliases()[0].get(decl.name, ()):
                 self.arrays.pop(alias, None)
                 self.shadow.pop(alias, None)
+
+    def _drop_dead(self, name: str) -> None:
+        """Drop the storage of the tiles this walk holds that are dead at ``name``'s Alloc
+        (never read again before their own next Alloc): their arrays, views, shadows and
+        per-allocation engine state."""
+        lt = lifetimes(self.ir)
+        x = lt.alloc_at(name)
+        if x is None:
+            return
+        for tile in lt.dead(self.held, x):
+            self.held.discard(tile)
+            for n in (tile, *lt.views.get(tile, ())):
+                self.arrays.pop(n, None)
+                self.shadow.pop(n, None)
+                self.state.pop(PSUM_GROUP + n, None)
+        self.held.add(name)
 
     def _aliases(self) -> tuple[dict[str, list[str]], set[str]]:
         """Each tile's reshape / dtype views, and the tiles viewed at another width."""
@@ -209,17 +235,24 @@ class Ctx:
         access touches; masked-out lanes point at element 0 and are not checked."""
         idx: list[Any] = [eval_index(e, self.env) for e in acc.index]
         for dim, ind in acc.indirect:
-            isel = lanes_of(sel, ind.shape)  # a (P, 1) index tile: the rows any lane uses
-            vals = self.read(ind, isel).astype(np.int64)
-            if vals.ndim == 2 and vals.shape[1] == 1 and len(acc.shape) > 2:
-                # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
-                vals = vals.reshape((vals.shape[0],) + (1,) * (len(acc.shape) - 1))
-            idx[dim] = idx[dim] + np.broadcast_to(vals, acc.shape)
+            idx[dim] = idx[dim] + self.offsets(ind, acc.shape, sel)
         self._check_bounds(acc, idx, sel)
         full = [np.broadcast_to(np.asarray(v, dtype=np.int64), acc.shape) for v in idx]
         if sel is not None:
             full = [np.where(sel, v, 0) for v in full]  # masked-out lanes touch nothing real
         return tuple(full)
+
+    def offsets(
+        self, ind: Access, shape: tuple[int, ...], sel: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The values of the index tile ``ind`` of an indirect access of ``shape`` as offsets
+        over that shape (``sel``: the access's selected lanes; the index rows any of them
+        uses are read)."""
+        vals = self.read(ind, lanes_of(sel, ind.shape)).astype(np.int64)
+        if vals.ndim == 2 and vals.shape[1] == 1 and len(shape) > 2:
+            # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
+            vals = vals.reshape((vals.shape[0],) + (1,) * (len(shape) - 1))
+        return np.broadcast_to(vals, shape)
 
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         """The tile an access reads (storage dtype, tile shape). ``sel`` may be the mask of a

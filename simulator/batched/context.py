@@ -14,6 +14,8 @@ from nki.optable import OPS
 from .. import numerics
 from ..config import SimConfig
 from ..host import alias_array
+from ..lifetimes import lifetimes
+from ..memory import PSUM_GROUP
 from . import masks
 from .keys import keys_of, sym_key, terms_of
 
@@ -418,6 +420,8 @@ class BCtx:
         d = self.decl(name)
         if d.buffer == "shared_hbm" and name in self.arrays:
             return  # shared across instances: allocated once per launch
+        if d.on_chip:
+            self._drop_dead(name)
         if store is not None:  # the tile lives where its store would copy it
             assert store.dst is not None
             self.arrays[name] = self.view(store.dst)
@@ -431,6 +435,28 @@ class BCtx:
         else:
             self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
         self.depth[name] = len(self.dims)
+
+    def _drop_dead(self, name: str) -> None:
+        """Drop the storage of the tiles that are dead at ``name``'s Alloc (never read again
+        before their own next Alloc, ``simulator/lifetimes.py``), with their views, the hosted
+        instructions' per-position views and their PSUM accumulation groups (tiles that are
+        views of HBM or of another tile included: the memory goes with its last view)."""
+        lt = lifetimes(self.ir)
+        x = lt.alloc_at(name)
+        if x is None:
+            return
+        host = self.host
+        for tile in lt.dead([*self.arrays, *self.pending], x):
+            for n in (tile, *lt.views.get(tile, ())):
+                self.arrays.pop(n, None)
+                self.pending.pop(n, None)
+                self.aliases.pop(n, None)
+                self.psum_groups.pop(n, None)
+                if host is not None:
+                    host.views.pop(n, None)
+                    if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
+                        for state in host.states.values():
+                            state.pop(PSUM_GROUP + n, None)
 
 
 def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:

@@ -15,6 +15,7 @@ from .. import numerics
 from ..checks.coverage import fully_written, instructions_of, nodes_of
 from ..config import SimConfig
 from ..executors import declined
+from ..lifetimes import peak
 from . import hbm as batched_hbm
 from .host import not_hostable, uses_engine_state
 from .moves import on_chip_moves, whole_tile
@@ -30,7 +31,9 @@ class Declined(Exception):
 class Plan:
     batch_loops: frozenset[int]  # ids of loops that become batch axes
     fresh: frozenset[int]  # ids of Alloc nodes whose tile is fully written before any read
-    tile_bytes: int  # bytes of one instance's on-chip tiles (one iteration of every loop)
+    # bytes of one instance's private HBM and on-chip tiles live at once (one iteration of every
+    # loop)
+    tile_bytes: int
     whole: frozenset[int] = frozenset()  # ids of instructions filling a fresh tile entirely
     # ids of loads whose fresh tile can simply be a view of the HBM tensor (the tensor is never
     # written, the tile is written by this load only, same storage dtype: no copy at all)
@@ -174,11 +177,14 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     moved_names = {i.dst.tensor for i, _ in instructions_of(ir) if id(i) in moved}  # type: ignore[union-attr]
     views = set(loaded) | moved_names
     views |= {s.srcs[0].tensor for s in fused.values()}  # type: ignore[union-attr]
-    tile_bytes = sum(
-        math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
-        for d in ir.tensors
-        if _per_position(d) and d.name not in views and d.alias_of is None
-    )
+
+    def size(d: TensorDecl) -> int:
+        if not _per_position(d) or d.name in views or d.alias_of is not None:
+            return 0
+        return math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
+
+    # (tiles dead at an allocation give their storage back: the peak of the live ones)
+    tile_bytes = sum(size(d) for d in ir.tensors if not d.on_chip) + peak(ir, size)[0]
     return Plan(
         frozenset(batch),
         frozenset(fresh),

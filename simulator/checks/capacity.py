@@ -23,6 +23,7 @@ from nki.targets import Target, get_target, isa_rules
 
 from .. import numerics
 from ..host import host_available_bytes
+from ..lifetimes import peak
 
 
 def bytes_per_partition(decl: TensorDecl) -> int:
@@ -322,19 +323,30 @@ _HOST_BYTES: dict[tuple[int, bool], tuple[KernelIR, list, int]] = {}
 
 
 def _host_bytes(ir: KernelIR, precise_fp: bool, copies: int) -> tuple[list, int]:
-    """(tensor, bytes) of every tensor a launch of ``ir`` allocates (private and on-chip ones
-    once per instance) and their total; counted once per traced kernel."""
+    """(tensor, bytes) of every tensor a launch of ``ir`` holds at its peak (private HBM once
+    per instance; on-chip tiles once per instance, those live at the allocation where the most
+    are: dead tiles give their storage back, ``simulator/lifetimes.py``) and their total;
+    counted once per traced kernel."""
     hit = _HOST_BYTES.get((id(ir), precise_fp))
     if hit is not None and hit[0] is ir:
         return hit[1], hit[2]
-    sized = []
-    for d in ir.tensors:
-        if d.kind == "param" or d.alias_of is not None:
-            continue
+
+    def size(d: TensorDecl) -> int:
         n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
         for s in d.shape:
             n *= s
-        sized.append((d, n if d.buffer == "shared_hbm" else n * copies))
+        return n
+
+    sized = [
+        (d, size(d) if d.buffer == "shared_hbm" else size(d) * copies)
+        for d in ir.tensors
+        if d.kind != "param" and d.alias_of is None and not d.on_chip
+    ]
+    # (an LNC launch traced per core: the core holding the most)
+    (_, tiles), core = max(
+        ((peak(c, size), c) for c in ir.cores or (ir,)), key=lambda got: got[0][0]
+    )
+    sized += [(core.tensor(n), size(core.tensor(n)) * copies) for n in tiles]
     total = sum(n for _, n in sized)
     if len(_HOST_BYTES) > 512:
         _HOST_BYTES.clear()
@@ -346,11 +358,12 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> bool:
     """The host memory a launch holds at its peak fits the memory available now.
 
     The simulator keeps every shared HBM tensor once and, for each grid instance, its private
-    HBM and on-chip tensors until the launch ends, so the peak is ``shared + instances x
-    per-instance``. Raises :class:`NKIMemoryError` ``err_host_memory_exhausted`` before anything
-    is allocated (instead of the OOM killer ending the process), at the tensor whose bytes bring
-    the total past the available memory, with the totals. Returns True when the launch is too
-    small to need the host's memory read (then every launch of ``ir`` passes)."""
+    HBM tensors and its live on-chip tiles (a tile's storage is dropped once it is dead:
+    ``simulator/lifetimes.py``), so the peak is at most ``shared + instances x per-instance``.
+    Raises :class:`NKIMemoryError` ``err_host_memory_exhausted`` before anything is allocated
+    (instead of the OOM killer ending the process), at the tensor whose bytes bring the total
+    past the available memory, with the totals. Returns True when the launch is too small to need
+    the host's memory read (then every launch of ``ir`` passes)."""
     copies = 1
     for n in ir.grid.shape:
         copies *= n
@@ -370,7 +383,7 @@ def check_host_memory(ir: KernelIR, precise_fp: bool = False) -> bool:
     raise NKIMemoryError(
         f"the simulator would need {total} bytes of host memory for this launch "
         f"({shared} bytes of shared HBM tensors + {copies} instance(s) x {per_instance} bytes of "
-        f"private HBM and on-chip tensors), but only {avail} bytes are available; tensor "
+        f"private HBM and live on-chip tensors), but only {avail} bytes are available; tensor "
         f"{tensor_label(d)} {d.buffer} {d.dtype}{list(d.shape)} "
         f"({n // (copies if d.buffer != 'shared_hbm' else 1)} bytes"
         f"{' per instance' if d.buffer != 'shared_hbm' else ''}) brings the total past it. "

@@ -56,6 +56,7 @@ from ..instances import RunInfo, Schedule
 from ..interpreter import execute_instruction
 from . import budget
 from . import kernels as lib
+from .buffers import tile_buffers
 from .codegen import Plan, Unsupported, generate
 from .kernels import cache_dir
 
@@ -331,6 +332,7 @@ def _array_args(
     """The driver's array arguments (flat, in the dtypes numba sees) and, by name, the same
     memory in the tensor's shape (what hosted instructions and NumPy call-backs use)."""
     out, by_name = [], {}
+    shared_tiles = tile_buffers(ir, p, precise)
     for b in p.args:
         if b.tensor is None:  # scratch
             a = np.empty(b.shape, dtype=b.dtype)
@@ -345,7 +347,8 @@ def _array_args(
             if d.alias_of is not None:  # reshape / dtype view of a shared tensor
                 a = alias_array(a, d, precise)
         else:  # per-instance tensor: filled by its Alloc inside the compiled code
-            a = np.empty(d.shape, dtype=sd)
+            a = shared_tiles.get(d.name)
+            a = np.empty(d.shape, dtype=sd) if a is None else a.view(sd).reshape(d.shape)
         if not a.flags.c_contiguous:
             raise Unsupported(f"non-contiguous storage for '{b.tensor}'")
         by_name[b.tensor] = a.view(b.dtype)

@@ -17,7 +17,7 @@ from nki.ir import HBM_BUFFERS, Access, Const, IndexExpr, Instr, tensor_label
 
 from .. import numerics
 from ..executors import prepares
-from ..memory import Ctx
+from ..memory import PSUM_GROUP, Ctx
 from . import formulas as M
 
 
@@ -142,7 +142,7 @@ def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:
         ctx.write(dst, vals, sel, instr.accumulate)
         return
     arr = ctx.array(dst.tensor)
-    key = f"psum_group.{dst.tensor}"
+    key = PSUM_GROUP + dst.tensor
     entry = ctx.state.get(key)
     if entry is None or entry[0] is not arr:  # a fresh allocation of this tile: none started
         entry = [arr, None, False]

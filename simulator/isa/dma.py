@@ -4,6 +4,8 @@ scatter / gather-add)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from nki.errors import NKIRuntimeError
@@ -23,7 +25,7 @@ def _in_bounds(ctx: Ctx, acc: Access) -> np.ndarray:
     for d, (e, n) in enumerate(zip(acc.index, shape)):
         v = np.asarray(eval_index(e, ctx.env), dtype=np.int64)
         if d in ind:
-            v = v + np.broadcast_to(ctx.read(ind[d]).astype(np.int64), acc.shape)
+            v = v + ctx.offsets(ind[d], acc.shape)
         ok &= np.broadcast_to((v >= 0) & (v < n), acc.shape)
     return ok
 
@@ -36,11 +38,13 @@ def _dma_copy(instr: Instr, ctx: Ctx) -> None:
     sel = ctx.mask(instr)
     ssel = sel if src.shape == dst.shape else None
     if instr.attr("oob") == "skip" and (src.indirect or dst.indirect):
+        # (element k of the source goes to element k of the destination, in row-major order)
+        paired = math.prod(src.shape) == math.prod(dst.shape)
         ok = _in_bounds(ctx, dst)
-        if src.shape == dst.shape:
-            ok &= _in_bounds(ctx, src)
+        if paired:
+            ok &= _in_bounds(ctx, src).reshape(dst.shape)
         sel = ok if sel is None else sel & ok
-        ssel = sel if src.shape == dst.shape else None
+        ssel = sel.reshape(src.shape) if paired else None
     raw = ctx.read(src, ssel)
     rmw = instr.attr("rmw") or instr.accumulate
     sdt, ddt = dtype_of(ctx, src), dtype_of(ctx, dst)

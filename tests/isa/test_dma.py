@@ -85,6 +85,51 @@ def test_dma_copy_oob_modes():
     )
 
 
+def k_scatter_rows_3d(x, idx, mode):
+    # a 3-D access pattern over HBM rows, its partition dim offset per partition by a (P, 1)
+    # index tile (AWS's MoE backward kernel scatters gradient rows this way)
+    out = nl.ndarray((10, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    zero = nl.ndarray((10, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(zero, 0.0)
+    nisa.dma_copy(dst=out, src=zero)
+    t = nl.load(x)
+    ix = nl.load(idx)
+    rows = out.ap([[16, 6], [1, 1], [1, 16]], offset=0, vector_offset=ix, indirect_dim=0)
+    nisa.dma_copy(dst=rows, src=t, oob_mode=mode)
+    return out
+
+
+def test_dma_copy_skips_out_of_bounds_rows_of_a_3d_indirect_pattern():
+    x = rand((6, 16))
+    idx = np.array([[3], [12], [0], [9], [-1], [5]], np.int32)
+    got = run(k_scatter_rows_3d, x, idx, nisa.oob_mode.skip)
+    want = np.zeros((10, 16), np.float32)
+    for r, i in enumerate(idx[:, 0]):
+        if 0 <= i < 10:
+            want[i] = x[r]
+    np.testing.assert_array_equal(got, want)
+
+
+def k_gather_rows_3d(table, idx, mode):
+    # the gather of the pattern above: a (6, 1, 16) indirect source into a (6, 16) tile
+    out = nl.ndarray((6, 16), dtype=table.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((6, 16), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(t, 0.0)
+    ix = nl.load(idx)
+    rows = table.ap([[16, 6], [1, 1], [1, 16]], offset=0, vector_offset=ix, indirect_dim=0)
+    nisa.dma_copy(dst=t, src=rows, oob_mode=mode)
+    nl.store(out, t)
+    return out
+
+
+def test_dma_copy_skips_out_of_bounds_source_rows_of_another_shape():
+    table = rand((10, 16))
+    idx = np.array([[3], [12], [0], [9], [-1], [5]], np.int32)
+    got = run(k_gather_rows_3d, table, idx, nisa.oob_mode.skip)
+    want = np.array([table[i] if 0 <= i < 10 else np.zeros(16, np.float32) for i in idx[:, 0]])
+    np.testing.assert_array_equal(got, want)
+
+
 def k_hwdge(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
