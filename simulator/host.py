@@ -17,13 +17,18 @@ from . import numerics
 from .config import SimConfig
 
 
+def storage_bytes(decl: TensorDecl, precise_fp: bool) -> int:
+    """Bytes of a tensor's host storage (its storage dtype's, every element)."""
+    return numerics.storage_dtype(decl.dtype, precise_fp).itemsize * math.prod(decl.shape)
+
+
 def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.ndarray:
     """Fresh storage for a tensor, filled with the uninitialised-memory sentinel (``fill=False``:
     left as it comes, for a tensor the kernel provably overwrites before anyone sees it).
     Running out of host memory is reported at the tensor's declaration, not as a bare
     MemoryError."""
     sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
-    nbytes = sd.itemsize * math.prod(decl.shape)
+    nbytes = storage_bytes(decl, config.precise_fp)
     err = None
     if nbytes > (256 << 20) and nbytes > host_available_bytes():
         err = "more than the host's available memory"  # filling it would invoke the OOM killer

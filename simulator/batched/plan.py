@@ -4,7 +4,6 @@ and whether the kernel is inside the batched subset at all (``Declined`` says wh
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +14,7 @@ from .. import numerics
 from ..checks.coverage import fully_written, instructions_of, nodes_of
 from ..config import SimConfig
 from ..executors import declined
+from ..host import storage_bytes
 from ..lifetimes import peak
 from . import hbm as batched_hbm
 from .host import not_hostable, uses_engine_state
@@ -181,7 +181,7 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     def size(d: TensorDecl) -> int:
         if not _per_position(d) or d.name in views or d.alias_of is not None:
             return 0
-        return math.prod(d.shape) * numerics.storage_dtype(d.dtype, config.precise_fp).itemsize
+        return storage_bytes(d, config.precise_fp)
 
     # (tiles dead at an allocation give their storage back: the peak of the live ones)
     tile_bytes = sum(size(d) for d in ir.tensors if not d.on_chip) + peak(ir, size)[0]

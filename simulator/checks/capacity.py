@@ -21,8 +21,7 @@ from nki.errors import NKIMemoryError, SrcLoc
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl, tensor_label
 from nki.targets import Target, get_target, isa_rules
 
-from .. import numerics
-from ..host import host_available_bytes
+from ..host import host_available_bytes, storage_bytes
 from ..lifetimes import peak
 
 
@@ -332,10 +331,7 @@ def _host_bytes(ir: KernelIR, precise_fp: bool, copies: int) -> tuple[list, int]
         return hit[1], hit[2]
 
     def size(d: TensorDecl) -> int:
-        n = numerics.storage_dtype(d.dtype, precise_fp).itemsize
-        for s in d.shape:
-            n *= s
-        return n
+        return storage_bytes(d, precise_fp)
 
     sized = [
         (d, size(d) if d.buffer == "shared_hbm" else size(d) * copies)

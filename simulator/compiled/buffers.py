@@ -5,13 +5,12 @@ of the tiles live in one iteration, not of every iteration's."""
 from __future__ import annotations
 
 import heapq
-import math
 
 import numpy as np
 
 from nki.ir import KernelIR
 
-from .. import numerics
+from ..host import storage_bytes
 from ..lifetimes import lifetimes
 from .codegen import Plan
 
@@ -41,8 +40,7 @@ def _sharing(ir: KernelIR, p: Plan, precise: bool) -> tuple[list[int], dict[str,
     need: dict[str, int] = {}
     for b in p.args:
         if b.tensor is not None and b.tensor in lt.windows:
-            d = ir.tensor(b.tensor)
-            need[d.name] = math.prod(d.shape) * numerics.storage_dtype(d.dtype, precise).itemsize
+            need[b.tensor] = storage_bytes(ir.tensor(b.tensor), precise)
     sizes: list[int] = []  # bytes of each buffer
     owner: dict[str, tuple[int, int]] = {}
     busy: list[tuple[int, int]] = []  # (window end, buffer) of the buffers in use
