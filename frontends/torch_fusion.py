@@ -30,6 +30,7 @@ from .torch_fusion_launch import (
     Cat,
     Group,
     Horizontal,
+    cat_dim,
     run_cat,
     run_group,
     run_horizontal,
@@ -72,8 +73,6 @@ def run_step(run: Any, g: Any, env: dict) -> list[torch.Tensor]:
     their own)."""
     return _RUNS[type(g)](run, g, env)
 
-
-FUSED_KERNEL = "fused_elementwise_kernel"
 
 # --------------------------------------------------------------------------------------------
 # Grouping (once per compiled graph)
@@ -414,14 +413,9 @@ def join_cats(groups: list[Group], cats: list[Cat]) -> list[Any]:
     return out + rest
 
 
-def _cat_dim(n: torch.fx.Node) -> int:
-    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
-    return dim % n.meta["val"].dim()
-
-
 def _joins(g: Group, c: Cat) -> bool:
     n = c.members[0]
-    d, full = _cat_dim(n), g.full
+    d, full = cat_dim(n), g.full
     mine = [p for p in n.args[0] if p in g.outputs]
     if not mine or d == len(full) - 1 or any(s != 1 for s in full[d:-1]):
         return False
@@ -460,7 +454,7 @@ def _with_cat(g: Group, c: Cat) -> Group:
     program = g.program + (("cat", tuple(refs), c.program[0][2]),)
     members = g.members + [n]
     keep = [i for i, m in enumerate(g.outputs) if m.users.keys() - set(members)]
-    d = _cat_dim(n)
+    d = cat_dim(n)
     return Group(
         members,
         g.full,

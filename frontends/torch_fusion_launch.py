@@ -24,7 +24,16 @@ from .torch_ops import FLOATS, _rows
 from .torch_ops import _operand as _int32  # int64 as int32 (values must fit)
 from .torch_registry import Guard
 
-__all__ = ["Cat", "Group", "Horizontal", "op_names", "run_cat", "run_group", "run_horizontal"]
+__all__ = [
+    "Cat",
+    "Group",
+    "Horizontal",
+    "cat_dim",
+    "op_names",
+    "run_cat",
+    "run_group",
+    "run_horizontal",
+]
 
 
 def op_names(members: list[torch.fx.Node]) -> tuple:
@@ -115,12 +124,16 @@ class _Segment:
     done: Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
+def cat_dim(n: torch.fx.Node) -> int:
+    """The dim (not negative) a ``cat`` node joins its parts along."""
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+    return dim % n.meta["val"].dim()
+
+
 def _cat_segment(g: Cat, env: dict) -> _Segment:
     """The cat as a segment of the fused kernel; :class:`Guard` when it does not apply."""
-    n = g.members[0]
     parts = [env[a] for a in g.inputs]
-    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
-    d = dim % parts[0].dim()
+    d = cat_dim(g.members[0])
     shape = list(parts[0].shape)
     shape[d] = sum(p.shape[d] for p in parts)
     rows = math.prod(shape[:d])

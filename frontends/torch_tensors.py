@@ -88,15 +88,23 @@ def host(t: torch.Tensor) -> torch.Tensor:
     return t if on_cpu(t) else t.detach().to("cpu")
 
 
+def _plain_view(t: torch.Tensor) -> np.ndarray | None:
+    """``to_numpy`` of the common case, checked with the tensor's cheapest properties: a
+    contiguous CPU tensor of a dtype NumPy has (None for any other tensor)."""
+    entry = _DTYPES.get(t.dtype)
+    if entry is not None and entry[1] is None and on_cpu(t) and t.is_contiguous():
+        return (t.detach() if t.requires_grad else t).numpy()
+    return None
+
+
 def to_numpy(t: torch.Tensor, what: str = "tensor") -> np.ndarray:
     """A NumPy view of a tensor's memory (no copy for contiguous CPU tensors; bfloat16 and
     float8 are viewed through their bits). Non-contiguous tensors are copied to contiguous
     memory first, so strides are never misread; tensors on other devices are copied to the
     host."""
-    entry = _DTYPES.get(t.dtype)
-    if entry is not None and entry[1] is None and on_cpu(t) and t.is_contiguous():
-        # (the common case, checked with the tensor's cheapest properties)
-        return (t.detach() if t.requires_grad else t).numpy()
+    plain = _plain_view(t)
+    if plain is not None:
+        return plain
     check_tensor(t, what)
     npd, bits = np_dtype(t, what)
     src = host(t.detach())
@@ -141,11 +149,10 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
     copies: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
     for pname, v in arguments.items():  # (values replaced in place: the keys stay)
         if isinstance(v, torch.Tensor):
-            entry = _DTYPES.get(v.dtype)
-            if type(v) is torch.Tensor and v.is_cpu and entry is not None and entry[1] is None:
-                if v.is_contiguous():  # (the common case, checked with the cheapest properties)
-                    arguments[pname] = (v.detach() if v.requires_grad else v).numpy()
-                    continue
+            plain = _plain_view(v)  # (the common case, without the label of an error)
+            if plain is not None:
+                arguments[pname] = plain
+                continue
             arr = to_numpy(v, f"argument '{pname}' of kernel '{name}'")
             if not v.is_contiguous() or not on_cpu(v):
                 copies[pname] = (v, arr)
