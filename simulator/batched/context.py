@@ -57,7 +57,6 @@ class BCtx:
         self.instr: Instr | None = None
         self.whole = False  # the running instruction fills a fresh tile entirely
         self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
-        self.routes: dict[int, int] = {}  # id(instr) -> how the walk runs it (backend.py)
         # fresh tiles without storage yet (shape, dtype): the instruction that fills them
         # either hands over its result array or gets empty storage to write into
         self.pending: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
