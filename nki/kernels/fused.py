@@ -21,14 +21,27 @@ scalar ``x``); ``dtype`` is the step's result dtype name (``"float32"``, ``"bflo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIShapeError, user_loc
 
 from ._tiles import fit, load_row_vector
-from .elementwise import BINARY, F32, GRAD, UNARY, load_rows, rounded, row_tiles, store_rows
+from .elementwise import (
+    ANGLE,
+    BINARY,
+    F32,
+    GRAD,
+    UNARY,
+    load_rows,
+    reduce_angle,
+    rounded,
+    row_tiles,
+    store_rows,
+)
 
 # a step's op kind -> tile function of (argument tiles or scalars, result dtype)
 STEP: dict[str, Any] = {
@@ -45,6 +58,98 @@ STEP: dict[str, Any] = {
     "slice": lambda name, a, dt: _columns(a[0], int(a[1]), int(a[2]), dt),
     "pad": lambda name, a, dt: _padded(a[0], int(a[1]), int(a[2]), dt),
 }
+
+
+# binary steps an engine ALU op computes as BINARY does (fp32 in, fp32 out): a chain of them with
+# a scalar operand runs as one two-op instruction (tensor_scalar / scalar_tensor_tensor), which
+# rounds to fp32 after each op as the separate steps do
+SCALAR_ALU: dict[str, Any] = {
+    "add": nl.add, "sub": nl.subtract, "mul": nl.multiply, "div": nl.divide, "pow": nl.power,
+    "maximum": nl.maximum, "minimum": nl.minimum,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An fp32 value not computed yet: ``base`` with up to two ALU ops ``(op, operand,
+    reverse)`` applied, each operand a Python scalar or an fp32 (P, 1) tile. A step's value
+    waits so when its one use may take its ops into the same instruction."""
+
+    base: Any
+    ops: tuple
+
+
+def tile_of(v: Any) -> Any:
+    """The value as a tile (a pending one computed by one tensor_scalar); others unchanged."""
+    if not isinstance(v, Pending):
+        return v
+    (f0, o0, r0), *rest = v.ops
+    f1, o1, r1 = rest[0] if rest else (None, None, False)
+    return nisa.tensor_scalar(
+        v.base, f0, o0, reverse0=r0, op1=f1, operand1=o1, reverse1=r1, dtype=F32
+    )
+
+
+def shared_steps(program: tuple) -> list[int]:
+    """Per step: the first step computing the same op of the same values in the same dtype
+    (itself if none), whose value it takes instead of computing it again. Column sums
+    accumulate across row tiles and are never shared."""
+    first: dict[Any, int] = {}
+    same: list[int] = []
+    for j, (op, args, dtype) in enumerate(program):
+        key = tuple(
+            ("v", same[r[1]]) if r[0] == "v" else (r[0], type(r[1]).__name__, r[1]) for r in args
+        )
+        same.append(j if op == "colsum" else first.setdefault((op, key, dtype), j))
+    return same
+
+
+def _uses(program: tuple, outs: tuple, same: list[int]) -> tuple[list[int], set[int]]:
+    """How many steps read each computed step's value, and the steps whose values are stored."""
+    uses = [0] * len(program)
+    for j, (_, args, _) in enumerate(program):
+        for r in args if same[j] == j else ():
+            if r[0] == "v":
+                uses[same[r[1]]] += 1
+    return uses, {same[o] for o in outs}
+
+
+def _width(v: Any) -> int | None:
+    if isinstance(v, Pending):
+        return v.base.shape[1]
+    return v.shape[1] if hasattr(v, "shape") else None
+
+
+def _is_scalar(v: Any, width: int) -> bool:
+    """A Python number, or an fp32 (P, 1) tile against a wider value (a per-row scalar)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return True
+    return not isinstance(v, Pending) and width > 1 and _width(v) == 1 and v.dtype == F32
+
+
+def _binary_step(name: str, a: list, width: int, dtype: Any, lazy: bool) -> Any:
+    """A binary step of ``SCALAR_ALU``: pending when ``lazy`` (an fp32 value with one use, not
+    stored) and one operand is a scalar; one scalar_tensor_tensor when an operand is pending
+    with one op and the other is a tile of its shape; else as BINARY computes it."""
+    fn = SCALAR_ALU[name]
+    for i in (1, 0):  # (i: the scalar's position; at 0 the op's operands are reversed)
+        s, d = a[i], a[1 - i]
+        if lazy and _is_scalar(s, width) and _width(d) == width:
+            op = (fn, s, i == 0)
+            if isinstance(d, Pending) and len(d.ops) == 1:
+                return Pending(d.base, (*d.ops, op))
+            return Pending(tile_of(d), (op,))
+    for i in (0, 1):
+        pend, other = a[i], a[1 - i]
+        if isinstance(pend, Pending) and len(pend.ops) == 1 and _width(other) == width:
+            other = tile_of(other)
+            if other.shape == pend.base.shape and pend.base.shape[1] == width:
+                ((f0, o0, r0),) = pend.ops
+                return nisa.scalar_tensor_tensor(
+                    data=pend.base, op0=f0, operand0=o0, reverse0=r0, op1=fn, operand1=other,
+                    reverse1=i == 1, dtype=dtype,
+                )  # fmt: skip
+    return STEP["binary"](name, [tile_of(v) for v in a], dtype)
 
 
 def _columns(tile: Any, start: int, stop: int, dtype: Any) -> Any:
@@ -150,20 +255,39 @@ def _segment(ins: list, program: tuple, outs: tuple) -> list:
     ones = {
         program[j][2]: nl.ones((p, 1), getattr(nl, program[j][2]), buffer=nl.sbuf) for j in sums
     }
+    same = shared_steps(program)
+    uses, kept = _uses(program, outs, same)
     for t in nl.affine_range(row_tiles(n)):
         tiles = [
             load_rows(x, t, n, x.shape[1]) if x.shape[0] == n else load_row_vector(x, x.shape[1], p)
             for x in ins
         ]
         vals: list[Any] = []
+        angles: dict[int, Any] = {}  # the reduced angle of a value, for its sin and cos
         for j, (op, args, dtype) in enumerate(program):
+            if same[j] != j:
+                vals.append(vals[same[j]])
+                continue
             kind, _, name = op.partition(":")
             a = [tiles[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
+            lazy = dtype == "float32" and uses[j] == 1 and j not in kept
             if kind == "colsum":
-                sums[j] += nl.matmul(ones[dtype], _rows_below(a[0], t, n), transpose_x=True)
+                sums[j] += nl.matmul(
+                    ones[dtype], _rows_below(tile_of(a[0]), t, n), transpose_x=True
+                )
                 vals.append(None)
+            elif kind == "binary" and name in SCALAR_ALU:
+                vals.append(_binary_step(name, a, w[j], getattr(nl, dtype), lazy))
+            elif kind == "mean" and lazy:  # the sum's scale waits for the ops that follow
+                total = nl.sum(tile_of(a[0]), axis=1, keepdims=True, dtype=F32)
+                vals.append(Pending(total, ((nl.multiply, 1.0 / _width(a[0]), False),)))
+            elif kind == "unary" and name in ANGLE:
+                ref = same[args[0][1]] if args[0][0] == "v" else -1 - args[0][1]
+                if ref not in angles:
+                    angles[ref] = reduce_angle(tile_of(a[0]))
+                vals.append(rounded(ANGLE[name](angles[ref]), getattr(nl, dtype)))
             else:
-                vals.append(STEP[kind](name, a, getattr(nl, dtype)))
+                vals.append(STEP[kind](name, [tile_of(v) for v in a], getattr(nl, dtype)))
         for res, o in zip(results, outs):
             if o not in sums:
                 store_rows(res, t, n, w[o], vals[o])
