@@ -21,6 +21,7 @@ scalar ``x``); ``dtype`` is the step's result dtype name (``"float32"``, ``"bflo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,8 +80,20 @@ class Pending:
     ops: tuple
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A value computed (or loaded) only where its one reader, a cat, assigns it to its
+    columns: the instruction then writes the cat's tile directly (no copy)."""
+
+    make: Any
+    shape: tuple[int, int]
+
+
 def tile_of(v: Any) -> Any:
-    """The value as a tile (a pending one computed by one tensor_scalar); others unchanged."""
+    """The value as a tile (a pending one computed by one tensor_scalar, a deferred one now);
+    others unchanged."""
+    if isinstance(v, Deferred):
+        return tile_of(v.make())
     if not isinstance(v, Pending):
         return v
     (f0, o0, r0), *rest = v.ops
@@ -167,16 +180,18 @@ def _padded(tile: Any, start: int, width: int, dtype: Any) -> Any:
     return out
 
 
-def _side_by_side(tiles: list, dtype: Any) -> Any:
-    """The tiles next to each other along the free axis (torch.cat of the last dim): copies,
-    no rounding (the parts have the result's dtype)."""
-    p = tiles[0].shape[0]
-    out = nl.ndarray((p, sum(t.shape[1] for t in tiles)), dtype=dtype, buffer=nl.sbuf)
+def _side_by_side(parts: list, dtype: Any) -> Any:
+    """The parts next to each other along the free axis (torch.cat of the last dim): copies,
+    no rounding (the parts have the result's dtype); a Deferred part is computed straight
+    into its columns."""
+    widths = [_width(v) for v in parts]
+    p = (parts[0].base if isinstance(parts[0], Pending) else parts[0]).shape[0]
+    out = nl.ndarray((p, sum(widths)), dtype=dtype, buffer=nl.sbuf)
     i_p = nl.arange(p)[:, None]
     off = 0
-    for t in tiles:
-        out[i_p, off + nl.arange(t.shape[1])[None, :]] = t
-        off += t.shape[1]
+    for v, w in zip(parts, widths):
+        out[i_p, off + nl.arange(w)[None, :]] = tile_of(v)
+        off += w
     return out
 
 
@@ -257,37 +272,26 @@ def _segment(ins: list, program: tuple, outs: tuple) -> list:
     }
     same = shared_steps(program)
     uses, kept = _uses(program, outs, same)
+    into_cat = _cat_parts(program, same, kept, [x.shape[0] == n for x in ins])
     for t in nl.affine_range(row_tiles(n)):
-        tiles = [
-            load_rows(x, t, n, x.shape[1]) if x.shape[0] == n else load_row_vector(x, x.shape[1], p)
-            for x in ins
-        ]
+        tiles = [_input(x, t, n, p, -1 - i in into_cat) for i, x in enumerate(ins)]
         vals: list[Any] = []
         angles: dict[int, Any] = {}  # the reduced angle of a value, for its sin and cos
         for j, (op, args, dtype) in enumerate(program):
-            if same[j] != j:
-                vals.append(vals[same[j]])
-                continue
-            kind, _, name = op.partition(":")
             a = [tiles[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
             lazy = dtype == "float32" and uses[j] == 1 and j not in kept
-            if kind == "colsum":
+            if same[j] != j:
+                vals.append(vals[same[j]])
+            elif op == "colsum":
                 sums[j] += nl.matmul(
                     ones[dtype], _rows_below(tile_of(a[0]), t, n), transpose_x=True
                 )
                 vals.append(None)
-            elif kind == "binary" and name in SCALAR_ALU:
-                vals.append(_binary_step(name, a, w[j], getattr(nl, dtype), lazy))
-            elif kind == "mean" and lazy:  # the sum's scale waits for the ops that follow
-                total = nl.sum(tile_of(a[0]), axis=1, keepdims=True, dtype=F32)
-                vals.append(Pending(total, ((nl.multiply, 1.0 / _width(a[0]), False),)))
-            elif kind == "unary" and name in ANGLE:
-                ref = same[args[0][1]] if args[0][0] == "v" else -1 - args[0][1]
-                if ref not in angles:
-                    angles[ref] = reduce_angle(tile_of(a[0]))
-                vals.append(rounded(ANGLE[name](angles[ref]), getattr(nl, dtype)))
+            elif j in into_cat:
+                make = functools.partial(_value, program[j], a, w[j], lazy, angles)
+                vals.append(Deferred(make, (p, w[j])))
             else:
-                vals.append(STEP[kind](name, [tile_of(v) for v in a], getattr(nl, dtype)))
+                vals.append(_value(program[j], a, w[j], lazy, angles))
         for res, o in zip(results, outs):
             if o not in sums:
                 store_rows(res, t, n, w[o], vals[o])
@@ -296,6 +300,48 @@ def _segment(ins: list, program: tuple, outs: tuple) -> list:
             i_f = nl.arange(w[o])[None, :]
             nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(sums[o], dtype=res.dtype))
     return results
+
+
+def _value(step: tuple, a: list, width: int, lazy: bool, angles: dict) -> Any:
+    """The value of a step (a tile, Pending or Deferred) from its operands' values ``a``."""
+    op, args, dtype = step
+    kind, _, name = op.partition(":")
+    dt = getattr(nl, dtype)
+    if kind == "binary" and name in SCALAR_ALU:
+        return _binary_step(name, a, width, dt, lazy)
+    if kind == "mean" and lazy:  # the sum's scale waits for the ops that follow
+        total = nl.sum(tile_of(a[0]), axis=1, keepdims=True, dtype=F32)
+        return Pending(total, ((nl.multiply, 1.0 / _width(a[0]), False),))
+    if kind == "unary" and name in ANGLE:
+        if id(a[0]) not in angles:  # (a shared step's value is the one object)
+            angles[id(a[0])] = reduce_angle(tile_of(a[0]))
+        return rounded(ANGLE[name](angles[id(a[0])]), dt)
+    return STEP[kind](name, a if kind == "cat" else [tile_of(v) for v in a], dt)
+
+
+def _input(x: Any, t: Any, n: int, p: int, deferred: bool) -> Any:
+    """Row tile t of input x (its one row broadcast for a (1, W) input)."""
+    if x.shape[0] != n:
+        return load_row_vector(x, x.shape[1], p)
+    if deferred:
+        return Deferred(functools.partial(load_rows, x, t, n, x.shape[1]), (p, x.shape[1]))
+    return load_rows(x, t, n, x.shape[1])
+
+
+def _cat_parts(program: tuple, same: list[int], kept: set[int], rows: list[bool]) -> set[int]:
+    """The steps (j) and inputs of full rows (-1 - i) read once, by a cat, and not stored:
+    computed (loaded) straight into the cat's tile instead of copied there."""
+    readers: dict[int, list[str]] = {}
+    for j, (op, args, _) in enumerate(program):
+        for r in args if same[j] == j else ():
+            if r[0] == "v" or (r[0] == "in" and rows[r[1]]):
+                key = same[r[1]] if r[0] == "v" else -1 - r[1]
+                readers.setdefault(key, []).append(op)
+    return {
+        k
+        for k, ops in readers.items()
+        if ops == ["cat"] and k not in kept and (k < 0 or program[k][0] != "colsum")
+    }
 
 
 def _rows_below(tile: Any, t: Any, n: int) -> Any:

@@ -45,6 +45,8 @@ def _separate(program: tuple, ins: list[np.ndarray], outs: tuple) -> list[np.nda
         a = [ins[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
         if kind == "unary":
             v = K.UNARY_KERNELS[name](a[0])
+        elif kind == "cat":  # (a copy: the parts side by side)
+            v = np.concatenate(a, axis=1)
         elif kind == "mean":
             v = K.mean_kernel(a[0])
         elif kind == "binary" and args[1][0] == "s":
@@ -136,6 +138,23 @@ def test_identical_steps_and_sin_cos_of_one_value_compute_once(dt):
     # 2 loads, a product, 4 to reduce the angle, sin, 2 for cos, 3 stores; in bf16 a product
     # and its rounding more, and the roundings of sin and cos
     assert n == (13 if dt is np.float32 else 17)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_cat_parts_read_only_by_the_cat_are_computed_into_it_bitwise(dt):
+    rng = np.random.default_rng(7)
+    x, y, c = _data(rng, (130, 16), dt), _data(rng, (130, 16), dt), _data(rng, (130, 40), dt)
+    name = _name(dt)
+    prog = (
+        ("unary:neg", (("in", 0),), name),  # 0: read by the cat only
+        ("binary:mul", (("in", 0), ("in", 1)), name),  # 1: read by the cat and stored
+        ("binary:mul", (("in", 1), ("s", 0.5)), name),  # 2: a scalar op, by the cat only
+        ("cat", (("v", 0), ("in", 2), ("v", 1), ("v", 2)), name),  # 3: in 2 loaded into it
+    )
+    n = _check(prog, [x, y, c], (3, 1))
+    # per row tile: 3 loads (each after a zero fill: the last tile is ragged), neg, mul, mul
+    # (in bf16 with their 3 roundings), 2 copies (the stored product, the ragged load), 2 stores
+    assert n == (13 if dt is np.float32 else 16)
 
 
 def _old_reduce(x):
