@@ -82,8 +82,8 @@ class Pending:
 
 @dataclass(frozen=True)
 class Deferred:
-    """A value computed (or loaded) only where its one reader, a cat, assigns it to its
-    columns: the instruction then writes the cat's tile directly (no copy)."""
+    """A value computed (or loaded) only where its one reader, a cat or a pad, assigns it to
+    its columns: the instruction then writes that tile directly (no copy)."""
 
     make: Any
     shape: tuple[int, int]
@@ -127,10 +127,12 @@ def _uses(program: tuple, outs: tuple, same: list[int]) -> tuple[list[int], set[
     return uses, {same[o] for o in outs}
 
 
+def _shape(v: Any) -> tuple[int, int]:
+    return tuple(v.base.shape if isinstance(v, Pending) else v.shape)  # type: ignore[return-value]
+
+
 def _width(v: Any) -> int | None:
-    if isinstance(v, Pending):
-        return v.base.shape[1]
-    return v.shape[1] if hasattr(v, "shape") else None
+    return _shape(v)[1] if hasattr(v, "shape") or isinstance(v, Pending) else None
 
 
 def _is_scalar(v: Any, width: int) -> bool:
@@ -170,13 +172,13 @@ def _columns(tile: Any, start: int, stop: int, dtype: Any) -> Any:
     return tile[nl.arange(tile.shape[0])[:, None], start + nl.arange(stop - start)[None, :]]
 
 
-def _padded(tile: Any, start: int, width: int, dtype: Any) -> Any:
-    """A zero tile of ``width`` columns holding the tile from column ``start`` (the gradient of
-    a slice)."""
-    p, w = tile.shape
+def _padded(value: Any, start: int, width: int, dtype: Any) -> Any:
+    """A zero tile of ``width`` columns holding the value from column ``start`` (the gradient
+    of a slice); a Deferred value is computed straight into its columns."""
+    p, w = _shape(value)
     out = nl.zeros((p, width), dtype=dtype, buffer=nl.sbuf)
     i_p = nl.arange(p)[:, None]
-    out[i_p, start + nl.arange(w)[None, :]] = tile
+    out[i_p, start + nl.arange(w)[None, :]] = tile_of(value)
     return out
 
 
@@ -185,7 +187,7 @@ def _side_by_side(parts: list, dtype: Any) -> Any:
     no rounding (the parts have the result's dtype); a Deferred part is computed straight
     into its columns."""
     widths = [_width(v) for v in parts]
-    p = (parts[0].base if isinstance(parts[0], Pending) else parts[0]).shape[0]
+    p = _shape(parts[0])[0]
     out = nl.ndarray((p, sum(widths)), dtype=dtype, buffer=nl.sbuf)
     i_p = nl.arange(p)[:, None]
     off = 0
@@ -316,7 +318,7 @@ def _value(step: tuple, a: list, width: int, lazy: bool, angles: dict) -> Any:
         if id(a[0]) not in angles:  # (a shared step's value is the one object)
             angles[id(a[0])] = reduce_angle(tile_of(a[0]))
         return rounded(ANGLE[name](angles[id(a[0])]), dt)
-    return STEP[kind](name, a if kind == "cat" else [tile_of(v) for v in a], dt)
+    return STEP[kind](name, a if kind in ("cat", "pad") else [tile_of(v) for v in a], dt)
 
 
 def _input(x: Any, t: Any, n: int, p: int, deferred: bool) -> Any:
@@ -329,8 +331,8 @@ def _input(x: Any, t: Any, n: int, p: int, deferred: bool) -> Any:
 
 
 def _cat_parts(program: tuple, same: list[int], kept: set[int], rows: list[bool]) -> set[int]:
-    """The steps (j) and inputs of full rows (-1 - i) read once, by a cat, and not stored:
-    computed (loaded) straight into the cat's tile instead of copied there."""
+    """The steps (j) and inputs of full rows (-1 - i) read once, by a cat or a pad, and not
+    stored: computed (loaded) straight into its tile instead of copied there."""
     readers: dict[int, list[str]] = {}
     for j, (op, args, _) in enumerate(program):
         for r in args if same[j] == j else ():
@@ -340,7 +342,7 @@ def _cat_parts(program: tuple, same: list[int], kept: set[int], rows: list[bool]
     return {
         k
         for k, ops in readers.items()
-        if ops == ["cat"] and k not in kept and (k < 0 or program[k][0] != "colsum")
+        if ops in (["cat"], ["pad"]) and k not in kept and (k < 0 or program[k][0] != "colsum")
     }
 
 

@@ -47,6 +47,9 @@ def _separate(program: tuple, ins: list[np.ndarray], outs: tuple) -> list[np.nda
             v = K.UNARY_KERNELS[name](a[0])
         elif kind == "cat":  # (a copy: the parts side by side)
             v = np.concatenate(a, axis=1)
+        elif kind == "pad":  # (zeros but for the value's columns)
+            v = np.zeros((a[0].shape[0], a[2]), a[0].dtype)
+            v[:, a[1] : a[1] + a[0].shape[1]] = a[0]
         elif kind == "mean":
             v = K.mean_kernel(a[0])
         elif kind == "binary" and args[1][0] == "s":
@@ -141,7 +144,7 @@ def test_identical_steps_and_sin_cos_of_one_value_compute_once(dt):
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=IDS)
-def test_cat_parts_read_only_by_the_cat_are_computed_into_it_bitwise(dt):
+def test_values_read_only_by_a_cat_or_pad_are_computed_into_it_bitwise(dt):
     rng = np.random.default_rng(7)
     x, y, c = _data(rng, (130, 16), dt), _data(rng, (130, 16), dt), _data(rng, (130, 40), dt)
     name = _name(dt)
@@ -150,11 +153,14 @@ def test_cat_parts_read_only_by_the_cat_are_computed_into_it_bitwise(dt):
         ("binary:mul", (("in", 0), ("in", 1)), name),  # 1: read by the cat and stored
         ("binary:mul", (("in", 1), ("s", 0.5)), name),  # 2: a scalar op, by the cat only
         ("cat", (("v", 0), ("in", 2), ("v", 1), ("v", 2)), name),  # 3: in 2 loaded into it
+        ("unary:exp", (("in", 1),), name),  # 4: read by a pad only
+        ("pad", (("v", 4), ("s", 8), ("s", 40)), name),  # 5
     )
-    n = _check(prog, [x, y, c], (3, 1))
-    # per row tile: 3 loads (each after a zero fill: the last tile is ragged), neg, mul, mul
-    # (in bf16 with their 3 roundings), 2 copies (the stored product, the ragged load), 2 stores
-    assert n == (13 if dt is np.float32 else 16)
+    n = _check(prog, [x, y, c], (3, 1, 5))
+    # per row tile: 3 loads (each after a zero fill: the last tile is ragged), neg, mul, mul,
+    # exp (in bf16 with their 4 roundings), 2 copies (the stored product, the ragged load),
+    # the pad's zero fill, 3 stores
+    assert n == (16 if dt is np.float32 else 20)
 
 
 def _old_reduce(x):
