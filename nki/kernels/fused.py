@@ -5,7 +5,12 @@ the chain are stored. The torch backend fuses chains of its graphs into it
 
 Every step computes as the separate kernel of :mod:`nki.kernels.elementwise` /
 :mod:`nki.kernels.reduce` does (the same tile functions, fp32 math, one rounding to the step's
-dtype), so a fused chain gives bit for bit what the chain of separate launches gives.
+dtype), so a fused chain gives bit for bit what the chain of separate launches gives. It takes
+as few instructions as that allows: identical steps are computed once (``shared_steps``), a sin
+and cos of one value share its range reduction, fp32 steps with a scalar operand wait
+(``Pending``) to run with their reader as one two-op instruction (``tensor_scalar``,
+``scalar_tensor_tensor``: each op rounded to fp32 as its own step would round), and a value read
+only by a cat or pad is computed straight into that tile (``Deferred``).
 
 A program is a tuple of steps ``(op, args, dtype)``: ``op`` is ``"unary:<op>"`` (a row of
 ``UNARY``), ``"binary:<op>"`` (``BINARY``), ``"grad:<op>"`` (``GRAD``), ``"cast"``, ``"mean"``
@@ -90,14 +95,16 @@ class Deferred:
 
 
 def tile_of(v: Any) -> Any:
-    """The value as a tile (a pending one computed by one tensor_scalar, a deferred one now);
-    others unchanged."""
+    """The value as a tile (a pending one computed by its step's own instruction, or two ops by
+    one tensor_scalar; a deferred one now); others unchanged."""
     if isinstance(v, Deferred):
         return tile_of(v.make())
     if not isinstance(v, Pending):
         return v
     (f0, o0, r0), *rest = v.ops
-    f1, o1, r1 = rest[0] if rest else (None, None, False)
+    if not rest:  # (the simulator runs a one-op nl instruction faster than a tensor_scalar)
+        return f0(o0, v.base, dtype=F32) if r0 else f0(v.base, o0, dtype=F32)
+    f1, o1, r1 = rest[0]
     return nisa.tensor_scalar(
         v.base, f0, o0, reverse0=r0, op1=f1, operand1=o1, reverse1=r1, dtype=F32
     )
