@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 
 from . import _tiles
@@ -50,19 +51,38 @@ def rounded(res: Any, dtype: Any) -> Any:
     return res if res.dtype == dtype else nl.copy(res, dtype=dtype)
 
 
-def _reduce_angle(x: Any) -> Any:
+def reduce_angle(x: Any) -> Any:
     """x - 2*pi*round(x / 2*pi) in fp32 (Cody-Waite): the Scalar engine's sin takes
-    [-pi, pi]."""
-    k = nl.floor(nl.add(nl.multiply(x, 1.0 / (2 * math.pi), dtype=F32), 0.5, dtype=F32), dtype=F32)
-    r = nl.subtract(x, nl.multiply(k, TWO_PI_HI, dtype=F32), dtype=F32)
-    return nl.subtract(r, nl.multiply(k, TWO_PI_LO, dtype=F32), dtype=F32)
+    [-pi, pi]. Each two-op instruction rounds after each op to fp32, as separate ops would:
+    k = floor(x * (1/2pi) + 0.5), then (x - k * TWO_PI_HI) - k * TWO_PI_LO."""
+    q = nisa.tensor_scalar(x, nl.multiply, 1.0 / (2 * math.pi), op1=nl.add, operand1=0.5, dtype=F32)
+    k = nl.floor(q, dtype=F32)
+    r = nisa.scalar_tensor_tensor(
+        data=k, op0=nl.multiply, operand0=TWO_PI_HI, op1=nl.subtract, operand1=x, reverse1=True,
+        dtype=F32,
+    )  # fmt: skip
+    return nisa.scalar_tensor_tensor(
+        data=k, op0=nl.multiply, operand0=TWO_PI_LO, op1=nl.subtract, operand1=r, reverse1=True,
+        dtype=F32,
+    )  # fmt: skip
 
 
-def _cos(x: Any) -> Any:
-    """cos(x) = sin(pi/2 - |r|) for the reduced angle r (|r| <= pi, so the argument is in
-    [-pi/2, pi/2])."""
-    r = nl.abs(_reduce_angle(x), dtype=F32)
-    return nl.sin(nl.subtract(math.pi / 2, r, dtype=F32), dtype=F32)
+def cos_reduced(r: Any) -> Any:
+    """cos of a reduced angle r (|r| <= pi): sin(pi/2 - |r|), whose argument is in
+    [-pi/2, pi/2]."""
+    return nl.sin(
+        nisa.tensor_scalar(
+            r, nl.abs, None, op1=nl.subtract, operand1=math.pi / 2, reverse1=True, dtype=F32
+        ),
+        dtype=F32,
+    )
+
+
+# sin / cos of a reduced angle (``reduce_angle``): a fused chain reduces an angle once for both
+ANGLE: dict[str, Callable[[Any], Any]] = {
+    "sin": lambda r: nl.sin(r, dtype=F32),
+    "cos": cos_reduced,
+}
 
 
 def _gelu_tanh_dx(x: Any) -> Any:
@@ -95,8 +115,8 @@ UNARY: dict[str, tuple[Callable[[Any], Any], str]] = {
     "gelu": (lambda x: nl.gelu(x, dtype=F32), "x * Phi(x) (exact, erf)"),
     "gelu_tanh": (lambda x: nl.gelu_apprx_tanh(x, dtype=F32), "tanh approximation of gelu"),
     "silu": (lambda x: nl.silu(x, dtype=F32), "x * sigmoid(x)"),
-    "sin": (lambda x: nl.sin(_reduce_angle(x), dtype=F32), "sine (range-reduced to [-pi, pi])"),
-    "cos": (_cos, "cosine (range-reduced)"),
+    "sin": (lambda x: ANGLE["sin"](reduce_angle(x)), "sine (range-reduced to [-pi, pi])"),
+    "cos": (lambda x: ANGLE["cos"](reduce_angle(x)), "cosine (range-reduced)"),
     "erf": (lambda x: nl.erf(x, dtype=F32), "error function"),
 }
 

@@ -5,7 +5,12 @@ the chain are stored. The torch backend fuses chains of its graphs into it
 
 Every step computes as the separate kernel of :mod:`nki.kernels.elementwise` /
 :mod:`nki.kernels.reduce` does (the same tile functions, fp32 math, one rounding to the step's
-dtype), so a fused chain gives bit for bit what the chain of separate launches gives.
+dtype), so a fused chain gives bit for bit what the chain of separate launches gives. It takes
+as few instructions as that allows: identical steps are computed once (``shared_steps``), a sin
+and cos of one value share its range reduction, fp32 steps with a scalar operand wait
+(``Pending``) to run with their reader as one two-op instruction (``tensor_scalar``,
+``scalar_tensor_tensor``: each op rounded to fp32 as its own step would round), and a value read
+only by a cat or pad is computed straight into that tile (``Deferred``).
 
 A program is a tuple of steps ``(op, args, dtype)``: ``op`` is ``"unary:<op>"`` (a row of
 ``UNARY``), ``"binary:<op>"`` (``BINARY``), ``"grad:<op>"`` (``GRAD``), ``"cast"``, ``"mean"``
@@ -21,14 +26,28 @@ scalar ``x``); ``dtype`` is the step's result dtype name (``"float32"``, ``"bflo
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIShapeError, user_loc
 
 from ._tiles import fit, load_row_vector
-from .elementwise import BINARY, F32, GRAD, UNARY, load_rows, rounded, row_tiles, store_rows
+from .elementwise import (
+    ANGLE,
+    BINARY,
+    F32,
+    GRAD,
+    UNARY,
+    load_rows,
+    reduce_angle,
+    rounded,
+    row_tiles,
+    store_rows,
+)
 
 # a step's op kind -> tile function of (argument tiles or scalars, result dtype)
 STEP: dict[str, Any] = {
@@ -47,31 +66,141 @@ STEP: dict[str, Any] = {
 }
 
 
+# binary steps an engine ALU op computes as BINARY does (fp32 in, fp32 out): a chain of them with
+# a scalar operand runs as one two-op instruction (tensor_scalar / scalar_tensor_tensor), which
+# rounds to fp32 after each op as the separate steps do
+SCALAR_ALU: dict[str, Any] = {
+    "add": nl.add, "sub": nl.subtract, "mul": nl.multiply, "div": nl.divide, "pow": nl.power,
+    "maximum": nl.maximum, "minimum": nl.minimum,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An fp32 value not computed yet: ``base`` with up to two ALU ops ``(op, operand,
+    reverse)`` applied, each operand a Python scalar or an fp32 (P, 1) tile. A step's value
+    waits so when its one use may take its ops into the same instruction."""
+
+    base: Any
+    ops: tuple
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A value computed (or loaded) only where its one reader, a cat or a pad, assigns it to
+    its columns: the instruction then writes that tile directly (no copy)."""
+
+    make: Any
+    shape: tuple[int, int]
+
+
+def tile_of(v: Any) -> Any:
+    """The value as a tile (a pending one computed by its step's own instruction, or two ops by
+    one tensor_scalar; a deferred one now); others unchanged."""
+    if isinstance(v, Deferred):
+        return tile_of(v.make())
+    if not isinstance(v, Pending):
+        return v
+    (f0, o0, r0), *rest = v.ops
+    if not rest:  # (the simulator runs a one-op nl instruction faster than a tensor_scalar)
+        return f0(o0, v.base, dtype=F32) if r0 else f0(v.base, o0, dtype=F32)
+    f1, o1, r1 = rest[0]
+    return nisa.tensor_scalar(
+        v.base, f0, o0, reverse0=r0, op1=f1, operand1=o1, reverse1=r1, dtype=F32
+    )
+
+
+def shared_steps(program: tuple) -> list[int]:
+    """Per step: the first step computing the same op of the same values in the same dtype
+    (itself if none), whose value it takes instead of computing it again. Column sums
+    accumulate across row tiles and are never shared."""
+    first: dict[Any, int] = {}
+    same: list[int] = []
+    for j, (op, args, dtype) in enumerate(program):
+        key = tuple(
+            ("v", same[r[1]]) if r[0] == "v" else (r[0], type(r[1]).__name__, r[1]) for r in args
+        )
+        same.append(j if op == "colsum" else first.setdefault((op, key, dtype), j))
+    return same
+
+
+def _uses(program: tuple, outs: tuple, same: list[int]) -> tuple[list[int], set[int]]:
+    """How many steps read each computed step's value, and the steps whose values are stored."""
+    uses = [0] * len(program)
+    for j, (_, args, _) in enumerate(program):
+        for r in args if same[j] == j else ():
+            if r[0] == "v":
+                uses[same[r[1]]] += 1
+    return uses, {same[o] for o in outs}
+
+
+def _shape(v: Any) -> tuple[int, int]:
+    return tuple(v.base.shape if isinstance(v, Pending) else v.shape)  # type: ignore[return-value]
+
+
+def _width(v: Any) -> int | None:
+    return _shape(v)[1] if hasattr(v, "shape") or isinstance(v, Pending) else None
+
+
+def _is_scalar(v: Any, width: int) -> bool:
+    """A Python number, or an fp32 (P, 1) tile against a wider value (a per-row scalar)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return True
+    return not isinstance(v, Pending) and width > 1 and _width(v) == 1 and v.dtype == F32
+
+
+def _binary_step(name: str, a: list, width: int, dtype: Any, lazy: bool) -> Any:
+    """A binary step of ``SCALAR_ALU``: pending when ``lazy`` (an fp32 value with one use, not
+    stored) and one operand is a scalar; one scalar_tensor_tensor when an operand is pending
+    with one op and the other is a tile of its shape; else as BINARY computes it."""
+    fn = SCALAR_ALU[name]
+    for i in (1, 0):  # (i: the scalar's position; at 0 the op's operands are reversed)
+        s, d = a[i], a[1 - i]
+        if lazy and _is_scalar(s, width) and _width(d) == width:
+            op = (fn, s, i == 0)
+            if isinstance(d, Pending) and len(d.ops) == 1:
+                return Pending(d.base, (*d.ops, op))
+            return Pending(tile_of(d), (op,))
+    for i in (0, 1):
+        pend, other = a[i], a[1 - i]
+        if isinstance(pend, Pending) and len(pend.ops) == 1 and _width(other) == width:
+            other = tile_of(other)
+            if other.shape == pend.base.shape and pend.base.shape[1] == width:
+                ((f0, o0, r0),) = pend.ops
+                return nisa.scalar_tensor_tensor(
+                    data=pend.base, op0=f0, operand0=o0, reverse0=r0, op1=fn, operand1=other,
+                    reverse1=i == 1, dtype=dtype,
+                )  # fmt: skip
+    return STEP["binary"](name, [tile_of(v) for v in a], dtype)
+
+
 def _columns(tile: Any, start: int, stop: int, dtype: Any) -> Any:
     """Columns start..stop of the tile (a view: no instruction)."""
     return tile[nl.arange(tile.shape[0])[:, None], start + nl.arange(stop - start)[None, :]]
 
 
-def _padded(tile: Any, start: int, width: int, dtype: Any) -> Any:
-    """A zero tile of ``width`` columns holding the tile from column ``start`` (the gradient of
-    a slice)."""
-    p, w = tile.shape
+def _padded(value: Any, start: int, width: int, dtype: Any) -> Any:
+    """A zero tile of ``width`` columns holding the value from column ``start`` (the gradient
+    of a slice); a Deferred value is computed straight into its columns."""
+    p, w = _shape(value)
     out = nl.zeros((p, width), dtype=dtype, buffer=nl.sbuf)
     i_p = nl.arange(p)[:, None]
-    out[i_p, start + nl.arange(w)[None, :]] = tile
+    out[i_p, start + nl.arange(w)[None, :]] = tile_of(value)
     return out
 
 
-def _side_by_side(tiles: list, dtype: Any) -> Any:
-    """The tiles next to each other along the free axis (torch.cat of the last dim): copies,
-    no rounding (the parts have the result's dtype)."""
-    p = tiles[0].shape[0]
-    out = nl.ndarray((p, sum(t.shape[1] for t in tiles)), dtype=dtype, buffer=nl.sbuf)
+def _side_by_side(parts: list, dtype: Any) -> Any:
+    """The parts next to each other along the free axis (torch.cat of the last dim): copies,
+    no rounding (the parts have the result's dtype); a Deferred part is computed straight
+    into its columns."""
+    widths = [_width(v) for v in parts]
+    p = _shape(parts[0])[0]
+    out = nl.ndarray((p, sum(widths)), dtype=dtype, buffer=nl.sbuf)
     i_p = nl.arange(p)[:, None]
     off = 0
-    for t in tiles:
-        out[i_p, off + nl.arange(t.shape[1])[None, :]] = t
-        off += t.shape[1]
+    for v, w in zip(parts, widths):
+        out[i_p, off + nl.arange(w)[None, :]] = tile_of(v)
+        off += w
     return out
 
 
@@ -150,20 +279,28 @@ def _segment(ins: list, program: tuple, outs: tuple) -> list:
     ones = {
         program[j][2]: nl.ones((p, 1), getattr(nl, program[j][2]), buffer=nl.sbuf) for j in sums
     }
+    same = shared_steps(program)
+    uses, kept = _uses(program, outs, same)
+    into_cat = _cat_parts(program, same, kept, [x.shape[0] == n for x in ins])
     for t in nl.affine_range(row_tiles(n)):
-        tiles = [
-            load_rows(x, t, n, x.shape[1]) if x.shape[0] == n else load_row_vector(x, x.shape[1], p)
-            for x in ins
-        ]
+        tiles = [_input(x, t, n, p, -1 - i in into_cat) for i, x in enumerate(ins)]
         vals: list[Any] = []
+        angles: dict[int, Any] = {}  # the reduced angle of a value, for its sin and cos
         for j, (op, args, dtype) in enumerate(program):
-            kind, _, name = op.partition(":")
             a = [tiles[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
-            if kind == "colsum":
-                sums[j] += nl.matmul(ones[dtype], _rows_below(a[0], t, n), transpose_x=True)
+            lazy = dtype == "float32" and uses[j] == 1 and j not in kept
+            if same[j] != j:
+                vals.append(vals[same[j]])
+            elif op == "colsum":
+                sums[j] += nl.matmul(
+                    ones[dtype], _rows_below(tile_of(a[0]), t, n), transpose_x=True
+                )
                 vals.append(None)
+            elif j in into_cat:
+                make = functools.partial(_value, program[j], a, w[j], lazy, angles)
+                vals.append(Deferred(make, (p, w[j])))
             else:
-                vals.append(STEP[kind](name, a, getattr(nl, dtype)))
+                vals.append(_value(program[j], a, w[j], lazy, angles))
         for res, o in zip(results, outs):
             if o not in sums:
                 store_rows(res, t, n, w[o], vals[o])
@@ -172,6 +309,48 @@ def _segment(ins: list, program: tuple, outs: tuple) -> list:
             i_f = nl.arange(w[o])[None, :]
             nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(sums[o], dtype=res.dtype))
     return results
+
+
+def _value(step: tuple, a: list, width: int, lazy: bool, angles: dict) -> Any:
+    """The value of a step (a tile, Pending or Deferred) from its operands' values ``a``."""
+    op, args, dtype = step
+    kind, _, name = op.partition(":")
+    dt = getattr(nl, dtype)
+    if kind == "binary" and name in SCALAR_ALU:
+        return _binary_step(name, a, width, dt, lazy)
+    if kind == "mean" and lazy:  # the sum's scale waits for the ops that follow
+        total = nl.sum(tile_of(a[0]), axis=1, keepdims=True, dtype=F32)
+        return Pending(total, ((nl.multiply, 1.0 / _width(a[0]), False),))
+    if kind == "unary" and name in ANGLE:
+        if id(a[0]) not in angles:  # (a shared step's value is the one object)
+            angles[id(a[0])] = reduce_angle(tile_of(a[0]))
+        return rounded(ANGLE[name](angles[id(a[0])]), dt)
+    return STEP[kind](name, a if kind in ("cat", "pad") else [tile_of(v) for v in a], dt)
+
+
+def _input(x: Any, t: Any, n: int, p: int, deferred: bool) -> Any:
+    """Row tile t of input x (its one row broadcast for a (1, W) input)."""
+    if x.shape[0] != n:
+        return load_row_vector(x, x.shape[1], p)
+    if deferred:
+        return Deferred(functools.partial(load_rows, x, t, n, x.shape[1]), (p, x.shape[1]))
+    return load_rows(x, t, n, x.shape[1])
+
+
+def _cat_parts(program: tuple, same: list[int], kept: set[int], rows: list[bool]) -> set[int]:
+    """The steps (j) and inputs of full rows (-1 - i) read once, by a cat or a pad, and not
+    stored: computed (loaded) straight into its tile instead of copied there."""
+    readers: dict[int, list[str]] = {}
+    for j, (op, args, _) in enumerate(program):
+        for r in args if same[j] == j else ():
+            if r[0] == "v" or (r[0] == "in" and rows[r[1]]):
+                key = same[r[1]] if r[0] == "v" else -1 - r[1]
+                readers.setdefault(key, []).append(op)
+    return {
+        k
+        for k, ops in readers.items()
+        if ops in (["cat"], ["pad"]) and k not in kept and (k < 0 or program[k][0] != "colsum")
+    }
 
 
 def _rows_below(tile: Any, t: Any, n: int) -> Any:
