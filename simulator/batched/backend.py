@@ -61,7 +61,7 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 
 # A plan's walk is made once (``_steps``): each node of a body becomes a step tuple whose first
 # item says what it is, with what running it needs decided beforehand:
-#   (_INSTR, instr, whole)                  its batched executor (``whole``: fills a fresh tile)
+#   (_INSTR, instr, whole, executor)        its batched executor (``whole``: fills a fresh tile)
 #   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
 #   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
 #   (_ALLOC, tensor, fresh, fused store)    a tile allocation the walk makes
@@ -79,7 +79,10 @@ def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int]) -> Steps:
         if isinstance(n, Instr):
             how = routes.get(id(n), 0)
             code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
-            out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
+            if code == _INSTR:  # (its executor found once, with the walk)
+                out.append((code, n, bool(how & _WHOLE), executor_of(n, BATCHED)))
+            else:
+                out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
             if n.tensor in p.viewed or n.tensor in p.moved_names:
                 continue  # the elided load / the move filling it makes the tile a view
@@ -110,7 +113,7 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
                 _elide(instr, ctx)
                 continue
             try:
-                executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (np.errstate)
+                st[3](instr, ctx)  # (np.errstate)
             except Exception as e:
                 _failed(e, instr)
         elif code == _ROUTED:

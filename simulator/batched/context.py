@@ -39,6 +39,19 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 
+# (id(ir), precise_fp) -> (ir, tensor -> its storage dtype, filled as the launches ask): bounded,
+# the IR kept so that its id is not reused
+_STORED: dict[tuple[int, bool], tuple[KernelIR, dict[str, np.dtype]]] = {}
+
+
+def _stored_dtypes(ir: KernelIR, precise_fp: bool) -> dict[str, np.dtype]:
+    hit = _STORED.get((id(ir), precise_fp))
+    if hit is None or hit[0] is not ir:
+        if len(_STORED) >= 512:
+            _STORED.clear()
+        hit = _STORED[(id(ir), precise_fp)] = (ir, {})
+    return hit[1]
+
 
 class BCtx:
     """The state of one batch: its axes' sizes, each batch symbol's axis and values (start +
@@ -67,7 +80,7 @@ class BCtx:
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
         self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
-        self._stored: dict[str, np.dtype] = {}  # tensor -> its storage dtype
+        self._stored = _stored_dtypes(ir, config.precise_fp)  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
@@ -127,8 +140,12 @@ class BCtx:
         storage."""
         p = self.depth[acc.tensor]
         # (the layout depends on no data: kept per access, box and batch state)
-        values = self.values
-        state = tuple([values[k] for k in keys_of(acc)])
+        keys = keys_of(acc)
+        if keys:
+            values = self.values
+            state: tuple = tuple([values[k] for k in keys])
+        else:
+            state = ()
         key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
         hit = _LAYOUTS.get(key)
         if hit is None or hit[0] is not acc or hit[1] is not box:
