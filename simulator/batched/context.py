@@ -443,27 +443,24 @@ class BCtx:
         self.depth[d.name] = p
         return out
 
-    def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
-        d = self.decl(name)
-        if d.buffer == "shared_hbm" and name in self.arrays:
+    def allocate(self, name: str, fresh: bool, store: Instr | None, info: AllocInfo) -> None:
+        """Run tile ``name``'s Alloc (``info``: ``alloc_info``'s, decided with the walk)."""
+        hbm, x, tile_shape, sd, dtype = info
+        if hbm and name in self.arrays:
             return  # shared across instances: allocated once per launch
-        w = self._windows.get(name)  # (an on-chip tile's: the dead ones go at its Alloc)
-        if w is not None:
-            self._drop_dead(w[0])
+        if x is not None:  # (an on-chip tile's: the dead ones go at its Alloc)
+            self._drop_dead(x)
         if store is not None:  # the tile lives where its store would copy it
             assert store.dst is not None
             self.arrays[name] = self.view(store.dst)
             self.depth[name] = len(self.dims)
             return
-        shape = (*self.dims, *d.shape)
-        sd = self._stored.get(name)
-        if sd is None:
-            sd = self._storage_dtype(name)
+        shape = (*self.dims, *tile_shape)
         if fresh:  # the next instruction writes the whole tile: storage when it does
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)
         else:
-            self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
+            self.arrays[name] = np.full(shape, numerics.fill_value(dtype), dtype=sd)
         self.depth[name] = len(self.dims)
 
     def _drop_dead(self, x: int) -> None:
@@ -497,6 +494,19 @@ class BCtx:
                     if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
                         for state in host.states.values():
                             state.pop(PSUM_GROUP + n, None)
+
+
+# what an Alloc of a tensor needs, the same every run: whether it is shared HBM, the position of
+# its Alloc when the tiles dead there are dropped (None: never), its shape, storage dtype, dtype
+AllocInfo = tuple[bool, int | None, tuple[int, ...], np.dtype, str]
+
+
+def alloc_info(ir: KernelIR, name: str, precise_fp: bool) -> AllocInfo:
+    """``BCtx.allocate``'s facts about tensor ``name`` of ``ir``."""
+    d = ir.tensor(name)
+    w = lifetimes(ir).windows.get(name)
+    sd = numerics.storage_dtype(d.dtype, precise_fp)
+    return (d.buffer == "shared_hbm", None if w is None else w[0], tuple(d.shape), sd, d.dtype)
 
 
 def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:
