@@ -306,21 +306,38 @@ def _conform(res: Any, val: Any) -> Any:
         return type(res)(_conform(r, v) for r, v in zip(res, val))
     if not (isinstance(res, torch.Tensor) and isinstance(val, torch.Tensor)):
         return res
-    if res.dtype != val.dtype and (res.dtype, val.dtype) in _WIDEN:
-        res = res.to(val.dtype)
-    if res.dim() != val.dim() or res.dim() < 2:
+    _, dtype, order = _layout_of(val)
+    if res.dtype != dtype and (res.dtype, dtype) in _WIDEN:
+        res = res.to(dtype)
+    if order is None or res.dim() != len(order):
         return res
-    strides = [_hint(s) for s in val.stride()]
-    order = sorted(range(res.dim()), key=lambda d: (-strides[d], d))
-    want = [0] * res.dim()
     step = 1
     for d in reversed(order):
-        want[d] = step
-        step *= res.shape[d]
-    if all(res.shape[d] == 1 or res.stride(d) == want[d] for d in range(res.dim())):
-        return res
-    out = torch.empty_permuted(res.shape, order, dtype=res.dtype, device=res.device)
-    return out.copy_(res)
+        n = res.shape[d]
+        if n != 1 and res.stride(d) != step:
+            out = torch.empty_permuted(res.shape, order, dtype=res.dtype, device=res.device)
+            return out.copy_(res)
+        step *= n
+    return res
+
+
+# id(fake value) -> (the value, its dtype, the order of its dims from the largest stride (None
+# below 2 dims)): what ``_conform`` reads of a node's fake value, the same every call; bounded,
+# the value kept so that its id is not reused
+_LAYOUTS: dict[int, tuple[torch.Tensor, torch.dtype, list[int] | None]] = {}
+
+
+def _layout_of(val: torch.Tensor) -> tuple[torch.Tensor, torch.dtype, list[int] | None]:
+    hit = _LAYOUTS.get(id(val))
+    if hit is None or hit[0] is not val:
+        order = None
+        if val.dim() >= 2:
+            strides = [_hint(s) for s in val.stride()]
+            order = sorted(range(val.dim()), key=lambda d: (-strides[d], d))
+        if len(_LAYOUTS) >= 4096:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[id(val)] = (val, val.dtype, order)
+    return hit
 
 
 def _empty(val: Any) -> bool:

@@ -406,9 +406,13 @@ class KernelIR:
     )
 
     def tensor(self, name: str) -> TensorDecl:
+        return (self._by_name or self.by_name())[name]
+
+    def by_name(self) -> dict[str, TensorDecl]:
+        """Every tensor's declaration by name (built once; read-only)."""
         if not self._by_name:
             self._by_name.update({t.name: t for t in self.tensors})
-        return self._by_name[name]
+        return self._by_name
 
     def storage_of(self, name: str) -> str:
         """The tensor whose storage ``name`` is: itself, or the base of a reshape / dtype view."""

@@ -125,7 +125,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
         sched,
         dict(probe.placement),
         threads.fixed(ir, config.threads),
-        config.threads is not None or threads.matmul_work(ir)[0] > 0,
+        config.threads is not None or threads.matmul_work(ir)[0] >= threads.SERIAL_MAX,
         progress.estimate_seconds(ir),
         tuple(one for one in BACKENDS if one.backend.allowed(config.backend)),
     )

@@ -19,9 +19,11 @@ holds it (``peak``)."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from nki.ir import Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, TensorDecl
 
@@ -38,6 +40,20 @@ class Lifetimes:
         """The position of tile ``name``'s ``Alloc`` when dead tiles may be dropped there."""
         w = self.windows.get(name)
         return None if w is None else w[0]
+
+    @cached_property
+    def by_end(self) -> tuple[list[int], list[str]]:
+        """The tiles in order of their windows' ends: (the ends, the tiles)."""
+        order = sorted(self.windows, key=lambda n: self.windows[n][1])
+        return [self.windows[n][1] for n in order], order
+
+    def ending(self, after: int, x: int) -> list[str]:
+        """The tiles whose windows end at ``after`` or later and before ``x``: those dead at
+        the ``Alloc`` at ``x`` when the walk came there from the ``Alloc`` at ``after`` without
+        going back (every tile stored since ``after``'s drop starts before ``x`` and ends at
+        ``after`` or later)."""
+        ends, names = self.by_end
+        return names[bisect.bisect_left(ends, after) : bisect.bisect_left(ends, x)]
 
     def dead(self, names: Iterable[str], x: int) -> list[str]:
         """The tiles among ``names`` whose storage is dead at the ``Alloc`` at position ``x``

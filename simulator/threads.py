@@ -41,6 +41,9 @@ ENV = "NKI_SIM_THREADS"
 MATMUL_OPS = frozenset({"matmul", "nc_matmul", "nc_matmul_mx", "nc_transpose"})
 WORK_PER_THREAD = 1 << 24  # multiply-adds a thread should get before one more pays off
 ITEM_MIN = 1 << 20  # below this per product, BLAS runs one thread anyway: keep it so
+# multiply-adds below which a launch's products all run on one BLAS thread whatever the pools'
+# setting (OpenBLAS threads a gemm from 65536 x 4): its pools are left alone
+SERIAL_MAX = 1 << 18
 
 
 def cores() -> int:

@@ -45,11 +45,12 @@ def embedding_backward_kernel(g, idx, num_weights=1, padding_idx=-1):
     dw = nl.ndarray((v, d), dtype=g.dtype, buffer=nl.shared_hbm)
     i_p = nl.arange(P)[:, None]
     i_m = nl.arange(P)[None, :]
-    i_n = nl.arange(PSUM_FMAX)[None, :]
+    fw = min(PSUM_FMAX, d)  # (columns per PSUM tile: no wider than dw)
+    i_n = nl.arange(fw)[None, :]
     for vt in nl.affine_range(row_tiles(v)):
-        for dt in nl.affine_range((d + PSUM_FMAX - 1) // PSUM_FMAX):
-            cols = dt * PSUM_FMAX + i_n
-            acc = nl.zeros((P, PSUM_FMAX), F32, buffer=nl.psum)
+        for dt in nl.affine_range((d + fw - 1) // fw):
+            cols = dt * fw + i_n
+            acc = nl.zeros((P, fw), F32, buffer=nl.psum)
             for t in nl.affine_range(row_tiles(n)):
                 rows = t * P + i_p
                 it = load_rows(idx, t, n, 1, dtype=F32)
@@ -58,7 +59,7 @@ def embedding_backward_kernel(g, idx, num_weights=1, padding_idx=-1):
                 if padding_idx >= 0:
                     keep = nl.not_equal(it, float(padding_idx), dtype=g.dtype)
                     onehot = nl.multiply(onehot, keep, dtype=g.dtype)
-                gt = nl.zeros((P, PSUM_FMAX), g.dtype, buffer=nl.sbuf)
+                gt = nl.zeros((P, fw), g.dtype, buffer=nl.sbuf)
                 gt[i_p, i_n] = nl.load(g[rows, cols], mask=(rows < n) & (cols < d))
                 acc += nl.matmul(onehot, gt, transpose_x=True)
             vrows = vt * P + i_p

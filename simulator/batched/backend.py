@@ -48,7 +48,7 @@ from ..compiled import backend as numba_backend
 from ..config import SimConfig
 from ..executors import COLLECTIVES, PREPARE, executor_of
 from ..instances import RunInfo, Schedule
-from .context import BCtx
+from .context import BCtx, alloc_info
 from .host import Host, StateUsed
 from .moves import transposes
 from .ops import BATCHED
@@ -61,10 +61,10 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 
 # A plan's walk is made once (``_steps``): each node of a body becomes a step tuple whose first
 # item says what it is, with what running it needs decided beforehand:
-#   (_INSTR, instr, whole)                  its batched executor (``whole``: fills a fresh tile)
+#   (_INSTR, instr, whole, executor)        its batched executor (``whole``: fills a fresh tile)
 #   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
 #   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
-#   (_ALLOC, tensor, fresh, fused store)    a tile allocation the walk makes
+#   (_ALLOC, tensor, fresh, fused store, alloc_info)    a tile allocation the walk makes
 #   (_BATCH, sym, start, step, count, body, whole)   a loop (or grid axis) as a batch axis
 #   (_LOOP, sym, values, body)              a loop iterated around its batched body
 #   (_DEVICE, loop, body)                   a device loop (``_run_device_loop``)
@@ -73,27 +73,33 @@ Steps = tuple[tuple, ...]
 Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
 
 
-def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int]) -> Steps:
+def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int], info: Callable) -> Steps:
+    """The walk of ``nodes`` (``info``: ``alloc_info`` of a tensor)."""
     out: list[tuple] = []
     for n in nodes:
         if isinstance(n, Instr):
             how = routes.get(id(n), 0)
             code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
-            out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
+            if code == _INSTR:  # (its executor found once, with the walk)
+                out.append((code, n, bool(how & _WHOLE), executor_of(n, BATCHED)))
+            else:
+                out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
             if n.tensor in p.viewed or n.tensor in p.moved_names:
                 continue  # the elided load / the move filling it makes the tile a view
-            out.append((_ALLOC, n.tensor, id(n) in p.fresh, p.fused.get(id(n))))
+            out.append((_ALLOC, n.tensor, id(n) in p.fresh, p.fused.get(id(n)), info(n.tensor)))
         elif isinstance(n, _GridLoop):
             whole = n.sym.axis in p.whole_axes
-            out.append((_BATCH, n.sym, 0, 1, n.size, _steps(n.body, p, routes), whole))
+            out.append((_BATCH, n.sym, 0, 1, n.size, _steps(n.body, p, routes, info), whole))
         elif id(n) in p.subtrees:
-            out.append((_DEVICE, n, _steps(n.body, p, routes)))
+            out.append((_DEVICE, n, _steps(n.body, p, routes, info)))
         elif id(n) in p.batch_loops:
-            body = _steps(n.body, p, routes)
+            body = _steps(n.body, p, routes, info)
             out.append((_BATCH, n.sym, n.start, n.step, n.trip_count, body, False))
         else:
-            out.append((_LOOP, n.sym, range(n.start, n.stop, n.step), _steps(n.body, p, routes)))
+            out.append(
+                (_LOOP, n.sym, range(n.start, n.stop, n.step), _steps(n.body, p, routes, info))
+            )
     return tuple(out)
 
 
@@ -110,13 +116,13 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
                 _elide(instr, ctx)
                 continue
             try:
-                executor_of(instr, BATCHED)(instr, ctx)  # type: ignore[misc]  # (np.errstate)
+                st[3](instr, ctx)  # (np.errstate)
             except Exception as e:
                 _failed(e, instr)
         elif code == _ROUTED:
             _exec(st[1], st[2], ctx, p, tick)
         elif code == _ALLOC:
-            ctx.allocate(st[1], st[2], st[3])
+            ctx.allocate(st[1], st[2], st[3], st[4])
         elif code == _BATCH:
             _run_batched(st[1], st[2], st[3], st[4], st[5], ctx, p, tick, st[6])
         elif code == _LOOP:
@@ -347,7 +353,12 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
         if why is not None:
             got = f"batched: {why}"
         else:
-            steps = _steps(_body_with_grid(ir), p, _routes(p))
+            steps = _steps(
+                _body_with_grid(ir),
+                p,
+                _routes(p),
+                lambda name: alloc_info(ir, name, config.precise_fp),
+            )
             reason = None if p.subtrees else _reason(p, None)
             got = _Ready(p, steps, tuple(sorted(p.reread)), reason)
     if len(_READY) >= 512:

@@ -3,12 +3,13 @@ tile storage with leading batch axes; accesses as strided views or index arrays 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nki.errors import NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, tensor_label
+from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Sym, TensorDecl, tensor_label
 from nki.optable import OPS
 
 from .. import numerics
@@ -38,6 +39,19 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 
+# (id(ir), precise_fp) -> (ir, tensor -> its storage dtype, filled as the launches ask): bounded,
+# the IR kept so that its id is not reused
+_STORED: dict[tuple[int, bool], tuple[KernelIR, dict[str, np.dtype]]] = {}
+
+
+def _stored_dtypes(ir: KernelIR, precise_fp: bool) -> dict[str, np.dtype]:
+    hit = _STORED.get((id(ir), precise_fp))
+    if hit is None or hit[0] is not ir:
+        if len(_STORED) >= 512:
+            _STORED.clear()
+        hit = _STORED[(id(ir), precise_fp)] = (ir, {})
+    return hit[1]
+
 
 class BCtx:
     """The state of one batch: its axes' sizes, each batch symbol's axis and values (start +
@@ -66,13 +80,16 @@ class BCtx:
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
         self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
-        self._stored: dict[str, np.dtype] = {}  # tensor -> its storage dtype
+        self._stored = _stored_dtypes(ir, config.precise_fp)  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
-
-    def decl(self, name: str) -> Any:
-        return self.ir.tensor(name)
+        # (a bound lookup: called several times per instruction)
+        self.decl: Callable[[str], TensorDecl] = ir.by_name().__getitem__
+        lt = lifetimes(ir)
+        self._windows = lt.windows  # on-chip tile -> its window (``_drop_dead``)
+        self._lifetimes = lt
+        self._last_alloc: int | None = None  # the position of the last Alloc run
 
     def set_scalar(self, sym: Sym, value: int | None) -> None:
         """Bind ``sym`` to ``value`` for the whole batch (None: unbind it)."""
@@ -123,8 +140,12 @@ class BCtx:
         storage."""
         p = self.depth[acc.tensor]
         # (the layout depends on no data: kept per access, box and batch state)
-        values = self.values
-        state = tuple([values[k] for k in keys_of(acc)])
+        keys = keys_of(acc)
+        if keys:
+            values = self.values
+            state: tuple = tuple([values[k] for k in keys])
+        else:
+            state = ()
         key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
         hit = _LAYOUTS.get(key)
         if hit is None or hit[0] is not acc or hit[1] is not box:
@@ -303,9 +324,9 @@ class BCtx:
     def write(
         self, acc: Access, values: Any, sel: np.ndarray | None = None, accumulate: str | None = None
     ) -> None:
-        full = (*self.dims, *acc.shape)
         vals = values if type(values) is np.ndarray else np.asarray(values)
         if accumulate is not None:
+            full = (*self.dims, *acc.shape)
             if vals.shape != full:
                 vals = np.broadcast_to(vals, full)
             into = _INTO.get(accumulate) if sel is None else None
@@ -319,7 +340,9 @@ class BCtx:
             a = numerics.to_compute(old, exact_int=exact)
             b = numerics.to_compute(np.asarray(vals), exact_int=exact)
             vals = OPS[accumulate].fn(a, b)
-        sd = self._storage_dtype(acc.tensor)
+        sd = self._stored.get(acc.tensor)
+        if sd is None:
+            sd = self._storage_dtype(acc.tensor)
         if vals.dtype == sd:  # (``cast`` leaves values of the storage dtype as they are)
             stored = vals
         else:
@@ -342,6 +365,7 @@ class BCtx:
         if sel is None:
             self.view(acc)[...] = stored  # (broadcast by the assignment)
             return
+        full = (*self.dims, *acc.shape)
         whole = stored if stored.shape == full else np.broadcast_to(stored, full)
         box = self.box(acc, sel)
         if box is not None:
@@ -366,8 +390,12 @@ class BCtx:
         """An operand as compute values (fp32, or int64 when exact_int and integral), with
         batch axes; constants stay scalars."""
         if isinstance(src, Access):
-            raw = self.read(src, sel)
-            return numerics.to_compute(contiguous(raw) if contig else raw, exact_int=exact_int)
+            raw = self.view(src) if sel is None else self.read(src, sel)
+            if contig and not raw.flags.c_contiguous:
+                raw = np.ascontiguousarray(raw)
+            if raw.dtype == np.float32:  # (``to_compute``'s common case, without the call)
+                return raw
+            return numerics.to_compute(raw, exact_int=exact_int)
         if isinstance(src, Const):
             v = src.value
             if exact_int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
@@ -415,38 +443,48 @@ class BCtx:
         self.depth[d.name] = p
         return out
 
-    def allocate(self, name: str, fresh: bool, store: Instr | None = None) -> None:
-        d = self.decl(name)
-        if d.buffer == "shared_hbm" and name in self.arrays:
+    def allocate(self, name: str, fresh: bool, store: Instr | None, info: AllocInfo) -> None:
+        """Run tile ``name``'s Alloc (``info``: ``alloc_info``'s, decided with the walk)."""
+        hbm, x, tile_shape, sd, dtype = info
+        if hbm and name in self.arrays:
             return  # shared across instances: allocated once per launch
-        if d.on_chip:
-            self._drop_dead(name)
+        if x is not None:  # (an on-chip tile's: the dead ones go at its Alloc)
+            self._drop_dead(x)
         if store is not None:  # the tile lives where its store would copy it
             assert store.dst is not None
             self.arrays[name] = self.view(store.dst)
             self.depth[name] = len(self.dims)
             return
-        shape = (*self.dims, *d.shape)
-        sd = self._storage_dtype(name)
+        shape = (*self.dims, *tile_shape)
         if fresh:  # the next instruction writes the whole tile: storage when it does
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)
         else:
-            self.arrays[name] = np.full(shape, numerics.fill_value(d.dtype), dtype=sd)
+            self.arrays[name] = np.full(shape, numerics.fill_value(dtype), dtype=sd)
         self.depth[name] = len(self.dims)
 
-    def _drop_dead(self, name: str) -> None:
-        """Drop the storage of the tiles that are dead at ``name``'s Alloc (never read again
-        before their own next Alloc, ``simulator/lifetimes.py``), with their views, the hosted
-        instructions' per-position views and their PSUM accumulation groups (tiles that are
-        views of HBM or of another tile included: the memory goes with its last view)."""
-        lt = lifetimes(self.ir)
-        x = lt.alloc_at(name)
-        if x is None:
+    def _drop_dead(self, x: int) -> None:
+        """Drop the storage of the tiles that are dead at the Alloc at position ``x`` (never
+        read again before their own next Alloc, ``simulator/lifetimes.py``), with their views,
+        the hosted instructions' per-position views and their PSUM accumulation groups (tiles
+        that are views of HBM or of another tile included: the memory goes with its last
+        view)."""
+        lt, after = self._lifetimes, self._last_alloc
+        self._last_alloc = x
+        if after is not None and after < x:  # (walked forwards: only the tiles ending between)
+            dead = lt.ending(after, x)
+        else:
+            windows = self._windows
+            dead = [
+                n
+                for n in (*self.arrays, *self.pending)
+                if (w := windows.get(n)) is not None and not w[0] < x <= w[1]
+            ]  # (``Lifetimes.dead``, inline)
+        if not dead:
             return
-        host = self.host
-        for tile in lt.dead([*self.arrays, *self.pending], x):
-            for n in (tile, *lt.views.get(tile, ())):
+        host, views = self.host, lt.views
+        for tile in dead:
+            for n in (tile, *views.get(tile, ())):
                 self.arrays.pop(n, None)
                 self.pending.pop(n, None)
                 self.aliases.pop(n, None)
@@ -456,6 +494,19 @@ class BCtx:
                     if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
                         for state in host.states.values():
                             state.pop(PSUM_GROUP + n, None)
+
+
+# what an Alloc of a tensor needs, the same every run: whether it is shared HBM, the position of
+# its Alloc when the tiles dead there are dropped (None: never), its shape, storage dtype, dtype
+AllocInfo = tuple[bool, int | None, tuple[int, ...], np.dtype, str]
+
+
+def alloc_info(ir: KernelIR, name: str, precise_fp: bool) -> AllocInfo:
+    """``BCtx.allocate``'s facts about tensor ``name`` of ``ir``."""
+    d = ir.tensor(name)
+    w = lifetimes(ir).windows.get(name)
+    sd = numerics.storage_dtype(d.dtype, precise_fp)
+    return (d.buffer == "shared_hbm", None if w is None else w[0], tuple(d.shape), sd, d.dtype)
 
 
 def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:

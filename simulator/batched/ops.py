@@ -164,18 +164,24 @@ def _fp32_into(instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...]) -> bo
     """Compute the fp32 op ``op`` of ``srcs`` straight into the destination when it is a fused
     fp32 tile or a fresh one (True), as the reference computes it: fp32 in, fp32 out, the same
     values, no temporary."""
-    assert instr.dst is not None
-    out = ctx.into(instr.dst)
+    dst = instr.dst
+    assert dst is not None
+    out = ctx.into(dst)
     # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
     # ``write`` copies into a C-ordered tile), the same values
-    fresh = out is None and ctx.whole and instr.dst.tensor in ctx.pending
-    if fresh:
-        out = np.empty((*ctx.dims, *instr.dst.shape), dtype=np.float32)
+    pend = ctx.pending.get(dst.tensor) if out is None and ctx.whole else None
+    if pend is not None:
+        shape = (*ctx.dims, *dst.shape)
+        out = np.empty(shape, dtype=np.float32)
     if out is None:
         return False
-    _INTO[op](*(ctx.value(s, contig=False) for s in srcs), out=out)
-    if fresh:
-        ctx.write(instr.dst, out)
+    _INTO[op](*[ctx.value(s, contig=False) for s in srcs], out=out)
+    if pend is not None:
+        if pend[0] == shape and pend[1] == np.float32:  # (``write``'s hand-over, directly)
+            del ctx.pending[dst.tensor]
+            ctx.arrays[dst.tensor] = out
+        else:
+            ctx.write(dst, out)
     return True
 
 
@@ -183,7 +189,7 @@ def _fp32_into(instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...]) -> bo
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
-    sel = ctx.mask(instr)
+    sel = None if instr.mask is None else ctx.mask(instr)
     exact = _exact_int(instr, ctx)
     if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
         if _fp32_into(instr, ctx, instr.op, instr.srcs):

@@ -294,6 +294,14 @@ def test_embedding_kernels_match_torch(n, v, d, dtype, seed):
     close(full(K.embedding_backward_kernel)(g, idx, num_weights=v), want.to(dtype), dtype, n**0.5)
 
 
+def test_embedding_backward_over_several_psum_tiles_of_columns():
+    gen = torch.Generator().manual_seed(3)
+    g = torch.randn(37, 1030, generator=gen)  # (two full 512-column tiles and a ragged one)
+    idx = torch.randint(0, 5, (37, 1), generator=gen, dtype=torch.int32)
+    want = torch.ops.aten.embedding_dense_backward(g, idx[:, 0].long(), 5, -1, False)
+    close(full(K.embedding_backward_kernel)(g, idx, num_weights=5), want, torch.float32, 37**0.5)
+
+
 @FEW
 @given(b=st.sampled_from([1, 2]), r=MM, c=MM, dtype=DTYPES, seed=st.integers(0, 999))
 def test_transpose_kernel_is_exact(b, r, c, dtype, seed):

@@ -14,6 +14,7 @@ from simulator import (
     executors,
     launch,  # noqa: F401 - loads every backend
 )
+from simulator.batched import backend as batched_backend
 
 from backends import BACKENDS, REFERENCE, run_backends
 
@@ -54,8 +55,14 @@ def _break_batched_multiply(monkeypatch):
             t[...] = np.nextafter(t, np.float32(np.inf))
 
     monkeypatch.setitem(executors._RUNS["batched"], ("ew", "*"), off_by_one_ulp)
+    _forget_executors(monkeypatch)
+
+
+def _forget_executors(monkeypatch):
+    """Forget the executors found so far (the registry's and the batched walks' caches)."""
     monkeypatch.setattr(executors, "_ENTRIES", {})
     monkeypatch.setattr(executors, "_RESOLVED", {})
+    monkeypatch.setattr(batched_backend, "_READY", {})
 
 
 def test_every_backend_runs_and_agrees():
@@ -91,8 +98,7 @@ def test_an_error_on_one_backend_only_fails(monkeypatch):
         raise NKIError("a broken executor", code="err_internal")
 
     monkeypatch.setitem(executors._RUNS["batched"], ("ew", "*"), fails)
-    monkeypatch.setattr(executors, "_ENTRIES", {})
-    monkeypatch.setattr(executors, "_RESOLVED", {})
+    _forget_executors(monkeypatch)
     a = np.ones((256, 32), np.float32)
     with pytest.raises(AssertionError, match=r"only \['batched'\] raised"):
         run_backends(scaled, 2, a)

@@ -120,6 +120,17 @@ def test_the_pools_are_read_once_and_set_only_where_the_limit_differs(monkeypatc
     assert (at_one.calls, at_eight.calls) == ([2, 1], [1, 8, 2, 8])
 
 
+def test_launches_whose_products_blas_never_threads_leave_the_pools_alone(monkeypatch):
+    pool = _Pool(8)
+    monkeypatch.setattr(threads, "_POOLS", [pool])
+    a, b = _mm_inputs(2, 128, 128)  # 32768 multiply-adds: one BLAS thread whatever the pools
+    np.testing.assert_allclose(matmul_kernel(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert (pool.reads, pool.calls) == (0, [])
+    a, b = _mm_inputs(128, 128, 256)  # 4 Mi multiply-adds: the launch's decision holds
+    np.testing.assert_allclose(matmul_kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert pool.reads == 1 and pool.calls == [1, 8]
+
+
 def test_results_are_the_same_bits_with_any_thread_count():
     before = threads.blas_threads_now()
     a, b = _mm_inputs(256, 256, 1024)
