@@ -160,10 +160,13 @@ _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
 
 
-def _fp32_into(instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...]) -> bool:
+def _fp32_into(
+    instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...], then: tuple | None = None
+) -> bool:
     """Compute the fp32 op ``op`` of ``srcs`` straight into the destination when it is a fused
     fp32 tile or a fresh one (True), as the reference computes it: fp32 in, fp32 out, the same
-    values, no temporary."""
+    values, no temporary. ``then``: (op, operand, reversed) applied to that result in place
+    (a second ALU step, fp32 too)."""
     dst = instr.dst
     assert dst is not None
     out = ctx.into(dst)
@@ -175,7 +178,14 @@ def _fp32_into(instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...]) -> bo
         out = np.empty(shape, dtype=np.float32)
     if out is None:
         return False
+    if then is not None:  # (its operand read before the first step writes the destination)
+        op1, src1, reverse = then
+        v = ctx.value(src1, contig=False)
+        if isinstance(v, np.ndarray) and np.may_share_memory(v, out):
+            v = v.copy()
     _INTO[op](*[ctx.value(s, contig=False) for s in srcs], out=out)
+    if then is not None:
+        _INTO[op1](*((v, out) if reverse else (out, v)), out=out)
     if pend is not None:
         if pend[0] == shape and pend[1] == np.float32:  # (``write``'s hand-over, directly)
             del ctx.pending[dst.tensor]
@@ -389,11 +399,15 @@ def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
     ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
-    plain = op1 is None and not instr.attr("reverse0") and op0 in _INTO and not ex
+    # (one or two fp32 ALU steps computed straight into the destination, as ``alu`` does)
+    plain = op0 in _INTO and (op1 is None or op1 in _INTO) and not ex
     plain &= instr.mask is None and instr.accumulate is None and len(data.shape) == 2
     plain &= data.shape == instr.dst.shape  # type: ignore[union-attr]
-    if plain and (isinstance(o0, Const) or len(o0.shape) == 2):  # type: ignore[union-attr]
-        if _fp32_into(instr, ctx, op0, (data, o0)):
+    scalars = (o0,) if op1 is None else (o0, o1)
+    if plain and all(isinstance(o, Const) or len(o.shape) == 2 for o in scalars):  # type: ignore[union-attr]
+        first = (o0, data) if instr.attr("reverse0") else (data, o0)
+        then = None if op1 is None else (op1, o1, bool(instr.attr("reverse1")))
+        if _fp32_into(instr, ctx, op0, first, then):
             return
     r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
     if op1 is not None:
