@@ -18,7 +18,7 @@ from ..host import alias_array
 from ..lifetimes import lifetimes
 from ..memory import PSUM_GROUP
 from . import masks
-from .keys import keys_of, sym_key, terms_of
+from .keys import keys_of, sym_key, terms_of, whole
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
@@ -131,6 +131,13 @@ class BCtx:
         arr = self.arrays.get(acc.tensor)
         if arr is None:
             arr = self._storage(acc.tensor)
+        if (
+            box is None
+            and self.depth[acc.tensor] == len(self.dims)
+            and whole(acc)
+            and arr.shape == (*self.dims, *acc.shape)
+        ):  # (the storage itself: a view of it, not the storage, which a write may hand over)
+            return arr[...]
         return self.strided(arr, acc, box)
 
     def strided(

@@ -69,3 +69,24 @@ def mask_keys(instr: Instr) -> tuple[tuple, ...]:
         _MASK_KEYS.clear()
     _MASK_KEYS[id(instr)] = (instr, keys)
     return keys
+
+
+_WHOLE: dict[int, tuple[Access, bool]] = {}
+
+
+def whole(acc: Access) -> bool:
+    """Whether the access is its tensor's element order itself: tile axis d walks tensor axis d
+    from 0 in unit steps, with no symbol and no indirect index (it covers the whole tensor when
+    the storage has the access's shape)."""
+    hit = _WHOLE.get(id(acc))
+    if hit is not None and hit[0] is acc:
+        return hit[1]
+    shape = acc.shape
+    ok = not acc.indirect and len(acc.index) == len(shape)
+    for d, e in enumerate(acc.index if ok else ()):  # (an axis of one position: any coefficient)
+        steps = [(k, 1 if t == d else 0) for t, k in enumerate(e.coeffs) if shape[t] > 1]
+        ok = ok and not e.base.terms and e.base.const == 0 and all(k == u for k, u in steps)
+    if len(_WHOLE) >= KEYS_MAX:
+        _WHOLE.clear()
+    _WHOLE[id(acc)] = (acc, ok)
+    return ok
