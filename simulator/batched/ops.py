@@ -195,6 +195,26 @@ def _fp32_into(
     return True
 
 
+def _two_steps_into(instr: Instr, ctx: BCtx, data: Access, o0: object, o1: object) -> bool:
+    """``(data op0 o0) op1 o1`` (``op1`` None: the first step alone; ``reverse0`` / ``reverse1``
+    swap a step's operands) computed in fp32 straight into the destination as ``alu`` computes
+    it step by step (True), for unmasked, non-accumulating instructions on 2-D tiles whose ops
+    are plain fp32 arithmetic; ``o0`` / ``o1`` immediates or 2-D tiles (columns broadcast)."""
+    op0, op1 = instr.attr("op0"), instr.attr("op1")
+    if op0 not in _INTO or (op1 is not None and op1 not in _INTO):
+        return False
+    if instr.mask is not None or instr.accumulate is not None or len(data.shape) != 2:
+        return False
+    if data.shape != instr.dst.shape:  # type: ignore[union-attr]
+        return False
+    for o in (o0,) if op1 is None else (o0, o1):
+        if not (isinstance(o, Const) or (isinstance(o, Access) and len(o.shape) == 2)):
+            return False
+    first = (o0, data) if instr.attr("reverse0") else (data, o0)
+    then = None if op1 is None else (op1, o1, bool(instr.attr("reverse1")))
+    return _fp32_into(instr, ctx, op0, first, then)
+
+
 @_batched("ew", _declines_ew)
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
@@ -399,16 +419,8 @@ def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
     ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
-    # (one or two fp32 ALU steps computed straight into the destination, as ``alu`` does)
-    plain = op0 in _INTO and (op1 is None or op1 in _INTO) and not ex
-    plain &= instr.mask is None and instr.accumulate is None and len(data.shape) == 2
-    plain &= data.shape == instr.dst.shape  # type: ignore[union-attr]
-    scalars = (o0,) if op1 is None else (o0, o1)
-    if plain and all(isinstance(o, Const) or len(o.shape) == 2 for o in scalars):  # type: ignore[union-attr]
-        first = (o0, data) if instr.attr("reverse0") else (data, o0)
-        then = None if op1 is None else (op1, o1, bool(instr.attr("reverse1")))
-        if _fp32_into(instr, ctx, op0, first, then):
-            return
+    if not ex and _two_steps_into(instr, ctx, data, o0, o1):
+        return
     r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
     if op1 is not None:
         r = M.alu(op1, r, _scalar_operand(ctx, o1, p, ex), instr.attr("reverse1"))
@@ -559,6 +571,8 @@ def _reciprocal(instr: Instr, ctx: BCtx) -> None:
 def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     data, o0, o1 = instr.srcs
     assert isinstance(data, Access) and isinstance(o1, Access)
+    if _two_steps_into(instr, ctx, data, o0, o1):
+        return
     p = data.shape[0]
     r = M.alu(
         instr.attr("op0"), _pf(ctx, data), _scalar_operand(ctx, o0, p), instr.attr("reverse0")

@@ -1,7 +1,7 @@
-"""The batched backend's two-step ``tensor_scalar`` computed straight into its destination: the
-same bits as the reference interpreter for every pair of ALU ops, either operand order, scalar
-immediates and per-partition columns, fp32 and bf16 tiles, and a column operand that is the
-destination itself (read before the first step writes it)."""
+"""The batched backend's two-step ``tensor_scalar`` and ``scalar_tensor_tensor`` computed
+straight into their destination: the same bits as the reference interpreter for pairs of ALU
+ops, either operand order, scalar immediates and per-partition columns, fp32 and bf16 tiles,
+and a column operand that is a column of the tile being overwritten."""
 
 from __future__ import annotations
 
@@ -47,6 +47,31 @@ def test_two_steps_match_the_reference_bit_for_bit(dtype, op0, op1):
     for rev0, rev1, column_first in itertools.product((False, True), repeat=3):
         runs = run_backends(
             two_steps, None, x, col, op0, rev0, op1, rev1, column_first,
+            backends=("batched", REFERENCE), ran=("batched",),
+        )  # fmt: skip
+        assert runs.kernels["batched"].last_run.backend == "batched"
+
+
+@nki.jit
+def scalar_then_tensor(x, y, col, op0, rev0, op1, rev1, by_column):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    o0 = nl.load(col) if by_column else -0.5
+    r = nisa.scalar_tensor_tensor(
+        data=nl.load(x), op0=op0, operand0=o0, op1=op1, operand1=nl.load(y), reverse0=rev0,
+        reverse1=rev1,
+    )  # fmt: skip
+    nl.store(out, r)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("op0,op1", list(itertools.product(OPS, OPS))[2::5])
+def test_scalar_then_tensor_matches_the_reference_bit_for_bit(dtype, op0, op1):
+    x, y = _data(dtype), _data(dtype)[::-1].copy()
+    col = np.random.default_rng(9).uniform(-2, 2, (32, 1)).astype(np.float32)
+    for rev0, rev1, by_column in itertools.product((False, True), repeat=3):
+        runs = run_backends(
+            scalar_then_tensor, None, x, y, col, op0, rev0, op1, rev1, by_column,
             backends=("batched", REFERENCE), ran=("batched",),
         )  # fmt: skip
         assert runs.kernels["batched"].last_run.backend == "batched"
