@@ -213,11 +213,18 @@ def run_horizontal(run: Any, g: Horizontal, env: dict) -> list[torch.Tensor]:
         else _cat_segment(p, env)
         for p in g.parts
     ]
-    return _launch(run, segs)
+    return _launch(run, segs, g)
 
 
-def _launch(run: Any, segs: list[_Segment]) -> list[torch.Tensor]:
-    """One launch of the fused kernel for ``segs``: their stored values, in order."""
+# id(horizontal step) -> (the step, its launch's ``segments`` argument): the same tuple object
+# every launch of the step, so the kernel's trace cache keys it once; bounded, the step kept so
+# that its id is not reused
+_SPECS: dict[int, tuple[Horizontal, tuple]] = {}
+
+
+def _launch(run: Any, segs: list[_Segment], step: Horizontal | None = None) -> list[torch.Tensor]:
+    """One launch of the fused kernel for ``segs`` (the parts of ``step``, when given): their
+    stored values, in order."""
     if len(segs) == 1:
         s = segs[0]
         res = run(K.fused_elementwise_kernel, s.ins, program=s.program, outs=s.outs)
@@ -227,7 +234,16 @@ def _launch(run: Any, segs: list[_Segment]) -> list[torch.Tensor]:
     for s in segs:
         spec.append((tuple(range(len(ins), len(ins) + len(s.ins))), s.program, s.outs))
         ins += s.ins
-    res = run(K.fused_elementwise_kernel, ins, segments=tuple(spec))
+    segments = tuple(spec)
+    if step is not None:
+        hit = _SPECS.get(id(step))
+        if hit is not None and hit[0] is step and hit[1] == segments:
+            segments = hit[1]
+        else:
+            if len(_SPECS) >= 1024:
+                _SPECS.clear()
+            _SPECS[id(step)] = (step, segments)
+    res = run(K.fused_elementwise_kernel, ins, segments=segments)
     res = list(res) if isinstance(res, tuple) else [res]
     out: list[torch.Tensor] = []
     for s in segs:
