@@ -22,6 +22,7 @@ the kernel's name and source file; inside it, by shapes, dtypes and target)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import logging
@@ -38,8 +39,6 @@ import torch.fx
 
 import nki.affine
 import nki.ir
-from nki.errors import NKIError
-from nki.estimates import estimate
 from nki.jit import Kernel, Launch
 
 from . import (  # noqa: F401  (their @builtin adapters fill the registry)
@@ -51,7 +50,8 @@ from . import (  # noqa: F401  (their @builtin adapters fill the registry)
     torch_ops_nn,
 )
 from . import torch_fusion as fusion
-from .common import configured, placeholder
+from .common import configured
+from .torch_estimates import device_us
 from .torch_registry import (
     NKI_CUSTOM_OPS,
     Guard,
@@ -63,7 +63,7 @@ from .torch_registry import (
     user_entry,
 )
 from .torch_report import REPORTS, GraphReport, reports
-from .torch_tensors import launch_traced, np_dtype
+from .torch_tensors import launch_traced
 
 log = logging.getLogger("nki.torch_backend")
 
@@ -205,33 +205,6 @@ VIEW_OPS = {
 }
 
 
-_ESTIMATES: dict[int, tuple[Any, float | None]] = {}  # id(IR) -> (IR kept alive, latency us)
-
-
-def _placeholders(v: Any) -> Any:
-    """Tensors (also inside lists) as read-only NumPy placeholders of their shape and dtype."""
-    if isinstance(v, torch.Tensor):
-        return placeholder(tuple(v.shape), np_dtype(v, "argument")[0])
-    if isinstance(v, (tuple, list)):
-        return type(v)(_placeholders(x) for x in v)
-    return v
-
-
-def _device_us(runner: Any, ir: nki.ir.KernelIR, args: tuple, kwargs: dict) -> float | None:
-    """The cost model's estimated device latency of the launch just run (``nki.estimate``) of
-    traced kernel ``ir``, once per IR; None where the cost model cannot estimate the kernel."""
-    hit = _ESTIMATES.get(id(ir))
-    if hit is not None and hit[0] is ir:
-        return hit[1]
-    try:
-        est = estimate(runner)(*_placeholders(args), **_placeholders(kwargs))
-        us: float | None = est.latency_us
-    except (NKIError, NotImplementedError):
-        us = None
-    _ESTIMATES[id(ir)] = (ir, us)
-    return us
-
-
 # called after every kernel launch, in the launching thread, with the kernel's name and its
 # estimated device microseconds (None where the cost model has no estimate); the model-level
 # runtimes (frontends.device_time) account per-thread device time with it
@@ -259,11 +232,10 @@ class _Run:
             dt = time.perf_counter() - t0
             if len(base._cache) != traced:
                 _save_cache(base)
-            us = _device_us(runner, ir, args, kwargs)
-            if us is not None:
-                self.report.kernel_device_us[name] += us
-            for hook in LAUNCH_HOOKS:
-                hook(name, us)
+            us = device_us(runner, ir, args, kwargs, now=bool(LAUNCH_HOOKS))
+            self.report.add_device_us(name, us)
+            for hook in LAUNCH_HOOKS:  # (with hooks, ``us`` is the number)
+                hook(name, us)  # type: ignore[arg-type]
         else:  # a frontends.torch custom op: its implementation launches the NKI kernel
             t0 = time.perf_counter()
             res = k(*args, **kwargs)
@@ -275,8 +247,7 @@ class _Run:
         """Count one launch of ``name`` (also used for collectives, which time themselves)."""
         self.report.kernel_seconds[name] += seconds
         self.report.kernel_calls[name] += 1
-        if device_us is not None:
-            self.report.kernel_device_us[name] += device_us
+        self.report.add_device_us(name, device_us)
         self.used.append(name)
 
 
@@ -533,7 +504,6 @@ def on_cpu(fn: Callable) -> Callable:
     """Run a function or module call on the CPU inside a compiled model: ``model.head =
     on_cpu(model.head)`` or ``@on_cpu``. The call stays in the graph (no graph break); every ATen
     op it produces is reported as ``cpu`` with the reason ``kept on the CPU``."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -586,15 +556,36 @@ def _compiler(kind: str) -> Callable:
     return compile_graph
 
 
-def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """The ``"nki"`` torch.compile backend (aot_autograd with NKI-kernel graph runners)."""
+def _aot(gm: torch.fx.GraphModule, example_inputs: list, fw: Callable, bw: Callable) -> Callable:
+    """``aot_autograd(fw_compiler=fw, bw_compiler=bw)(gm, example_inputs)``. Torch's wrapper
+    imports the inductor (its scheduler and IR: about 0.07 s of a process's first compile) for
+    one thing, the debug log of ``TORCH_COMPILE_DEBUG=1``; without that log, and for flat
+    inputs (nested ones need the wrapper's flattening), ``aot_module_simplified`` is called as
+    the wrapper calls it."""
     from torch._dynamo.backends.common import aot_autograd
 
+    nested = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    if nested or os.environ.get("TORCH_COMPILE_DEBUG", "0") == "1":
+        return aot_autograd(fw_compiler=fw, bw_compiler=bw)(gm, example_inputs)
+    from torch._dynamo import disable
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    def bw_disabled(*args: Any, **kwargs: Any) -> Any:
+        # neither the backward compiler nor the backward graph it returns is traced by Dynamo
+        compiled = disable(bw, reason="do not trace backward compiler function")(*args, **kwargs)
+        return disable(compiled, reason="do not trace generated backwards pass")
+
+    cg = aot_module_simplified(
+        gm, example_inputs, fw_compiler=fw, bw_compiler=bw_disabled, inference_compiler=fw
+    )
+    return disable(cg, reason="do not trace AOT-compiled graph")
+
+
+def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """The ``"nki"`` torch.compile backend (aot_autograd with NKI-kernel graph runners)."""
     torch_ops_nn.rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
     torch_attention.rewrite_sdpa(gm)  # and attention, whatever its mask or KV heads
-    return aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"))(
-        gm, example_inputs
-    )
+    return _aot(gm, example_inputs, _compiler("forward"), _compiler("backward"))
 
 
 def _register() -> None:

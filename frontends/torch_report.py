@@ -5,10 +5,20 @@ estimated device time; per graph its inputs (symbolic sizes show a dynamic graph
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["GraphReport", "OpStats", "reports"]
+
+# launches whose device-time estimate may wait for a reader: beyond this many, they are
+# estimated (a report nobody reads keeps a bounded list)
+PENDING_LAUNCHES = 4096
+
+# one launch's estimated device microseconds: a number, None (no estimate) or a function
+# computing one of those
+DeviceUs = float | None | Callable[[], float | None]
 
 
 @dataclass
@@ -40,9 +50,48 @@ class GraphReport:
     ops: dict[tuple[str, str, str], OpStats] = field(default_factory=dict)
     kernel_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     kernel_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    # estimated device time (nki.estimate, the cost model), summed over launches
-    kernel_device_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     runs: int = 0
+    # estimated device time (nki.estimate, the cost model), summed over launches in launch
+    # order (read through kernel_device_us), and the launches not summed yet
+    _device_sums: dict[str, float] = field(
+        default_factory=lambda: defaultdict(float), repr=False, compare=False
+    )
+    _device_pending: list[tuple[str, DeviceUs]] = field(
+        default_factory=list, repr=False, compare=False
+    )
+    _device_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def kernel_device_us(self) -> dict[str, float]:
+        """Per kernel, the cost model's estimated device microseconds summed over its launches
+        (kernels the cost model cannot estimate are left out)."""
+        self._settle()
+        return self._device_sums
+
+    def add_device_us(self, name: str, us: DeviceUs) -> None:
+        """Count one launch of kernel ``name`` into :attr:`kernel_device_us`. ``us`` may be a
+        function computing the estimate: it runs when the sums are read (or when
+        :data:`PENDING_LAUNCHES` launches wait), so a run whose report is never read does not
+        pay for the cost model."""
+        if us is None:
+            return
+        with self._device_lock:
+            if not callable(us) and not self._device_pending:
+                self._device_sums[name] += us
+                return
+            self._device_pending.append((name, us))
+            full = len(self._device_pending) >= PENDING_LAUNCHES
+        if full:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Sum the pending launches, estimating those that wait for it."""
+        with self._device_lock:  # (one reader estimates; the others wait for its sums)
+            for name, us in self._device_pending:
+                got = us() if callable(us) else us
+                if got is not None:
+                    self._device_sums[name] += got
+            self._device_pending.clear()
 
     def record(
         self, op: str, status: str, kernels: list[str] | tuple = (), reason: str = "", s=0.0

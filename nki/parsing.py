@@ -37,9 +37,3 @@ def _parsed(file: str, _stamp: int) -> ast.Module | None:
         return parse("".join(linecache.getlines(file)))
     except SyntaxError:
         return None
-
-
-@functools.lru_cache(maxsize=64)
-def nodes_of(tree: ast.Module, kind: type) -> tuple[ast.AST, ...]:
-    """Every node of ``kind`` in ``tree`` (walked once per tree and kind)."""
-    return tuple(n for n in ast.walk(tree) if isinstance(n, kind))

@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sys
+import types
 from typing import Any
 
 from .errors import NKIShapeError, SrcLoc, source_tree
-from .parsing import PARSE_LOCK, nodes_of
+from .parsing import PARSE_LOCK
 from .tracer import TileOps
 
 
@@ -70,49 +72,79 @@ def annotation_of(ann: Any) -> _TensorType | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _function_node(fn: Any) -> ast.AST | None:
-    """The ``def`` of ``fn`` parsed from its whole file, so that a nested function, a method, a
-    decorated one or one with lines indented less than its ``def`` (a docstring or a string
-    continued at column 0, which defeat dedenting the function's own lines) is found as the
-    file's parser sees it. Line numbers of the result are the file's."""
-    code = inspect.unwrap(fn).__code__
-    tree = source_tree(code.co_filename)
-    if tree is None:
-        return None
-    for node in nodes_of(tree, ast.FunctionDef) + nodes_of(tree, ast.AsyncFunctionDef):
-        if node.name == code.co_name:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            if code.co_firstlineno in (first, node.lineno):
+def _function_node(tree: ast.AST, name: str, line: int) -> ast.AST | None:
+    """The ``def`` named ``name`` whose first line (its first decorator's, or the ``def``'s) is
+    ``line``, looked for only inside the statements whose lines contain ``line`` (the file's
+    other statements cannot hold it), outer ones first."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.expr):  # (no statement, so no ``def``, inside an expression)
+            continue
+        start = getattr(node, "lineno", None)
+        if start is not None:
+            first = min([start] + [d.lineno for d in getattr(node, "decorator_list", ())])
+            if not first <= line <= (node.end_lineno or start):
+                continue
+            is_def = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if is_def and node.name == name and line in (first, start):
                 return node
+        hit = _function_node(node, name, line)
+        if hit is not None:
+            return hit
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _annotated_locals(
+    code: types.CodeType, tree: ast.Module
+) -> tuple[tuple[str, int, types.CodeType | None, str], ...]:
+    """The annotated assignments to plain names in the ``def`` of ``code`` (nested functions
+    included), read from ``tree``, the parsed text of its file (a new text parses to a new
+    tree, so an edited kernel gets a new entry): (name, line, compiled annotation or None when
+    it does not compile, annotation text)."""
+    node = _function_node(tree, code.co_name, code.co_firstlineno)
+    out = []
+    for n in ast.walk(node) if node is not None else ():
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+            try:
+                compiled = compile(ast.Expression(n.annotation), "<annotation>", "eval")
+            except Exception:  # (evaluated as text instead, as when evaluating fails)
+                compiled = None
+            out.append((n.target.id, n.lineno, compiled, ast.unparse(n.annotation)))
+    return tuple(out)
 
 
 def _local_annotations(fn: Any) -> dict[str, tuple[_TensorType, int]]:
     """Annotated local assignments of ``fn`` whose annotation is an nt type with a shape:
-    name -> (annotation, line of the assignment)."""
-    out: dict[str, tuple[_TensorType, int]] = {}
+    name -> (annotation, line of the assignment). The ``def`` is found in the parse of the
+    whole file, so that a nested function, a method, a decorated one or one with lines
+    indented less than its ``def`` (a docstring or a string continued at column 0, which
+    defeat dedenting the function's own lines) is read as the file's parser sees it; the
+    statements are read once per function and text of its file, the annotations evaluated in
+    the kernel's globals at every trace (a global may change between traces)."""
+    try:
+        code = inspect.unwrap(fn).__code__
+    except (AttributeError, TypeError):  # not a Python function: nothing to read
+        return {}
     with PARSE_LOCK:  # parsing and compiling the annotations both convert ASTs
-        try:
-            node = _function_node(fn)
-        except (AttributeError, TypeError):  # not a Python function: nothing to read
+        tree = source_tree(code.co_filename)
+        if tree is None:
             return {}
-        if node is None:
-            return {}
-        for n in ast.walk(node):
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
-                ann = _eval_annotation(n.annotation, fn)
-                if ann is not None and ann.shape is not None:
-                    out[n.target.id] = (ann, n.lineno)
+        found = _annotated_locals(code, tree)
+    out: dict[str, tuple[_TensorType, int]] = {}
+    for name, line, compiled, text in found:
+        ann = _eval_annotation(compiled, text, fn)
+        if ann is not None and ann.shape is not None:
+            out[name] = (ann, line)
     return out
 
 
-def _eval_annotation(expr: Any, fn: Any) -> _TensorType | None:
+def _eval_annotation(compiled: types.CodeType | None, text: str, fn: Any) -> _TensorType | None:
+    if compiled is None:
+        return annotation_of(text)
     try:
-        value = eval(  # noqa: S307 - the kernel's own annotation, in the kernel's globals
-            compile(ast.Expression(expr), "<annotation>", "eval"), dict(fn.__globals__)
-        )
+        value = eval(compiled, dict(fn.__globals__))  # noqa: S307 - the kernel's own annotation
     except Exception:
-        return annotation_of(ast.unparse(expr))
+        return annotation_of(text)
     return annotation_of(value)
 
 

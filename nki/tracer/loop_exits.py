@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator
 
 from ..errors import NKIControlFlowError, SrcLoc, source_tree
 
@@ -20,12 +21,21 @@ _OWN_BREAK = (ast.For, ast.AsyncFor, ast.While)
 _OWN_RETURN = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """The statements below ``node`` (and the handlers and cases holding statements), without
+    the expressions, which hold no statement and are most of a file's nodes."""
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, ast.expr):
+            yield child
+            yield from _statements(child)
+
+
 @functools.lru_cache(maxsize=64)
 def _fors(tree: ast.Module | None) -> dict[int, ast.For]:
     """Per source line, the innermost ``for`` statement whose iterable spans that line (each
-    parsed file walked once)."""
+    parsed file's statements read once)."""
     out: dict[int, ast.For] = {}
-    for n in ast.walk(tree) if tree is not None else ():
+    for n in _statements(tree) if tree is not None else ():
         if isinstance(n, ast.For):
             for line in range(n.iter.lineno, (n.iter.end_lineno or n.iter.lineno) + 1):
                 best = out.get(line)

@@ -17,6 +17,7 @@ import nki
 import nki.kernels as K
 import nki.language as nl
 from frontends import torch_backend as tb
+from frontends import torch_estimates
 from nki.errors import NKIError
 
 from snippets import site_table
@@ -478,3 +479,55 @@ def test_init_backend_checks_rank_and_world_size():
     with pytest.raises(ValueError, match="rank 2 and world_size 2"):
         ft.init_backend(rank=2, world_size=2)
     ft.init_backend()
+
+
+def test_device_time_estimates_wait_until_the_report_is_read(monkeypatch):
+    a, b, c = torch.randn(64, 128), torch.randn(128, 32), torch.randn(32, 128)
+    mm = tb.builtin_entry("aten::mm").adapter
+
+    def launches(rep):
+        run = tb._Run(rep)
+        for _ in range(2):
+            torch.testing.assert_close(mm(run, a, b), a @ b, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(mm(run, b, c), b @ c, rtol=1e-4, atol=1e-4)
+
+    # a launch hook needs each launch's number when it runs: estimated at once
+    seen = []
+    monkeypatch.setattr(tb, "LAUNCH_HOOKS", [lambda name, us: seen.append((name, us))])
+    monkeypatch.setattr(torch_estimates, "ESTIMATES", {})
+    now = tb.GraphReport("hooked")
+    launches(now)
+    assert now._device_pending == [] and len(torch_estimates.ESTIMATES) == 2
+    assert [n for n, _ in seen] == ["matmul_kernel"] * 4 and seen[0] == seen[2] != seen[1]
+    assert now.kernel_device_us["matmul_kernel"] == sum(us for _, us in seen) > 0
+
+    # without hooks, nothing is estimated until the sums are read; then the same sums
+    monkeypatch.setattr(tb, "LAUNCH_HOOKS", [])
+    monkeypatch.setattr(torch_estimates, "ESTIMATES", {})
+    rep = tb.GraphReport("lazy")
+    launches(rep)
+    assert len(rep._device_pending) == 4 and torch_estimates.ESTIMATES == {}
+    assert rep.kernel_device_us == now.kernel_device_us
+    assert rep._device_pending == [] and len(torch_estimates.ESTIMATES) == 2
+    mm(tb._Run(rep), a, b)  # an estimated kernel adds its number at once
+    assert rep._device_pending == []
+    assert (
+        rep.kernel_device_us["matmul_kernel"] == now.kernel_device_us["matmul_kernel"] + seen[0][1]
+    )
+
+
+def test_pending_device_estimates_are_bounded(monkeypatch):
+    from frontends import torch_report
+
+    monkeypatch.setattr(torch_report, "PENDING_LAUNCHES", 3)
+    rep = tb.GraphReport("bounded")
+    calls = []
+
+    def later(us):
+        return lambda: calls.append(us) or us
+
+    for i, us in enumerate([later(1.0), 2.0, later(None), later(4.0)]):
+        rep.add_device_us("k", us)
+        assert len(rep._device_pending) == (i + 1) % 3
+    assert calls == [1.0, None]  # the third pending launch settled the first three
+    assert rep.kernel_device_us == {"k": 7.0} and calls == [1.0, None, 4.0]

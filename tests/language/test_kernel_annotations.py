@@ -124,3 +124,55 @@ def test_legacy_kernel_writes_its_output_parameter():
     out = np.zeros_like(a)
     assert legacy(a, out) is None
     assert np.all(out == 6)
+
+
+# ---- annotated locals are read once per kernel and text, evaluated at every trace ----------
+
+_ROWS = 128
+
+
+def _kernel_from_text(file: str, text: str):
+    """A kernel defined by running ``text`` as if it were the file ``file`` (linecache holds its
+    lines, as for a notebook cell)."""
+    import linecache
+
+    linecache.cache[file] = (len(text), None, text.splitlines(True), file)
+    scope = {"nki": nki, "nl": nl, "nt": nt, "_out": _out}
+    exec(compile(text, file, "exec"), scope)
+    return scope["kernel"]
+
+
+def test_local_annotation_follows_a_changed_global():
+    @nki.jit
+    def kernel(a):
+        x: nt.tensor[_ROWS, 256] = nl.load(a)
+        return _out(x)
+
+    x = np.ones((128, 256), np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
+    global _ROWS
+    _ROWS = 64
+    try:  # new traces (new shapes) evaluate the annotation in the kernel's globals again
+        y = np.ones((64, 256), np.float32)
+        np.testing.assert_array_equal(kernel(y), y)
+        with pytest.raises(NKIShapeError) as ei:
+            kernel(np.ones((32, 256), np.float32))
+        assert "nt.tensor[64, 256]" in str(ei.value), str(ei.value)
+    finally:
+        _ROWS = 128
+
+
+def test_local_annotation_follows_the_kernel_text_it_is_read_from():
+    file = "<nki-test-annotation-text>"
+    text = "def kernel(a):\n    x: nt.tensor[128, 256] = nl.load(a)\n    return _out(x)\n"
+    k = nki.jit(_kernel_from_text(file, text))
+    x = np.ones((128, 256), np.float32)
+    np.testing.assert_array_equal(k(x), x)
+    # the same code object, its file's text now annotating another shape: read again
+    import linecache
+
+    changed = text.replace("[128, 256]", "[128, 512]")
+    linecache.cache[file] = (len(changed), None, changed.splitlines(True), file)
+    with pytest.raises(NKIShapeError) as ei:
+        nki.jit(k.fn)(x)
+    assert "nt.tensor[128, 512]" in str(ei.value) and ei.value.loc.line == 2

@@ -1,0 +1,59 @@
+"""The cost model's estimated device time of each kernel launch of the ``"nki"`` torch.compile
+backend (``nki.estimate`` on the launch's argument shapes), once per traced kernel. The graph
+reports sum it per kernel; where no launch hook needs the number at once, a launch's estimate
+waits until its report's sums are read (the cost model then runs only for reports someone
+reads)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from nki.errors import NKIError
+from nki.estimates import estimate
+from nki.ir import KernelIR
+
+from .common import placeholder
+from .torch_report import DeviceUs
+from .torch_tensors import np_dtype
+
+__all__ = ["device_us"]
+
+ESTIMATES: dict[int, tuple[KernelIR, float | None]] = {}  # id(IR) -> (IR kept alive, us)
+
+
+def _placeholders(v: Any) -> Any:
+    """Tensors (also inside lists) as read-only NumPy placeholders of their shape and dtype."""
+    if isinstance(v, torch.Tensor):
+        return placeholder(tuple(v.shape), np_dtype(v, "argument")[0])
+    if isinstance(v, (tuple, list)):
+        return type(v)(_placeholders(x) for x in v)
+    return v
+
+
+def device_us(runner: Any, ir: KernelIR, args: tuple, kwargs: dict, now: bool) -> DeviceUs:
+    """The estimated device microseconds of the launch ``runner(*args, **kwargs)`` just ran,
+    whose traced kernel is ``ir``; None where the cost model cannot estimate the kernel. An IR
+    not estimated yet gives, unless ``now``, a function that estimates it when called (the
+    arguments kept as placeholders of their shapes and dtypes, not as tensors)."""
+    hit = ESTIMATES.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    shapes, kw = _placeholders(args), _placeholders(kwargs)
+    if now:
+        return _estimate(runner, ir, shapes, kw)
+    return functools.partial(_estimate, runner, ir, shapes, kw)
+
+
+def _estimate(runner: Any, ir: KernelIR, shapes: tuple, kw: dict) -> float | None:
+    hit = ESTIMATES.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    try:
+        us: float | None = estimate(runner)(*shapes, **kw).latency_us
+    except (NKIError, NotImplementedError):
+        us = None
+    ESTIMATES[id(ir)] = (ir, us)
+    return us
