@@ -22,7 +22,7 @@ from ..collectives import fold, member_input
 from ..executors import Declines, Executor, executes
 from ..isa import formulas as M
 from ..language.common import is_int_access
-from . import gemm
+from . import gemm, into
 from .context import BCtx, contiguous
 from .gemm import unbroadcast
 
@@ -155,74 +155,14 @@ _LAYOUT_FREE = frozenset({"add", "subtract", "multiply", "divide", "maximum", "m
                           "less", "less_equal"})  # fmt: skip
 
 
-# fp32 ufuncs of ops whose fp32 result can be written straight into fp32 storage
-_INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-         "divide": np.true_divide, "maximum": np.maximum, "minimum": np.minimum}  # fmt: skip
-
-
-def _fp32_into(
-    instr: Instr, ctx: BCtx, op: str, srcs: tuple[object, ...], then: tuple | None = None
-) -> bool:
-    """Compute the fp32 op ``op`` of ``srcs`` straight into the destination when it is a fused
-    fp32 tile or a fresh one (True), as the reference computes it: fp32 in, fp32 out, the same
-    values, no temporary. ``then``: (op, operand, reversed) applied to that result in place
-    (a second ALU step, fp32 too)."""
-    dst = instr.dst
-    assert dst is not None
-    out = ctx.into(dst)
-    # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
-    # ``write`` copies into a C-ordered tile), the same values
-    pend = ctx.pending.get(dst.tensor) if out is None and ctx.whole else None
-    if pend is not None:
-        shape = (*ctx.dims, *dst.shape)
-        out = np.empty(shape, dtype=np.float32)
-    if out is None:
-        return False
-    if then is not None:  # (its operand read before the first step writes the destination)
-        op1, src1, reverse = then
-        v = ctx.value(src1, contig=False)
-        if isinstance(v, np.ndarray) and np.may_share_memory(v, out):
-            v = v.copy()
-    _INTO[op](*[ctx.value(s, contig=False) for s in srcs], out=out)
-    if then is not None:
-        _INTO[op1](*((v, out) if reverse else (out, v)), out=out)
-    if pend is not None:
-        if pend[0] == shape and pend[1] == np.float32:  # (``write``'s hand-over, directly)
-            del ctx.pending[dst.tensor]
-            ctx.arrays[dst.tensor] = out
-        else:
-            ctx.write(dst, out)
-    return True
-
-
-def _two_steps_into(instr: Instr, ctx: BCtx, data: Access, o0: object, o1: object) -> bool:
-    """``(data op0 o0) op1 o1`` (``op1`` None: the first step alone; ``reverse0`` / ``reverse1``
-    swap a step's operands) computed in fp32 straight into the destination as ``alu`` computes
-    it step by step (True), for unmasked, non-accumulating instructions on 2-D tiles whose ops
-    are plain fp32 arithmetic; ``o0`` / ``o1`` immediates or 2-D tiles (columns broadcast)."""
-    op0, op1 = instr.attr("op0"), instr.attr("op1")
-    if op0 not in _INTO or (op1 is not None and op1 not in _INTO):
-        return False
-    if instr.mask is not None or instr.accumulate is not None or len(data.shape) != 2:
-        return False
-    if data.shape != instr.dst.shape:  # type: ignore[union-attr]
-        return False
-    for o in (o0,) if op1 is None else (o0, o1):
-        if not (isinstance(o, Const) or (isinstance(o, Access) and len(o.shape) == 2)):
-            return False
-    first = (o0, data) if instr.attr("reverse0") else (data, o0)
-    then = None if op1 is None else (op1, o1, bool(instr.attr("reverse1")))
-    return _fp32_into(instr, ctx, op0, first, then)
-
-
 @_batched("ew", _declines_ew)
 def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = None if instr.mask is None else ctx.mask(instr)
     exact = _exact_int(instr, ctx)
-    if sel is None and not exact and instr.accumulate is None and instr.op in _INTO:
-        if _fp32_into(instr, ctx, instr.op, instr.srcs):
+    if sel is None and not exact and instr.accumulate is None and instr.op in into.INTO:
+        if into.fp32_into(instr, ctx, instr.op, instr.srcs):
             return
     vals = []
     # correctly rounded IEEE ops give the same bits on any layout; others (exp, tanh...) may
@@ -405,8 +345,8 @@ def _tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.attr("op")]
     exact = instr.attr("engine") == "gpsimd" and op.exact_int and _all_int(ctx, a1, a2)
     same = a1.shape == a2.shape == instr.dst.shape  # type: ignore[union-attr]
-    plain = instr.mask is None and instr.accumulate is None and op.name in _INTO
-    if same and plain and not exact and _fp32_into(instr, ctx, op.name, (a1, a2)):
+    plain = instr.mask is None and instr.accumulate is None and op.name in into.INTO
+    if same and plain and not exact and into.fp32_into(instr, ctx, op.name, (a1, a2)):
         return
     _isa_store(instr, ctx, M.alu(op.name, _pf(ctx, a1, exact), _pf(ctx, a2, exact)))
 
@@ -419,7 +359,7 @@ def _tensor_scalar(instr: Instr, ctx: BCtx) -> None:
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     ops_exact = OPS[op0].exact_int and (op1 is None or OPS[op1].exact_int)
     ex = instr.attr("engine") == "gpsimd" and ops_exact and _all_int(ctx, data, o0, o1)
-    if not ex and _two_steps_into(instr, ctx, data, o0, o1):
+    if not ex and into.two_steps_into(instr, ctx, data, o0, o1):
         return
     r = M.alu(op0, _pf(ctx, data, ex), _scalar_operand(ctx, o0, p, ex), instr.attr("reverse0"))
     if op1 is not None:
@@ -571,7 +511,7 @@ def _reciprocal(instr: Instr, ctx: BCtx) -> None:
 def _scalar_tensor_tensor(instr: Instr, ctx: BCtx) -> None:
     data, o0, o1 = instr.srcs
     assert isinstance(data, Access) and isinstance(o1, Access)
-    if _two_steps_into(instr, ctx, data, o0, o1):
+    if into.two_steps_into(instr, ctx, data, o0, o1):
         return
     p = data.shape[0]
     r = M.alu(
