@@ -25,6 +25,7 @@ from ..language.common import is_int_access
 from . import gemm, into
 from .context import BCtx, contiguous
 from .gemm import unbroadcast
+from .keys import whole
 
 BATCHED = name_of(__package__)  # this backend's name in the registry
 
@@ -437,6 +438,13 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     arr = ctx.storage(dst.tensor)
     entry = ctx.psum_groups.get(dst.tensor)
     if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
+        if sel is None and whole(dst) and arr.shape == (*ctx.dims, *dst.shape):
+            # (the group's first matmul over the whole tile: where every element is still the
+            # fill, every one takes the product and the group has started everywhere)
+            if np.isnan(numerics.to_compute(ctx.view(dst))).all():
+                ctx.write(dst, vals)
+                ctx.psum_groups[dst.tensor] = [arr, None, True]
+                return
         entry = [arr, np.zeros(arr.shape, dtype=bool), False]
         ctx.psum_groups[dst.tensor] = entry
     if entry[2]:  # every element started
