@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import traceback
 import warnings
 
 import numpy as np
@@ -56,7 +57,8 @@ def main(n_threads: int = 8) -> int:
                     warnings.simplefilter("error")  # a fallback warns: fail on it
                     got = mine(*args)
             except Exception as e:  # noqa: BLE001 - collected and reported below
-                failures.append(f"thread {t} {k.__name__}: {type(e).__name__}: {e}")
+                where = "".join(traceback.format_exc(limit=-12))  # (where it failed: rare races)
+                failures.append(f"thread {t} {k.__name__}: {type(e).__name__}: {e}\n{where}")
                 continue
             if mine.last_run.backend != "numba":
                 failures.append(f"thread {t} {k.__name__}: ran on {mine.last_run.backend}")
