@@ -13,6 +13,7 @@ preference (``backends.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 from collections.abc import Callable, Mapping
@@ -77,11 +78,15 @@ def run(
                        target=ir.target)  # fmt: skip
     info.threads = ready.threads if ready.threads is not None else threads.decide(ir, None)
     limit = progress.threshold()
-    if ready.estimate < limit or not math.isfinite(limit):
-        _run_limited(ir, shared, config, sched, info, ready)  # (no progress to show)
-    else:
-        with progress.shown(ir):
-            _run_limited(ir, shared, config, sched, info, ready)
+    quiet = ready.estimate < limit or not math.isfinite(limit)  # (no progress to show)
+    # the BLAS pools limited to the launch's threads where it makes BLAS calls
+    blas = (
+        threads.blas_limit(info.threads, exact=config.threads is not None)
+        if ready.limit_blas
+        else contextlib.nullcontext()
+    )
+    with contextlib.nullcontext() if quiet else progress.shown(ir), blas:
+        _run(ir, shared, config, sched, info, ready)
     return shared, info
 
 
@@ -133,22 +138,6 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
         _READY.clear()
     _READY[(id(ir), config)] = (ir, ready)
     return ready
-
-
-def _run_limited(
-    ir: KernelIR,
-    shared: dict[str, np.ndarray],
-    config: SimConfig,
-    sched: Schedule,
-    info: RunInfo,
-    ready: _Ready,
-) -> None:
-    """``_run`` with the BLAS pools limited to the launch's threads."""
-    if not ready.limit_blas:
-        _run(ir, shared, config, sched, info, ready)  # (no BLAS call to limit)
-    else:
-        with threads.blas_limit(info.threads, exact=config.threads is not None):
-            _run(ir, shared, config, sched, info, ready)
 
 
 def _run(
