@@ -86,9 +86,7 @@ class BCtx:
         self.psum_groups: dict[str, list] = {}
         # (a bound lookup: called several times per instruction)
         self.decl: Callable[[str], TensorDecl] = ir.by_name().__getitem__
-        lt = lifetimes(ir)
-        self._windows = lt.windows  # on-chip tile -> its window (``_drop_dead``)
-        self._lifetimes = lt
+        self._lifetimes = lifetimes(ir)
         self._last_alloc: int | None = None  # the position of the last Alloc run
 
     def set_scalar(self, sym: Sym, value: int | None) -> None:
@@ -480,13 +478,8 @@ class BCtx:
         self._last_alloc = x
         if after is not None and after < x:  # (walked forwards: only the tiles ending between)
             dead = lt.ending(after, x)
-        else:
-            windows = self._windows
-            dead = [
-                n
-                for n in (*self.arrays, *self.pending)
-                if (w := windows.get(n)) is not None and not w[0] < x <= w[1]
-            ]  # (``Lifetimes.dead``, inline)
+        else:  # (after a loop's jump back: every stored tile)
+            dead = lt.dead([*self.arrays, *self.pending], x)
         if not dead:
             return
         host, views = self.host, lt.views
