@@ -21,6 +21,9 @@ IGNORED: dict[str, frozenset[str]] = {
     # a scheduling hint of the classic compiler's loops (no effect on values)
     "affine_range": frozenset({"precise_schedule"}),
     "sequential_range": frozenset({"precise_schedule"}),
+    # whether the compiler may defer the fill to the tile's first use (AWS's flash attention
+    # passes it): the tile holds the fill value either way
+    **dict.fromkeys(("full", "zeros", "ones"), frozenset({"lazy_initialization"})),
 }
 
 
