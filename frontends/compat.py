@@ -31,6 +31,7 @@ from typing import Any
 import nki
 import nki.compiler
 import nki.isa
+import nki.isa.constants  # (aliased: loaded as neuronxcc.nki.isa.constants its imports fail)
 import nki.language
 import nki.typing
 from nki.classic import classic_mode, set_classic_mode
@@ -164,6 +165,7 @@ def _aliases() -> dict[str, types.ModuleType]:
         "neuronxcc.nki": cnki,
         "neuronxcc.nki.language": nki.language,
         "neuronxcc.nki.isa": nki.isa,
+        "neuronxcc.nki.isa.constants": nki.isa.constants,
         "neuronxcc.nki.typing": nki.typing,
         "neuronxcc.nki.compiler": nki.compiler,
         "torch_neuronx": tn,

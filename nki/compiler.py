@@ -11,7 +11,8 @@ is not simulated, so a correct kernel computes the same result, while reusing a 
 physical slot was already recycled is not detected.
 
 The decorators ``skip_middle_end_transformations``, ``enable_stack_allocator`` and
-``force_auto_alloc`` only steer the compiler; here they return the kernel unchanged.
+``force_auto_alloc`` only steer the compiler; here they return the kernel unchanged, and so does
+the loop directive ``no_reorder()`` (``nl.sequential_range(n, directives=ncc.no_reorder())``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from . import dtypes
 from .errors import NKITypeError, user_loc
 from .language.core import Buffer
+from .language.loops import no_reorder as _no_reorder_block
 
 __all__ = [
     "sbuf",
@@ -33,6 +35,7 @@ __all__ = [
     "skip_middle_end_transformations",
     "enable_stack_allocator",
     "force_auto_alloc",
+    "no_reorder",
 ]
 
 
@@ -226,3 +229,11 @@ def enable_stack_allocator(func: Any = None, log_level: int = 50) -> Any:
 def force_auto_alloc(func: Any = None) -> Any:
     """Compiler hint (ignore direct allocations); the kernel is returned unchanged."""
     return _passthrough(func)
+
+
+def no_reorder() -> Any:
+    """Classic loop directive (``directives=ncc.no_reorder()`` of ``nl.affine_range`` /
+    ``sequential_range``): the loop body's instructions stay in program order, which is the
+    order the simulator runs them in, so it changes no result. Also a ``with`` block, as
+    ``nl.no_reorder()`` (no device loops inside)."""
+    return _no_reorder_block()

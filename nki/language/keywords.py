@@ -18,9 +18,13 @@ from ..errors import NKITypeError, binding_failed, user_loc
 IGNORED: dict[str, frozenset[str]] = {
     # the instruction's label in the compiler's output (classic calls took **kwargs)
     "*": frozenset({"name"}),
-    # a scheduling hint of the classic compiler's loops (no effect on values)
-    "affine_range": frozenset({"precise_schedule"}),
-    "sequential_range": frozenset({"precise_schedule"}),
+    # scheduling hints of the classic compiler's loops (no effect on values): the directives
+    # are ``nki.compiler.no_reorder()``, the order the simulator runs instructions in anyway
+    "affine_range": frozenset({"precise_schedule", "directives"}),
+    "sequential_range": frozenset({"precise_schedule", "directives"}),
+    # whether the compiler may defer the fill to the tile's first use (AWS's flash attention
+    # passes it): the tile holds the fill value either way
+    **dict.fromkeys(("full", "zeros", "ones"), frozenset({"lazy_initialization"})),
 }
 
 

@@ -53,6 +53,22 @@ def test_install_uninstall_aliases():
     assert "neuronxcc" not in sys.modules and "jax_neuronx" not in sys.modules
 
 
+def test_classic_isa_constants_import():
+    # the SDK's doc tests import the DMA enums from the classic constants module
+    from frontends import compat
+
+    compat.install()
+    try:
+        from neuronxcc.nki.isa.constants import dge_mode, oob_mode
+
+        import nki.isa as real
+
+        assert dge_mode is real.dge_mode and oob_mode is real.oob_mode
+    finally:
+        compat.uninstall()
+    assert "neuronxcc" not in sys.modules and "jax_neuronx" not in sys.modules
+
+
 def test_core_imports_without_frameworks():
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['jax'] = None\n"

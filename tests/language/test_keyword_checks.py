@@ -1,5 +1,6 @@
 """Unknown keyword arguments of nki.language calls are located errors naming the closest valid
-keyword (issue 13 item 2); the classic loops' scheduling hint stays accepted."""
+keyword (issue 13 item 2); the classic loops' scheduling hint and the fills'
+``lazy_initialization`` stay accepted."""
 
 from __future__ import annotations
 
@@ -73,3 +74,16 @@ def test_classic_loop_scheduling_hint_is_accepted():
         return out
 
     np.testing.assert_array_equal(k(X), X * 2)
+
+
+def test_classic_lazy_initialization_is_accepted():
+    # AWS's flash attention passes lazy_initialization= to nl.full / nl.zeros (classic **kwargs)
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = nl.full(x.shape, fill_value=-1.0, dtype=nl.float32, lazy_initialization=False)
+        zero = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.sbuf, lazy_initialization=True)
+        nl.store(out, nl.add(nl.add(acc, zero), nl.load(x)))
+        return out
+
+    np.testing.assert_array_equal(k(X), X - 1.0)
