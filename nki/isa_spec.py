@@ -193,6 +193,8 @@ _OVERRIDES: dict[tuple[str, str], tuple[str, str, str | None]] = {
     ("tensor_copy_dynamic_dst", "dst"): ("dst", "tile (dynamic offset)", None),
     ("tensor_copy_dynamic_src", "src"): ("in", "tile (dynamic offset)", None),
     ("nc_stream_shuffle", "dtype"): ("dtype", "dtype (accepted, ignored)", None),
+    # (which engine generates the descriptors: the same transpose, nothing recorded)
+    ("dma_transpose", "dge_mode"): ("attr", "dge_mode", None),
     ("memset", "value"): ("attr", "compile-time scalar", None),
     ("register_move", "dst"): ("register", "register", None),
     ("register_move", "src"): ("register", "int | register", None),
@@ -354,7 +356,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(
         "dma_transpose", "dma", ("dma",),
         "Transpose src (HBM or SBUF) into an SBUF tile with the DMA engine.",
-        classic="src, *, axes=None, mask=None, dtype=None",
+        classic="src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown",
         current="dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, "
         "oob_mode=oob_mode.error, name=None",
         ir_op="dma_transpose", ir_attrs=("engine", "axes"),

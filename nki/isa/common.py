@@ -24,6 +24,7 @@ from ..tracer import (
     check_start_partition,
     const_operand,
     emit,
+    generation,
     note_generation,
     operand,
     require_buffer,
@@ -58,7 +59,8 @@ class Call:
     """One ``nki.isa`` call being traced, read from its spec row (``nki/isa_spec.py``): the name
     errors quote (``api``), the tiles' roles, the result dtype rule, the engine and the IR
     attribute each parameter is recorded as. Opening a call of an instruction of the current API
-    only decides (or must agree with) the kernel's generation and needs the target to have it.
+    only decides an undecided kernel's generation (a classic kernel may call it: it has no
+    classic form) and needs the target to have it.
     ``emit`` records the one IR instruction."""
 
     def __init__(self, name: str, dtype: object = None) -> None:
@@ -68,9 +70,12 @@ class Call:
         self.engine = self.row.default_engine
         self._tiles: list[NkiTensor] = []
         if self.row.current_only:
-            note_generation(
-                spec.CURRENT, f"{self.api}(...) (an instruction of the current API only)"
-            )
+            # (no classic form to confuse it with: a classic kernel may call it too, as AWS's
+            # neuronxcc.nki examples of the newer instructions do)
+            if generation() != spec.CLASSIC:
+                note_generation(
+                    spec.CURRENT, f"{self.api}(...) (an instruction of the current API only)"
+                )
             check_available(name, self.api)
 
     def tile(

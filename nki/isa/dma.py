@@ -119,13 +119,23 @@ def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
 
 
 @instruction(current=_dma_transpose_current)
-def dma_transpose(src: Any, *, axes: Any = None, mask: Any = None, dtype: Any = None) -> NkiTensor:
+def dma_transpose(
+    src: Any,
+    *,
+    axes: Any = None,
+    mask: Any = None,
+    dtype: Any = None,
+    dge_mode: Any = _dge_mode.unknown,
+) -> NkiTensor:
     """Transpose ``src`` (HBM or SBUF) with the DMA engine into a new SBUF tile. Supported
     permutations: 2-D (1, 0), 3-D (2, 1, 0), 4-D (3, 1, 2, 0) (the default for the rank).
+    ``dge_mode`` (the descriptor generator, as in the destination-first form; ``hwdge`` needs
+    trn2 or newer) gives the same transpose.
 
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """
     c = Call("dma_transpose", dtype)
+    _dge(dge_mode, c.api)
     sacc, stile = c.tile(src, "src", _DMA_BUFFERS, compute=False)
     if dtypes.itemsize(stile.decl.dtype) != 2:
         broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src")

@@ -502,9 +502,13 @@ def load(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any) -> NkiTen
 
 def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
     """Copy an SBUF (or PSUM) tile into HBM. The value broadcasts into ``dst``; masked-out
-    destination elements are left untouched."""
+    destination elements are left untouched. A Python number as ``value`` fills ``dst`` (a
+    tile of it is made in SBUF first, so ``dst`` needs at most 128 partitions)."""
     dacc, dt = operand(dst, "nl.store", "dst")
     require_buffer(dt, HBM_BUFFERS, "store", "dst")
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        check_partitions(dacc.shape, "store", "dst")
+        value = full(dacc.shape, value, dt.decl.dtype, buffer=sbuf)
     vacc, vt = operand(value, "nl.store", "value")
     if vt.decl.buffer == "psum":
         if generation() == "current":

@@ -248,9 +248,9 @@ def _is_candidate(
     private: frozenset[str] = frozenset(),
 ) -> bool:
     """A plain (non-accumulating, direct) write that may conflict. SPMD races concern shared
-    HBM only; loop-carried dependencies concern every memory, except on-chip tiles allocated
-    inside the loop (``private``: each iteration has its own). Secondary outputs are plain
-    writes even when the destination accumulates."""
+    HBM only; loop-carried dependencies concern every memory, except tensors allocated inside
+    the loop (``private``: each iteration has its own, an HBM scratch tensor as an on-chip
+    tile). Secondary outputs are plain writes even when the destination accumulates."""
     if dst.indirect or (dst is instr.dst and (instr.accumulates or _reduces(instr))):
         return False
     if instr.kind == "const":  # nl.shared_constant: the same compile-time data, not a write
@@ -259,7 +259,7 @@ def _is_candidate(
     base = ir.tensor(d.alias_of) if d.alias_of else d
     if shared_only:
         return base.buffer in HBM_BUFFERS and (base.kind == "param" or base.buffer == "shared_hbm")
-    return base.buffer in HBM_BUFFERS or (base.on_chip and base.name not in private)
+    return base.name not in private and (base.buffer in HBM_BUFFERS or base.on_chip)
 
 
 def _reduces(instr: Instr) -> bool:
@@ -341,8 +341,8 @@ class _Timeline:
 
 
 def check_loop_carried(ir: KernelIR) -> None:
-    """No two iterations of an ``affine_range`` loop write the same element of an HBM tensor or
-    of an on-chip tile allocated outside the loop (accumulating writes excepted)."""
+    """No two iterations of an ``affine_range`` loop write the same element of a tensor
+    allocated outside the loop (accumulating writes excepted)."""
 
     def visit(nodes, outer: tuple[Loop, ...]) -> None:
         for n in nodes:

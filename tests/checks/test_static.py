@@ -312,6 +312,40 @@ def test_loop_carried_hbm_write_in_affine_range():
     np.testing.assert_array_equal(nki.jit(k_loop_sequential)(a), a[384:])
 
 
+def k_hbm_scratch_in_loop(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        rows = slice(i * 128, (i + 1) * 128)
+        scratch = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.private_hbm)
+        nl.store(scratch, value=nl.load(a[rows, :]))
+        nl.store(out[rows, :], value=nl.multiply(nl.load(scratch), 2.0))
+    return out
+
+
+def k_hbm_scratch_outside_loop(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    scratch = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.private_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        rows = slice(i * 128, (i + 1) * 128)
+        nl.store(scratch, value=nl.load(a[rows, :]))  # ERR
+        nl.store(out[rows, :], value=nl.multiply(nl.load(scratch), 2.0))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["batched", "numpy", "numba"])
+def test_an_hbm_tensor_allocated_in_the_loop_body_is_each_iterations_own(backend):
+    a = rand((512, 8))
+    got = nki.jit(k_hbm_scratch_in_loop, backend=backend)(a)
+    np.testing.assert_array_equal(got, a * np.float32(2))
+    expect(
+        k_hbm_scratch_outside_loop,
+        a,
+        cls=NKIDependencyError,
+        code="err_unexpected_output_dependencies",
+        values=["iterations 0 and 1", "HBM tensor"],
+    )
+
+
 def k_loop_overlap_two_writes(a):
     out = nl.ndarray((256, 8), dtype=a.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(2):  # LOOP

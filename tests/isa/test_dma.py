@@ -200,6 +200,28 @@ def test_dma_transpose(shape):
     np.testing.assert_array_equal(f32(got), np.transpose(f32(x), tuple(range(len(shape)))[::-1]))
 
 
+def k_dma_t_dge(x, mode):
+    t = nisa.dma_transpose(x, dge_mode=mode)  # ERR
+    out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["unknown", "swdge", "hwdge"])
+def test_classic_dma_transpose_takes_a_dge_mode(mode):
+    x = rand((48, 96), BF16)
+    got = run(k_dma_t_dge, x, getattr(nisa.dge_mode, mode), jit_opts={"api": "classic"})
+    np.testing.assert_array_equal(f32(got), f32(x).T)
+
+
+def test_classic_dma_transpose_hwdge_needs_trn2():
+    expect_error(
+        k_dma_t_dge, rand((48, 96), BF16), nisa.dge_mode.hwdge, target="trn1",
+        jit_opts={"api": "classic"}, cls=NKIError, code="err_unsupported_dge_mode",
+        fragments=["trn2"],
+    )  # fmt: skip
+
+
 def k_dma_t32(x):
     t = nisa.dma_transpose(x)
     out = _out(t.shape, x.dtype)

@@ -1,5 +1,6 @@
-"""HBM operations: nl.atomic_rmw (scatter-add with duplicates, max, scalar forms, bad op)
-and nl.shared_constant / nl.shared_identity_matrix (in grids and loops), against NumPy."""
+"""HBM operations: nl.atomic_rmw (scatter-add with duplicates, max, scalar forms, bad op),
+nl.shared_constant / nl.shared_identity_matrix (in grids and loops) and nl.store of a Python
+number, against NumPy."""
 
 from __future__ import annotations
 
@@ -123,3 +124,34 @@ def test_shared_constant_made_inside_a_loop():
     x = np.random.default_rng(13).standard_normal((128, 2, 8)).astype(np.float32)
     want = x + np.arange(1024, dtype=np.float32).reshape(128, 1, 8)
     np.testing.assert_allclose(kernel(x), want, rtol=1e-6)
+
+
+def k_store_number(a, value):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[:, 0:4], nl.load(a[:, 0:4]))
+    nl.store(out[:, 4:], value)  # ERR
+    return out
+
+
+@pytest.mark.parametrize(
+    "dtype, value", [(np.float32, 100), (ml_dtypes.bfloat16, 2.5), (np.int32, -7)]
+)
+def test_storing_a_python_number_fills_the_destination(dtype, value):
+    a = np.arange(64 * 12).reshape(64, 12).astype(dtype)
+    want = a.copy()
+    want[:, 4:] = np.asarray(value).astype(dtype)
+    got = nki.jit(k_store_number)(a, value)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def k_store_number_only(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, 1.0)  # ERR
+    return out
+
+
+def test_storing_a_number_into_more_than_128_partitions_is_located():
+    from helpers import expect
+
+    expect(k_store_number_only, np.zeros((200, 12), np.float32),
+           code="err_num_partition_exceed_arch_limit", values=["200", "nl.store"])  # fmt: skip
