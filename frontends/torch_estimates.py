@@ -22,6 +22,9 @@ from .torch_tensors import np_dtype
 __all__ = ["device_us"]
 
 ESTIMATES: dict[int, tuple[KernelIR, float | None]] = {}  # id(IR) -> (IR kept alive, us)
+# id(IR) -> (IR kept alive, the function estimating it): one per IR not estimated yet, so a
+# launch of a traced kernel whose estimate waits costs a dict lookup, not placeholder arrays
+WAITING: dict[int, tuple[KernelIR, functools.partial]] = {}
 
 
 def _placeholders(v: Any) -> Any:
@@ -41,10 +44,14 @@ def device_us(runner: Any, ir: KernelIR, args: tuple, kwargs: dict, now: bool) -
     hit = ESTIMATES.get(id(ir))
     if hit is not None and hit[0] is ir:
         return hit[1]
-    shapes, kw = _placeholders(args), _placeholders(kwargs)
-    if now:
-        return _estimate(runner, ir, shapes, kw)
-    return functools.partial(_estimate, runner, ir, shapes, kw)
+    waits = WAITING.get(id(ir))
+    if waits is None or waits[0] is not ir:
+        if len(WAITING) >= 512:  # (bounded; a dropped entry's launches keep their function)
+            WAITING.clear()
+        waits = (ir, functools.partial(_estimate, runner, ir, _placeholders(args),
+                                       _placeholders(kwargs)))  # fmt: skip
+        WAITING[id(ir)] = waits
+    return waits[1]() if now else waits[1]
 
 
 def _estimate(runner: Any, ir: KernelIR, shapes: tuple, kw: dict) -> float | None:
@@ -56,4 +63,5 @@ def _estimate(runner: Any, ir: KernelIR, shapes: tuple, kw: dict) -> float | Non
     except (NKIError, NotImplementedError):
         us = None
     ESTIMATES[id(ir)] = (ir, us)
+    WAITING.pop(id(ir), None)
     return us

@@ -504,11 +504,15 @@ def test_device_time_estimates_wait_until_the_report_is_read(monkeypatch):
     # without hooks, nothing is estimated until the sums are read; then the same sums
     monkeypatch.setattr(tb, "LAUNCH_HOOKS", [])
     monkeypatch.setattr(torch_estimates, "ESTIMATES", {})
+    monkeypatch.setattr(torch_estimates, "WAITING", {})
     rep = tb.GraphReport("lazy")
     launches(rep)
     assert len(rep._device_pending) == 4 and torch_estimates.ESTIMATES == {}
+    # (one waiting function per traced kernel, shared by its launches)
+    assert len({id(us) for _, us in rep._device_pending}) == len(torch_estimates.WAITING) == 2
     assert rep.kernel_device_us == now.kernel_device_us
     assert rep._device_pending == [] and len(torch_estimates.ESTIMATES) == 2
+    assert torch_estimates.WAITING == {}
     mm(tb._Run(rep), a, b)  # an estimated kernel adds its number at once
     assert rep._device_pending == []
     assert (
