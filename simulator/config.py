@@ -130,7 +130,7 @@ def env_reader(names: tuple[str, ...]) -> Callable[[], tuple[str | bytes | None,
     unset; ``os.fsdecode`` gives the text), read straight from ``os.environ``'s store."""
     if os.name == "posix" and isinstance(_ENV_DATA, dict):
         raw, get = tuple(os.environ.encodekey(k) for k in names), _ENV_DATA.get
-        return lambda: tuple([get(k) for k in raw])
+        return lambda: tuple(map(get, raw))
     return lambda: tuple([os.environ.get(k) for k in names])
 
 

@@ -22,6 +22,10 @@ def storage_bytes(decl: TensorDecl, precise_fp: bool) -> int:
     return numerics.storage_dtype(decl.dtype, precise_fp).itemsize * math.prod(decl.shape)
 
 
+# fresh tensors above this many bytes are allocated after a look at the host's available memory
+CHECKED_BYTES = 256 << 20
+
+
 def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.ndarray:
     """Fresh storage for a tensor, filled with the uninitialised-memory sentinel (``fill=False``:
     left as it comes, for a tensor the kernel provably overwrites before anyone sees it).
@@ -30,7 +34,7 @@ def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.nda
     sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
     nbytes = storage_bytes(decl, config.precise_fp)
     err = None
-    if nbytes > (256 << 20) and nbytes > host_available_bytes():
+    if nbytes > CHECKED_BYTES and nbytes > host_available_bytes():
         err = "more than the host's available memory"  # filling it would invoke the OOM killer
     else:
         try:

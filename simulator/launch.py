@@ -25,16 +25,18 @@ import numpy as np
 from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR, TensorDecl
 
-from . import backends, interpreter, progress, threads
+from . import backends, interpreter, numerics, progress, threads
 from .checks.coverage import unfilled_outputs
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
 from .host import (
+    CHECKED_BYTES,
     host_array,
     output_array,
     output_view,
+    storage_bytes,
     storage_config,
     storage_input,
     written_params,
@@ -67,8 +69,16 @@ def run(
     start_checks(ir, config)  # (the host memory a launch needs, before allocating anything)
     ready = _ready(ir, config)
     shared = dict(inputs)
-    for decl, fill in ready.fresh:
-        shared[decl.name] = host_array(decl, config, fill)
+    for decl, fill, sd, value in ready.fresh:
+        if sd is None:  # (a large tensor: the host's memory checked first)
+            shared[decl.name] = host_array(decl, config, fill)
+            continue
+        try:
+            shared[decl.name] = (
+                np.empty(decl.shape, sd) if value is None else np.full(decl.shape, value, sd)
+            )
+        except MemoryError:  # (reported at the tensor's declaration)
+            shared[decl.name] = host_array(decl, config, fill)
     if ready.sched is None:
         info = RunInfo(ir.grid.shape, num_cores=ready.num_cores, target=ir.target)
         sched = schedule(ir, config, info)
@@ -79,6 +89,9 @@ def run(
     info.threads = ready.threads if ready.threads is not None else threads.decide(ir, None)
     limit = progress.threshold()
     quiet = ready.estimate < limit or not math.isfinite(limit)  # (no progress to show)
+    if quiet and not ready.limit_blas and not ir.cores:  # (most small launches: no context)
+        _execute(ir, shared, config, sched, info, ready.backends)
+        return shared, info
     # the BLAS pools limited to the launch's threads where it makes BLAS calls
     blas = (
         threads.blas_limit(info.threads, exact=config.threads is not None)
@@ -98,7 +111,8 @@ class _Ready:
     they do not depend on the machine's load now (None: decided per run), whether the BLAS
     pools are limited, the progress estimate and the backends the setting allows."""
 
-    fresh: tuple[tuple[TensorDecl, bool], ...]
+    # (tensor, filled, storage dtype (None: a large tensor, ``host_array``'s), fill value)
+    fresh: tuple[tuple[TensorDecl, bool, np.dtype | None, object], ...]
     num_cores: int
     sched: Schedule | None
     placement: dict[tuple[int, ...], int]
@@ -118,7 +132,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
         return hit[1]
     unfilled = unfilled_outputs(ir)
     fresh = tuple(
-        (d, d.name not in unfilled)
+        _fresh(d, d.name not in unfilled, config)
         for d in ir.tensors
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
     )
@@ -138,6 +152,15 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
         _READY.clear()
     _READY[(id(ir), config)] = (ir, ready)
     return ready
+
+
+def _fresh(
+    d: TensorDecl, fill: bool, config: SimConfig
+) -> tuple[TensorDecl, bool, np.dtype | None, object]:
+    """``_Ready.fresh``'s entry of shared tensor ``d``."""
+    big = storage_bytes(d, config.precise_fp) > CHECKED_BYTES
+    sd = numerics.storage_dtype(d.dtype, config.precise_fp)
+    return d, fill, None if big else sd, numerics.fill_value(d.dtype) if fill else None
 
 
 def _run(
@@ -205,7 +228,8 @@ class _Layout:
     config: SimConfig
     params: tuple[tuple[str, str, bool], ...]  # (name, dtype, written)
     in_place: tuple[str, ...]  # parameters the kernel writes that the caller sees updated
-    outputs: tuple[tuple[str, str, bool], ...]  # (name, dtype, own storage)
+    # (name, dtype, own storage, a reshape / dtype view of another tensor)
+    outputs: tuple[tuple[str, str, bool, bool], ...]
     writable: tuple[str, ...]  # parameters written in place (the caller's array must allow it)
 
 
@@ -230,7 +254,7 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
     bases = [ir.storage_of(n) for n in ir.outputs]
     outputs = tuple(
         # storage the launch created is handed out as is (not copied a second time)
-        (n, ir.tensor(n).dtype, base not in ir.params and bases.count(base) == 1)
+        (n, ir.tensor(n).dtype, base not in ir.params and bases.count(base) == 1, base != n)
         for n, base in zip(ir.outputs, bases)
     )
     # legacy outputs, mutable / written parameters: the caller's arrays are updated
@@ -257,8 +281,10 @@ def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tu
     if not ir.returns_outputs:
         return None, info
     outs = [
-        output_array(output_view(arrays, ir, n, config.precise_fp), dtype, copy=not own)
-        for n, dtype, own in lay.outputs
+        output_array(
+            output_view(arrays, ir, n, config.precise_fp) if view else arrays[n], dtype, not own
+        )
+        for n, dtype, own, view in lay.outputs
     ]
     return (outs[0] if len(outs) == 1 else tuple(outs)), info
 
