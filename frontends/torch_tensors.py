@@ -175,7 +175,8 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
                 if isinstance(x, torch.Tensor):
                     if like is None and not on_cpu(x):
                         like = x
-                    x = to_numpy(x, what)
+                    plain = _plain_view(x)
+                    x = to_numpy(x, what) if plain is None else plain
                 items.append(x)
             arguments[pname] = type(v)(items)
     res, ir = common.run_traced(k, bound)

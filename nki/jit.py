@@ -289,7 +289,7 @@ class Kernel:
             if isinstance(v, np.ndarray):
                 dt = names.get(v.dtype) or self._param_dtype(name, v)
                 key_parts.append((name, "T", v.shape, dt))
-            elif array_list(v):
+            elif isinstance(v, (list, tuple)) and array_list(v):
                 elems = tuple([(e.shape, names.get(e.dtype) or self._param_dtype(name, e))
                                for e in v])  # fmt: skip
                 key_parts.append((name, "L", type(v).__name__, elems))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from nki import dtypes
 from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR, TensorDecl
 
@@ -226,10 +227,11 @@ class _Layout:
     setting (a layout in the table means they did)."""
 
     config: SimConfig
-    params: tuple[tuple[str, str, bool], ...]  # (name, dtype, written)
-    in_place: tuple[str, ...]  # parameters the kernel writes that the caller sees updated
-    # (name, dtype, own storage, a reshape / dtype view of another tensor)
-    outputs: tuple[tuple[str, str, bool, bool], ...]
+    params: tuple[tuple[str, np.dtype, bool], ...]  # (name, storage dtype, written)
+    # parameters the kernel writes that the caller sees updated, with their NumPy dtypes
+    in_place: tuple[tuple[str, np.dtype], ...]
+    # (name, NumPy dtype, own storage, a reshape / dtype view of another tensor)
+    outputs: tuple[tuple[str, np.dtype, bool, bool], ...]
     writable: tuple[str, ...]  # parameters written in place (the caller's array must allow it)
 
 
@@ -250,16 +252,20 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
     cfg = storage_config(ir, config)
     static_checks(ir, cfg)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     written = written_params(ir)  # parameters the kernel only reads are not copied
-    params = tuple((n, ir.tensor(n).dtype, n in written) for n in ir.params)
+    params = tuple(
+        (n, numerics.storage_dtype(ir.tensor(n).dtype, cfg.precise_fp), n in written)
+        for n in ir.params
+    )
     bases = [ir.storage_of(n) for n in ir.outputs]
     outputs = tuple(
         # storage the launch created is handed out as is (not copied a second time)
-        (n, ir.tensor(n).dtype, base not in ir.params and bases.count(base) == 1, base != n)
+        (n, _np_dtype(ir, n), base not in ir.params and bases.count(base) == 1, base != n)
         for n, base in zip(ir.outputs, bases)
     )
     # legacy outputs, mutable / written parameters: the caller's arrays are updated
     in_place = tuple(ir.outputs) if not ir.returns_outputs else _layout_names(ir)
-    out = _Layout(cfg, params, in_place, outputs, _layout_names(ir))
+    updated = tuple((n, _np_dtype(ir, n)) for n in in_place)
+    out = _Layout(cfg, params, updated, outputs, _layout_names(ir))
     if len(_LAYOUTS) >= 512:
         _LAYOUTS.clear()
     _LAYOUTS[(id(ir), config)] = (ir, out)
@@ -271,13 +277,10 @@ def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tu
     config = lay.config
     if lay.writable:
         _check_writable(lay.writable, arguments, ir)
-    inputs = {
-        name: storage_input(arguments[name], dtype, config, written)
-        for name, dtype, written in lay.params
-    }
+    inputs = {name: storage_input(arguments[name], sd, written) for name, sd, written in lay.params}
     arrays, info = run(ir, inputs, config)
-    for name in lay.in_place:
-        arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
+    for name, want in lay.in_place:
+        arguments[name][...] = output_array(arrays[name], want, copy=False)
     if not ir.returns_outputs:
         return None, info
     outs = [
@@ -287,6 +290,11 @@ def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tu
         for n, dtype, own, view in lay.outputs
     ]
     return (outs[0] if len(outs) == 1 else tuple(outs)), info
+
+
+def _np_dtype(ir: KernelIR, name: str) -> np.dtype:
+    """The NumPy dtype the caller sees tensor ``name`` of ``ir`` in."""
+    return dtypes.storage(ir.tensor(name).dtype)
 
 
 def _check_writable(names: tuple[str, ...], arguments: Mapping[str, Any], ir: KernelIR) -> None:

@@ -161,7 +161,8 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = None if instr.mask is None else ctx.mask(instr)
-    exact = _exact_int(instr, ctx)
+    hit = _EXACT.get(id(instr))  # (``_exact_int``, its common case inline)
+    exact = hit[1] if hit is not None and hit[0] is instr else _exact_int(instr, ctx)
     if sel is None and not exact and instr.accumulate is None and instr.op in into.INTO:
         if into.fp32_into(instr, ctx, instr.op, instr.srcs):
             return
