@@ -295,6 +295,16 @@ class BCtx:
         ``masks.mask``."""
         return None if instr.mask is None else masks.mask(self, instr, shape)
 
+    def extremes(self, e: IndexExpr, shape: tuple[int, ...]) -> tuple[int, int]:
+        """The least and the greatest value of an index expression over the batch and a tile
+        of ``shape``."""
+        c, coef = self.affine(e.base)
+        lo = hi = c
+        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
+            lo += min(0, k * (n - 1))
+            hi += max(0, k * (n - 1))
+        return lo, hi
+
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
         nb = len(self.dims)

@@ -117,12 +117,7 @@ def mask(ctx: Any, instr: Instr, shape: tuple[int, ...] | None = None) -> np.nda
 def _always(ctx: Any, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
     """``e op 0`` holds at every batch position and tile element (from the affine
     expression's extremes)."""
-    c, coef = ctx.affine(e.base)
-    lo = hi = c
-    for k, n in [*zip(coef, ctx.dims), *zip(e.coeffs, shape)]:
-        lo += min(0, k * (n - 1))
-        hi += max(0, k * (n - 1))
-    return HOLDS_THROUGHOUT[op](lo, hi)
+    return HOLDS_THROUGHOUT[op](*ctx.extremes(e, shape))
 
 
 def box(ctx: Any, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:

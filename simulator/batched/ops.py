@@ -547,8 +547,12 @@ def _iota(instr: Instr, ctx: BCtx) -> None:
     iota of its symbol), in int32 arithmetic as the interpreter computes them."""
     e, dst = instr.srcs[0], instr.dst
     assert isinstance(e, IndexExpr) and dst is not None
-    v = np.broadcast_to(ctx.index_values(e, len(dst.shape)), (*ctx.dims, *dst.shape))
-    _isa_store(instr, ctx, (np.asarray(v, dtype=np.int64) + 2**31) % 2**32 - 2**31)
+    out = np.empty((*ctx.dims, *dst.shape), dtype=np.int64)
+    out[...] = ctx.index_values(e, len(dst.shape))
+    lo, hi = ctx.extremes(e, e.shape)  # (int32 arithmetic wraps no value inside its range)
+    if lo < -(2**31) or hi >= 2**31:
+        out = (out + 2**31) % 2**32 - 2**31
+    _isa_store(instr, ctx, out)
 
 
 @_batched("all_reduce")

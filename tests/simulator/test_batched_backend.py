@@ -629,3 +629,39 @@ def test_where_runs_batched_and_matches_the_interpreter():
     got, got_i = runs["batched"]
     np.testing.assert_array_equal(got, np.where(picked < -0.5, np.float32(-1), picked))
     np.testing.assert_array_equal(got_i, np.where(n > 3, n, 7))
+
+
+@nki.jit
+def iota_past_int32(x):
+    out = nl.ndarray((16, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    i_p = nl.arange(8)[:, None]
+    i_f = nl.arange(16)[None, :]
+    for t in nl.affine_range(2):
+        # values from 2**30 to past 2**31 - 1: int32 arithmetic wraps the large ones
+        tile = nisa.iota(i_p * 2**28 + i_f * 3 + t + 2**30, dtype=nl.int32)
+        nl.store(out[t * 8 + i_p, i_f], tile)
+    return out
+
+
+@nki.jit
+def iota_in_int32(x):
+    out = nl.ndarray((16, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    i_p = nl.arange(8)[:, None]
+    i_f = nl.arange(16)[None, :]
+    for t in nl.affine_range(2):
+        nl.store(out[t * 8 + i_p, i_f], nisa.iota(i_p * 1000 - i_f * 3 + t, dtype=nl.int32))
+    return out
+
+
+@pytest.mark.parametrize("kernel", [iota_past_int32, iota_in_int32])
+def test_batched_iota_wraps_as_int32_arithmetic(kernel):
+    x = np.zeros((1, 1), np.float32)
+    got, want, info = run_backends(kernel, None, x).against("batched")
+    t, p, f = np.mgrid[0:2, 0:8, 0:16]
+    if kernel is iota_past_int32:
+        wide = p * 2**28 + f * 3 + t + 2**30
+    else:
+        wide = p * 1000 - f * 3 + t
+    want_bits = ((wide + 2**31) % 2**32 - 2**31).astype(np.int32).reshape(16, 16)
+    np.testing.assert_array_equal(got, want_bits)
+    assert (wide > 2**31 - 1).any() == (kernel is iota_past_int32)
