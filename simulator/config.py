@@ -80,6 +80,12 @@ class SimConfig:
         return (self.target, self.precise_fp, self.checks, self.shuffle_seed, self.backend,
                 self.threads)  # fmt: skip
 
+    @functools.cached_property
+    def key(self) -> tuple:
+        """The settings as a plain tuple, hashed in C: what the caches of a launch keyed by its
+        setting look up (several times per launch)."""
+        return self._fields()
+
     def __hash__(self) -> int:
         try:
             return self._hash  # type: ignore[attr-defined,no-any-return]

@@ -123,12 +123,12 @@ class _Ready:
     backends: tuple[Loaded, ...]
 
 
-# (id(ir), config) -> (ir, ready): bounded, the IR kept so that its id is not reused
-_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready]] = {}
+# (id(ir), config.key) -> (ir, ready): bounded, the IR kept so that its id is not reused
+_READY: dict[tuple[int, tuple], tuple[KernelIR, _Ready]] = {}
 
 
 def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
-    hit = _READY.get((id(ir), config))
+    hit = _READY.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     unfilled = unfilled_outputs(ir)
@@ -151,7 +151,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
     )
     if len(_READY) >= 512:
         _READY.clear()
-    _READY[(id(ir), config)] = (ir, ready)
+    _READY[(id(ir), config.key)] = (ir, ready)
     return ready
 
 
@@ -241,12 +241,12 @@ def _layout_names(ir: KernelIR) -> tuple[str, ...]:
     return tuple(n for n in dict.fromkeys(names) if n in ir.params)
 
 
-# (id(ir), config) -> (ir, layout): bounded, the IR kept so that its id is not reused
-_LAYOUTS: dict[tuple[int, SimConfig], tuple[KernelIR, _Layout]] = {}
+# (id(ir), config.key) -> (ir, layout): bounded, the IR kept so that its id is not reused
+_LAYOUTS: dict[tuple[int, tuple], tuple[KernelIR, _Layout]] = {}
 
 
 def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
-    hit = _LAYOUTS.get((id(ir), config))
+    hit = _LAYOUTS.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     cfg = storage_config(ir, config)
@@ -268,7 +268,7 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
     out = _Layout(cfg, params, updated, outputs, _layout_names(ir))
     if len(_LAYOUTS) >= 512:
         _LAYOUTS.clear()
-    _LAYOUTS[(id(ir), config)] = (ir, out)
+    _LAYOUTS[(id(ir), config.key)] = (ir, out)
     return out
 
 

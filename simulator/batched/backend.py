@@ -330,13 +330,13 @@ class _Ready:
     reason: str | None
 
 
-# (id(ir), config) -> (ir, what its runs use, or why the backend declines it): bounded, the IR
+# (id(ir), config.key) -> (ir, what its runs use, or why the backend declines it): bounded, the IR
 # kept so that its id is not reused while the entry lives
-_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready | str]] = {}
+_READY: dict[tuple[int, tuple], tuple[KernelIR, _Ready | str]] = {}
 
 
 def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
-    hit = _READY.get((id(ir), config))
+    hit = _READY.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     got: _Ready | str
@@ -359,7 +359,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
             got = _Ready(p, steps, tuple(sorted(p.reread)), reason)
     if len(_READY) >= 512:
         _READY.clear()
-    _READY[(id(ir), config)] = (ir, got)
+    _READY[(id(ir), config.key)] = (ir, got)
     return got
 
 
@@ -378,25 +378,6 @@ def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
     return None
 
 
-# id(schedule) -> (schedule, its instances in order, their cores): bounded, the schedule kept
-# so that its id is not reused (an unshuffled schedule is the same object every launch)
-_ORDERS: dict[int, tuple[Schedule, list[tuple[int, ...]], dict[tuple[int, ...], int]]] = {}
-
-
-def _order(sched: Schedule) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int]]:
-    """The schedule's instances in run order and each one's core (read-only)."""
-    if len(sched.order) <= 8:  # (made per launch: a one-core schedule of an LNC launch)
-        return sched.instances, dict(sched.order)
-    hit = _ORDERS.get(id(sched))
-    if hit is not None and hit[0] is sched:
-        return hit[1], hit[2]
-    got = (sched, sched.instances, dict(sched.order))
-    if len(_ORDERS) >= 512:
-        _ORDERS.clear()
-    _ORDERS[id(sched)] = got
-    return got[1], got[2]
-
-
 def execute(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
 ) -> bool:
@@ -413,7 +394,7 @@ def execute(
         info.reason = ready
         return False
     p = ready.plan
-    instances, cores = _order(sched)
+    instances, cores = sched.in_order
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
     if p.hosted or p.subtrees:

@@ -15,7 +15,7 @@ from nki.optable import OPS
 from .. import numerics
 from ..config import SimConfig
 from ..host import alias_array
-from ..lifetimes import lifetimes
+from ..lifetimes import Lifetimes, lifetimes
 from ..memory import PSUM_GROUP
 from . import masks
 from .keys import ACCESS_FACTS, access_facts, sym_key, terms_of
@@ -39,17 +39,20 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 
-# (id(ir), precise_fp) -> (ir, tensor -> its storage dtype, filled as the launches ask): bounded,
-# the IR kept so that its id is not reused
-_STORED: dict[tuple[int, bool], tuple[KernelIR, dict[str, np.dtype]]] = {}
+# What every batch of a kernel under a storage setting looks up: tensor -> its storage dtype
+# (filled as the launches ask), the tensors' declarations by name, the tiles' lifetimes.
+KernelFacts = tuple[dict[str, np.dtype], Callable[[str], TensorDecl], Lifetimes]
+# (id(ir), precise_fp) -> (ir, its facts): bounded, the IR kept so that its id is not reused
+_KERNELS: dict[tuple[int, bool], tuple[KernelIR, KernelFacts]] = {}
 
 
-def _stored_dtypes(ir: KernelIR, precise_fp: bool) -> dict[str, np.dtype]:
-    hit = _STORED.get((id(ir), precise_fp))
+def _kernel_facts(ir: KernelIR, precise_fp: bool) -> KernelFacts:
+    hit = _KERNELS.get((id(ir), precise_fp))
     if hit is None or hit[0] is not ir:
-        if len(_STORED) >= 512:
-            _STORED.clear()
-        hit = _STORED[(id(ir), precise_fp)] = (ir, {})
+        if len(_KERNELS) >= 512:
+            _KERNELS.clear()
+        facts = ({}, ir.by_name().__getitem__, lifetimes(ir))
+        hit = _KERNELS[(id(ir), precise_fp)] = (ir, facts)
     return hit[1]
 
 
@@ -66,7 +69,7 @@ class BCtx:
         self.values: dict[tuple, int | tuple[int, int, int]] = {}
         self.syms: dict[tuple, Sym] = {}  # sym_key -> the symbol (``axis`` and ``scalar``)
         self.arrays: dict[str, np.ndarray] = dict(shared)
-        self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
+        self.depth: dict[str, int] = dict.fromkeys(shared, 0)  # batch axes of each storage
         self.instr: Instr | None = None
         self.whole = False  # the running instruction fills a fresh tile entirely
         self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
@@ -79,14 +82,15 @@ class BCtx:
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
         self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
-        self._stored = _stored_dtypes(ir, config.precise_fp)  # tensor -> its storage dtype
+        stored, decl, lts = _kernel_facts(ir, config.precise_fp)
+        self._stored = stored  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
         # (a bound lookup: called several times per instruction)
-        self.decl: Callable[[str], TensorDecl] = ir.by_name().__getitem__
-        self._lifetimes = lifetimes(ir)
-        self._ending = self._lifetimes.ended  # (``Lifetimes.ending`` of each pair of positions)
+        self.decl: Callable[[str], TensorDecl] = decl
+        self._lifetimes = lts
+        self._ending = lts.ended  # (``Lifetimes.ending`` of each pair of positions)
         self._last_alloc: int | None = None  # the position of the last Alloc run
 
     def set_scalar(self, sym: Sym, value: int | None) -> None:

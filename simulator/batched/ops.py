@@ -98,10 +98,28 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     if sel is not None and ctx.copy_box(instr.dst, src, sel):
         return
     vals = ctx.read(src, sel)
-    dst_dtype = ctx.decl(instr.dst.tensor).dtype
-    if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
-        vals = vals.view(numerics.storage_dtype(dst_dtype))
+    hit = _BITS.get(id(instr))
+    if hit is None or hit[0] is not instr:
+        hit = _bits(instr, ctx)
+    if hit[1] is not None:  # (an integer DMA copying the bits)
+        vals = vals.view(hit[1])
     ctx.write(instr.dst, vals, sel, instr.accumulate)
+
+
+# id(instr) -> (a DMA, the storage dtype its values are viewed as when it copies bits between
+# integer types, else None): bounded; decided by its operands' declared dtypes alone
+_BITS: dict[int, tuple[Instr, np.dtype | None]] = {}
+
+
+def _bits(instr: Instr, ctx: BCtx) -> tuple[Instr, np.dtype | None]:
+    a = instr.srcs[0]
+    assert isinstance(a, Access) and instr.dst is not None
+    src, dst = ctx.decl(a.tensor).dtype, ctx.decl(instr.dst.tensor).dtype
+    got = (instr, numerics.storage_dtype(dst) if numerics.dma_copies_bits(src, dst) else None)
+    if len(_BITS) >= 4096:
+        _BITS.clear()
+    _BITS[id(instr)] = got
+    return got
 
 
 @_batched("copy", _declines_copy)
