@@ -173,10 +173,12 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
             items = []
             for x in v:
                 if isinstance(x, torch.Tensor):
-                    if like is None and not on_cpu(x):
-                        like = x
-                    plain = _plain_view(x)
-                    x = to_numpy(x, what) if plain is None else plain
+                    plain = _plain_view(x)  # (None for any tensor not on the CPU)
+                    if plain is None:
+                        if like is None and not on_cpu(x):
+                            like = x
+                        plain = to_numpy(x, what)
+                    x = plain
                 items.append(x)
             arguments[pname] = type(v)(items)
     res, ir = common.run_traced(k, bound)

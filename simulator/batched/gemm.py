@@ -45,7 +45,7 @@ def unbroadcast(a: np.ndarray) -> np.ndarray:
     on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
     nb = a.ndim - 2
     strides, shape = a.strides, a.shape
-    if not [b for b in range(nb) if strides[b] == 0 and shape[b] > 1]:
+    if 0 not in strides[:nb] or not [b for b in range(nb) if strides[b] == 0 and shape[b] > 1]:
         return a
     return a[tuple([slice(0, 1) if strides[b] == 0 else slice(None) for b in range(nb)])]
 
