@@ -530,12 +530,16 @@ class BCtx:
         if not dead:
             return
         host, views = self.host, lt.views
+        arrays, pending, aliases, groups = self.arrays, self.pending, self.aliases, self.psum_groups
         for tile in dead:
-            for n in (tile, *views.get(tile, ())):
-                self.arrays.pop(n, None)
-                self.pending.pop(n, None)
-                self.aliases.pop(n, None)
-                self.psum_groups.pop(n, None)
+            for n in (tile, *views[tile]) if tile in views else (tile,):
+                arrays.pop(n, None)
+                if pending:  # (the three are mostly empty: no call then)
+                    pending.pop(n, None)
+                if aliases:
+                    aliases.pop(n, None)
+                if groups:
+                    groups.pop(n, None)
                 if host is not None:
                     host.views.pop(n, None)
                     if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
