@@ -67,8 +67,8 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 #   (_ALLOC, tensor, fresh, fused store, alloc_info)    a tile allocation the walk makes
 #   (_BATCH, sym, start, step, count, body, whole, key)   a loop (or grid axis) as a batch axis
 #   (_LOOP, sym, values, body, key)         a loop iterated around its batched body
-# (``key``: the symbol's ``sym_key``)
 #   (_DEVICE, loop, body)                   a device loop (``_run_device_loop``)
+# (``key``: the loop symbol's ``sym_key``)
 _INSTR, _ELIDED, _ROUTED, _ALLOC, _BATCH, _LOOP, _DEVICE = range(7)
 Steps = tuple[tuple, ...]
 Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
@@ -114,7 +114,7 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
             ctx.instr = instr
             ctx.whole = st[2]
             if code == _ELIDED:  # (``_elide``, inline)
-                name = instr.dst.tensor
+                name = instr.dst.tensor  # type: ignore[union-attr]
                 ctx.arrays[name] = ctx.view(instr.srcs[0])
                 ctx.depth[name] = len(ctx.dims)
                 continue

@@ -18,7 +18,7 @@ from ..host import alias_array
 from ..lifetimes import Lifetimes, lifetimes
 from ..memory import PSUM_GROUP
 from . import masks
-from .keys import ACCESS_FACTS, access_facts, sym_key, terms_of
+from .keys import ACCESS_FACTS, StateOf, access_facts, sym_key, terms_of
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
@@ -172,7 +172,7 @@ class BCtx:
         acc: Access,
         box: tuple[slice, ...] | None,
         p: int,
-        state_of: Callable[[dict], Any] | None,
+        state_of: StateOf,
     ) -> np.ndarray:
         """``strided`` (``p``: the batch depth of the access's storage; ``state_of``: the
         values of the access's symbols in ``BCtx.values``, ``access_facts``)."""
