@@ -126,13 +126,13 @@ def array_list(x: object) -> bool:
 _ARRAYS = itertools.repeat(np.ndarray)  # (``isinstance``'s second argument, for ``map``)
 
 
-def flat_arrays(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments with each element of an array list also under its parameter name
-    ``name[i]`` (``arguments`` itself when it holds no array list)."""
-    lists = [(n, v) for n, v in arguments.items() if array_list(v)]
+def flat_arrays(arguments: dict[str, Any], lists: list[str]) -> dict[str, Any]:
+    """The arguments with each element of the array lists ``lists`` (the names of those
+    arguments) also under its parameter name ``name[i]`` (``arguments`` itself when there is
+    none)."""
     if not lists:
         return arguments
     out = dict(arguments)
-    for name, v in lists:
-        out.update({f"{name}[{i}]": e for i, e in enumerate(v)})
+    for name in lists:
+        out.update({f"{name}[{i}]": e for i, e in enumerate(arguments[name])})
     return out

@@ -512,12 +512,10 @@ class Launch:
         cfg = config if config is not None else k.config()
         if len(bound.arguments) != k._nparams:
             bound.apply_defaults()
-        lists = False  # (an argument that may be an array list)
+        lists = []  # (the array-list arguments)
         for name, v in bound.arguments.items():  # (values replaced in place: the keys stay)
             if type(v) is np.ndarray:
                 continue
-            if isinstance(v, (list, tuple)):
-                lists = True
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
             if (
                 not isinstance(v, np.generic)
@@ -526,6 +524,8 @@ class Launch:
                 and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)
+            elif isinstance(v, (list, tuple)) and array_list(v):
+                lists.append(name)
         grid = self.grid
         if k.api == "current":
             grid = lnc_grid(self.grid, cfg.target)
@@ -540,7 +540,7 @@ class Launch:
             lgrid = lnc_grid(self.grid, cfg.target)
             if lgrid != self.grid:
                 ir = k.trace(lgrid, bound, cfg.target)
-        arrays = flat_arrays(bound.arguments) if lists else bound.arguments
+        arrays = flat_arrays(bound.arguments, lists)
         result, k.last_run = simulator_launch(ir, arrays, cfg)
         return result, ir
 
