@@ -9,6 +9,7 @@ simulated, and their results are returned on the device they came from (allocate
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import ml_dtypes
@@ -92,7 +93,12 @@ def _plain_view(t: torch.Tensor) -> np.ndarray | None:
     """``to_numpy`` of the common case, checked with the tensor's cheapest properties: a
     contiguous CPU tensor of a dtype NumPy has (None for any other tensor)."""
     entry = _DTYPES.get(t.dtype)
-    if entry is not None and entry[1] is None and on_cpu(t) and t.is_contiguous():
+    if (
+        entry is not None
+        and entry[1] is None
+        and (t.is_cpu if type(t) is torch.Tensor else t.device.type == "cpu")  # (``on_cpu``)
+        and t.is_contiguous()
+    ):
         return (t.detach() if t.requires_grad else t).numpy()
     return None
 
@@ -134,6 +140,9 @@ def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
     return like.new_empty(t.shape, dtype=td).copy_(t)
 
 
+_TENSORS = itertools.repeat(torch.Tensor)  # (``isinstance``'s second argument, for ``map``)
+
+
 def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
     """Run a kernel launch on torch tensors; returns torch tensors on the inputs' device
     (``None`` for legacy kernels, which write into the output tensors passed in)."""
@@ -159,13 +168,19 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
                 if like is None and not on_cpu(v):
                     like = v
             arguments[pname] = arr
-        elif isinstance(v, (tuple, list)) and any(isinstance(x, torch.Tensor) for x in v):
+        elif isinstance(v, (tuple, list)) and any(map(isinstance, v, _TENSORS)):
             what = f"argument '{pname}' of kernel '{name}'"
-            if like is None:
-                like = next((x for x in v if isinstance(x, torch.Tensor) and not on_cpu(x)), None)
-            arguments[pname] = type(v)(
-                to_numpy(x, what) if isinstance(x, torch.Tensor) else x for x in v
-            )
+            items = []
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    plain = _plain_view(x)  # (None for any tensor not on the CPU)
+                    if plain is None:
+                        if like is None and not on_cpu(x):
+                            like = x
+                        plain = to_numpy(x, what)
+                    x = plain
+                items.append(x)
+            arguments[pname] = type(v)(items)
     res, ir = common.run_traced(k, bound)
     for pname in ir.outputs if copies else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back
@@ -175,5 +190,5 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
     if res is None:
         return None, ir
     if isinstance(res, tuple):
-        return tuple(from_numpy(r, like) for r in res), ir
+        return tuple([from_numpy(r, like) for r in res]), ir
     return from_numpy(res, like), ir

@@ -7,6 +7,7 @@ key)."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from typing import Any
 
@@ -52,15 +53,15 @@ def bind_plain(
 
 # NKI names of the NumPy dtypes launched with; the trace-key text of the grids launched
 # (id -> (grid, text), bounded, the grid kept so that its id is not reused)
-_DTYPE_NAMES: dict[np.dtype, str] = {}
+DTYPE_NAMES: dict[np.dtype, str] = {}
 _GRID_KEYS: dict[int, tuple[Grid, str]] = {}
 
 
 def dtype_name(dtype: np.dtype) -> str:
     """``dtypes.name_of(dtype)``, its error for a dtype NKI lacks included."""
-    name = _DTYPE_NAMES.get(dtype)
+    name = DTYPE_NAMES.get(dtype)
     if name is None:
-        name = _DTYPE_NAMES.setdefault(dtype, dtypes.name_of(dtype))
+        name = DTYPE_NAMES.setdefault(dtype, dtypes.name_of(dtype))
     return name
 
 
@@ -110,3 +111,28 @@ def _tuple_key(v: tuple) -> object:
         _TUPLE_KEYS.clear()
     _TUPLE_KEYS[id(v)] = (v, key)
     return key
+
+
+def is_array(x: object) -> bool:
+    """Whether an argument is an array (an HBM tensor of the kernel)."""
+    return isinstance(x, np.ndarray)
+
+
+def array_list(x: object) -> bool:
+    """A list / tuple argument of arrays (per-layer weights): each element is an HBM tensor."""
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(map(isinstance, x, _ARRAYS))
+
+
+_ARRAYS = itertools.repeat(np.ndarray)  # (``isinstance``'s second argument, for ``map``)
+
+
+def flat_arrays(arguments: dict[str, Any], lists: list[str]) -> dict[str, Any]:
+    """The arguments with each element of the array lists ``lists`` (the names of those
+    arguments) also under its parameter name ``name[i]`` (``arguments`` itself when there is
+    none)."""
+    if not lists:
+        return arguments
+    out = dict(arguments)
+    for name in lists:
+        out.update({f"{name}[{i}]": e for i, e in enumerate(arguments[name])})
+    return out

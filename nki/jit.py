@@ -20,7 +20,17 @@ from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
 
 from . import dtypes
-from .binding import bind_plain, dtype_name, grid_key, plain_params, static_key
+from .binding import (
+    DTYPE_NAMES,
+    array_list,
+    bind_plain,
+    dtype_name,
+    flat_arrays,
+    grid_key,
+    is_array,
+    plain_params,
+    static_key,
+)
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -55,27 +65,6 @@ from .typing import annotation_of, local_shape_checks
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend", "threads")
 _JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
-
-
-def _is_array(x: object) -> bool:
-    return isinstance(x, np.ndarray)
-
-
-def _array_list(x: object) -> bool:
-    """A list / tuple argument of arrays (per-layer weights): each element is an HBM tensor."""
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_array(e) for e in x)
-
-
-def _flat_arrays(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments with each element of an array list also under its parameter name
-    ``name[i]`` (``arguments`` itself when it holds no array list)."""
-    lists = [(n, v) for n, v in arguments.items() if _array_list(v)]
-    if not lists:
-        return arguments
-    out = dict(arguments)
-    for name, v in lists:
-        out.update({f"{name}[{i}]": e for i, e in enumerate(v)})
-    return out
 
 
 # Framework adapters ("frontends"): each registers the call that runs a launch on its
@@ -263,6 +252,7 @@ class Kernel:
         return inspect.signature(self.fn)
 
     _plain = functools.cached_property(lambda self: plain_params(self.signature))
+    _nparams = functools.cached_property(lambda self: len(self.signature.parameters))
 
     # ---- tracing ------------------------------------------------------------------------------
     def bind(
@@ -294,11 +284,14 @@ class Kernel:
     def trace(self, grid: Grid, bound: inspect.BoundArguments, target: str) -> KernelIR:
         """The kernel IR for these arguments (traced once per signature, then cached)."""
         key_parts = [grid_key(grid), target]
+        names = DTYPE_NAMES  # (a dtype's NKI name; ``_param_dtype`` the first time)
         for name, v in bound.arguments.items():
             if isinstance(v, np.ndarray):
-                key_parts.append((name, "T", v.shape, self._param_dtype(name, v)))
-            elif _array_list(v):
-                elems = tuple((e.shape, self._param_dtype(name, e)) for e in v)
+                dt = names.get(v.dtype) or self._param_dtype(name, v)
+                key_parts.append((name, "T", v.shape, dt))
+            elif isinstance(v, (list, tuple)) and array_list(v):
+                elems = tuple([(e.shape, names.get(e.dtype) or self._param_dtype(name, e))
+                               for e in v])  # fmt: skip
                 key_parts.append((name, "L", type(v).__name__, elems))
             else:
                 key_parts.append((name, "S", static_key(v)))
@@ -385,7 +378,7 @@ class Kernel:
         mutable: set[str] = set()
         with new_trace(st):
             for name, v in bound.arguments.items():
-                if _array_list(v):
+                if array_list(v):
                     elems = []
                     for i, e in enumerate(v):
                         shape = tuple(int(n) for n in e.shape)
@@ -396,7 +389,7 @@ class Kernel:
                         elems.append(NkiTensor(decl, ()))
                     call_args[name] = type(v)(elems)
                     continue
-                if not _is_array(v):
+                if not is_array(v):
                     continue
                 ann = annotation_of(sig.parameters[name].annotation)
                 if ann is not None:
@@ -517,16 +510,22 @@ class Launch:
         another thread's by the time a frontend could read it)."""
         k = self.kernel
         cfg = config if config is not None else k.config()
-        if len(bound.arguments) != len(k.signature.parameters):
+        if len(bound.arguments) != k._nparams:
             bound.apply_defaults()
+        lists = []  # (the array-list arguments)
         for name, v in bound.arguments.items():  # (values replaced in place: the keys stay)
+            if type(v) is np.ndarray:
+                continue
             # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
             if (
-                type(v) is not np.ndarray
-                and not isinstance(v, np.generic)
-                and (hasattr(v, "__array__") and not _is_array(v) and not np.isscalar(v))
+                not isinstance(v, np.generic)
+                and hasattr(v, "__array__")
+                and not is_array(v)
+                and not np.isscalar(v)
             ):
                 bound.arguments[name] = np.asarray(v)
+            elif isinstance(v, (list, tuple)) and array_list(v):
+                lists.append(name)
         grid = self.grid
         if k.api == "current":
             grid = lnc_grid(self.grid, cfg.target)
@@ -536,12 +535,13 @@ class Launch:
                 _FITS.clear()
             _FITS[(id(grid), cfg.target)] = grid
         ir = k.trace(grid, bound, cfg.target)
-        if k.api is None and k.generation(ir) == "current" and grid is self.grid and not ir.cores:
+        if k.api is None and ir.generation == "current" and grid is self.grid and not ir.cores:
             # a current-API kernel: kernel[n] is a launch on n cores (LNC), not an SPMD grid
             lgrid = lnc_grid(self.grid, cfg.target)
             if lgrid != self.grid:
                 ir = k.trace(lgrid, bound, cfg.target)
-        result, k.last_run = simulator_launch(ir, _flat_arrays(bound.arguments), cfg)
+        arrays = flat_arrays(bound.arguments, lists) if lists else bound.arguments
+        result, k.last_run = simulator_launch(ir, arrays, cfg)
         return result, ir
 
 

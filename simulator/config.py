@@ -80,6 +80,12 @@ class SimConfig:
         return (self.target, self.precise_fp, self.checks, self.shuffle_seed, self.backend,
                 self.threads)  # fmt: skip
 
+    @functools.cached_property
+    def key(self) -> tuple:
+        """The settings as a plain tuple, hashed in C: what the caches of a launch keyed by its
+        setting look up (several times per launch)."""
+        return self._fields()
+
     def __hash__(self) -> int:
         try:
             return self._hash  # type: ignore[attr-defined,no-any-return]
@@ -130,7 +136,7 @@ def env_reader(names: tuple[str, ...]) -> Callable[[], tuple[str | bytes | None,
     unset; ``os.fsdecode`` gives the text), read straight from ``os.environ``'s store."""
     if os.name == "posix" and isinstance(_ENV_DATA, dict):
         raw, get = tuple(os.environ.encodekey(k) for k in names), _ENV_DATA.get
-        return lambda: tuple([get(k) for k in raw])
+        return lambda: tuple(map(get, raw))
     return lambda: tuple([os.environ.get(k) for k in names])
 
 

@@ -22,6 +22,10 @@ def storage_bytes(decl: TensorDecl, precise_fp: bool) -> int:
     return numerics.storage_dtype(decl.dtype, precise_fp).itemsize * math.prod(decl.shape)
 
 
+# fresh tensors above this many bytes are allocated after a look at the host's available memory
+CHECKED_BYTES = 256 << 20
+
+
 def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.ndarray:
     """Fresh storage for a tensor, filled with the uninitialised-memory sentinel (``fill=False``:
     left as it comes, for a tensor the kernel provably overwrites before anyone sees it).
@@ -30,7 +34,7 @@ def host_array(decl: TensorDecl, config: SimConfig, fill: bool = True) -> np.nda
     sd = numerics.storage_dtype(decl.dtype, config.precise_fp)
     nbytes = storage_bytes(decl, config.precise_fp)
     err = None
-    if nbytes > (256 << 20) and nbytes > host_available_bytes():
+    if nbytes > CHECKED_BYTES and nbytes > host_available_bytes():
         err = "more than the host's available memory"  # filling it would invoke the OOM killer
     else:
         try:
@@ -59,12 +63,10 @@ def host_available_bytes() -> int:
     return 1 << 62
 
 
-def storage_input(
-    arr: np.ndarray, dtype_name: str, config: SimConfig, written: bool = True
-) -> np.ndarray:
-    """A user's array as simulator storage for an HBM parameter: a copy when the kernel
-    writes it, else the caller's own array whenever it already is C-ordered storage dtype."""
-    sd = numerics.storage_dtype(dtype_name, config.precise_fp)
+def storage_input(arr: np.ndarray, sd: np.dtype, written: bool = True) -> np.ndarray:
+    """A user's array as simulator storage of dtype ``sd`` for an HBM parameter: a copy when
+    the kernel writes it, else the caller's own array whenever it already is C-ordered
+    storage dtype."""
     if not written:
         return np.ascontiguousarray(arr, dtype=sd)
     return np.array(arr, dtype=sd, copy=True, order="C")
@@ -134,10 +136,10 @@ def output_view(
     return alias_array(arrays[d.alias_of], d, precise_fp)
 
 
-def output_array(a: np.ndarray, dtype_name: str, copy: bool = True) -> np.ndarray:
-    """A kernel output as the user sees it: its declared dtype (undoing fast-fp storage).
-    ``copy=False``: ``a`` itself when it already has that dtype (storage the launch owns)."""
-    want = dtypes.storage(dtype_name)
+def output_array(a: np.ndarray, want: np.dtype, copy: bool = True) -> np.ndarray:
+    """A kernel output as the user sees it: ``want``, its declared dtype's NumPy dtype (undoing
+    fast-fp storage). ``copy=False``: ``a`` itself when it already has that dtype (storage the
+    launch owns)."""
     if a.dtype != want:
         return np.array(a, dtype=want, copy=True)
     return a.copy() if copy else a

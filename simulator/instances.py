@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain, repeat
 
 import numpy as np
@@ -54,6 +55,12 @@ class Schedule:
     @property
     def instances(self) -> list[Instance]:
         return [inst for inst, _ in self.order]
+
+    @cached_property
+    def in_order(self) -> tuple[list[Instance], dict[Instance, int]]:
+        """The instances in run order and each one's core (read-only: made once per schedule,
+        an unshuffled launch's being the same object every launch)."""
+        return self.instances, dict(self.order)
 
 
 def schedule(ir: KernelIR, config: SimConfig, info: RunInfo) -> Schedule:

@@ -22,19 +22,22 @@ from typing import Any
 
 import numpy as np
 
+from nki import dtypes
 from nki.errors import NKIError, NKIMemoryError
 from nki.ir import KernelIR, TensorDecl
 
-from . import backends, interpreter, progress, threads
+from . import backends, interpreter, numerics, progress, threads
 from .checks.coverage import unfilled_outputs
 from .checks.lnc_races import same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
 from .host import (
+    CHECKED_BYTES,
     host_array,
     output_array,
     output_view,
+    storage_bytes,
     storage_config,
     storage_input,
     written_params,
@@ -67,8 +70,16 @@ def run(
     start_checks(ir, config)  # (the host memory a launch needs, before allocating anything)
     ready = _ready(ir, config)
     shared = dict(inputs)
-    for decl, fill in ready.fresh:
-        shared[decl.name] = host_array(decl, config, fill)
+    for decl, fill, sd, value in ready.fresh:
+        if sd is None:  # (a large tensor: the host's memory checked first)
+            shared[decl.name] = host_array(decl, config, fill)
+            continue
+        try:
+            shared[decl.name] = (
+                np.empty(decl.shape, sd) if value is None else np.full(decl.shape, value, sd)
+            )
+        except MemoryError:  # (reported at the tensor's declaration)
+            shared[decl.name] = host_array(decl, config, fill)
     if ready.sched is None:
         info = RunInfo(ir.grid.shape, num_cores=ready.num_cores, target=ir.target)
         sched = schedule(ir, config, info)
@@ -79,6 +90,9 @@ def run(
     info.threads = ready.threads if ready.threads is not None else threads.decide(ir, None)
     limit = progress.threshold()
     quiet = ready.estimate < limit or not math.isfinite(limit)  # (no progress to show)
+    if quiet and not ready.limit_blas and not ir.cores:  # (most small launches: no context)
+        _execute(ir, shared, config, sched, info, ready.backends)
+        return shared, info
     # the BLAS pools limited to the launch's threads where it makes BLAS calls
     blas = (
         threads.blas_limit(info.threads, exact=config.threads is not None)
@@ -98,7 +112,8 @@ class _Ready:
     they do not depend on the machine's load now (None: decided per run), whether the BLAS
     pools are limited, the progress estimate and the backends the setting allows."""
 
-    fresh: tuple[tuple[TensorDecl, bool], ...]
+    # (tensor, filled, storage dtype (None: a large tensor, ``host_array``'s), fill value)
+    fresh: tuple[tuple[TensorDecl, bool, np.dtype | None, object], ...]
     num_cores: int
     sched: Schedule | None
     placement: dict[tuple[int, ...], int]
@@ -108,17 +123,17 @@ class _Ready:
     backends: tuple[Loaded, ...]
 
 
-# (id(ir), config) -> (ir, ready): bounded, the IR kept so that its id is not reused
-_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready]] = {}
+# (id(ir), config.key) -> (ir, ready): bounded, the IR kept so that its id is not reused
+_READY: dict[tuple[int, tuple], tuple[KernelIR, _Ready]] = {}
 
 
 def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
-    hit = _READY.get((id(ir), config))
+    hit = _READY.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     unfilled = unfilled_outputs(ir)
     fresh = tuple(
-        (d, d.name not in unfilled)
+        _fresh(d, d.name not in unfilled, config)
         for d in ir.tensors
         if d.buffer == "shared_hbm" and d.kind in ("output", "local") and d.alias_of is None
     )
@@ -136,8 +151,17 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready:
     )
     if len(_READY) >= 512:
         _READY.clear()
-    _READY[(id(ir), config)] = (ir, ready)
+    _READY[(id(ir), config.key)] = (ir, ready)
     return ready
+
+
+def _fresh(
+    d: TensorDecl, fill: bool, config: SimConfig
+) -> tuple[TensorDecl, bool, np.dtype | None, object]:
+    """``_Ready.fresh``'s entry of shared tensor ``d``."""
+    big = storage_bytes(d, config.precise_fp) > CHECKED_BYTES
+    sd = numerics.storage_dtype(d.dtype, config.precise_fp)
+    return d, fill, None if big else sd, numerics.fill_value(d.dtype) if fill else None
 
 
 def _run(
@@ -203,9 +227,11 @@ class _Layout:
     setting (a layout in the table means they did)."""
 
     config: SimConfig
-    params: tuple[tuple[str, str, bool], ...]  # (name, dtype, written)
-    in_place: tuple[str, ...]  # parameters the kernel writes that the caller sees updated
-    outputs: tuple[tuple[str, str, bool], ...]  # (name, dtype, own storage)
+    params: tuple[tuple[str, np.dtype, bool], ...]  # (name, storage dtype, written)
+    # parameters the kernel writes that the caller sees updated, with their NumPy dtypes
+    in_place: tuple[tuple[str, np.dtype], ...]
+    # (name, NumPy dtype, own storage, a reshape / dtype view of another tensor)
+    outputs: tuple[tuple[str, np.dtype, bool, bool], ...]
     writable: tuple[str, ...]  # parameters written in place (the caller's array must allow it)
 
 
@@ -215,30 +241,34 @@ def _layout_names(ir: KernelIR) -> tuple[str, ...]:
     return tuple(n for n in dict.fromkeys(names) if n in ir.params)
 
 
-# (id(ir), config) -> (ir, layout): bounded, the IR kept so that its id is not reused
-_LAYOUTS: dict[tuple[int, SimConfig], tuple[KernelIR, _Layout]] = {}
+# (id(ir), config.key) -> (ir, layout): bounded, the IR kept so that its id is not reused
+_LAYOUTS: dict[tuple[int, tuple], tuple[KernelIR, _Layout]] = {}
 
 
 def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
-    hit = _LAYOUTS.get((id(ir), config))
+    hit = _LAYOUTS.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     cfg = storage_config(ir, config)
     static_checks(ir, cfg)  # (under "none" too: an oversized HBM tensor would exhaust the host)
     written = written_params(ir)  # parameters the kernel only reads are not copied
-    params = tuple((n, ir.tensor(n).dtype, n in written) for n in ir.params)
+    params = tuple(
+        (n, numerics.storage_dtype(ir.tensor(n).dtype, cfg.precise_fp), n in written)
+        for n in ir.params
+    )
     bases = [ir.storage_of(n) for n in ir.outputs]
     outputs = tuple(
         # storage the launch created is handed out as is (not copied a second time)
-        (n, ir.tensor(n).dtype, base not in ir.params and bases.count(base) == 1)
+        (n, _np_dtype(ir, n), base not in ir.params and bases.count(base) == 1, base != n)
         for n, base in zip(ir.outputs, bases)
     )
     # legacy outputs, mutable / written parameters: the caller's arrays are updated
     in_place = tuple(ir.outputs) if not ir.returns_outputs else _layout_names(ir)
-    out = _Layout(cfg, params, in_place, outputs, _layout_names(ir))
+    updated = tuple((n, _np_dtype(ir, n)) for n in in_place)
+    out = _Layout(cfg, params, updated, outputs, _layout_names(ir))
     if len(_LAYOUTS) >= 512:
         _LAYOUTS.clear()
-    _LAYOUTS[(id(ir), config)] = (ir, out)
+    _LAYOUTS[(id(ir), config.key)] = (ir, out)
     return out
 
 
@@ -247,20 +277,24 @@ def _launch(ir: KernelIR, arguments: Mapping[str, Any], config: SimConfig) -> tu
     config = lay.config
     if lay.writable:
         _check_writable(lay.writable, arguments, ir)
-    inputs = {
-        name: storage_input(arguments[name], dtype, config, written)
-        for name, dtype, written in lay.params
-    }
+    inputs = {name: storage_input(arguments[name], sd, written) for name, sd, written in lay.params}
     arrays, info = run(ir, inputs, config)
-    for name in lay.in_place:
-        arguments[name][...] = output_array(arrays[name], ir.tensor(name).dtype, copy=False)
+    for name, want in lay.in_place:
+        arguments[name][...] = output_array(arrays[name], want, copy=False)
     if not ir.returns_outputs:
         return None, info
     outs = [
-        output_array(output_view(arrays, ir, n, config.precise_fp), dtype, copy=not own)
-        for n, dtype, own in lay.outputs
+        output_array(
+            output_view(arrays, ir, n, config.precise_fp) if view else arrays[n], dtype, not own
+        )
+        for n, dtype, own, view in lay.outputs
     ]
     return (outs[0] if len(outs) == 1 else tuple(outs)), info
+
+
+def _np_dtype(ir: KernelIR, name: str) -> np.dtype:
+    """The NumPy dtype the caller sees tensor ``name`` of ``ir`` in."""
+    return dtypes.storage(ir.tensor(name).dtype)
 
 
 def _check_writable(names: tuple[str, ...], arguments: Mapping[str, Any], ir: KernelIR) -> None:

@@ -47,6 +47,12 @@ class Lifetimes:
         order = sorted(self.windows, key=lambda n: self.windows[n][1])
         return [self.windows[n][1] for n in order], order
 
+    @cached_property
+    def ended(self) -> dict[tuple[int, int], list[str]]:
+        """``ending(after, x)`` of the pairs a walk met, kept by the backends that walk (the
+        same pairs every run of the kernel)."""
+        return {}
+
     def ending(self, after: int, x: int) -> list[str]:
         """The tiles whose windows end at ``after`` or later and before ``x``: those dead at
         the ``Alloc`` at ``x`` when the walk came there from the ``Alloc`` at ``after`` without

@@ -38,7 +38,6 @@ from nki.ir import (
     Node,
     PidSym,
     RuntimeLoop,
-    Sym,
 )
 
 from .. import interpreter, progress
@@ -50,6 +49,7 @@ from ..executors import COLLECTIVES, PREPARE, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx, alloc_info
 from .host import Host, StateUsed
+from .keys import sym_key
 from .moves import transposes
 from .ops import BATCHED
 from .plan import Declined, Plan, plan
@@ -65,9 +65,10 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 #   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
 #   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
 #   (_ALLOC, tensor, fresh, fused store, alloc_info)    a tile allocation the walk makes
-#   (_BATCH, sym, start, step, count, body, whole)   a loop (or grid axis) as a batch axis
-#   (_LOOP, sym, values, body)              a loop iterated around its batched body
+#   (_BATCH, sym, start, step, count, body, whole, key)   a loop (or grid axis) as a batch axis
+#   (_LOOP, sym, values, body, key)         a loop iterated around its batched body
 #   (_DEVICE, loop, body)                   a device loop (``_run_device_loop``)
+# (``key``: the loop symbol's ``sym_key``)
 _INSTR, _ELIDED, _ROUTED, _ALLOC, _BATCH, _LOOP, _DEVICE = range(7)
 Steps = tuple[tuple, ...]
 Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
@@ -90,16 +91,16 @@ def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int], info: Calla
             out.append((_ALLOC, n.tensor, id(n) in p.fresh, p.fused.get(id(n)), info(n.tensor)))
         elif isinstance(n, _GridLoop):
             whole = n.sym.axis in p.whole_axes
-            out.append((_BATCH, n.sym, 0, 1, n.size, _steps(n.body, p, routes, info), whole))
+            body = _steps(n.body, p, routes, info)
+            out.append((_BATCH, n.sym, 0, 1, n.size, body, whole, sym_key(n.sym)))
         elif id(n) in p.subtrees:
             out.append((_DEVICE, n, _steps(n.body, p, routes, info)))
         elif id(n) in p.batch_loops:
             body = _steps(n.body, p, routes, info)
-            out.append((_BATCH, n.sym, n.start, n.step, n.trip_count, body, False))
+            out.append((_BATCH, n.sym, n.start, n.step, n.trip_count, body, False, sym_key(n.sym)))
         else:
-            out.append(
-                (_LOOP, n.sym, range(n.start, n.stop, n.step), _steps(n.body, p, routes, info))
-            )
+            body = _steps(n.body, p, routes, info)
+            out.append((_LOOP, n.sym, range(n.start, n.stop, n.step), body, sym_key(n.sym)))
     return tuple(out)
 
 
@@ -112,8 +113,10 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
                 tick(math.prod(ctx.dims))
             ctx.instr = instr
             ctx.whole = st[2]
-            if code == _ELIDED:
-                _elide(instr, ctx)
+            if code == _ELIDED:  # (``_elide``, inline)
+                name = instr.dst.tensor  # type: ignore[union-attr]
+                ctx.arrays[name] = ctx.view(instr.srcs[0])
+                ctx.depth[name] = len(ctx.dims)
                 continue
             try:
                 st[3](instr, ctx)  # (np.errstate)
@@ -124,13 +127,14 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
         elif code == _ALLOC:
             ctx.allocate(st[1], st[2], st[3], st[4])
         elif code == _BATCH:
-            _run_batched(st[1], st[2], st[3], st[4], st[5], ctx, p, tick, st[6])
+            _run_batched(st, ctx, p, tick)
         elif code == _LOOP:
-            sym, body = st[1], st[3]
+            key, body, values = st[4], st[3], ctx.values  # (``set_scalar``, inline)
+            ctx.syms[key] = st[1]
             for v in st[2]:
-                ctx.set_scalar(sym, v)
+                values[key] = v
                 _run_nodes(body, ctx, p, tick)
-            ctx.set_scalar(sym, None)
+            values.pop(key, None)
         else:
             _run_device_loop(st[1], st[2], ctx, p, tick)
 
@@ -207,32 +211,24 @@ def _bound(acc: Access | None, const: int, ctx: BCtx) -> np.ndarray | None:
     return _registers(acc, ctx)
 
 
-def _run_batched(
-    sym: Sym,
-    start: int,
-    step: int,
-    count: int,
-    body: Steps,
-    ctx: BCtx,
-    p: Plan,
-    tick: Tick,
-    whole: bool = False,
-) -> None:
-    """Run ``body`` with ``sym`` as a new batch axis, in chunks under the memory budget
-    (``whole``: in one chunk, for a collective's group)."""
+def _run_batched(st: tuple, ctx: BCtx, p: Plan, tick: Tick) -> None:
+    """Run a ``_BATCH`` step's body with its symbol as a new batch axis, in chunks under the
+    memory budget (``whole``: in one chunk, for a collective's group)."""
+    _, sym, start, step, count, body, whole, key = st
     if count <= 0:
         return
-    per = p.tile_bytes * max(1, math.prod(ctx.dims))
+    dims, values = ctx.dims, ctx.values
+    per = p.tile_bytes * max(1, math.prod(dims))
     chunk = count if whole or count * per <= BUDGET else max(1, BUDGET // per)
+    ctx.syms[key] = sym
     for first in range(0, count, chunk):
-        n = min(chunk, count - first)
-        ctx.dims.append(n)
-        ctx.set_axis(sym, (len(ctx.dims) - 1, start + first * step, step))
+        dims.append(min(chunk, count - first))
+        values[key] = (len(dims) - 1, start + first * step, step)  # (``set_axis``, inline)
         try:
             _run_nodes(body, ctx, p, tick)
         finally:
-            ctx.dims.pop()
-            ctx.set_axis(sym, None)
+            dims.pop()
+            del values[key]
 
 
 # how ``_exec`` runs an instruction of a plan (flags; 0: its batched executor)
@@ -334,13 +330,13 @@ class _Ready:
     reason: str | None
 
 
-# (id(ir), config) -> (ir, what its runs use, or why the backend declines it): bounded, the IR
+# (id(ir), config.key) -> (ir, what its runs use, or why the backend declines it): bounded, the IR
 # kept so that its id is not reused while the entry lives
-_READY: dict[tuple[int, SimConfig], tuple[KernelIR, _Ready | str]] = {}
+_READY: dict[tuple[int, tuple], tuple[KernelIR, _Ready | str]] = {}
 
 
 def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
-    hit = _READY.get((id(ir), config))
+    hit = _READY.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         return hit[1]
     got: _Ready | str
@@ -363,7 +359,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
             got = _Ready(p, steps, tuple(sorted(p.reread)), reason)
     if len(_READY) >= 512:
         _READY.clear()
-    _READY[(id(ir), config)] = (ir, got)
+    _READY[(id(ir), config.key)] = (ir, got)
     return got
 
 
@@ -382,25 +378,6 @@ def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
     return None
 
 
-# id(schedule) -> (schedule, its instances in order, their cores): bounded, the schedule kept
-# so that its id is not reused (an unshuffled schedule is the same object every launch)
-_ORDERS: dict[int, tuple[Schedule, list[tuple[int, ...]], dict[tuple[int, ...], int]]] = {}
-
-
-def _order(sched: Schedule) -> tuple[list[tuple[int, ...]], dict[tuple[int, ...], int]]:
-    """The schedule's instances in run order and each one's core (read-only)."""
-    if len(sched.order) <= 8:  # (made per launch: a one-core schedule of an LNC launch)
-        return sched.instances, dict(sched.order)
-    hit = _ORDERS.get(id(sched))
-    if hit is not None and hit[0] is sched:
-        return hit[1], hit[2]
-    got = (sched, sched.instances, dict(sched.order))
-    if len(_ORDERS) >= 512:
-        _ORDERS.clear()
-    _ORDERS[id(sched)] = got
-    return got[1], got[2]
-
-
 def execute(
     ir: KernelIR, shared: dict[str, np.ndarray], config: SimConfig, sched: Schedule, info: RunInfo
 ) -> bool:
@@ -417,7 +394,7 @@ def execute(
         info.reason = ready
         return False
     p = ready.plan
-    instances, cores = _order(sched)
+    instances, cores = sched.in_order
     ctx = BCtx(ir, config, shared)
     ctx.fused = p.fused_names
     if p.hosted or p.subtrees:

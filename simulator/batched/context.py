@@ -15,10 +15,10 @@ from nki.optable import OPS
 from .. import numerics
 from ..config import SimConfig
 from ..host import alias_array
-from ..lifetimes import lifetimes
+from ..lifetimes import Lifetimes, lifetimes
 from ..memory import PSUM_GROUP
 from . import masks
-from .keys import keys_of, sym_key, terms_of, whole
+from .keys import ACCESS_FACTS, StateOf, access_facts, sym_key, terms_of
 
 # accumulating writes done in place on fp32 storage (fp32 in, fp32 out: no rounding step)
 _INTO = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
@@ -39,17 +39,20 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 
-# (id(ir), precise_fp) -> (ir, tensor -> its storage dtype, filled as the launches ask): bounded,
-# the IR kept so that its id is not reused
-_STORED: dict[tuple[int, bool], tuple[KernelIR, dict[str, np.dtype]]] = {}
+# What every batch of a kernel under a storage setting looks up: tensor -> its storage dtype
+# (filled as the launches ask), the tensors' declarations by name, the tiles' lifetimes.
+KernelFacts = tuple[dict[str, np.dtype], Callable[[str], TensorDecl], Lifetimes]
+# (id(ir), precise_fp) -> (ir, its facts): bounded, the IR kept so that its id is not reused
+_KERNELS: dict[tuple[int, bool], tuple[KernelIR, KernelFacts]] = {}
 
 
-def _stored_dtypes(ir: KernelIR, precise_fp: bool) -> dict[str, np.dtype]:
-    hit = _STORED.get((id(ir), precise_fp))
+def _kernel_facts(ir: KernelIR, precise_fp: bool) -> KernelFacts:
+    hit = _KERNELS.get((id(ir), precise_fp))
     if hit is None or hit[0] is not ir:
-        if len(_STORED) >= 512:
-            _STORED.clear()
-        hit = _STORED[(id(ir), precise_fp)] = (ir, {})
+        if len(_KERNELS) >= 512:
+            _KERNELS.clear()
+        facts = ({}, ir.by_name().__getitem__, lifetimes(ir))
+        hit = _KERNELS[(id(ir), precise_fp)] = (ir, facts)
     return hit[1]
 
 
@@ -61,13 +64,12 @@ class BCtx:
         self.ir = ir
         self.config = config
         self.dims: list[int] = []
-        self.axis: dict[Sym, tuple[int, int, int]] = {}  # sym -> (axis, start, step)
-        self.scalar: dict[Sym, int] = {}
-        # both, under each symbol's ``sym_key``: what the walk's lookups read (``set_scalar``
-        # and ``set_axis`` keep the three in step)
+        # each bound symbol's value under its ``sym_key``: an int for the whole batch, or
+        # (axis, start, step) for a batch axis; what the walk's lookups read
         self.values: dict[tuple, int | tuple[int, int, int]] = {}
+        self.syms: dict[tuple, Sym] = {}  # sym_key -> the symbol (``axis`` and ``scalar``)
         self.arrays: dict[str, np.ndarray] = dict(shared)
-        self.depth: dict[str, int] = {n: 0 for n in shared}  # batch axes of each storage
+        self.depth: dict[str, int] = dict.fromkeys(shared, 0)  # batch axes of each storage
         self.instr: Instr | None = None
         self.whole = False  # the running instruction fills a fresh tile entirely
         self.fused: frozenset[str] = frozenset()  # tiles that are views of their store's HBM
@@ -80,32 +82,46 @@ class BCtx:
         self.device_loops = [0, 0]  # device loop runs: (batched, per position)
         # the box of the running instruction's selection when ``masks`` keeps none (masks.box)
         self.boxes: dict[int, tuple[np.ndarray, tuple[slice, ...] | None]] = {}
-        self._stored = _stored_dtypes(ir, config.precise_fp)  # tensor -> its storage dtype
+        stored, decl, lts = _kernel_facts(ir, config.precise_fp)
+        self._stored = stored  # tensor -> its storage dtype
         # PSUM accumulation groups: tile -> [its storage, which of its elements have started,
         # whether all have]
         self.psum_groups: dict[str, list] = {}
         # (a bound lookup: called several times per instruction)
-        self.decl: Callable[[str], TensorDecl] = ir.by_name().__getitem__
-        self._lifetimes = lifetimes(ir)
+        self.decl: Callable[[str], TensorDecl] = decl
+        self._lifetimes = lts
+        self._ending = lts.ended  # (``Lifetimes.ending`` of each pair of positions)
         self._last_alloc: int | None = None  # the position of the last Alloc run
 
     def set_scalar(self, sym: Sym, value: int | None) -> None:
         """Bind ``sym`` to ``value`` for the whole batch (None: unbind it)."""
+        key = sym_key(sym)
         if value is None:
-            self.scalar.pop(sym, None)
-            self.values.pop(sym_key(sym), None)
+            self.values.pop(key, None)
         else:
-            self.scalar[sym] = value
-            self.values[sym_key(sym)] = value
+            self.values[key] = value
+            self.syms[key] = sym
 
     def set_axis(self, sym: Sym, where: tuple[int, int, int] | None) -> None:
         """Make ``sym`` batch axis ``where`` = (axis, start, step) (None: no longer)."""
+        key = sym_key(sym)
         if where is None:
-            del self.axis[sym]
-            del self.values[sym_key(sym)]
+            del self.values[key]
         else:
-            self.axis[sym] = where
-            self.values[sym_key(sym)] = where
+            self.values[key] = where
+            self.syms[key] = sym
+
+    @property
+    def axis(self) -> dict[Sym, tuple[int, int, int]]:
+        """The batch symbols: sym -> (axis, start, step)."""
+        syms = self.syms
+        return {syms[k]: v for k, v in self.values.items() if type(v) is tuple}
+
+    @property
+    def scalar(self) -> dict[Sym, int]:
+        """The symbols bound for the whole batch: sym -> value."""
+        syms = self.syms
+        return {syms[k]: v for k, v in self.values.items() if type(v) is not tuple}
 
     # affine index -> (constant, per-batch-axis coefficient)
     def affine(self, base: Any) -> tuple[int, list[int]]:
@@ -126,31 +142,42 @@ class BCtx:
         """The access over the whole batch as a strided view: shape dims + tile shape (with
         ``box``, one slice per batch and tile axis: only that box of it, which must be in
         bounds)."""
-        arr = self.arrays.get(acc.tensor)
+        name = acc.tensor
+        arr = self.arrays.get(name)
         if arr is None:
-            arr = self._storage(acc.tensor)
+            arr = self._storage(name)
+        p = self.depth[name]
+        facts = ACCESS_FACTS.get(id(acc))
+        if facts is None or facts[0] is not acc:
+            facts = access_facts(acc)
         if (
             box is None
-            and self.depth[acc.tensor] == len(self.dims)
-            and whole(acc)
+            and facts[1]
+            and p == len(self.dims)
             and arr.shape == (*self.dims, *acc.shape)
         ):  # (the storage itself: a view of it, not the storage, which a write may hand over)
             return arr[...]
-        return self.strided(arr, acc, box)
+        return self._strided(arr, acc, box, p, facts[2])
 
     def strided(
         self, arr: np.ndarray, acc: Access, box: tuple[slice, ...] | None = None
     ) -> np.ndarray:
         """``view`` of ``acc`` (and ``box``) into ``arr``, an array shaped like the access's
         storage."""
-        p = self.depth[acc.tensor]
+        return self._strided(arr, acc, box, self.depth[acc.tensor], access_facts(acc)[2])
+
+    def _strided(
+        self,
+        arr: np.ndarray,
+        acc: Access,
+        box: tuple[slice, ...] | None,
+        p: int,
+        state_of: StateOf,
+    ) -> np.ndarray:
+        """``strided`` (``p``: the batch depth of the access's storage; ``state_of``: the
+        values of the access's symbols in ``BCtx.values``, ``access_facts``)."""
         # (the layout depends on no data: kept per access, box and batch state)
-        keys = keys_of(acc)
-        if keys:
-            values = self.values
-            state: tuple = tuple([values[k] for k in keys])
-        else:
-            state = ()
+        state = None if state_of is None else state_of(self.values)
         key = (id(acc), id(box), p, tuple(self.dims), state, arr.shape, arr.strides)
         hit = _LAYOUTS.get(key)
         if hit is None or hit[0] is not acc or hit[1] is not box:
@@ -270,7 +297,17 @@ class BCtx:
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
         """The batch-wide selection of a masked instruction (None: unmasked or all true):
         ``masks.mask``."""
-        return masks.mask(self, instr, shape)
+        return None if instr.mask is None else masks.mask(self, instr, shape)
+
+    def extremes(self, e: IndexExpr, shape: tuple[int, ...]) -> tuple[int, int]:
+        """The least and the greatest value of an index expression over the batch and a tile
+        of ``shape``."""
+        c, coef = self.affine(e.base)
+        lo = hi = c
+        for k, n in [*zip(coef, self.dims), *zip(e.coeffs, shape)]:
+            lo += min(0, k * (n - 1))
+            hi += max(0, k * (n - 1))
+        return lo, hi
 
     def index_values(self, e: IndexExpr, rank: int) -> Any:
         """Values of an index expression over batch + tile axes (broadcastable)."""
@@ -450,11 +487,16 @@ class BCtx:
 
     def allocate(self, name: str, fresh: bool, store: Instr | None, info: AllocInfo) -> None:
         """Run tile ``name``'s Alloc (``info``: ``alloc_info``'s, decided with the walk)."""
-        hbm, x, tile_shape, sd, dtype = info
+        hbm, x, tile_shape, sd, fill = info
         if hbm and name in self.arrays:
             return  # shared across instances: allocated once per launch
         if x is not None:  # (an on-chip tile's: the dead ones go at its Alloc)
-            self._drop_dead(x)
+            after = self._last_alloc
+            known = self._ending.get((after, x)) if after is not None and after < x else None
+            if known is None or known:
+                self._drop_dead(x)
+            else:  # (no tile dies here: ``_drop_dead``'s one step)
+                self._last_alloc = x
         if store is not None:  # the tile lives where its store would copy it
             assert store.dst is not None
             self.arrays[name] = self.view(store.dst)
@@ -465,7 +507,7 @@ class BCtx:
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)
         else:
-            self.arrays[name] = np.full(shape, numerics.fill_value(dtype), dtype=sd)
+            self.arrays[name] = np.full(shape, fill, dtype=sd)
         self.depth[name] = len(self.dims)
 
     def _drop_dead(self, x: int) -> None:
@@ -477,18 +519,27 @@ class BCtx:
         lt, after = self._lifetimes, self._last_alloc
         self._last_alloc = x
         if after is not None and after < x:  # (walked forwards: only the tiles ending between)
-            dead = lt.ending(after, x)
+            dead = self._ending.get((after, x))
+            if dead is None:
+                dead = lt.ending(after, x)
+                if len(self._ending) >= _ENDING_MAX:
+                    self._ending.clear()
+                self._ending[(after, x)] = dead
         else:  # (after a loop's jump back: every stored tile)
             dead = lt.dead([*self.arrays, *self.pending], x)
         if not dead:
             return
         host, views = self.host, lt.views
+        arrays, pending, aliases, groups = self.arrays, self.pending, self.aliases, self.psum_groups
         for tile in dead:
-            for n in (tile, *views.get(tile, ())):
-                self.arrays.pop(n, None)
-                self.pending.pop(n, None)
-                self.aliases.pop(n, None)
-                self.psum_groups.pop(n, None)
+            for n in (tile, *views[tile]) if tile in views else (tile,):
+                arrays.pop(n, None)
+                if pending:  # (the three are mostly empty: no call then)
+                    pending.pop(n, None)
+                if aliases:
+                    aliases.pop(n, None)
+                if groups:
+                    groups.pop(n, None)
                 if host is not None:
                     host.views.pop(n, None)
                     if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
@@ -496,9 +547,13 @@ class BCtx:
                             state.pop(PSUM_GROUP + n, None)
 
 
+_ENDING_MAX = 4096  # pairs of positions whose dead tiles a kernel's Lifetimes keeps
+
+
 # what an Alloc of a tensor needs, the same every run: whether it is shared HBM, the position of
-# its Alloc when the tiles dead there are dropped (None: never), its shape, storage dtype, dtype
-AllocInfo = tuple[bool, int | None, tuple[int, ...], np.dtype, str]
+# its Alloc when the tiles dead there are dropped (None: never), its shape, storage dtype and
+# what fresh memory of its dtype holds
+AllocInfo = tuple[bool, int | None, tuple[int, ...], np.dtype, object]
 
 
 def alloc_info(ir: KernelIR, name: str, precise_fp: bool) -> AllocInfo:
@@ -506,7 +561,8 @@ def alloc_info(ir: KernelIR, name: str, precise_fp: bool) -> AllocInfo:
     d = ir.tensor(name)
     w = lifetimes(ir).windows.get(name)
     sd = numerics.storage_dtype(d.dtype, precise_fp)
-    return (d.buffer == "shared_hbm", None if w is None else w[0], tuple(d.shape), sd, d.dtype)
+    fill = numerics.fill_value(d.dtype)
+    return (d.buffer == "shared_hbm", None if w is None else w[0], tuple(d.shape), sd, fill)
 
 
 def alias_storage(base: np.ndarray, p: int, decl: Any, precise_fp: bool) -> np.ndarray:

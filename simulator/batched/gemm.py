@@ -44,9 +44,10 @@ def unbroadcast(a: np.ndarray) -> np.ndarray:
     """A batched operand with its repeated batch axes (stride 0: the operand does not depend
     on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
     nb = a.ndim - 2
-    if not any(a.strides[b] == 0 and a.shape[b] > 1 for b in range(nb)):
+    strides, shape = a.strides, a.shape
+    if 0 not in strides[:nb] or not [b for b in range(nb) if strides[b] == 0 and shape[b] > 1]:
         return a
-    return a[tuple(slice(0, 1) if a.strides[b] == 0 else slice(None) for b in range(nb))]
+    return a[tuple([slice(0, 1) if strides[b] == 0 else slice(None) for b in range(nb)])]
 
 
 def product(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:

@@ -24,7 +24,7 @@ def fp32_into(
     (a second ALU step, fp32 too)."""
     dst = instr.dst
     assert dst is not None
-    out = ctx.into(dst)
+    out = ctx.into(dst) if ctx.whole and dst.tensor in ctx.fused else None  # (its test first)
     # a fresh tile gets a C-ordered result (strided operands would lend theirs, which
     # ``write`` copies into a C-ordered tile), the same values
     pend = ctx.pending.get(dst.tensor) if out is None and ctx.whole else None
@@ -38,7 +38,8 @@ def fp32_into(
         v = ctx.value(src1, contig=False)
         if isinstance(v, np.ndarray) and np.may_share_memory(v, out):
             v = v.copy()
-    INTO[op](*[ctx.value(s, contig=False) for s in srcs], out=out)
+    a, b = srcs  # (every op of ``INTO`` is binary)
+    INTO[op](ctx.value(a, contig=False), ctx.value(b, contig=False), out=out)
     if then is not None:
         INTO[op1](*((v, out) if reverse else (out, v)), out=out)
     if pend is not None:

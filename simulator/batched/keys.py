@@ -4,6 +4,8 @@ dataclass hash and equality are Python calls; these keys hash in C, once per loo
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -54,21 +56,31 @@ def terms_of(base: Any) -> tuple[tuple[tuple, int], ...]:
     return terms
 
 
-_MASK_KEYS: dict[int, tuple[Instr, tuple[tuple, ...]]] = {}
+StateOf = Callable[[dict], Any] | None  # the values of some symbols in ``BCtx.values``
 
 
-def mask_keys(instr: Instr) -> tuple[tuple, ...]:
-    """The keys of the symbols of an instruction's mask conditions (each once)."""
-    hit = _MASK_KEYS.get(id(instr))
+def _state_of(keys: tuple[tuple, ...]) -> StateOf:
+    """A function giving the values of the symbols ``keys`` in ``BCtx.values`` (one value for
+    one symbol, a tuple for several; None: no symbol): part of a cache key."""
+    return operator.itemgetter(*keys) if keys else None
+
+
+# id(instr) -> (instr, ``_state_of`` its mask's symbols): bounded, the instruction kept
+MASK_STATES: dict[int, tuple[Instr, StateOf]] = {}
+
+
+def mask_state(instr: Instr) -> tuple[Instr, StateOf]:
+    """``MASK_STATES``'s entry of ``instr`` (a masked instruction)."""
+    hit = MASK_STATES.get(id(instr))
     if hit is not None and hit[0] is instr:
-        return hit[1]
+        return hit
     assert instr.mask is not None
     terms = (s for c in instr.mask.conds for s, _ in c.expr.base.terms)
-    keys = tuple(dict.fromkeys(sym_key(s) for s in terms))
-    if len(_MASK_KEYS) >= KEYS_MAX:
-        _MASK_KEYS.clear()
-    _MASK_KEYS[id(instr)] = (instr, keys)
-    return keys
+    got = (instr, _state_of(tuple(dict.fromkeys(sym_key(s) for s in terms))))
+    if len(MASK_STATES) >= KEYS_MAX:
+        MASK_STATES.clear()
+    MASK_STATES[id(instr)] = got
+    return got
 
 
 _WHOLE: dict[int, tuple[Access, bool]] = {}
@@ -90,3 +102,20 @@ def whole(acc: Access) -> bool:
         _WHOLE.clear()
     _WHOLE[id(acc)] = (acc, ok)
     return ok
+
+
+# id(access) -> (the access, ``whole``, ``_state_of`` its symbols): what a view of the access
+# looks up, in one lookup. Bounded, the access kept.
+ACCESS_FACTS: dict[int, tuple[Access, bool, StateOf]] = {}
+
+
+def access_facts(acc: Access) -> tuple[Access, bool, StateOf]:
+    """``ACCESS_FACTS``'s entry of ``acc``."""
+    hit = ACCESS_FACTS.get(id(acc))
+    if hit is not None and hit[0] is acc:
+        return hit
+    got = (acc, whole(acc), _state_of(keys_of(acc)))
+    if len(ACCESS_FACTS) >= KEYS_MAX:
+        ACCESS_FACTS.clear()
+    ACCESS_FACTS[id(acc)] = got
+    return got

@@ -15,7 +15,7 @@ import numpy as np
 from nki.ir import Access, IndexExpr, Instr
 
 from ..checks.coverage import HOLDS_THROUGHOUT
-from .keys import KEYS_MAX, keys_of, mask_keys
+from .keys import KEYS_MAX, MASK_STATES, access_facts, mask_state
 
 _CMP = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
         "==": np.equal, "!=": np.not_equal}  # fmt: skip
@@ -96,9 +96,9 @@ def mask(ctx: Any, instr: Instr, shape: tuple[int, ...] | None = None) -> np.nda
         assert instr.dst is not None
         shape = instr.dst.shape
     # (the selection depends on no data: kept per instruction, tile shape and batch state)
-    values = ctx.values
-    state = tuple([values[k] for k in mask_keys(instr)])
-    key = (id(instr), shape, tuple(ctx.dims), state)
+    entry = MASK_STATES.get(id(instr))
+    state_of = (entry if entry is not None and entry[0] is instr else mask_state(instr))[1]
+    key = (id(instr), shape, tuple(ctx.dims), None if state_of is None else state_of(ctx.values))
     hit = _MASKS.get(key)
     if hit is not None and hit[0] is instr:
         return hit[1]
@@ -117,12 +117,7 @@ def mask(ctx: Any, instr: Instr, shape: tuple[int, ...] | None = None) -> np.nda
 def _always(ctx: Any, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:
     """``e op 0`` holds at every batch position and tile element (from the affine
     expression's extremes)."""
-    c, coef = ctx.affine(e.base)
-    lo = hi = c
-    for k, n in [*zip(coef, ctx.dims), *zip(e.coeffs, shape)]:
-        lo += min(0, k * (n - 1))
-        hi += max(0, k * (n - 1))
-    return HOLDS_THROUGHOUT[op](lo, hi)
+    return HOLDS_THROUGHOUT[op](*ctx.extremes(e, shape))
 
 
 def box(ctx: Any, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
@@ -140,8 +135,8 @@ def box(ctx: Any, acc: Access, sel: np.ndarray) -> tuple[slice, ...] | None:
         return _access_box(ctx, acc, hit[1])
     # a kept selection (``mask``): the answer depends on no data, kept per access, batch
     # state and the shape of the access's tensor
-    values = ctx.values
-    state = tuple([values[k] for k in keys_of(acc)])
+    state_of = access_facts(acc)[2]
+    state = None if state_of is None else state_of(ctx.values)
     shape = ctx.decl(acc.tensor).shape
     key = (id(acc), id(sel), p, tuple(ctx.dims), state, shape)
     hit = _ACCESS_BOXES.get(key)

@@ -98,10 +98,28 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     if sel is not None and ctx.copy_box(instr.dst, src, sel):
         return
     vals = ctx.read(src, sel)
-    dst_dtype = ctx.decl(instr.dst.tensor).dtype
-    if numerics.dma_copies_bits(ctx.decl(src.tensor).dtype, dst_dtype):
-        vals = vals.view(numerics.storage_dtype(dst_dtype))
+    hit = _BITS.get(id(instr))
+    if hit is None or hit[0] is not instr:
+        hit = _bits(instr, ctx)
+    if hit[1] is not None:  # (an integer DMA copying the bits)
+        vals = vals.view(hit[1])
     ctx.write(instr.dst, vals, sel, instr.accumulate)
+
+
+# id(instr) -> (a DMA, the storage dtype its values are viewed as when it copies bits between
+# integer types, else None): bounded; decided by its operands' declared dtypes alone
+_BITS: dict[int, tuple[Instr, np.dtype | None]] = {}
+
+
+def _bits(instr: Instr, ctx: BCtx) -> tuple[Instr, np.dtype | None]:
+    a = instr.srcs[0]
+    assert isinstance(a, Access) and instr.dst is not None
+    src, dst = ctx.decl(a.tensor).dtype, ctx.decl(instr.dst.tensor).dtype
+    got = (instr, numerics.storage_dtype(dst) if numerics.dma_copies_bits(src, dst) else None)
+    if len(_BITS) >= 4096:
+        _BITS.clear()
+    _BITS[id(instr)] = got
+    return got
 
 
 @_batched("copy", _declines_copy)
@@ -161,7 +179,8 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
     op = OPS[instr.op]
     assert instr.dst is not None
     sel = None if instr.mask is None else ctx.mask(instr)
-    exact = _exact_int(instr, ctx)
+    hit = _EXACT.get(id(instr))  # (``_exact_int``, its common case inline)
+    exact = hit[1] if hit is not None and hit[0] is instr else _exact_int(instr, ctx)
     if sel is None and not exact and instr.accumulate is None and instr.op in into.INTO:
         if into.fp32_into(instr, ctx, instr.op, instr.srcs):
             return
@@ -546,8 +565,12 @@ def _iota(instr: Instr, ctx: BCtx) -> None:
     iota of its symbol), in int32 arithmetic as the interpreter computes them."""
     e, dst = instr.srcs[0], instr.dst
     assert isinstance(e, IndexExpr) and dst is not None
-    v = np.broadcast_to(ctx.index_values(e, len(dst.shape)), (*ctx.dims, *dst.shape))
-    _isa_store(instr, ctx, (np.asarray(v, dtype=np.int64) + 2**31) % 2**32 - 2**31)
+    out = np.empty((*ctx.dims, *dst.shape), dtype=np.int64)
+    out[...] = ctx.index_values(e, len(dst.shape))
+    lo, hi = ctx.extremes(e, e.shape)  # (int32 arithmetic wraps no value inside its range)
+    if lo < -(2**31) or hi >= 2**31:
+        out = (out + 2**31) % 2**32 - 2**31
+    _isa_store(instr, ctx, out)
 
 
 @_batched("all_reduce")

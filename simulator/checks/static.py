@@ -39,14 +39,14 @@ def static_checks(ir: KernelIR, config: SimConfig) -> None:
     _CHECKED[key] = ir
 
 
-# (id(ir), config) -> (ir, the start rows each run still calls): a row whose pass holds for
+# (id(ir), config.key) -> (ir, the start rows each run still calls): a row whose pass holds for
 # every run of the IR under the setting (its check returns True) is left out after its pass
-_START: dict[tuple[int, SimConfig], tuple[KernelIR, tuple[Check, ...]]] = {}
+_START: dict[tuple[int, tuple], tuple[KernelIR, tuple[Check, ...]]] = {}
 
 
 def start_checks(ir: KernelIR, config: SimConfig) -> None:
     """Run the rows due at the start of every run (before anything is allocated)."""
-    hit = _START.get((id(ir), config))
+    hit = _START.get((id(ir), config.key))
     if hit is not None and hit[0] is ir:
         if hit[1]:
             _run(hit[1], ir, config)
@@ -57,7 +57,7 @@ def start_checks(ir: KernelIR, config: SimConfig) -> None:
             again.append(check)
     if len(_START) > 512:
         _START.clear()
-    _START[(id(ir), config)] = (ir, tuple(again))
+    _START[(id(ir), config.key)] = (ir, tuple(again))
 
 
 @functools.lru_cache(maxsize=16)

@@ -629,3 +629,26 @@ def test_where_runs_batched_and_matches_the_interpreter():
     got, got_i = runs["batched"]
     np.testing.assert_array_equal(got, np.where(picked < -0.5, np.float32(-1), picked))
     np.testing.assert_array_equal(got_i, np.where(n > 3, n, 7))
+
+
+@nki.jit
+def iota_rows(x, row, base):
+    out = nl.ndarray((16, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+    i_p = nl.arange(8)[:, None]
+    i_f = nl.arange(16)[None, :]
+    for t in nl.affine_range(2):
+        nl.store(out[t * 8 + i_p, i_f], nisa.iota(i_p * row - i_f * 3 + t + base, dtype=nl.int32))
+    return out
+
+
+# (row step, offset): values inside int32, values from 2**30 past 2**31 - 1 (which int32
+# arithmetic wraps)
+@pytest.mark.parametrize("row, base", [(1000, 0), (2**28, 2**30)])
+def test_batched_iota_wraps_as_int32_arithmetic(row, base):
+    x = np.zeros((1, 1), np.float32)
+    got, want, info = run_backends(iota_rows, None, x, row, base).against("batched")
+    t, p, f = np.mgrid[0:2, 0:8, 0:16]
+    wide = p * row - f * 3 + t + base
+    want_bits = ((wide + 2**31) % 2**32 - 2**31).astype(np.int32).reshape(16, 16)
+    np.testing.assert_array_equal(got, want_bits)
+    assert (wide > 2**31 - 1).any() == (base > 0)
