@@ -516,9 +516,9 @@ class Launch:
         for name, v in bound.arguments.items():  # (values replaced in place: the keys stay)
             if type(v) is np.ndarray:
                 continue
-            # NumPy scalars (np.float32("-inf")) stay compile-time scalars, as classically
+            # NumPy scalars (np.float32("-inf")) and scalar types (a dtype) stay compile-time
             if (
-                not isinstance(v, np.generic)
+                not isinstance(v, (np.generic, type))
                 and hasattr(v, "__array__")
                 and not is_array(v)
                 and not np.isscalar(v)

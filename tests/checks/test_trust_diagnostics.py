@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -189,6 +190,20 @@ def test_numpy_scalar_argument_is_a_compile_time_scalar():
     np.testing.assert_array_equal(clamp_below(x, np.float32("-inf")), x)
     np.testing.assert_array_equal(clamp_below(x, np.float32(0.25)), np.maximum(x, 0.25))
     assert clamp_below.trace_count == 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
+def test_a_scalar_type_argument_is_a_compile_time_dtype(dtype):
+    @nki.jit
+    def cast(x, dtype):  # (the SDK's range_select example takes its dtype so)
+        out = nl.ndarray(x.shape, dtype=dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(nl.load(x), dtype=dtype))
+        return out
+
+    x = np.random.default_rng(9).standard_normal((128, 8)).astype(np.float32)
+    got = cast(x, dtype)
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got.view(np.uint8), x.astype(dtype).view(np.uint8))
 
 
 def test_out_of_bounds_indirect_dma_is_an_index_error():
