@@ -96,6 +96,11 @@ def static_key(v: object) -> object:
 # same object launch after launch. Only hashable tuples are kept (one holding a list may
 # change); bounded, the tuple kept so that its id is not reused while the entry lives.
 _TUPLE_KEYS: dict[int, tuple[tuple, object]] = {}
+# a hashable tuple's full key -> a short key standing for it: the trace cache then hashes two
+# items per such argument, not a fused program's nested items at every launch. Numbers are
+# never reused, so clearing the table only costs a retrace.
+_INTERNED: dict[object, tuple[str, int]] = {}
+_NUMBERS = itertools.count()
 
 
 def _tuple_key(v: tuple) -> object:
@@ -107,10 +112,15 @@ def _tuple_key(v: tuple) -> object:
         hash(v)
     except TypeError:
         return key
+    short = _INTERNED.get(key)
+    if short is None:
+        if len(_INTERNED) >= 4096:
+            _INTERNED.clear()
+        short = _INTERNED.setdefault(key, ("i", next(_NUMBERS)))
     if len(_TUPLE_KEYS) >= 1024:
         _TUPLE_KEYS.clear()
-    _TUPLE_KEYS[id(v)] = (v, key)
-    return key
+    _TUPLE_KEYS[id(v)] = (v, short)
+    return short
 
 
 def is_array(x: object) -> bool:

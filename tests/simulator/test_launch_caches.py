@@ -274,6 +274,20 @@ def test_compile_time_tuples_keep_their_trace_key_only_while_they_cannot_change(
     np.testing.assert_array_equal(program_scale(a, held), 3 * a)
 
 
+def test_equal_compile_time_tuples_share_one_trace_through_a_short_key():
+    k = nki.jit(program_scale.fn)
+    a = np.ones((4, 8), np.float32)
+    first, second = ((2.0, 3.0),), tuple([tuple([2.0, 3.0])])  # equal, distinct objects
+    assert first is not second and first == second
+    np.testing.assert_array_equal(k(a, first), 6 * a)
+    np.testing.assert_array_equal(k(a, second), 6 * a)
+    assert k.trace_count == 1
+    short = binding._TUPLE_KEYS[id(first)][1]
+    assert short == binding._TUPLE_KEYS[id(second)][1] and len(short) == 2  # (a short key)
+    np.testing.assert_array_equal(k(a, ((2.0, -3.0),)), -6 * a)  # another program: traced
+    assert k.trace_count == 2
+
+
 def _every_instance_writes_all(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     nl.store(out, value=nl.load(a))  # (a write race between the grid's instances)
