@@ -92,15 +92,42 @@ def static_key(v: object) -> object:
         return ("r", repr(v))
 
 
+class HashedKey(tuple):
+    """A compile-time tuple's part of a trace key, equal to the plain tuple of its content but
+    hashed once and made once per content (:func:`canonical`): a fused program's nested key is
+    otherwise hashed, and compared item by item, at every launch. It pickles as its content
+    (the torch backend keeps trace caches on disk, and string hashes differ between
+    processes): unpickled, it is the process's own key of that content."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("h")
+        if h is None:
+            h = self.__dict__["h"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self) -> tuple:
+        return (canonical, (tuple(self),))
+
+
+# content -> its HashedKey: bounded (a key made again after a clear is equal, only slower to
+# compare with the old one)
+_CANONICAL: dict[tuple, HashedKey] = {}
+
+
+def canonical(content: tuple) -> HashedKey:
+    """The one HashedKey of ``content`` in this process."""
+    got = _CANONICAL.get(content)
+    if got is None:
+        if len(_CANONICAL) >= 4096:
+            _CANONICAL.clear()
+        got = _CANONICAL.setdefault(content, HashedKey(content))
+    return got
+
+
 # id(tuple) -> (the tuple, its key): a compile-time tuple (a fused op program) is often the
 # same object launch after launch. Only hashable tuples are kept (one holding a list may
 # change); bounded, the tuple kept so that its id is not reused while the entry lives.
 _TUPLE_KEYS: dict[int, tuple[tuple, object]] = {}
-# a hashable tuple's full key -> a short key standing for it: the trace cache then hashes two
-# items per such argument, not a fused program's nested items at every launch. Numbers are
-# never reused, so clearing the table only costs a retrace.
-_INTERNED: dict[object, tuple[str, int]] = {}
-_NUMBERS = itertools.count()
 
 
 def _tuple_key(v: tuple) -> object:
@@ -112,15 +139,11 @@ def _tuple_key(v: tuple) -> object:
         hash(v)
     except TypeError:
         return key
-    short = _INTERNED.get(key)
-    if short is None:
-        if len(_INTERNED) >= 4096:
-            _INTERNED.clear()
-        short = _INTERNED.setdefault(key, ("i", next(_NUMBERS)))
+    hashed = canonical(key)
     if len(_TUPLE_KEYS) >= 1024:
         _TUPLE_KEYS.clear()
-    _TUPLE_KEYS[id(v)] = (v, short)
-    return short
+    _TUPLE_KEYS[id(v)] = (v, hashed)
+    return hashed
 
 
 def is_array(x: object) -> bool:
