@@ -255,6 +255,39 @@ def test_traced_kernels_are_cached_across_processes(tmp_path):
         ft.init_backend()
 
 
+def test_fused_programs_cached_by_another_process_run_their_own_program(tmp_path):
+    """The fused kernel's trace key holds its program (a compile-time tuple): a cache file
+    written by a process with other string hashes, which traced the programs in another order,
+    gives each program its own IR here."""
+    import nki.kernels as K
+
+    code = (
+        "import torch, frontends.torch as ft\n"
+        f"ft.init_backend(cache_dir={str(tmp_path)!r})\n"
+        "x = torch.ones(64, 128)\n"
+        "for f in (lambda x: torch.cos(x) * 3.0 - 1.0, lambda x: torch.sin(x) * 2.0 + 1.0):\n"
+        "    torch._dynamo.reset(); torch.compile(f, backend='nki')(x)\n"
+        "print('ran')\n"
+    )
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin",
+           "PYTHONHASHSEED": "12345"}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.stdout.split()[-1:] == ["ran"], proc.stderr[-2000:]
+    assert list(tmp_path.glob("fused_elementwise_kernel-*.pkl"))
+    ft.init_backend(cache_dir=str(tmp_path))
+    try:
+        x = torch.randn(64, 128)
+        for f in (lambda x: torch.sin(x) * 2.0 + 1.0, lambda x: torch.cos(x) * 3.0 - 1.0):
+            traced = K.fused_elementwise_kernel.trace_count
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(f, backend="nki")(x), f(x))
+            assert K.fused_elementwise_kernel.trace_count == traced  # (from the file)
+    finally:
+        ft.init_backend()
+
+
 def test_the_frontends_reference_op_table_is_the_registry():
     assert site_table("reference/frontends.md", "torch-backend-ops") == tb.registry_table().strip()
 
