@@ -48,18 +48,22 @@ class Lifetimes:
         return [self.windows[n][1] for n in order], order
 
     @cached_property
-    def ended(self) -> dict[tuple[int, int], list[str]]:
-        """``ending(after, x)`` of the pairs a walk met, kept by the backends that walk (the
-        same pairs every run of the kernel)."""
-        return {}
+    def _ended(self) -> dict[tuple[int, int], list[str]]:
+        return {}  # (``ending``'s answers: a walk meets the same pairs every run of the kernel)
 
     def ending(self, after: int, x: int) -> list[str]:
         """The tiles whose windows end at ``after`` or later and before ``x``: those dead at
         the ``Alloc`` at ``x`` when the walk came there from the ``Alloc`` at ``after`` without
         going back (every tile stored since ``after``'s drop starts before ``x`` and ends at
         ``after`` or later)."""
-        ends, names = self.by_end
-        return names[bisect.bisect_left(ends, after) : bisect.bisect_left(ends, x)]
+        hit = self._ended.get((after, x))
+        if hit is None:
+            ends, names = self.by_end
+            hit = names[bisect.bisect_left(ends, after) : bisect.bisect_left(ends, x)]
+            if len(self._ended) >= _ENDED_MAX:
+                self._ended.clear()
+            self._ended[(after, x)] = hit
+        return hit
 
     def dead(self, names: Iterable[str], x: int) -> list[str]:
         """The tiles among ``names`` whose storage is dead at the ``Alloc`` at position ``x``
@@ -72,6 +76,8 @@ class Lifetimes:
                 out.append(n)
         return out
 
+
+_ENDED_MAX = 4096  # pairs of positions whose dead tiles ``Lifetimes.ending`` keeps
 
 # id(ir) -> (ir, its lifetimes): the entry keeps its IR alive, so an id is never another's
 _CACHE: dict[int, tuple[KernelIR, Lifetimes]] = {}

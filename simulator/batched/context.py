@@ -90,7 +90,6 @@ class BCtx:
         # (a bound lookup: called several times per instruction)
         self.decl: Callable[[str], TensorDecl] = decl
         self._lifetimes = lts
-        self._ending = lts.ended  # (``Lifetimes.ending`` of each pair of positions)
         self._last_alloc: int | None = None  # the position of the last Alloc run
 
     def set_scalar(self, sym: Sym, value: int | None) -> None:
@@ -491,12 +490,7 @@ class BCtx:
         if hbm and name in self.arrays:
             return  # shared across instances: allocated once per launch
         if x is not None:  # (an on-chip tile's: the dead ones go at its Alloc)
-            after = self._last_alloc
-            known = self._ending.get((after, x)) if after is not None and after < x else None
-            if known is None or known:
-                self._drop_dead(x)
-            else:  # (no tile dies here: ``_drop_dead``'s one step)
-                self._last_alloc = x
+            self._drop_dead(x)
         if store is not None:  # the tile lives where its store would copy it
             assert store.dst is not None
             self.arrays[name] = self.view(store.dst)
@@ -519,12 +513,7 @@ class BCtx:
         lt, after = self._lifetimes, self._last_alloc
         self._last_alloc = x
         if after is not None and after < x:  # (walked forwards: only the tiles ending between)
-            dead = self._ending.get((after, x))
-            if dead is None:
-                dead = lt.ending(after, x)
-                if len(self._ending) >= _ENDING_MAX:
-                    self._ending.clear()
-                self._ending[(after, x)] = dead
+            dead = lt.ending(after, x)
         else:  # (after a loop's jump back: every stored tile)
             dead = lt.dead([*self.arrays, *self.pending], x)
         if not dead:
@@ -545,9 +534,6 @@ class BCtx:
                     if self.decl(n).buffer == "psum":  # (hosted accumulation groups)
                         for state in host.states.values():
                             state.pop(PSUM_GROUP + n, None)
-
-
-_ENDING_MAX = 4096  # pairs of positions whose dead tiles a kernel's Lifetimes keeps
 
 
 # what an Alloc of a tensor needs, the same every run: whether it is shared HBM, the position of
