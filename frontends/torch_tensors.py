@@ -93,12 +93,7 @@ def _plain_view(t: torch.Tensor) -> np.ndarray | None:
     """``to_numpy`` of the common case, checked with the tensor's cheapest properties: a
     contiguous CPU tensor of a dtype NumPy has (None for any other tensor)."""
     entry = _DTYPES.get(t.dtype)
-    if (
-        entry is not None
-        and entry[1] is None
-        and (t.is_cpu if type(t) is torch.Tensor else t.device.type == "cpu")  # (``on_cpu``)
-        and t.is_contiguous()
-    ):
+    if entry is not None and entry[1] is None and on_cpu(t) and t.is_contiguous():
         return (t.detach() if t.requires_grad else t).numpy()
     return None
 

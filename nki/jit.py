@@ -540,8 +540,7 @@ class Launch:
             lgrid = lnc_grid(self.grid, cfg.target)
             if lgrid != self.grid:
                 ir = k.trace(lgrid, bound, cfg.target)
-        arrays = flat_arrays(bound.arguments, lists) if lists else bound.arguments
-        result, k.last_run = simulator_launch(ir, arrays, cfg)
+        result, k.last_run = simulator_launch(ir, flat_arrays(bound.arguments, lists), cfg)
         return result, ir
 
 

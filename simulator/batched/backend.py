@@ -113,10 +113,8 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
                 tick(math.prod(ctx.dims))
             ctx.instr = instr
             ctx.whole = st[2]
-            if code == _ELIDED:  # (``_elide``, inline)
-                name = instr.dst.tensor  # type: ignore[union-attr]
-                ctx.arrays[name] = ctx.view(instr.srcs[0])
-                ctx.depth[name] = len(ctx.dims)
+            if code == _ELIDED:
+                _elide(instr, ctx)
                 continue
             try:
                 st[3](instr, ctx)  # (np.errstate)
