@@ -50,7 +50,7 @@ from . import (  # noqa: F401  (their @builtin adapters fill the registry)
     torch_ops_nn,
 )
 from . import torch_fusion as fusion
-from .common import configured
+from .common import configured, new_objects_only
 from .torch_estimates import device_us
 from .torch_registry import (
     NKI_CUSTOM_OPS,
@@ -543,9 +543,10 @@ def _compiler(kind: str) -> Callable:
         plan: list[_Plan] = []
 
         def run(*args: Any) -> Any:
-            if not plan:
-                plan.append(_Plan(gm))
-            out = plan[0].run(args, report)
+            with new_objects_only(report.runs == 0):  # (the first run plans and traces)
+                if not plan:
+                    plan.append(_Plan(gm))
+                out = plan[0].run(args, report)
             report.runs += 1
             if report.runs == 1:
                 log.info("%s", report)
@@ -583,9 +584,10 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, fw: Callable, bw: Calla
 
 def nki_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """The ``"nki"`` torch.compile backend (aot_autograd with NKI-kernel graph runners)."""
-    torch_ops_nn.rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
-    torch_attention.rewrite_sdpa(gm)  # and attention, whatever its mask or KV heads
-    return _aot(gm, example_inputs, _compiler("forward"), _compiler("backward"))
+    with new_objects_only():
+        torch_ops_nn.rewrite_rms_norm(gm)  # keep rms_norm whole for the fused kernels
+        torch_attention.rewrite_sdpa(gm)  # and attention, whatever its mask or KV heads
+        return _aot(gm, example_inputs, _compiler("forward"), _compiler("backward"))
 
 
 def _register() -> None:

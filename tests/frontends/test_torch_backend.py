@@ -568,3 +568,59 @@ def test_pending_device_estimates_are_bounded(monkeypatch):
         assert len(rep._device_pending) == (i + 1) % 3
     assert calls == [1.0, None]  # the third pending launch settled the first three
     assert rep.kernel_device_us == {"k": 7.0} and calls == [1.0, None, 4.0]
+
+
+def test_first_run_sets_older_objects_aside_and_gives_them_back(monkeypatch):
+    """A compiled graph's compile and first run, which trace its kernels, happen with the
+    objects made before them frozen (a full collection there would walk torch's whole heap);
+    later runs, and the process after the block, see no frozen object, and garbage made
+    before the block is still collected after it."""
+    import gc
+    import weakref
+
+    from frontends.common import new_objects_only
+
+    seen: list[int] = []
+    launch = tb.launch_traced
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_freeze_count())
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(tb, "launch_traced", spy)
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: torch.relu(a @ b), backend="nki")
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(f(a, b), torch.relu(a @ b))
+        first = len(seen)
+        torch.testing.assert_close(f(a, b), torch.relu(a @ b))
+    assert first > 0 and all(n > 0 for n in seen[:first]), seen
+    assert seen[first:] and all(n == 0 for n in seen[first:]), seen
+    assert gc.get_freeze_count() == 0
+
+    class Cycle:
+        pass
+
+    c = Cycle()
+    c.me = c
+    gone = weakref.ref(c)
+    with new_objects_only():
+        assert gc.get_freeze_count() > 0
+        del c
+        gc.collect()
+        assert gone() is not None  # (set aside: not scanned inside)
+        with new_objects_only():  # (nested: the outer block's objects stay frozen)
+            pass
+        assert gc.get_freeze_count() > 0
+    gc.collect()
+    assert gone() is None and gc.get_freeze_count() == 0
+
+    gc.freeze()  # the process's own frozen objects are left as they are
+    try:
+        held = gc.get_freeze_count()
+        with new_objects_only():
+            pass
+        assert gc.get_freeze_count() == held
+    finally:
+        gc.unfreeze()
