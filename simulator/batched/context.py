@@ -268,7 +268,6 @@ class BCtx:
             sh = [1] * len(full_shape)
             sh[b] = self.dims[b]
             out.append(np.arange(self.dims[b]).reshape(sh))
-        shape = self.decl(acc.tensor).shape
         for d, e in enumerate(acc.index):
             c, coef = self.affine(e.base)
             v: Any = np.int64(c)
@@ -282,16 +281,21 @@ class BCtx:
                     sh = [1] * len(full_shape)
                     sh[nb + t] = acc.shape[t]
                     v = v + k * np.arange(acc.shape[t]).reshape(sh)
-            vv = np.broadcast_to(v, full_shape)[sel]
-            if vv.size and (vv.min() < 0 or vv.max() >= shape[d]):
-                raise NKIIndexError(
-                    f"out-of-bound access for tensor {tensor_label(self.decl(acc.tensor))} on "
-                    f"dimension {d}: index range [{int(vv.min())}, {int(vv.max())}] exceeds the "
-                    f"dimension size of {shape[d]}",
-                    code="err_tensor_access_out_of_bound",
-                )
+            self.check_bounds(acc, d, np.broadcast_to(v, full_shape)[sel])
             out.append(v)
         return tuple(np.where(sel, np.broadcast_to(v, full_shape), 0) for v in out)
+
+    def check_bounds(self, acc: Access, d: int, v: np.ndarray) -> None:
+        """Raise NKIIndexError when an index ``v`` into dimension ``d`` of the access's tensor
+        falls outside it."""
+        n = self.decl(acc.tensor).shape[d]
+        if v.size and (v.min() < 0 or v.max() >= n):
+            raise NKIIndexError(
+                f"out-of-bound access for tensor {tensor_label(self.decl(acc.tensor))} on "
+                f"dimension {d}: index range [{int(v.min())}, {int(v.max())}] exceeds the "
+                f"dimension size of {n}",
+                code="err_tensor_access_out_of_bound",
+            )
 
     def mask(self, instr: Instr, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
         """The batch-wide selection of a masked instruction (None: unmasked or all true):

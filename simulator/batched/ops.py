@@ -22,7 +22,7 @@ from ..collectives import fold, member_input
 from ..executors import Declines, Executor, executes
 from ..isa import formulas as M
 from ..language.common import is_int_access
-from . import gemm, into
+from . import gather, gemm, into
 from .context import BCtx, contiguous
 from .gemm import unbroadcast
 from .keys import whole
@@ -87,7 +87,7 @@ def _declines_matmul(instr: Instr) -> str | None:
 
 
 def _declines_dma(instr: Instr) -> str | None:
-    return _operands(instr) or ("accumulates" if instr.accumulate is not None else None)
+    return _gathers(instr) or ("accumulates" if instr.accumulate is not None else None)
 
 
 @_batched("dma", _declines_dma)
@@ -97,7 +97,7 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(src, Access) and instr.dst is not None
     if sel is not None and ctx.copy_box(instr.dst, src, sel):
         return
-    vals = ctx.read(src, sel)
+    vals = gather.gather(ctx, src) if src.indirect else ctx.read(src, sel)
     hit = _BITS.get(id(instr))
     if hit is None or hit[0] is not instr:
         hit = _bits(instr, ctx)
@@ -508,15 +508,21 @@ def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
     return a if a.ndim == nb + 2 else contiguous(a).reshape((*a.shape[:nb], k, -1))
 
 
+def _gathers(instr: Instr) -> str | None:  # (``_operands``, but for ``gather.py``'s gathers)
+    return None if gather.gathers(instr) else _operands(instr)
+
+
 @_isa(
     "dma_copy",
     lambda instr: "accumulates (dst_rmw_op)" if instr.attr("rmw") or instr.accumulate else None,
+    _gathers,
 )
 def _dma_copy(instr: Instr, ctx: BCtx) -> None:
     src, dst = instr.srcs[0], instr.dst
     assert isinstance(src, Access) and dst is not None
     sel = ctx.mask(instr)
-    raw = ctx.read(src, sel if src.shape == dst.shape else None)
+    ssel = sel if src.shape == dst.shape else None
+    raw = gather.gather(ctx, src) if src.indirect else ctx.read(src, ssel)
     sdt, ddt = ctx.decl(src.tensor).dtype, ctx.decl(dst.tensor).dtype
     if sdt == ddt:
         vals = raw

@@ -309,6 +309,8 @@ def _plain_store_of(
 
 def _is_copy(instr: Instr) -> bool:
     """A plain DMA copying its source tile, element for element, into its destination."""
+    if any(isinstance(a, Access) and a.indirect for a in (instr.dst, *instr.srcs)):
+        return False  # (a gather or scatter: its elements come from the index tiles' values)
     if instr.kind == "dma":
         return True
     if instr.kind != "isa" or instr.op != "dma_copy" or instr.attr("rmw"):

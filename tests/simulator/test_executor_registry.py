@@ -41,13 +41,16 @@ def test_isa_executors_are_registered_per_instruction():
 
 @nki.jit
 def xor_then_gather(a, b, idx):
-    """A bit-vector op, a plain add, an indirect load and an nki.isa instruction."""
+    """A bit-vector op, a plain add, an indirect load (a gather), an nki.isa instruction and
+    an indirect store (a scatter)."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     x = nl.load(a)
     y = nl.add(nl.bitwise_xor(x, nl.load(b)), x)
     rows = nl.load(idx)
-    z = nl.load(a[rows[nl.arange(128)[:, None], 0], nl.arange(a.shape[1])[None, :]])
+    i_p, i_f = nl.arange(128)[:, None], nl.arange(a.shape[1])[None, :]
+    z = nl.load(a[rows[i_p, 0], i_f])
     nl.store(out, value=nisa.tensor_tensor(y, z, op=nl.add))
+    nl.store(out[rows[i_p, 0], i_f], value=z)
     return out
 
 
@@ -62,10 +65,11 @@ def test_each_backend_has_its_entries_and_declines_with_a_reason():
     got = _instructions()
     for name, why in [
         ("nl.bitwise_xor", "'nl.bitwise_xor' is a bit-vector op"),
-        ("nl.load", "'nl.load' uses an indirect (data-dependent) access"),
+        ("nl.store", "'nl.store' uses an indirect (data-dependent) access"),
     ]:
         assert declined(got[name], "batched") == why
     assert declined(got["nl.add"], "batched") is None
+    assert declined(got["nl.load"], "batched") is None  # (the gather: ``batched/gather.py``)
     assert declined(got["nisa.tensor_tensor"], "batched") is None
     assert declined(Instr("isa", "no_such_op", None, ()), "batched") == (
         "'isa.no_such_op' has no batched executor"

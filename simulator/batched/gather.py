@@ -1,0 +1,66 @@
+"""Indirect reads over the whole batch: an unmasked DMA whose source indexes a dimension by the
+values of an index tile (``nl.load(table[idx_tile, cols])``, an embedding's gather) reads, at
+every position of the batch, the elements the interpreter's ``memory.Ctx.indices`` picks: the
+affine index plus the index tile's values (as int64), bounds-checked before anything is read."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nki.ir import Access, Instr
+
+from .context import BCtx
+
+
+def gathers(instr: Instr) -> bool:
+    """True for the indirect reads ``gather`` runs: one source with indirect dimensions whose
+    index tiles are direct and broadcast to the access (a (P, 1) tile of one offset per
+    partition against any rank), a direct destination, no mask, and an out-of-bounds index an
+    error (``dma_copy``'s ``oob_mode.skip`` skips those rows: hosted)."""
+    src = instr.srcs[0] if len(instr.srcs) == 1 else None
+    if not isinstance(src, Access) or not src.indirect or instr.mask is not None:
+        return False
+    if instr.attr("oob") == "skip":
+        return False
+    if instr.dst is None or instr.dst.indirect:
+        return False
+    for _, ind in src.indirect:
+        shape = _offset_shape(ind.shape, len(src.shape))
+        if ind.indirect or len(shape) != len(src.shape):
+            return False
+        if any(n not in (1, m) for n, m in zip(shape, src.shape)):
+            return False
+    return True
+
+
+def _offset_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """The shape an index tile's values take against an access of ``rank`` dims (``Ctx.offsets``:
+    a (P, 1) tile indexes dim 0 of a higher rank)."""
+    if len(shape) == 2 and shape[1] == 1 and rank > 2:
+        return (shape[0],) + (1,) * (rank - 1)
+    return shape
+
+
+def gather(ctx: BCtx, acc: Access) -> np.ndarray:
+    """The values an indirect access reads at every position of the batch (storage dtype,
+    shape batch dims + tile shape); an index out of its dimension raises NKIIndexError."""
+    nb, rank = len(ctx.dims), len(acc.shape)
+    arr = ctx.storage(acc.tensor)  # (a view's storage is made here: its depth with it)
+    p = ctx.depth[acc.tensor]
+    idx: list[np.ndarray] = []
+    for b in range(p):  # (the storage's own batch axes: each position its own)
+        sh = [1] * (nb + rank)
+        sh[b] = ctx.dims[b]
+        idx.append(np.arange(ctx.dims[b]).reshape(sh))
+    offsets = dict(acc.indirect)
+    for d, e in enumerate(acc.index):
+        v = np.asarray(ctx.index_values(e, rank), dtype=np.int64)
+        ind = offsets.get(d)
+        if ind is not None:
+            vals = np.asarray(ctx.view(ind)).astype(np.int64)
+            v = v + vals.reshape((*ctx.dims, *_offset_shape(ind.shape, rank)))
+        ctx.check_bounds(acc, d, v)
+        idx.append(v)
+    got = arr[tuple(idx)]
+    full = (*ctx.dims, *acc.shape)
+    return got if got.shape == full else np.broadcast_to(got, full)
