@@ -73,6 +73,20 @@ def gather_rows_masked(data, idx, limit):
 
 
 @nki.jit
+def gather_odd_columns(data, idx):
+    """Per tile: the odd columns 1, 3, 5 of the rows data[idx[r]] (a strided gather, batched)."""
+    out = nl.ndarray((idx.shape[0], 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    ip = nl.arange(128)[:, None]
+    for j in nl.affine_range(L):
+        base = (g * L + j) * 128
+        it = nl.load(idx[base + ip, 0])
+        x = nl.load(data[it[ip, 0], 2 * nl.arange(3)[None, :] + 1])
+        nl.store(out[base + ip, nl.arange(3)[None, :]], value=x)
+    return out
+
+
+@nki.jit
 def gather_planes(data, idx):
     """out[r] = 3 * data[idx[r]] for a 3-D table: a (P, 1) index tile picks an (A, B) plane per
     partition (an access pattern's ``vector_offset``; batched)."""
@@ -205,6 +219,7 @@ def test_indirect_loads_match_the_interpreter(grid, seed, idx_dtype, table):
     for kernel, args, ref, hosted in (
         (gather_rows_add, (rows, idx, bias), rows[want_idx].astype(np.float32) + bias, False),
         (gather_planes, (planes, idx), 3 * planes[want_idx].astype(np.float32), False),
+        (gather_odd_columns, (rows, idx), rows[want_idx][:, 1::2].astype(np.float32), False),
         (gather_rows_masked, (rows, idx, limit), rows[want_idx].astype(np.float32) + 1, True),
     ):
         r = run_backends(kernel, grid, *args, backends=("batched", REFERENCE), ran=("batched",))
