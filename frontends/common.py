@@ -6,12 +6,9 @@ Nothing here imports torch or jax."""
 
 from __future__ import annotations
 
-import gc
 import inspect
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,22 +280,3 @@ def run_traced(launch: Launch, bound: inspect.BoundArguments) -> tuple[Any, Kern
 
 def as_tuple(x: Any) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
-
-
-@contextmanager
-def new_objects_only(active: bool = True) -> Iterator[None]:
-    """Inside the block, a full garbage collection scans only the objects made inside it. A
-    model's first call (AOT tracing, graph plans, kernel tracing) allocates enough to trigger a
-    full collection, which would otherwise walk every object the process holds (torch's modules:
-    about 0.2 s at 480,000 objects). The older objects are set aside (``gc.freeze``) for the
-    block only: unreachable ones among them are found by the first full collection after it.
-    Does nothing when objects are frozen already (by the process itself, or by an enclosing
-    block) or collection is off, or ``active`` is false."""
-    if not active or gc.get_freeze_count() or not gc.isenabled():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()

@@ -50,7 +50,8 @@ from . import (  # noqa: F401  (their @builtin adapters fill the registry)
     torch_ops_nn,
 )
 from . import torch_fusion as fusion
-from .common import configured, new_objects_only
+from .common import configured
+from .gc_window import new_objects_only
 from .torch_estimates import device_us
 from .torch_registry import (
     NKI_CUSTOM_OPS,
@@ -534,9 +535,8 @@ def _compiler(kind: str) -> Callable:
         from functorch.compile import make_boxed_func
 
         count = sum(r.name.startswith(kind) for r in REPORTS)
-        rank = OPTIONS.rank if OPTIONS.rank is not None else torch_distributed.rank_and_size()[0]
-        if OPTIONS.rank is None and torch_distributed.rank_and_size()[1] == 1:
-            rank = None
+        rank, world = torch_distributed.rank_and_size()  # (rank None in a single process)
+        rank = OPTIONS.rank if OPTIONS.rank is not None else (rank if world > 1 else None)
         report = GraphReport(f"{kind} graph {count}", _describe(example_inputs), rank)
         REPORTS.append(report)
 

@@ -578,7 +578,7 @@ def test_first_run_sets_older_objects_aside_and_gives_them_back(monkeypatch):
     import gc
     import weakref
 
-    from frontends.common import new_objects_only
+    from frontends.gc_window import new_objects_only
 
     seen: list[int] = []
     launch = tb.launch_traced
