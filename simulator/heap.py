@@ -11,8 +11,9 @@ took 48,000 page faults and 0.14 s of system time per launch that way, half its 
 So at its first launch the simulator sets, once per process, the two thresholds to the largest
 values glibc's own adjustment would reach (32 MiB for mmap, 64 MiB for the trim), from the
 start: freed memory up to that much stays in the heap for the next instruction and launch (the
-flash-attention launch: no page fault, 0.08 s). The price: up to 64 MiB of freed heap may stay
-with the process instead of going back to the system; any later allocation reuses it.
+flash-attention launch: 3 page faults, about 0.1 s). The price is memory the process keeps: up to
+64 MiB free at the top of the heap, and blocks up to 32 MiB come from the heap, whose free space
+between live blocks is reused by later allocations but not given back.
 ``$NKI_SIM_HEAP=system`` leaves the allocator as it is. Other C libraries (macOS, musl) are
 left alone."""
 
