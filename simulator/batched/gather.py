@@ -1,7 +1,8 @@
-"""Indirect reads over the whole batch: an unmasked DMA whose source indexes a dimension by the
-values of an index tile (``nl.load(table[idx_tile, cols])``, an embedding's gather) reads, at
-every position of the batch, the elements the interpreter's ``memory.Ctx.indices`` picks: the
-affine index plus the index tile's values (as int64), bounds-checked before anything is read."""
+"""Indirect reads over the whole batch: a DMA whose source indexes a dimension by the values of
+an index tile (``nl.load(table[idx_tile, cols])``, an embedding's gather) reads, at every
+position of the batch, the elements the interpreter's ``memory.Ctx.indices`` picks: the affine
+index plus the index tile's values (as int64), bounds-checked before anything is read. Under a
+mask only the selected lanes are checked; the others read element 0 and are not written."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ from .context import BCtx
 def gathers(instr: Instr) -> bool:
     """True for the indirect reads ``gather`` runs: one source with indirect dimensions whose
     index tiles are direct and broadcast to the access (a (P, 1) tile of one offset per
-    partition against any rank), a direct destination, no mask, and an out-of-bounds index an
-    error (``dma_copy``'s ``oob_mode.skip`` skips those rows: hosted)."""
+    partition against any rank), a direct destination, the source of the destination's shape
+    under a mask, and an out-of-bounds index an error (``dma_copy``'s ``oob_mode.skip`` skips
+    those rows: hosted)."""
     src = instr.srcs[0] if len(instr.srcs) == 1 else None
-    if not isinstance(src, Access) or not src.indirect or instr.mask is not None:
+    if not isinstance(src, Access) or not src.indirect:
+        return False
+    if instr.mask is not None and (instr.dst is None or instr.dst.shape != src.shape):
         return False
     if instr.attr("oob") == "skip":
         return False
@@ -41,13 +45,17 @@ def _offset_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     return shape
 
 
-def gather(ctx: BCtx, acc: Access) -> np.ndarray:
+def gather(ctx: BCtx, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
     """The values an indirect access reads at every position of the batch (storage dtype,
-    shape batch dims + tile shape); an index out of its dimension raises NKIIndexError."""
+    shape batch dims + tile shape; ``sel``: the instruction's selection, ``BCtx.mask``); an
+    index of a selected lane out of its dimension raises NKIIndexError."""
     nb, rank = len(ctx.dims), len(acc.shape)
+    full = (*ctx.dims, *acc.shape)
     arr = ctx.storage(acc.tensor)  # (a view's storage is made here: its depth with it)
     p = ctx.depth[acc.tensor]
-    if p == 0:
+    if sel is not None:
+        sel = np.broadcast_to(sel, full)
+    elif p == 0:
         rows = _rows(ctx, acc, arr)
         if rows is not None:
             return rows
@@ -63,10 +71,14 @@ def gather(ctx: BCtx, acc: Access) -> np.ndarray:
         if ind is not None:
             vals = np.asarray(ctx.view(ind)).astype(np.int64)
             v = v + vals.reshape((*ctx.dims, *_offset_shape(ind.shape, rank)))
-        ctx.check_bounds(acc, d, v)
+        if sel is None:
+            ctx.check_bounds(acc, d, v)
+        else:  # (lanes masked off read element 0, unchecked)
+            v = np.broadcast_to(v, full)
+            ctx.check_bounds(acc, d, v[sel])
+            v = np.where(sel, v, 0)
         idx.append(v)
     got = arr[tuple(idx)]
-    full = (*ctx.dims, *acc.shape)
     return got if got.shape == full else np.broadcast_to(got, full)
 
 

@@ -1,5 +1,5 @@
 """Hosted instructions of the batched backend (``batched.py``): an instruction without a batched
-executor (``nl.gather``, bit-vector ops, indirect accesses, masked reductions, most ``nki.isa``
+executor (``nl.gather``, bit-vector ops, scatters, masked reductions, most ``nki.isa``
 instructions...) runs once per batch position with the interpreter's own executor
 (``interpreter.execute_instruction``), on that position's tiles (a batched tile's leading batch
 axes indexed: a view, no copy) and the shared HBM arrays, with the position's program ids and

@@ -95,9 +95,9 @@ def _dma(instr: Instr, ctx: BCtx) -> None:
     sel = ctx.mask(instr)
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
-    if sel is not None and ctx.copy_box(instr.dst, src, sel):
+    if not src.indirect and sel is not None and ctx.copy_box(instr.dst, src, sel):
         return
-    vals = gather.gather(ctx, src) if src.indirect else ctx.read(src, sel)
+    vals = gather.gather(ctx, src, sel) if src.indirect else ctx.read(src, sel)
     hit = _BITS.get(id(instr))
     if hit is None or hit[0] is not instr:
         hit = _bits(instr, ctx)
@@ -522,7 +522,7 @@ def _dma_copy(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(src, Access) and dst is not None
     sel = ctx.mask(instr)
     ssel = sel if src.shape == dst.shape else None
-    raw = gather.gather(ctx, src) if src.indirect else ctx.read(src, ssel)
+    raw = gather.gather(ctx, src, ssel) if src.indirect else ctx.read(src, ssel)
     sdt, ddt = ctx.decl(src.tensor).dtype, ctx.decl(dst.tensor).dtype
     if sdt == ddt:
         vals = raw

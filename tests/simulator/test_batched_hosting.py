@@ -1,9 +1,9 @@
 """Hosted instructions in the batched backend: an instruction without a batched executor (a
-gather, a masked indirect load, a bit-vector op, a masked reduction, an nki.isa instruction)
-runs per batch position with the interpreter's executor while the rest of the kernel stays
-batched. The launch must still be batched, bit-identical to the interpreter, equal to a NumPy
-reference, and report the interpreter's errors (code, line, instance). An unmasked indirect load
-runs batched (``simulator/batched/gather.py``), under the same rules."""
+gather, a bit-vector op, a masked reduction, an nki.isa instruction) runs per batch position
+with the interpreter's executor while the rest of the kernel stays batched. The launch must
+still be batched, bit-identical to the interpreter, equal to a NumPy reference, and report the
+interpreter's errors (code, line, instance). An indirect load runs batched
+(``simulator/batched/gather.py``), under the same rules."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def gather_rows_add(data, idx, bias):
 @nki.jit
 def gather_rows_masked(data, idx, limit):
     """Per tile: the rows data[idx[r]] of the rows r below ``limit`` (a masked indirect load,
-    hosted), plus 1."""
+    batched), plus 1."""
     out = nl.ndarray(idx.shape[:1] + data.shape[1:], dtype=nl.float32, buffer=nl.shared_hbm)
     g = nl.program_id(0)
     ip = nl.arange(128)[:, None]
@@ -205,8 +205,8 @@ def test_indirect_load_runs_batched():
     table=st.sampled_from(["float32", "bfloat16"]),
 )
 def test_indirect_loads_match_the_interpreter(grid, seed, idx_dtype, table):
-    """Batched gathers of rows (``nl.load``) and of planes (``nisa.dma_copy``), hosted masked
-    ones: bit for bit the interpreter, and NumPy's rows."""
+    """Batched gathers of rows (``nl.load``, also masked) and of planes (``nisa.dma_copy``):
+    bit for bit the interpreter, and NumPy's rows."""
     rng = _rng(seed)
     n = grid * L * 128
     dt = np.float32 if table == "float32" else ml_dtypes.bfloat16
@@ -216,19 +216,44 @@ def test_indirect_loads_match_the_interpreter(grid, seed, idx_dtype, table):
     bias = rng.standard_normal((n, 6)).astype(np.float32)
     want_idx = idx[:, 0].astype(np.int64)
     limit = int(rng.integers(0, n + 1))
-    for kernel, args, ref, hosted in (
-        (gather_rows_add, (rows, idx, bias), rows[want_idx].astype(np.float32) + bias, False),
-        (gather_planes, (planes, idx), 3 * planes[want_idx].astype(np.float32), False),
-        (gather_odd_columns, (rows, idx), rows[want_idx][:, 1::2].astype(np.float32), False),
-        (gather_rows_masked, (rows, idx, limit), rows[want_idx].astype(np.float32) + 1, True),
+    for kernel, args, ref, written in (
+        (gather_rows_add, (rows, idx, bias), rows[want_idx].astype(np.float32) + bias, n),
+        (gather_planes, (planes, idx), 3 * planes[want_idx].astype(np.float32), n),
+        (gather_odd_columns, (rows, idx), rows[want_idx][:, 1::2].astype(np.float32), n),
+        (gather_rows_masked, (rows, idx, limit), rows[want_idx].astype(np.float32) + 1, limit),
     ):
         r = run_backends(kernel, grid, *args, backends=("batched", REFERENCE), ran=("batched",))
         got, want, info = r.against("batched")
-        assert ("hosted" in info.reason) == hosted, info.reason
+        assert "hosted" not in info.reason, info.reason
         assert same(got, want)
-        if hosted:  # (the rows at or past the limit are never written)
-            got, ref = got[:limit], ref[:limit]
-        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got[:written], ref[:written])
+
+
+def test_masked_gather_checks_only_the_selected_lanes():
+    """An index out of range in a lane the mask leaves out is never read; one in a selected
+    lane is the interpreter's error (code, line, instance)."""
+    grid, n = 2, 2 * L * 128
+    data = np.arange(100 * 6, dtype=np.float32).reshape(100, 6)
+    idx = np.zeros((n, 1), np.int32)
+    limit = n - 40
+    idx[limit + 3] = 500  # (masked off)
+    r = run_backends(gather_rows_masked, grid, data, idx, limit, ran=("batched",))
+    got, want, info = r.against("batched")
+    assert "hosted" not in info.reason and same(got, want)
+    np.testing.assert_array_equal(got[:limit], data[idx[:limit, 0]] + 1)
+    idx[L * 128 + 7] = 100  # instance 1, iteration 0, selected
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            gather_rows_masked.configure(backend=backend)[grid](data, idx, limit)
+        errors.append(e.value)
+    want_e, got_e = errors
+    assert got_e.code == want_e.code == "err_tensor_access_out_of_bound"
+    assert (got_e.loc.line, got_e.instance, str(got_e)) == (
+        want_e.loc.line,
+        want_e.instance,
+        str(want_e),
+    )
 
 
 def test_bit_vector_op_hosted():
@@ -377,7 +402,6 @@ def test_out_of_bounds_indirect_index_reported_like_the_interpreter():
 
 _KINDS = {
     "gather": gather_then_scale,
-    "indirect": gather_rows_masked,
     "xor": xor_then_add,
     "masked_max": masked_row_max,
     "max8": top8_rows,
@@ -391,12 +415,6 @@ def _args(kind: str, grid: int, seed: int) -> tuple:
         return (
             rng.standard_normal((n, 8)).astype(np.float32),
             rng.integers(0, 8, (n, 4)).astype(np.int32),
-        )
-    if kind == "indirect":
-        return (
-            rng.standard_normal((64, 4)).astype(np.float32),
-            rng.integers(0, 64, (n, 1)).astype(np.int32),
-            int(rng.integers(0, n + 1)),
         )
     if kind == "xor":
         return tuple(rng.integers(-(2**20), 2**20, (n, 4)).astype(np.int32) for _ in range(2))
