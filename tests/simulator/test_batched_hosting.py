@@ -229,6 +229,16 @@ def test_indirect_loads_match_the_interpreter(grid, seed, idx_dtype, table):
         np.testing.assert_array_equal(got[:written], ref[:written])
 
 
+def _errors(kernel, grid, *args) -> list:
+    """The errors a launch raises on the interpreter and on the batched backend."""
+    errors = []
+    for backend in ("numpy", "batched"):
+        with pytest.raises(nki.NKIError) as e:
+            kernel.configure(backend=backend)[grid](*args)
+        errors.append(e.value)
+    return errors
+
+
 def test_masked_gather_checks_only_the_selected_lanes():
     """An index out of range in a lane the mask leaves out is never read; one in a selected
     lane is the interpreter's error (code, line, instance)."""
@@ -242,12 +252,7 @@ def test_masked_gather_checks_only_the_selected_lanes():
     assert "hosted" not in info.reason and same(got, want)
     np.testing.assert_array_equal(got[:limit], data[idx[:limit, 0]] + 1)
     idx[L * 128 + 7] = 100  # instance 1, iteration 0, selected
-    errors = []
-    for backend in ("numpy", "batched"):
-        with pytest.raises(nki.NKIError) as e:
-            gather_rows_masked.configure(backend=backend)[grid](data, idx, limit)
-        errors.append(e.value)
-    want_e, got_e = errors
+    want_e, got_e = _errors(gather_rows_masked, grid, data, idx, limit)
     assert got_e.code == want_e.code == "err_tensor_access_out_of_bound"
     assert (got_e.loc.line, got_e.instance, str(got_e)) == (
         want_e.loc.line,
@@ -381,12 +386,7 @@ def test_out_of_bounds_indirect_index_reported_like_the_interpreter():
     idx_b = np.zeros((grid * L * 128, 1), np.int32)
     idx_a[(3 * L + 1) * 128 + 5] = 100  # instance 3, iteration 1: the first load fails
     idx_b[(1 * L + 2) * 128 + 7] = -1  # instance 1, iteration 2: the second load fails
-    errors = []
-    for backend in ("numpy", "batched"):
-        with pytest.raises(nki.NKIError) as e:
-            two_indirect_loads.configure(backend=backend)[grid](data, idx_a, idx_b)
-        errors.append(e.value)
-    want, got = errors
+    want, got = _errors(two_indirect_loads, grid, data, idx_a, idx_b)
     # the interpreter meets instance 1 (second load) before instance 3 (first load)
     assert want.instance == (1,) and want.loc.line == _line("# SECOND")
     assert (got.code, got.loc.line, got.instance) == (want.code, want.loc.line, want.instance)
