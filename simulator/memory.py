@@ -267,11 +267,37 @@ class Ctx:
             if self.full_checks and acc.tensor in self.shadow:
                 self._check_init(acc, self.shadow[acc.tensor][basic].reshape(acc.shape), None)
             return out
-        idx = self.indices(acc, sel)
+        idx = (self._rows(acc) if sel is None and acc.indirect else None) or self.indices(acc, sel)
         out = arr[idx]
         if self.full_checks and acc.tensor in self.shadow:
             self._check_init(acc, self.shadow[acc.tensor][idx], sel)
         return out
+
+    def _rows(self, acc: Access) -> tuple[Any, ...] | None:
+        """The bounds-checked subscript of a row gather (dimension 0 alone indirect, one index
+        per partition, each other dimension walking its own tile axis forwards): one index
+        array and slices, several times cheaper than an index array per dimension; None for
+        other indirect accesses."""
+        (d0, ind), *more = acc.indirect
+        rank = len(acc.shape)
+        e0 = acc.index[0]
+        if more or d0 != 0 or rank < 2 or len(acc.index) != rank or any(e0.coeffs[1:]):
+            return None
+        if tuple(ind.shape) != (acc.shape[0], 1):
+            return None
+        cols: list[slice] = []
+        ends: list[np.ndarray] = []
+        for d, e in enumerate(acc.index[1:], 1):
+            k = e.coeffs[d] if acc.shape[d] > 1 else 1
+            if k < 1 or any(c for t, c in enumerate(e.coeffs) if t != d):
+                return None
+            c = int(e.base.evaluate(self.env))
+            cols.append(slice(c, c + k * (acc.shape[d] - 1) + 1, k))
+            ends.append(np.array([c, c + k * (acc.shape[d] - 1)]))
+        base = np.asarray(eval_index(e0, self.env), dtype=np.int64).reshape(-1)
+        rows = base + self.read(ind).astype(np.int64).reshape(-1)
+        self._check_bounds(acc, [rows, *ends], None)
+        return (rows, *cols)
 
     def _check_init(self, acc: Access, written: np.ndarray, sel: np.ndarray | None) -> None:
         ok = written if sel is None else (written | ~sel)

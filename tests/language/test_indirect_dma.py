@@ -71,3 +71,31 @@ def test_indirect_store_scatters_rows():
     want = np.zeros((10, 8), np.float32)
     want[[1, 3, 5, 9]] = vals
     np.testing.assert_array_equal(out, want)
+
+
+@nki.jit
+def gather_from_scratch(data, idx):
+    """Rows of a private HBM scratch tensor whose first half alone is written, gathered by
+    index: with checks="full", a gathered row of the unwritten half is an uninitialised read."""
+    n, d = data.shape
+    scratch = nl.ndarray((2 * n, d), dtype=data.dtype, buffer=nl.private_hbm)
+    nl.store(scratch[0:n, :], value=nl.load(data))
+    i_p = nl.arange(idx.shape[0])[:, None]
+    i_f = nl.arange(d)[None, :]
+    it = nl.load(idx)
+    x = nl.load(scratch[it[i_p, 0], i_f])  # GATHER
+    return _out(x)
+
+
+def test_gathered_rows_are_checked_for_initialisation():
+    data = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    idx = np.arange(16, dtype=np.int32).reshape(16, 1) * 3
+    k = gather_from_scratch.configure(backend="numpy", checks="full")
+    np.testing.assert_array_equal(k(data, idx), data[idx[:, 0]])
+    idx[5, 0] = 64 + 7  # a row of the unwritten half
+    with pytest.raises(nki.NKIError) as e:
+        k(data, idx)
+    assert e.value.code == "err_uninitialized_read"
+    assert "element (5, 0)" in str(e.value)
+    src, start = inspect.getsourcelines(gather_from_scratch.fn)
+    assert e.value.loc.line == start + next(i for i, s in enumerate(src) if "# GATHER" in s)
