@@ -278,23 +278,17 @@ class Ctx:
         per partition, each other dimension walking its own tile axis forwards): one index
         array and slices, several times cheaper than an index array per dimension; None for
         other indirect accesses."""
-        (d0, ind), *more = acc.indirect
-        rank = len(acc.shape)
-        e0 = acc.index[0]
-        if more or d0 != 0 or rank < 2 or len(acc.index) != rank or any(e0.coeffs[1:]):
-            return None
-        if tuple(ind.shape) != (acc.shape[0], 1):
+        if not row_gather(acc):
             return None
         cols: list[slice] = []
         ends: list[np.ndarray] = []
         for d, e in enumerate(acc.index[1:], 1):
             k = e.coeffs[d] if acc.shape[d] > 1 else 1
-            if k < 1 or any(c for t, c in enumerate(e.coeffs) if t != d):
-                return None
             c = int(e.base.evaluate(self.env))
             cols.append(slice(c, c + k * (acc.shape[d] - 1) + 1, k))
             ends.append(np.array([c, c + k * (acc.shape[d] - 1)]))
-        base = np.asarray(eval_index(e0, self.env), dtype=np.int64).reshape(-1)
+        ind = acc.indirect[0][1]
+        base = np.asarray(eval_index(acc.index[0], self.env), dtype=np.int64).reshape(-1)
         rows = base + self.read(ind).astype(np.int64).reshape(-1)
         self._check_bounds(acc, [rows, *ends], None)
         return (rows, *cols)
@@ -385,6 +379,25 @@ class Ctx:
         if isinstance(src, IndexExpr):
             return np.asarray(eval_index(src, self.env), dtype=np.int64)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
+
+
+def row_gather(acc: Access) -> bool:
+    """An indirect access of the row-gather form, which a read takes by one index array and
+    slices: dimension 0 alone is indirect, by an index tile of one index per partition
+    ((P, 1), or (P, 1, ..., 1) of the access's rank), and each other dimension walks its own
+    tile axis forwards."""
+    if len(acc.indirect) != 1 or acc.indirect[0][0] != 0:
+        return False
+    rank, ind = len(acc.shape), acc.indirect[0][1]
+    if rank < 2 or len(acc.index) != rank or any(acc.index[0].coeffs[1:]) or ind.indirect:
+        return False
+    if tuple(ind.shape) not in ((acc.shape[0], 1), (acc.shape[0],) + (1,) * (rank - 1)):
+        return False
+    for d, e in enumerate(acc.index[1:], 1):
+        k = e.coeffs[d] if acc.shape[d] > 1 else 1
+        if k < 1 or any(c for t, c in enumerate(e.coeffs) if t != d):
+            return False
+    return True
 
 
 def lanes_of(sel: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray | None:

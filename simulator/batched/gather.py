@@ -10,6 +10,7 @@ import numpy as np
 
 from nki.ir import Access, Instr
 
+from ..memory import row_gather
 from .context import BCtx
 
 
@@ -83,31 +84,23 @@ def gather(ctx: BCtx, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
 
 
 def _rows(ctx: BCtx, acc: Access, arr: np.ndarray) -> np.ndarray | None:
-    """``gather`` of the common case, a row gather, by one index array and slices (several
-    times cheaper than an index array per dimension): dimension 0 alone is indirect, with one
-    index per partition; each other dimension walks its own tile axis forwards, the same at
-    every position of the batch. None otherwise."""
-    (d0, ind), *more = acc.indirect
-    rank = len(acc.shape)
-    if (
-        more
-        or d0 != 0
-        or len(acc.index) != rank
-        or any(acc.index[0].coeffs[1:])
-        or _offset_shape(ind.shape, rank) != (acc.shape[0],) + (1,) * (rank - 1)
-    ):
+    """``gather`` of a row gather (``memory.row_gather``) whose other dimensions are the same
+    at every position of the batch, by one index array and slices (several times cheaper than
+    an index array per dimension); None otherwise."""
+    if not row_gather(acc):
         return None
     cols: list[slice] = []
     for d, e in enumerate(acc.index[1:], 1):
         c, coef = ctx.affine(e.base)
-        k = e.coeffs[d] if acc.shape[d] > 1 else 1
-        if any(coef) or k < 1 or any(e.coeffs[:d]) or any(e.coeffs[d + 1 :]):
+        if any(coef):
             return None
+        k = e.coeffs[d] if acc.shape[d] > 1 else 1
         stop = c + k * (acc.shape[d] - 1)
         ctx.check_bounds(acc, d, np.array([c, stop]))
         cols.append(slice(c, stop + 1, k))
     nb = len(ctx.dims)
-    first = np.asarray(ctx.index_values(acc.index[0], rank), dtype=np.int64)
+    first = np.asarray(ctx.index_values(acc.index[0], len(acc.shape)), dtype=np.int64)
+    ind = acc.indirect[0][1]
     rows = np.asarray(ctx.view(ind)).astype(np.int64).reshape(*ctx.dims, acc.shape[0])
     rows = rows + first.reshape(first.shape[: nb + 1])
     ctx.check_bounds(acc, 0, rows)
