@@ -21,7 +21,8 @@ __all__ = ["new_objects_only"]
 def new_objects_only(active: bool = True) -> Iterator[None]:
     """Inside the block, a full garbage collection scans only the objects made inside it (see
     the module). Does nothing when objects are frozen already (by the process itself, or by an
-    enclosing block), when collection is off, or when ``active`` is false."""
+    enclosing block), when collection is off, or when ``active`` is false. The freeze is the
+    process's: another thread's ``gc.freeze()`` made while the block runs ends with it."""
     if not active or gc.get_freeze_count() or not gc.isenabled():
         yield
         return
