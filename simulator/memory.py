@@ -249,10 +249,7 @@ class Ctx:
         over that shape (``sel``: the access's selected lanes; the index rows any of them
         uses are read)."""
         vals = self.read(ind, lanes_of(sel, ind.shape)).astype(np.int64)
-        if vals.ndim == 2 and vals.shape[1] == 1 and len(shape) > 2:
-            # one offset per partition (P, 1) indexes dim 0 of an access of higher rank
-            vals = vals.reshape((vals.shape[0],) + (1,) * (len(shape) - 1))
-        return np.broadcast_to(vals, shape)
+        return np.broadcast_to(vals.reshape(offset_shape(vals.shape, len(shape))), shape)
 
     def read(self, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
         """The tile an access reads (storage dtype, tile shape). ``sel`` may be the mask of a
@@ -379,6 +376,14 @@ class Ctx:
         if isinstance(src, IndexExpr):
             return np.asarray(eval_index(src, self.env), dtype=np.int64)
         raise NKIRuntimeError(f"unsupported operand {src!r}", code="err_internal")
+
+
+def offset_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """The shape an index tile's values take against an indirect access of ``rank`` dims: one
+    offset per partition, (P, 1), indexes dim 0 of an access of higher rank."""
+    if len(shape) == 2 and shape[1] == 1 and rank > 2:
+        return (shape[0],) + (1,) * (rank - 1)
+    return tuple(shape)
 
 
 def row_gather(acc: Access) -> bool:

@@ -16,7 +16,7 @@ from .. import numerics
 from ..config import SimConfig
 from ..host import alias_array
 from ..lifetimes import Lifetimes, lifetimes
-from ..memory import PSUM_GROUP
+from ..memory import PSUM_GROUP, offset_shape
 from . import masks
 from .keys import ACCESS_FACTS, StateOf, access_facts, sym_key, terms_of
 
@@ -257,32 +257,29 @@ class BCtx:
         """``masks.box``: the selection as one box the access takes in bounds, or None."""
         return masks.box(self, acc, sel)
 
-    def indices(self, acc: Access, sel: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Index arrays (batch + tile shape) into the access's storage; masked-out lanes point
-        at element 0. Selected lanes are bounds-checked."""
-        p = self.depth[acc.tensor]
-        nb = len(self.dims)
+    def indices(self, acc: Access, sel: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """Index arrays (batch + tile shape, broadcastable) into the access's storage, an
+        indirect dimension's with its index tile's values added (``memory.Ctx.indices``); with
+        ``sel`` (batch + tile shape), masked-out lanes point at element 0. Selected lanes are
+        bounds-checked."""
+        p, rank = self.depth[acc.tensor], len(acc.shape)
         full_shape = (*self.dims, *acc.shape)
         out: list[np.ndarray] = []
-        for b in range(p):
+        for b in range(p):  # (the storage's own batch axes: each position its own)
             sh = [1] * len(full_shape)
             sh[b] = self.dims[b]
             out.append(np.arange(self.dims[b]).reshape(sh))
+        offsets = dict(acc.indirect)
         for d, e in enumerate(acc.index):
-            c, coef = self.affine(e.base)
-            v: Any = np.int64(c)
-            for b, k in enumerate(coef):
-                if k:
-                    sh = [1] * len(full_shape)
-                    sh[b] = self.dims[b]
-                    v = v + k * np.arange(self.dims[b]).reshape(sh)
-            for t, k in enumerate(e.coeffs):
-                if k:
-                    sh = [1] * len(full_shape)
-                    sh[nb + t] = acc.shape[t]
-                    v = v + k * np.arange(acc.shape[t]).reshape(sh)
-            self.check_bounds(acc, d, np.broadcast_to(v, full_shape)[sel])
+            v = np.asarray(self.index_values(e, rank), dtype=np.int64)
+            ind = offsets.get(d)
+            if ind is not None:
+                vals = np.asarray(self.view(ind)).astype(np.int64)
+                v = v + vals.reshape((*self.dims, *offset_shape(ind.shape, rank)))
+            self.check_bounds(acc, d, v if sel is None else np.broadcast_to(v, full_shape)[sel])
             out.append(v)
+        if sel is None:
+            return tuple(out)
         return tuple(np.where(sel, np.broadcast_to(v, full_shape), 0) for v in out)
 
     def check_bounds(self, acc: Access, d: int, v: np.ndarray) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from nki.ir import Access, Instr
 
-from ..memory import row_gather
+from ..memory import offset_shape, row_gather
 from .context import BCtx
 
 
@@ -30,7 +30,7 @@ def gathers(instr: Instr) -> bool:
     if instr.dst is None or instr.dst.indirect:
         return False
     for _, ind in src.indirect:
-        shape = _offset_shape(ind.shape, len(src.shape))
+        shape = offset_shape(ind.shape, len(src.shape))
         if ind.indirect or len(shape) != len(src.shape):
             return False
         if any(n not in (1, m) for n, m in zip(shape, src.shape)):
@@ -38,48 +38,19 @@ def gathers(instr: Instr) -> bool:
     return True
 
 
-def _offset_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
-    """The shape an index tile's values take against an access of ``rank`` dims (``Ctx.offsets``:
-    a (P, 1) tile indexes dim 0 of a higher rank)."""
-    if len(shape) == 2 and shape[1] == 1 and rank > 2:
-        return (shape[0],) + (1,) * (rank - 1)
-    return shape
-
-
 def gather(ctx: BCtx, acc: Access, sel: np.ndarray | None = None) -> np.ndarray:
     """The values an indirect access reads at every position of the batch (storage dtype,
     shape batch dims + tile shape; ``sel``: the instruction's selection, ``BCtx.mask``); an
     index of a selected lane out of its dimension raises NKIIndexError."""
-    nb, rank = len(ctx.dims), len(acc.shape)
     full = (*ctx.dims, *acc.shape)
     arr = ctx.storage(acc.tensor)  # (a view's storage is made here: its depth with it)
-    p = ctx.depth[acc.tensor]
     if sel is not None:
         sel = np.broadcast_to(sel, full)
-    elif p == 0:
+    elif ctx.depth[acc.tensor] == 0:
         rows = _rows(ctx, acc, arr)
         if rows is not None:
             return rows
-    idx: list[np.ndarray] = []
-    for b in range(p):  # (the storage's own batch axes: each position its own)
-        sh = [1] * (nb + rank)
-        sh[b] = ctx.dims[b]
-        idx.append(np.arange(ctx.dims[b]).reshape(sh))
-    offsets = dict(acc.indirect)
-    for d, e in enumerate(acc.index):
-        v = np.asarray(ctx.index_values(e, rank), dtype=np.int64)
-        ind = offsets.get(d)
-        if ind is not None:
-            vals = np.asarray(ctx.view(ind)).astype(np.int64)
-            v = v + vals.reshape((*ctx.dims, *_offset_shape(ind.shape, rank)))
-        if sel is None:
-            ctx.check_bounds(acc, d, v)
-        else:  # (lanes masked off read element 0, unchecked)
-            v = np.broadcast_to(v, full)
-            ctx.check_bounds(acc, d, v[sel])
-            v = np.where(sel, v, 0)
-        idx.append(v)
-    got = arr[tuple(idx)]
+    got = arr[ctx.indices(acc, sel)]
     return got if got.shape == full else np.broadcast_to(got, full)
 
 
