@@ -11,6 +11,7 @@ the kernels (their math is the kernels' reference)."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -47,19 +48,29 @@ def _scores(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: f
 
 @torch.library.custom_op("nki::sdpa", mutates_args=())
 def sdpa_op(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    scale: float,
+    need_lse: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """out (B, H, Sq, D) and lse (B, H, Sq) fp32 of softmax(q k^T * scale + mask) v, with
-    k, v (B, Hk, Sk, D) shared by groups of H / Hk query heads."""
+    k, v (B, Hk, Sk, D) shared by groups of H / Hk query heads. With ``need_lse`` False (a
+    graph that never reads it: :func:`drop_unread_lse`) lse is an empty (0,) tensor."""
     s = _scores(q, k, mask, is_causal, scale)
     lse = s.logsumexp(-1)
     out = torch.exp(s - lse[..., None]) @ _expand_kv(v, q.shape[1]).float()
-    return out.to(q.dtype), lse
+    return out.to(q.dtype), lse if need_lse else torch.empty(0, dtype=torch.float32)
 
 
 @sdpa_op.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, mask: Any, is_causal: bool, scale: float) -> Any:
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+def _(
+    q: Tensor, k: Tensor, v: Tensor, mask: Any, is_causal: bool, scale: float, need_lse: bool = True
+) -> Any:
+    lse_shape = q.shape[:-1] if need_lse else (0,)
+    return torch.empty_like(q), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("nki::sdpa_backward", mutates_args=())
@@ -96,7 +107,7 @@ def _(g: Any, q: Tensor, k: Tensor, v: Tensor, *rest: Any) -> Any:
 
 
 def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, mask, is_causal, scale = inputs
+    q, k, v, mask, is_causal, scale, _need_lse = inputs
     ctx.save_for_backward(q, k, v, mask, output[0], output[1])
     ctx.is_causal, ctx.scale = is_causal, scale
 
@@ -104,7 +115,17 @@ def _setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 def _backward(ctx: Any, g: Tensor, _g_lse: Any) -> tuple:
     q, k, v, mask, out, lse = ctx.saved_tensors
     dq, dk, dv = sdpa_backward_op(g.contiguous(), q, k, v, mask, out, lse, ctx.is_causal, ctx.scale)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv, None, None, None, None
+
+
+def drop_unread_lse(n: torch.fx.Node) -> None:
+    """An ``nki::sdpa`` node of an aot_autograd graph whose lse output no node reads (an
+    inference graph) is called with ``need_lse=False``: the kernel then neither computes nor
+    stores it."""
+    if n.target is not torch.ops.nki.sdpa.default or n.kwargs.get("need_lse") is False:
+        return
+    if all(u.target is operator.getitem and u.args[1] == 0 for u in n.users):
+        n.kwargs = {**n.kwargs, "need_lse": False}
 
 
 sdpa_op.register_autograd(_backward, setup_context=_setup)
@@ -197,10 +218,19 @@ def _flat(t: Tensor) -> Tensor:
 
 
 @builtin("nki::sdpa", ("attention_kernel", "where_kernel"), _DOC)
-def _nki_sdpa(run: Any, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: float) -> Any:
+def _nki_sdpa(
+    run: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any,
+    is_causal: bool,
+    scale: float,
+    need_lse: bool = True,
+) -> Any:
     _check(q, k, v)
     m = _mask4(mask, q, k.shape[2], run)
-    out, lse = run(
+    res = run(
         K.attention_kernel,
         _flat(q),
         _flat(k),
@@ -209,7 +239,11 @@ def _nki_sdpa(run: Any, q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scal
         scale=float(scale),
         causal=bool(is_causal),
         heads=q.shape[1],
+        with_lse=bool(need_lse),
     )
+    if not need_lse:
+        return res.reshape(q.shape), torch.empty(0, dtype=torch.float32)
+    out, lse = res
     return out.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 

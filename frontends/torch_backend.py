@@ -319,9 +319,6 @@ def _empty(val: Any) -> bool:
     return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
 
 
-_GROUPS = fusion.STEPS
-
-
 def _alone(name: str) -> bool:
     """An op that never runs inside a fused launch: kept on the CPU or with a user kernel."""
     return name in OPTIONS.cpu_ops or user_entry(name) is not None
@@ -392,6 +389,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
 
 # what the runner does with a call_function node, decided once per graph
 _PLAIN, _VIEW, _ATEN = 0, 1, 2
+_GROUPS = fusion.STEPS
 
 
 class _Plan:
@@ -408,6 +406,7 @@ class _Plan:
         for n in nodes:
             if n.op != "call_function":
                 continue
+            torch_attention.drop_unread_lse(n)  # (an inference graph never reads it)
             name = None if n.target is operator.getitem else _schema_name(n.target)
             if name is None:
                 self.kind[n] = (_PLAIN, None)

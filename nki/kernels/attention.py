@@ -100,9 +100,10 @@ def _transposed(p: Any, dtype: Any) -> Any:
 
 
 @nki.jit
-def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
+def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0, with_lse=True):
     """out[B*H, Sq, D] = softmax(q k^T * scale (+ mask) (+ causal mask)) v; also
-    lse[B*H, Sq, 1] (fp32, the log-sum-exp of each score row, for the backward).
+    lse[B*H, Sq, 1] (fp32, the log-sum-exp of each score row, for the backward) unless
+    ``with_lse`` is False (inference: ``out`` alone is returned, the log-sum-exp not computed).
 
     Shapes: q (B*H, Sq, D), k and v (B*Hk, Sk, D) with H = ``heads`` (default: no grouping,
     H = Hk) a multiple of Hk; mask None or (MB, MH, Sq, Sk) with MB in {1, B}, MH in {1, H};
@@ -118,7 +119,7 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
     g = h // hk
     nb = nbh // h
     out = nl.ndarray((nbh, sq, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    lse = nl.ndarray((nbh, sq, 1), dtype=F32, buffer=nl.shared_hbm)
+    lse = nl.ndarray((nbh, sq, 1), dtype=F32, buffer=nl.shared_hbm) if with_lse else None
     bq, bk = fit(sq), fit(sk)  # query / key block rows: 128, or the whole sequence
     blocks = (sq, sk, bq, bk)
     nk = row_tiles(sk, bk)
@@ -171,9 +172,10 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0):
                     rows = qi * bq + i_p
                     res = nl.multiply(acc, nl.reciprocal(l_sum, dtype=F32), dtype=q.dtype)
                     nl.store(out[bh, rows, i_d], res, mask=rows < sq if sq % bq else None)
-                    lse_t = nl.add(m, nl.log(l_sum, dtype=F32), dtype=F32)
-                    nl.store(lse[bh, rows, i_1], lse_t, mask=rows < sq if sq % bq else None)
-    return out, lse
+                    if with_lse:
+                        lse_t = nl.add(m, nl.log(l_sum, dtype=F32), dtype=F32)
+                        nl.store(lse[bh, rows, i_1], lse_t, mask=rows < sq if sq % bq else None)
+    return (out, lse) if with_lse else out
 
 
 @nki.jit

@@ -101,6 +101,30 @@ def test_transformer_block_trains_like_eager(dtype, sdpa):
     assert seen == must
 
 
+def test_attention_computes_the_log_sum_exp_only_for_the_backward(monkeypatch):
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    model = Block(vocab=50, d=64, heads=4, hidden=128, sdpa=True)
+    ids = torch.randint(0, 50, (2, 16))
+    launched = []
+    real = tb.launch_traced
+
+    def spy(k, args, kwargs):
+        if tb.kernel_name(k) == "attention_kernel":
+            launched.append(kwargs["with_lse"])
+        return real(k, args, kwargs)
+
+    monkeypatch.setattr(tb, "launch_traced", spy)
+    compiled = torch.compile(copy.deepcopy(model), backend="nki")
+    with torch.no_grad():  # an inference graph: nothing reads the log-sum-exp
+        torch.testing.assert_close(compiled(ids), model(ids), rtol=1e-5, atol=1e-5)
+    assert launched == [False]
+    out = compiled(ids)  # a training graph: the backward reads it
+    out.sum().backward()
+    torch.testing.assert_close(out, model(ids), rtol=1e-5, atol=1e-5)
+    assert launched == [False, True]
+
+
 @nki.jit
 def double_gelu(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)

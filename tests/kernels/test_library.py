@@ -397,6 +397,14 @@ def test_attention_layouts_match_torch(b, h, hk, sq, sk, d, causal, masked, dtyp
     grads = full(K.attention_backward_kernel)(g, q, k, v, out, lse, mask, **kw)
     for got, want in zip(grads, (qf.grad, kf.grad, vf.grad)):
         close(got, want.to(dtype), dtype, 4 * sk**0.5)
+    # inference: the same output bits without the log-sum-exp's instructions and tensor
+    kernel = full(K.attention_kernel)
+    kernel(q, k, v, mask, **kw)
+    with_ir = kernel.last_ir
+    assert torch.equal(kernel(q, k, v, mask, with_lse=False, **kw), out)
+    without_ir = kernel.last_ir
+    assert len(without_ir.outputs) == 1 and len(with_ir.outputs) == 2
+    assert len(list(without_ir.instructions())) < len(list(with_ir.instructions()))
 
 
 # (n, ci, co, h, w, k, stride, padding, dtype, SBUF budget in bytes per partition: small ones
