@@ -336,8 +336,7 @@ def _copy_cat(n: torch.fx.Node, name: str) -> bool:
 
 
 def _grad_free(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` with autograd off (entering ``no_grad`` costs more than the check,
-    and compiled graphs mostly run with it off already)."""
+    """``fn(*args, **kwargs)`` with autograd off (``no_grad`` is entered only when it is on)."""
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
     with torch.no_grad():
@@ -425,7 +424,8 @@ class _Plan:
         chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
         # (a chain may join two matmul groups into a circle: then the chains alone)
-        self.steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
+        steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
+        self.steps = fusion.with_epilogues(steps, mms)  # (with their products' launches)
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, _GROUPS) else [st]:
@@ -481,10 +481,11 @@ class _Plan:
                 pass  # the nodes run one by one, each under its own guard
             else:
                 share = (time.perf_counter() - t0) / len(g.members)
-                for m, r in zip(g.outputs, res):
-                    env[m] = _conform(r, m.meta.get("val"))
+                env.update((m, _conform(r, m.meta.get("val"))) for m, r in zip(g.outputs, res))
                 for nm in g.names:
                     report.record(nm, "nki", run.used, s=share)
+                for nm in getattr(g, "view_names", ()):
+                    report.record(nm, "view")
                 return
         for m in getattr(g, "parts", None) or g.members:  # (parts of a launch: on their own)
             if isinstance(m, _GROUPS):

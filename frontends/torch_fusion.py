@@ -14,7 +14,8 @@ element-wise steps ready at one point as one launch (:class:`Horizontal`). Runni
 :mod:`frontends.torch_fusion_launch`'s; when the fused kernel's guard refuses a call, the
 parts or nodes run one by one as before. Each step computes and rounds as its separate kernel
 does, so fusing never changes a result. Matrix products that do not depend on each other share
-a launch too (:mod:`frontends.torch_fusion_matmul`)."""
+a launch too (:mod:`frontends.torch_fusion_matmul`), and products whose one reader is a group
+run in its launch (:mod:`frontends.torch_fusion_epilogue`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from .torch_fusion_epilogue import Epilogue, run_epilogue, with_epilogues
 from .torch_fusion_launch import (
     _SEGMENTS,
     Cat,
@@ -41,6 +43,7 @@ from .torch_ops import _DTYPE_NAMES, FLOATS
 
 __all__ = [
     "Cat",
+    "Epilogue",
     "Group",
     "Horizontal",
     "fusable",
@@ -56,14 +59,17 @@ __all__ = [
     "run_matmuls",
     "run_step",
     "schedule",
+    "with_epilogues",
 ]
 
-STEPS = (Group, Cat, Matmuls, Horizontal)  # the steps of a graph that are not single nodes
+# the steps of a graph that are not single nodes
+STEPS = (Group, Cat, Matmuls, Horizontal, Epilogue)
 _RUNS: dict[type, Callable] = {
     Group: run_group,
     Cat: run_cat,
     Matmuls: run_matmuls,
     Horizontal: run_horizontal,
+    Epilogue: run_epilogue,
 }
 
 

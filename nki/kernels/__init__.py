@@ -28,7 +28,7 @@ from .elementwise import (
     where_kernel,
 )
 from .embedding import embedding_backward_kernel, embedding_kernel, transpose_kernel
-from .fused import fused_elementwise_kernel
+from .fused import fused_elementwise_kernel, matmul_epilogue_kernel
 from .index import (
     arange_kernel,
     cat_kernel,
@@ -87,6 +87,7 @@ __all__ = [
     "fill_kernel",
     "flat_index_kernel",
     "fused_elementwise_kernel",
+    "matmul_epilogue_kernel",
     "layer_norm_backward_kernel",
     "layer_norm_kernel",
     "log_softmax_backward_kernel",

@@ -48,6 +48,7 @@ from .elementwise import (
     row_tiles,
     store_rows,
 )
+from .matmul import NT, shared_product
 
 # a step's op kind -> tile function of (argument tiles or scalars, result dtype)
 STEP: dict[str, Any] = {
@@ -260,55 +261,110 @@ def fused_elementwise_kernel(ins, program=(), outs=(), segments=()):
 def _segment(ins: list, program: tuple, outs: tuple) -> list:
     """The stored values ``outs`` of one program on the rows of ``ins`` (new HBM tensors)."""
     n = max(x.shape[0] for x in ins)
-    p = fit(n)
-    w = widths(program, tuple(x.shape[1] for x in ins))
-    results = [
-        nl.ndarray(
-            (1 if program[o][0] == "colsum" else n, w[o]),
-            dtype=getattr(nl, program[o][2]),
-            buffer=nl.shared_hbm,
-        )
-        for o in outs
-    ]
-    # a colsum step sums its rows into one fp32 PSUM row over all row tiles
-    sums = {
-        j: nl.zeros((1, w[j]), F32, buffer=nl.psum)
-        for j, (op, _, _) in enumerate(program)
-        if op == "colsum"
-    }
-    ones = {
-        program[j][2]: nl.ones((p, 1), getattr(nl, program[j][2]), buffer=nl.sbuf) for j in sums
-    }
-    same = shared_steps(program)
-    uses, kept = _uses(program, outs, same)
-    into_cat = _cat_parts(program, same, kept, [x.shape[0] == n for x in ins])
+    prog = _Program(program, outs, n, [x.shape[1] for x in ins], [x.shape[0] == n for x in ins])
     for t in nl.affine_range(row_tiles(n)):
-        tiles = [_input(x, t, n, p, -1 - i in into_cat) for i, x in enumerate(ins)]
+        prog.tile(t, [_input(x, t, n, prog.p, -1 - i in prog.into_cat) for i, x in enumerate(ins)])
+    return prog.finish()
+
+
+class _Program:
+    """One program over ``n`` rows whose inputs have the columns ``in_widths`` (``full_rows``:
+    whether each input has every row, else one broadcast row): its result tensors, decided once,
+    and the steps run on each row tile of its inputs (``tile``)."""
+
+    def __init__(
+        self, program: tuple, outs: tuple, n: int, in_widths: list, full_rows: list
+    ) -> None:
+        self.program, self.outs, self.n, self.p = program, outs, n, fit(n)
+        self.w = w = widths(program, tuple(in_widths))
+        self.results = [
+            nl.ndarray(
+                (1 if program[o][0] == "colsum" else n, w[o]),
+                dtype=getattr(nl, program[o][2]),
+                buffer=nl.shared_hbm,
+            )
+            for o in outs
+        ]
+        # a colsum step sums its rows into one fp32 PSUM row over all row tiles
+        self.sums = {
+            j: nl.zeros((1, w[j]), F32, buffer=nl.psum)
+            for j, (op, _, _) in enumerate(program)
+            if op == "colsum"
+        }
+        self.ones = {
+            program[j][2]: nl.ones((self.p, 1), getattr(nl, program[j][2]), buffer=nl.sbuf)
+            for j in self.sums
+        }
+        self.same = shared_steps(program)
+        self.uses, self.kept = _uses(program, outs, self.same)
+        self.into_cat = _cat_parts(program, self.same, self.kept, full_rows)
+
+    def tile(self, t: Any, tiles: list) -> None:
+        """The steps on row tile ``t`` (``tiles``: its inputs' values), stored values stored."""
+        program, same, w, n = self.program, self.same, self.w, self.n
         vals: list[Any] = []
         angles: dict[int, Any] = {}  # the reduced angle of a value, for its sin and cos
         for j, (op, args, dtype) in enumerate(program):
             a = [tiles[r[1]] if r[0] == "in" else vals[r[1]] if r[0] == "v" else r[1] for r in args]
-            lazy = dtype == "float32" and uses[j] == 1 and j not in kept
+            lazy = dtype == "float32" and self.uses[j] == 1 and j not in self.kept
             if same[j] != j:
                 vals.append(vals[same[j]])
             elif op == "colsum":
-                sums[j] += nl.matmul(
-                    ones[dtype], _rows_below(tile_of(a[0]), t, n), transpose_x=True
+                self.sums[j] += nl.matmul(
+                    self.ones[dtype], _rows_below(tile_of(a[0]), t, n), transpose_x=True
                 )
                 vals.append(None)
-            elif j in into_cat:
+            elif j in self.into_cat:
                 make = functools.partial(_value, program[j], a, w[j], lazy, angles)
-                vals.append(Deferred(make, (p, w[j])))
+                vals.append(Deferred(make, (self.p, w[j])))
             else:
                 vals.append(_value(program[j], a, w[j], lazy, angles))
-        for res, o in zip(results, outs):
-            if o not in sums:
+        for res, o in zip(self.results, self.outs):
+            if o not in self.sums:
                 store_rows(res, t, n, w[o], vals[o])
-    for res, o in zip(results, outs):
-        if o in sums:
-            i_f = nl.arange(w[o])[None, :]
-            nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(sums[o], dtype=res.dtype))
-    return results
+
+    def finish(self) -> list:
+        """The result tensors, the column sums stored."""
+        for res, o in zip(self.results, self.outs):
+            if o in self.sums:
+                i_f = nl.arange(self.w[o])[None, :]
+                nl.store(res[nl.arange(1)[:, None], i_f], nl.copy(self.sums[o], dtype=res.dtype))
+        return self.results
+
+
+@nki.jit
+def matmul_epilogue_kernel(a, bs, ins=(), program=(), outs=()):
+    """``program`` (as :func:`fused_elementwise_kernel` runs it) on the products a @ b for b in
+    ``bs`` and the inputs ``ins``, in one launch: each 128-row tile of the products is computed
+    as :func:`matmul_shared_kernel` computes it (rounded to a's dtype) and the program's steps
+    run on it in SBUF; the products themselves are not stored. ``("in", i)`` is product i for
+    i < len(bs), else ``ins[i - len(bs)]``. Returns the program's stored values ``outs``.
+
+    Shapes: a (M, K), each b (K, Ni) with the Ni at most 512 in all (one PSUM bank); each input
+    (M, W) or (1, W). Dtypes: a and every b float32, bfloat16 or float16, all the same; inputs
+    and steps as :func:`fused_elementwise_kernel`."""
+    m, k = a.shape
+    ns = [b.shape[1] for b in bs]
+    if not bs or sum(ns) > NT or any(x.shape[0] not in (1, m) for x in ins):
+        raise NKIShapeError(
+            f"matmul_epilogue_kernel: products of {ns} columns (at most {NT} in all) of a "
+            f"({m}, {k}) and inputs of {[tuple(x.shape) for x in ins]} (rows {m} or 1)",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
+    widths_in = ns + [x.shape[1] for x in ins]
+    prog = _Program(program, outs, m, widths_in, [True] * len(bs) + [x.shape[0] == m for x in ins])
+    i_p = nl.arange(prog.p)[:, None]
+    offs = [sum(ns[:i]) for i in range(len(ns))]
+    for mi in nl.affine_range(row_tiles(m)):
+        res = shared_product(a, bs, mi)
+        tiles = [res[i_p, off + nl.arange(n)[None, :]] for n, off in zip(ns, offs)]
+        first = len(bs)
+        tiles += [
+            _input(x, mi, m, prog.p, -1 - (first + i) in prog.into_cat) for i, x in enumerate(ins)
+        ]
+        prog.tile(mi, tiles)
+    return tuple(prog.finish())
 
 
 def _value(step: tuple, a: list, width: int, lazy: bool, angles: dict) -> Any:

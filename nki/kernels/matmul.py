@@ -84,30 +84,41 @@ def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, bi: Any =
     return _accumulated(product, k, tk, (tm, tn))
 
 
-def _side_by_side(a: Any, bs: list) -> tuple:
-    """(a @ b for b in bs) as one product of a with the bs side by side (their columns at most
-    ``NT``): a's blocks load once, each result's columns are stored from the product's. Every
-    column sums over K as its own product does."""
+def shared_product(a: Any, bs: list, mi: Any) -> Any:
+    """Rows ``mi*tm ...`` of (a @ b for b in bs) side by side (the bs' columns at most ``NT`` in
+    all) as one (tm, sum of columns) SBUF tile rounded to a's dtype: a's blocks load once and
+    one product computes every result's columns, each summing over K as its own product does.
+    Rows past M (of a ragged last tile) are zero."""
     m, k = a.shape
     ns = [b.shape[1] for b in bs]
     tm, tk, _ = _tiles(m, k, sum(ns))
-    outs = [nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm) for n in ns]
     offs = [sum(ns[:i]) for i in range(len(ns))]
     i_p = nl.arange(tk)[:, None]
     at = _Indexed(a)
+
+    def product(ki: Any) -> Any:
+        krow = ki * tk + i_p
+        a_t = _a_block(at, mi, krow, m, k, tm, tk)
+        make = nl.zeros if k % tk else nl.ndarray  # (ragged K: zero rows)
+        b_t = make((tk, sum(ns)), dtype=bs[0].dtype, buffer=nl.sbuf)
+        for b, n, off in zip(bs, ns, offs):
+            i_n = nl.arange(n)[None, :]
+            b_t[i_p, off + i_n] = nl.load(b[krow, i_n], mask=krow < k)
+        return nl.matmul(a_t, b_t, transpose_x=True)
+
+    return nl.copy(_accumulated(product, k, tk, (tm, sum(ns))), dtype=a.dtype)
+
+
+def _side_by_side(a: Any, bs: list) -> tuple:
+    """(a @ b for b in bs) as one product of a with the bs side by side (``shared_product``),
+    each result's columns stored from the product's."""
+    m, k = a.shape
+    ns = [b.shape[1] for b in bs]
+    tm, _, _ = _tiles(m, k, sum(ns))
+    outs = [nl.ndarray((m, n), dtype=a.dtype, buffer=nl.shared_hbm) for n in ns]
+    offs = [sum(ns[:i]) for i in range(len(ns))]
     for mi in nl.affine_range(_count(m, tm)):
-
-        def product(ki: Any, mi: Any = mi) -> Any:
-            krow = ki * tk + i_p
-            a_t = _a_block(at, mi, krow, m, k, tm, tk)
-            make = nl.zeros if k % tk else nl.ndarray  # (ragged K: zero rows)
-            b_t = make((tk, sum(ns)), dtype=bs[0].dtype, buffer=nl.sbuf)
-            for b, n, off in zip(bs, ns, offs):
-                i_n = nl.arange(n)[None, :]
-                b_t[i_p, off + i_n] = nl.load(b[krow, i_n], mask=krow < k)
-            return nl.matmul(a_t, b_t, transpose_x=True)
-
-        res = nl.copy(_accumulated(product, k, tk, (tm, sum(ns))), dtype=a.dtype)
+        res = shared_product(a, bs, mi)
         rows = mi * tm + nl.arange(tm)[:, None]
         for out, n, off in zip(outs, ns, offs):
             i_n = nl.arange(n)[None, :]

@@ -17,6 +17,7 @@ from frontends import torch_fusion as fusion
 from nki.errors import NKIError
 
 FUSED = "fused_elementwise_kernel"
+EPILOGUE = "matmul_epilogue_kernel"
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -90,8 +91,10 @@ def test_fused_graph_gives_the_unfused_results_bitwise_with_fewer_launches(dtype
     assert torch.equal(fused, plain)
     torch.testing.assert_close(fused, _rms_mlp(x, w, up), rtol=2e-2, atol=2e-2)
     # every element-wise op ran as the fused kernel; fewer launches in all
-    for op in ("aten::pow", "aten::mean", "aten::rsqrt", "aten::silu", "aten::sigmoid"):
+    for op in ("aten::pow", "aten::mean", "aten::rsqrt", "aten::sigmoid"):
         assert rep.kernels_of(op) == {FUSED: 1}, (op, rep.kernels_of(op))
+    # the product's one reader, the chain with the gated activation, runs in its launch
+    assert rep.kernels_of("aten::silu") == rep.kernels_of("aten::mm") == {EPILOGUE: 1}
     assert ref.kernels_of("aten::rsqrt") == {"rsqrt_kernel": 1}
     assert sum(rep.kernel_calls.values()) < sum(ref.kernel_calls.values()) - 5
     assert rep.coverage == ref.coverage == 1.0
@@ -193,13 +196,14 @@ def test_products_of_one_input_run_as_one_matmul_launch_bitwise():
     def qkv(x, wq, wk, wv, wo):
         h = x.reshape(-1, x.shape[-1])
         q, k, v = h @ wq.t(), h @ wk.t(), h @ wv.t()
-        return (q * k + v) @ wo.t()  # wo reads the chain's result: a separate launch
+        # wo reads the chain's result: a separate launch; v is read outside the chain too
+        return (q * k + v) @ wo.t(), v
 
     x = torch.randn(2, 9, 32)
     ws = [torch.randn(24, 32), torch.randn(24, 32), torch.randn(24, 32), torch.randn(8, 24)]
     fused, (rep,) = _compiled(True, qkv, x, *ws)
     plain, (ref,) = _compiled(False, qkv, x, *ws)
-    assert torch.equal(fused, plain)
+    assert all(map(torch.equal, fused, plain))
     torch.testing.assert_close(fused, qkv(x, *ws), rtol=1e-4, atol=1e-4)
     assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 3, "matmul_kernel": 1}
     assert rep.kernel_calls["matmul_shared_kernel"] == 1
@@ -500,3 +504,100 @@ def test_an_in_place_write_keeps_its_place_against_fused_steps():
     order = fusion.schedule(nodes, [chain])
     assert order.index(chain) < order.index(c)
     assert order[-1].op == "output" and len(order) == len(nodes) - 1
+
+
+SILU_MUL = (("unary:silu", (("in", 0),), "{}"), ("binary:mul", (("v", 0), ("in", 1)), "{}"))
+ADD_RMS = (
+    ("binary:add", (("in", 1), ("in", 0)), "{}"),  # 0: the residual
+    ("binary:pow", (("v", 0), ("s", 2.0)), "{}"),
+    ("mean", (("v", 1),), "{}"),
+    ("binary:add", (("v", 2), ("s", 1e-6)), "{}"),
+    ("unary:rsqrt", (("v", 3),), "{}"),
+    ("binary:mul", (("v", 0), ("v", 4)), "{}"),
+    ("binary:mul", (("v", 5), ("in", 2)), "{}"),  # 6: times a row vector
+)
+
+
+def _typed(program: tuple, name: str) -> tuple:
+    return tuple((op, args, dt.format(name)) for op, args, dt in program)
+
+
+@pytest.mark.parametrize("m, k", [(2, 128), (130, 200)], ids=["decode", "ragged"])
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_matmul_epilogue_kernel_is_bitwise_the_product_and_chain_launches(m, k, dt):
+    rng = np.random.default_rng(5)
+    name = "float32" if dt is np.float32 else "bfloat16"
+    a = rng.standard_normal((m, k)).astype(dt)
+    gate, up = (rng.standard_normal((k, 96)).astype(dt) for _ in range(2))
+    prog = _typed(SILU_MUL, name)
+    got = K.matmul_epilogue_kernel(a, [gate, up], program=prog, outs=(1,))  # (one: alone)
+    products = K.matmul_shared_kernel(a, [gate, up])
+    want = K.fused_elementwise_kernel(products, program=prog, outs=(1,))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    w, res, norm = (rng.standard_normal(s).astype(dt) for s in ((k, 128), (m, 128), (1, 128)))
+    prog = _typed(ADD_RMS, name)
+    got = K.matmul_epilogue_kernel(a, [w], [res, norm], program=prog, outs=(0, 6))
+    want = K.fused_elementwise_kernel([K.matmul_kernel(a, w), res, norm], program=prog, outs=(0, 6))
+    for g, r in zip(got, want):
+        np.testing.assert_array_equal(_bits(g), _bits(r))
+
+
+def test_matmul_epilogue_kernel_takes_one_psum_bank_of_products():
+    a = np.ones((4, 8), np.float32)
+    bs = [np.ones((8, 300), np.float32)] * 2
+    with pytest.raises(NKIError, match=r"products of \[300, 300\] columns \(at most 512 in all\)"):
+        K.matmul_epilogue_kernel(a, bs, program=_typed(SILU_MUL, "float32"), outs=(1,))
+
+
+def _mlp_block(x, wg, wu, wd, wn):
+    """A Llama MLP and the next layer's norm: the gate and up products' one reader is the gated
+    activation, the down product's is the residual add and the norm."""
+    y = F.silu(F.linear(x, wg)) * F.linear(x, wu)
+    r = x + F.linear(y, wd)
+    return r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + 1e-6) * wn, r
+
+
+def _views(rep) -> list:
+    return sorted((s.op, s.count) for s in rep.ops.values() if s.status == "view")
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_products_read_only_by_a_chain_run_in_its_launch_bitwise(dynamic):
+    torch.manual_seed(4)
+    x = torch.randn(2, 5, 32)
+    ws = [torch.randn(64, 32), torch.randn(64, 32), torch.randn(32, 64), torch.randn(32)]
+    fused, (rep,) = _compiled(True, _mlp_block, x, *ws, dynamic=dynamic)
+    plain, (ref,) = _compiled(False, _mlp_block, x, *ws, dynamic=dynamic)
+    assert all(map(torch.equal, fused, plain))
+    torch.testing.assert_close(fused, _mlp_block(x, *ws), rtol=1e-4, atol=1e-4)
+    assert rep.kernels_of("aten::rsqrt") == {EPILOGUE: 1}
+    if dynamic:  # x's two views (symbolic shapes) are not known to be one left operand
+        assert rep.kernels_of("aten::mm") == {"matmul_pairs_kernel": 2, EPILOGUE: 1}
+        assert rep.kernels_of("aten::silu") == {FUSED: 1}
+    else:
+        assert rep.kernels_of("aten::mm") == {EPILOGUE: 3}
+        assert rep.kernels_of("aten::silu") == {EPILOGUE: 1}
+        assert rep.kernel_calls[EPILOGUE] == 2 and sum(rep.kernel_calls.values()) == 2
+    assert _views(rep) == _views(ref) and _views(rep)  # the products' views still counted
+    assert rep.coverage == 1.0
+
+
+def test_a_product_with_another_reader_or_too_wide_runs_apart():
+    torch.manual_seed(5)
+    x = torch.randn(2, 5, 32)
+    ws = [torch.randn(64, 32), torch.randn(64, 32), torch.randn(32, 64), torch.randn(32)]
+
+    def kept(x, wg, wu, wd, wn):  # the gate product is also an output: it is stored
+        g = F.linear(x, wg)
+        return _mlp_block(x, wg, wu, wd, wn)[0], g
+
+    got, (rep,) = _compiled(True, kept, x, *ws)
+    torch.testing.assert_close(got, kept(x, *ws), rtol=1e-4, atol=1e-4)
+    assert rep.kernels_of("aten::silu") == {FUSED: 1}
+    assert rep.kernels_of("aten::rsqrt") == {EPILOGUE: 1}  # the down product's chain still is
+    wide = [torch.randn(300, 32), torch.randn(300, 32), torch.randn(32, 300), torch.randn(32)]
+    got, (rep,) = _compiled(True, _mlp_block, x, *wide)  # 600 columns: more than a PSUM bank
+    plain, _ = _compiled(False, _mlp_block, x, *wide)
+    assert all(map(torch.equal, got, plain))
+    assert rep.kernels_of("aten::silu") == {FUSED: 1}
+    assert rep.kernels_of("aten::mm") == {"matmul_shared_kernel": 2, EPILOGUE: 1}
