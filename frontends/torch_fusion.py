@@ -38,7 +38,7 @@ from .torch_fusion_launch import (
     run_horizontal,
 )
 from .torch_fusion_matmul import Matmuls, find_matmuls, run_matmuls
-from .torch_fusion_rules import _ALONE, Key, _col, _key, _part, _Spec, fusable
+from .torch_fusion_rules import _ALONE, Key, _col, _key, _part, _Spec, fusable, writes_operand
 from .torch_ops import _DTYPE_NAMES, FLOATS
 
 __all__ = [
@@ -340,7 +340,7 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
         for a in n.all_input_nodes:
             edge(unit[a], unit[n])
     for i, w in enumerate(nodes):
-        if _writes(w):  # (a step reading the operand, or a view of it, must not pass it)
+        if writes_operand(w):  # (a step reading the operand, or a view of it, must not pass it)
             for k, u in units.items():
                 if first[k] < i:
                     edge(u, unit[w])
@@ -376,14 +376,6 @@ def schedule(nodes: list[torch.fx.Node], groups: list[Any]) -> list[Any] | None:
                 preds[id(s)].discard(k)
                 release(id(s))
     return order + last if emitted == len(units) else None
-
-
-def _writes(n: torch.fx.Node) -> bool:
-    """Whether the node writes one of its operands (an in-place ATen op)."""
-    schema = getattr(n.target, "_schema", None)
-    return schema is not None and any(
-        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
-    )
 
 
 def find_cats(nodes: list[torch.fx.Node], cats: set[torch.fx.Node]) -> list[Cat]:

@@ -21,6 +21,7 @@ from nki.kernels._tiles import PSUM_FMAX
 
 from .torch_fusion_launch import Group, _group_segment, op_names
 from .torch_fusion_matmul import _VIEWS, Matmuls
+from .torch_fusion_rules import writes_operand
 from .torch_ops import FLOATS
 from .torch_registry import Guard
 
@@ -119,6 +120,8 @@ def with_epilogues(steps: list, mms: set[torch.fx.Node]) -> list:
             j = at.get(p) if isinstance(p, torch.fx.Node) else None
             if j is None or j in gone or j >= i:
                 continue
+            if any(isinstance(s, torch.fx.Node) and writes_operand(s) for s in steps[j + 1 : i]):
+                continue  # (the products would move past a write: they stay where they are)
             mm = steps[j]
             if isinstance(mm, Matmuls) and mm.lhs is not None:
                 products = list(mm.members)

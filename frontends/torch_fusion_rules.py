@@ -276,3 +276,11 @@ def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
     if val.dim() == 0 or any(isinstance(a, torch.SymInt) for a in n.args):
         return None
     return rule(n)
+
+
+def writes_operand(n: torch.fx.Node) -> bool:
+    """Whether the node writes one of its operands (an in-place ATen op)."""
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and any(
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    )

@@ -506,6 +506,23 @@ def test_an_in_place_write_keeps_its_place_against_fused_steps():
     assert order[-1].op == "output" and len(order) == len(nodes) - 1
 
 
+
+def test_a_product_never_moves_past_an_in_place_write():
+    # the product's one reader comes after copy_ writes the product's operand: the two stay
+    # apart (merged, the product would be computed after the write)
+    g = torch.fx.Graph()
+    x, w, y = (g.placeholder(n) for n in "xwy")
+    p = g.call_function(torch.ops.aten.mm.default, (x, w))
+    c = g.call_function(torch.ops.aten.copy_.default, (w, y))
+    e = g.call_function(torch.ops.aten.exp.default, (p,))
+    out = g.output((e, c))
+    chain = fusion.Group([e], (4, 8), inputs=(p,))
+    steps = [x, w, y, p, c, chain, out]
+    assert fusion.with_epilogues(steps, {p}) == steps
+    merged = fusion.with_epilogues([x, w, y, p, chain, c, out], {p})
+    assert merged[:3] == [x, w, y] and merged[4:] == [c, out]
+    assert isinstance(merged[3], fusion.Epilogue) and merged[3].members == [p, e]
+
 SILU_MUL = (("unary:silu", (("in", 0),), "{}"), ("binary:mul", (("v", 0), ("in", 1)), "{}"))
 ADD_RMS = (
     ("binary:add", (("in", 1), ("in", 0)), "{}"),  # 0: the residual
