@@ -423,9 +423,9 @@ class _Plan:
         cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
         chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
-        # (a chain may join two matmul groups into a circle: then the chains alone)
-        steps = fusion.schedule(nodes, groups) or fusion.schedule(nodes, chains) or nodes
-        self.steps = fusion.with_epilogues(steps, mms)  # (with their products' launches)
+        # (where merged steps make a circle of dependencies, the schedule refuses: the next)
+        tries = (fusion.with_epilogues(nodes, groups, mms), groups, chains)
+        self.steps = next(filter(None, (fusion.schedule(nodes, t) for t in tries)), nodes)
         last: dict[torch.fx.Node, int] = {}
         for i, st in enumerate(self.steps):
             for m in st.members if isinstance(st, _GROUPS) else [st]:

@@ -1,11 +1,14 @@
-"""Matrix products whose one reader is a fused element-wise chain, for the ``"nki"``
-torch.compile backend: :func:`with_epilogues` merges an ``aten::mm`` node (or a
-:class:`Matmuls` step of one left operand) with the :class:`Group` that reads its products
-through views keeping their rows, and :func:`run_epilogue` runs the two as one launch of
+"""Matrix products read by a fused element-wise chain, for the ``"nki"`` torch.compile backend:
+:func:`with_epilogues` merges a product step (one ``aten::mm`` node, or a :class:`Matmuls`
+step) with the :class:`Group` that reads some of its products, each itself or through a view
+keeping its rows, and :func:`run_epilogue` runs the two as one launch of
 :func:`nki.kernels.matmul_epilogue_kernel` (a layer's gated activation after its gate and up
-projections, the residual add and norm after its output projection). The products are never
-stored; each product and each step computes and rounds as in the separate launches, so the
-results are theirs bit for bit. When the kernel does not apply the parts run on their own."""
+projections, the residual add and norm after its output projection, a backward chain after the
+input gradients it sums). A read product is stored only when something else reads it too (a
+training forward saves it for the backward); the step's other products (a backward graph's
+weight gradients) are computed and stored in the same launch. Each product and each step
+computes and rounds as in the separate launches, so the results are theirs bit for bit. When
+the kernel does not apply, the parts run on their own."""
 
 from __future__ import annotations
 
@@ -30,27 +33,36 @@ __all__ = ["Epilogue", "run_epilogue", "with_epilogues"]
 
 @dataclass
 class Epilogue:
-    """A product step (a :class:`Matmuls` of one left operand, or one ``aten::mm`` node), the
-    views of its products and the :class:`Group` reading them (``reads``: per product, the
-    group's input holding it, itself or its view), run as one launch. ``parts`` are the three in
-    graph order, run on their own when the kernel does not apply."""
+    """A product step, the views of its products that the group reads and the :class:`Group`,
+    run as one launch. ``reads``: per product the group input holding it (itself or its view),
+    or None when the group does not read it; ``stored``: the products the launch stores (read
+    elsewhere too, or not by the group); ``remade``: the views read elsewhere too (made again
+    from their stored products). ``parts`` are the three in graph order, run on their own when
+    the kernel does not apply."""
 
     mm: Any
     views: list[torch.fx.Node]
     group: Group
-    reads: list[torch.fx.Node]
+    reads: list[torch.fx.Node | None]
+    stored: list[torch.fx.Node]
+    remade: list[torch.fx.Node]
 
     @cached_property
     def products(self) -> list[torch.fx.Node]:
         return list(self.mm.members) if isinstance(self.mm, Matmuls) else [self.mm]
 
     @cached_property
+    def shared(self) -> bool:
+        """Every product reads one left operand (the read ones run side by side)."""
+        return not isinstance(self.mm, Matmuls) or self.mm.lhs is not None
+
+    @cached_property
     def members(self) -> list[torch.fx.Node]:
         return [*self.products, *self.views, *self.group.members]
 
-    @property
+    @cached_property
     def outputs(self) -> tuple:
-        return self.group.outputs
+        return (*self.stored, *self.remade, *self.group.outputs)
 
     @cached_property
     def parts(self) -> tuple:
@@ -65,9 +77,14 @@ class Epilogue:
         return op_names(self.views)
 
     @cached_property
+    def read(self) -> tuple[int, ...]:
+        """The indices of the products the group reads."""
+        return tuple(i for i, r in enumerate(self.reads) if r is not None)
+
+    @cached_property
     def product_of(self) -> dict[torch.fx.Node, int]:
-        """Each group input holding a product -> that product's index."""
-        return {r: i for i, r in enumerate(self.reads)}
+        """Each group input holding a product -> its position in ``read``."""
+        return {self.reads[i]: j for j, i in enumerate(self.read)}  # type: ignore[misc]
 
 
 def _name(n: Any) -> str | None:
@@ -83,108 +100,131 @@ def _row_view(v: Any, p: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.dim() >= 1 and val.shape[-1] == pv.shape[-1]
 
 
-def _merge(mm: Any, products: list, g: Group) -> Epilogue | None:
-    """The epilogue of ``mm`` and ``g`` when the group reads every product, itself or through
-    one view, and nothing else reads it (nor its view); not as a cat's part."""
+def _merge(mm: Any, g: Group, alone: set) -> Epilogue | None:
+    """The epilogue of product step ``mm`` and ``g`` when the group reads some products, each
+    itself or through a view (not as a cat's part; ``alone``: the nodes in no other step);
+    None when it reads none."""
+    products = list(mm.members) if isinstance(mm, Matmuls) else [mm]
     part = dict(zip(g.inputs, g.views or (False,) * len(g.inputs)))  # input -> a cat's part
     members = set(g.members)
-    views, reads = [], []
+    views, reads, stored, remade = [], [], [], []
     for p in products:
         users = set(p.users)
-        if part.get(p) is False and users <= members:
+        v = None
+        if part.get(p) is False:
             reads.append(p)
-            continue
-        (v,) = users if len(users) == 1 else (None,)
-        if not _row_view(v, p) or part.get(v) is not False or set(v.users) - members:
-            return None
-        views.append(v)
-        reads.append(v)
-    return Epilogue(mm, views, g, reads)
+        else:
+            v = next((u for u in users if part.get(u) is False and _row_view(u, p)), None)
+            reads.append(v)
+            if v is not None and v not in alone:
+                return None
+        if v is not None:
+            views.append(v)
+            if set(v.users) - members:
+                remade.append(v)  # (made again from the stored product)
+        if reads[-1] is None or users - members - {v} or remade[-1:] == [v]:
+            stored.append(p)  # (not read by the group, or read elsewhere too)
+    if all(r is None for r in reads):
+        return None
+    return Epilogue(mm, views, g, reads, stored, remade)
 
 
-def with_epilogues(steps: list, mms: set[torch.fx.Node]) -> list:
-    """``steps`` (a schedule of the graph) with each product step whose products only one
-    group reads merged into an :class:`Epilogue` at the group's place (nothing between reads
-    the products or their views). ``mms``: the ``aten::mm`` nodes that may run as kernels."""
-    at = {}  # node -> the index of the step that computes it
-    for i, st in enumerate(steps):
-        for m in st.members if hasattr(st, "members") else [st]:
-            at[m] = i
-    merged: dict[int, Epilogue] = {}
-    gone: set[int] = set()
-    for i, st in enumerate(steps):
-        if not isinstance(st, Group):
+def with_epilogues(nodes: list[torch.fx.Node], groups: list, mms: set[torch.fx.Node]) -> list:
+    """``groups`` (the graph's fused steps) with each product step (a :class:`Matmuls`, or a
+    node of ``mms``: the ``aten::mm`` nodes that may run as kernels) and a :class:`Group` that
+    reads some of its products merged into an :class:`Epilogue`, unless an in-place write lies
+    between them in graph order. The schedule then places it (or refuses the merged steps)."""
+    pos = {n: i for i, n in enumerate(nodes)}
+    writes = [i for i, n in enumerate(nodes) if writes_operand(n)]
+    step_of: dict[torch.fx.Node, Any] = {n: n for n in mms}
+    for st in groups:
+        if isinstance(st, Matmuls):
+            step_of.update(dict.fromkeys(st.members, st))
+    inside = {m for st in groups for m in st.members}
+    alone = set(nodes) - inside
+    out = list(groups)
+    for g in groups:
+        if not isinstance(g, Group):
             continue
-        for a in st.inputs:  # (a product, or a view of one)
+        for a in g.inputs:  # (a product, or a view of one)
             p = a if _name(a) == "aten::mm" else a.args[0] if a.args else None
-            j = at.get(p) if isinstance(p, torch.fx.Node) else None
-            if j is None or j in gone or j >= i:
+            mm = step_of.get(p) if isinstance(p, torch.fx.Node) else None
+            if mm is None or (isinstance(mm, torch.fx.Node) and mm in inside):
                 continue
-            if any(isinstance(s, torch.fx.Node) and writes_operand(s) for s in steps[j + 1 : i]):
-                continue  # (the products would move past a write: they stay where they are)
-            mm = steps[j]
-            if isinstance(mm, Matmuls) and mm.lhs is not None:
-                products = list(mm.members)
-            elif isinstance(mm, torch.fx.Node) and mm in mms:
-                products = [mm]
-            else:
-                continue
-            ep = _merge(mm, products, st)
-            if ep is not None and all(steps[at[v]] is v for v in ep.views):
-                merged[i] = ep
-                gone |= {j} | {at[v] for v in ep.views}
+            span = range(min(map(pos.get, _members(mm))), max(map(pos.get, g.members)))
+            if any(w in span for w in writes):
+                continue  # (the products would move past a write: they stay apart)
+            ep = _merge(mm, g, alone)
+            if ep is not None:
+                out = [ep if s is g else s for s in out if s is not mm]
+                step_of = {n: s for n, s in step_of.items() if s is not mm}
                 break
-    return [merged.get(i, st) for i, st in enumerate(steps) if i not in gone]
+    return out
+
+
+def _members(mm: Any) -> list[torch.fx.Node]:
+    return list(mm.members) if isinstance(mm, Matmuls) else [mm]
 
 
 def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
-    """The group's stored values from one launch of the epilogue kernel; :class:`Guard` when
-    the kernel does not apply (the product step, the views and the group then run apart)."""
-    a = env[g.products[0].args[0]]
-    bs = [env[p.args[1]] for p in g.products]
-    for t in (a, *bs):
-        if t.dim() != 2 or t.dtype not in FLOATS or t.dtype != a.dtype or t.numel() == 0:
-            raise Guard("not 2-D float tensors of one dtype")
-    ns = [b.shape[1] for b in bs]
-    if any(b.shape[0] != a.shape[1] for b in bs) or sum(ns) > PSUM_FMAX:
-        raise Guard(f"products of {ns} columns")
-    # the group's inputs, each product's view as a tensor without data (only its shape is read)
+    """The epilogue's outputs (its stored products, the views made again from them, the
+    group's stored values) from one launch of the epilogue kernel; :class:`Guard` when the
+    kernel does not apply (the product step, the views and the group then run apart)."""
+    lhs = [env[p.args[0]] for p in g.products]
+    rhs = [env[p.args[1]] for p in g.products]
+    for a, b in zip(lhs, rhs):
+        if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
+            raise Guard("not 2-D float tensors")
+        if a.dtype != b.dtype or a.shape[1] != b.shape[0]:
+            raise Guard("mixed dtypes or shapes")
+    m = lhs[g.read[0]].shape[0]
+    ns = [rhs[i].shape[1] for i in g.read]
+    if any(lhs[i].shape[0] != m for i in g.read) or (sum(ns) if g.shared else max(ns)) > PSUM_FMAX:
+        raise Guard(f"read products of {ns} columns")
+    # the group's inputs, each read product as a tensor without data (only its shape is read)
     values = []
     for x in g.group.inputs:
-        k = g.product_of.get(x)
-        if k is None:
+        j = g.product_of.get(x)
+        if j is None:
             values.append(env[x])
             continue
-        empty = torch.empty((a.shape[0], ns[k]), dtype=a.dtype, device="meta")
-        if x is g.products[k]:
+        empty = torch.empty((m, ns[j]), dtype=lhs[g.read[j]].dtype, device="meta")
+        if x is g.products[g.read[j]]:
             values.append(empty)
         else:
             args = torch.fx.node.map_arg(x.args[1:], env.__getitem__)
             values.append(x.target(empty, *args, **x.kwargs))
     seg = _group_segment(g.group, values)
-    inputs = list(g.group.inputs)
-    first = len(bs)
     others: list[torch.Tensor] = []
     refs: dict[int, int] = {}  # the group's input index -> the kernel's
-    for j, (x, t) in enumerate(zip(inputs, seg.ins)):
-        if x in g.product_of:
-            k = g.product_of[x]
-            if tuple(t.shape) != (a.shape[0], ns[k]):
-                raise Guard(f"a view of {tuple(t.shape)} rows of a ({a.shape[0]}, {ns[k]}) product")
-            refs[j] = k
-        else:
-            refs[j] = first + len(others)
+    for i, (x, t) in enumerate(zip(g.group.inputs, seg.ins)):
+        j = g.product_of.get(x)
+        if j is None:
+            refs[i] = len(g.read) + len(others)
             others.append(t)
-    program = _remapped(g, seg.program, refs)
+        elif tuple(t.shape) != (m, ns[j]):
+            raise Guard(f"a view of {tuple(t.shape)} rows of a ({m}, {ns[j]}) product")
+        else:
+            refs[i] = j
+    keep = tuple(i for i in g.read if g.products[i] in g.stored)
     res = run(
         K.matmul_epilogue_kernel,
-        a.contiguous(),
-        [b.contiguous() for b in bs],
+        [a.contiguous() for a in lhs],
+        [b.contiguous() for b in rhs],
         others,
-        program=program,
+        program=_remapped(g, seg.program, refs),
         outs=seg.outs,
+        read=g.read,
+        keep=keep,
+        shared=g.shared,
     )
-    return seg.done(list(res) if isinstance(res, tuple) else [res])  # (one comes alone)
+    res = list(res) if isinstance(res, tuple) else [res]  # (one comes alone)
+    stored = dict(zip(g.stored, res))
+    remade = []
+    for v in g.remade:
+        args = torch.fx.node.map_arg(v.args[1:], env.__getitem__)
+        remade.append(v.target(stored[v.args[0]], *args, **v.kwargs))
+    return [*res[: len(g.stored)], *remade, *seg.done(res[len(g.stored) :])]
 
 
 # id(epilogue) -> (the step, its group's program, the program with the kernel's input indices):

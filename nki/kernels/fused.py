@@ -48,7 +48,7 @@ from .elementwise import (
     row_tiles,
     store_rows,
 )
-from .matmul import NT, shared_product
+from .matmul import NT, _matmul, _mm_tile, shared_product
 
 # a step's op kind -> tile function of (argument tiles or scalars, result dtype)
 STEP: dict[str, Any] = {
@@ -333,38 +333,67 @@ class _Program:
 
 
 @nki.jit
-def matmul_epilogue_kernel(a, bs, ins=(), program=(), outs=()):
-    """``program`` (as :func:`fused_elementwise_kernel` runs it) on the products a @ b for b in
-    ``bs`` and the inputs ``ins``, in one launch: each 128-row tile of the products is computed
-    as :func:`matmul_shared_kernel` computes it (rounded to a's dtype) and the program's steps
-    run on it in SBUF; the products themselves are not stored. ``("in", i)`` is product i for
-    i < len(bs), else ``ins[i - len(bs)]``. Returns the program's stored values ``outs``.
+def matmul_epilogue_kernel(lhs, rhs, ins=(), program=(), outs=(), read=(), keep=(), shared=False):
+    """The products ``lhs[i] @ rhs[i]`` and ``program`` (as :func:`fused_elementwise_kernel`
+    runs it) on the products ``read`` and the inputs ``ins``, in one launch: each 128-row tile
+    of a read product is computed as :func:`matmul_kernel` computes it (with ``shared``, the read
+    products side by side as :func:`matmul_shared_kernel` computes them), rounded to its dtype,
+    and the program's steps run on it in SBUF. The program's ``("in", j)`` is product
+    ``read[j]`` for j < len(read), else ``ins[j - len(read)]``. A read product is stored only
+    when it is in ``keep``; the others are computed and stored as :func:`matmul_pairs_kernel`
+    computes them. Returns the stored products (in product order), then the program's ``outs``.
 
-    Shapes: a (M, K), each b (K, Ni) with the Ni at most 512 in all (one PSUM bank); each input
-    (M, W) or (1, W). Dtypes: a and every b float32, bfloat16 or float16, all the same; inputs
-    and steps as :func:`fused_elementwise_kernel`."""
-    m, k = a.shape
-    ns = [b.shape[1] for b in bs]
-    if not bs or sum(ns) > NT or any(x.shape[0] not in (1, m) for x in ins):
+    Shapes: each lhs[i] (Mi, Ki) with rhs[i] (Ki, Ni); the read products have one M and at most
+    512 columns each (with ``shared``: one left operand, ``lhs[read[0]]``, and 512 columns in
+    all: one PSUM bank); each input (M, W) or (1, W). Dtypes: each pair float32, bfloat16 or
+    float16, both the same; inputs and steps as :func:`fused_elementwise_kernel`."""
+    m = lhs[read[0]].shape[0] if read else 0
+    ns = [rhs[r].shape[1] for r in read]
+    limit = sum(ns) if shared else max(ns, default=0)
+    if not read or limit > NT or any(lhs[r].shape[0] != m for r in read) or any(
+        x.shape[0] not in (1, m) for x in ins
+    ):
         raise NKIShapeError(
-            f"matmul_epilogue_kernel: products of {ns} columns (at most {NT} in all) of a "
-            f"({m}, {k}) and inputs of {[tuple(x.shape) for x in ins]} (rows {m} or 1)",
+            f"matmul_epilogue_kernel: read products {list(read)} of {ns} columns (at most {NT} "
+            f"{'in all' if shared else 'each'}) and {m} rows, inputs of "
+            f"{[tuple(x.shape) for x in ins]} (rows {m} or 1)",
             code="err_invalid_shape",
             loc=user_loc(),
         )
-    widths_in = ns + [x.shape[1] for x in ins]
-    prog = _Program(program, outs, m, widths_in, [True] * len(bs) + [x.shape[0] == m for x in ins])
+    stored = [i for i in range(len(lhs)) if i not in read or i in keep]
+    results = [_matmul(lhs[i], rhs[i]) for i in stored if i not in read]
+    kept = {r: nl.ndarray((m, n), dtype=lhs[r].dtype, buffer=nl.shared_hbm)
+            for r, n in zip(read, ns) if r in keep}  # fmt: skip
+    full = [True] * len(read) + [x.shape[0] == m for x in ins]
+    prog = _Program(program, outs, m, ns + [x.shape[1] for x in ins], full)
     i_p = nl.arange(prog.p)[:, None]
-    offs = [sum(ns[:i]) for i in range(len(ns))]
     for mi in nl.affine_range(row_tiles(m)):
-        res = shared_product(a, bs, mi)
-        tiles = [res[i_p, off + nl.arange(n)[None, :]] for n, off in zip(ns, offs)]
-        first = len(bs)
+        tiles = _read_tiles(lhs, rhs, read, shared, mi, i_p)
+        for r, tile, n in zip(read, tiles, ns):
+            if r in kept:
+                store_rows(kept[r], mi, m, n, tile)
+        first = len(read)
         tiles += [
             _input(x, mi, m, prog.p, -1 - (first + i) in prog.into_cat) for i, x in enumerate(ins)
         ]
         prog.tile(mi, tiles)
-    return tuple(prog.finish())
+    out = [kept[i] if i in kept else results.pop(0) for i in stored]
+    return tuple(out + prog.finish())
+
+
+def _read_tiles(lhs: Any, rhs: Any, read: tuple, shared: bool, mi: Any, i_p: Any) -> list:
+    """M tile ``mi`` of each read product, rounded to its dtype (one side-by-side product when
+    ``shared``)."""
+    if shared:
+        ns = [rhs[r].shape[1] for r in read]
+        res = shared_product(lhs[read[0]], [rhs[r] for r in read], mi)
+        offs = [sum(ns[:i]) for i in range(len(ns))]
+        return [res[i_p, off + nl.arange(n)[None, :]] for n, off in zip(ns, offs)]
+    tiles = []
+    for r in read:
+        (m, k), n = lhs[r].shape, rhs[r].shape[1]
+        tiles.append(nl.copy(_mm_tile(lhs[r], rhs[r], mi, 0, m, k, n), dtype=lhs[r].dtype))
+    return tiles
 
 
 def _value(step: tuple, a: list, width: int, lazy: bool, angles: dict) -> Any:
