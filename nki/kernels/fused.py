@@ -350,8 +350,11 @@ def matmul_epilogue_kernel(lhs, rhs, ins=(), program=(), outs=(), read=(), keep=
     m = lhs[read[0]].shape[0] if read else 0
     ns = [rhs[r].shape[1] for r in read]
     limit = sum(ns) if shared else max(ns, default=0)
-    if not read or limit > NT or any(lhs[r].shape[0] != m for r in read) or any(
-        x.shape[0] not in (1, m) for x in ins
+    if (
+        not read
+        or limit > NT
+        or any(lhs[r].shape[0] != m for r in read)
+        or any(x.shape[0] not in (1, m) for x in ins)
     ):
         raise NKIShapeError(
             f"matmul_epilogue_kernel: read products {list(read)} of {ns} columns (at most {NT} "
