@@ -347,6 +347,14 @@ def matmul_epilogue_kernel(lhs, rhs, ins=(), program=(), outs=(), read=(), keep=
     512 columns each (with ``shared``: one left operand, ``lhs[read[0]]``, and 512 columns in
     all: one PSUM bank); each input (M, W) or (1, W). Dtypes: each pair float32, bfloat16 or
     float16, both the same; inputs and steps as :func:`fused_elementwise_kernel`."""
+    if len(lhs) != len(rhs) or not set(keep) <= set(read) <= set(range(len(lhs))):
+        raise NKIShapeError(
+            f"matmul_epilogue_kernel takes one rhs per lhs ({len(lhs)} lhs, {len(rhs)} rhs), "
+            f"read indices among them ({list(read)}) and keep indices among those read "
+            f"({list(keep)})",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
     m = lhs[read[0]].shape[0] if read else 0
     ns = [rhs[r].shape[1] for r in read]
     limit = sum(ns) if shared else max(ns, default=0)

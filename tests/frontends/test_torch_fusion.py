@@ -587,6 +587,10 @@ def test_matmul_epilogue_kernel_takes_one_psum_bank_of_products():
         NKIError, match=r"read products \[0, 1\] of \[300, 300\] columns \(at most 512 in all\)"
     ):
         K.matmul_epilogue_kernel([a, a], bs, program=prog, outs=(1,), read=(0, 1), shared=True)
+    with pytest.raises(NKIError, match=r"one rhs per lhs \(1 lhs, 2 rhs\)"):
+        K.matmul_epilogue_kernel([a], bs, program=prog, outs=(1,), read=(0,))
+    with pytest.raises(NKIError, match=r"read indices among them \(\[0, 2\]\)"):
+        K.matmul_epilogue_kernel([a, a], bs, program=prog, outs=(1,), read=(0, 2))
     with pytest.raises(NKIError, match=r"of \[600\] columns \(at most 512 each\)"):
         K.matmul_epilogue_kernel([a], [np.ones((8, 600), np.float32)], program=prog, read=(0,))
 
