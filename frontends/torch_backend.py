@@ -423,7 +423,7 @@ class _Plan:
         cats = {n for n in nodes if self._grouped(n, "aten::cat") and n not in grouped}
         chains = fusion.join_cats(chains, fusion.find_cats(nodes, cats))
         groups = chains + fusion.find_matmuls(nodes, mms)
-        # (where merged steps make a circle of dependencies, the schedule refuses: the next)
+        # (the schedule refuses steps that make a circle of dependencies: then the next try)
         tries = (fusion.with_epilogues(nodes, groups, mms), groups, chains)
         self.steps = next(filter(None, (fusion.schedule(nodes, t) for t in tries)), nodes)
         last: dict[torch.fx.Node, int] = {}

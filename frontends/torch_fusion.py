@@ -14,8 +14,8 @@ element-wise steps ready at one point as one launch (:class:`Horizontal`). Runni
 :mod:`frontends.torch_fusion_launch`'s; when the fused kernel's guard refuses a call, the
 parts or nodes run one by one as before. Each step computes and rounds as its separate kernel
 does, so fusing never changes a result. Matrix products that do not depend on each other share
-a launch too (:mod:`frontends.torch_fusion_matmul`), and products whose one reader is a group
-run in its launch (:mod:`frontends.torch_fusion_epilogue`)."""
+a launch too (:mod:`frontends.torch_fusion_matmul`), and a chain reading products runs in
+their launch (:mod:`frontends.torch_fusion_epilogue`)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class Epilogue:
 
     @cached_property
     def products(self) -> list[torch.fx.Node]:
-        return list(self.mm.members) if isinstance(self.mm, Matmuls) else [self.mm]
+        return _members(self.mm)
 
     @cached_property
     def shared(self) -> bool:
@@ -87,6 +87,11 @@ class Epilogue:
         return {self.reads[i]: j for j, i in enumerate(self.read)}  # type: ignore[misc]
 
 
+def _members(mm: Any) -> list[torch.fx.Node]:
+    """The products of a product step (a :class:`Matmuls`, or one node)."""
+    return list(mm.members) if isinstance(mm, Matmuls) else [mm]
+
+
 def _name(n: Any) -> str | None:
     schema = getattr(getattr(n, "target", None), "_schema", None)
     return schema.name if schema is not None else None
@@ -104,7 +109,7 @@ def _merge(mm: Any, g: Group, alone: set) -> Epilogue | None:
     """The epilogue of product step ``mm`` and ``g`` when the group reads some products, each
     itself or through a view (not as a cat's part; ``alone``: the nodes in no other step);
     None when it reads none."""
-    products = list(mm.members) if isinstance(mm, Matmuls) else [mm]
+    products = _members(mm)
     part = dict(zip(g.inputs, g.views or (False,) * len(g.inputs)))  # input -> a cat's part
     members = set(g.members)
     views, reads, stored, remade = [], [], [], []
@@ -160,10 +165,6 @@ def with_epilogues(nodes: list[torch.fx.Node], groups: list, mms: set[torch.fx.N
                 step_of = {n: s for n, s in step_of.items() if s is not mm}
                 break
     return out
-
-
-def _members(mm: Any) -> list[torch.fx.Node]:
-    return list(mm.members) if isinstance(mm, Matmuls) else [mm]
 
 
 def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
