@@ -378,8 +378,11 @@ def matmul_epilogue_kernel(lhs, rhs, ins=(), program=(), outs=(), read=(), keep=
     full = [True] * len(read) + [x.shape[0] == m for x in ins]
     prog = _Program(program, outs, m, ns + [x.shape[1] for x in ins], full)
     i_p = nl.arange(prog.p)[:, None]
+    # fp32 products only the program reads: its steps read the PSUM accumulator (the engines
+    # read PSUM; a copy to SBUF would not round)
+    psum = not keep and all(lhs[r].dtype == F32 for r in read)
     for mi in nl.affine_range(row_tiles(m)):
-        tiles = _read_tiles(lhs, rhs, read, shared, mi, i_p)
+        tiles = _read_tiles(lhs, rhs, read, shared, mi, i_p, psum)
         for r, tile, n in zip(read, tiles, ns):
             if r in kept:
                 store_rows(kept[r], mi, m, n, tile)
@@ -392,18 +395,21 @@ def matmul_epilogue_kernel(lhs, rhs, ins=(), program=(), outs=(), read=(), keep=
     return tuple(out + prog.finish())
 
 
-def _read_tiles(lhs: Any, rhs: Any, read: tuple, shared: bool, mi: Any, i_p: Any) -> list:
-    """M tile ``mi`` of each read product, rounded to its dtype (one side-by-side product when
-    ``shared``)."""
+def _read_tiles(
+    lhs: Any, rhs: Any, read: tuple, shared: bool, mi: Any, i_p: Any, psum: bool
+) -> list:
+    """M tile ``mi`` of each read product, rounded to its dtype in SBUF (with ``psum``: the fp32
+    accumulators themselves), one side-by-side product when ``shared``."""
     if shared:
         ns = [rhs[r].shape[1] for r in read]
-        res = shared_product(lhs[read[0]], [rhs[r] for r in read], mi)
+        res = shared_product(lhs[read[0]], [rhs[r] for r in read], mi, to_sbuf=not psum)
         offs = [sum(ns[:i]) for i in range(len(ns))]
         return [res[i_p, off + nl.arange(n)[None, :]] for n, off in zip(ns, offs)]
     tiles = []
     for r in read:
         (m, k), n = lhs[r].shape, rhs[r].shape[1]
-        tiles.append(nl.copy(_mm_tile(lhs[r], rhs[r], mi, 0, m, k, n), dtype=lhs[r].dtype))
+        acc = _mm_tile(lhs[r], rhs[r], mi, 0, m, k, n)
+        tiles.append(acc if psum else nl.copy(acc, dtype=lhs[r].dtype))
     return tiles
 
 

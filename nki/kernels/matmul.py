@@ -84,11 +84,12 @@ def _mm_tile(a: Any, b: Any, mi: Any, ni: Any, m: int, k: int, n: int, bi: Any =
     return _accumulated(product, k, tk, (tm, tn))
 
 
-def shared_product(a: Any, bs: list, mi: Any) -> Any:
+def shared_product(a: Any, bs: list, mi: Any, to_sbuf: bool = True) -> Any:
     """Rows ``mi*tm ...`` of (a @ b for b in bs) side by side (the bs' columns at most ``NT`` in
-    all) as one (tm, sum of columns) SBUF tile rounded to a's dtype: a's blocks load once and
-    one product computes every result's columns, each summing over K as its own product does.
-    Rows past M (of a ragged last tile) are zero."""
+    all) as one (tm, sum of columns) SBUF tile rounded to a's dtype (without ``to_sbuf``: the
+    fp32 PSUM accumulator itself): a's blocks load once and one product computes every result's
+    columns, each summing over K as its own product does. Rows past M (of a ragged last tile)
+    are zero."""
     m, k = a.shape
     ns = [b.shape[1] for b in bs]
     tm, tk, _ = _tiles(m, k, sum(ns))
@@ -106,7 +107,8 @@ def shared_product(a: Any, bs: list, mi: Any) -> Any:
             b_t[i_p, off + i_n] = nl.load(b[krow, i_n], mask=krow < k)
         return nl.matmul(a_t, b_t, transpose_x=True)
 
-    return nl.copy(_accumulated(product, k, tk, (tm, sum(ns))), dtype=a.dtype)
+    acc = _accumulated(product, k, tk, (tm, sum(ns)))
+    return nl.copy(acc, dtype=a.dtype) if to_sbuf else acc
 
 
 def _side_by_side(a: Any, bs: list) -> tuple:

@@ -558,8 +558,9 @@ def test_matmul_epilogue_kernel_is_bitwise_the_product_and_chain_launches(m, k, 
     prog = _typed(SILU_MUL, name)
     products = K.matmul_shared_kernel(a, [gate, up])
     want = K.fused_elementwise_kernel(products, program=prog, outs=(1,))
+    full = K.matmul_epilogue_kernel.configure(checks="full")  # (fp32: steps read PSUM)
     for shared in (True, False):  # (side by side, or a product each)
-        got = K.matmul_epilogue_kernel(
+        got = full(
             [a, a], [gate, up], program=prog, outs=(1,), read=(0, 1), shared=shared
         )  # (one result comes alone)
         np.testing.assert_array_equal(_bits(got), _bits(want))
