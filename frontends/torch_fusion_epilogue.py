@@ -23,9 +23,8 @@ import nki.kernels as K
 from nki.kernels._tiles import PSUM_FMAX
 
 from .torch_fusion_launch import Group, _group_segment, op_names
-from .torch_fusion_matmul import _VIEWS, Matmuls
+from .torch_fusion_matmul import _VIEWS, Matmuls, product_operands
 from .torch_fusion_rules import writes_operand
-from .torch_ops import FLOATS
 from .torch_registry import Guard
 
 __all__ = ["Epilogue", "run_epilogue", "with_epilogues"]
@@ -80,6 +79,11 @@ class Epilogue:
     def read(self) -> tuple[int, ...]:
         """The indices of the products the group reads."""
         return tuple(i for i, r in enumerate(self.reads) if r is not None)
+
+    @cached_property
+    def keep(self) -> tuple[int, ...]:
+        """The read products the launch also stores."""
+        return tuple(i for i in self.read if self.products[i] in self.stored)
 
     @cached_property
     def product_of(self) -> dict[torch.fx.Node, int]:
@@ -171,13 +175,9 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
     """The epilogue's outputs (its stored products, the views made again from them, the
     group's stored values) from one launch of the epilogue kernel; :class:`Guard` when the
     kernel does not apply (the product step, the views and the group then run apart)."""
-    lhs = [env[p.args[0]] for p in g.products]
-    rhs = [env[p.args[1]] for p in g.products]
-    for a, b in zip(lhs, rhs):
-        if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
-            raise Guard("not 2-D float tensors")
-        if a.dtype != b.dtype or a.shape[1] != b.shape[0]:
-            raise Guard("mixed dtypes or shapes")
+    lhs, rhs = map(list, zip(*product_operands(g.products, env)))
+    if any(a.shape[1] != b.shape[0] for a, b in zip(lhs, rhs)):
+        raise Guard("mixed shapes")
     m = lhs[g.read[0]].shape[0]
     ns = [rhs[i].shape[1] for i in g.read]
     if any(lhs[i].shape[0] != m for i in g.read) or (sum(ns) if g.shared else max(ns)) > PSUM_FMAX:
@@ -190,11 +190,7 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
             values.append(env[x])
             continue
         empty = torch.empty((m, ns[j]), dtype=lhs[g.read[j]].dtype, device="meta")
-        if x is g.products[g.read[j]]:
-            values.append(empty)
-        else:
-            args = torch.fx.node.map_arg(x.args[1:], env.__getitem__)
-            values.append(x.target(empty, *args, **x.kwargs))
+        values.append(empty if x is g.products[g.read[j]] else _view(x, empty, env))
     seg = _group_segment(g.group, values)
     others: list[torch.Tensor] = []
     refs: dict[int, int] = {}  # the group's input index -> the kernel's
@@ -207,7 +203,6 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
             raise Guard(f"a view of {tuple(t.shape)} rows of a ({m}, {ns[j]}) product")
         else:
             refs[i] = j
-    keep = tuple(i for i in g.read if g.products[i] in g.stored)
     res = run(
         K.matmul_epilogue_kernel,
         [a.contiguous() for a in lhs],
@@ -216,16 +211,20 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
         program=_remapped(g, seg.program, refs),
         outs=seg.outs,
         read=g.read,
-        keep=keep,
+        keep=g.keep,
         shared=g.shared,
     )
     res = list(res) if isinstance(res, tuple) else [res]  # (one comes alone)
     stored = dict(zip(g.stored, res))
-    remade = []
-    for v in g.remade:
-        args = torch.fx.node.map_arg(v.args[1:], env.__getitem__)
-        remade.append(v.target(stored[v.args[0]], *args, **v.kwargs))
+    remade = [_view(v, stored[v.args[0]], env) for v in g.remade]
     return [*res[: len(g.stored)], *remade, *seg.done(res[len(g.stored) :])]
+
+
+def _view(v: torch.fx.Node, base: torch.Tensor, env: dict) -> torch.Tensor:
+    """View node ``v`` run on ``base`` in place of its product (its other arguments from
+    ``env``)."""
+    args = torch.fx.node.map_arg(v.args[1:], env.__getitem__)
+    return v.target(base, *args, **v.kwargs)
 
 
 # id(epilogue) -> (the step, its group's program, the program with the kernel's input indices):

@@ -19,7 +19,7 @@ from .torch_fusion_launch import op_names
 from .torch_ops import FLOATS
 from .torch_registry import Guard
 
-__all__ = ["Matmuls", "find_matmuls", "run_matmuls"]
+__all__ = ["Matmuls", "find_matmuls", "product_operands", "run_matmuls"]
 
 
 @dataclass
@@ -76,15 +76,22 @@ def _same_value(a: Any) -> Any:
     return a
 
 
-def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
-    """The products of one launch; :class:`Guard` when the kernels do not apply (the mms then
-    run one by one)."""
-    pairs = [(env[m.args[0]], env[m.args[1]]) for m in g.members]
+def product_operands(products: list, env: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (a, b) values of ``aten::mm`` nodes; :class:`Guard` unless each is a pair of non-empty
+    2-D float tensors of one dtype (what the product kernels take)."""
+    pairs = [(env[m.args[0]], env[m.args[1]]) for m in products]
     for a, b in pairs:
         if any(t.dim() != 2 or t.dtype not in FLOATS or t.numel() == 0 for t in (a, b)):
             raise Guard("not 2-D float tensors")
         if a.dtype != b.dtype:
             raise Guard("mixed dtypes")
+    return pairs
+
+
+def run_matmuls(run: Any, g: Matmuls, env: dict) -> list[torch.Tensor]:
+    """The products of one launch; :class:`Guard` when the kernels do not apply (the mms then
+    run one by one)."""
+    pairs = product_operands(g.members, env)
     bs = [b.contiguous() for _, b in pairs]
     if g.lhs is not None:
         if len({b.dtype for b in bs} | {env[g.lhs].dtype}) > 1:
