@@ -4,9 +4,14 @@ on a tiny Llama (hidden 128, 2 layers, batch 2, seq 32: steady forward, first ca
 issue 24; and the per-launch overhead of an already-traced kernel called from the torch
 backend (the simulator's share of a model run that is not math).
 
-Each figure is the median of ``repeat`` calls after a warm-up (graphs compiled, kernels
-traced), in wall-clock time and in CPU time of this process (steadier on a machine shared with
-other jobs). Run alone: ``python benchmarks/model_runs.py [--repeat 5]``."""
+Each figure is the median of ``repeat`` calls (at least ``MODEL_REPEAT``) after a warm-up
+(graphs compiled, kernels traced), in wall-clock time and in CPU time of this process (steadier
+on a machine shared with other jobs). The compiled and the eager calls alternate, so a machine
+whose speed drifts during the run slows both sides alike. A model row also says how much of a
+compiled call ran inside kernel launches (the mean over its calls, from the graph reports'
+``kernel_seconds``); the rest is the backend's glue between launches, the torch.compile
+wrappers (guards, AOT) and the model's own Python. Run alone:
+``python benchmarks/model_runs.py [--repeat 5]``."""
 
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ TARGETS = {"forward": 20.0, "first call": 2.0, "generate 8 tokens": 5.0, "traini
            "cnn forward": 20.0}  # fmt: skip
 
 
+# the fewest calls a model row's medians are taken over (its calls take milliseconds)
+MODEL_REPEAT = 15
+
+
 def _median(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     """(median wall seconds, median CPU seconds) of ``repeat`` calls."""
     wall, cpu = [], []
@@ -45,6 +54,32 @@ def _median(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     return statistics.median(wall), statistics.median(cpu)
+
+
+def _launch_seconds() -> float:
+    """The seconds every graph of the torch backend has spent in kernel launches so far."""
+    return sum(sum(r.kernel_seconds.values()) for r in reports())
+
+
+def _row(name: str, nki: Callable[[], object], eager: Callable[[], object], repeat: int) -> dict:
+    """A workload's row: ``nki`` (the compiled call) and ``eager`` timed alternately, ``repeat``
+    times each (at least ``MODEL_REPEAT``), with the compiled calls' mean launch seconds."""
+    n = max(repeat, MODEL_REPEAT)
+    times: dict[str, list[tuple[float, float]]] = {"nki": [], "eager": []}
+    launched = 0.0
+    for _ in range(n):
+        for side, fn in (("nki", nki), ("eager", eager)):
+            before = _launch_seconds() if side == "nki" else 0.0
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            times[side].append((time.perf_counter() - t0, time.process_time() - c0))
+            if side == "nki":
+                launched += _launch_seconds() - before
+    (nw, nc), (ew, ec) = ([statistics.median(t[i] for t in times[s]) for i in (0, 1)]
+                          for s in ("nki", "eager"))  # fmt: skip
+    return {"workload": name, "nki_s": nw, "nki_cpu_s": nc, "eager_s": ew, "eager_cpu_s": ec,
+            "ratio": nw / ew, "ratio_cpu": nc / ec, "target": TARGETS[name],
+            "launch_s": launched / n}  # fmt: skip
 
 
 def _llama() -> nn.Module:
@@ -63,12 +98,6 @@ def _cnn() -> nn.Module:
     )  # fmt: skip
 
 
-def _row(name: str, nki: tuple[float, float], eager: tuple[float, float]) -> dict:
-    return {"workload": name, "nki_s": nki[0], "nki_cpu_s": nki[1], "eager_s": eager[0],
-            "eager_cpu_s": eager[1], "ratio": nki[0] / eager[0],
-            "ratio_cpu": nki[1] / eager[1], "target": TARGETS[name]}  # fmt: skip
-
-
 def llama_rows(repeat: int) -> list[dict]:
     torch.manual_seed(0)
     model = _llama().eval()
@@ -82,8 +111,7 @@ def llama_rows(repeat: int) -> list[dict]:
         compiled(x)
         first = (time.perf_counter() - t0, time.process_time() - c0)
         eager(x)
-        rows.append(_row("forward", _median(lambda: compiled(x), repeat),
-                         _median(lambda: eager(x), repeat)))  # fmt: skip
+        rows.append(_row("forward", lambda: compiled(x), lambda: eager(x), repeat))
     rep = reports()[-1]  # the forward graph: kernel launches per call
     rows[-1]["launches"] = sum(rep.kernel_calls.values()) / rep.runs
     rows.append({"workload": "first call", "nki_s": first[0], "nki_cpu_s": first[1],
@@ -101,8 +129,8 @@ def llama_rows(repeat: int) -> list[dict]:
 
     with torch.no_grad():
         assert torch.equal(generate(gen), generate(eager))  # warm-up, and the same tokens
-        rows.append(_row("generate 8 tokens", _median(lambda: generate(gen), repeat),
-                         _median(lambda: generate(eager), repeat)))  # fmt: skip
+        rows.append(_row("generate 8 tokens", lambda: generate(gen), lambda: generate(eager),
+                         repeat))  # fmt: skip
     # a training step: forward and backward graphs, SGD on the CPU
     train = copy.deepcopy(eager).train()
     ref = copy.deepcopy(eager).train()
@@ -114,8 +142,8 @@ def llama_rows(repeat: int) -> list[dict]:
 
     step(train, step_c)
     step(ref, ref)
-    rows.append(_row("training step", _median(lambda: step(train, step_c), repeat),
-                     _median(lambda: step(ref, ref), repeat)))  # fmt: skip
+    rows.append(_row("training step", lambda: step(train, step_c), lambda: step(ref, ref),
+                     repeat))  # fmt: skip
     return rows
 
 
@@ -128,8 +156,7 @@ def cnn_row(repeat: int) -> dict:
     compiled = torch.compile(model, backend="nki")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), eager(x), rtol=1e-4, atol=1e-5)
-        return _row("cnn forward", _median(lambda: compiled(x), repeat),
-                    _median(lambda: eager(x), repeat))  # fmt: skip
+        return _row("cnn forward", lambda: compiled(x), lambda: eager(x), repeat)
 
 
 def launch_overhead(repeat: int = 200) -> list[dict]:
@@ -170,7 +197,8 @@ def report(repeat: int) -> list[dict]:
                 f"{'':>9s} {'':>7s} {'':>7s} {'<' + format(r['target'], 'g') + ' s':>8s}"
             )
             continue
-        launches = f"  ({r['launches']:.0f} kernel launches)" if "launches" in r else ""
+        count = f"{r['launches']:.0f} kernel launches, " if "launches" in r else ""
+        launches = f"  ({count}{r['launch_s'] * 1e3:.1f} ms in launches)"
         print(f"{r['workload']:22s} {r['nki_s'] * 1e3:8.1f}ms {r['nki_cpu_s'] * 1e3:8.1f}ms "
               f"{r['eager_s'] * 1e3:7.2f}ms {r['ratio']:6.1f}x {r['ratio_cpu']:6.1f}x "
               f"{'<' + format(r['target'], 'g') + 'x':>8s}{launches}")  # fmt: skip

@@ -54,3 +54,32 @@ def test_a_failing_peer_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     (row,) = data["results"]
     assert row["triton_error"].startswith("TypeError: only 0-dimensional arrays")
     assert row["auto_matches_numpy"] and "triton_s" not in row
+
+
+def test_a_model_row_alternates_the_calls_and_counts_their_launch_time(monkeypatch):
+    """``model_runs._row`` times the compiled and the eager call in turn (a drifting machine
+    slows both alike) and reports the compiled calls' mean time inside kernel launches, which
+    lies within their wall time."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    import torch
+
+    from benchmarks import model_runs
+
+    compiled = torch.compile(lambda a, b: torch.relu(a @ b) + 1.0, backend="nki")
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    order: list[str] = []
+
+    def nki_call():
+        order.append("nki")
+        return compiled(a, b)
+
+    def eager_call():
+        order.append("eager")
+        return torch.relu(a @ b) + 1.0
+
+    torch.testing.assert_close(nki_call(), eager_call())
+    order.clear()
+    row = model_runs._row("forward", nki_call, eager_call, repeat=2)
+    assert order == ["nki", "eager"] * model_runs.MODEL_REPEAT
+    assert 0 < row["launch_s"] <= row["nki_s"] * 1.5  # (a mean against a median)
+    assert row["ratio"] == row["nki_s"] / row["eager_s"] and row["target"] == 20.0
