@@ -5,6 +5,12 @@
 ``torch_neuronx.xla_impl.ops.nki_jit``) and ``jax_neuronx`` (``nki_call``). torch / jax are
 imported only when ``torch_neuronx.nki_jit`` / ``jax_neuronx.nki_call`` is first used.
 
+``torch_xla`` and ``torch_xla.core.xla_model`` are registered too, for AWS's torch examples,
+which move their tensors to the XLA device before launching a kernel: there the device is the
+CPU (``torch_xla.device()``, ``xm.xla_device()``), and ``torch_xla.sync()`` /
+``xm.mark_step()`` / ``xm.wait_device_ops()`` do nothing (the simulator runs each launch as it
+is called). Any other ``torch_xla`` name is an AttributeError that says so.
+
 It also registers the model-level reference APIs' modules (:data:`MODEL_ALIASES`):
 ``neuronx_distributed`` (ModelBuilder, NxDModel, parallel layers: ``frontends.model_builder``)
 and ``pybuda`` (the pipeline runtime: ``frontends.pipeline``), imported on first use.
@@ -138,6 +144,43 @@ def _forwarding_module(name: str, target: str) -> types.ModuleType:
     return mod
 
 
+def _cpu_device(*_: Any, **__: Any) -> Any:
+    """The device AWS's torch examples move tensors to: the CPU here."""
+    import torch
+
+    return torch.device("cpu")
+
+
+def _no_barrier(*_: Any, **__: Any) -> None:
+    """An XLA barrier (``sync``, ``mark_step``, ``wait_device_ops``): each simulated launch has
+    finished when it returns, so there is nothing to wait for."""
+
+
+def _xla_module(name: str, attrs: dict[str, Any]) -> types.ModuleType:
+    mod = types.ModuleType(name, f"nki-sim compatibility alias ({name}: the CPU as the device)")
+    mod.__path__ = []  # type: ignore[attr-defined]
+    mod.__dict__.update(attrs)
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AttributeError(
+            f"module {name!r} (nki-sim alias) has no attribute {attr!r}: the alias gives "
+            f"{', '.join(sorted(attrs))}"
+        )
+
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    return mod
+
+
+def _xla_aliases() -> dict[str, types.ModuleType]:
+    xm = _xla_module("torch_xla.core.xla_model", {"xla_device": _cpu_device,
+                     "mark_step": _no_barrier, "wait_device_ops": _no_barrier})  # fmt: skip
+    core = _xla_module("torch_xla.core", {"xla_model": xm})
+    top = _xla_module("torch_xla", {"device": _cpu_device, "sync": _no_barrier, "core": core})
+    return {"torch_xla": top, "torch_xla.core": core, "torch_xla.core.xla_model": xm}
+
+
 def _model_aliases() -> dict[str, types.ModuleType]:
     mods = {name: _forwarding_module(name, target) for name, target in MODEL_ALIASES.items()}
     for name, mod in mods.items():  # a child is an attribute of its parent package
@@ -172,6 +215,7 @@ def _aliases() -> dict[str, types.ModuleType]:
         "torch_neuronx.xla_impl": xla_impl,
         "torch_neuronx.xla_impl.ops": ops,
         "jax_neuronx": jn,
+        **_xla_aliases(),
         **_model_aliases(),
     }
 

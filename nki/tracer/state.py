@@ -203,15 +203,31 @@ def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
     return NeedsUnroll(f"{why}: the loop is unrolled", sites, why=why, loc=loc)
 
 
+# what classic mode gives a meaning of its own on a loop iterator (``unroll_for_division``)
+_CLASSIC_MODE_OPS = ("'//'", "'%'")
+
+
 def _concrete_value(x: Any, what: str) -> None:
     """Python needs the integer value of the traced scalar ``x`` (``what`` needs it): restart
-    per core (a program id of an LNC=2 launch) or with its loops unrolled (current API)."""
+    per core (a program id of an LNC=2 launch) or with its loops unrolled (current API). In
+    classic mode a kernel no construct has decided yet restarts as current here: only the
+    current API lets a loop iterator be a Python int (AWS's current examples index lists of
+    tiles with it), and the classic API would reject it."""
     aff = getattr(x, "aff", None)
     st = current()
     if aff is None or st is None:
         return
     syms = aff.symbols()
     request_per_core(f"{what} on nl.program_id", syms)
+    if (
+        st.generation is None
+        and st.default_generation == "classic"
+        and what not in _CLASSIC_MODE_OPS
+        and syms
+        and all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms)
+        and not any(s in st.device_loops for s in syms)
+    ):
+        raise RetraceAs("current", (f"{what} on a loop iterator (a Python int)", user_loc()))
     req = unroll_request(st, syms, f"{what} needs the value of a loop iterator")
     if req is not None:
         raise req

@@ -163,6 +163,51 @@ def test_a_classic_construct_after_a_current_only_choice_retraces_as_classic():
     assert e.value.loc.line == _line(unrolled_then_masked, "rows = min")
 
 
+def tile_list(x):
+    """Row blocks loaded into a list of tiles, stored back through the list indexed by a loop
+    iterator (the way AWS's current matmul examples keep their operand tiles)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for k in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[k * 128 : (k + 1) * 128, :])
+        tiles.append(t)
+    for k in nl.affine_range(x.shape[0] // 128):
+        nisa.dma_copy(dst=out[k * 128 : (k + 1) * 128, :], src=tiles[k])  # LIST
+    return out
+
+
+def tile_list_then_mask(x):
+    out = tile_list(x)
+    i_p = nl.arange(128)[:, None]
+    nl.store(out[0:128, 0:8], value=nl.load(x[0:128, 0:8]), mask=(i_p < 64))  # MASK
+    return out
+
+
+def test_classic_mode_a_loop_iterator_used_as_an_int_makes_the_kernel_current():
+    """In classic mode an ``import nki`` kernel that nothing has decided yet restarts as
+    current when Python needs a loop iterator's int (a list index): the classic API rejects
+    that use, so the kernel is a current one. A classic construct after it (``mask=``) is then
+    the mixed-generations error; a kernel forced classic keeps the classic error."""
+    x = np.random.default_rng(0).random((384, 16), dtype=np.float32)
+    before = classic_mode()
+    set_classic_mode(True)
+    try:
+        k = nki.jit(tile_list)
+        np.testing.assert_array_equal(k(x), x)
+        assert k.last_ir.generation == "current"
+        with pytest.raises(NKIError) as e:
+            nki.jit(tile_list_then_mask)(x)
+        assert e.value.code == "err_mixed_api_generations"
+        assert e.value.loc.line == _line(tile_list_then_mask, "# MASK")
+        with pytest.raises(NKIControlFlowError) as e:
+            nki.jit(tile_list, api="classic")(x)
+        assert e.value.code == "err_dynamic_control_flow_not_supported"
+        assert e.value.loc.line == _line(tile_list, "# LIST")
+    finally:
+        set_classic_mode(before)
+
+
 def _line(fn, mark: str) -> int:
     import inspect
 
