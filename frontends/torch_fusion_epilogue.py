@@ -86,6 +86,12 @@ class Epilogue:
         return tuple(i for i in self.read if self.products[i] in self.stored)
 
     @cached_property
+    def shapes(self) -> dict[tuple, torch.Tensor]:
+        """(group input, rows, columns, dtype, the view's other arguments) -> the input as a
+        tensor without data (``run_epilogue``): the same object every launch of that shape."""
+        return {}
+
+    @cached_property
     def product_of(self) -> dict[torch.fx.Node, int]:
         """Each group input holding a product -> its position in ``read``."""
         return {self.reads[i]: j for j, i in enumerate(self.read)}  # type: ignore[misc]
@@ -189,8 +195,7 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
         if j is None:
             values.append(env[x])
             continue
-        empty = torch.empty((m, ns[j]), dtype=lhs[g.read[j]].dtype, device="meta")
-        values.append(empty if x is g.products[g.read[j]] else _view(x, empty, env))
+        values.append(_shape_of(g, x, m, ns[j], lhs[g.read[j]].dtype, env))
     seg = _group_segment(g.group, values)
     others: list[torch.Tensor] = []
     refs: dict[int, int] = {}  # the group's input index -> the kernel's
@@ -218,6 +223,29 @@ def run_epilogue(run: Any, g: Epilogue, env: dict) -> list[torch.Tensor]:
     stored = dict(zip(g.stored, res))
     remade = [_view(v, stored[v.args[0]], env) for v in g.remade]
     return [*res[: len(g.stored)], *remade, *seg.done(res[len(g.stored) :])]
+
+
+def _shape_of(g: Epilogue, x: torch.fx.Node, m: int, n: int, dtype: Any, env: dict) -> Any:
+    """Group input ``x``, a read (m, n) product or a view of it, as a tensor without data: only
+    its shape is read, so one object serves every launch of that shape (made once, on the meta
+    device)."""
+    product = x is g.products[g.read[g.product_of[x]]]
+    args = () if product else torch.fx.node.map_arg(x.args[1:], env.__getitem__)
+    key = (x, m, n, dtype, _hashable(args))
+    hit = g.shapes.get(key)
+    if hit is None:
+        if len(g.shapes) >= 64:  # (bounded: a dynamic graph's shapes)
+            g.shapes.clear()
+        empty = torch.empty((m, n), dtype=dtype, device="meta")
+        hit = g.shapes[key] = empty if product else x.target(empty, *args, **x.kwargs)
+    return hit
+
+
+def _hashable(args: Any) -> Any:
+    """A view's arguments (ints, lists of ints) as a key."""
+    if isinstance(args, (list, tuple)):
+        return tuple(_hashable(a) for a in args)
+    return args
 
 
 def _view(v: torch.fx.Node, base: torch.Tensor, env: dict) -> torch.Tensor:
