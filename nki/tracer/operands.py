@@ -21,7 +21,7 @@ from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl,
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
 from .handles import DynOffset, NkiTensor, TileOps, _Assigned
-from .state import TraceState, generation, note_generation, state
+from .state import TraceState, decided_by, generation, note_generation, state
 
 
 def check_scope(t: NkiTensor, st: TraceState) -> None:
@@ -143,8 +143,9 @@ def to_mask(mask: object, tile_shape: tuple[int, ...], api: str) -> Mask | MaskC
         return None
     if generation() == "current":
         raise NKIError(
-            f"mask= of '{api}' is classic-API only: the current NKI API has no masks; bound a "
-            "partial tile with min()-sized slices (t[0:rows]) instead",
+            f"mask= of '{api}' is classic-API only, and the kernel is current-API"
+            f"{decided_by()}: the current NKI API has no masks; bound a partial tile with "
+            "min()-sized slices (t[0:rows]) instead",
             code="err_mixed_api_generations",
             loc=user_loc(),
         )

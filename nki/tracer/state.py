@@ -403,15 +403,24 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         st.generation, st.generation_why = gen, (what, loc)
         return
     if st.generation != gen:
-        first, floc = st.generation_why or ("", None)
-        where = f"{floc.file}:{floc.line}" if floc is not None else "the kernel"
         raise NKIError(
             f"kernel '{st.name}' mixes the two NKI API generations: {what} is {gen}-API, but the "
-            f"kernel is {st.generation}-API since {first} at {where}; write the kernel in one "
+            f"kernel is {st.generation}-API{decided_by()}; write the kernel in one "
             f"generation (or force it with nki.jit(api='{st.generation}'))",
             code="err_mixed_api_generations",
             loc=loc,
         )
+
+
+def decided_by() -> str:
+    """What decided the generation of the kernel being traced, with its place (`` since
+    <what> at file:line``), or nothing when nothing has."""
+    st = current()
+    why = None if st is None else st.generation_why
+    if why is None:
+        return ""
+    what, loc = why
+    return f" since {what} at " + (f"{loc.file}:{loc.line}" if loc is not None else "the kernel")
 
 
 def generation(sensitive: bool = False) -> str | None:

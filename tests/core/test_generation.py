@@ -200,6 +200,7 @@ def test_classic_mode_a_loop_iterator_used_as_an_int_makes_the_kernel_current():
             nki.jit(tile_list_then_mask)(x)
         assert e.value.code == "err_mixed_api_generations"
         assert e.value.loc.line == _line(tile_list_then_mask, "# MASK")
+        assert f"test_generation.py:{_line(tile_list, '# LIST')}" in str(e.value)  # the decider
         with pytest.raises(NKIControlFlowError) as e:
             nki.jit(tile_list, api="classic")(x)
         assert e.value.code == "err_dynamic_control_flow_not_supported"
