@@ -231,13 +231,18 @@ def _shape_of(g: Epilogue, x: torch.fx.Node, m: int, n: int, dtype: Any, env: di
     device)."""
     product = x is g.products[g.read[g.product_of[x]]]
     args = () if product else torch.fx.node.map_arg(x.args[1:], env.__getitem__)
-    key = (x, m, n, dtype, _hashable(args))
-    hit = g.shapes.get(key)
+    key: tuple | None = (x, m, n, dtype, _hashable(args))
+    try:
+        hit = g.shapes.get(key)  # type: ignore[arg-type]
+    except TypeError:  # (an argument that is no key: made each time)
+        key, hit = None, None
     if hit is None:
-        if len(g.shapes) >= 64:  # (bounded: a dynamic graph's shapes)
-            g.shapes.clear()
         empty = torch.empty((m, n), dtype=dtype, device="meta")
-        hit = g.shapes[key] = empty if product else x.target(empty, *args, **x.kwargs)
+        hit = empty if product else x.target(empty, *args, **x.kwargs)
+        if key is not None:
+            if len(g.shapes) >= 64:  # (bounded: a dynamic graph's shapes)
+                g.shapes.clear()
+            g.shapes[key] = hit
     return hit
 
 

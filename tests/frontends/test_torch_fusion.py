@@ -672,3 +672,23 @@ def test_a_training_step_runs_products_with_their_chains_bitwise():
     # by the same launches
     assert bwd.kernel_calls[EPILOGUE] == 2 and "matmul_pairs_kernel" not in bwd.kernel_calls
     assert sum(bwd.kernel_calls.values()) < sum(ref.kernel_calls.values())
+
+
+def test_epilogue_read_product_shapes_are_made_once_per_step_and_shape():
+    """The data-free tensors standing for an epilogue's read products (and their views) are
+    made once per step and shape: the same object on every launch, the view's own shape, and a
+    new one when the rows change."""
+    from types import SimpleNamespace
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from frontends.torch_fusion_epilogue import _shape_of
+
+    gm = make_fx(lambda a: a.view(-1, 4, 8))(torch.randn(8, 8))
+    view = next(n for n in gm.graph.nodes if n.op == "call_function")
+    step = SimpleNamespace(products=[view.args[0]], read=(0,), product_of={view: 0}, shapes={})
+    a = _shape_of(step, view, 8, 8, torch.float32, {})
+    assert a.device.type == "meta" and tuple(a.shape) == (2, 4, 8)
+    assert _shape_of(step, view, 8, 8, torch.float32, {}) is a
+    b = _shape_of(step, view, 16, 8, torch.float32, {})
+    assert tuple(b.shape) == (4, 4, 8) and _shape_of(step, view, 16, 8, torch.float32, {}) is b
