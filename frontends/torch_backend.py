@@ -53,6 +53,7 @@ from . import torch_fusion as fusion
 from .common import configured
 from .gc_window import new_objects_only
 from .torch_estimates import device_us
+from .torch_fusion_rules import schema_name
 from .torch_registry import (
     NKI_CUSTOM_OPS,
     Guard,
@@ -252,11 +253,6 @@ class _Run:
         self.used.append(name)
 
 
-def _schema_name(target: Any) -> str | None:
-    schema = getattr(target, "_schema", None)
-    return schema.name if schema is not None else None
-
-
 def _hint(v: Any) -> int:
     """A size or stride of a fake value as an int: symbolic ones by their hint (used only to
     order dims, never as the size of this call)."""
@@ -406,7 +402,7 @@ class _Plan:
             if n.op != "call_function":
                 continue
             torch_attention.drop_unread_lse(n)  # (an inference graph never reads it)
-            name = None if n.target is operator.getitem else _schema_name(n.target)
+            name = None if n.target is operator.getitem else schema_name(n.target)
             if name is None:
                 self.kind[n] = (_PLAIN, None)
                 continue

@@ -24,7 +24,7 @@ from nki.kernels._tiles import PSUM_FMAX
 
 from .torch_fusion_launch import Group, _group_segment, op_names
 from .torch_fusion_matmul import _VIEWS, Matmuls, product_operands
-from .torch_fusion_rules import writes_operand
+from .torch_fusion_rules import schema_name, writes_operand
 from .torch_registry import Guard
 
 __all__ = ["Epilogue", "run_epilogue", "with_epilogues"]
@@ -102,14 +102,11 @@ def _members(mm: Any) -> list[torch.fx.Node]:
     return list(mm.members) if isinstance(mm, Matmuls) else [mm]
 
 
-def _name(n: Any) -> str | None:
-    schema = getattr(getattr(n, "target", None), "_schema", None)
-    return schema.name if schema is not None else None
-
-
 def _row_view(v: Any, p: torch.fx.Node) -> bool:
     """``v`` is a view of product ``p`` keeping its last dim (so its rows are p's rows)."""
-    if not isinstance(v, torch.fx.Node) or _name(v) not in _VIEWS or v.args[:1] != (p,):
+    if not isinstance(v, torch.fx.Node) or v.args[:1] != (p,):
+        return False
+    if schema_name(v.target) not in _VIEWS:
         return False
     val, pv = v.meta.get("val"), p.meta.get("val")
     return isinstance(val, torch.Tensor) and val.dim() >= 1 and val.shape[-1] == pv.shape[-1]
@@ -162,7 +159,7 @@ def with_epilogues(nodes: list[torch.fx.Node], groups: list, mms: set[torch.fx.N
         if not isinstance(g, Group):
             continue
         for a in g.inputs:  # (a product, or a view of one)
-            p = a if _name(a) == "aten::mm" else a.args[0] if a.args else None
+            p = a if schema_name(a.target) == "aten::mm" else a.args[0] if a.args else None
             mm = step_of.get(p) if isinstance(p, torch.fx.Node) else None
             if mm is None or (isinstance(mm, torch.fx.Node) and mm in inside):
                 continue

@@ -16,6 +16,7 @@ import torch.fx
 import nki.kernels as K
 
 from .torch_fusion_launch import op_names
+from .torch_fusion_rules import schema_name
 from .torch_ops import FLOATS
 from .torch_registry import Guard
 
@@ -68,8 +69,7 @@ _VIEWS = ("aten::view", "aten::_unsafe_view", "aten::reshape")
 def _same_value(a: Any) -> Any:
     """A key equal for nodes that hold the same value: a view of a node to a static shape is
     keyed by the node and the shape."""
-    name = getattr(getattr(a, "target", None), "_schema", None)
-    if name is not None and name.name in _VIEWS and len(a.args) == 2:
+    if schema_name(getattr(a, "target", None)) in _VIEWS and len(a.args) == 2:
         shape = a.args[1]
         if isinstance(shape, (list, tuple)) and all(type(s) is int for s in shape):
             return ("view", a.args[0], tuple(shape))

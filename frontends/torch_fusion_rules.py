@@ -278,6 +278,13 @@ def fusable(n: torch.fx.Node, name: str | None) -> _Spec | None:
     return rule(n)
 
 
+def schema_name(target: Any) -> str | None:
+    """The ATen schema name of a node's target (``"aten::mm"``), or None for a target without a
+    schema (a Python function, ``operator.getitem``)."""
+    schema = getattr(target, "_schema", None)
+    return schema.name if schema is not None else None
+
+
 def writes_operand(n: torch.fx.Node) -> bool:
     """Whether the node writes one of its operands (an in-place ATen op)."""
     schema = getattr(n.target, "_schema", None)

@@ -187,15 +187,21 @@ def _where(loc: SrcLoc | None) -> str:
     return f"{os.path.basename(loc.file)}:{loc.line}" if loc is not None else "the kernel"
 
 
+def _unrollable(st: TraceState, syms: Any) -> bool:
+    """``syms`` are loop iterators the trace can unroll: at least one, and all of them iterators
+    of trace-time loops (not device loops)."""
+    return (
+        bool(syms)
+        and all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms)
+        and not any(s in st.device_loops for s in syms)
+    )
+
+
 def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
     """The request to unroll the symbolic loops of ``syms`` because ``why`` (a current-API
     kernel: its iterators are Python ints); None for a classic kernel or when ``syms`` are not
     all trace-time loop iterators."""
-    if effective_generation(st) == "classic" or not syms:
-        return None
-    if not all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms):
-        return None
-    if any(s in st.device_loops for s in syms):
+    if effective_generation(st) == "classic" or not _unrollable(st, syms):
         return None
     loc = user_loc()
     why = f"{why} at {_where(loc)}"
@@ -203,7 +209,8 @@ def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
     return NeedsUnroll(f"{why}: the loop is unrolled", sites, why=why, loc=loc)
 
 
-# what classic mode gives a meaning of its own on a loop iterator (``unroll_for_division``)
+# what classic mode gives a meaning of its own on a loop iterator (``unroll_for_division``), as
+# ``symbolic._non_affine`` names the operator when it asks for the iterator's value
 _CLASSIC_MODE_OPS = ("'//'", "'%'")
 
 
@@ -223,9 +230,7 @@ def _concrete_value(x: Any, what: str) -> None:
         st.generation is None
         and st.default_generation == "classic"
         and what not in _CLASSIC_MODE_OPS
-        and syms
-        and all(isinstance(s, LoopSym) and s in st.loop_sites for s in syms)
-        and not any(s in st.device_loops for s in syms)
+        and _unrollable(st, syms)
     ):
         raise RetraceAs("current", (f"{what} on a loop iterator (a Python int)", user_loc()))
     req = unroll_request(st, syms, f"{what} needs the value of a loop iterator")
