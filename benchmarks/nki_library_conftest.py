@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.dtypes
 import nki.language as nl
 import nki.typing
 
@@ -37,19 +38,34 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
     return m
 
 
+def _packed(d: np.dtype) -> str | None:
+    return (d.metadata or {}).get("nki")
+
+
+def _static_cast(x: Any, dtype: Any) -> np.ndarray:
+    """AWS's ``static_cast``: a packed MX array is unpacked ([..., F] -> [..., 4F] values) and
+    values cast to a packed MX dtype are packed four to an element."""
+    a, to = np.asarray(x), np.dtype(dtype)
+    if _packed(a.dtype):
+        a = nki.dtypes.unpack_x4(a).reshape(*a.shape[:-1], a.shape[-1] * 4)
+    if _packed(to):
+        return nki.dtypes.pack_x4(a.reshape(*a.shape[:-1], -1, 4), _packed(to))
+    return a.astype(to)
+
+
 # AWS's dtype package: what the tests use of it
 _module(
     "neuron_dtypes",
-    static_cast=lambda x, dtype: np.asarray(x).astype(dtype),
+    static_cast=_static_cast,
     is_float_type=lambda d: np.dtype(d).kind == "f" or np.dtype(d) in _FP8,
     sizeinbytes=lambda d: np.dtype(d).itemsize,
     finfo=ml_dtypes.finfo,
     bfloat16=ml_dtypes.bfloat16,
     float8_e4m3=ml_dtypes.float8_e4m3fn,
     float8_e5m2=ml_dtypes.float8_e5m2,
-    float8_e4m3fn_x4=nl.float8_e4m3fn_x4,
-    float8_e5m2_x4=nl.float8_e5m2_x4,
-    float4_e2m1fn_x4=nl.float4_e2m1fn_x4,
+    float8_e4m3fn_x4=np.dtype(nl.float8_e4m3fn_x4),
+    float8_e5m2_x4=np.dtype(nl.float8_e5m2_x4),
+    float4_e2m1fn_x4=np.dtype(nl.float4_e2m1fn_x4),
 )
 _module("neuronxcc")
 _module("neuronxcc.nki", typing=nki.typing)
@@ -127,8 +143,8 @@ class SimulatorOrchestrator:
         for (name, ref), out in zip(want.items(), got):
             if not isinstance(ref, np.ndarray):
                 continue  # (a custom validator)
-            actual = np.asarray(out).astype(np.float32)
-            if not maxAllClose(actual, ref.astype(np.float32), rtol, atol, verbose=1):
+            actual, ref = (_static_cast(a, np.float32) for a in (out, ref))  # (MX: values)
+            if not maxAllClose(actual, ref, rtol, atol, verbose=1):
                 bad.append(name)
         assert not bad, f"outputs {bad} differ from the torch reference"
 
@@ -142,10 +158,14 @@ def test_manager() -> SimulatorOrchestrator:
 
 
 @pytest.fixture
-def platform_target() -> Any:
+def platform_target(request: pytest.FixtureRequest) -> Any:
+    """trn2, or trn3 for a test whose ``platforms`` mark excludes trn2 (the library's own run
+    deselects a test its target excludes; here each test runs on a target it supports)."""
     from test.utils.common_dataclasses import Platforms
 
-    return Platforms.TRN2
+    mark = request.node.get_closest_marker("platforms")
+    excluded = set(mark.kwargs.get("exclude") or []) if mark else set()
+    return next((p for p in (Platforms.TRN2, Platforms.TRN3) if p not in excluded), Platforms.TRN2)
 
 
 @pytest.fixture
@@ -153,7 +173,27 @@ def collector() -> None:
     return None
 
 
+def _range_tests(metafunc: Any) -> None:
+    """The cases of a ``@range_test_config`` test (the library's older parametrisation), as its
+    own conftest makes them."""
+    from test.utils import ranged_test_harness as rt
+
+    config = getattr(metafunc.function, rt.RANGE_TEST_CONFIG_ATTR_KEY)
+    extra = {}
+    if hasattr(metafunc.function, rt.RANGE_TEST_LIMIT_NUM_TESTS_ATTR_KEY):
+        extra[rt.RANGE_TEST_LIMIT_NUM_TESTS_ATTR_KEY] = getattr(
+            metafunc.function, rt.RANGE_TEST_LIMIT_NUM_TESTS_ATTR_KEY
+        )
+    ids, cases = rt.RangeTestHarness(config, **extra).get_unique_test_cases()
+    metafunc.parametrize(rt.RANGE_TEST_FIXTURE_NAME, cases, ids=ids)
+
+
 def pytest_generate_tests(metafunc: Any) -> None:
+    from test.utils.ranged_test_harness import RANGE_TEST_FIXTURE_NAME
+
+    if RANGE_TEST_FIXTURE_NAME in metafunc.fixturenames:
+        _range_tests(metafunc)
+        return
     marker = metafunc.definition.get_closest_marker("coverage_parametrize")
     if not marker:
         return

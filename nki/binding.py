@@ -59,6 +59,8 @@ _GRID_KEYS: dict[int, tuple[Grid, str]] = {}
 
 def dtype_name(dtype: np.dtype) -> str:
     """``dtypes.name_of(dtype)``, its error for a dtype NKI lacks included."""
+    if dtype.metadata is not None:  # (a packed MX dtype is equal to its storage dtype: no key)
+        return dtypes.name_of(dtype)
     name = DTYPE_NAMES.get(dtype)
     if name is None:
         name = DTYPE_NAMES.setdefault(dtype, dtypes.name_of(dtype))

@@ -43,10 +43,15 @@ _INFOS = [
     DTypeInfo("bool_", np.dtype(np.bool_), "b", 8),
     # Microscaling (MX) packed types: four fp8 / fp4 values in one 32- / 16-bit element (value
     # i of element k is logical element 4k + i, in byte / nibble i, little-endian). nki-sim
-    # stores them as their raw bits (unsigned integers); only the MX instructions unpack them.
-    DTypeInfo("float8_e5m2_x4", np.dtype(np.uint32), "u", 32),
-    DTypeInfo("float8_e4m3fn_x4", np.dtype(np.uint32), "u", 32),
-    DTypeInfo("float4_e2m1fn_x4", np.dtype(np.uint16), "u", 16),
+    # stores them as their raw bits: an unsigned integer dtype tagged with the packed name
+    # (NumPy metadata, kept by views and copies), so an array of them says what it holds.
+    DTypeInfo("float8_e5m2_x4", np.dtype(np.uint32, metadata={"nki": "float8_e5m2_x4"}), "u", 32),
+    DTypeInfo(
+        "float8_e4m3fn_x4", np.dtype(np.uint32, metadata={"nki": "float8_e4m3fn_x4"}), "u", 32
+    ),
+    DTypeInfo(
+        "float4_e2m1fn_x4", np.dtype(np.uint16, metadata={"nki": "float4_e2m1fn_x4"}), "u", 16
+    ),
 ]
 PACKED_X4 = {  # packed MX dtype -> the dtype of each of its four values
     "float8_e5m2_x4": "float8_e5m2",
@@ -54,6 +59,10 @@ PACKED_X4 = {  # packed MX dtype -> the dtype of each of its four values
     "float4_e2m1fn_x4": "float4_e2m1fn",
 }
 INFO: dict[str, DTypeInfo] = {i.name: i for i in _INFOS}
+# NumPy knows the packed names, as AWS's dtype package registers them: a test's
+# ``np.zeros(shape, dtype=nl.float8_e4m3fn_x4)`` makes the tagged raw-bits array a kernel takes
+for _name in PACKED_X4:
+    np.sctypeDict.setdefault(_name, INFO[_name].np_dtype)
 _BY_NP: dict[np.dtype, str] = {}
 for _i in _INFOS:
     _BY_NP.setdefault(_i.np_dtype, _i.name)  # float32 wins over tfloat32
@@ -141,6 +150,8 @@ def name_of(dtype: object) -> str:
         npd = np.dtype(dtype)  # type: ignore[arg-type]
     except TypeError:
         npd = None
+    if npd is not None and npd.metadata is not None and npd.metadata.get("nki") in PACKED_X4:
+        return npd.metadata["nki"]  # (a packed MX array: equal to its storage dtype otherwise)
     if npd is not None and npd in _BY_NP:
         return _BY_NP[npd]
     raise NKITypeError(
@@ -149,6 +160,44 @@ def name_of(dtype: object) -> str:
         + " (no 64-bit or complex types)",
         code="err_unsupported_dtype",
     )
+
+
+_X4_ELEMENT = {
+    "float8_e5m2_x4": np.dtype(ml_dtypes.float8_e5m2),
+    "float8_e4m3fn_x4": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float4_e2m1fn_x4": np.dtype(ml_dtypes.float4_e2m1fn),
+}
+
+
+def unpack_x4(raw: np.ndarray, packed: str | None = None) -> np.ndarray:
+    """The values of packed MX elements as fp32, shape ``(*raw.shape, 4)`` (value ``i`` of an
+    element in its byte / nibble ``i``). ``packed``: the MX dtype (default: the one ``raw``'s
+    dtype is tagged with)."""
+    packed = packed or name_of(np.asarray(raw).dtype)
+    if packed not in PACKED_X4:
+        raise NKITypeError(f"unpack_x4 needs a packed MX dtype ({', '.join(PACKED_X4)}), "
+                           f"not {packed}", code="err_unsupported_dtype")  # fmt: skip
+    width = 4 if packed.startswith("float4") else 8
+    bits = np.asarray(raw).astype(np.uint32)
+    parts = (bits[..., None] >> (width * np.arange(4, dtype=np.uint32))) & ((1 << width) - 1)
+    return parts.astype(np.uint8).view(_X4_ELEMENT[packed]).astype(np.float32)
+
+
+def pack_x4(values: np.ndarray, packed: str) -> np.ndarray:
+    """Values ``(..., 4)`` rounded to the MX dtype ``packed``'s element (to nearest even, as
+    ml_dtypes converts) and packed four to an element, in ``packed``'s tagged storage dtype."""
+    packed = name_of(packed)
+    if packed not in PACKED_X4:
+        raise NKITypeError(f"pack_x4 packs into {', '.join(PACKED_X4)}, not {packed}",
+                           code="err_unsupported_dtype")  # fmt: skip
+    v = np.asarray(values, dtype=np.float32)
+    if v.shape[-1:] != (4,):
+        raise NKITypeError(f"pack_x4 takes values of shape (..., 4), not {v.shape}",
+                           code="err_invalid_argument")  # fmt: skip
+    width = 4 if packed.startswith("float4") else 8
+    parts = v.astype(_X4_ELEMENT[packed]).view(np.uint8).astype(np.uint32) & ((1 << width) - 1)
+    bits = np.bitwise_or.reduce(parts << (width * np.arange(4, dtype=np.uint32)), axis=-1)
+    return bits.astype(INFO[packed].np_dtype)
 
 
 def dtype(d: object) -> NkiDtype:

@@ -287,11 +287,12 @@ class Kernel:
         names = DTYPE_NAMES  # (a dtype's NKI name; ``_param_dtype`` the first time)
         for name, v in bound.arguments.items():
             if isinstance(v, np.ndarray):
-                dt = names.get(v.dtype) or self._param_dtype(name, v)
+                dt = v.dtype
+                dt = (dt.metadata is None and names.get(dt)) or self._param_dtype(name, v)
                 key_parts.append((name, "T", v.shape, dt))
             elif isinstance(v, (list, tuple)) and array_list(v):
-                elems = tuple([(e.shape, names.get(e.dtype) or self._param_dtype(name, e))
-                               for e in v])  # fmt: skip
+                elems = tuple([(e.shape, (e.dtype.metadata is None and names.get(e.dtype))
+                                or self._param_dtype(name, e)) for e in v])  # fmt: skip
                 key_parts.append((name, "L", type(v).__name__, elems))
             else:
                 key_parts.append((name, "S", static_key(v)))

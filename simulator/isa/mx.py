@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from nki.dtypes import PACKED_X4
+from nki.dtypes import pack_x4, unpack_x4
 from nki.ir import Access, Instr
 
 from .. import numerics
@@ -14,28 +13,7 @@ from ..executors import executes
 from ..memory import Ctx
 from .common import check_tile_position, dst_of, dtype_of, matmul_write, src_tile
 
-_ELEMENT = {
-    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
-    "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
-}
 EMAX = {"float8_e4m3fn_x4": 8, "float8_e5m2_x4": 15}  # exponent of the largest normal value
-
-
-def unpack_x4(raw: np.ndarray, packed: str) -> np.ndarray:
-    """The four values of each packed element as fp32: shape (*raw.shape, 4)."""
-    elem = _ELEMENT[PACKED_X4[packed]]
-    bits = np.asarray(raw).astype(np.uint32)
-    width = 4 if packed.startswith("float4") else 8
-    parts = (bits[..., None] >> (width * np.arange(4, dtype=np.uint32))) & ((1 << width) - 1)
-    return parts.astype(np.uint8).view(elem).astype(np.float32)
-
-
-def pack_x4(values: np.ndarray, packed: str) -> np.ndarray:
-    """fp32 values (..., 4) rounded to the packed type's element (nearest-even) and packed."""
-    elem = _ELEMENT[PACKED_X4[packed]]
-    parts = values.astype(elem).view(np.uint8).astype(np.uint32)
-    return np.bitwise_or.reduce(parts << (8 * np.arange(4, dtype=np.uint32)), axis=-1)
 
 
 def _scale_rows(groups: int) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 
 import nki.isa as nisa
 import nki.language as nl
+from nki.dtypes import name_of, pack_x4, unpack_x4
 from nki.errors import NKIError
 
 from helpers import expect_error, run
@@ -235,3 +236,39 @@ def test_nc_matmul_mx_row_tiling_places_rows_without_changing_the_result():
             fragments=[frag],
             target="trn3",
         )
+
+
+def k_quantize_into(x, out_data, out_scale):
+    """The library's way: the caller passes the packed output; its dtype types the tile."""
+    q = nl.ndarray(out_data.shape, dtype=out_data.dtype, buffer=nl.sbuf)
+    s = nl.ndarray(out_scale.shape, dtype=out_scale.dtype, buffer=nl.sbuf)
+    nisa.memset(s, 0)
+    nisa.quantize_mx(q, _load(x), s)
+    nisa.dma_copy(out_data, q)
+    nisa.dma_copy(out_scale, s)
+    return out_data, out_scale
+
+
+def test_numpy_arrays_of_packed_dtypes_keep_their_type_into_the_kernel():
+    x = (RNG.standard_normal((32, 16)) * 5).astype(BF16)
+    data = np.zeros((32, 4), dtype=nl.float8_e5m2_x4)  # (NumPy knows the packed names)
+    assert data.dtype == np.uint32 and name_of(data.dtype) == "float8_e5m2_x4"
+    q, s = run(k_quantize_into, x, data, np.zeros((32, 4), np.uint8), target="trn3")
+    want_q, exps, deq = mx_reference(x, "float8_e5m2_x4")
+    np.testing.assert_array_equal(q, want_q)
+    assert name_of(q.dtype) == "float8_e5m2_x4"
+    np.testing.assert_array_equal(s[:4], (exps + 127).astype(np.uint8))
+    # unpacked with the group scales, the values are the reference's dequantised ones
+    scale = np.repeat(np.exp2(exps.astype(np.float64)), 8, axis=0).repeat(4, axis=1)
+    np.testing.assert_array_equal(unpack_x4(q).reshape(32, 16) * scale, deq)
+
+
+def test_pack_x4_and_unpack_x4_round_values_and_place_them_by_byte_or_nibble():
+    v = (RNG.standard_normal((3, 6, 4)) * 4).astype(np.float32)
+    for packed, elem in (*FP8.items(), ("float4_e2m1fn_x4", ml_dtypes.float4_e2m1fn)):
+        bits = pack_x4(v, packed)
+        assert name_of(bits.dtype) == packed and bits.shape == (3, 6)
+        np.testing.assert_array_equal(unpack_x4(bits), v.astype(elem).astype(np.float32))
+    one = np.eye(4, dtype=np.float32)  # 1.0 as value i of element i
+    assert list(pack_x4(one, nl.float4_e2m1fn_x4)) == [0x2, 0x20, 0x200, 0x2000]  # fp4 1.0: 0b0010
+    assert list(pack_x4(one, nl.float8_e4m3fn_x4)) == [0x38 << (8 * i) for i in range(4)]
