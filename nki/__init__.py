@@ -29,7 +29,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "trace": ("nki.classic", "trace"),
     "estimate": ("nki.estimates", "estimate"),
     "NKIError": ("nki.errors", "NKIError"),
-    "dtype": ("nki.dtypes", "NkiDtype"),  # the dtype type kernels annotate with (nki.dtype)
+    "dtype": ("nki.dtype", None),  # the dtype constants; kernels annotate with it too
     "tensor": ("nki.tracer", "NkiTensor"),  # the traced tensor type (classic nki.tensor)
     "errors": ("nki.errors", None),
     "language": ("nki.language", None),

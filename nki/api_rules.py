@@ -162,11 +162,12 @@ RULES: tuple[ApiRule, ...] = (
         note="the classic nc_transpose(data, dtype=...) inserts a cast",
     ),
     ApiRule(
-        "dma_transpose.dtype", "nisa.dma_transpose(dst, src)",
-        "a direct DMA transpose moves 2-byte dtypes (src.dtype is 2 bytes)",
-        f"{_ISA}: nki.isa.dma_transpose, DMA direct transpose constraints", (CURRENT,),
-        "err_unsupported_dtype", "NKITypeError",
-        note="the classic page states no dtype limit",
+        "dma_transpose.dtype", "nisa.dma_transpose(dst, src, dge_mode=nisa.dge_mode.hwdge)",
+        "a hardware-DGE DMA transpose (dge_mode=hwdge) moves 2-byte dtypes (src.dtype is 2 "
+        "bytes)", f"{_ISA}: nki.isa.dma_transpose, DMA direct transpose constraints",
+        (CURRENT,), "err_unsupported_dtype", "NKITypeError",
+        note="the classic page states no dtype limit; with the default dge_mode the compiler "
+        "picks the path, and AWS's NKI library transposes int32 that way",
     ),
     ApiRule(
         "affine_select.on_true_sbuf", "nisa.affine_select(on_true_tile=<PSUM tile>)",

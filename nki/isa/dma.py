@@ -112,9 +112,9 @@ _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
     """The destination-first dma_transpose's ``dge_mode``: which engine generates the
-    descriptors, the same transpose either way (the hardware-DGE shape limits are not
-    checked)."""
-    _dge(a.pop("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
+    descriptors, the same transpose either way (of the hardware-DGE limits, its 2-byte dtype is
+    checked; its shape limits are not)."""
+    a["dge_mode"] = _dge(a.get("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
     return generic_current(name, dst, a)
 
 
@@ -135,10 +135,10 @@ def dma_transpose(
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """
     c = Call("dma_transpose", dtype)
-    _dge(dge_mode, c.api)
+    dge = _dge(dge_mode, c.api)
     sacc, stile = c.tile(src, "src", _DMA_BUFFERS, compute=False)
-    if dtypes.itemsize(stile.decl.dtype) != 2:
-        broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src")
+    if dge == _dge_mode.hwdge and dtypes.itemsize(stile.decl.dtype) != 2:
+        broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src with dge_mode=hwdge")
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
     try:

@@ -255,5 +255,6 @@ def install() -> None:
         return view_dtype(self, dtype)
 
     view.__doc__ = view_dtype.__doc__
-    NkiTensor.view = view  # type: ignore[method-assign]
-    View.view = view  # type: ignore[attr-defined]
+    for cls in (NkiTensor, View):  # (``reinterpret_cast``: the current API's other name for it)
+        cls.view = view  # type: ignore[method-assign,attr-defined]
+        cls.reinterpret_cast = view  # type: ignore[attr-defined]

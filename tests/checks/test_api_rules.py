@@ -412,7 +412,13 @@ def k_transpose_cast_classic(x):
 
 def k_dma_transpose_fp32(x):
     t = _tile((x.shape[1], x.shape[0]))
-    nisa.dma_transpose(t, x)  # ERR
+    nisa.dma_transpose(t, x, dge_mode=nisa.dge_mode.hwdge)  # ERR
+    return _store(t)
+
+
+def k_dma_transpose_fp32_default_dge(x):
+    t = _tile((x.shape[1], x.shape[0]))
+    nisa.dma_transpose(t, x)  # (the compiler picks the DMA path: any element width)
     return _store(t)
 
 
@@ -533,7 +539,7 @@ CURRENT_RULES = [
     ("nc_transpose.dtype", k_transpose_cast, _X, "trn2", NKITypeError, "err_dtype_mismatch",
      ["data float32 and dst bfloat16"]),
     ("dma_transpose.dtype", k_dma_transpose_fp32, _X, "trn2", NKITypeError,
-     "err_unsupported_dtype", ["a float32 src"]),
+     "err_unsupported_dtype", ["a float32 src with dge_mode=hwdge"]),
     ("affine_select.on_true_sbuf", k_select_from_psum, _X, "trn2", NKIMemoryError,
      "err_unsupported_memory", ["the PSUM tile 'ps'"]),
     ("dropout.dst_dtype", k_dropout_cast, _X, "trn2", NKITypeError, "err_dtype_mismatch",
@@ -580,6 +586,12 @@ def test_raw_integer_enums_in_a_classic_kernel():
         return out
 
     close(run(k, _X, jit_opts=CLASSIC), _X)
+
+
+def test_dma_transpose_of_four_byte_elements_with_the_default_dge_mode():
+    np.testing.assert_array_equal(run(k_dma_transpose_fp32_default_dge, _X), _X.T)
+    xi = (_X * 100).astype(np.int32)
+    np.testing.assert_array_equal(run(k_dma_transpose_fp32_default_dge, xi), xi.T)
 
 
 def test_dma_copy_engine_with_hwdge_and_priority_on_trn3():

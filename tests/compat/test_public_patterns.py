@@ -333,3 +333,26 @@ def test_lists_of_tensor_arguments():
     # another list length is another trace
     got2 = nki.simulate(chain_of_layers)(x, ws[:1], cs[:1])
     np.testing.assert_allclose(got2, x * ws[0], rtol=1e-6)
+
+
+def test_nki_dtype_is_a_module_of_numpy_usable_dtypes():
+    """AWS's library tests ``import nki.dtype as nt`` and make host data with its names."""
+    import ml_dtypes
+
+    import nki.dtype as nt
+
+    assert nki.dtype is nt and nt.bfloat16 is nl.bfloat16
+    w = RNG.standard_normal((P, 32)).astype(np.float32)
+    w8 = (w / 4).astype(nt.float8_e4m3)
+    assert w8.dtype == np.dtype(ml_dtypes.float8_e4m3)
+    np.testing.assert_array_equal(np.zeros((2, 3), dtype=nt.float8_e4m3fn).view(np.uint8), 0)
+
+    @nki.jit
+    def widen(x):
+        out = nl.ndarray(x.shape, dtype=nt.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=nt.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=nl.load(x))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(widen(w8), w8.astype(np.float32))

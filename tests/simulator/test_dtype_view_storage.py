@@ -100,3 +100,19 @@ def test_full_checks_follow_a_tile_read_at_another_width():
     x = np.random.default_rng(0).standard_normal((128, 2)).astype(np.float32)
     got = as_bytes.configure(checks="full")(x)
     np.testing.assert_array_equal(got, x.view(np.uint8))
+
+
+def test_reinterpret_cast_is_the_current_apis_name_for_view():
+    """``t.reinterpret_cast(dtype)`` (nki 0.7) reads the same bytes as ``t.view(dtype)``, on
+    chip and in HBM."""
+
+    @nki.jit
+    def as_words(x):
+        out = nl.ndarray((128, 2), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.reinterpret_cast(nl.uint8))
+        nisa.dma_copy(dst=out, src=t.reinterpret_cast(nl.int32))
+        return out
+
+    x = np.random.default_rng(1).standard_normal((128, 2)).astype(np.float32)
+    np.testing.assert_array_equal(as_words(x), x.view(np.int32))
