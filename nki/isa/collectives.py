@@ -73,18 +73,19 @@ def core_barrier(data: Any, cores: Any, engine: Any = engine.gpsimd, name: Any =
     """Both cores of an LNC=2 launch wait here until each has reached it.
 
     Constraints: NeuronCore-v3+ (trn2 / trn3); a ``kernel[2]`` launch; ``cores`` is ``(0, 1)``
-    (the only supported set); ``data`` is the shared-HBM tensor the cores synchronise on (its
-    contents are not changed). Barriers pair up in program order: the k-th of one core meets the
-    k-th of the other, and a core that ends or reaches a different synchronisation first is a
-    run-time error."""
+    (the only supported set); ``data`` is the tensor the cores synchronise on, in shared HBM
+    as documented, or in SBUF as AWS's NKI library also passes it (its contents are not
+    changed; the barrier orders every shared-HBM access of the two cores either way). Barriers
+    pair up in program order: the k-th of one core meets the k-th of the other, and a core that
+    ends or reaches a different synchronisation first is a run-time error."""
     api = _spec.get("core_barrier").api
     check_available("core_barrier", api)
     _core(api)  # first: the arguments may use the program id
     acc, t = operand(data, api, "data")
-    if t.buffer != "shared_hbm":
+    if t.buffer not in ("shared_hbm", "sbuf"):
         raise NKIError(
             f"'{api}' data must be a tensor in shared HBM (a kernel parameter or "
-            f"nl.ndarray(..., buffer=nl.shared_hbm)), got {t.label} in {t.buffer}",
+            f"nl.ndarray(..., buffer=nl.shared_hbm)) or in SBUF, got {t.label} in {t.buffer}",
             code="err_unsupported_memory",
             loc=user_loc(),
         )

@@ -162,6 +162,24 @@ def _fmt(lv: _Live, physical: dict[str, int]) -> str:
     return f"{tensor_label(d)} {d.buffer} {d.dtype}{list(d.shape)}: {size_b} B{per}{at}"
 
 
+_LISTED = 24  # groups of live allocations an error names; the rest are summed
+
+
+def _listing(alive: list[_Live], physical: dict[str, int]) -> str:
+    """The live allocations, identical ones (a tile allocated in a loop, kept in a list) as one
+    entry with their count; past ``_LISTED`` entries, the smallest are summed."""
+    groups: dict[str, list[int]] = {}  # entry -> [count, bytes of one]
+    for lv in alive:
+        size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
+        groups.setdefault(_fmt(lv, physical), [0, size])[0] += 1
+    big = set(sorted(groups, key=lambda t: -groups[t][0] * groups[t][1])[:_LISTED])
+    shown = [f"{t} x{n} ({n * b} B)" if n > 1 else t for t, (n, b) in groups.items() if t in big]
+    rest = [n * b for t, (n, b) in groups.items() if t not in big]
+    if rest:
+        shown.append(f"{len(rest)} more entries of {sum(rest)} B in all")
+    return "; ".join(shown)
+
+
 def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
     """SBUF and PSUM bytes per partition of the live tiles fit the core; PSUM tiles fit a bank.
 
@@ -205,7 +223,7 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
             total += size
             if total > cap:
                 alive = [mine[i] for _, i, _ in sorted(live, key=lambda e: e[1])]
-                listing = "; ".join(_fmt(o, physical) for o in alive)
+                listing = _listing(alive, physical)
                 extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
                 raise NKIMemoryError(
                     f"{buf.upper()} capacity exceeded on {t.name}: allocating "

@@ -213,7 +213,9 @@ def test_nine_live_full_bank_psum_accumulators_fail():
         code="err_psum_capacity_exceeded",
         values=["18432", "16384", "8 banks"],
     )
-    assert str(e).count("float32[128, 512]: 2048 B") == 9
+    # the nine accumulators are one entry with their count
+    assert str(e).count("float32[128, 512]: 2048 B") == 1
+    assert f"2048 B (allocated at line {line_of(k_psum_nine)}) x9 (18432 B)" in str(e)
 
 
 def k_psum_eight(a, b):
@@ -586,3 +588,24 @@ def test_loop_iterator_with_more_trips_on_a_size_one_view_axis_is_out_of_bounds(
     ):
         assert v in str(e), (v, str(e))
     assert e.loc is not None and e.loc.line == line_of(_fill_blocks), str(e)
+
+
+def k_sbuf_tiles_in_a_list(a):
+    out = nl.ndarray((128, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+    kept = []
+    for _ in range(60):  # 60 live tiles of 4 KiB: 240 KiB per partition, over trn2's SBUF
+        t = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)  # ERR
+        t[:, 0:8] = nl.load(a)
+        kept.append(t)
+    for t in kept:
+        nl.store(out, t[:, 0:8])
+    return out
+
+
+def test_sbuf_capacity_error_counts_identical_live_tiles_once():
+    e = expect(
+        k_sbuf_tiles_in_a_list, rand((128, 8)), target="trn2", cls=NKIMemoryError,
+        code="err_sbuf_capacity_exceeded",
+        values=["float32[128, 1024]: 4096 B", "x52 (212992 B)", "212984"],
+    )  # fmt: skip
+    assert str(e).count("float32[128, 1024]") == 1  # the 52 tiles (the failing one included)

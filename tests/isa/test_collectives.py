@@ -37,8 +37,9 @@ def test_sendrecv_swaps_the_cores_tiles():
     assert len(k.last_ir.cores) == 2
 
 
-def exchange_through_hbm(a, barrier=True):
-    """Each core writes its half, then reads the other core's half: needs the barrier."""
+def exchange_through_hbm(a, barrier=True, token_in_sbuf=False):
+    """Each core writes its half, then reads the other core's half: needs the barrier (whose
+    token may be an SBUF tensor, as AWS's NKI library passes it)."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     res = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     pid = nl.program_id(0)
@@ -46,16 +47,17 @@ def exchange_through_hbm(a, barrier=True):
     nisa.dma_copy(dst=t, src=a[pid * 128 : pid * 128 + 128, :])
     nisa.dma_copy(dst=out[pid * 128 : pid * 128 + 128, :], src=t)  # ERR
     if barrier:
-        nisa.core_barrier(out, (0, 1))
+        nisa.core_barrier(_sb((1, 1), nl.int32) if token_in_sbuf else out, (0, 1))
     nisa.dma_copy(dst=u, src=out[(1 - pid) * 128 : (2 - pid) * 128, :])
     nisa.tensor_tensor(dst=u, data1=u, data2=t, op=nl.subtract)
     nisa.dma_copy(dst=res[pid * 128 : pid * 128 + 128, :], src=u)
     return res
 
 
-def test_core_barrier_orders_the_cores_hbm_accesses():
+@pytest.mark.parametrize("token_in_sbuf", [False, True])
+def test_core_barrier_orders_the_cores_hbm_accesses(token_in_sbuf):
     a = RNG.random((256, 16), dtype=np.float32)
-    got = nki.jit(exchange_through_hbm)[2](a)
+    got = nki.jit(exchange_through_hbm)[2](a, token_in_sbuf=token_in_sbuf)
     np.testing.assert_array_equal(got, np.concatenate([a[128:] - a[:128], a[:128] - a[128:]]))
 
 
@@ -170,3 +172,14 @@ def test_core_barrier_needs_an_lnc2_launch_and_a_v3_target():
            code="err_unsupported_instruction_for_target", values=("kernel[2]",))  # fmt: skip
     expect(barrier_lnc1, np.ones((4, 4), np.float32), platform_target="trn1",
            code="err_unsupported_instruction_for_target", values=("trn1",))  # fmt: skip
+
+
+def barrier_psum_token(a):
+    p = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.psum)
+    nisa.core_barrier(p, (0, 1))  # ERR
+    return a
+
+
+def test_core_barrier_token_is_in_shared_hbm_or_sbuf():
+    expect(barrier_psum_token, np.ones((4, 4), np.float32), code="err_unsupported_memory",
+           values=("shared HBM", "SBUF", "in psum"), grid=2)  # fmt: skip
