@@ -160,6 +160,8 @@ class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
 
+    __test__ = False  # a kernel named test_* in a test module is not a pytest test
+
     def __init__(
         self, fn: Any, mode: str = "auto", platform_target: str | None = None, **options: Any
     ) -> None:

@@ -78,3 +78,16 @@ def test_a_non_callable_is_a_located_error(thing):
     assert "functools.partial" in e.message
     assert e.loc.file == __file__
     assert e.loc.line == line_of(test_a_non_callable_is_a_located_error)
+
+
+@nki.jit
+def test_named_kernel(in_tensor):
+    """A kernel named like a test (AWS's doc tests have one): pytest must not collect it, as it
+    would fail for want of an ``in_tensor`` fixture."""
+    return scaled(in_tensor, 3.0)
+
+
+def test_a_kernel_named_test_is_not_collected_but_runs():
+    assert test_named_kernel.__test__ is False
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(test_named_kernel(a), 3 * a)
