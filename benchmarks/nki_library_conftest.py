@@ -5,7 +5,9 @@ place of its ``test/conftest.py`` and runs its ``fast`` tests. The library's own
 compiles each kernel and runs it on a Trainium host; here the ``test_manager`` fixture runs the
 kernel on the simulator instead (``kernel[lnc](**inputs)``, the launch AWS's CPU-simulator
 mode makes) and compares every output with the test's torch reference by the library's own
-comparator (``maxAllClose``, the test's rtol / atol). What the harness needs and this machine
+comparator (``maxAllClose``, the test's rtol / atol), or by the test's own validator; a test
+that turns output validation off (no golden generator) passes when the kernel runs, as in AWS's
+harness. What the harness needs and this machine
 lacks (AWS's ``neuron_dtypes``, S3 and SSH clients, metric emitters) is stubbed; coverage
 parametrisation keeps the valid "singles" cases only (no boundary or negative cases)."""
 
@@ -134,15 +136,19 @@ class SimulatorOrchestrator:
         got = [] if got is None else list(got) if isinstance(got, (list, tuple)) else [got]
         golden = args.validation_args.golden_output
         want = golden.golden if hasattr(golden, "golden") else golden
+        if want is None:
+            return  # (the test turns output validation off: running is all it checks)
         if not isinstance(want, dict):
-            pytest.skip("the test validates with a custom validator")
+            pytest.skip(f"golden outputs of an unknown kind ({type(want).__name__})")
         assert len(got) == len(want), f"{len(got)} outputs, the reference has {list(want)}"
         rtol = args.validation_args.relative_accuracy
         atol = args.validation_args.absolute_accuracy
         bad = []
         for (name, ref), out in zip(want.items(), got):
-            if not isinstance(ref, np.ndarray):
-                continue  # (a custom validator)
+            if hasattr(ref, "validator"):  # the test's own validator, as AWS's harness calls it
+                if not ref.validator(None).validate(np.asarray(out)):
+                    bad.append(name)
+                continue
             actual, ref = (_static_cast(a, np.float32) for a in (out, ref))  # (MX: values)
             if not maxAllClose(actual, ref, rtol, atol, verbose=1):
                 bad.append(name)
