@@ -204,8 +204,7 @@ class Kernel:
         self._cache: dict[object, KernelIR] = {}
         self._cache_lock = threading.Lock()  # shared with configure()'s copies, like the cache
         self.trace_count = 0
-        # where nki.jit(platform_target=...) was written (deprecated in the current API)
-        self.platform_target_at: SrcLoc | None = None
+        self.platform_target_at: SrcLoc | None = None  # where a deprecated platform_target= was
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -288,10 +287,9 @@ class Kernel:
         key_parts = [grid_key(grid), target]
         names = DTYPE_NAMES  # (a dtype's NKI name; ``_param_dtype`` the first time)
         for name, v in bound.arguments.items():
-            if isinstance(v, np.ndarray):
-                dt = v.dtype
-                dt = (dt.metadata is None and names.get(dt)) or self._param_dtype(name, v)
-                key_parts.append((name, "T", v.shape, dt))
+            if isinstance(v, np.ndarray):  # (a packed MX dtype equals its storage: no dict key)
+                dt = v.dtype.metadata is None and names.get(v.dtype)
+                key_parts.append((name, "T", v.shape, dt or self._param_dtype(name, v)))
             elif isinstance(v, (list, tuple)) and array_list(v):
                 elems = tuple([(e.shape, (e.dtype.metadata is None and names.get(e.dtype))
                                 or self._param_dtype(name, e)) for e in v])  # fmt: skip
