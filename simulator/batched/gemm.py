@@ -108,10 +108,26 @@ def accumulate(
     def add(block: tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]) -> None:
         rows, where, sizes = block
         sub = dst[where]
-        np.add(sub, _arranged(np.matmul(rows, rhs), sizes, last, sy, inner, mn), out=sub)
+        prod = np.matmul(rows, rhs, out=_scratch((rows.shape[0], rhs.shape[1])))
+        np.add(sub, _arranged(prod, sizes, last, sy, inner, mn), out=sub)
 
     run_blocks(add, blocks, lhs.shape[0] * rhs.shape[0] * rhs.shape[1])
     return True
+
+
+_SCRATCH = threading.local()  # a thread's product block, reused from block to block
+
+
+def _scratch(shape: tuple[int, int]) -> np.ndarray:
+    """An fp32 (rows, cols) array of this thread, its memory reused by the next block (a fresh
+    2 MB product per block costs the allocator and the page faults): at most 8 MB per thread."""
+    n = shape[0] * shape[1]
+    if 4 * n > 4 * _BLOCK_BYTES:  # (over 8 MB, a block of one huge tile: not kept)
+        return np.empty(shape, dtype=np.float32)
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _SCRATCH.buf = np.empty(max(n, _BLOCK_BYTES // 4), dtype=np.float32)
+    return buf[:n].reshape(shape)
 
 
 def _arranged(

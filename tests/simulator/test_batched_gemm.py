@@ -253,3 +253,27 @@ def test_products_per_position_keep_the_interpreters_layout(dtype, heads, shape,
     assert info.backend == "batched" and not one_gemm, info.reason
     ref = np.einsum("hkm,hkn->hmn", q.astype(np.float64), kk.astype(np.float64))
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_product_blocks_reuse_a_buffer_per_thread_with_the_same_bits(monkeypatch):
+    """``accumulate`` multiplies into one reused buffer per thread: a larger product, then a
+    smaller one in part of the same memory, give the bits of fresh products."""
+    rng = np.random.default_rng(5)
+
+    def sums() -> list[np.ndarray]:
+        out = []
+        for tiles, k, m, n in ((6, 128, 64, 96), (3, 32, 16, 8)):
+            x = rng.standard_normal((tiles, 1, k, m)).astype(np.float32)
+            y = rng.standard_normal((1, 2, k, n)).astype(np.float32)
+            dst = rng.standard_normal((tiles, 2, m, n)).astype(np.float32)
+            assert gemm.accumulate(dst, x, y, nn=False, probed=False)
+            out.append(dst)
+        return out
+
+    state = rng.bit_generator.state
+    reused = sums()
+    rng.bit_generator.state = state
+    monkeypatch.setattr(gemm, "_scratch", lambda shape: np.empty(shape, dtype=np.float32))
+    fresh = sums()
+    for a, b in zip(reused, fresh):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
