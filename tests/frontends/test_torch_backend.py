@@ -645,6 +645,8 @@ def test_first_run_sets_older_objects_aside_and_gives_them_back(monkeypatch):
         held = gc.get_freeze_count()
         with new_objects_only():
             pass
-        assert gc.get_freeze_count() == held
+        # not unfrozen (0) nor frozen again (more); a frozen object another thread frees leaves
+        # the count meanwhile (seen once in a full run: 2 fewer)
+        assert 0 < gc.get_freeze_count() <= held
     finally:
         gc.unfreeze()
