@@ -40,18 +40,15 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
     return m
 
 
-def _packed(d: np.dtype) -> str | None:
-    return (d.metadata or {}).get("nki")
-
-
 def _static_cast(x: Any, dtype: Any) -> np.ndarray:
     """AWS's ``static_cast``: a packed MX array is unpacked ([..., F] -> [..., 4F] values) and
     values cast to a packed MX dtype are packed four to an element."""
     a, to = np.asarray(x), np.dtype(dtype)
-    if _packed(a.dtype):
+    if nki.dtypes.packed_name(a.dtype):
         a = nki.dtypes.unpack_x4(a).reshape(*a.shape[:-1], a.shape[-1] * 4)
-    if _packed(to):
-        return nki.dtypes.pack_x4(a.reshape(*a.shape[:-1], -1, 4), _packed(to))
+    packed = nki.dtypes.packed_name(to)
+    if packed:
+        return nki.dtypes.pack_x4(a.reshape(*a.shape[:-1], -1, 4), packed)
     return a.astype(to)
 
 

@@ -150,8 +150,9 @@ def name_of(dtype: object) -> str:
         npd = np.dtype(dtype)  # type: ignore[arg-type]
     except TypeError:
         npd = None
-    if npd is not None and npd.metadata is not None and npd.metadata.get("nki") in PACKED_X4:
-        return npd.metadata["nki"]  # (a packed MX array: equal to its storage dtype otherwise)
+    packed = packed_name(npd) if npd is not None else None
+    if packed is not None:
+        return packed
     if npd is not None and npd in _BY_NP:
         return _BY_NP[npd]
     raise NKITypeError(
@@ -162,10 +163,17 @@ def name_of(dtype: object) -> str:
     )
 
 
-_X4_ELEMENT = {
-    "float8_e5m2_x4": np.dtype(ml_dtypes.float8_e5m2),
-    "float8_e4m3fn_x4": np.dtype(ml_dtypes.float8_e4m3fn),
-    "float4_e2m1fn_x4": np.dtype(ml_dtypes.float4_e2m1fn),
+def packed_name(npd: np.dtype) -> str | None:
+    """The packed MX dtype a NumPy dtype is tagged with (None: untagged; a tagged dtype is equal
+    to its storage dtype otherwise)."""
+    name = (npd.metadata or {}).get("nki")
+    return name if name in PACKED_X4 else None
+
+
+_X4_ELEMENT = {  # packed MX dtype -> (NumPy dtype of one value, bits of one value)
+    "float8_e5m2_x4": (np.dtype(ml_dtypes.float8_e5m2), 8),
+    "float8_e4m3fn_x4": (np.dtype(ml_dtypes.float8_e4m3fn), 8),
+    "float4_e2m1fn_x4": (np.dtype(ml_dtypes.float4_e2m1fn), 4),
 }
 
 
@@ -177,10 +185,10 @@ def unpack_x4(raw: np.ndarray, packed: str | None = None) -> np.ndarray:
     if packed not in PACKED_X4:
         raise NKITypeError(f"unpack_x4 needs a packed MX dtype ({', '.join(PACKED_X4)}), "
                            f"not {packed}", code="err_unsupported_dtype")  # fmt: skip
-    width = 4 if packed.startswith("float4") else 8
+    elem, width = _X4_ELEMENT[packed]
     bits = np.asarray(raw).astype(np.uint32)
     parts = (bits[..., None] >> (width * np.arange(4, dtype=np.uint32))) & ((1 << width) - 1)
-    return parts.astype(np.uint8).view(_X4_ELEMENT[packed]).astype(np.float32)
+    return parts.astype(np.uint8).view(elem).astype(np.float32)
 
 
 def pack_x4(values: np.ndarray, packed: str) -> np.ndarray:
@@ -194,8 +202,8 @@ def pack_x4(values: np.ndarray, packed: str) -> np.ndarray:
     if v.shape[-1:] != (4,):
         raise NKITypeError(f"pack_x4 takes values of shape (..., 4), not {v.shape}",
                            code="err_invalid_argument")  # fmt: skip
-    width = 4 if packed.startswith("float4") else 8
-    parts = v.astype(_X4_ELEMENT[packed]).view(np.uint8).astype(np.uint32) & ((1 << width) - 1)
+    elem, width = _X4_ELEMENT[packed]
+    parts = v.astype(elem).view(np.uint8).astype(np.uint32) & ((1 << width) - 1)
     bits = np.bitwise_or.reduce(parts << (width * np.arange(4, dtype=np.uint32)), axis=-1)
     return bits.astype(INFO[packed].np_dtype)
 

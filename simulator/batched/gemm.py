@@ -116,13 +116,15 @@ def accumulate(
 
 
 _SCRATCH = threading.local()  # a thread's product block, reused from block to block
+_SCRATCH_BYTES = 4 * _BLOCK_BYTES  # the largest one a thread keeps
 
 
 def _scratch(shape: tuple[int, int]) -> np.ndarray:
     """An fp32 (rows, cols) array of this thread, its memory reused by the next block (a fresh
-    2 MB product per block costs the allocator and the page faults): at most 8 MB per thread."""
+    2 MB product per block costs the allocator and the page faults); larger than
+    ``_SCRATCH_BYTES``, a fresh one."""
     n = shape[0] * shape[1]
-    if 4 * n > 4 * _BLOCK_BYTES:  # (over 8 MB, a block of one huge tile: not kept)
+    if 4 * n > _SCRATCH_BYTES:  # (a block of one huge tile: not kept)
         return np.empty(shape, dtype=np.float32)
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None or buf.size < n:
