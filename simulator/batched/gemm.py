@@ -8,7 +8,9 @@ not vary along (lhsT indexed by the M tile, rhs by the N tile): ``stacked`` comp
 one gemm of all those rows and columns instead of one small gemm per position (NumPy loops a
 stack of products one gemm at a time; BLAS does not thread small ones). ``accumulate`` adds
 it to PSUM a few M tiles at a time, the blocks run on the threads the launch was given
-(``simulator/threads.run_blocks``).
+(``simulator/threads.run_blocks``). Tiles of at least ``TILE_MIN`` multiply-adds are instead
+added by BLAS itself, one ``C += A @ B`` call per tile into its PSUM view (``cblas``): no
+product array and no separate pass adding it (about a tenth of a large tiled matmul's time).
 
 The blocks keep the reference's bits where every block's sum is the same sequence of fused
 multiply-adds over K as the tile's own gemm: BLAS partitions a product's rows and columns
@@ -18,9 +20,10 @@ sums in another order) and a small product in the untransposed layout (OpenBLAS'
 and "direct" kernels, used below about 100^3 multiply-adds, sum in another order than its
 large-product kernel). Both keep one gemm per position. Whether this BLAS gives blocks its
 tile gemm's bits is also checked once per process, layout and thread count on a few shapes
-(``agrees``); a BLAS that does not keeps one gemm per position everywhere. Batches of less
-than ``STACK_MIN`` multiply-adds in all keep one gemm per position too: for them it is the
-faster way."""
+(``agrees``); a BLAS that does not keeps one gemm per position everywhere. So is whether the
+per-tile calls give each tile's gemm plus an fp32 add (they do where the sum over K fits one
+K block, as here); if not, the blocks are added by NumPy. Batches of less than ``STACK_MIN``
+multiply-adds in all keep one gemm per position too: for them it is the faster way."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import threading
 import numpy as np
 
 from ..threads import blas_threads_now, run_blocks
+from . import cblas
 
 # the smallest product (multiply-adds) of the untransposed layout taken by a large-product
 # kernel: OpenBLAS's small-matrix kernels take those up to 100^3
@@ -85,6 +89,8 @@ def accumulate(
     ops = _operands(x, y, nn, probed)
     if ops is None:
         return False
+    if probed and _into_tiles(dst, x, y, nn, ops, probed):
+        return True
     lhs, rhs, sx, sy = ops
     mn = (x.shape[-1], y.shape[-1])
     outer, last = sx[:-1], sx[-1:]  # (a block: one position of the outer axes, tiles of the last)
@@ -112,6 +118,67 @@ def accumulate(
         np.add(sub, _arranged(prod, sizes, last, sy, inner, mn), out=sub)
 
     run_blocks(add, blocks, lhs.shape[0] * rhs.shape[0] * rhs.shape[1])
+    return True
+
+
+# multiply-adds of one tile product from which one BLAS call per tile adding into PSUM
+# (``_into_tiles``) is faster than the product's blocks added by NumPy
+TILE_MIN = 1 << 20
+_TILES_PER_BLOCK = 4  # tile gemms a worker runs per block
+
+
+def _into_tiles(
+    dst: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    nn: bool,
+    ops: tuple[np.ndarray, np.ndarray, list[int], list[int]],
+    probed: bool,
+) -> bool:
+    """``accumulate`` as one BLAS call per tile that adds its product into the tile's PSUM
+    view (``cblas``: ``C += A @ B``), on the stacked operands ``ops``; False (nothing done) for
+    small tiles, a destination BLAS cannot address, no callable BLAS, or (``probed``) a BLAS
+    whose added products differ from the reference's tile gemm plus an fp32 add."""
+    lhs, rhs, sx, sy = ops
+    k, m = x.shape[-2:]
+    n = y.shape[-1]
+    nb = x.ndim - 2
+    batch, step = dst.shape[:nb], dst.strides[:nb]
+    if (
+        (probed and m * n * k < TILE_MIN)
+        or dst.dtype != np.float32
+        or not dst.flags.writeable
+        or dst.shape[nb:] != (m, n)
+        or dst.strides[-1] != 4
+        or any(s < 0 or s % 4 for s in dst.strides)
+        or dst.strides[-2] < 4 * n
+        or any(s == 0 and d > 1 for s, d in zip(step, batch))  # (two positions, one tile)
+        or any(d != (x.shape[b] if b in sx else y.shape[b] if b in sy else d)
+               for b, d in enumerate(batch))
+    ):  # fmt: skip
+        return False
+    gemm = cblas.sgemm()
+    if gemm is None or (probed and not agrees(nn, fused=True)):
+        return False
+    at = np.indices(batch).reshape(nb, -1)  # (every position; ``_operands``: nb >= 1)
+    c = dst.ctypes.data + np.dot(np.asarray(step, dtype=np.intp), at)
+    none = np.zeros(at.shape[1], dtype=np.intp)
+    px = np.ravel_multi_index(tuple(at[sx]), [batch[b] for b in sx]) if sx else none
+    py = np.ravel_multi_index(tuple(at[sy]), [batch[b] for b in sy]) if sy else none
+    if nn:  # (lhs: C-ordered rows of every M tile)
+        a0, lda, a_step = lhs.ctypes.data, k, 4 * m * k
+    else:  # (lhs: the transposed view of (K, rows) storage)
+        a0, lda, a_step = lhs.ctypes.data, lhs.shape[0], 4 * m
+    b0, ldb, ldc = rhs.ctypes.data, rhs.shape[1], dst.strides[-2] // 4
+    order = np.lexsort((px, py))  # (the tiles of one moving tile together: its columns in cache)
+    calls = [(a0 + int(px[t]) * a_step, b0 + int(py[t]) * 4 * n, int(c[t])) for t in order]
+
+    def run(part: list[tuple[int, int, int]]) -> None:
+        for a, b, cc in part:
+            gemm(not nn, m, n, k, a, lda, b, ldb, cc, ldc)
+
+    blocks = [calls[i : i + _TILES_PER_BLOCK] for i in range(0, len(calls), _TILES_PER_BLOCK)]
+    run_blocks(run, blocks, len(calls) * m * n * k)
     return True
 
 
@@ -219,41 +286,54 @@ def _blasable(a: np.ndarray) -> bool:
 
 # tile products (M, K, N) checked, with the layouts' limits: small ones (OpenBLAS's small-matrix
 # kernels in the transposed layout), ragged ones, full ones, K of 1 and of 128
-_PROBES = ((64, 128, 64), (8, 128, 8), (33, 47, 100), (128, 128, 512), (2, 1, 3), (128, 64, 256))
-_AGREES: dict[tuple[bool, tuple[int, ...]], bool] = {}
+_PROBES = (
+    (64, 128, 64), (8, 128, 8), (33, 47, 100), (128, 128, 512), (2, 1, 3), (128, 64, 256),
+    (100, 128, 300), (128, 128, 128),
+)  # fmt: skip
+_AGREES: dict[tuple[bool, bool, tuple[int, ...]], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
 
-def agrees(nn: bool) -> bool:
+def agrees(nn: bool, fused: bool = False) -> bool:
     """Whether a product of 3 x 2 tiles computed as one gemm equals each tile's own gemm bit for
     bit on the probe shapes, in the layout ``nn`` and with the BLAS threads set now (checked
-    once per process, layout and thread counts)."""
-    key = (nn, tuple(blas_threads_now()))
+    once per process, layout and thread counts); with ``fused``, whether each tile's gemm
+    added by BLAS into PSUM (``_into_tiles``) equals its gemm plus an fp32 add, on the probe
+    shapes of at least ``TILE_MIN`` multiply-adds."""
+    key = (nn, fused, tuple(blas_threads_now()))
     got = _AGREES.get(key)
     if got is None:
         with _PROBE_LOCK:
             got = _AGREES.get(key)
             if got is None:
-                shapes = [s for s in _PROBES if not nn or math.prod(s) >= _NN_MIN]
-                got = all(_probe(m, k, n, nn) for m, k, n in shapes)
+                least = TILE_MIN if fused else _NN_MIN if nn else 0
+                shapes = [s for s in _PROBES if math.prod(s) >= least]
+                got = all(_probe(m, k, n, nn, fused) for m, k, n in shapes)
                 _AGREES[key] = got
     return got
 
 
-def _probe(m: int, k: int, n: int, nn: bool) -> bool:
-    """3 x 2 tiles (M, K) x (K, N) as one product and accumulated into zeros, against each
-    tile's own gemm in the reference's layout."""
+def _probe(m: int, k: int, n: int, nn: bool, fused: bool) -> bool:
+    """3 x 2 tiles (M, K) x (K, N) as one product, and accumulated into PSUM values (blocks
+    added by NumPy, or with ``fused`` each tile's gemm added by BLAS), against each tile's
+    own gemm in the reference's layout and its fp32 sum with those values."""
     rng = np.random.default_rng(m * 1000 + k + n)
     x = rng.standard_normal((3, 1, k, m)).astype(np.float32)  # 3 M tiles, batch axis 0
     y = rng.standard_normal((1, 2, k, n)).astype(np.float32)  # 2 N tiles, batch axis 1
     whole = stacked(x, y, nn, probed=False)
-    into = np.zeros((3, 2, m, n), dtype=np.float32)
-    if whole is None or not accumulate(into, x, y, nn, probed=False):
+    was = rng.standard_normal((3, 2, m, n)).astype(np.float32) * np.float32(k)
+    into = was.copy()
+    ops = _operands(x, y, nn, probed=False)
+    if fused:
+        done = ops is not None and _into_tiles(into, x, y, nn, ops, probed=False)
+    else:
+        done = accumulate(into, x, y, nn, probed=False)
+    if whole is None or not done:
         return False
     for i, j in np.ndindex(3, 2):
         lhs = np.ascontiguousarray(x[i, 0].T) if nn else x[i, 0].T
         tile = np.matmul(lhs, y[0, j])
-        plus = np.float32(0) + tile
+        plus = was[i, j] + tile
         if not (_same_bits(tile, whole[i, j]) and _same_bits(plus, into[i, j])):
             return False
     return True

@@ -14,7 +14,7 @@ from threadpoolctl import threadpool_limits
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from simulator.batched import gemm
+from simulator.batched import cblas, gemm
 
 from backends import REFERENCE, run_backends
 
@@ -183,9 +183,10 @@ def test_current_api_psum_groups_as_one_gemm_match_the_interpreter(dtype, one_ge
 def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gemm):
     """Where the probe finds a large product's blocks summed otherwise than a tile's own gemm,
     every tile gets its own gemm (and the same bits as the interpreter)."""
-    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn: False)
+    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn, fused: False)
     monkeypatch.setattr(gemm, "_AGREES", {})
     assert not gemm.agrees(False) and not gemm.agrees(True)
+    assert not gemm.agrees(False, fused=True)
     kernel = tiled("transpose_x", 128, 256, 128)
     a, b = _operands("transpose_x", (256, 256, 512), "bf16")
     got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
@@ -219,10 +220,64 @@ def test_small_batches_keep_one_gemm_per_position():
 
 @pytest.mark.parametrize("nn", [False, True])
 def test_this_blas_gives_blocks_the_tile_gemms_bits(nn):
-    """The probe on this machine's BLAS (the differential tests above rely on it)."""
+    """The probe on this machine's BLAS (the differential tests above rely on it): blocks of
+    one product, and each tile's gemm added into PSUM by BLAS."""
+    assert cblas.sgemm() is not None  # (NumPy's wheels bundle OpenBLAS on Linux)
     for m, k, n in gemm._PROBES:
         if not nn or m * k * n >= gemm._NN_MIN:
-            assert gemm._probe(m, k, n, nn), (m, k, n)
+            assert gemm._probe(m, k, n, nn, fused=False), (m, k, n)
+        if m * k * n >= gemm.TILE_MIN:
+            assert gemm._probe(m, k, n, nn, fused=True), (m, k, n)
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_cblas_sgemm_adds_a_product_into_a_strided_tile(trans_a):
+    """``cblas.sgemm`` adds op(A) @ B into a tile of a larger fp32 array in place (the rest
+    untouched), against NumPy's float64 product plus the tile's old values."""
+    rng = np.random.default_rng(3)
+    m, k, n = 24, 40, 56
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((k, 2 * n)).astype(np.float32)[:, n:]  # (columns of a wider array)
+    c = rng.standard_normal((3, m, 3 * n)).astype(np.float32)
+    was = c.copy()
+    fn = cblas.sgemm()
+    assert fn is not None
+    fn(trans_a, m, n, k, a.ctypes.data, a.shape[1], b.ctypes.data, 2 * n,
+       c[1, :, n:].ctypes.data, 3 * n)  # fmt: skip
+    want = was.astype(np.float64)
+    want[1, :, n : 2 * n] += (a.T if trans_a else a).astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    c[1, :, n : 2 * n] = was[1, :, n : 2 * n]
+    np.testing.assert_array_equal(c, was)
+
+
+@pytest.mark.parametrize("route", ["tiles", "no blas", "blocks differ"])
+def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route, one_gemm):
+    """Large tiles are added into PSUM by one BLAS call each; without a callable BLAS, or with
+    one whose added tiles differ from a tile gemm plus an fp32 add, the product's blocks are
+    added by NumPy instead. Every route gives the interpreter's bits."""
+    calls: list[int] = []
+    real = gemm._into_tiles
+    monkeypatch.setattr(gemm, "_AGREES", {})
+    if route == "no blas":
+        monkeypatch.setattr(cblas, "sgemm", lambda: None)
+    elif route == "blocks differ":
+        probe = gemm._probe
+        monkeypatch.setattr(
+            gemm, "_probe", lambda m, k, n, nn, fused: not fused and probe(m, k, n, nn, fused)
+        )
+
+    def spy(dst, x, y, nn, ops, probed):
+        done = real(dst, x, y, nn, ops, probed)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr(gemm, "_into_tiles", spy)
+    kernel = tiled("transpose_x", 128, 512, 128)
+    a, b = _operands("transpose_x", (512, 384, 1024), "bf16")
+    got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
+    assert info.backend == "batched" and one_gemm, info.reason
+    assert calls and all(calls) == (route == "tiles")
 
 
 def per_head(m: int, n: int):
