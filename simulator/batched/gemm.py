@@ -42,6 +42,7 @@ _NN_MIN = 100**3 + 1
 # operands into one product (the copies and the arrangement of the result cost more than the
 # gemms they save)
 STACK_MIN = 1 << 24
+_BLOCK_BYTES = 2 << 20  # a block of the product (a few M tiles) computed while it is in cache
 
 
 def unbroadcast(a: np.ndarray) -> np.ndarray:
@@ -71,12 +72,16 @@ def stacked(x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True) -> np.n
     if ops is None:
         return None
     lhs, rhs, sx, sy = ops
-    out = np.matmul(lhs, rhs)
+    out = np.empty((lhs.shape[0], rhs.shape[1]), dtype=np.float32)
+    # (blocks of a few M tiles on the launch's workers, as ``accumulate``'s: one gemm on BLAS's
+    # own threads would leave them spinning for a while after it, against the workers of the
+    # next instruction's blocks)
+    m = x.shape[-1]
+    rows = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m
+    blocks = [slice(r, r + rows) for r in range(0, lhs.shape[0], rows)]
+    run_blocks(lambda r: np.matmul(lhs[r], rhs, out=out[r]), blocks, out.size * rhs.shape[0])
     sizes = {b: x.shape[b] for b in sx} | {b: y.shape[b] for b in sy}
     return _arranged(out, sizes, sx, sy, list(range(x.ndim - 2)), (x.shape[-1], y.shape[-1]))
-
-
-_BLOCK_BYTES = 2 << 20  # a block of the product added while it is in cache
 
 
 def accumulate(
