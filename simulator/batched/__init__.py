@@ -5,9 +5,9 @@ independent ``affine_range`` iterations, as NumPy operations over leading batch 
 (batch axes, hosted instructions), ``ops`` (the batched executors), ``host`` (instructions run
 per position by the interpreter's executors), ``subtrees`` (device loops and views), ``hbm``
 (the proof that no position meets another's HBM writes), ``select`` (the selecting
-instructions' executors)."""
+instructions' executors), ``matmuls`` (the matmuls' executors) and ``gemm`` (their products)."""
 
-from . import select  # noqa: F401  (registers its executors)
+from . import matmuls, select  # noqa: F401  (register their executors)
 from .backend import execute
 
 __all__ = ["execute"]

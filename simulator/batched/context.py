@@ -505,6 +505,38 @@ class BCtx:
             self.arrays[name] = np.full(shape, fill, dtype=sd)
         self.depth[name] = len(self.dims)
 
+    def as_matrix(self, acc: Access, inner: list[int]) -> np.ndarray | None:
+        """Lay the storage of the 2-D tile ``acc`` accesses whole out again so that its batch
+        axes ``inner`` lie between its partitions and its free axis: the tiles of one position
+        of the other batch axes then make one (P, columns) matrix (``gemm._one_matrix``: one
+        BLAS call adds a product to all of them). Its new view, or None when it already is so
+        laid out or is not a tile's own storage (a view of HBM, of another tile's, or one with
+        reshape / dtype views). The same values; the tile's accumulation group follows."""
+        name, nb = acc.tensor, len(self.dims)
+        arr = self.arrays.get(name)
+        if (
+            arr is None
+            or len(acc.shape) != 2
+            or self.depth[name] != nb
+            or arr.shape != (*self.dims, *acc.shape)
+            or name in self._lifetimes.views
+            or self.decl(name).buffer != "psum"
+            or not access_facts(acc)[1]  # (the whole tile)
+            or all(arr.strides[b] < arr.strides[nb] for b in inner)  # (laid out so already)
+            or arr.base is not None  # (a view: of HBM, of another tile, of a product)
+        ):
+            return None
+        order = [b for b in range(nb) if b not in inner] + [nb, *inner, nb + 1]
+        new = np.empty([arr.shape[b] for b in order], dtype=arr.dtype).transpose(np.argsort(order))
+        new[...] = arr
+        self.arrays[name] = new
+        entry = self.psum_groups.get(name)
+        if entry is not None and entry[0] is arr:
+            entry[0] = new
+        if self.host is not None:
+            self.host.views.pop(name, None)
+        return new[...]
+
     def _drop_dead(self, x: int) -> None:
         """Drop the storage of the tiles that are dead at the Alloc at position ``x`` (never
         read again before their own next Alloc, ``simulator/lifetimes.py``), with their views,

@@ -9,8 +9,10 @@ one gemm of all those rows and columns instead of one small gemm per position (N
 stack of products one gemm at a time; BLAS does not thread small ones). ``accumulate`` adds
 it to PSUM a few M tiles at a time, the blocks run on the threads the launch was given
 (``simulator/threads.run_blocks``). Tiles of at least ``TILE_MIN`` multiply-adds are instead
-added by BLAS itself, one ``C += A @ B`` call per tile into its PSUM view (``cblas``): no
-product array and no separate pass adding it (about a tenth of a large tiled matmul's time).
+added by BLAS itself (``cblas``: ``C += A @ B``): no product array and no separate pass adding
+it. PSUM whose N tiles are columns of one matrix (the batched backend lays a tiled matmul's
+PSUM out so, ``BCtx.as_matrix``) takes one such call per few M tiles' rows, other PSUM one
+per tile (slower: BLAS packs each tile's operands again).
 
 The blocks keep the reference's bits where every block's sum is the same sequence of fused
 multiply-adds over K as the tile's own gemm: BLAS partitions a product's rows and columns
@@ -21,9 +23,10 @@ and "direct" kernels, used below about 100^3 multiply-adds, sum in another order
 large-product kernel). Both keep one gemm per position. Whether this BLAS gives blocks its
 tile gemm's bits is also checked once per process, layout and thread count on a few shapes
 (``agrees``); a BLAS that does not keeps one gemm per position everywhere. So is whether the
-per-tile calls give each tile's gemm plus an fp32 add (they do where the sum over K fits one
-K block, as here); if not, the blocks are added by NumPy. Batches of less than ``STACK_MIN``
-multiply-adds in all keep one gemm per position too: for them it is the faster way."""
+calls adding into PSUM give each tile's gemm plus an fp32 add, in both layouts (they do where
+the sum over K fits one K block, as here); if not, the blocks are added by NumPy. Batches of
+less than ``STACK_MIN`` multiply-adds in all keep one gemm per position too: for them it is the
+faster way."""
 
 from __future__ import annotations
 
@@ -140,10 +143,11 @@ def _into_tiles(
     ops: tuple[np.ndarray, np.ndarray, list[int], list[int]],
     probed: bool,
 ) -> bool:
-    """``accumulate`` as one BLAS call per tile that adds its product into the tile's PSUM
-    view (``cblas``: ``C += A @ B``), on the stacked operands ``ops``; False (nothing done) for
-    small tiles, a destination BLAS cannot address, no callable BLAS, or (``probed``) a BLAS
-    whose added products differ from the reference's tile gemm plus an fp32 add."""
+    """``accumulate`` as BLAS calls that add the products into PSUM (``cblas``: ``C += A @ B``),
+    on the stacked operands ``ops``: one call per few M tiles' rows by every column when
+    ``dst`` is one matrix (``_one_matrix``), else one per tile; False (nothing done) for small
+    tiles, a destination BLAS cannot address, no callable BLAS, or (``probed``) a BLAS whose
+    added products differ from the reference's tile gemm plus an fp32 add."""
     lhs, rhs, sx, sy = ops
     k, m = x.shape[-2:]
     n = y.shape[-1]
@@ -165,26 +169,67 @@ def _into_tiles(
     gemm = cblas.sgemm()
     if gemm is None or (probed and not agrees(nn, fused=True)):
         return False
-    at = np.indices(batch).reshape(nb, -1)  # (every position; ``_operands``: nb >= 1)
-    c = dst.ctypes.data + np.dot(np.asarray(step, dtype=np.intp), at)
-    none = np.zeros(at.shape[1], dtype=np.intp)
-    px = np.ravel_multi_index(tuple(at[sx]), [batch[b] for b in sx]) if sx else none
-    py = np.ravel_multi_index(tuple(at[sy]), [batch[b] for b in sy]) if sy else none
     if nn:  # (lhs: C-ordered rows of every M tile)
-        a0, lda, a_step = lhs.ctypes.data, k, 4 * m * k
+        a0, lda, a_row = lhs.ctypes.data, k, 4 * k
     else:  # (lhs: the transposed view of (K, rows) storage)
-        a0, lda, a_step = lhs.ctypes.data, lhs.shape[0], 4 * m
+        a0, lda, a_row = lhs.ctypes.data, lhs.shape[0], 4
     b0, ldb, ldc = rhs.ctypes.data, rhs.shape[1], dst.strides[-2] // 4
-    order = np.lexsort((px, py))  # (the tiles of one moving tile together: its columns in cache)
-    calls = [(a0 + int(px[t]) * a_step, b0 + int(py[t]) * 4 * n, int(c[t])) for t in order]
+    calls: list[tuple[int, int, int, int]]  # (rows, A, B, C)
+    if _one_matrix(dst, sx, sy, rhs.shape[1]):  # (a few M tiles' rows by every column per call)
+        rows = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m
+        calls = [
+            (min(rows, lhs.shape[0] - r), a0 + r * a_row, b0, dst.ctypes.data + r * 4 * ldc)
+            for r in range(0, lhs.shape[0], rows)
+        ]
+        cols, per_block = rhs.shape[1], 1
+    else:  # (one tile per call)
+        at = np.indices(batch).reshape(nb, -1)  # (every position; ``_operands``: nb >= 1)
+        c = dst.ctypes.data + np.dot(np.asarray(step, dtype=np.intp), at)
+        none = np.zeros(at.shape[1], dtype=np.intp)
+        px = np.ravel_multi_index(tuple(at[sx]), [batch[b] for b in sx]) if sx else none
+        py = np.ravel_multi_index(tuple(at[sy]), [batch[b] for b in sy]) if sy else none
+        order = np.lexsort((px, py))  # (the tiles of one moving tile together, in cache)
+        calls = [
+            (m, a0 + int(px[t]) * m * a_row, b0 + int(py[t]) * 4 * n, int(c[t])) for t in order
+        ]
+        cols, per_block = n, _TILES_PER_BLOCK
 
-    def run(part: list[tuple[int, int, int]]) -> None:
-        for a, b, cc in part:
-            gemm(not nn, m, n, k, a, lda, b, ldb, cc, ldc)
+    def run(part: list[tuple[int, int, int, int]]) -> None:
+        for r, a, b, cc in part:
+            gemm(not nn, r, cols, k, a, lda, b, ldb, cc, ldc)
 
-    blocks = [calls[i : i + _TILES_PER_BLOCK] for i in range(0, len(calls), _TILES_PER_BLOCK)]
-    run_blocks(run, blocks, len(calls) * m * n * k)
+    blocks = [calls[i : i + per_block] for i in range(0, len(calls), per_block)]
+    run_blocks(run, blocks, lhs.shape[0] * rhs.shape[1] * k)
     return True
+
+
+def columns(x: np.ndarray, y: np.ndarray, nn: bool) -> list[int]:
+    """The batch axes along which only the moving operand ``y`` varies (its N tiles), when
+    ``accumulate`` adds the products by BLAS (``_into_tiles``; else none): PSUM laid out with
+    them as columns (``BCtx.as_matrix``) takes one BLAS call per few M tiles, not per tile."""
+    nb = x.ndim - 2
+    k, m = x.shape[-2:]
+    if m * y.shape[-1] * k < TILE_MIN or cblas.sgemm() is None or not agrees(nn, fused=True):
+        return []
+    if any(x.shape[b] > 1 and y.shape[b] > 1 for b in range(nb)):
+        return []  # (not blocks of one product)
+    return [b for b in range(nb) if y.shape[b] > 1]
+
+
+def _one_matrix(dst: np.ndarray, sx: list[int], sy: list[int], cols: int) -> bool:
+    """Whether ``dst`` (batch..., M, N) is one strided (rows, cols) matrix whose rows are the M
+    tiles' rows in the order of the product's (``sx``'s positions, then M) and whose columns
+    are the N tiles' columns (``sy``'s, then N): each batch axis of ``sx`` a whole number of
+    the rows after it, each of ``sy`` of the columns (PSUM laid out so: ``BCtx.as_matrix``)."""
+    nb = dst.ndim - 2
+    if any(dst.shape[b] > 1 for b in range(nb) if b not in sx and b not in sy):
+        return False
+    for axes, span in ((sx, dst.shape[-2] * dst.strides[-2]), (sy, dst.shape[-1] * 4)):
+        for b in reversed(axes):
+            if dst.strides[b] != span:
+                return False
+            span *= dst.shape[b]
+    return dst.strides[-2] >= 4 * cols
 
 
 _SCRATCH = threading.local()  # a thread's product block, reused from block to block
@@ -320,26 +365,34 @@ def agrees(nn: bool, fused: bool = False) -> bool:
 
 def _probe(m: int, k: int, n: int, nn: bool, fused: bool) -> bool:
     """3 x 2 tiles (M, K) x (K, N) as one product, and accumulated into PSUM values (blocks
-    added by NumPy, or with ``fused`` each tile's gemm added by BLAS), against each tile's
-    own gemm in the reference's layout and its fp32 sum with those values."""
+    added by NumPy; with ``fused``, added by BLAS tile by tile into C-ordered PSUM and a few
+    tiles' rows at a time into PSUM laid out as one matrix), against each tile's own gemm in
+    the reference's layout and its fp32 sum with those values."""
     rng = np.random.default_rng(m * 1000 + k + n)
     x = rng.standard_normal((3, 1, k, m)).astype(np.float32)  # 3 M tiles, batch axis 0
     y = rng.standard_normal((1, 2, k, n)).astype(np.float32)  # 2 N tiles, batch axis 1
     whole = stacked(x, y, nn, probed=False)
     was = rng.standard_normal((3, 2, m, n)).astype(np.float32) * np.float32(k)
-    into = was.copy()
     ops = _operands(x, y, nn, probed=False)
+    if whole is None or ops is None:
+        return False
     if fused:
-        done = ops is not None and _into_tiles(into, x, y, nn, ops, probed=False)
+        matrix = np.empty((3, m, 2, n), dtype=np.float32).transpose(0, 2, 1, 3)
+        intos = [was.copy(), matrix]
+        matrix[...] = was
+        done = all(_into_tiles(into, x, y, nn, ops, probed=False) for into in intos)
     else:
-        done = accumulate(into, x, y, nn, probed=False)
-    if whole is None or not done:
+        intos = [was.copy()]
+        done = accumulate(intos[0], x, y, nn, probed=False)
+    if not done:
         return False
     for i, j in np.ndindex(3, 2):
         lhs = np.ascontiguousarray(x[i, 0].T) if nn else x[i, 0].T
         tile = np.matmul(lhs, y[0, j])
         plus = was[i, j] + tile
-        if not (_same_bits(tile, whole[i, j]) and _same_bits(plus, into[i, j])):
+        if not _same_bits(tile, whole[i, j]):
+            return False
+        if not all(_same_bits(plus, into[i, j]) for into in intos):
             return False
     return True
 

@@ -22,10 +22,8 @@ from ..collectives import fold, member_input
 from ..executors import Declines, Executor, executes
 from ..isa import formulas as M
 from ..language.common import is_int_access
-from . import gather, gemm, into
+from . import gather, into
 from .context import BCtx, contiguous
-from .gemm import unbroadcast
-from .keys import whole
 
 BATCHED = name_of(__package__)  # this backend's name in the registry
 
@@ -222,35 +220,6 @@ def _reduce(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, out, None, instr.accumulate)
 
 
-@_batched("matmul", _declines_matmul)
-def _matmul(instr: Instr, ctx: BCtx) -> None:
-    xa, ya = instr.srcs
-    assert isinstance(xa, Access) and isinstance(ya, Access) and instr.dst is not None
-    x, y = unbroadcast(ctx.read(xa)), unbroadcast(ctx.read(ya))
-    plain = not instr.attr("transpose_x", False)  # (x is (M, K): the reference's C-ordered x.T)
-    x = np.swapaxes(x, -1, -2) if plain else x
-    into = _added_into(instr, ctx)
-    if into is None or not gemm.accumulate(into, x, y, nn=plain):
-        ctx.write(instr.dst, gemm.product(x, y, nn=plain), None, instr.accumulate)
-
-
-def _added_into(instr: Instr, ctx: BCtx) -> np.ndarray | None:
-    """The fp32 destination a matmul's product is simply added to (``BCtx.write``'s in-place
-    fp32 sum), or None: not accumulating, masked, a tile of more than two axes, or a PSUM
-    accumulation group whose elements have not all started."""
-    dst = instr.dst
-    if instr.accumulate != "add" or instr.mask is not None or dst is None or ctx.whole:
-        return None
-    if len(dst.shape) != 2:
-        return None
-    if instr.attr("psum_group", False):
-        entry = ctx.psum_groups.get(dst.tensor)
-        if entry is None or entry[0] is not ctx.storage(dst.tensor) or not entry[2]:
-            return None
-    view = ctx.view(dst)
-    return view if view.dtype == np.float32 else None
-
-
 @_batched("transpose", _declines_matmul)
 def _transpose(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
@@ -424,70 +393,6 @@ def _isa_memset(instr: Instr, ctx: BCtx) -> None:
     ctx.write(instr.dst, np.asarray(c.value), ctx.mask(instr), instr.accumulate)
 
 
-@_isa("nc_matmul", _declines_nc_matmul)
-def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
-    sacc, macc = instr.srcs
-    assert isinstance(sacc, Access) and isinstance(macc, Access)
-    k = sacc.shape[0]
-    s = unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
-    m = unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
-    into = _added_into(instr, ctx)
-    if into is not None and gemm.accumulate(into, s, m, nn=False):
-        return
-    out = gemm.product(s, m, nn=False)
-    dst = instr.dst
-    assert dst is not None
-    if out.shape[-2:] != dst.shape:  # (a tile of more than two axes: its (P, F) product)
-        out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape((*ctx.dims, *dst.shape))
-    if instr.attr("psum_group", False) and instr.accumulate == "add":
-        if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
-            ctx.write(dst, out)
-            ctx.psum_groups[dst.tensor] = [ctx.storage(dst.tensor), None, True]
-            return
-        _psum_group_write(ctx, dst, out, ctx.mask(instr))
-        return
-    ctx.write(dst, out, ctx.mask(instr), instr.accumulate)
-
-
-def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray | None) -> None:
-    """``simulator/isa/common.matmul_write``'s PSUM accumulation group over the batch: an
-    element no matmul of the group reached since its tile was allocated (still the fill) takes
-    the product, the others add it. Once every element of the allocation has started, later
-    matmuls simply add."""
-    arr = ctx.storage(dst.tensor)
-    entry = ctx.psum_groups.get(dst.tensor)
-    if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
-        if sel is None and whole(dst) and arr.shape == (*ctx.dims, *dst.shape):
-            # (the group's first matmul over the whole tile: where every element is still the
-            # fill, every one takes the product and the group has started everywhere)
-            if np.isnan(numerics.to_compute(ctx.view(dst))).all():
-                ctx.write(dst, vals)
-                ctx.psum_groups[dst.tensor] = [arr, None, True]
-                return
-        entry = [arr, np.zeros(arr.shape, dtype=bool), False]
-        ctx.psum_groups[dst.tensor] = entry
-    if entry[2]:  # every element started
-        ctx.write(dst, vals, sel, "add")
-        return
-    started = ctx.strided(entry[1], dst)
-    want = (
-        np.ones(started.shape, dtype=bool) if sel is None else np.broadcast_to(sel, started.shape)
-    )
-    first = want & ~started & np.isnan(numerics.to_compute(ctx.view(dst)))
-    if not first.any():
-        ctx.write(dst, vals, sel, "add")
-    elif (first == want).all():
-        ctx.write(dst, vals, sel, None)
-    else:
-        ctx.write(dst, vals, first, None)
-        ctx.write(dst, vals, want & ~first, "add")
-    if sel is None:
-        started[...] = True
-    else:
-        started[want] = True
-    entry[2] = bool(entry[1].all())
-
-
 @_isa("nc_transpose", _declines_nc_transpose)
 def _nc_transpose(instr: Instr, ctx: BCtx) -> None:
     """``simulator/isa/tensor._nc_transpose`` over the batch: bit-exact, or (NeuronCore-v2's
@@ -500,12 +405,6 @@ def _nc_transpose(instr: Instr, ctx: BCtx) -> None:
         return
     eye = np.eye(src.shape[0], dtype=np.float32)
     _isa_store(instr, ctx, np.matmul(numerics.to_compute(raw), eye, dtype=np.float32))
-
-
-def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
-    """A batched tile as (batch..., K, F): a view for 2-D tiles (keeping stride-0 batch axes),
-    else a reshaped copy."""
-    return a if a.ndim == nb + 2 else contiguous(a).reshape((*a.shape[:nb], k, -1))
 
 
 def _gathers(instr: Instr) -> str | None:  # (``_operands``, but for ``gather.py``'s gathers)

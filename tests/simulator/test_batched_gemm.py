@@ -15,6 +15,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from simulator.batched import cblas, gemm
+from simulator.batched.context import BCtx
 
 from backends import REFERENCE, run_backends
 
@@ -251,13 +252,17 @@ def test_cblas_sgemm_adds_a_product_into_a_strided_tile(trans_a):
     np.testing.assert_array_equal(c, was)
 
 
-@pytest.mark.parametrize("route", ["tiles", "no blas", "blocks differ"])
-def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route, one_gemm):
-    """Large tiles are added into PSUM by one BLAS call each; without a callable BLAS, or with
-    one whose added tiles differ from a tile gemm plus an fp32 add, the product's blocks are
-    added by NumPy instead. Every route gives the interpreter's bits."""
-    calls: list[int] = []
-    real = gemm._into_tiles
+@pytest.mark.parametrize("form", ["classic", "current"])
+@pytest.mark.parametrize("route", ["matrix", "tiles", "no blas", "blocks differ"])
+def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route, form, one_gemm):
+    """Large tiles are added into PSUM by BLAS: PSUM laid out with its N tiles as columns of
+    one matrix (``BCtx.as_matrix``) takes one call per few M tiles, other PSUM one call per
+    tile; without a callable BLAS, or with one whose added tiles differ from a tile gemm plus
+    an fp32 add, the product's blocks are added by NumPy instead. Every route gives the
+    interpreter's bits, in the classic form (``acc += matmul``) and the current one (the first
+    product into a fresh tile overwrites it)."""
+    modes: list[str] = []
+    real, one = gemm._into_tiles, gemm._one_matrix
     monkeypatch.setattr(gemm, "_AGREES", {})
     if route == "no blas":
         monkeypatch.setattr(cblas, "sgemm", lambda: None)
@@ -266,18 +271,66 @@ def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route,
         monkeypatch.setattr(
             gemm, "_probe", lambda m, k, n, nn, fused: not fused and probe(m, k, n, nn, fused)
         )
+    elif route == "tiles":
+        monkeypatch.setattr(BCtx, "as_matrix", lambda self, acc, inner: None)
 
     def spy(dst, x, y, nn, ops, probed):
         done = real(dst, x, y, nn, ops, probed)
-        calls.append(done)
+        if probed:
+            modes.append(("matrix" if one(dst, ops[2], ops[3], ops[1].shape[1]) else "tiles")
+                         if done else "blocks")  # fmt: skip
         return done
 
     monkeypatch.setattr(gemm, "_into_tiles", spy)
-    kernel = tiled("transpose_x", 128, 512, 128)
+    kernel = tiled("transpose_x", 128, 512, 128) if form == "classic" else current_psum_group
     a, b = _operands("transpose_x", (512, 384, 1024), "bf16")
     got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
     assert info.backend == "batched" and one_gemm, info.reason
-    assert calls and all(calls) == (route == "tiles")
+    want_mode = route if route in ("matrix", "tiles") else "blocks"
+    assert modes and set(modes) == {want_mode}, modes
+    ref = a.astype(np.float64).T @ b.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
+
+
+@nki.jit
+def psum_with_a_view(a_t, b):
+    """A tiled matmul whose PSUM tile is read through a reshape view: the sum of each [128, 512]
+    product's two column halves."""
+    out = nl.ndarray((a_t.shape[1], b.shape[1] // 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(a_t.shape[1] // 128):
+        for n in nl.affine_range(b.shape[1] // 512):
+            acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(a_t.shape[0] // 128):
+                at = nl.load(a_t[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                bt = nl.load(b[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
+                acc += nl.matmul(at, bt, transpose_x=True)
+            v = acc.reshape((128, 2, 256))
+            nl.store(out[m * 128 : (m + 1) * 128, n * 256 : (n + 1) * 256],
+                     value=nl.add(v[:, 0, :], v[:, 1, :]))  # fmt: skip
+    return out
+
+
+def test_psum_with_a_reshape_view_keeps_its_layout(monkeypatch):
+    """A PSUM tile with a reshape view keeps its C-ordered storage (a view is of contiguous
+    storage), its tiles added by BLAS one call each; the interpreter's bits."""
+    laid: list[bool] = []
+    real = BCtx.as_matrix
+
+    def spy(self, acc, inner):
+        got = real(self, acc, inner)
+        laid.append(got is not None)
+        return got
+
+    monkeypatch.setattr(BCtx, "as_matrix", spy)
+    a, b = _operands("transpose_x", (256, 256, 1024), "fp32", seed=2)
+    got, want, info = run_backends(psum_with_a_view, None, a, b, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched" and laid and not any(laid), info.reason
+    full = a.astype(np.float64).T @ b.astype(np.float64)
+    halves = full.reshape(256, 2, 2, 256)
+    np.testing.assert_allclose(got, (halves[:, :, 0] + halves[:, :, 1]).reshape(256, 512),
+                               rtol=1e-4, atol=1e-3)  # fmt: skip
 
 
 def per_head(m: int, n: int):
