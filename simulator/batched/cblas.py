@@ -19,12 +19,13 @@ import numpy as np
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
-# (symbol, integer width) of cblas_sgemm in the OpenBLAS builds NumPy's wheels bundle
+# (cblas_sgemm, the build's configuration string, integer width) in the OpenBLAS builds NumPy's
+# wheels bundle; the configuration must agree on the width (``USE64BITINT``) before a call
 _SYMBOLS = (
-    ("scipy_cblas_sgemm64_", ctypes.c_int64),  # NumPy 2 (scipy-openblas, 64-bit indices)
-    ("cblas_sgemm64_", ctypes.c_int64),  # NumPy 1.2x
-    ("scipy_cblas_sgemm", ctypes.c_int32),
-    ("cblas_sgemm", ctypes.c_int32),
+    ("scipy_cblas_sgemm64_", "scipy_openblas_get_config64_", ctypes.c_int64),  # NumPy 2
+    ("cblas_sgemm64_", "openblas_get_config64_", ctypes.c_int64),  # NumPy 1.2x
+    ("scipy_cblas_sgemm", "scipy_openblas_get_config", ctypes.c_int32),
+    ("cblas_sgemm", "openblas_get_config", ctypes.c_int32),
 )
 
 Sgemm = Callable[[bool, int, int, int, int, int, int, int, int, int], None]
@@ -60,9 +61,13 @@ def _load() -> Sgemm | None:
             dll = ctypes.CDLL(path)
         except OSError:
             continue
-        for name, idx in _SYMBOLS:
-            fn = getattr(dll, name, None)
-            if fn is not None:
+        for name, config, idx in _SYMBOLS:
+            fn, conf = getattr(dll, name, None), getattr(dll, config, None)
+            if fn is None or conf is None:
+                continue
+            conf.restype = ctypes.c_char_p
+            wide = b"USE64BITINT" in (conf() or b"")
+            if wide == (idx is ctypes.c_int64):  # (else calls would pass the wrong integers)
                 return _bound(fn, idx)
     return None
 

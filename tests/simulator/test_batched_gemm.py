@@ -6,6 +6,8 @@ thread and with two."""
 
 from __future__ import annotations
 
+import ctypes
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -250,6 +252,20 @@ def test_cblas_sgemm_adds_a_product_into_a_strided_tile(trans_a):
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
     c[1, :, n : 2 * n] = was[1, :, n : 2 * n]
     np.testing.assert_array_equal(c, was)
+
+
+def test_cblas_is_called_only_with_its_builds_integer_width(monkeypatch):
+    """``cblas.sgemm`` binds NumPy's OpenBLAS only when the build's configuration string gives
+    the integer width the binding passes (``USE64BITINT``): with every width swapped, nothing
+    is bound (None; the callers keep NumPy's path)."""
+    real = cblas._SYMBOLS
+    assert cblas._load() is not None
+    swapped = tuple(
+        (name, config, ctypes.c_int32 if idx is ctypes.c_int64 else ctypes.c_int64)
+        for name, config, idx in real
+    )
+    monkeypatch.setattr(cblas, "_SYMBOLS", swapped)
+    assert cblas._load() is None
 
 
 @pytest.mark.parametrize("form", ["classic", "current"])
