@@ -67,14 +67,16 @@ def product(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
     return per_item(x, y, nn) if out is None else out
 
 
-def stacked(x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True) -> np.ndarray | None:
+def stacked(
+    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True, rows: bool | None = None
+) -> np.ndarray | None:
     """``product`` as one gemm (the result a view with the batch axes' order), or None when
     the batch is not blocks of one product (or its blocks would not keep the tiles' bits;
-    ``probed``: only where ``agrees``)."""
-    ops = _operands(x, y, nn, probed)
+    ``probed``: only where ``agrees``; ``rows``: ``_operands``')."""
+    ops = _operands(x, y, nn, probed, rows)
     if ops is None:
         return None
-    lhs, rhs, sx, sy = ops
+    lhs, rhs, sx, sy, _ = ops
     out = np.empty((lhs.shape[0], rhs.shape[1]), dtype=np.float32)
     # (blocks of a few M tiles on the launch's workers, as ``accumulate``'s: one gemm on BLAS's
     # own threads would leave them spinning for a while after it, against the workers of the
@@ -88,18 +90,23 @@ def stacked(x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True) -> np.n
 
 
 def accumulate(
-    dst: np.ndarray, x: np.ndarray, y: np.ndarray, nn: bool, probed: bool = True
+    dst: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    nn: bool,
+    probed: bool = True,
+    rows: bool | None = None,
 ) -> bool:
     """``dst += product(x, y, nn)`` into the fp32 view ``dst`` (batch..., M, N), the product
     computed as one gemm a few M tiles at a time, each block added while it is still in cache
     (the same fp32 additions as the whole product's); False (nothing done) when ``stacked``
     does not apply."""
-    ops = _operands(x, y, nn, probed)
+    ops = _operands(x, y, nn, probed, rows)
     if ops is None:
         return False
     if probed and _into_tiles(dst, x, y, nn, ops, probed):
         return True
-    lhs, rhs, sx, sy = ops
+    lhs, rhs, sx, sy, _ = ops
     mn = (x.shape[-1], y.shape[-1])
     outer, last = sx[:-1], sx[-1:]  # (a block: one position of the outer axes, tiles of the last)
     tiles = x.shape[last[0]] if last else 1
@@ -140,7 +147,7 @@ def _into_tiles(
     x: np.ndarray,
     y: np.ndarray,
     nn: bool,
-    ops: tuple[np.ndarray, np.ndarray, list[int], list[int]],
+    ops: Operands,
     probed: bool,
 ) -> bool:
     """``accumulate`` as BLAS calls that add the products into PSUM (``cblas``: ``C += A @ B``),
@@ -148,7 +155,7 @@ def _into_tiles(
     ``dst`` is one matrix (``_one_matrix``), else one per tile; False (nothing done) for small
     tiles, a destination BLAS cannot address, no callable BLAS, or (``probed``) a BLAS whose
     added products differ from the reference's tile gemm plus an fp32 add."""
-    lhs, rhs, sx, sy = ops
+    lhs, rhs, sx, sy, by_rows = ops
     k, m = x.shape[-2:]
     n = y.shape[-1]
     nb = x.ndim - 2
@@ -167,9 +174,9 @@ def _into_tiles(
     ):  # fmt: skip
         return False
     gemm = cblas.sgemm()
-    if gemm is None or (probed and not agrees(nn, fused=True)):
+    if gemm is None or (probed and not agrees(nn, fused=True, rows=by_rows and not nn)):
         return False
-    if nn:  # (lhs: C-ordered rows of every M tile)
+    if by_rows:  # (lhs: C-ordered rows of every M tile)
         a0, lda, a_row = lhs.ctypes.data, k, 4 * k
     else:  # (lhs: the transposed view of (K, rows) storage)
         a0, lda, a_row = lhs.ctypes.data, lhs.shape[0], 4
@@ -196,7 +203,7 @@ def _into_tiles(
 
     def run(part: list[tuple[int, int, int, int]]) -> None:
         for r, a, b, cc in part:
-            gemm(not nn, r, cols, k, a, lda, b, ldb, cc, ldc)
+            gemm(not by_rows, r, cols, k, a, lda, b, ldb, cc, ldc)
 
     blocks = [calls[i : i + per_block] for i in range(0, len(calls), per_block)]
     run_blocks(run, blocks, lhs.shape[0] * rhs.shape[1] * k)
@@ -267,13 +274,21 @@ def _arranged(
     return out.transpose(order).reshape(*(sizes.get(b, 1) for b in axes), m, n)
 
 
+# (the left operand (rows, K), the right one (K, columns), the batch axes x and y vary along,
+# whether the left one is C-ordered rows (else the transposed view of (K, rows) storage))
+Operands = tuple[np.ndarray, np.ndarray, list[int], list[int], bool]
+
+
 def _operands(
-    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool
-) -> tuple[np.ndarray, np.ndarray, list[int], list[int]] | None:
-    """The one gemm's operands in the reference's layouts (fp32 copies: the left one the
-    rows of every M tile, the right one the columns of every N tile) and the batch axes ``x``
-    and ``y`` vary along; None when the batch is not blocks of one product or they
-    would not keep the tiles' bits."""
+    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool, rows: bool | None = None
+) -> Operands | None:
+    """The one gemm's operands (fp32 copies: the left one the rows of every M tile, the right
+    one the columns of every N tile) and the batch axes ``x`` and ``y`` vary along; None when
+    the batch is not blocks of one product or they would not keep the tiles' bits. The left
+    one is laid out as the reference's (``nn``: C-ordered rows, else (K, rows) storage), or
+    with ``rows`` as C-ordered rows; by default also so when ``x`` is a transposed view (its K
+    axis in memory order, as a transpose's copy is) of a large product whose layouts agree
+    (``agrees(rows=True)``): its copy is then in memory order, not a transposing one."""
     nb = x.ndim - 2
     sx = [b for b in range(nb) if x.shape[b] > 1]
     sy = [b for b in range(nb) if y.shape[b] > 1]
@@ -291,20 +306,27 @@ def _operands(
         return None
     if probed and not agrees(nn):
         return None
+    if rows is None:
+        rows = nn or (
+            probed
+            and abs(x.strides[-2]) < abs(x.strides[-1])
+            and m * n * k >= _NN_MIN
+            and agrees(False, rows=True)
+        )
     xs = x[tuple(slice(None) if b in sx else 0 for b in range(nb))]
     ys = y[tuple(slice(None) if b in sy else 0 for b in range(nb))]
-    rows, cols = math.prod(xs.shape[:-2]) * m, math.prod(ys.shape[:-2]) * n
-    if nn:  # (rows of x.T, C-ordered)
+    nr, cols = math.prod(xs.shape[:-2]) * m, math.prod(ys.shape[:-2]) * n
+    if rows:  # (rows of x.T, C-ordered)
         a = np.empty((*xs.shape[:-2], m, k), dtype=np.float32)
         np.copyto(a, np.swapaxes(xs, -1, -2), casting="unsafe")
-        lhs = a.reshape(rows, k)
+        lhs = a.reshape(nr, k)
     else:  # (x's storage (K, rows), multiplied transposed)
         a = np.empty((k, *xs.shape[:-2], m), dtype=np.float32)
         np.copyto(a, np.moveaxis(xs, -2, 0), casting="unsafe")
-        lhs = a.reshape(k, rows).T
+        lhs = a.reshape(k, nr).T
     b_ = np.empty((k, *ys.shape[:-2], n), dtype=np.float32)
     np.copyto(b_, np.moveaxis(ys, -2, 0), casting="unsafe")
-    return lhs, b_.reshape(k, cols), sx, sy
+    return lhs, b_.reshape(k, cols), sx, sy, rows
 
 
 def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
@@ -340,40 +362,44 @@ _PROBES = (
     (64, 128, 64), (8, 128, 8), (33, 47, 100), (128, 128, 512), (2, 1, 3), (128, 64, 256),
     (100, 128, 300), (128, 128, 128),
 )  # fmt: skip
-_AGREES: dict[tuple[bool, bool, tuple[int, ...]], bool] = {}
+_AGREES: dict[tuple[bool, bool, bool, tuple[int, ...]], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
 
-def agrees(nn: bool, fused: bool = False) -> bool:
+def agrees(nn: bool, fused: bool = False, rows: bool = False) -> bool:
     """Whether a product of 3 x 2 tiles computed as one gemm equals each tile's own gemm bit for
     bit on the probe shapes, in the layout ``nn`` and with the BLAS threads set now (checked
-    once per process, layout and thread counts); with ``fused``, whether each tile's gemm
+    once per process, layouts and thread counts); with ``fused``, whether each tile's gemm
     added by BLAS into PSUM (``_into_tiles``) equals its gemm plus an fp32 add, on the probe
-    shapes of at least ``TILE_MIN`` multiply-adds."""
-    key = (nn, fused, tuple(blas_threads_now()))
+    shapes of at least ``TILE_MIN`` multiply-adds; with ``rows``, all that with the left
+    operand stacked as C-ordered rows whatever the reference's layout, on the probe shapes of
+    at least ``_NN_MIN`` (OpenBLAS's small-matrix kernels sum the two layouts differently)."""
+    key = (nn, fused, rows, tuple(blas_threads_now()))
     got = _AGREES.get(key)
     if got is None:
         with _PROBE_LOCK:
             got = _AGREES.get(key)
             if got is None:
-                least = TILE_MIN if fused else _NN_MIN if nn else 0
+                least = max(TILE_MIN if fused else 0, _NN_MIN if nn or rows else 0)
                 shapes = [s for s in _PROBES if math.prod(s) >= least]
-                got = all(_probe(m, k, n, nn, fused) for m, k, n in shapes)
+                got = all(_probe(m, k, n, nn, fused, rows) for m, k, n in shapes)
                 _AGREES[key] = got
     return got
 
 
-def _probe(m: int, k: int, n: int, nn: bool, fused: bool) -> bool:
+def _probe(m: int, k: int, n: int, nn: bool, fused: bool, rows: bool = False) -> bool:
     """3 x 2 tiles (M, K) x (K, N) as one product, and accumulated into PSUM values (blocks
     added by NumPy; with ``fused``, added by BLAS tile by tile into C-ordered PSUM and a few
-    tiles' rows at a time into PSUM laid out as one matrix), against each tile's own gemm in
-    the reference's layout and its fp32 sum with those values."""
+    tiles' rows at a time into PSUM laid out as one matrix), the left operand stacked in the
+    reference's layout (``rows``: as C-ordered rows), against each tile's own gemm in the
+    reference's layout and its fp32 sum with those values."""
     rng = np.random.default_rng(m * 1000 + k + n)
     x = rng.standard_normal((3, 1, k, m)).astype(np.float32)  # 3 M tiles, batch axis 0
     y = rng.standard_normal((1, 2, k, n)).astype(np.float32)  # 2 N tiles, batch axis 1
-    whole = stacked(x, y, nn, probed=False)
+    layout = nn or rows
+    whole = stacked(x, y, nn, probed=False, rows=layout)
     was = rng.standard_normal((3, 2, m, n)).astype(np.float32) * np.float32(k)
-    ops = _operands(x, y, nn, probed=False)
+    ops = _operands(x, y, nn, probed=False, rows=layout)
     if whole is None or ops is None:
         return False
     if fused:
@@ -383,7 +409,7 @@ def _probe(m: int, k: int, n: int, nn: bool, fused: bool) -> bool:
         done = all(_into_tiles(into, x, y, nn, ops, probed=False) for into in intos)
     else:
         intos = [was.copy()]
-        done = accumulate(intos[0], x, y, nn, probed=False)
+        done = accumulate(intos[0], x, y, nn, probed=False, rows=layout)
     if not done:
         return False
     for i, j in np.ndindex(3, 2):

@@ -34,8 +34,8 @@ def one_gemm(monkeypatch):
     real = gemm._operands
     monkeypatch.setattr(gemm, "STACK_MIN", 0)  # (the small products of these tests too)
 
-    def spy(x, y, nn, probed):
-        got = real(x, y, nn, probed)
+    def spy(x, y, nn, probed, rows=None):
+        got = real(x, y, nn, probed, rows)
         if got is not None and probed:
             seen.append(got[0].shape[0] * got[1].shape[1])
         return got
@@ -186,7 +186,7 @@ def test_current_api_psum_groups_as_one_gemm_match_the_interpreter(dtype, one_ge
 def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gemm):
     """Where the probe finds a large product's blocks summed otherwise than a tile's own gemm,
     every tile gets its own gemm (and the same bits as the interpreter)."""
-    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn, fused: False)
+    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn, fused, rows: False)
     monkeypatch.setattr(gemm, "_AGREES", {})
     assert not gemm.agrees(False) and not gemm.agrees(True)
     assert not gemm.agrees(False, fused=True)
@@ -231,6 +231,10 @@ def test_this_blas_gives_blocks_the_tile_gemms_bits(nn):
             assert gemm._probe(m, k, n, nn, fused=False), (m, k, n)
         if m * k * n >= gemm.TILE_MIN:
             assert gemm._probe(m, k, n, nn, fused=True), (m, k, n)
+        if not nn and m * k * n >= gemm._NN_MIN:  # (rows stacked for a transposed view)
+            assert gemm._probe(m, k, n, nn, fused=False, rows=True), (m, k, n)
+            if m * k * n >= gemm.TILE_MIN:
+                assert gemm._probe(m, k, n, nn, fused=True, rows=True), (m, k, n)
 
 
 @pytest.mark.parametrize("trans_a", [False, True])
@@ -252,6 +256,57 @@ def test_cblas_sgemm_adds_a_product_into_a_strided_tile(trans_a):
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
     c[1, :, n : 2 * n] = was[1, :, n : 2 * n]
     np.testing.assert_array_equal(c, was)
+
+
+@nki.jit
+def transposed_stationary(a, v):
+    """out[i tile] = a[i tile] @ v, the stationary operand the PE transpose of a's tile copied
+    back to SBUF (a transposed view of it in the batched backend)."""
+    rows, k = a.shape
+    out = nl.ndarray((rows, v.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(rows // 128):
+        t = nl.ndarray((128, k), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[i * 128 : (i + 1) * 128, :])
+        t_ps = nl.ndarray((k, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=t_ps, data=t, engine=nisa.tensor_engine)
+        t_t = nl.ndarray((k, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t_t, src=t_ps)
+        vv = nl.ndarray(v.shape, dtype=v.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=vv, src=v)
+        acc = nl.ndarray((128, v.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=t_t, moving=vv)
+        res = nl.ndarray((128, v.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=res)
+    return out
+
+
+@pytest.mark.parametrize("k", [128, 32])
+def test_a_transposed_view_is_stacked_as_rows_with_the_interpreters_bits(monkeypatch, k):
+    """A stationary operand that is a transposed view (a transpose copied back from PSUM) is
+    stacked as C-ordered rows, a copy in memory order, when its products are large enough
+    that both layouts sum alike (128 x 128 x 64); a smaller one keeps the reference's layout.
+    The interpreter's bits either way."""
+    layouts: list[bool] = []
+    real = gemm._operands
+
+    def spy(x, y, nn, probed, rows=None):
+        got = real(x, y, nn, probed, rows)
+        if got is not None and probed:
+            layouts.append(got[4])
+        return got
+
+    monkeypatch.setattr(gemm, "_operands", spy)
+    monkeypatch.setattr(gemm, "STACK_MIN", 0)
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((512, k)).astype(np.float32)
+    v = rng.standard_normal((k, 64)).astype(np.float32)
+    got, want, info = run_backends(transposed_stationary, None, a, v, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched" and layouts, info.reason
+    assert set(layouts) == {k * 128 * 64 >= gemm._NN_MIN}
+    np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
 
 
 def test_cblas_is_called_only_with_its_builds_integer_width(monkeypatch):
@@ -285,7 +340,9 @@ def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route,
     elif route == "blocks differ":
         probe = gemm._probe
         monkeypatch.setattr(
-            gemm, "_probe", lambda m, k, n, nn, fused: not fused and probe(m, k, n, nn, fused)
+            gemm,
+            "_probe",
+            lambda m, k, n, nn, fused, rows: not fused and probe(m, k, n, nn, False, rows),
         )
     elif route == "tiles":
         monkeypatch.setattr(BCtx, "as_matrix", lambda self, acc, inner: None)
