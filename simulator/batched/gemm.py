@@ -220,6 +220,8 @@ def columns(x: np.ndarray, y: np.ndarray, nn: bool) -> list[int]:
         return []
     if any(x.shape[b] > 1 and y.shape[b] > 1 for b in range(nb)):
         return []  # (not blocks of one product)
+    if math.prod(max(x.shape[b], y.shape[b]) for b in range(nb)) * m * y.shape[-1] * k < STACK_MIN:
+        return []  # (one gemm per position: ``_operands``)
     return [b for b in range(nb) if y.shape[b] > 1]
 
 

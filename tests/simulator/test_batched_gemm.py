@@ -365,6 +365,22 @@ def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route,
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
 
 
+def test_a_batch_under_stack_min_keeps_its_psum_layout(monkeypatch):
+    """Products of a batch too small to stack (one gemm per position) leave PSUM laid out as it
+    is: a new layout would only cost a copy."""
+    laid: list[object] = []
+    real = BCtx.as_matrix
+    monkeypatch.setattr(
+        BCtx, "as_matrix", lambda self, acc, inner: laid.append(inner) or real(self, acc, inner)
+    )
+    a, b = _operands("transpose_x", (128, 256, 512), "fp32", seed=4)  # (2 N tiles, 2^23 in all)
+    assert 2 * 128 * 256 * 128 < gemm.STACK_MIN
+    got, want, info = run_backends(tiled("transpose_x", 128, 256, 128), None, a, b,
+                                   backends=BACKENDS).against("batched")  # fmt: skip
+    assert info.backend == "batched" and not laid, info.reason
+    np.testing.assert_allclose(got, a.astype(np.float64).T @ b, rtol=1e-4, atol=1e-3)
+
+
 @nki.jit
 def psum_with_a_view(a_t, b):
     """A tiled matmul whose PSUM tile is read through a reshape view: the sum of each [128, 512]
