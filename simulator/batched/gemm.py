@@ -82,8 +82,8 @@ def stacked(
     # own threads would leave them spinning for a while after it, against the workers of the
     # next instruction's blocks)
     m = x.shape[-1]
-    rows = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m
-    blocks = [slice(r, r + rows) for r in range(0, lhs.shape[0], rows)]
+    per = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m  # (rows per block)
+    blocks = [slice(r, r + per) for r in range(0, lhs.shape[0], per)]
     run_blocks(lambda r: np.matmul(lhs[r], rhs, out=out[r]), blocks, out.size * rhs.shape[0])
     sizes = {b: x.shape[b] for b in sx} | {b: y.shape[b] for b in sy}
     return _arranged(out, sizes, sx, sy, list(range(x.ndim - 2)), (x.shape[-1], y.shape[-1]))
