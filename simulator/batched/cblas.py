@@ -54,6 +54,8 @@ def _load() -> Sgemm | None:
         return None
     home = os.path.dirname(os.path.dirname(os.path.realpath(np.__file__)))
     for lib in libs:
+        if not getattr(lib, "filepath", None):
+            continue
         path = os.path.realpath(lib.filepath)
         if not path.startswith(os.path.join(home, "numpy")):
             continue  # (not numpy.libs/ nor numpy/.dylibs/: an OpenBLAS another package loaded)
