@@ -533,8 +533,6 @@ class BCtx:
         entry = self.psum_groups.get(name)
         if entry is not None and entry[0] is arr:
             entry[0] = new
-        if self.host is not None:
-            self.host.views.pop(name, None)
         return new[...]
 
     def _drop_dead(self, x: int) -> None:

@@ -48,6 +48,11 @@ STACK_MIN = 1 << 24
 _BLOCK_BYTES = 2 << 20  # a block of the product (a few M tiles) computed while it is in cache
 
 
+def _tiles_per_block(m: int, cols: int) -> int:
+    """M tiles (of ``m`` rows) of a product with ``cols`` columns in one block."""
+    return max(1, _BLOCK_BYTES // (m * cols * 4))
+
+
 def unbroadcast(a: np.ndarray) -> np.ndarray:
     """A batched operand with its repeated batch axes (stride 0: the operand does not depend
     on that batch symbol) cut to length 1; ``np.matmul`` broadcasts them back without copies."""
@@ -82,7 +87,7 @@ def stacked(
     # own threads would leave them spinning for a while after it, against the workers of the
     # next instruction's blocks)
     m = x.shape[-1]
-    per = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m  # (rows per block)
+    per = _tiles_per_block(m, rhs.shape[1]) * m  # (rows per block)
     blocks = [slice(r, r + per) for r in range(0, lhs.shape[0], per)]
     run_blocks(lambda r: np.matmul(lhs[r], rhs, out=out[r]), blocks, out.size * rhs.shape[0])
     sizes = {b: x.shape[b] for b in sx} | {b: y.shape[b] for b in sy}
@@ -110,7 +115,7 @@ def accumulate(
     mn = (x.shape[-1], y.shape[-1])
     outer, last = sx[:-1], sx[-1:]  # (a block: one position of the outer axes, tiles of the last)
     tiles = x.shape[last[0]] if last else 1
-    group = max(1, min(tiles, _BLOCK_BYTES // (mn[0] * rhs.shape[1] * 4)))
+    group = min(tiles, _tiles_per_block(mn[0], rhs.shape[1]))
     inner = [b for b in range(x.ndim - 2) if b not in outer]  # (a block's batch axes)
     blocks: list[tuple[np.ndarray, tuple[int | slice, ...], dict[int, int]]] = []
     for at, lead in enumerate(np.ndindex(*(x.shape[b] for b in outer))):
@@ -183,7 +188,7 @@ def _into_tiles(
     b0, ldb, ldc = rhs.ctypes.data, rhs.shape[1], dst.strides[-2] // 4
     calls: list[tuple[int, int, int, int]]  # (rows, A, B, C)
     if _one_matrix(dst, sx, sy, rhs.shape[1]):  # (a few M tiles' rows by every column per call)
-        rows = max(1, _BLOCK_BYTES // (m * rhs.shape[1] * 4)) * m
+        rows = _tiles_per_block(m, rhs.shape[1]) * m
         calls = [
             (min(rows, lhs.shape[0] - r), a0 + r * a_row, b0, dst.ctypes.data + r * 4 * ldc)
             for r in range(0, lhs.shape[0], rows)
@@ -214,15 +219,13 @@ def columns(x: np.ndarray, y: np.ndarray, nn: bool) -> list[int]:
     """The batch axes along which only the moving operand ``y`` varies (its N tiles), when
     ``accumulate`` adds the products by BLAS (``_into_tiles``; else none): PSUM laid out with
     them as columns (``BCtx.as_matrix``) takes one BLAS call per few M tiles, not per tile."""
-    nb = x.ndim - 2
     k, m = x.shape[-2:]
-    if m * y.shape[-1] * k < TILE_MIN or cblas.sgemm() is None or not agrees(nn, fused=True):
+    if m * y.shape[-1] * k < TILE_MIN:
         return []
-    if any(x.shape[b] > 1 and y.shape[b] > 1 for b in range(nb)):
-        return []  # (not blocks of one product)
-    if math.prod(max(x.shape[b], y.shape[b]) for b in range(nb)) * m * y.shape[-1] * k < STACK_MIN:
-        return []  # (one gemm per position: ``_operands``)
-    return [b for b in range(nb) if y.shape[b] > 1]
+    axes = _batch_axes(x, y, nn, probed=True)
+    if axes is None or cblas.sgemm() is None or not agrees(nn, fused=True):
+        return []
+    return axes[1]
 
 
 def _one_matrix(dst: np.ndarray, sx: list[int], sy: list[int], cols: int) -> bool:
@@ -276,21 +279,12 @@ def _arranged(
     return out.transpose(order).reshape(*(sizes.get(b, 1) for b in axes), m, n)
 
 
-# (the left operand (rows, K), the right one (K, columns), the batch axes x and y vary along,
-# whether the left one is C-ordered rows (else the transposed view of (K, rows) storage))
-Operands = tuple[np.ndarray, np.ndarray, list[int], list[int], bool]
-
-
-def _operands(
-    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool, rows: bool | None = None
-) -> Operands | None:
-    """The one gemm's operands (fp32 copies: the left one the rows of every M tile, the right
-    one the columns of every N tile) and the batch axes ``x`` and ``y`` vary along; None when
-    the batch is not blocks of one product or they would not keep the tiles' bits. The left
-    one is laid out as the reference's (``nn``: C-ordered rows, else (K, rows) storage), or
-    with ``rows`` as C-ordered rows; by default also so when ``x`` is a transposed view (its K
-    axis in memory order, as a transpose's copy is) of a large product whose layouts agree
-    (``agrees(rows=True)``): its copy is then in memory order, not a transposing one."""
+def _batch_axes(
+    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool
+) -> tuple[list[int], list[int]] | None:
+    """The batch axes ``x`` and ``y`` vary along, when the batch's products are blocks of one
+    product that keeps the tiles' bits (``probed``: also large enough to stack, and where
+    ``agrees``); else None."""
     nb = x.ndim - 2
     sx = [b for b in range(nb) if x.shape[b] > 1]
     sy = [b for b in range(nb) if y.shape[b] > 1]
@@ -308,6 +302,31 @@ def _operands(
         return None
     if probed and not agrees(nn):
         return None
+    return sx, sy
+
+
+# (the left operand (rows, K), the right one (K, columns), the batch axes x and y vary along,
+# whether the left one is C-ordered rows (else the transposed view of (K, rows) storage))
+Operands = tuple[np.ndarray, np.ndarray, list[int], list[int], bool]
+
+
+def _operands(
+    x: np.ndarray, y: np.ndarray, nn: bool, probed: bool, rows: bool | None = None
+) -> Operands | None:
+    """The one gemm's operands (fp32 copies: the left one the rows of every M tile, the right
+    one the columns of every N tile) and the batch axes ``x`` and ``y`` vary along; None when
+    the batch is not blocks of one product or they would not keep the tiles' bits. The left
+    one is laid out as the reference's (``nn``: C-ordered rows, else (K, rows) storage), or
+    with ``rows`` as C-ordered rows; by default also so when ``x`` is a transposed view (its K
+    axis in memory order, as a transpose's copy is) of a large product whose layouts agree
+    (``agrees(rows=True)``): its copy is then in memory order, not a transposing one."""
+    axes = _batch_axes(x, y, nn, probed)
+    if axes is None:
+        return None
+    sx, sy = axes
+    nb = x.ndim - 2
+    k, m = x.shape[-2:]
+    n = y.shape[-1]
     if rows is None:
         rows = nn or (
             probed
