@@ -183,11 +183,13 @@ class Instr:
     accumulate: str | None = None
     api: str = ""  # the user-facing call, e.g. "nl.load"
 
+    def __post_init__(self) -> None:
+        # ``attrs`` as a dict (the first value of a repeated key) for ``attr``, which executors
+        # call several times per instruction on every run; not a field (``fields``, ``replace``)
+        object.__setattr__(self, "_by_key", dict(reversed(self.attrs)))
+
     def attr(self, key: str, default: Any = None) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return self._by_key.get(key, default)
 
     # ---- the access model: what the instruction reads and writes ----------------------------
     @property

@@ -11,7 +11,9 @@ hosted by that backend: run by the reference interpreter's executor.
 * ``@lowers(...)`` registers the Numba backend's entry: a lowering (it generates code for the
   instruction instead of running it; the code generator hosts an instruction without one).
 * ``@prepares("isa")`` registers a check every executor of a kind runs first, on every backend
-  (the engines' destination rules of ``nki.isa``).
+  (the engines' destination rules of ``nki.isa``). A check reads only the instruction and
+  ``ctx.decl`` (tensor declarations), so a backend may run it once per traced kernel
+  (``checked_once``).
 
 Lookups are cached per backend and key. Executor modules register themselves on import:
 ``interpreter`` imports those of ``simulator/language``, ``simulator/isa`` and ``collectives``,
@@ -22,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from nki.ir import Instr
+from nki.errors import NKIError
+from nki.ir import Instr, TensorDecl
 
 from .backends import BACKENDS, REFERENCE, name_of
 
@@ -129,6 +132,31 @@ def declined(instr: Instr, backend: str) -> str | None:
         return f"{what} has no {backend} executor"
     why = entry.declines(instr) if entry.declines is not None else None
     return None if why is None else f"{what} {why}"
+
+
+class _Declarations:
+    """A context that only holds the tensors' declarations (what a kind's check reads)."""
+
+    def __init__(self, decl: Callable[[str], TensorDecl]) -> None:
+        self.decl = decl
+
+
+def checked_once(
+    instr: Instr, backend: str, decl: Callable[[str], TensorDecl]
+) -> Callable[..., None] | None:
+    """``executor_of``, without its kind's check when the check passes for ``instr``: a check
+    reads only the instruction and its tensors' declarations (``decl``), the same on every run,
+    so a backend that makes its walk once per traced kernel runs it once, there. A failing
+    check stays in the executor, so its error comes at the instruction, in the run's order."""
+    entry = entry_of(instr, backend)
+    pre = PREPARE.get(instr.kind)
+    if entry is None or pre is None:
+        return None if entry is None else entry.run
+    try:
+        pre(instr, _Declarations(decl))  # type: ignore[arg-type]
+    except NKIError:
+        return executor_of(instr, backend)
+    return entry.run
 
 
 def _prepared(pre: Executor, fn: Executor) -> Executor:

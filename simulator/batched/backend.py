@@ -45,7 +45,7 @@ from ..backends import AUTO
 from ..checks.coverage import instructions_of
 from ..compiled import backend as numba_backend
 from ..config import SimConfig
-from ..executors import COLLECTIVES, PREPARE, executor_of
+from ..executors import COLLECTIVES, PREPARE, checked_once, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx, alloc_info
 from .host import Host, StateUsed
@@ -74,15 +74,17 @@ Steps = tuple[tuple, ...]
 Tick = Callable[[int], None] | None  # the running launch's progress counter (None: not shown)
 
 
-def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int], info: Callable) -> Steps:
+def _steps(
+    nodes: tuple[Node, ...], p: Plan, routes: dict[int, int], info: Callable, ir: KernelIR
+) -> Steps:
     """The walk of ``nodes`` (``info``: ``alloc_info`` of a tensor)."""
     out: list[tuple] = []
     for n in nodes:
         if isinstance(n, Instr):
             how = routes.get(id(n), 0)
             code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
-            if code == _INSTR:  # (its executor found once, with the walk)
-                out.append((code, n, bool(how & _WHOLE), executor_of(n, BATCHED)))
+            if code == _INSTR:  # (its executor and its kind's check, once, with the walk)
+                out.append((code, n, bool(how & _WHOLE), checked_once(n, BATCHED, ir.tensor)))
             else:
                 out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
@@ -91,15 +93,15 @@ def _steps(nodes: tuple[Node, ...], p: Plan, routes: dict[int, int], info: Calla
             out.append((_ALLOC, n.tensor, id(n) in p.fresh, p.fused.get(id(n)), info(n.tensor)))
         elif isinstance(n, _GridLoop):
             whole = n.sym.axis in p.whole_axes
-            body = _steps(n.body, p, routes, info)
+            body = _steps(n.body, p, routes, info, ir)
             out.append((_BATCH, n.sym, 0, 1, n.size, body, whole, sym_key(n.sym)))
         elif id(n) in p.subtrees:
-            out.append((_DEVICE, n, _steps(n.body, p, routes, info)))
+            out.append((_DEVICE, n, _steps(n.body, p, routes, info, ir)))
         elif id(n) in p.batch_loops:
-            body = _steps(n.body, p, routes, info)
+            body = _steps(n.body, p, routes, info, ir)
             out.append((_BATCH, n.sym, n.start, n.step, n.trip_count, body, False, sym_key(n.sym)))
         else:
-            body = _steps(n.body, p, routes, info)
+            body = _steps(n.body, p, routes, info, ir)
             out.append((_LOOP, n.sym, range(n.start, n.stop, n.step), body, sym_key(n.sym)))
     return tuple(out)
 
@@ -352,6 +354,7 @@ def _ready(ir: KernelIR, config: SimConfig) -> _Ready | str:
                 p,
                 _routes(p),
                 lambda name: alloc_info(ir, name, config.precise_fp),
+                ir,
             )
             reason = None if p.subtrees else _reason(p, None)
             got = _Ready(p, steps, tuple(sorted(p.reread)), reason)
