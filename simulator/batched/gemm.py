@@ -328,12 +328,7 @@ def _operands(
     k, m = x.shape[-2:]
     n = y.shape[-1]
     if rows is None:
-        rows = nn or (
-            probed
-            and abs(x.strides[-2]) < abs(x.strides[-1])
-            and m * n * k >= _NN_MIN
-            and agrees(False, rows=True)
-        )
+        rows = nn or (probed and as_rows(x, n))
     xs = x[tuple(slice(None) if b in sx else 0 for b in range(nb))]
     ys = y[tuple(slice(None) if b in sy else 0 for b in range(nb))]
     nr, cols = math.prod(xs.shape[:-2]) * m, math.prod(ys.shape[:-2]) * n
@@ -354,14 +349,28 @@ def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
     """``product`` as one gemm per position (NumPy's stacked matmul), each in the reference's
     layout: ``x.T`` the transposed view of fp32 (K, M) storage (``x`` itself when it already
     is fp32 with unit-stride rows: BLAS reads it in place), or with ``nn`` a C-ordered (M, K)
-    copy (OpenBLAS sums small products of the two layouts differently)."""
-    if nn:
+    copy (OpenBLAS sums small products of the two layouts differently). A transposed view
+    (a PE transpose copied back to SBUF) of a large product is multiplied as the C-ordered rows
+    it already is where the layouts agree (``agrees(rows=True)``), not copied into (K, M)."""
+    if nn or as_rows(x, y.shape[-1]):
         lhs = np.ascontiguousarray(np.swapaxes(x, -1, -2), dtype=np.float32)
     elif _blasable(x):
         lhs = np.swapaxes(x, -1, -2)
     else:
         lhs = np.swapaxes(np.ascontiguousarray(x, dtype=np.float32), -1, -2)
     return np.matmul(lhs, y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32))
+
+
+def as_rows(x: np.ndarray, n: int) -> bool:
+    """Whether ``x`` (batch..., K, M), a transposed view (its K axis in memory order), is
+    multiplied with ``n`` columns as C-ordered rows: a product large enough that OpenBLAS sums
+    both layouts alike (``agrees(rows=True)``)."""
+    k, m = x.shape[-2:]
+    return (
+        abs(x.strides[-2]) < abs(x.strides[-1])
+        and m * k * n >= _NN_MIN
+        and agrees(False, rows=True)
+    )
 
 
 def _blasable(a: np.ndarray) -> bool:
@@ -438,6 +447,9 @@ def _probe(m: int, k: int, n: int, nn: bool, fused: bool, rows: bool = False) ->
         tile = np.matmul(lhs, y[0, j])
         plus = was[i, j] + tile
         if not _same_bits(tile, whole[i, j]):
+            return False
+        # (``per_item`` multiplies a single tile's rows too)
+        if rows and not _same_bits(tile, np.matmul(np.ascontiguousarray(x[i, 0].T), y[0, j])):
             return False
         if not all(_same_bits(plus, into[i, j]) for into in intos):
             return False

@@ -42,7 +42,11 @@ def _affine_select(instr: Instr, ctx: BCtx) -> None:
     full = (*ctx.dims, *dst.shape)
     x = numerics.to_compute(ctx.read(src).reshape(full))
     cond = _selection(instr, ctx)
-    vals = x if cond is None else np.where(cond, x, np.float32(fval.value))
+    if cond is None:
+        vals = x
+    else:  # (``np.where(cond, x, fill)``'s values: a copy with the fill put where it fails)
+        vals = np.array(x, dtype=np.float32)
+        np.copyto(vals, np.float32(fval.value), where=~cond)
     ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
 
 

@@ -309,6 +309,30 @@ def test_a_transposed_view_is_stacked_as_rows_with_the_interpreters_bits(monkeyp
     np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("k", [128, 32])
+def test_one_transposed_view_is_multiplied_as_rows_with_the_interpreters_bits(monkeypatch, k):
+    """One position (nothing to stack): the transposed view is multiplied as the C-ordered rows
+    it already is when the product is large enough that both layouts sum alike, without the
+    copy into (K, M) storage; the interpreter's bits either way."""
+    asked: list[bool] = []
+    real = gemm.as_rows
+
+    def spy(x, n):
+        asked.append(real(x, n))
+        return asked[-1]
+
+    monkeypatch.setattr(gemm, "as_rows", spy)
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((128, k)).astype(np.float32)
+    v = rng.standard_normal((k, 64)).astype(np.float32)
+    got, want, info = run_backends(transposed_stationary, None, a, v, backends=BACKENDS).against(
+        "batched"
+    )
+    assert info.backend == "batched", info.reason
+    assert asked == [k * 128 * 64 >= gemm._NN_MIN]
+    np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
+
+
 def test_cblas_is_called_only_with_its_builds_integer_width(monkeypatch):
     """``cblas.sgemm`` binds NumPy's OpenBLAS only when the build's configuration string gives
     the integer width the binding passes (``USE64BITINT``): with every width swapped, nothing
