@@ -140,21 +140,25 @@ def test_memory_error_anywhere_becomes_host_memory_exhausted(monkeypatch):
 def test_memory_error_in_an_instruction_is_located_there(monkeypatch, backend):
     import simulator.executors as ex
 
+    def failing(real):
+        def lookup(instr, *rest):
+            fn = real(instr, *rest)
+            if instr.kind != "dma" or fn is None:
+                return fn
+
+            def run(*args):
+                raise MemoryError("simulated")
+
+            return run
+
+        return lookup
+
     real = ex.executor_of
-
-    def failing(instr, *rest):
-        fn = real(instr, *rest)
-        if instr.kind != "dma" or fn is None:
-            return fn
-
-        def run(*args):
-            raise MemoryError("simulated")
-
-        return run
-
-    monkeypatch.setattr(ex, "executor_of", failing)
+    monkeypatch.setattr(ex, "executor_of", failing(real))
     for mod in ("simulator.interpreter", "simulator.batched.backend"):
-        monkeypatch.setattr(f"{mod}.executor_of", failing)
+        monkeypatch.setattr(f"{mod}.executor_of", failing(real))
+    # (the batched walk finds its executors once, with their kind's check)
+    monkeypatch.setattr("simulator.batched.backend.checked_once", failing(ex.checked_once))
     a = np.ones((4, 8), np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
