@@ -139,6 +139,10 @@ ERROR_CODES: dict[str, str] = {
     "name is never ignored; the message names the closest valid one)",
     "err_mixed_api_generations": "a kernel that mixes classic-API and current-API constructs "
     "(the message names both lines)",
+    "err_invalid_dependency": "an `NkiInstruction.depends_on` edge to something that is not "
+    "an earlier instruction handle of the same kernel (or to itself)",
+    "err_dependency_crosses_device_loop": "an `NkiInstruction.depends_on` edge out of an "
+    "`nl.fori_loop` / `while_loop` that does not hold its consumer",
     # ---- kernels, grids, parameters and outputs --------------------------------------------------
     "err_invalid_grid": "a launch grid that is not a tuple of positive ints within the limits",
     "err_invalid_program_axis": "a program axis outside the launch grid (or named twice)",
@@ -341,6 +345,10 @@ FIXES: dict[str, str] = {
     "real signature)",
     "err_mixed_api_generations": "write the kernel in one API: destination-first `nisa` "
     "calls (current) or returned tiles (classic); see the porting guide",
+    "err_invalid_dependency": "pass the handles earlier `nisa` calls of this kernel returned "
+    "(the producers come first in the kernel)",
+    "err_dependency_crosses_device_loop": "make the edge inside the device loop, or from a "
+    "producer before the loop to a consumer inside it",
     "err_invalid_grid": "launch with positive ints (`kernel[4]`, `kernel[2, 3]`); a current "
     "kernel takes `kernel[1]` or `kernel[2]`",
     "err_invalid_program_axis": "ask `nl.program_id` / `nl.num_programs` for an axis of the "

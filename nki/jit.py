@@ -60,6 +60,7 @@ from .tracer import (
 )
 from .tracer.api_checks import broken
 from .tracer.api_checks import finish as finish_rules
+from .tracer.dependencies import labelled
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
@@ -447,12 +448,11 @@ class Kernel:
                     code="err_mutable_parameter_not_returned",
                     loc=written[name],
                 )
-        tensors = tuple(st.tensors.values())
         ir = KernelIR(
             self.fn.__name__,
             tuple(st.params),
-            tensors,
-            tuple(st.bodies[0]),
+            tuple(st.tensors.values()),
+            labelled(st, tuple(st.bodies[0])),
             outputs,
             returns,
             grid,

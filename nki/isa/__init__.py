@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import isa_spec as _spec
 from .. import language as _nl
+from ..errors import NKIError as NkiValidationError  # (every rule nki-sim checks raises one)
 from . import (
     collectives,
     dma,
@@ -29,6 +30,7 @@ from . import (
 )
 from . import enums as _enums
 from .collectives import dma_engine
+from .common import Instruction as NkiInstruction
 from .enums import (
     dge_mode,
     engine,
@@ -44,7 +46,7 @@ from .enums import (
     unknown_engine,
     vector_engine,
 )
-from .registers import NkiScalar
+from .registers import NkiScalar, VirtualRegister
 
 _FAMILIES = {
     m.__name__.rpartition(".")[2]: m
@@ -58,7 +60,10 @@ for _row in _spec.INSTRUCTIONS:
     globals()[_row.name] = getattr(_FAMILIES[_row.family], _row.name)
 
 __all__ = [
+    "NkiInstruction",
     "NkiScalar",
+    "NkiValidationError",
+    "VirtualRegister",
     "dge_mode",
     "dma_engine",
     "engine",

@@ -33,6 +33,7 @@ from ..tracer import (
     to_mask,
 )
 from ..tracer.api_checks import broken
+from ..tracer.dependencies import Handle, depend
 from .enums import engine_name, enum_value, reduce_cmd
 from .rules import check_available, check_dtype_in
 
@@ -43,13 +44,25 @@ _ENGINE_TITLES = {"tensor": "Tensor", "vector": "Vector", "scalar": "Scalar", "g
 
 
 # ---- the opening of every nki.isa function -------------------------------------------------
-@dataclass(frozen=True)
 class Instruction:
-    """What a destination-first ``nisa`` call returns: a handle on the recorded instruction
-    (the current API returns an instruction handle, not a tile)."""
+    """``nisa.NkiInstruction``: what a destination-first ``nisa`` call returns, a handle on the
+    instruction it recorded (the current API returns an instruction handle, not a tile)."""
 
-    name: str
-    instr: Instr | None
+    __slots__ = ("name", "instr", "handle")
+
+    def __init__(self, name: str, instr: Instr | None) -> None:
+        self.name = name
+        self.instr = instr
+        self.handle = Handle()
+
+    def depends_on(self, *producers: Instruction) -> Instruction:
+        """This instruction runs after every one of ``producers`` finishes; returns itself, so
+        ``c.depends_on(b, a)`` and ``c.depends_on(b).depends_on(a)`` are the same. Producers
+        are handles of the same kernel, traced before this one, at its device-loop nesting or
+        in an enclosing scope (not inside an ``nl.fori_loop`` / ``while_loop`` that does not
+        hold it); see ``nki/tracer/dependencies.py``."""
+        depend(self, producers)
+        return self
 
     def __repr__(self) -> str:
         return f"<nisa.{self.name} instruction>"

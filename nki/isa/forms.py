@@ -43,6 +43,7 @@ from ..tracer import (
     operand,
 )
 from ..tracer.api_checks import broken
+from ..tracer.state import effective_generation
 from .common import Instruction
 from .enums import engine as _engine
 from .rules import rules, target
@@ -66,13 +67,32 @@ def instruction(fn: Callable[..., Any] | None = None, *, current: Adapter | None
         if row.classic is None and not row.ir_op:
             # registers and core synchronisation record no isa instruction: a call that does
             # not bind is the plain located binding error
-            return arguments_checked(row.api)(f)
+            return handled(arguments_checked(row.api)(f))
         if row.classic is None:
-            return current_only(f)
+            return handled(current_only(f))
         checked = spec.checked(f)
-        return checked if row.current is None else both_forms(checked, current)
+        return checked if row.current is None else both_forms(handled(checked), current)
 
     return deco(fn) if fn is not None else deco
+
+
+def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, returning the handle of the instruction it recorded (``NkiInstruction``, for
+    ``depends_on``) where it returned nothing in a kernel of the current API: there an in-place
+    call (also one of both APIs' form: ``dma_copy``) returns a handle; the classic API's
+    returns None."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        st = current()
+        before = len(st.bodies[-1]) if st is not None else 0
+        out = fn(*args, **kwargs)
+        if out is not None or st is None or effective_generation(st) == CLASSIC:
+            return out
+        return Instruction(name, _last_instr() if len(st.bodies[-1]) > before else None)
+
+    return call
 
 
 def current_only(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -101,6 +101,16 @@ def _require_one_element(x: Any, api: str, role: str) -> None:
         )
 
 
+class _IsRegister(type):
+    def __instancecheck__(cls, x: object) -> bool:
+        return is_register(x)
+
+
+class VirtualRegister(metaclass=_IsRegister):
+    """``nisa.VirtualRegister``: the type of what ``nisa.register_alloc`` returns (a register
+    tile), for annotations and ``isinstance``."""
+
+
 class NkiScalar(NkiTensor):
     """A signed 32- or 64-bit integer known on the device only (``nisa.scalar_load``).
 

@@ -77,6 +77,10 @@ class TraceState:
         # documented rules broken while the generation they hold in was undecided, and
         # warnings, told when the trace ends (see api_checks)
         self.rule_breaches: list[tuple[Any, str, SrcLoc]] = []
+        # instruction handles made so far, and the edges ``depends_on`` made between their
+        # instructions (producer, consumer): see ``dependencies.py``
+        self.handles = 0
+        self.dependencies: list[tuple[Any, Any]] = []
 
     def check_early_exit(self) -> None:
         """Raise the error of a symbolic loop left by ``break`` / ``return`` (see

@@ -3,7 +3,8 @@
 Each compute engine and each DMA queue runs its instructions in program order. An instruction
 starts when its engine (and any port it shares with another engine on this generation) is free
 and the instructions it depends on have finished: read-after-write, write-after-read and
-write-after-write on the same memory. On-chip memory is tracked per block of a tile (the block
+write-after-write on the same memory, and the producers ``NkiInstruction.depends_on`` named
+(their latest runs). On-chip memory is tracked per block of a tile (the block
 dimensions before the partition dimension) and per allocation: a tile allocated in a loop
 rotates through as many buffers as fit (``buffers_for``), so iteration i+n only waits for
 iteration i. HBM is tracked per tensor; stores to one HBM tensor are taken to write disjoint
@@ -110,6 +111,9 @@ class _State:
         self.last_stationary: object = None
         self.end = _NONE
         self.touched: set[tuple] = set()  # state keys changed (for extrapolation)
+        # a labelled producer's last end (``NkiInstruction.depends_on``'s edges: its consumers,
+        # whose ``after`` names the label, start after it)
+        self.labels: dict[int, tuple[float, int]] = {}
 
     # ---- memory keys -------------------------------------------------------------------------
     def _key(self, acc: Access, env: dict[Sym, int]) -> tuple[tuple, object]:
@@ -162,6 +166,8 @@ class _State:
                 dep = max(dep, self._ready(self.writes[k], b))  # write after write
         if ins.kind == SPILL:  # compiler spill code runs in program order: after all before it
             dep = max(dep, self.end)
+        for k in ins.attr("after", ()):  # explicit edges: after the producers' last runs
+            dep = max(dep, self.labels.get(k, _NONE))
         dur = c.ns
         if c.engine == "dma":
             q = self.queue_of.setdefault(id(ins), f"dma.q{len(self.queue_of) % self.t.dma_queues}")
@@ -216,6 +222,10 @@ class _State:
             self.touched.add(("writes", k, b))
             if b is not None:
                 self.block_src[("writes", k, b)] = (a, env)
+        label = ins.attr("dep_label")
+        if label is not None:
+            self.labels[label] = (end, ev)
+            self.touched.add(("label", label))
         s = self.sites[id(ins)]
         s.count += 1
         s.ns += dur
@@ -381,6 +391,9 @@ class _State:
                 tab[b] = (t + j * period, link if link >= 0 else ev)
         # every other buffer (all rotations) the loop used moves with the loop
         for key in seen:
+            if key[0] == "label":
+                t, ev = self.labels[key[1]]
+                self.labels[key[1]] = (t + shift, link if link >= 0 else ev)
             if key[0] not in ("reads", "writes") or key[:2] in per_iter:
                 continue
             tab = (self.reads if key[0] == "reads" else self.writes)[key[1]]

@@ -1,0 +1,196 @@
+"""Instruction handles and scheduling dependencies (``NkiInstruction.depends_on``, nki 0.7):
+every in-place ``nisa`` call returns a handle; an edge is checked when it is made, recorded in
+the traced IR and honoured by the cost model's schedule; execution (program order) is
+unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import nki.typing as nt
+from nki.errors import NKIError
+from nki.ir import Instr
+
+
+def _sb(shape, dtype=nl.float32):
+    return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+
+
+def _instrs(ir):
+    out = []
+
+    def walk(nodes):
+        for n in nodes:
+            if isinstance(n, Instr):
+                out.append(n)
+            elif hasattr(n, "body"):
+                walk(n.body)
+
+    walk(ir.body)
+    return out
+
+
+handles: list = []
+
+
+@nki.jit
+def scaled_exp(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = _sb(a.shape)
+    load = nisa.dma_copy(dst=x, src=a)
+    v = _sb(a.shape)
+    mul = nisa.tensor_scalar(dst=v, data=x, op0=nl.multiply, operand0=2.0)
+    e = _sb(a.shape)
+    act = nisa.activation(dst=e, op=nl.exp, data=v)
+    chained = act.depends_on(mul, load).depends_on(load)
+    store = nisa.dma_copy(dst=out, src=e)
+    store.depends_on(act)
+    handles[:] = [load, mul, act, chained, store]
+    return out
+
+
+def test_in_place_calls_return_handles_and_edges_reach_the_ir():
+    a = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    got = scaled_exp(a)
+    np.testing.assert_allclose(got, np.exp(2.0 * a), rtol=1e-6)
+    load, mul, act, chained, store = handles
+    assert all(isinstance(h, nisa.NkiInstruction) for h in handles)
+    assert chained is act  # (depends_on returns its consumer)
+    assert repr(load) == "<nisa.dma_copy instruction>"
+    by_op = {i.op: i for i in _instrs(scaled_exp.last_ir) if i.op != "dma_copy"}
+    copies = [i for i in _instrs(scaled_exp.last_ir) if i.op == "dma_copy"]
+    label = {i.attr("dep_label"): i for i in _instrs(scaled_exp.last_ir)}
+    # activation waits for the multiply and the load (once each); the store for activation
+    assert {label[k].op for k in by_op["activation"].attr("after")} == {"tensor_scalar", "dma_copy"}
+    assert len(by_op["activation"].attr("after")) == 2
+    assert label[copies[1].attr("after")[0]] is by_op["activation"]
+    assert copies[0].attr("after") is None and by_op["tensor_scalar"].attr("after") is None
+
+
+def _two_engines(edge: bool):
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((2, *a.shape), dtype=a.dtype, buffer=nl.shared_hbm)
+        x = _sb(a.shape)
+        nisa.dma_copy(dst=x, src=a)
+        v = _sb(a.shape)
+        mul = nisa.tensor_scalar(dst=v, data=x, op0=nl.multiply, operand0=2.0)  # Vector
+        e = _sb(a.shape)
+        act = nisa.activation(dst=e, op=nl.exp, data=x)  # Scalar, independent of mul
+        if edge:
+            act.depends_on(mul)
+        nisa.dma_copy(dst=out[0], src=v)
+        nisa.dma_copy(dst=out[1], src=e)
+        return out
+
+    return kernel
+
+
+def test_the_schedule_starts_a_consumer_after_its_producer():
+    spans = {}
+    for edge in (False, True):
+        rep = nki.estimate(_two_engines(edge), target="trn2")(nt.tensor[[128, 2048], nl.float32])
+        ev = {e.name: e for e in rep.schedule.events}
+        mul, act = ev["nisa.tensor_scalar"], ev["nisa.activation"]
+        spans[edge] = (mul.start, mul.start + mul.dur, act.start)
+    mul_start, mul_end, act_start = spans[False]
+    assert act_start < mul_end  # (no edge: the two engines overlap)
+    mul_start, mul_end, act_start = spans[True]
+    assert act_start >= mul_end
+    # the results are the same either way (program order satisfies the edge)
+    a = np.random.default_rng(1).standard_normal((128, 256)).astype(np.float32)
+    np.testing.assert_array_equal(_two_engines(True)(a), _two_engines(False)(a))
+
+
+def _bad(case: str):
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        x = _sb(a.shape)
+        load = nisa.dma_copy(dst=x, src=a)
+        v = _sb(a.shape)
+        mul = nisa.tensor_scalar(dst=v, data=x, op0=nl.multiply, operand0=2.0)
+        if case == "tile":
+            mul.depends_on(x)  # EDGE
+        elif case == "self":
+            mul.depends_on(mul)  # EDGE
+        elif case == "backwards":
+            load.depends_on(mul)  # EDGE
+        elif case in ("out of a loop", "into a loop"):
+            inside = []
+
+            def body(i):
+                t = _sb(a.shape)
+                h = nisa.tensor_scalar(dst=t, data=x, op0=nl.add, operand0=1.0)
+                if case == "into a loop":
+                    h.depends_on(mul)  # (allowed: the producer is in an enclosing scope)
+                inside.append(h)
+
+            nl.fori_loop(0, nisa.register_alloc(2), body)  # (a device loop: register bound)
+            w = _sb(a.shape)
+            after = nisa.tensor_copy(dst=w, src=v)
+            if case == "out of a loop":
+                after.depends_on(inside[0])  # EDGE
+        elif case == "escaped":
+            handles[:] = [mul]
+        nisa.dma_copy(dst=out, src=v)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "words"),
+    [
+        ("tile", "err_unsupported_operand", "takes instruction handles"),
+        ("self", "err_invalid_dependency", "cannot depend on itself"),
+        ("backwards", "err_invalid_dependency", "was traced after its consumer"),
+        ("out of a loop", "err_dependency_crosses_device_loop", "an edge cannot leave a device"),
+    ],
+)
+def test_a_bad_edge_is_reported_at_its_line(case, code, words):
+    kernel = _bad(case)
+    a = np.ones((128, 32), np.float32)
+    with pytest.raises(NKIError, match=words) as e:
+        kernel(a)
+    assert e.value.code == code
+    assert e.value.loc.file == __file__
+    src = open(__file__).read().splitlines()
+    assert "# EDGE" in src[e.value.loc.line - 1]
+
+
+def test_an_edge_into_a_device_loop_is_allowed():
+    a = np.random.default_rng(2).standard_normal((128, 32)).astype(np.float32)
+    np.testing.assert_allclose(_bad("into a loop")(a), 2.0 * a)
+
+
+def test_a_handle_outside_its_trace_is_reported():
+    a = np.ones((128, 32), np.float32)
+    _bad("escaped")(a)
+    (mul,) = handles
+    with pytest.raises(NKIError, match="must be called while its kernel is traced") as e:
+        mul.depends_on()
+    assert e.value.code == "err_outside_kernel"
+
+
+def test_register_and_validation_error_names():
+    seen = []
+
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        r = nisa.register_alloc(3)
+        seen.append((isinstance(r, nisa.VirtualRegister), isinstance(a, nisa.VirtualRegister)))
+        x = _sb(a.shape)
+        nisa.dma_copy(dst=x, src=a)
+        y = _sb((a.shape[1], a.shape[1]))
+        nisa.nc_matmul(dst=y, stationary=x, moving=x)  # the Tensor engine writes PSUM only
+        return out
+
+    with pytest.raises(nisa.NkiValidationError, match="writes PSUM only"):
+        kernel(np.ones((128, 32), np.float32))
+    assert seen == [(True, False)]
