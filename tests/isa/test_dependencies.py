@@ -15,6 +15,8 @@ import nki.typing as nt
 from nki.errors import NKIError
 from nki.ir import Instr
 
+from backends import run_backends
+
 
 def _sb(shape, dtype=nl.float32):
     return nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
@@ -69,6 +71,13 @@ def test_in_place_calls_return_handles_and_edges_reach_the_ir():
     assert len(by_op["activation"].attr("after")) == 2
     assert label[copies[1].attr("after")[0]] is by_op["activation"]
     assert copies[0].attr("after") is None and by_op["tensor_scalar"].attr("after") is None
+
+
+def test_every_backend_runs_a_kernel_with_edges_to_the_same_bits():
+    a = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
+    got, want, info = run_backends(scaled_exp, None, a).against("batched")
+    assert info.backend == "batched"
+    np.testing.assert_allclose(want, np.exp(2.0 * a), rtol=1e-6)
 
 
 def _two_engines(edge: bool):
