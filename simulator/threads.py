@@ -9,8 +9,10 @@ for the launch only, restoring them after it:
 
 * a kernel without matmuls, or whose matmul work is small, runs with 1 thread;
 * otherwise ``min(cores free, work / WORK_PER_THREAD)``, where the cores free are the cores
-  this process may use minus the load of other processes (the 1-minute load average less
-  this process's own recent CPU use).
+  this process may use minus the load of other processes: the 1-minute load average less this
+  process's own recent CPU use, or the other processes' threads runnable right now where that
+  is more (Linux; a new load reaches the load average only over a minute, and a BLAS thread
+  sharing its core with another process slowed a product 7x here).
 
 ``SimConfig.threads`` / ``$NKI_SIM_THREADS`` (a positive integer) fixes the count instead;
 ``auto`` (the default) decides as above. Whatever the environment says
@@ -19,10 +21,11 @@ this decision. BLAS partitions a product's output among its threads, never the s
 contraction, so results are bit-identical with any thread count.
 
 Independent blocks of one large product (``run_blocks``: the batched backend's stacked tile
-products) run on workers of this process instead, each calling BLAS on one thread. Workers
-never wait for each other inside BLAS, so a core other processes keep busy only part of the
-time still helps: in ``auto`` they take the cores not fully busy (``free_cores(partly=True)``),
-never more than the cores and the environment allow; a fixed count fixes them too."""
+products) run on the calling thread and workers of this process instead, each calling BLAS on
+one thread and taking one block at a time. They never wait for each other inside BLAS, so a
+core other processes keep busy only part of the time still helps: in ``auto`` they take the
+cores not fully busy (``free_cores(partly=True)``), never more than the cores and the
+environment allow; a fixed count fixes them too."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -102,14 +105,48 @@ _OWN = _OwnUse()
 
 def free_cores(partly: bool = False) -> int:
     """The cores not kept busy by other processes (at least 1); ``partly``: also those other
-    processes keep busy part of the time (their load rounded down, not to the nearest)."""
+    processes keep busy part of the time (their load rounded down, not to the nearest). The
+    load average follows a new load only over a minute, while BLAS's threads slow down several
+    times at once on a core another process takes: the other processes' threads runnable right
+    now count too, where the system says (``runnable_others``)."""
     n = cores()
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return n
     others = max(0.0, load - _OWN.now())
-    return max(1, min(n, n - math.floor(others if partly else others + 0.5)))
+    busy = max(math.floor(others if partly else others + 0.5), _runnable_recently())
+    return max(1, min(n, n - busy))
+
+
+_RECENT = [-1.0, 0]  # when ``runnable_others`` was last read (monotonic seconds), its answer
+RECENT = 0.01  # seconds a reading stands for (``run_blocks`` asks per product)
+
+
+def _runnable_recently() -> int:
+    now = time.monotonic()
+    if now - _RECENT[0] > RECENT:
+        _RECENT[:] = [now, runnable_others() or 0]
+    return int(_RECENT[1])
+
+
+def runnable_others() -> int | None:
+    """Threads of other processes runnable now: Linux's count of runnable threads
+    (``/proc/loadavg``) less this process's own (``/proc/self/task``); None where unknown."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+        own = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # (a thread that ended meanwhile)
+                continue
+            own += stat[stat.rindex(b")") + 2] == ord("R")  # (the state after the name)
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, running - own)
 
 
 def decide(ir: KernelIR, setting: int | None) -> int:
@@ -238,29 +275,69 @@ def _workers() -> int:
 def run_blocks(fn: Callable[[T], None], blocks: Sequence[T], work: int) -> None:
     """``fn(block)`` for every block (independent blocks: each writes its own part of a result,
     so the order does not matter). When the work (multiply-adds) is worth more than one thread
-    and several cores are free, the blocks run on that many workers of this
-    process (``_workers``), each calling BLAS on one thread (``fn`` runs NumPy calls that
-    release the GIL); a worker kept waiting by a busy core delays only its own blocks, where
-    BLAS's threads would wait for each other at every call. Else in order on this thread."""
+    and several cores are free, the blocks run on that many threads: this one and workers of
+    this process (``_workers``), each calling BLAS on one thread (``fn`` runs NumPy calls that
+    release the GIL). Blocks are handed out one at a time, so a thread the OS leaves waiting (a
+    core another process keeps busy) delays only the block it took, where BLAS's threads, each
+    given its share up front, would wait for each other at every call. Else in order on this
+    thread."""
     n = min(len(blocks), _workers())
     if n < 2 or work < 2 * WORK_PER_THREAD:
         for b in blocks:
             fn(b)
         return
     with _blas_single():
-        pool = _WORKERS.get(n)
+        pool = _WORKERS.get(n - 1)
         if pool is None:
-            pool = _WORKERS.setdefault(n, ThreadPoolExecutor(n, thread_name_prefix="nki-sim"))
-        futures = [pool.submit(fn, b) for b in blocks]
-        # (a failing block cancels the blocks not started; the launch goes on, or reports the
-        # error, only once no block of it is running: none writes its storage afterwards)
-        wait(futures, return_when=FIRST_EXCEPTION)
-        for f in futures:
-            f.cancel()
-        wait(futures)
-        for f in futures:
-            if not f.cancelled():
-                f.result()  # (re-raises the first failing block's error, in block order)
+            pool = _WORKERS.setdefault(
+                n - 1, ThreadPoolExecutor(n - 1, thread_name_prefix="nki-sim")
+            )
+        queue = _Blocks(blocks)
+        futures = [pool.submit(queue.drain, fn) for _ in range(n - 1)]
+        try:
+            queue.drain(fn)
+        finally:
+            # (an interrupt here hands out no more blocks; the launch goes on, or reports the
+            # error, only once no block of it is running: none writes its storage afterwards)
+            queue.stop()
+            wait(futures)
+        queue.raise_first()
+
+
+class _Blocks:
+    """``run_blocks``' blocks, handed out one at a time to the threads running them; after a
+    failing block (or ``stop``) none is."""
+
+    def __init__(self, blocks: Sequence[Any]) -> None:
+        self.blocks, self.next, self.stopped = blocks, 0, False
+        self.errors: list[tuple[int, BaseException]] = []
+        self.lock = threading.Lock()
+
+    def _take(self) -> int | None:
+        with self.lock:
+            if self.stopped or self.next >= len(self.blocks):
+                return None
+            self.next += 1
+            return self.next - 1
+
+    def drain(self, fn: Callable[[Any], None]) -> None:
+        while (i := self._take()) is not None:
+            try:
+                fn(self.blocks[i])
+            except BaseException as e:  # (KeyboardInterrupt too: the caller re-raises it)
+                with self.lock:
+                    self.errors.append((i, e))
+                    self.stopped = True
+                return
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+    def raise_first(self) -> None:
+        """Re-raise the error of the first failing block, in block order."""
+        if self.errors:
+            raise min(self.errors, key=lambda ie: ie[0])[1]
 
 
 _SINGLE: dict[str, Any] = {"count": 0, "saved": ()}
