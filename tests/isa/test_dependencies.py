@@ -39,13 +39,19 @@ def _instrs(ir):
 handles: list = []
 
 
-@nki.jit
-def scaled_exp(a):
+def _doubled(a):
+    """(out, x, v, the load of ``a`` into x, the multiply v = 2 x): how the kernels start."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     x = _sb(a.shape)
     load = nisa.dma_copy(dst=x, src=a)
     v = _sb(a.shape)
     mul = nisa.tensor_scalar(dst=v, data=x, op0=nl.multiply, operand0=2.0)
+    return out, x, v, load, mul
+
+
+@nki.jit
+def scaled_exp(a):
+    out, x, v, load, mul = _doubled(a)
     e = _sb(a.shape)
     act = nisa.activation(dst=e, op=nl.exp, data=v)
     chained = act.depends_on(mul, load).depends_on(load)
@@ -118,11 +124,7 @@ def test_the_schedule_starts_a_consumer_after_its_producer():
 def _bad(case: str):
     @nki.jit
     def kernel(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        x = _sb(a.shape)
-        load = nisa.dma_copy(dst=x, src=a)
-        v = _sb(a.shape)
-        mul = nisa.tensor_scalar(dst=v, data=x, op0=nl.multiply, operand0=2.0)
+        out, x, v, load, mul = _doubled(a)
         if case == "tile":
             mul.depends_on(x)  # EDGE
         elif case == "self":
