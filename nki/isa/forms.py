@@ -230,8 +230,9 @@ def call_current(
         if adapter is not None:  # checks of the current form's own parameters
             adapter(name, a.get("dst"), a)
         classic = {p.name for p in info.params(CLASSIC)}
-        fn(**{k: v for k, v in a.items() if k in classic})
-        return Instruction(name, _last_instr())
+        out = fn(**{k: v for k, v in a.items() if k in classic})
+        # (``fn`` is ``handled``: its handle, made where the trace is not classic)
+        return out if isinstance(out, Instruction) else Instruction(name, _last_instr())
     dst = a.pop("dst")
     if not _is_tile(dst):
         raise NKITypeError(

@@ -72,24 +72,14 @@ def _check(consumer: Any, p: Any, st: TraceState) -> None:
             loc=user_loc(),
         )
     if p is consumer or (p.instr is not None and p.instr is consumer.instr):
-        raise NKIError(
-            f"{API}: {consumer!r} cannot depend on itself",
-            code="err_invalid_dependency",
-            loc=user_loc(),
-        )
+        raise _invalid(f"{consumer!r} cannot depend on itself")
     if p.handle.trace is not st:
-        raise NKIError(
-            f"{API}: producer {p!r} was made by another kernel's trace",
-            code="err_invalid_dependency",
-            loc=user_loc(),
-        )
+        raise _invalid(f"producer {p!r} was made by another kernel's trace")
     if p.handle.order > consumer.handle.order:
-        raise NKIError(
-            f"{API}: producer {p!r} ({_where(p)}) was traced after its consumer {consumer!r} "
+        raise _invalid(
+            f"producer {p!r} ({_where(p)}) was traced after its consumer {consumer!r} "
             f"({_where(consumer)}); nki-sim runs instructions in program order, so a producer "
-            "must come first in the kernel",
-            code="err_invalid_dependency",
-            loc=user_loc(),
+            "must come first in the kernel"
         )
     outer, inner = p.handle.device_loops, consumer.handle.device_loops
     if inner[: len(outer)] != outer:
@@ -101,6 +91,10 @@ def _check(consumer: Any, p: Any, st: TraceState) -> None:
             code="err_dependency_crosses_device_loop",
             loc=user_loc(),
         )
+
+
+def _invalid(what: str) -> NKIError:
+    return NKIError(f"{API}: {what}", code="err_invalid_dependency", loc=user_loc())
 
 
 def _where(h: Any) -> str:
