@@ -167,4 +167,13 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "RANK" in os.environ:
+        # torch's compiled-graph caches keep the process group alive past
+        # destroy_process_group, so gloo's threads would be torn down while the interpreter
+        # shuts down, which can abort (SIGABRT) a rank whose run has finished: a finished rank
+        # leaves at once instead.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
