@@ -396,11 +396,11 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Select on_true_tile where an affine predicate holds, else on_false_value.",
         classic="pred, on_true_tile, on_false_value, *, mask=None, dtype=None",
         current="dst, pattern, channel_multiplier, on_true_tile, on_false_value, "
-        "cmp_op=nl.equal, *, offset=0, name=None",
+        "cmp_op=nl.equal, offset=0, name=None",
         ir_op="affine_select", ir_attrs=("engine", "pred"), poison="element",
         result="new SBUF tile, on_true_tile's shape; dtype arg or on_true_tile's dtype",
-        note="current docs of some releases list offset positionally after pattern; the stub "
-        "list (0.3+) makes it keyword-only",
+        note="current docs of some releases list offset positionally after pattern; the "
+        "stubs (0.3+) put it after cmp_op, where SDK 2.32's takes it positionally",
     ),
     Instruction(
         "tensor_partition_reduce", "gpsimd", ("gpsimd",),

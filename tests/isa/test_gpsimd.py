@@ -505,6 +505,25 @@ def test_iota_pattern_and_affine_select_match_numpy():
     np.testing.assert_array_equal(got[1], np.where(p - i >= 0, a, np.float32(-9.0)))
 
 
+def affine_select_all_positional(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    at = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(at, a)
+    s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    # SDK 2.32's order: dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op,
+    # offset (keep a[p, i] where 3 + p - i >= 0)
+    nisa.affine_select(s, [[-1, a.shape[1]]], 1, at, -5.0, nl.greater_equal, 3)
+    nisa.dma_copy(out, s)
+    return out
+
+
+def test_affine_select_takes_offset_positionally():
+    a = np.random.default_rng(2).random((16, 24), dtype=np.float32)
+    got = nki.jit(affine_select_all_positional)(a)
+    p, i = np.arange(16)[:, None], np.arange(24)[None, :]
+    np.testing.assert_array_equal(got, np.where(3 + p - i >= 0, a, np.float32(-5.0)))
+
+
 def iota_two_pairs_into_one_free_dim(x):
     out = nl.ndarray((128, 32), dtype=nl.int32, buffer=nl.shared_hbm)
     t = nl.ndarray((128, 32), dtype=nl.int32, buffer=nl.sbuf)

@@ -87,8 +87,10 @@ def test_current_forms_put_the_destination_first_with_the_stub_orders():
         "src",
         "shuffle_mask",
     ]
-    offset = spec.signature("affine_select", spec.CURRENT).parameters["offset"]
-    assert offset.kind is inspect.Parameter.KEYWORD_ONLY
+    # SDK 2.32's stub: offset comes after cmp_op and may be passed by position
+    params = list(spec.signature("affine_select", spec.CURRENT).parameters.values())
+    assert [p.name for p in params[5:7]] == ["cmp_op", "offset"]
+    assert params[6].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     # no current form takes the classic dtype= / mask=; every non-register one takes name=
     for n in spec.names(spec.CURRENT):
         params = spec.signature(n, spec.CURRENT).parameters
@@ -496,8 +498,11 @@ def test_current_form_binds_the_sdk_tensor_addition_and_positional_calls():
     assert b.arguments["op"] is nl.add
     b = spec.bind("sendrecv", ("s", "d", 1, 0, 0), {}, spec.CURRENT)
     assert (b.arguments["src"], b.arguments["dst"]) == ("s", "d")
+    b = spec.bind("affine_select", ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3), {}, spec.CURRENT)
+    assert b.arguments["offset"] == 3
     with pytest.raises(NKIError, match="too many positional arguments"):
-        spec.bind("affine_select", ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3), {}, spec.CURRENT)
+        args = ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3, "n", 9)
+        spec.bind("affine_select", args, {}, spec.CURRENT)
 
 
 # ---- constant size limits --------------------------------------------------------------------
