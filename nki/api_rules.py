@@ -139,6 +139,22 @@ RULES: tuple[ApiRule, ...] = (
         "err_unsupported_engine_for_op",
     ),
     ApiRule(
+        "nl.keyword_only", "nl.exp(x, nl.bfloat16), nl.sum(x, 1, nl.float32), ...",
+        "dtype, keepdims, compute_dtype, transpose_x, buffer and name are keyword-only "
+        "parameters of the nki.language calls",
+        "classic nki.language API reference (neuronxcc.nki, SDK 2.26)", (CLASSIC,),
+        "err_invalid_argument", "NKITypeError",
+        note="NKI 0.7 (SDK 2.32) declares them as ordinary parameters: current-API kernels "
+        "pass them by position too",
+    ),
+    ApiRule(
+        "alu.since_gen", "nl.abs_max / nl.abs_min (a call or an op=)",
+        "available only on NeuronCore-v4 (trn3) and newer",
+        "nki.language API reference (SDK 2.32): nki.language.abs_max / abs_min", BOTH,
+        "err_unsupported_instruction_for_target", "NKIUnsupportedError",
+        note="the operators the op table marks with a later NeuronCore generation",
+    ),
+    ApiRule(
         "dma_copy.priority", "nisa.dma_copy(priority=...)",
         "priority (DMA quality of service) is NeuronCore-v4+ only",
         f"{_ISA}: nki.isa.dma_copy / dma_transpose, priority parameter", (CURRENT,),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -165,6 +166,8 @@ class Op:
     # the native expression is also exact on integral operands (0/1, integers below 2**24), so
     # rows the interpreter runs in exact int64 may be compiled too
     native_int: bool = False
+    # the first NeuronCore generation whose engines have it (0: every generation)
+    since_gen: int = 0
 
 
 _V, _S, _G = "vector", "scalar", "gpsimd"
@@ -263,6 +266,32 @@ _add(
         native_int=True,
     )
 )
+
+
+def _by_magnitude(larger: bool) -> Callable[..., np.ndarray]:
+    """x where |x| > |y| (``larger``) or |x| < |y|, else y: the signed value, y on a tie."""
+
+    def pick(x: Any, y: Any) -> np.ndarray:
+        ax, ay = np.abs(x), np.abs(y)
+        return np.where(np.greater(ax, ay) if larger else np.less(ax, ay), x, y)
+
+    return pick
+
+
+for _n, _larger, _cmp_op in (("abs_max", True, ">"), ("abs_min", False, "<")):
+    _add(
+        Op(
+            _n,
+            2,
+            _by_magnitude(_larger),
+            (_V,),
+            "promote",
+            doc=f"x if |x| {_cmp_op} |y| else y (the signed value; y on a tie)",
+            native=f"({{a}} if abs({{a}}) {_cmp_op} abs({{b}}) else {{b}})",
+            native_int=True,
+            since_gen=4,
+        )
+    )
 _add(Op("power", 2, _power, (_G, _V), "promote", doc="x ** y"))
 _add(Op("fmod", 2, _fmod, (_V,), "promote", True, doc="remainder with the sign of x (C fmod)"))
 _add(Op("mod", 2, _mod, (_V,), "promote", True, doc="remainder with the sign of y (Python %)"))

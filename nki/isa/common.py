@@ -32,7 +32,7 @@ from ..tracer import (
     state,
     to_mask,
 )
-from ..tracer.api_checks import broken
+from ..tracer.api_checks import broken, op_on_target
 from ..tracer.dependencies import Handle, depend
 from .enums import engine_name, enum_value, reduce_cmd
 from .rules import check_available, check_dtype_in
@@ -444,11 +444,13 @@ def command(x: Any, api: str) -> str:
 def alu_op(op: object, api: str, role: str) -> Op:
     """Resolve an ``op=`` argument (nl.add, np.add, nl.max, ...) through the op table."""
     try:
-        return lookup(op)
+        row = lookup(op)
     except NKIError as e:
         raise NKITypeError(
             f"'{role}' of '{api}': {e.message}", code=e.code, loc=user_loc()
         ) from None
+    op_on_target(row, api)
+    return row
 
 
 def binary_op(op: Any, api: str, role: str) -> Op:

@@ -68,7 +68,7 @@ from .shaping import (
     static_cast,
     where,
 )
-from .tokens import abs_max, abs_min, bypass, prelu  # op tokens of the current API
+from .tokens import bypass, prelu  # op tokens of the current API
 
 # Python operators and methods on tiles (``a + b``, ``t.astype(dt)``) call these
 _TILE_OPERATORS.update(
@@ -224,8 +224,6 @@ __all__ = [
     "transpose",
     "var",
     "where",
-    "abs_max",
-    "abs_min",
     "bypass",
     "prelu",
 ]

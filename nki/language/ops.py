@@ -26,6 +26,7 @@ from ..tracer import (
     result_tile,
     to_mask,
 )
+from ..tracer.api_checks import op_on_target
 from .reductions import expand_access
 
 
@@ -104,6 +105,7 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
 
 def elementwise(op: Op, args: tuple[Any, ...], dtype: Any, mask: Any) -> NkiTensor:
     api = f"nl.{op.name}"
+    op_on_target(op, api)
     srcs, dts, shape = tile_operands(args, api)
     if op.bitvec:
         for d in dts:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKITypeError, user_loc
+from ..errors import NKIMemoryError, NKITypeError, user_loc
+from ..ir import HBM_BUFFERS
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -21,7 +22,7 @@ from ..tracer import (
     result_tile,
     to_mask,
 )
-from .core import _shape
+from .core import _buffer_name, _shape, ndarray
 
 
 def random_seed(seed: Any, *, mask: Any = None, **_kw: Any) -> None:
@@ -44,11 +45,25 @@ def random_seed(seed: Any, *, mask: Any = None, **_kw: Any) -> None:
     emit("seed", "random_seed", None, (src,), api=api)
 
 
-def rand(shape: Any, dtype: Any = "float32", **_kw: Any) -> NkiTensor:
-    """A new SBUF tile of uniform random values in [0, 1) (drawn in fp32, then cast)."""
+def rand(
+    shape: Any, dtype: Any = "float32", buffer: Any = None, name: str = "", **_kw: Any
+) -> NkiTensor:
+    """A new on-chip tile (SBUF unless ``buffer`` says PSUM) of uniform random values in [0, 1)
+    (drawn in fp32, then cast). As with ``nl.full``, an HBM buffer is an error
+    (``err_hbm_tensor_with_init_value_not_supported``): fill an SBUF tile and store it."""
     api = "nl.rand"
-    dims, _par = _shape(shape)
-    out = result_tile(dims, dtypes.name_of(dtype), "sbuf", api)
+    if buffer is None and not name:
+        dims, _par = _shape(shape)
+        out = result_tile(dims, dtypes.name_of(dtype), "sbuf", api)
+    else:
+        if _buffer_name(buffer) in HBM_BUFFERS:
+            raise NKIMemoryError(
+                "nl.rand cannot create an HBM tensor with initial values; create an SBUF tile "
+                "and store it",
+                code="err_hbm_tensor_with_init_value_not_supported",
+                loc=user_loc(),
+            )
+        out = ndarray(shape, dtype, buffer=buffer, name=name)
     emit("rand", "rand", out.access_(), (), api=api)
     return out
 

@@ -107,11 +107,21 @@ def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTenso
     return out
 
 
-def gather_flattened(data: Any, indices: Any, *, mask: Any = None, dtype: Any = None, **_kw: Any):
+def gather_flattened(
+    data: Any, indices: Any, axis: Any = 0, *, mask: Any = None, dtype: Any = None, **_kw: Any
+):
     """Per partition, gather elements of ``data`` (free axes flattened) at ``indices``
     (a ``(P, N)`` integer tile, uint32 in classic NKI): ``out[p, j] = data[p].ravel()[idx[p, j]]``.
-    Out-of-range indices give garbage (NaN / a sentinel here), as on hardware."""
+    Out-of-range indices give garbage (NaN / a sentinel here), as on hardware. ``axis``
+    (NKI 0.7's parameter) must be its default, 0: that is the gather described above."""
     api = "nl.gather_flattened"
+    if isinstance(axis, bool) or axis != 0:
+        raise NKITypeError(
+            f"'{api}' gathers within each partition from its flattened free axes (axis=0); "
+            f"nki-sim does not simulate axis={axis!r}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
     dacc, dt = operand(_unwrap(data), api, "data")
     iacc, it = operand(_unwrap(indices), api, "indices")
     require_buffer(dt, ("sbuf", "psum"), api, "data")

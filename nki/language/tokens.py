@@ -1,11 +1,11 @@
 """Op tokens of the current API that name no element-wise function of the op table: they are
 accepted only as the ``op=`` arguments of the instructions that document them (``nl.bypass``
 skips a tensor-scalar step of ``nisa.activate2``; ``nl.prelu`` is its parametric-ReLU
-activation; ``nl.abs_max`` / ``nl.abs_min`` are reductions of its accumulators)."""
+activation)."""
 
 from __future__ import annotations
 
-__all__ = ["abs_max", "abs_min", "bypass", "prelu"]
+__all__ = ["bypass", "prelu"]
 
 
 class OpToken:
@@ -19,7 +19,5 @@ class OpToken:
         return f"nl.{self.__name__}"
 
 
-abs_max = OpToken("abs_max")
-abs_min = OpToken("abs_min")
 bypass = OpToken("bypass")
 prelu = OpToken("prelu")

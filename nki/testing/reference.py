@@ -92,6 +92,8 @@ NUMPY_OPS: dict[str, Callable[..., np.ndarray]] = {
     "divide": np.true_divide,
     "maximum": np.maximum,
     "minimum": np.minimum,
+    "abs_max": lambda x, y: np.where(np.abs(y) >= np.abs(x), y, x),  # (y on a tie)
+    "abs_min": lambda x, y: np.where(np.abs(y) <= np.abs(x), y, x),
     "power": np.power,
     "fmod": np.fmod,
     "mod": np.mod,

@@ -13,6 +13,7 @@ import warnings
 
 from .. import api_rules
 from ..errors import NKIError, SrcLoc, user_loc
+from ..optable import Op
 from .state import TraceState, classic_mode, current
 
 
@@ -64,3 +65,17 @@ def _tell(rule: api_rules.ApiRule, detail: str, loc: SrcLoc) -> None:
     cls = rule.category
     assert issubclass(cls, NKIError)
     raise cls(msg, code=rule.code, loc=loc)
+
+
+def op_on_target(op: Op, api: str) -> None:
+    """``op`` (a row of the op table) must exist on the NeuronCore being traced for
+    (``Op.since_gen``): rule ``alu.since_gen``."""
+    st = current()
+    if st is None or op.since_gen <= st.target.gen:
+        return
+    t = st.target
+    what = f"'{api}'" if api == f"nl.{op.name}" else f"'{api}' got op nl.{op.name}"
+    broken(
+        "alu.since_gen",
+        f"{what} on {t.name} (NeuronCore-v{t.gen}); NeuronCore-v{op.since_gen} introduced it",
+    )

@@ -624,6 +624,57 @@ def test_stream_shuffle_start_partitions_follow_the_active_partitions():
         )  # fmt: skip
 
 
+def k_positional_dtype(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nl.store(out, nl.exp(nl.load(x), nl.bfloat16))  # ERR
+    return out
+
+
+def test_positional_dtype_is_classic_keyword_only_and_current_positional():
+    expect_error(
+        k_positional_dtype, _X, cls=NKITypeError, code="err_invalid_argument", jit_opts=CLASSIC,
+        fragments=["'nl.exp' got dtype by position", _rule("nl.keyword_only")],
+    )  # fmt: skip
+    got = run(k_positional_dtype, _X)
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got, np.exp(_X).astype(ml_dtypes.bfloat16))
+
+
+def k_abs_max_call(x):
+    a = nl.load(x)
+    out = _out(x.shape)
+    nl.store(out, nl.abs_max(a, nl.negative(nl.multiply(a, 0.5))))  # ERR
+    return out
+
+
+def k_abs_min_op(x):
+    a = _load(x)
+    b = _tile(x.shape)
+    nisa.tensor_scalar(b, a, nl.multiply, -2.0)
+    y = _tile(x.shape)
+    nisa.tensor_tensor(y, a, b, nl.abs_min)  # ERR
+    return _store(y)
+
+
+def test_abs_max_and_abs_min_are_neuroncore_v4_operators():
+    x = rand((64, 32), lo=-2.0, hi=2.0)
+    x[0, :4] = [1.0, -1.0, 0.0, 3.0]  # (|x| and |x * 0.5| tie at 0 only)
+    for k, what in (
+        (k_abs_max_call, "'nl.abs_max' on trn2"),
+        (k_abs_min_op, "'nisa.tensor_tensor' got op nl.abs_min on trn2"),
+    ):
+        expect_error(k, x, cls=NKIUnsupportedError, code="err_unsupported_instruction_for_target",
+                     target="trn2", fragments=[what, _rule("alu.since_gen")])  # fmt: skip
+    half = -(x * np.float32(0.5))
+    np.testing.assert_array_equal(
+        run(k_abs_max_call, x, target="trn3"), np.where(np.abs(half) >= np.abs(x), half, x)
+    )
+    twice = x * np.float32(-2.0)
+    np.testing.assert_array_equal(
+        run(k_abs_min_op, x, target="trn3"), np.where(np.abs(twice) <= np.abs(x), twice, x)
+    )
+
+
 def k_power_into_psum(x):
     a = _load(x)
     ps = nl.ndarray(x.shape, nl.float32, buffer=nl.psum)

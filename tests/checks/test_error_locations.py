@@ -98,7 +98,8 @@ def _ap_pattern_not_pairs(x):
 
 
 def _nl_keyword_only_by_position(x):
-    t = nl.load(x)
+    i_p, i_f = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]  # (nl.mgrid: a classic kernel)
+    t = nl.load(x[i_p, i_f])
     nl.add(t, t, nl.float32)  # ERR
     return x
 
@@ -133,7 +134,8 @@ TRACE_CASES = [
     (
         _nl_keyword_only_by_position,
         "err_invalid_argument",
-        "nl.add() takes 2 positional arguments but 3 were given (signature: nl.add(x, y, *,",
+        "'nl.add' got dtype by position: dtype, keepdims, compute_dtype, transpose_x, buffer "
+        "and name are keyword-only parameters of the nki.language calls in the classic API",
     ),
 ]
 
