@@ -99,14 +99,14 @@ def _view_dtype_blocked(t: NkiTensor, acc: Access, dt: str, old: int, new: int) 
     return View(NkiTensor(decl, t.scope), Access(decl.name, tuple(shape), idx))
 
 
-def rearrange(self: TileOps, src: Any, dst: Any, fixed_sizes: Any = None) -> View:
-    """``t.rearrange(src, dst, fixed_sizes=None)``: einops-style split, reorder and merge of
-    the view's axes in one step, e.g. ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'),
-    {'h': 4})``. ``src`` names each axis (a tuple of names splits it; one size per split may be
-    inferred, the others come from ``fixed_sizes``); ``dst`` lists every name once (a tuple
-    merges, which needs the merged axes to be contiguous). On chip the first axis stays
-    first."""
-    src, dst = tuple(src), tuple(dst)
+def rearrange(self: TileOps, src_pattern: Any, dst_pattern: Any, fixed_sizes: Any = None) -> View:
+    """``t.rearrange(src_pattern, dst_pattern, fixed_sizes=None)``: einops-style split,
+    reorder and merge of the view's axes in one step, e.g. ``t.rearrange(('b', ('h', 'w')),
+    ('b', 'w', 'h'), {'h': 4})``. ``src_pattern`` names each axis (a tuple of names splits it;
+    one size per split may be inferred, the others come from ``fixed_sizes``);
+    ``dst_pattern`` lists every name once (a tuple merges, which needs the merged axes to be
+    contiguous). On chip the first axis stays first."""
+    src, dst = tuple(src_pattern), tuple(dst_pattern)
     sizes = dict(fixed_sizes or {})
     if len(src) != len(self.shape):
         raise _err(f"rearrange: pattern {src} names {len(src)} axes, view {list(self.shape)} has "

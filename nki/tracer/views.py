@@ -165,10 +165,11 @@ def select(self: TileOps, dim: int, index: Any) -> View:
     return View(t, acc)[key]  # the indexing rules: on chip the result stays >= 2-D
 
 
-def vector_select(self: TileOps, dim: int, offsets: Any) -> View:
-    """``t.vector_select(0, offsets)``: HBM only, dim 0; ``offsets`` an SBUF ``(P, 1)`` int tile.
-    The view's dim 0 becomes P and partition p reads row ``offsets[p]`` (bounds checked when
-    the access runs)."""
+def vector_select(self: TileOps, dim: int, vector_offset: Any) -> View:
+    """``t.vector_select(0, vector_offset)``: HBM only, dim 0; ``vector_offset`` an SBUF
+    ``(P, 1)`` int tile. The view's dim 0 becomes P and partition p reads row
+    ``vector_offset[p]`` (bounds checked when the access runs)."""
+    offsets = vector_offset
     t, acc = _parts(self)
     if dim != 0 or _on_chip(t):
         raise _err(f"vector_select: only dim 0 of an HBM tensor, got dim {dim} of {t.buffer} "
@@ -367,9 +368,10 @@ def reshape_dim(self: TileOps, dim: int, shape: Any) -> View:
     return got
 
 
-def flatten_dims(self: TileOps, start: int, end: int) -> View:
-    """``t.flatten_dims(start, end)``: merge axes ``start..end`` (inclusive) into one; they
-    must be contiguous in the viewed memory; not dim 0 on chip."""
+def flatten_dims(self: TileOps, start_dim: int, end_dim: int) -> View:
+    """``t.flatten_dims(start_dim, end_dim)``: merge axes ``start_dim..end_dim`` (inclusive)
+    into one; they must be contiguous in the viewed memory; not dim 0 on chip."""
+    start, end = start_dim, end_dim
     t, acc = _parts(self)
     a, b = _dim(self, start, "flatten_dims"), _dim(self, end, "flatten_dims")
     if a > b:

@@ -35,7 +35,10 @@ def rearranged(x):
     r = nl.ndarray((P, 6, 4), dtype=x.dtype, buffer=nl.sbuf)
     nisa.tensor_copy(dst=r, src=v)
     out = nl.ndarray((P, 24), dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out.rearrange(("b", ("w", "h")), ("b", "w", "h"), {"h": 4}), src=r)
+    merged = out.rearrange(
+        src_pattern=("b", ("w", "h")), dst_pattern=("b", "w", "h"), fixed_sizes={"h": 4}
+    )
+    nisa.dma_copy(dst=merged, src=r)
     return out
 
 

@@ -352,7 +352,7 @@ def test_ap_dtype_reinterprets_bits():
 def k_vector_select(x, idx):
     out = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
     rows = nl.load(idx)  # (128, 1)
-    nl.store(out, nl.load(x.slice(1, 8, 24).vector_select(0, rows)))
+    nl.store(out, nl.load(x.slice(1, 8, 24).vector_select(dim=0, vector_offset=rows)))
     return out
 
 
@@ -391,7 +391,7 @@ def k_reshape_flatten(x):
     v = t.reshape_dim(1, (4, -1)).permute((0, 2, 1))  # (128, 16, 4)
     r = nl.ndarray((128, 16, 4), dtype=x.dtype, buffer=nl.sbuf)
     r[...] = nl.copy(v)
-    nl.store(out, r.flatten_dims(1, 2))
+    nl.store(out, r.flatten_dims(start_dim=1, end_dim=2))  # (NKI 0.7's parameter names)
     return out
 
 
