@@ -112,6 +112,7 @@ def iinfo(dtype: object):
     return _np.iinfo(_storage(_name_of(dtype)))
 
 
+DType = _D  # (NKI 0.7 names the dtype type for annotations: every nl dtype is one)
 float32 = _D("float32")
 tfloat32 = _D("tfloat32")
 bfloat16 = _D("bfloat16")
@@ -134,6 +135,7 @@ fp32 = float32
 bfp16 = _Bfp16("bfloat16")
 
 __all__ = [
+    "DType",
     "MemoryRegion",
     "NKIObject",
     "NkiTensor",

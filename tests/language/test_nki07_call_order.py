@@ -111,3 +111,9 @@ def test_misuse_is_a_located_error(fn, code, text):
     assert e.value.code == code and text in e.value.message, e.value.message
     lines = [i for i, s in enumerate(open(__file__).read().splitlines(), 1) if "# ERR" in s]
     assert e.value.loc.line in lines and e.value.loc.file == __file__
+
+
+def test_every_dtype_is_an_nl_dtype():
+    names = ["float32", "bfloat16", "float8_e4m3fn", "int32", "uint8", "float8_e4m3fn_x4"]
+    assert all(isinstance(getattr(nl, n), nl.DType) for n in names)
+    assert not isinstance(np.float32, nl.DType)
