@@ -51,11 +51,11 @@ class Buffer:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
-    def __eq__(self, other: object) -> bool:
-        return _buffer_name(other) == self.name if other is not None else False
+    def __eq__(self, other: object) -> bool:  # (nl.hbm is private_hbm: equal both ways)
+        return _buffer_name(other) == _buffer_name(self.name) if other is not None else False
 
     def __hash__(self) -> int:
-        return hash(self.name)
+        return hash(_buffer_name(self.name))
 
 
 sbuf = Buffer("sbuf")

@@ -24,7 +24,7 @@ from ..errors import (
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, LoopSym, TensorDecl, tensor_label
 from ..symbolic import Index, Scalar
 from . import python_state
-from .state import state
+from .state import private_arguments, state
 
 # name -> nki.language function behind a tile operator or method (add, subtract, ..., copy,
 # broadcast_to, expand_dims); filled by nki.language when it is imported
@@ -233,7 +233,13 @@ class NkiTensor(TileOps):
 
     @property
     def buffer(self) -> str:
-        return self.decl.buffer
+        """The tensor's memory. A kernel's array argument is shared HBM, except that a
+        current-API launch of one instance reports it as private HBM (``nl.hbm``), as NKI 0.7
+        wraps arguments (shared only under LNC=2)."""
+        d = self.decl
+        if d.kind == "param" and d.buffer == "shared_hbm" and private_arguments():
+            return "private_hbm"
+        return d.buffer
 
     @property
     def name(self) -> str:

@@ -8,6 +8,7 @@ other's state."""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -444,6 +445,16 @@ def generation(sensitive: bool = False) -> str | None:
         st.generation_sensitive = True
         return st.default_generation
     return st.generation
+
+
+def private_arguments() -> bool:
+    """Whether the kernel being traced sees its array arguments in private HBM: a current-API
+    launch of one instance (NKI 0.7 wraps them as ``nl.hbm`` tensors, ``shared_hbm`` under
+    LNC=2; classic kernels see shared HBM)."""
+    st = current()
+    if st is None or math.prod(st.grid_shape) != 1:
+        return False
+    return generation(sensitive=True) == "current"
 
 
 def state(api: str = "this call") -> TraceState:
