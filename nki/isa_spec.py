@@ -342,15 +342,14 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         "Copy src to dst with a DMA engine (HBM <-> SBUF, SBUF <-> SBUF), casting through fp32.",
         classic="*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, "
         "dge_mode=dge_mode.unknown",
-        current="dst, src, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, "
-        "engine=engine.unknown, name=None, *, priority=None",
+        current="dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, "
+        "engine=engine.unknown, name=None",
         numba="native",
         ir_op="dma_copy", ir_attrs=("engine", "oob", "dge", "rmw"),
         result="writes dst in place (no return); same element count, dst's dtype",
         result_current="writes dst in place; dtype dst.dtype (hwdge: equal dtypes)",
-        note="dst_rmw_op is gone in the current API (use dma_compute); the public page lists "
-        "(dst, src, oob_mode, dge_mode, engine, name), the stub notes add priority (v4): "
-        "keyword-only here so positional calls follow the page",
+        note="dst_rmw_op is gone in the current API (use dma_compute); priority (v4) is the "
+        "third parameter, as the stubs of SDK 2.31+ list it (older pages had oob_mode third)",
         result_dtype="dst",
     ),
     Instruction(

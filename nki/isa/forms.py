@@ -25,6 +25,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 from .. import isa_spec as spec
@@ -204,8 +205,8 @@ def call_current(
     spec.check_kinds(name, CURRENT, bound.arguments)
     a = dict(bound.arguments)
     prio = a.get("priority")
-    if prio is not None and (
-        not isinstance(prio, int) or isinstance(prio, bool) or not 0 <= prio <= 3
+    if prio is not None and (  # (an enum member is not a priority: oob_mode passed third)
+        not isinstance(prio, int) or isinstance(prio, (bool, Enum)) or not 0 <= prio <= 3
     ):
         raise NKITypeError(
             f"priority= of nisa.{name} must be None or an int from 0 to 3, got {prio!r}",

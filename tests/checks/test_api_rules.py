@@ -594,9 +594,26 @@ def test_dma_transpose_of_four_byte_elements_with_the_default_dge_mode():
     np.testing.assert_array_equal(run(k_dma_transpose_fp32_default_dge, xi), xi.T)
 
 
+def k_dma_priority_by_position(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, 2)  # (SDK 2.31+: priority is the third parameter)
+    return _store(t)
+
+
+def k_dma_oob_mode_third(x):
+    t = _tile(x.shape)
+    nisa.dma_copy(t, x, nisa.oob_mode.skip)  # ERR
+    return _store(t)
+
+
 def test_dma_copy_engine_with_hwdge_and_priority_on_trn3():
     close(run(k_dma_engine_ok, _X), _X)
     close(run(k_dma_priority, _X, target="trn3"), _X)
+    close(run(k_dma_priority_by_position, _X, target="trn3"), _X)
+    expect_error(
+        k_dma_oob_mode_third, _X, cls=NKITypeError, code="err_invalid_argument", target="trn3",
+        fragments=["priority= of nisa.dma_copy must be None or an int"],
+    )  # fmt: skip
 
 
 def test_legacy_and_ocp_fp8_do_not_mix_in_a_matmul():

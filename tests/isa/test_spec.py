@@ -498,6 +498,8 @@ def test_current_form_binds_the_sdk_tensor_addition_and_positional_calls():
     assert b.arguments["op"] is nl.add
     b = spec.bind("sendrecv", ("s", "d", 1, 0, 0), {}, spec.CURRENT)
     assert (b.arguments["src"], b.arguments["dst"]) == ("s", "d")
+    b = spec.bind("dma_copy", ("d", "s", 2), {}, spec.CURRENT)  # (SDK 2.31+: priority third)
+    assert b.arguments["priority"] == 2 and b.arguments["oob_mode"] == nisa.oob_mode.error
     b = spec.bind("affine_select", ("d", [[1, 8]], 1, "x", 0.0, nl.equal, 3), {}, spec.CURRENT)
     assert b.arguments["offset"] == 3
     with pytest.raises(NKIError, match="too many positional arguments"):
