@@ -5,6 +5,8 @@ activation)."""
 
 from __future__ import annotations
 
+from ..errors import NKITypeError, user_loc
+
 __all__ = ["bypass", "prelu"]
 
 
@@ -17,6 +19,14 @@ class OpToken:
 
     def __repr__(self) -> str:
         return f"nl.{self.__name__}"
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        raise NKITypeError(
+            f"nl.{self.__name__} is an op token, not a function: pass it as the op of the "
+            "instructions that take it (nisa.activation / activate2)",
+            code="err_unsupported_op",
+            loc=user_loc(),
+        )
 
 
 bypass = OpToken("bypass")

@@ -95,9 +95,16 @@ def gather_on_another_axis(x):
     return out
 
 
+def call_a_token(x):
+    out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.prelu(nl.load(x)))  # ERR
+    return out
+
+
 @pytest.mark.parametrize(
     "fn,code,text",
     [
+        (call_a_token, "err_unsupported_op", "nl.prelu is an op token, not a function"),
         (dtype_twice, "err_invalid_argument", "multiple values for argument 'dtype'"),
         (both_names, "err_invalid_argument", "got both 'x' and 'src', two names of one parameter"),
         (too_many, "err_invalid_argument", "positional argument"),
