@@ -115,7 +115,7 @@ def gather_flattened(
     Out-of-range indices give garbage (NaN / a sentinel here), as on hardware. ``axis``
     (NKI 0.7's parameter) must be its default, 0: that is the gather described above."""
     api = "nl.gather_flattened"
-    if isinstance(axis, bool) or axis != 0:
+    if not isinstance(axis, int) or isinstance(axis, bool) or axis != 0:
         raise NKITypeError(
             f"'{api}' gathers within each partition from its flattened free axes (axis=0); "
             f"nki-sim does not simulate axis={axis!r}",

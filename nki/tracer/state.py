@@ -450,11 +450,13 @@ def generation(sensitive: bool = False) -> str | None:
 def private_arguments() -> bool:
     """Whether the kernel being traced sees its array arguments in private HBM: a current-API
     launch of one instance (NKI 0.7 wraps them as ``nl.hbm`` tensors, ``shared_hbm`` under
-    LNC=2; classic kernels see shared HBM)."""
+    LNC=2; classic kernels see shared HBM). An undecided kernel answers for its default
+    generation without asking for a retrace: the engines' own buffer checks read this too,
+    and they only ask HBM or not."""
     st = current()
     if st is None or math.prod(st.grid_shape) != 1:
         return False
-    return generation(sensitive=True) == "current"
+    return effective_generation(st) == "current"
 
 
 def state(api: str = "this call") -> TraceState:

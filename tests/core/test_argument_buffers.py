@@ -39,14 +39,22 @@ def test_lnc2_arguments_are_shared():
 
 
 def _classic_doubled(x, seen):
+    i_p, i_f = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]  # (nl.mgrid: a classic kernel)
     seen.append(x.buffer)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p, i_f = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
     nl.store(out[i_p, i_f], nl.multiply(nl.load(x[i_p, i_f]), 2.0))
     return out
 
 
+def _loaded_doubled(x, seen):
+    seen.append(x.buffer)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.multiply(nl.load(x), 2.0))
+    return out
+
+
 def test_classic_kernels_see_shared_hbm_arguments():
-    seen = []
-    np.testing.assert_array_equal(nki.jit(_classic_doubled)(X, seen), X * 2)
-    assert seen[-1] == nl.shared_hbm and seen[-1] != nl.hbm
+    for kernel in (nki.jit(_classic_doubled), nki.jit(_loaded_doubled, api="classic")):
+        seen = []
+        np.testing.assert_array_equal(kernel(X, seen), X * 2)
+        assert seen[-1] == nl.shared_hbm and seen[-1] != nl.hbm
