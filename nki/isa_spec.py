@@ -903,6 +903,12 @@ def _unknown_keyword(name: str, key: str, valid: list[str]) -> Exception:
             f"; '{key}' belongs to the current API's destination-first form "
             f"nisa.{name}{signature(name, CURRENT)}, while the classic form returns a new tile"
         )
+    elif key in ("dtype", "mask") and "dst" in valid:
+        # (AWS's samples of early 2026 still pass dtype= to destination-first calls)
+        hint = (
+            f"; the destination-first nisa calls take no {key}= (removed in NKI 0.2): the "
+            + ("result takes dst's dtype" if key == "dtype" else "write a view of dst instead")
+        )
     return NKITypeError(
         f"'nisa.{name}' got an unexpected keyword argument '{key}'{hint} (valid: "
         f"{', '.join(valid)})",

@@ -259,6 +259,14 @@ def test_bind_names_the_closest_keyword_at_the_callers_line():
     assert "the call" in e.value.loc.source_line()
 
 
+def test_dtype_of_a_destination_first_call_says_it_was_removed():
+    for key, says in (("dtype", "the result takes dst's dtype"), ("mask", "a view of dst")):
+        with pytest.raises(NKIError) as e:
+            spec.bind("tensor_copy", ("d", "s"), {key: None}, spec.CURRENT)
+        assert f"take no {key}= (removed in NKI 0.2)" in e.value.message and says in e.value.message
+        assert e.value.code == "err_unexpected_keyword_argument"
+
+
 def test_get_suggests_the_closest_instruction():
     with pytest.raises(KeyError, match="did you mean 'tensor_tensor'"):
         spec.get("tensor_tenser")
