@@ -397,11 +397,8 @@ def _address_placement(
     return (p0, b0), (b0, b0 + nbytes)
 
 
-def full(
-    shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **_kw: Any
-) -> NkiTensor:
-    """An on-chip tensor (``nl.ndarray``'s shape rules) filled with the number ``fill_value``; HBM
-    tensors cannot have initial values (``err_hbm_tensor_with_init_value_not_supported``)."""
+def no_initial_values_in_hbm(buffer: Any) -> None:
+    """A tensor created with values (``nl.full`` and its kin, ``nl.rand``) must be on chip."""
     if _buffer_name(buffer) in HBM_BUFFERS:
         raise NKIMemoryError(
             "HBM tensors cannot be created with an initial value; create an SBUF tile and "
@@ -409,6 +406,14 @@ def full(
             code="err_hbm_tensor_with_init_value_not_supported",
             loc=user_loc(),
         )
+
+
+def full(
+    shape: Any, fill_value: Any, dtype: Any, buffer: Any = None, name: str = "", **_kw: Any
+) -> NkiTensor:
+    """An on-chip tensor (``nl.ndarray``'s shape rules) filled with the number ``fill_value``; HBM
+    tensors cannot have initial values (``err_hbm_tensor_with_init_value_not_supported``)."""
+    no_initial_values_in_hbm(buffer)
     if isinstance(fill_value, (str, bytes)) or fill_value is None:
         raise NKITypeError(
             f"nl.full fill_value must be a number, got {fill_value!r}",

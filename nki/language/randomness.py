@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKIMemoryError, NKITypeError, user_loc
-from ..ir import HBM_BUFFERS
+from ..errors import NKITypeError, user_loc
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -22,7 +21,7 @@ from ..tracer import (
     result_tile,
     to_mask,
 )
-from .core import _buffer_name, _shape, ndarray
+from .core import _shape, ndarray, no_initial_values_in_hbm
 
 
 def random_seed(seed: Any, *, mask: Any = None, **_kw: Any) -> None:
@@ -56,13 +55,7 @@ def rand(
         dims, _par = _shape(shape)
         out = result_tile(dims, dtypes.name_of(dtype), "sbuf", api)
     else:
-        if _buffer_name(buffer) in HBM_BUFFERS:
-            raise NKIMemoryError(
-                "nl.rand cannot create an HBM tensor with initial values; create an SBUF tile "
-                "and store it",
-                code="err_hbm_tensor_with_init_value_not_supported",
-                loc=user_loc(),
-            )
+        no_initial_values_in_hbm(buffer)
         out = ndarray(shape, dtype, buffer=buffer, name=name)
     emit("rand", "rand", out.access_(), (), api=api)
     return out

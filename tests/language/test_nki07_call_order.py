@@ -95,6 +95,11 @@ def gather_on_another_axis(x):
     return out
 
 
+def rand_in_hbm(x):
+    nl.rand((64, 32), nl.float32, nl.shared_hbm)  # ERR
+    return x
+
+
 def call_a_token(x):
     out = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
     nl.store(out, nl.prelu(nl.load(x)))  # ERR
@@ -105,6 +110,7 @@ def call_a_token(x):
     "fn,code,text",
     [
         (call_a_token, "err_unsupported_op", "nl.prelu is an op token, not a function"),
+        (rand_in_hbm, "err_hbm_tensor_with_init_value_not_supported", "an initial value"),
         (dtype_twice, "err_invalid_argument", "multiple values for argument 'dtype'"),
         (both_names, "err_invalid_argument", "got both 'x' and 'src', two names of one parameter"),
         (too_many, "err_invalid_argument", "positional argument"),
