@@ -315,14 +315,19 @@ def test_a_transposed_view_is_stacked_as_rows_with_the_interpreters_bits(monkeyp
 
     monkeypatch.setattr(gemm, "_operands", spy)
     monkeypatch.setattr(gemm, "STACK_MIN", 0)
-    rng = np.random.default_rng(9)
-    a = rng.standard_normal((512, k)).astype(np.float32)
-    v = rng.standard_normal((k, 64)).astype(np.float32)
-    got, want, info = run_backends(transposed_stationary, None, a, v, backends=BACKENDS).against(
-        "batched"
-    )
-    assert info.backend == "batched", info.reason
+    _transposed_product_on_batched(512, k, seed=9)
     assert set(layouts) == ({k * 128 * 64 >= gemm._NN_MIN} if OPENBLAS else set())
+
+
+def _transposed_product_on_batched(rows: int, k: int, seed: int) -> None:
+    """``transposed_stationary`` of a (rows, k) and a (k, 64) input runs on the batched backend
+    with the interpreter's bits (``run_backends``) and NumPy's product."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    v = rng.standard_normal((k, 64)).astype(np.float32)
+    runs = run_backends(transposed_stationary, None, a, v, backends=BACKENDS)
+    got, _, info = runs.against("batched")
+    assert info.backend == "batched", info.reason
     np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
 
 
@@ -339,15 +344,8 @@ def test_one_transposed_view_is_multiplied_as_rows_with_the_interpreters_bits(mo
         return asked[-1]
 
     monkeypatch.setattr(gemm, "as_rows", spy)
-    rng = np.random.default_rng(10)
-    a = rng.standard_normal((128, k)).astype(np.float32)
-    v = rng.standard_normal((k, 64)).astype(np.float32)
-    got, want, info = run_backends(transposed_stationary, None, a, v, backends=BACKENDS).against(
-        "batched"
-    )
-    assert info.backend == "batched", info.reason
+    _transposed_product_on_batched(128, k, seed=10)
     assert asked == [k * 128 * 64 >= gemm._NN_MIN and OPENBLAS]
-    np.testing.assert_allclose(got, a.astype(np.float64) @ v, rtol=1e-4, atol=1e-4)
 
 
 @openblas_only
