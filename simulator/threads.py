@@ -186,8 +186,39 @@ def _pools() -> list[Any]:
         except ImportError:  # (a dependency; without it the pools are left as they are)
             _POOLS = []
         else:
-            _POOLS = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+            found = ThreadpoolController().select(user_api="blas").lib_controllers
+            _POOLS = [_direct(p) or p for p in found]
     return _POOLS
+
+
+class _OpenBLAS:
+    """An OpenBLAS pool with its own (pthreads) thread pool, read and set through its C
+    functions: threadpoolctl's controller takes a few microseconds per call in Python (and
+    lets only the first thread that set a limit set one again), and a launch reads and sets
+    the pools each time it runs. The module's lock orders the launches' calls."""
+
+    def __init__(self, get: Callable[[], int], put: Callable[[int], None]) -> None:
+        self.get_num_threads, self._put = get, put
+
+    def set_num_threads(self, n: int) -> None:
+        self._put(n)
+
+
+def _direct(pool: Any) -> _OpenBLAS | None:
+    """``pool`` as an ``_OpenBLAS`` when it is OpenBLAS on its own threads and threadpoolctl
+    names its C functions (else None: the controller is used as it is)."""
+    symbol = getattr(pool, "_get_symbol", None)
+    if getattr(pool, "internal_api", None) != "openblas" or symbol is None:
+        return None
+    if getattr(pool, "threading_layer", None) != "pthreads":
+        return None
+    try:
+        get, put = symbol("openblas_get_num_threads"), symbol("openblas_set_num_threads")
+    except Exception:  # (another threadpoolctl's private API)
+        return None
+    if get is None or put is None:
+        return None
+    return _OpenBLAS(get, put)
 
 
 def blas_threads_now() -> list[int]:
