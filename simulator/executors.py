@@ -109,6 +109,12 @@ def entry_of(instr: Instr, backend: str = REFERENCE) -> Entry | None:
     return got
 
 
+def entry_run(instr: Instr, backend: str) -> Callable[..., None] | None:
+    """``backend``'s own executor of ``instr``, without its kind's check (None: none)."""
+    entry = entry_of(instr, backend)
+    return None if entry is None else entry.run
+
+
 def executor_of(instr: Instr, backend: str = REFERENCE) -> Executor | None:
     """``backend``'s executor of ``instr`` (with its kind's preparation), or None when there is
     none."""

@@ -39,13 +39,14 @@ from nki.ir import (
     PidSym,
     RuntimeLoop,
 )
+from nki.optable import errors_ignored
 
 from .. import interpreter, progress
 from ..backends import AUTO
 from ..checks.coverage import instructions_of
 from ..compiled import backend as numba_backend
 from ..config import SimConfig
-from ..executors import COLLECTIVES, PREPARE, checked_once, executor_of
+from ..executors import COLLECTIVES, PREPARE, checked_once, entry_run, executor_of
 from ..instances import RunInfo, Schedule
 from .context import BCtx, alloc_info
 from .host import Host, StateUsed
@@ -53,6 +54,7 @@ from .keys import sym_key
 from .moves import transposes
 from .ops import BATCHED
 from .plan import Declined, Plan, plan
+from .prepared import prepare
 
 BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache-friendly sizes)
 
@@ -61,7 +63,8 @@ BUDGET = 64 << 20  # bytes of batched tiles one chunk may hold (stays near cache
 
 # A plan's walk is made once (``_steps``): each node of a body becomes a step tuple whose first
 # item says what it is, with what running it needs decided beforehand:
-#   (_INSTR, instr, whole, executor)        its batched executor (``whole``: fills a fresh tile)
+#   (_INSTR, instr, whole, executor, prepared)  its batched executor (``whole``: fills a fresh
+#                                           tile) and its prepared run (``prepared.py``) or None
 #   (_ELIDED, instr, whole)                 a load whose tile is a view of its HBM source
 #   (_ROUTED, instr, flags)                 another route (``_exec``'s flags)
 #   (_ALLOC, tensor, fresh, fused store, alloc_info)    a tile allocation the walk makes
@@ -84,7 +87,10 @@ def _steps(
             how = routes.get(id(n), 0)
             code = {0: _INSTR, _ELIDE: _ELIDED}.get(how & ~_WHOLE, _ROUTED)
             if code == _INSTR:  # (its executor and its kind's check, once, with the walk)
-                out.append((code, n, bool(how & _WHOLE), checked_once(n, BATCHED, ir.tensor)))
+                run = checked_once(n, BATCHED, ir.tensor)
+                # (prepared only when the kind's check passed: a failing one stays in ``run``)
+                fast = prepare(n, run, ir.tensor) if run is entry_run(n, BATCHED) else None
+                out.append((code, n, bool(how & _WHOLE), run, fast))
             else:
                 out.append((code, n, how if code == _ROUTED else bool(how & _WHOLE)))
         elif isinstance(n, Alloc):
@@ -119,7 +125,9 @@ def _run_nodes(steps: Steps, ctx: BCtx, p: Plan, tick: Tick) -> None:
                 _elide(instr, ctx)
                 continue
             try:
-                st[3](instr, ctx)  # (np.errstate)
+                fast = st[4]
+                if fast is None or not fast(ctx):
+                    st[3](instr, ctx)  # (np.errstate)
             except Exception as e:
                 _failed(e, instr)
         elif code == _ROUTED:
@@ -405,7 +413,7 @@ def execute(
     # (what the kernel both writes and reads, as it was: a rerun must start from it)
     saved = {name: shared[name].copy() for name in ready.reread} if ready.reread else {}
     try:
-        with np.errstate(all="ignore"):  # once per launch, not per instruction
+        with errors_ignored():  # once per launch, not per instruction
             _run_nodes(ready.steps, ctx, p, progress.counter())
     except StateUsed:
         # (the next backend reruns the kernel from the start)

@@ -68,7 +68,7 @@ def product(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
     both unbroadcast; ``nn``: the reference multiplies ``x.T`` as a C-ordered (M, K) copy (else
     as the transposed view of (K, M) storage). One gemm when ``stacked`` applies, else one per
     position."""
-    out = stacked(x, y, nn)
+    out = None if x.ndim == 2 else stacked(x, y, nn)  # (no batch axes: no blocks to stack)
     return per_item(x, y, nn) if out is None else out
 
 

@@ -57,16 +57,25 @@ def two_steps_into(instr: Instr, ctx: BCtx, data: Access, o0: object, o1: object
     computes it step by step (True), for unmasked, non-accumulating instructions on 2-D tiles
     whose ops are plain fp32 arithmetic; ``o0`` / ``o1`` immediates or 2-D tiles (columns
     broadcast)."""
+    how = two_steps(instr, data, o0, o1)
+    return how is not None and fp32_into(instr, ctx, *how)
+
+
+def two_steps(
+    instr: Instr, data: Access, o0: object, o1: object
+) -> tuple[str, tuple[object, object], tuple | None] | None:
+    """What ``two_steps_into`` hands ``fp32_into`` (the first op, its operands in order, the
+    second step), decided by the instruction alone; None when it does not apply."""
     op0, op1 = instr.attr("op0"), instr.attr("op1")
     if op0 not in INTO or (op1 is not None and op1 not in INTO):
-        return False
+        return None
     if instr.mask is not None or instr.accumulate is not None or len(data.shape) != 2:
-        return False
+        return None
     if data.shape != instr.dst.shape:  # type: ignore[union-attr]
-        return False
+        return None
     for o in (o0,) if op1 is None else (o0, o1):
         if not (isinstance(o, Const) or (isinstance(o, Access) and len(o.shape) == 2)):
-            return False
+            return None
     first = (o0, data) if instr.attr("reverse0") else (data, o0)
     then = None if op1 is None else (op1, o1, bool(instr.attr("reverse1")))
-    return fp32_into(instr, ctx, op0, first, then)
+    return op0, first, then

@@ -58,8 +58,8 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     sacc, macc = instr.srcs
     assert isinstance(sacc, Access) and isinstance(macc, Access)
     k = sacc.shape[0]
-    s = unbroadcast(_as_2d(ctx.read(sacc), len(ctx.dims), k))
-    m = unbroadcast(_as_2d(ctx.read(macc), len(ctx.dims), k))
+    s = unbroadcast(as_2d(ctx.read(sacc), len(ctx.dims), k))
+    m = unbroadcast(as_2d(ctx.read(macc), len(ctx.dims), k))
     into = _added_into(instr, ctx, s, m, False)
     if into is not None and gemm.accumulate(into, s, m, nn=False):
         return
@@ -117,7 +117,7 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     entry[2] = bool(entry[1].all())
 
 
-def _as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
+def as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:
     """A batched tile as (batch..., K, F): a view for 2-D tiles (keeping stride-0 batch axes),
     else a reshaped copy."""
     return a if a.ndim == nb + 2 else contiguous(a).reshape((*a.shape[:nb], k, -1))

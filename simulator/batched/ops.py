@@ -196,28 +196,40 @@ def _elementwise(instr: Instr, ctx: BCtx) -> None:
 def _reduce(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None
-    nb = len(ctx.dims)
     tile_axes = tuple(instr.attr("axes"))
-    axes = tuple(a + nb for a in tile_axes)
-    d = ctx.decl(src.tensor).dtype
-    exact = instr.op in _REDUCE_ROW and (dtypes.is_int(d) or dtypes.is_bool(d))
+    exact = reduces_exactly(instr, ctx)
     x = numerics.to_compute(np.ascontiguousarray(ctx.read(src)), exact_int=exact)
-    if instr.op in _REDUCE_ROW:
-        fn = OPS[_REDUCE_ROW[instr.op]].reduce
-        assert fn is not None
-        out = fn(x, axis=axes, keepdims=False) if instr.op == "all" else fn(x, axis=axes)
-    else:
-        xf = x.astype(np.float32)
-        n = np.float32(np.prod([src.shape[a] for a in tile_axes]))
-        mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32) / n).astype(np.float32)
-        if instr.op == "mean":
-            out = mean
-        else:
-            dlt = xf - mean
-            out = np.sum(dlt * dlt, axis=axes, keepdims=True, dtype=np.float32) / n
-        out = np.asarray(out, dtype=np.float32)
+    out = reduced(instr.op, x, len(ctx.dims), tile_axes, src.shape)
     out = np.asarray(out).reshape((*ctx.dims, *instr.dst.shape))
     ctx.write(instr.dst, out, None, instr.accumulate)
+
+
+def reduces_exactly(instr: Instr, ctx: BCtx) -> bool:
+    """Whether an ``nl`` reduction computes in exact integers (a row reduction of an integer
+    or bool tile)."""
+    d = ctx.decl(instr.srcs[0].tensor).dtype  # type: ignore[union-attr]
+    return instr.op in _REDUCE_ROW and (dtypes.is_int(d) or dtypes.is_bool(d))
+
+
+def reduced(
+    op: str, x: np.ndarray, nb: int, tile_axes: tuple[int, ...], shape: tuple[int, ...]
+) -> np.ndarray:
+    """The ``nl`` reduction ``op`` of ``x`` (``nb`` batch axes, then a tile of ``shape``) along
+    the tile's ``tile_axes``."""
+    axes = tuple(a + nb for a in tile_axes)
+    if op in _REDUCE_ROW:
+        fn = OPS[_REDUCE_ROW[op]].reduce
+        assert fn is not None
+        return fn(x, axis=axes, keepdims=False) if op == "all" else fn(x, axis=axes)
+    xf = x.astype(np.float32)
+    n = np.float32(np.prod([shape[a] for a in tile_axes]))
+    mean = (np.sum(xf, axis=axes, keepdims=True, dtype=np.float32) / n).astype(np.float32)
+    if op == "mean":
+        out = mean
+    else:
+        dlt = xf - mean
+        out = np.sum(dlt * dlt, axis=axes, keepdims=True, dtype=np.float32) / n
+    return np.asarray(out, dtype=np.float32)
 
 
 @_batched("transpose", _declines_matmul)
@@ -364,17 +376,29 @@ def _activation(instr: Instr, ctx: BCtx) -> None:
     x2 = _pf(ctx, data)
     sc = _scalar_operand(ctx, scale, p)
     bi = _scalar_operand(ctx, bias, p)
-    # (x * scale + bias) in fp32 with one temporary (x * 1.0 is x: no pass for it)
     one = isinstance(scale, Const) and float(scale.value) == 1.0
+    y = activation_values(x2, sc, bi, one, OPS[instr.attr("op")].fn)
+    res = instr.attr("reduce_res")
+    if res is not None:  # (reset_reduce: the registers hold this instruction's row partials)
+        reduce_into(ctx, res, instr.attr("reduce_op"), y)
+    _isa_store(instr, ctx, y)
+
+
+def activation_values(
+    x2: np.ndarray, sc: object, bi: object, one: bool, fn: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """``fn(x * scale + bias)`` in fp32 with one temporary (``one``: the scale is the immediate
+    1.0, and x * 1.0 is x: no pass for it)."""
     t = np.add(x2, bi, dtype=np.float32) if one else np.multiply(x2, sc, dtype=np.float32)
     if not one:
         np.add(t, bi, out=t)
-    y = np.asarray(OPS[instr.attr("op")].fn(t), dtype=np.float32)
-    res = instr.attr("reduce_res")
-    if res is not None:  # (reset_reduce: the registers hold this instruction's row partials)
-        partial = M.reduce(instr.attr("reduce_op"), y, (y.ndim - 1,))
-        ctx.write(res, partial.reshape((*ctx.dims, *res.shape)))
-    _isa_store(instr, ctx, y)
+    return np.asarray(fn(t), dtype=np.float32)
+
+
+def reduce_into(ctx: BCtx, res: Access, op: str, y: np.ndarray) -> None:
+    """Write the row reductions (by ``op``, along the last axis) of ``y`` into ``res``."""
+    partial = M.reduce(op, y, (y.ndim - 1,))
+    ctx.write(res, partial.reshape((*ctx.dims, *res.shape)))
 
 
 @_isa("tensor_copy")

@@ -41,13 +41,19 @@ def _affine_select(instr: Instr, ctx: BCtx) -> None:
     assert isinstance(src, Access) and isinstance(fval, Const) and dst is not None
     full = (*ctx.dims, *dst.shape)
     x = numerics.to_compute(ctx.read(src).reshape(full))
+    ctx.write(dst, selected(instr, ctx, x, fval.value), ctx.mask(instr), instr.accumulate)
+
+
+def selected(instr: Instr, ctx: BCtx, x: np.ndarray, fill: object) -> np.ndarray:
+    """``np.where(cond, x, fill)``'s values, where ``cond`` is the affine_select's predicate
+    over the batch: ``x`` itself where it holds throughout, else a copy with the fill put
+    where it fails."""
     cond = _selection(instr, ctx)
     if cond is None:
-        vals = x
-    else:  # (``np.where(cond, x, fill)``'s values: a copy with the fill put where it fails)
-        vals = np.array(x, dtype=np.float32)
-        np.copyto(vals, np.float32(fval.value), where=~cond)
-    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+        return x
+    vals = np.array(x, dtype=np.float32)
+    np.copyto(vals, np.float32(fill), where=~cond)
+    return vals
 
 
 @_batched("select", _declines_copy)

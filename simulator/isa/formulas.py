@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nki.optable import OPS, apply
+from nki.optable import OPS, apply, quiet
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -30,7 +30,7 @@ def wrap(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def alu(op: str, a: Any, b: Any, reverse: bool = False) -> Any:
     """An engine ALU step: ``op(a, b)`` (or ``op(b, a)`` when reversed), or ``op(a)`` for a
     unary op, through the op table's ``apply`` (fp32, or int64 for exact integer math)."""
-    with np.errstate(all="ignore"):
+    with quiet():
         if OPS[op].arity == 1:  # a unary op0 (nl.abs, ...): the operand slot is unused
             return apply(OPS[op], (a,))
         return apply(OPS[op], (b, a) if reverse else (a, b))
@@ -38,7 +38,7 @@ def alu(op: str, a: Any, b: Any, reverse: bool = False) -> Any:
 
 def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Reduce along ``axes`` keeping them (size 1). ``subtract`` folds left: x0 - x1 - x2 ..."""
-    with np.errstate(all="ignore"):
+    with quiet():
         if op == "subtract":
             moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
             flat = moved.reshape(*moved.shape[: x.ndim - len(axes)], -1)

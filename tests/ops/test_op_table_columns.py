@@ -62,3 +62,23 @@ def test_numba_backend_compiles_the_native_column():
 
 def test_the_language_reference_lists_the_op_table():
     assert site_table("reference/language.md", "optable") == markdown().strip()
+
+
+def test_op_functions_ignore_floating_point_errors_inside_and_outside_a_launch():
+    """A row's function computes 1/0, log(-1) and exp overflow quietly (NumPy's error state
+    set to raise around it): by itself, and inside a launch's ``errors_ignored``, where it does
+    not enter ``np.errstate`` again."""
+    from nki.optable import errors_ignored, quiet
+
+    x = np.array([0.0, -1.0, 1000.0], dtype=np.float32)
+    want = (np.float32(np.inf), np.float32(np.nan), np.float32(np.inf))
+    with np.errstate(all="raise"):
+        outside = OPS["reciprocal"].fn(x[:1]), OPS["log"].fn(x[1:2]), OPS["exp"].fn(x[2:])
+        assert quiet() is not quiet()  # (a fresh ``np.errstate`` each time)
+        with errors_ignored():
+            assert quiet() is quiet()  # (the one shared null context)
+            inside = OPS["reciprocal"].fn(x[:1]), OPS["log"].fn(x[1:2]), OPS["exp"].fn(x[2:])
+        with pytest.raises(FloatingPointError):  # (the launch's state ends with it)
+            np.log(x[1:2])
+    for got in (outside, inside):
+        np.testing.assert_array_equal(np.concatenate(got), np.array(want, dtype=np.float32))
