@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from .environment import env_reader
 from .errors import NKIError, user_loc
 from .ir import Grid, GridDim
 from .language.core import nc, spmd_dim
@@ -51,6 +52,7 @@ def parse_grid(grid: object) -> Grid:
 
 
 LNC_ENV_VAR = "NEURON_LOGICAL_NC_CONFIG"
+_lnc_env = env_reader((LNC_ENV_VAR,))
 
 
 def lnc_shaped(grid: Grid) -> bool:
@@ -64,9 +66,9 @@ def lnc_grid(grid: Grid, target_name: str) -> Grid:
     ``NEURON_LOGICAL_NC_CONFIG``), ``kernel[lnc](args)`` on ``lnc`` in {1, 2} physical cores of
     one logical NeuronCore (2 only where the target has LNC=2). Each core is one instance with
     private SBUF / PSUM; HBM is shared."""
-    t = get_target(target_name)
     if not grid.dims:
-        env = os.environ.get(LNC_ENV_VAR, "").strip()
+        raw = _lnc_env()[0]
+        env = os.fsdecode(raw).strip() if raw is not None else ""
         if not env:
             return grid
         if env not in ("1", "2"):
@@ -85,6 +87,7 @@ def lnc_grid(grid: Grid, target_name: str) -> Grid:
             code="err_invalid_grid",
             loc=user_loc(),
         )
+    t = get_target(target_name)
     if lnc not in (1, 2) or lnc > t.max_lnc:
         allowed = "1 or 2" if t.max_lnc >= 2 else "1"
         raise NKIError(

@@ -487,11 +487,11 @@ class Launch:
                     loc=user_loc(),
                 )
             return self.kernel.body(*args, **kwargs)
-        values = list(args) + list(kwargs.values())
-        values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
-        fw = {_framework(a) for a in values} - {None}
-        if fw:
-            return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
+        values = [*args, *kwargs.values()]
+        if kwargs or any(type(a) is not np.ndarray for a in args):  # (not NumPy arrays alone)
+            values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
+            if fw := {_framework(a) for a in values} - {None}:
+                return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
         try:
             return self.run_numpy(*args, **kwargs)
         except NKIError as e:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from nki.environment import env_reader
 from nki.errors import NKIError, user_loc
 from nki.targets import DEFAULT_TARGET, target_name
 
@@ -122,22 +122,6 @@ _ENV_KEYS = (
     "NKI_SIM_BACKEND",
     "NKI_SIM_THREADS",
 )
-
-
-# os.environ's own store, keyed by encoded names on POSIX: a launch reads its variables there
-# (each ``os.environ.get`` encodes the name and decodes the value, a few microseconds per
-# launch); the values are what ``os.environ`` holds at this moment, so a changed variable is
-# seen by the next launch
-_ENV_DATA = getattr(os.environ, "_data", None)
-
-
-def env_reader(names: tuple[str, ...]) -> Callable[[], tuple[str | bytes | None, ...]]:
-    """A function returning the raw values of environment variables ``names`` now (None when
-    unset; ``os.fsdecode`` gives the text), read straight from ``os.environ``'s store."""
-    if os.name == "posix" and isinstance(_ENV_DATA, dict):
-        raw, get = tuple(os.environ.encodekey(k) for k in names), _ENV_DATA.get
-        return lambda: tuple(map(get, raw))
-    return lambda: tuple([os.environ.get(k) for k in names])
 
 
 _env_values = env_reader(_ENV_KEYS)

@@ -29,9 +29,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from nki.environment import env_reader
 from nki.ir import Access, KernelIR
-
-from .config import env_reader
 
 ENV = "NKI_SIM_PROGRESS_SECONDS"
 THRESHOLD = 3.0  # seconds of estimated run time above which a launch shows progress

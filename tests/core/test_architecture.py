@@ -22,6 +22,7 @@ LAYER_OF_PREFIX = {
     "nki.error_codes": "foundation",
     "nki.dtypes": "foundation",
     "nki.targets": "foundation",
+    "nki.environment": "foundation",
     "nki.ir": "foundation",
     "nki.affine": "foundation",
     "nki.optable": "foundation",
