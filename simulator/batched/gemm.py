@@ -353,11 +353,11 @@ def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
     (a PE transpose copied back to SBUF) of a large product is multiplied as the C-ordered rows
     it already is where the layouts agree (``agrees(rows=True)``), not copied into (K, M)."""
     if nn or as_rows(x, y.shape[-1]):
-        lhs = np.ascontiguousarray(np.swapaxes(x, -1, -2), dtype=np.float32)
+        lhs = np.ascontiguousarray(x.swapaxes(-1, -2), dtype=np.float32)
     elif _blasable(x):
-        lhs = np.swapaxes(x, -1, -2)
+        lhs = x.swapaxes(-1, -2)
     else:
-        lhs = np.swapaxes(np.ascontiguousarray(x, dtype=np.float32), -1, -2)
+        lhs = np.ascontiguousarray(x, dtype=np.float32).swapaxes(-1, -2)
     return np.matmul(lhs, y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32))
 
 

@@ -203,7 +203,7 @@ def _copy(instr: Instr, decls: _Decls) -> Run | None:
 @_prepares(ops._transpose)
 def _transpose(instr: Instr, decls: _Decls) -> Run | None:
     return _one_source(
-        instr, lambda ctx, arr: np.ascontiguousarray(np.swapaxes(arr, -1, -2)), isa=False
+        instr, lambda ctx, arr: np.ascontiguousarray(arr.swapaxes(-1, -2)), isa=False
     )
 
 
@@ -360,7 +360,7 @@ def _matmul(instr: Instr, decls: _Decls) -> Run | None:
         if a is None or b is None:
             return False
         x, y = gemm.unbroadcast(a), gemm.unbroadcast(b)
-        ctx.write(dst, gemm.product(np.swapaxes(x, -1, -2) if plain else x, y, nn=plain))
+        ctx.write(dst, gemm.product(x.swapaxes(-1, -2) if plain else x, y, nn=plain))
         return True
 
     return run
