@@ -33,6 +33,7 @@ def small_2d(x: torch.Tensor, *args, **kwargs) -> str | None:
 
 def main() -> int:
     tb.register_kernel("aten::gelu", gelu_tanh_kernel, guard=small_2d)
+    torch.manual_seed(0)
     ok = True
     for shape, want_kernel, ref in (
         ((16, 32), "gelu_tanh_kernel", lambda t: F.gelu(t, approximate="tanh")),
@@ -41,9 +42,11 @@ def main() -> int:
         x = torch.randn(*shape)
         got = torch.compile(lambda t: F.gelu(t), backend="nki", dynamic=False)(x)
         rep = tb.reports()[-1]
-        err = (got - ref(x)).abs().max().item()
+        want = ref(x)
+        err = (got - want).abs().max().item()
         ran = want_kernel in rep.kernel_calls
-        good = err < 1e-6 and ran
+        # (fp32: a few units in the last place of |gelu(x)| <= 5, whichever formula runs)
+        good = bool(torch.allclose(got, want, rtol=1e-6, atol=1e-6)) and ran
         ok &= good
         verdict = "ok" if good else "WRONG"
         print(f"x {shape}: ran {sorted(rep.kernel_calls)}, max |diff| {err:.2e} {verdict}")
