@@ -63,11 +63,9 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     into = _added_into(instr, ctx, s, m, False)
     if into is not None and gemm.accumulate(into, s, m, nn=False):
         return
-    out = gemm.product(s, m, nn=False)
     dst = instr.dst
     assert dst is not None
-    if out.shape[-2:] != dst.shape:  # (a tile of more than two axes: its (P, F) product)
-        out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape((*ctx.dims, *dst.shape))
+    out = tile_product(ctx, s, m, dst)
     if instr.attr("psum_group", False) and instr.accumulate == "add":
         if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
             ctx.write(dst, out)
@@ -115,6 +113,15 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     else:
         started[want] = True
     entry[2] = bool(entry[1].all())
+
+
+def tile_product(ctx: BCtx, s: np.ndarray, m: np.ndarray, dst: Access) -> np.ndarray:
+    """``nc_matmul``'s product ``s.T @ m`` over the batch, shaped as the destination tile (a
+    tile of more than two axes gets its (P, F) product)."""
+    out = gemm.product(s, m, nn=False)
+    if out.shape[-2:] != dst.shape:
+        out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape((*ctx.dims, *dst.shape))
+    return out
 
 
 def as_2d(a: np.ndarray, nb: int, k: int) -> np.ndarray:

@@ -238,12 +238,7 @@ def _nc_matmul(instr: Instr, decls: _Decls) -> Run | None:
         nb = len(ctx.dims)
         s = gemm.unbroadcast(as_2d(a, nb, k))
         m = gemm.unbroadcast(as_2d(b, nb, k))
-        out = gemm.product(s, m, nn=False)
-        if out.shape[-2:] != dst.shape:  # (a tile of more than two axes: its (P, F) product)
-            out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape(
-                (*ctx.dims, *dst.shape)
-            )
-        ctx.write(dst, out)
+        ctx.write(dst, matmuls.tile_product(ctx, s, m, dst))
         return True
 
     return run
