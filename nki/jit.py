@@ -487,8 +487,8 @@ class Launch:
                     loc=user_loc(),
                 )
             return self.kernel.body(*args, **kwargs)
-        values = [*args, *kwargs.values()]
         if kwargs or any(type(a) is not np.ndarray for a in args):  # (not NumPy arrays alone)
+            values = [*args, *kwargs.values()]
             values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
             if fw := {_framework(a) for a in values} - {None}:
                 return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
