@@ -30,6 +30,7 @@ import operator
 import os
 import pickle
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ from .common import configured
 from .gc_window import new_objects_only
 from .torch_estimates import device_us
 from .torch_fusion_rules import schema_name
+from .torch_layout import conform, hint
 from .torch_registry import (
     NKI_CUSTOM_OPS,
     Guard,
@@ -253,66 +255,11 @@ class _Run:
         self.used.append(name)
 
 
-def _hint(v: Any) -> int:
-    """A size or stride of a fake value as an int: symbolic ones by their hint (used only to
-    order dims, never as the size of this call)."""
-    if isinstance(v, torch.SymInt):
-        return int(v.node.hint)
-    return int(v)
-
-
-# (kernel result dtype, graph dtype) pairs converted at the boundary
-_WIDEN = {(torch.int32, torch.int64), (torch.uint8, torch.bool), (torch.int32, torch.bool)}
-
-
-def _conform(res: Any, val: Any) -> Any:
-    """``res`` laid out as the eager op lays it out (the dim order of ``val``, the node's fake
-    value: later view ops of the graph rely on it), in ``val``'s dtype where the kernel
-    computed a narrower integer type. Only the order of the fake strides is used: their sizes
-    may be symbolic, and this call's sizes are ``res``'s own."""
-    if isinstance(res, (tuple, list)) and isinstance(val, (tuple, list)):
-        return type(res)(_conform(r, v) for r, v in zip(res, val))
-    if not (isinstance(res, torch.Tensor) and isinstance(val, torch.Tensor)):
-        return res
-    _, dtype, order = _layout_of(val)
-    if res.dtype != dtype and (res.dtype, dtype) in _WIDEN:
-        res = res.to(dtype)
-    if order is None or res.dim() != len(order):
-        return res
-    step = 1
-    for d in reversed(order):
-        n = res.shape[d]
-        if n != 1 and res.stride(d) != step:
-            out = torch.empty_permuted(res.shape, order, dtype=res.dtype, device=res.device)
-            return out.copy_(res)
-        step *= n
-    return res
-
-
-# id(fake value) -> (the value, its dtype, the order of its dims from the largest stride (None
-# below 2 dims)): what ``_conform`` reads of a node's fake value, the same every call; bounded,
-# the value kept so that its id is not reused
-_LAYOUTS: dict[int, tuple[torch.Tensor, torch.dtype, list[int] | None]] = {}
-
-
-def _layout_of(val: torch.Tensor) -> tuple[torch.Tensor, torch.dtype, list[int] | None]:
-    hit = _LAYOUTS.get(id(val))
-    if hit is None or hit[0] is not val:
-        order = None
-        if val.dim() >= 2:
-            strides = [_hint(s) for s in val.stride()]
-            order = sorted(range(val.dim()), key=lambda d: (-strides[d], d))
-        if len(_LAYOUTS) >= 4096:
-            _LAYOUTS.clear()
-        hit = _LAYOUTS[id(val)] = (val, val.dtype, order)
-    return hit
-
-
 def _empty(val: Any) -> bool:
     """True when every tensor the node produces has no elements (nothing to compute)."""
     vals = val if isinstance(val, (tuple, list)) else [val]
     ts = [v for v in vals if isinstance(v, torch.Tensor)]
-    return bool(ts) and all(any(_hint(s) == 0 for s in t.shape) for t in ts)
+    return bool(ts) and all(any(hint(s) == 0 for s in t.shape) for t in ts)
 
 
 def _alone(name: str) -> bool:
@@ -328,7 +275,7 @@ def _copy_cat(n: torch.fx.Node, name: str) -> bool:
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[0]]
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return False
-    return sum(not (v.dim() == 1 and _hint(v.shape[0]) == 0) for v in vals) == 1
+    return sum(not (v.dim() == 1 and hint(v.shape[0]) == 0) for v in vals) == 1
 
 
 def _grad_free(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
@@ -364,7 +311,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
             notes.append(f"user kernel {user.kernels[0]} failed: {type(e).__name__}: {first}")
         else:
             report.record(name, "nki", run.used, s=time.perf_counter() - t0)
-            return _conform(res, n.meta.get("val"))
+            return conform(res, n.meta.get("val"))
     entry = builtin_entry(name)
     if entry is None:
         notes.append("no kernel")
@@ -377,7 +324,7 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
         else:
             reason = "; ".join(notes)
             report.record(name, "nki", run.used, reason, s=time.perf_counter() - t0)
-            return _conform(res, n.meta.get("val"))
+            return conform(res, n.meta.get("val"))
     report.record(name, "cpu", reason="; ".join(notes))
     return n.target(*args, **kwargs)
 
@@ -385,6 +332,23 @@ def _run_node(n: torch.fx.Node, name: str, args: tuple, kwargs: dict, report: Gr
 # what the runner does with a call_function node, decided once per graph
 _PLAIN, _VIEW, _ATEN = 0, 1, 2
 _GROUPS = fusion.STEPS
+
+# a plain or view node's call: (function, its positional arguments, the (position, node) pairs
+# filled from the values computed, its keyword arguments)
+_Call = tuple[Callable, tuple, list[tuple[int, torch.fx.Node]], dict]
+
+
+def _direct_call(n: Any, kind: dict) -> _Call | None:
+    """How a plain or view node is called, when its only inputs are nodes passed whole as
+    positional arguments (None otherwise: it runs through ``_Plan._node``)."""
+    if isinstance(n, _GROUPS) or kind.get(n, (_ATEN,))[0] == _ATEN:
+        return None
+    slots = [(j, a) for j, a in enumerate(n.args) if isinstance(a, torch.fx.Node)]
+    every: list[torch.fx.Node] = []
+    torch.fx.node.map_arg((n.args, n.kwargs), every.append)
+    if len(every) != len(slots):
+        return None  # (a node inside a list or a keyword argument)
+    return n.target, tuple(n.args), slots, dict(n.kwargs)
 
 
 class _Plan:
@@ -432,6 +396,11 @@ class _Plan:
         for a, i in last.items():
             if a not in outs:
                 self.free[i].append(a)
+        # plain and view steps called directly, and the views' records counted once per run
+        self.calls = [_direct_call(st, self.kind) for st in self.steps]
+        self.views = Counter(
+            self.kind[st][1] for st, c in zip(self.steps, self.calls) if c and self.kind[st][0]
+        )  # (kind _VIEW, not _PLAIN)
 
     def _grouped(self, n: torch.fx.Node, name: str) -> bool:
         """``n`` is an ATen ``name`` node that may run in a launch with others."""
@@ -441,14 +410,22 @@ class _Plan:
     def run(self, args: tuple, report: GraphReport) -> Any:
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
-        for i, st in enumerate(self.steps):
-            if isinstance(st, _GROUPS):
+        for i, (st, call) in enumerate(zip(self.steps, self.calls)):
+            if call is not None:
+                fn, given, slots, kwargs = call
+                a = list(given)
+                for j, x in slots:
+                    a[j] = env[x]
+                env[st] = fn(*a, **kwargs)
+            elif isinstance(st, _GROUPS):
                 self._group(st, env, report)
             elif st.op == "placeholder":
                 env[st] = next(it)
             elif st.op == "get_attr":
                 env[st] = operator.attrgetter(st.target)(self.gm)
             elif st.op == "output":
+                for name, k in self.views.items():
+                    report.record(name, "view", count=k)
                 return torch.fx.node.map_arg(st.args[0], env.__getitem__)
             else:
                 env[st] = self._node(st, env, report)
@@ -477,7 +454,7 @@ class _Plan:
                 pass  # the nodes run one by one, each under its own guard
             else:
                 share = (time.perf_counter() - t0) / len(g.members)
-                env.update((m, _conform(r, m.meta.get("val"))) for m, r in zip(g.outputs, res))
+                env.update((m, conform(r, m.meta.get("val"))) for m, r in zip(g.outputs, res))
                 for nm in g.names:
                     report.record(nm, "nki", run.used, s=share)
                 for nm in getattr(g, "view_names", ()):

@@ -94,8 +94,16 @@ class GraphReport:
             self._device_pending.clear()
 
     def record(
-        self, op: str, status: str, kernels: list[str] | tuple = (), reason: str = "", s=0.0
+        self,
+        op: str,
+        status: str,
+        kernels: list[str] | tuple = (),
+        reason: str = "",
+        s: float = 0.0,
+        count: int = 1,
     ) -> None:
+        """Count ``count`` calls of ``op`` with this status and reason, which launched
+        ``kernels`` and took ``s`` seconds in all."""
         key = (op, status, reason)
         st = self.ops.get(key)
         if st is None:
@@ -103,7 +111,7 @@ class GraphReport:
         counted = st.kernels
         for k in kernels:  # (Counter.update's Mapping check costs more than the counting)
             counted[k] += 1
-        st.count += 1
+        st.count += count
         st.seconds += s
 
     def ran_as_nki(self, op: str) -> bool:

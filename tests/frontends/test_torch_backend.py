@@ -428,6 +428,25 @@ def test_report_lists_every_kernel_an_op_used_with_counts():
     assert "add_kernel x3, add_scalar_kernel x1" in str(rep)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_report_counts_every_view_call_of_every_run(dynamic):
+    # views are called straight from the plan and counted once per run; with dynamic shapes
+    # the reshape's sizes hold a graph input (a SymInt in a list): it runs node by node
+    before = len(tb.reports())
+    f = torch.compile(
+        lambda a, b: (a.t() @ b).reshape(a.shape[1], -1, 2) * 2.0, backend="nki", dynamic=dynamic
+    )
+    for n in (16, 24, 16):
+        a, b = torch.randn(n, 8), torch.randn(n, 4)
+        torch.testing.assert_close(f(a, b), (a.t() @ b).reshape(8, -1, 2) * 2.0)
+    counts = {}
+    for rep in _new_reports(before):
+        for s in rep.ops.values():
+            counts[s.op, s.status] = counts.get((s.op, s.status), 0) + s.count
+    assert counts == {("aten::t", "view"): 3, ("aten::view", "view"): 3,
+                      ("aten::mm", "nki"): 3, ("aten::mul", "nki"): 3}  # fmt: skip
+
+
 def test_on_cpu_and_cpu_ops_keep_work_on_the_cpu():
     before = len(tb.reports())
     head = tb.on_cpu(lambda t: torch.exp(t) * 2)
