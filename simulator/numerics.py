@@ -48,6 +48,17 @@ def fill_value(name: str) -> object:
     return 4
 
 
+def filled(shape: tuple[int, ...], value: object, dtype: np.dtype) -> np.ndarray:
+    """``np.full(shape, value, dtype)``: a value whose bits are all clear (+0) from
+    ``np.zeros``, any other filled in place (each several times cheaper than ``np.full``)."""
+    v = np.asarray(value, dtype=dtype)
+    if not any(v.tobytes()):
+        return np.zeros(shape, dtype)
+    out = np.empty(shape, dtype)
+    out.fill(v)
+    return out
+
+
 def operand_dtype(src: object, decl: Callable[[str], Any]) -> str | None:
     """The NKI dtype of an instruction operand: a tile's declared dtype or a scalar's weak
     type (Python int -> int32, float -> float32, bool -> uint8)."""

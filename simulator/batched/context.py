@@ -392,7 +392,7 @@ class BCtx:
         pend = self.pending.pop(acc.tensor, None)
         if pend is not None:
             if sel is None and stored.ndim == 0:  # (one value fills the fresh tile)
-                self.arrays[acc.tensor] = np.full(pend[0], stored, dtype=pend[1])
+                self.arrays[acc.tensor] = numerics.filled(pend[0], stored, pend[1])
                 return
             if (
                 sel is None
@@ -502,7 +502,7 @@ class BCtx:
             self.arrays.pop(name, None)
             self.pending[name] = (shape, sd)
         else:
-            self.arrays[name] = np.full(shape, fill, dtype=sd)
+            self.arrays[name] = numerics.filled(shape, fill, sd)
         self.depth[name] = len(self.dims)
 
     def as_matrix(self, acc: Access, inner: list[int]) -> np.ndarray | None:
