@@ -401,6 +401,7 @@ class _Plan:
         self.views = Counter(
             self.kind[st][1] for st, c in zip(self.steps, self.calls) if c and self.kind[st][0]
         )  # (kind _VIEW, not _PLAIN)
+        self.names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(group) -> ``_group``'s
 
     def _grouped(self, n: torch.fx.Node, name: str) -> bool:
         """``n`` is an ATen ``name`` node that may run in a launch with others."""
@@ -445,7 +446,10 @@ class _Plan:
         return _run_node(n, name, args, kwargs, report)  # type: ignore[arg-type]
 
     def _group(self, g: Any, env: dict, report: GraphReport) -> None:
-        if not any(_alone(nm) for nm in g.names):
+        names = self.names.get(id(g))
+        if names is None:  # (each op's name with its count in the group, found once)
+            names = self.names[id(g)] = tuple(Counter(g.names).items())
+        if not any(_alone(nm) for nm, _ in names):
             run = _Run(report)
             t0 = time.perf_counter()
             try:
@@ -455,8 +459,8 @@ class _Plan:
             else:
                 share = (time.perf_counter() - t0) / len(g.members)
                 env.update((m, conform(r, m.meta.get("val"))) for m, r in zip(g.outputs, res))
-                for nm in g.names:
-                    report.record(nm, "nki", run.used, s=share)
+                for nm, k in names:
+                    report.record(nm, "nki", run.used, s=share * k, count=k)
                 for nm in getattr(g, "view_names", ()):
                     report.record(nm, "view")
                 return

@@ -102,15 +102,15 @@ class GraphReport:
         s: float = 0.0,
         count: int = 1,
     ) -> None:
-        """Count ``count`` calls of ``op`` with this status and reason, which launched
-        ``kernels`` and took ``s`` seconds in all."""
+        """Count ``count`` calls of ``op`` with this status and reason, each of which launched
+        ``kernels``, taking ``s`` seconds in all."""
         key = (op, status, reason)
         st = self.ops.get(key)
         if st is None:
             st = self.ops[key] = OpStats(op, status, reason)
         counted = st.kernels
         for k in kernels:  # (Counter.update's Mapping check costs more than the counting)
-            counted[k] += 1
+            counted[k] += count
         st.count += count
         st.seconds += s
 
