@@ -403,10 +403,11 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     ),
     Instruction(
         "tensor_partition_reduce", "gpsimd", ("gpsimd",),
-        "Reduce across partitions (add, max, min, bitwise or/and) to one partition.",
+        "Reduce across partitions (add, average, max, min, bitwise or/and/xor) to one "
+        "partition.",
         classic="op, data, *, mask=None, dtype=None",
         current="dst, op, data, name=None",
-        ir_op="tensor_partition_reduce", ir_attrs=("engine", "op"),
+        ir_op="tensor_partition_reduce", ir_attrs=("engine", "op", "average"),
         result="new SBUF tile (1, *data free); dtype arg or data's dtype",
     ),
     Instruction(

@@ -279,29 +279,43 @@ def affine_select(
     return c.new(shape, srcs, dtype=odt, mask=mask, pred=Mask(tuple(full)))
 
 
-_PART_REDUCERS = ("add", "maximum", "minimum", "bitwise_or", "bitwise_and")
+_PART_REDUCERS = ("add", "maximum", "minimum", "bitwise_or", "bitwise_and", "bitwise_xor")
+# the ops that average the partitions (``nl.average``, the SDK's token; ``nl.mean`` / ``np.mean``,
+# the name later releases document): their fp32 sum divided by the partition count
+_AVERAGES = ("average", "mean")
+
+
+def _averages(op: Any) -> bool:
+    if op is nl.mean or op is np.mean:
+        return True
+    name = getattr(op, "nki_token", op if isinstance(op, str) else None)
+    return name in _AVERAGES
 
 
 @instruction
 def tensor_partition_reduce(
     op: Any, data: Any, *, mask: Any = None, dtype: Any = None
 ) -> NkiTensor:
-    """Reduce across partitions on GpSimd (add, max, min, bitwise_or, bitwise_and): the result
-    has one partition, shape (1, *free).
+    """Reduce across partitions on GpSimd (add, average, max, min, bitwise_or, bitwise_and,
+    bitwise_xor): the result has one partition, shape (1, *free). ``nl.average`` (or
+    ``nl.mean``) is the fp32 sum of the partitions divided by their count.
 
     Example: ``col_sum = nisa.tensor_partition_reduce(np.add, x)``.
     """
     c = Call("tensor_partition_reduce", dtype)
     acc, t = c.tile(data, "data", SBUF)
-    fn = alu_op(op, c.api, "op")
+    average = _averages(op)
+    fn = alu_op("add" if average else op, c.api, "op")
     if fn.name not in _PART_REDUCERS:
         raise _invalid(
-            f"'op'={fn.name} of '{c.api}' is not supported; supported: {', '.join(_PART_REDUCERS)}",
+            f"'op'={fn.name} of '{c.api}' is not supported; supported: "
+            f"{', '.join(_PART_REDUCERS[:1] + _AVERAGES[:1] + _PART_REDUCERS[1:])}",
             "err_unsupported_reduce_op",
         )
     odt = c.result_dtype()
     check_bitvec_dtypes(fn, [dt(t), odt], c.api, "op")
-    return c.new((1, *acc.shape[1:]), (acc,), dtype=odt, mask=mask, op=fn.name)
+    extra = {"average": True} if average else {}
+    return c.new((1, *acc.shape[1:]), (acc,), dtype=odt, mask=mask, op=fn.name, **extra)
 
 
 @instruction

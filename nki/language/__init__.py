@@ -68,7 +68,7 @@ from .shaping import (
     static_cast,
     where,
 )
-from .tokens import bypass, prelu  # op tokens of the current API
+from .tokens import average, bypass, prelu  # op tokens of the current API
 
 # Python operators and methods on tiles (``a + b``, ``t.astype(dt)``) call these
 _TILE_OPERATORS.update(
@@ -226,6 +226,7 @@ __all__ = [
     "transpose",
     "var",
     "where",
+    "average",
     "bypass",
     "prelu",
 ]

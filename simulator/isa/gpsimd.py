@@ -51,7 +51,10 @@ def _tensor_partition_reduce(instr: Instr, ctx: Ctx) -> None:
     op = OPS[instr.attr("op")]
     raw = ctx.read(src)
     x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
-    store(instr, ctx, M.reduce(op.name, x, (0,)), op.bitvec)
+    out = M.reduce(op.name, x, (0,))
+    if instr.attr("average"):  # (the fp32 sum over the partition count)
+        out = np.divide(numerics.to_compute(out), np.float32(src.shape[0]), dtype=np.float32)
+    store(instr, ctx, out, op.bitvec)
 
 
 @executes("isa", "local_gather")

@@ -117,6 +117,56 @@ def test_tensor_partition_reduce(dt, op, ref):
     )
 
 
+def k_part_average_current(x, op):
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_partition_reduce(dst=r, op=op, data=t)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+@pytest.mark.parametrize("op", [nl.average, nl.mean, np.mean, "mean"])
+@pytest.mark.parametrize("p", [128, 96, 3])
+def test_tensor_partition_reduce_averages(op, p):
+    # the fp32 sum of the partitions over their count: integer values sum exactly, so the
+    # result is the correctly rounded quotient; random ones agree with float64 to fp32's error
+    ints = RNG.integers(-1000, 1000, size=(p, 24)).astype(np.float32)
+    want = (ints.astype(np.float64).sum(0, keepdims=True) / p).astype(np.float32)
+    np.testing.assert_array_equal(run(k_part_reduce, ints, op), want)
+    np.testing.assert_array_equal(run(k_part_average_current, ints, op), want)
+    x = rand((p, 24))
+    close(run(k_part_reduce, x, op), f32(x).astype(np.float64).mean(0, keepdims=True), np.float32,
+          rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.uint8])
+def test_tensor_partition_reduce_bitwise_xor(dt):
+    x = np.random.default_rng(5).integers(0, 100, size=(64, 16)).astype(dt)
+    got = run(k_part_reduce, x, nl.bitwise_xor)
+    np.testing.assert_array_equal(got, np.bitwise_xor.reduce(x, axis=0, keepdims=True))
+
+
+def k_part_reduce_sub(x):
+    out = _out((1, x.shape[1]), x.dtype)
+    nl.store(out, nisa.tensor_partition_reduce(np.subtract, nl.load(x)))  # ERR
+    return out
+
+
+def test_tensor_partition_reduce_refuses_other_ops():
+    expect_error(
+        k_part_reduce_sub, rand((8, 4)), cls=NKIError, code="err_unsupported_reduce_op",
+        fragments=("'op'=subtract", "add, average, maximum, minimum, bitwise_or, bitwise_and, "
+                   "bitwise_xor"),
+    )  # fmt: skip
+
+
+def test_average_is_an_op_token_not_a_function():
+    with pytest.raises(NKIError, match="nl.average is an op token"):
+        nl.average(rand((4, 4)))
+
+
 def k_gather(src, idx, n, nvalid):
     g = nisa.local_gather(nl.load(src), nl.load(idx), num_elem_per_idx=n, num_valid_indices=nvalid)
     out = _out(g.shape, src.dtype)
