@@ -19,8 +19,8 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); attribute None: the module itself
 _LAZY: dict[str, tuple[str, str | None]] = {
     "jit": ("nki.jit", "jit"),
-    "simulate_kernel": ("nki.jit", "simulate_kernel"),
-    "simulate": ("nki.jit", "simulate"),
+    "simulate_kernel": ("nki.simulation", "simulate_kernel"),
+    "simulate": ("nki.simulation", "simulate"),
     "baremetal": ("nki.jit", "baremetal"),
     "Kernel": ("nki.jit", "Kernel"),
     "Launch": ("nki.jit", "Launch"),

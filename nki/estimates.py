@@ -15,7 +15,8 @@ from . import dtypes
 from .errors import NKIError, NKITypeError, user_facing
 from .grids import check_grid_fits
 from .ir import KernelIR
-from .jit import Kernel, _as_launch
+from .jit import Kernel
+from .simulation import as_launch
 from .typing import _TensorType
 
 
@@ -47,7 +48,7 @@ def shape_only(arg: Any) -> Any:
 def trace_launch(launch: Any, args: tuple, kwargs: dict, target: str | None = None) -> KernelIR:
     """The IR of ``launch(*args, **kwargs)`` (a kernel or ``kernel[grid]``), traced without
     running it; ``target`` overrides the kernel's platform target."""
-    lch = _as_launch(launch)
+    lch = as_launch(launch)
     k = lch.kernel
     cfg = k.config(target=target)
     args = tuple(shape_only(a) for a in args)

@@ -550,9 +550,10 @@ _FITS: dict[tuple[int, str], Grid] = {}
 
 
 def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
-    """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``
-    or ``nki.jit(fn, mode='simulation')``. ``platform_target`` selects trn1 / trn2 / trn3;
-    ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
+    """Decorate a kernel: ``@nki.jit``, ``@nki.jit(mode='simulation', platform_target='trn2')``,
+    ``nki.jit(fn)``, ``nki.jit(fn=fn)`` or ``func=fn``. ``platform_target`` selects trn1 / trn2 /
+    trn3; ``precise_fp``, ``checks``, ``shuffle_seed`` set simulator options for this kernel."""
+    func = kwargs.pop("fn", None) if func is None else func
     at = user_loc() if kwargs.get("platform_target") is not None else None
 
     def make(f: Any) -> Kernel:
@@ -561,35 +562,6 @@ def jit(func: Any = None, mode: str = "auto", **kwargs: Any) -> Any:
         return k
 
     return make if func is None else make(func)
-
-
-def _as_launch(kernel: Any) -> Launch:
-    if isinstance(kernel, Launch):
-        return kernel
-    if isinstance(kernel, Kernel):
-        return Launch(kernel, kernel.default_grid)
-    if callable(kernel):
-        return Launch(Kernel(kernel), Grid(()))
-    raise NKITypeError(
-        f"expected a kernel, got {type(kernel).__name__}", code="err_invalid_mode", loc=user_loc()
-    )
-
-
-def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run ``kernel`` (a function, an ``@nki.jit`` kernel or a grid launch ``k[2, 2]``) in the
-    simulator with NumPy inputs; returns NumPy outputs."""
-    return _as_launch(kernel)(*args, **kwargs)
-
-
-def simulate(kernel: Any) -> Any:
-    """``nki.simulate(kernel)(*args)``: a callable that runs the kernel in the simulator."""
-    launch = _as_launch(kernel)
-
-    @functools.wraps(launch.kernel.fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return launch(*args, **kwargs)
-
-    return run
 
 
 def baremetal(kernel: Any = None, **kwargs: Any) -> Any:

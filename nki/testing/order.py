@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import NKIError, user_facing
 from ..grids import parse_grid
-from ..jit import Launch, _as_launch
+from ..jit import Launch
+from ..simulation import as_launch
 from .tolerance import ACC_EPS, Accumulation, _as_numpy, accumulations
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4, 5)
@@ -27,7 +28,7 @@ class OrderDependenceError(AssertionError):
 
 def resolve_launch(kernel: Any, grid: Any = None) -> Launch:
     """``kernel`` (function, ``@nki.jit`` kernel or ``k[grid]`` launch) bound to ``grid``."""
-    launch = _as_launch(kernel)
+    launch = as_launch(kernel)
     if grid is None or grid == ():
         return launch
     if launch.grid.dims:

@@ -43,6 +43,17 @@ def test_tensor_add_lnc1_matches_numpy(ab):
     np.testing.assert_array_equal(nki.jit(tensor_add)(a, b), a + b)
 
 
+@pytest.mark.parametrize("key", ["fn", "func"])
+def test_jit_takes_the_kernel_by_keyword(ab, key):
+    # the current API names the parameter ``fn``, the classic one ``func``; before, ``fn=``
+    # fell into the options and nki.jit returned a decorator, not the kernel
+    a, b = ab
+    k = nki.jit(**{key: tensor_add})
+    assert isinstance(k, nki.Kernel)
+    np.testing.assert_array_equal(k(a, b), a + b)
+    np.testing.assert_array_equal(nki.simulate_kernel(k[2], a, b), a + b)
+
+
 def test_tensor_add_lnc2_runs_on_two_cores_and_matches_numpy(ab):
     a, b = ab
     k = nki.jit(tensor_add)
