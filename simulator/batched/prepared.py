@@ -90,6 +90,30 @@ def _tile(ctx: BCtx, acc: Access) -> np.ndarray | None:
     return arr[...] if arr.shape == ((*dims, *acc.shape) if dims else acc.shape) else None
 
 
+def _put(ctx: BCtx, instr: Instr, vals: np.ndarray, isa: bool = True) -> None:
+    """Write a prepared run's result (whole, unmasked, not accumulating): a fresh C-ordered
+    array of the tile's shape and storage dtype becomes the fresh tile, as ``BCtx.write``
+    hands it over; anything else goes through ``ops._isa_store`` (``isa``) or ``BCtx.write``."""
+    dst = instr.dst
+    assert dst is not None
+    name = dst.tensor
+    pend = ctx.pending.get(name)
+    if (
+        pend is not None
+        and type(vals) is np.ndarray
+        and vals.shape == pend[0]
+        and vals.dtype == pend[1]
+        and vals.flags.c_contiguous
+        and vals.flags.owndata
+    ):
+        del ctx.pending[name]
+        ctx.arrays[name] = vals
+    elif isa:
+        _isa_store(instr, ctx, vals)
+    else:
+        ctx.write(dst, vals)
+
+
 def _column(ctx: BCtx, src: object, p: int) -> object | None:
     """``ops._scalar_operand`` (fp32): an immediate, or a (P, 1) tile broadcast over the free
     axis; None when the tile is not stored whole."""
@@ -125,7 +149,7 @@ def _activation(instr: Instr, decls: _Decls) -> Run | None:
         y = activation_values(x2, sc, bi, one, fn)
         if res is not None:
             reduce_into(ctx, res, reduce_op, y)
-        _isa_store(instr, ctx, y)
+        _put(ctx, instr, y)
         return True
 
     return run
@@ -142,10 +166,7 @@ def _one_source(instr: Instr, values: Values, isa: bool) -> Run | None:
         arr = _tile(ctx, src)
         if arr is None:
             return False
-        if isa:
-            _isa_store(instr, ctx, values(ctx, arr))
-        else:
-            ctx.write(dst, values(ctx, arr))
+        _put(ctx, instr, values(ctx, arr), isa)
         return True
 
     return run
@@ -238,7 +259,7 @@ def _nc_matmul(instr: Instr, decls: _Decls) -> Run | None:
         nb = len(ctx.dims)
         s = gemm.unbroadcast(as_2d(a, nb, k))
         m = gemm.unbroadcast(as_2d(b, nb, k))
-        ctx.write(dst, matmuls.tile_product(ctx, s, m, dst))
+        _put(ctx, instr, matmuls.tile_product(ctx, s, m, dst), isa=False)
         return True
 
     return run
@@ -272,7 +293,7 @@ def _tensor_scalar(instr: Instr, decls: _Decls) -> Run | None:
         r = M.alu(op0, _pf(ctx, arr, p), c0, rev0)
         if op1 is not None:
             r = M.alu(op1, r, c1, rev1)
-        _isa_store(instr, ctx, r)
+        _put(ctx, instr, r)
         return True
 
     return run
@@ -295,7 +316,7 @@ def _tensor_tensor(instr: Instr, decls: _Decls) -> Run | None:
         if x1 is None or x2 is None:
             return False
         y = M.alu(op.name, _pf(ctx, x1, a1.shape[0], exact), _pf(ctx, x2, a2.shape[0], exact))
-        _isa_store(instr, ctx, y)
+        _put(ctx, instr, y)
         return True
 
     return run
@@ -336,7 +357,7 @@ def _elementwise(instr: Instr, decls: _Decls) -> Run | None:
             vals.append(
                 raw if raw.dtype == np.float32 else numerics.to_compute(raw, exact_int=exact)
             )
-        ctx.write(dst, apply(op, vals, None))
+        _put(ctx, instr, apply(op, vals, None), isa=False)
         return True
 
     return run
@@ -355,7 +376,7 @@ def _matmul(instr: Instr, decls: _Decls) -> Run | None:
         if a is None or b is None:
             return False
         x, y = gemm.unbroadcast(a), gemm.unbroadcast(b)
-        ctx.write(dst, gemm.product(x.swapaxes(-1, -2) if plain else x, y, nn=plain))
+        _put(ctx, instr, gemm.product(x.swapaxes(-1, -2) if plain else x, y, nn=plain), isa=False)
         return True
 
     return run
@@ -397,7 +418,7 @@ def _scalar_tensor_tensor(instr: Instr, decls: _Decls) -> Run | None:
         if arr is None or c0 is None or arr1 is None:
             return False
         r = M.alu(op0, _pf(ctx, arr, p), c0, rev0)
-        _isa_store(instr, ctx, M.alu(op1, r, _pf(ctx, arr1, o1.shape[0]), rev1))
+        _put(ctx, instr, M.alu(op1, r, _pf(ctx, arr1, o1.shape[0]), rev1))
         return True
 
     return run
