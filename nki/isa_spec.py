@@ -895,6 +895,40 @@ def signature(name: str, form: str = CLASSIC, *, resolve: bool = False) -> inspe
     return inspect.Signature(params)
 
 
+@functools.cache
+def _positional(name: str, form: str) -> tuple[str, ...]:
+    return tuple(p.name for p in get(name).params(form) if not p.kw_only)
+
+
+def plain_bind(
+    name: str, form: str, args: tuple[Any, ...], kwargs: dict[str, Any], defaults: bool
+) -> dict[str, Any] | None:
+    """What ``signature(name, form).bind`` binds, in parameter order (with ``defaults``, the
+    resolved defaults of the parameters not given, as ``apply_defaults`` adds them), for a call
+    that binds: each positional argument to the next positional parameter, each keyword to a
+    parameter not given by position, every parameter without a default given. None for any
+    other call: the signatures have no ``*args`` / ``**kwargs``, so ``inspect``'s bind raises
+    a TypeError for exactly those (and says which rule broke). Several times cheaper than it."""
+    positional = _positional(name, form)
+    if len(args) > len(positional):
+        return None
+    given = dict(zip(positional, args))
+    params = signature(name, form, resolve=True).parameters
+    for k, v in kwargs.items():
+        if k in given or k not in params:
+            return None
+        given[k] = v
+    out = {}
+    for k, p in params.items():
+        if k in given:
+            out[k] = given[k]
+        elif p.default is p.empty:
+            return None
+        elif defaults:
+            out[k] = p.default
+    return out
+
+
 def _unknown_keyword(name: str, key: str, valid: list[str]) -> Exception:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -927,6 +961,9 @@ def bind(
     """Bind a call of ``nisa.<name>`` to its spec signature (defaults applied). A wrong call
     raises a located NKIError: an unknown keyword names the closest valid one."""
     sig = signature(name, form, resolve=True)
+    plain = plain_bind(name, form, args, kwargs, defaults=True)
+    if plain is not None:
+        return inspect.BoundArguments(sig, plain)  # type: ignore[arg-type]
     for k in kwargs:
         if k not in sig.parameters:
             raise _unknown_keyword(name, k, list(sig.parameters))

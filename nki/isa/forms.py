@@ -119,12 +119,11 @@ def _fits(name: str, form: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     info = spec.get(name)
     if info.form(form) is None:
         return False
-    try:
-        bound = spec.signature(name, form).bind(*args, **kwargs)
-    except TypeError:
+    arguments = spec.plain_bind(name, form, args, kwargs, defaults=False)
+    if arguments is None:  # (the signature's own bind would raise a TypeError)
         return False
     roles = {p.name: p for p in info.params(form)}
-    for k, v in bound.arguments.items():
+    for k, v in arguments.items():
         p = roles[k]
         if p.role in _STATIC_ROLES and _is_tile(v):
             return False

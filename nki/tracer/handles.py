@@ -216,12 +216,13 @@ class TensorWhat:
 class NkiTensor(TileOps):
     """A tensor in HBM, SBUF or PSUM (kernel parameter, allocation or op result)."""
 
-    __slots__ = ("decl", "scope", "temp", "__weakref__")
+    __slots__ = ("decl", "scope", "temp", "whole", "__weakref__")
 
     def __init__(self, decl: TensorDecl, scope: tuple[LoopSym, ...], temp: bool = False) -> None:
         self.decl = decl
         self.scope = scope
         self.temp = temp  # produced by an op (candidate for writing straight into its target)
+        self.whole: Access | None = None  # ``access_``'s, made on its first call
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -257,12 +258,16 @@ class NkiTensor(TileOps):
         return TensorWhat(self.decl)
 
     def access_(self) -> Access:
+        """The access of the whole tensor (one immutable object per tensor)."""
+        if self.whole is not None:
+            return self.whole
         shape = self.decl.shape
         idx = []
         for d in range(len(shape)):
             coeffs = tuple(1 if j == d and shape[d] > 1 else 0 for j in range(len(shape)))
             idx.append(IndexExpr(Affine(), coeffs, shape))
-        return Access(self.decl.name, shape, tuple(idx))
+        self.whole = Access(self.decl.name, shape, tuple(idx))
+        return self.whole
 
     def tensor_(self) -> NkiTensor:
         return self

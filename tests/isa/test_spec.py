@@ -550,3 +550,45 @@ def test_constant_free_size_limits_are_the_instructions_limits():
             _limit_kernel(name)(np.ones((2, n + 1), np.float32))
         assert e.value.code == "err_size_of_dimension_exceed_arch_limit"
         assert str(n) in e.value.message
+
+
+def _calls(params: list[inspect.Parameter]) -> list[tuple[tuple, dict]]:
+    """Calls of a signature that bind and calls that do not: each count of positional
+    arguments, the rest by keyword, one keyword dropped, an unknown keyword, a keyword repeating
+    a positional argument."""
+    out = []
+    names = [p.name for p in params]
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    for k in range(len(positional) + 2):
+        args = tuple(f"arg{i}" for i in range(k))
+        rest = {n: f"kw_{n}" for n in names[k:] if n not in positional[:k]}
+        out.append((args, rest))
+        for drop in rest:
+            out.append((args, {n: v for n, v in rest.items() if n != drop}))
+        out.append((args, {**rest, "no_such_parameter": 1}))
+        if k and positional:
+            out.append((args, {**rest, positional[0]: "again"}))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(spec.SPEC))
+def test_plain_bind_binds_as_the_signature_does(name):
+    # the tracer's fast binding of every nisa call: the same arguments (and defaults) as
+    # inspect's bind where it binds, None exactly where inspect raises
+    for form in spec.FORMS:
+        if spec.get(name).form(form) is None:
+            continue
+        sig = spec.signature(name, form, resolve=True)
+        for args, kwargs in _calls(list(sig.parameters.values())):
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                assert spec.plain_bind(name, form, args, kwargs, defaults=False) is None
+                assert spec.plain_bind(name, form, args, kwargs, defaults=True) is None
+                continue
+            got = spec.plain_bind(name, form, args, kwargs, defaults=False)
+            assert got == dict(bound.arguments), (name, form, args, kwargs)
+            assert list(got) == list(bound.arguments)
+            bound.apply_defaults()
+            with_defaults = spec.plain_bind(name, form, args, kwargs, defaults=True)
+            assert list(with_defaults.items()) == list(bound.arguments.items())
