@@ -986,13 +986,24 @@ _KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+@functools.cache
+def _kind_checked(name: str, form: str) -> tuple[tuple[Param, Callable[[Any], bool]], ...]:
+    params = get(name).params(form)
+    return tuple((p, _KIND_CHECKS[p.type]) for p in params if p.type in _KIND_CHECKS)
+
+
+@functools.cache
+def by_name(name: str, form: str) -> dict[str, Param]:
+    """The parameters of one calling form by name (read only)."""
+    return {p.name: p for p in get(name).params(form)}
+
+
 def check_kinds(name: str, form: str, arguments: dict[str, Any]) -> None:
     """A flag given a non-bool (``reverse0="yes"``) or an instruction name given a non-str is a
     located error (they would otherwise be taken as true or dropped)."""
-    for p in get(name).params(form):
+    for p, check in _kind_checked(name, form):
         v = arguments.get(p.name)
-        check = _KIND_CHECKS.get(p.type)
-        if v is not None and check is not None and not check(v):
+        if v is not None and not check(v):
             raise NKITypeError(
                 f"'{p.name}' of 'nisa.{name}' must be a {p.type}, got {v!r}",
                 code="err_invalid_argument",

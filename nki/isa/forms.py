@@ -122,7 +122,7 @@ def _fits(name: str, form: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     arguments = spec.plain_bind(name, form, args, kwargs, defaults=False)
     if arguments is None:  # (the signature's own bind would raise a TypeError)
         return False
-    roles = {p.name: p for p in info.params(form)}
+    roles = spec.by_name(name, form)
     for k, v in arguments.items():
         p = roles[k]
         if p.role in _STATIC_ROLES and _is_tile(v):

@@ -404,8 +404,8 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
     nisa.tensor_tensor(dst, ...)") was traced. The first such construct decides the kernel's
     generation; a later one of the other generation is a located error naming both lines."""
     st = current()
-    if st is None:
-        return
+    if st is None or st.generation == gen:
+        return  # (the common case: no location needed)
     loc = loc or user_loc()
     if st.generation is None:
         if gen != st.default_generation and st.generation_sensitive:
