@@ -63,6 +63,8 @@ class Affine:
     def __add__(self, other: Affine | int) -> Affine:
         if isinstance(other, int):
             return Affine(self.terms, self.const + other)
+        if not other.terms or not self.terms:  # (a constant on either side: no merge)
+            return Affine(self.terms or other.terms, self.const + other.const)
         acc: dict[Sym, int] = dict(self.terms)
         for s, c in other.terms:
             acc[s] = acc.get(s, 0) + c

@@ -43,7 +43,8 @@ class Handle:
         if st is not None:
             st.handles += 1
             self.order = st.handles
-            self.device_loops = tuple(s for s in st.loops if s in st.device_loops)
+            if st.device_loops:  # (most kernels have none)
+                self.device_loops = tuple(s for s in st.loops if s in st.device_loops)
 
 
 def depend(consumer: Any, producers: tuple[Any, ...]) -> None:
