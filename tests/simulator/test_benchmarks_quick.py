@@ -83,3 +83,14 @@ def test_a_model_row_alternates_the_calls_and_counts_their_launch_time(monkeypat
     assert order == ["nki", "eager"] * model_runs.MODEL_REPEAT
     assert 0 < row["launch_s"] <= row["nki_s"] * 1.5  # (a mean against a median)
     assert row["ratio"] == row["nki_s"] / row["eager_s"] and row["target"] == 20.0
+
+
+def test_trace_speed_traces_its_kernel_and_reports(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import trace_speed
+
+    monkeypatch.setattr(sys, "argv", ["trace_speed.py", "--blocks", "3", "--repeat", "1"])
+    trace_speed.main()
+    out = capsys.readouterr().out
+    assert out.startswith("18 instructions traced in "), out  # (6 per block)
+    assert "us per instruction" in out and "in garbage collection" in out
