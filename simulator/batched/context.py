@@ -29,6 +29,18 @@ def contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def takes_over(pend: tuple[tuple[int, ...], np.dtype], vals: object) -> bool:
+    """Whether ``vals`` can become the storage of a pending tile (``pend``: its shape and
+    storage dtype) as it is: a C-ordered array of its own memory, that shape and dtype."""
+    return (
+        type(vals) is np.ndarray
+        and vals.shape == pend[0]
+        and vals.dtype == pend[1]
+        and vals.flags.c_contiguous
+        and vals.flags.owndata
+    )
+
+
 # The layouts of strided views: (id(access), id(box) (None: the whole view), batch depth of its
 # storage, batch axes' sizes, the values / axes of the access's symbols, the storage's shape and
 # strides) -> (the access, the box, shape, strides, offset, first position, slicing index).
@@ -394,13 +406,7 @@ class BCtx:
             if sel is None and stored.ndim == 0:  # (one value fills the fresh tile)
                 self.arrays[acc.tensor] = numerics.filled(pend[0], stored, pend[1])
                 return
-            if (
-                sel is None
-                and stored.shape == pend[0]
-                and stored.dtype == pend[1]
-                and stored.flags.c_contiguous
-                and stored.flags.owndata
-            ):
+            if sel is None and takes_over(pend, stored):
                 self.arrays[acc.tensor] = stored  # a fresh result becomes the tile: no copy
                 return
             self.arrays[acc.tensor] = np.empty(*pend)

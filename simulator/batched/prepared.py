@@ -24,7 +24,7 @@ from nki.optable import OPS, apply
 from .. import numerics
 from ..isa import formulas as M
 from . import gemm, into, matmuls, ops, select
-from .context import BCtx, contiguous
+from .context import BCtx, contiguous, takes_over
 from .keys import whole
 from .matmuls import as_2d
 from .ops import (
@@ -98,14 +98,7 @@ def _put(ctx: BCtx, instr: Instr, vals: np.ndarray, isa: bool = True) -> None:
     assert dst is not None
     name = dst.tensor
     pend = ctx.pending.get(name)
-    if (
-        pend is not None
-        and type(vals) is np.ndarray
-        and vals.shape == pend[0]
-        and vals.dtype == pend[1]
-        and vals.flags.c_contiguous
-        and vals.flags.owndata
-    ):
+    if pend is not None and takes_over(pend, vals):
         del ctx.pending[name]
         ctx.arrays[name] = vals
     elif isa:
