@@ -53,7 +53,7 @@ def _tensor_partition_reduce(instr: Instr, ctx: Ctx) -> None:
     x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
     out = M.reduce(op.name, x, (0,))
     if instr.attr("average"):  # (the fp32 sum over the partition count)
-        out = np.divide(numerics.to_compute(out), np.float32(src.shape[0]), dtype=np.float32)
+        out = np.divide(out, np.float32(src.shape[0]), dtype=np.float32)
     store(instr, ctx, out, op.bitvec)
 
 
