@@ -399,8 +399,10 @@ class _Plan:
         # plain and view steps called directly, and the views' records counted once per run
         self.calls = [_direct_call(st, self.kind) for st in self.steps]
         self.views = Counter(
-            self.kind[st][1] for st, c in zip(self.steps, self.calls) if c and self.kind[st][0]
-        )  # (kind _VIEW, not _PLAIN)
+            self.kind[st][1]
+            for st, c in zip(self.steps, self.calls)
+            if c is not None and self.kind[st][0] == _VIEW
+        )
         self.names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(group) -> ``_group``'s
 
     def _grouped(self, n: torch.fx.Node, name: str) -> bool:
