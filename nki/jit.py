@@ -3,15 +3,13 @@ grids in the simulator."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import difflib
 import functools
-import gc
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -305,8 +303,7 @@ class Kernel:
             # traced outside the lock (tracing state is per thread, and a kernel may call
             # another kernel while tracing); the first finished trace of a key wins
             try:
-                with _collection_paused():
-                    traced = self._trace_launch(grid, bound, target)
+                traced = self._trace_launch(grid, bound, target)
             except NKIError as e:
                 if e.code == "err_kernel_output_must_be_hbm" and e.loc is None:
                     again = functools.partial(self._trace_launch, grid, bound, target)
@@ -546,21 +543,6 @@ class Launch:
                 ir = k.trace(lgrid, bound, cfg.target)
         result, k.last_run = simulator_launch(ir, flat_arrays(bound.arguments, lists), cfg)
         return result, ir
-
-
-@contextlib.contextmanager
-def _collection_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a kernel is traced: a trace allocates objects that
-    live on (the IR), and the collections they trigger rescan them: 29% of a 20,000-instruction
-    trace. Collection resumes after it unless it was off before (another thread's trace may
-    resume it earlier: only speed is lost)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # (id(grid), target) -> the grid, which fits the target: bounded, the grid kept (its id not reused)

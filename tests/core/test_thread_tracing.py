@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import pytest
 
 import nki
 import nki.language as nl
@@ -205,37 +204,3 @@ def test_threads_by_kernels_by_shapes_stress():
             for name in refs
         }
     )
-
-
-def test_a_trace_pauses_cyclic_collection_and_restores_it():
-    # the trace's objects mostly live on as the IR: collections during it would rescan them
-    import gc
-
-    seen = []
-
-    @nki.jit
-    def double(a):
-        seen.append(gc.isenabled())
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        nl.store(out, value=nl.multiply(nl.load(a), 2.0))
-        return out
-
-    @nki.jit
-    def broken(a):
-        seen.append(gc.isenabled())
-        return nl.load(a[0:4, 0:4, 0:4])  # (three indices on a 2-D tensor: a located error)
-
-    a = np.arange(32, dtype=np.float32).reshape(4, 8)
-    assert gc.isenabled()
-    np.testing.assert_array_equal(double(a), a * 2)
-    assert seen == [False] and gc.isenabled()
-    with pytest.raises(nki.NKIError, match="too many indices"):
-        broken(a)
-    assert seen == [False, False] and gc.isenabled()
-    b = np.ones((8, 8), dtype=np.float32)  # (another shape: traced again)
-    gc.disable()
-    try:
-        np.testing.assert_array_equal(double(b), b * 2)
-        assert seen == [False, False, False] and not gc.isenabled()
-    finally:
-        gc.enable()
