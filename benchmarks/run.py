@@ -246,15 +246,22 @@ def workloads(quick: bool) -> list[Workload]:
     return rows
 
 
+MIN_TIME = 0.5  # seconds of repeated calls per cell at least (fast calls: many of them)
+
+
 def _timed(
     fn: Callable[[], object],
     repeat: int,
     budget: float,
     compiling: Callable[[], bool] = lambda: False,
+    min_time: float = MIN_TIME,
 ) -> tuple[float, float, object]:
-    """(first call s, median of the next calls s, result); fewer repeats when a call is slow.
-    While ``compiling()`` says the Numba compile budget left work for later launches, the
-    warm-up goes on (at most 10 launches), so the median times the fully compiled kernel."""
+    """(first call s, median of the next calls s, result). The next calls are at least
+    ``repeat`` and go on until they took ``min_time`` s together (at most 2,000 calls: a
+    sub-millisecond call's median then rests on hundreds of calls, not on five), and stop
+    once they took ``budget`` s (fewer repeats when a call is slow). While ``compiling()``
+    says the Numba compile budget left work for later launches, the warm-up goes on (at most
+    10 launches), so the median times the fully compiled kernel."""
     t0 = time.perf_counter()
     out = fn()
     first = time.perf_counter() - t0
@@ -262,11 +269,15 @@ def _timed(
         if not compiling():
             break
         fn()
-    times = []
-    for _ in range(max(1, min(repeat, int(budget / max(first, 1e-9))))):
+    times: list[float] = []
+    spent = 0.0
+    while True:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        spent += times[-1]
+        if spent >= budget or (len(times) >= repeat and (spent >= min_time or len(times) >= 2000)):
+            break
     return first, statistics.median(times), out
 
 
@@ -336,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--budget", type=float, default=10.0, help="seconds of repeats per cell")
+    ap.add_argument("--min-time", type=float, default=MIN_TIME,
+                    help="seconds of repeats per cell at least (0 with --quick)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="tiny shapes, no peers: a smoke test")
     ap.add_argument("--only", nargs="*", default=None, help="workloads whose name contains any")
     ap.add_argument("--no-peers", action="store_true")
@@ -347,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-models", action="store_true", help="skip the model workloads")
     args = ap.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
+    min_time = 0.0 if args.quick else args.min_time
     from benchmarks.peers import pallas_peers, triton_peers
 
     peers: dict[str, dict] = {}
@@ -373,9 +387,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and not any(o in w.name for o in args.only):
             continue
         want = np.asarray(w.numpy(*w.inputs), dtype=np.float32)
-        _, t_np, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
+        _, t_np, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget, min_time=min_time)
         with threadpool_limits(1, user_api="blas"):
-            _, t_np1, _ = _timed(lambda w=w: w.numpy(*w.inputs), repeat, args.budget)
+            _, t_np1, _ = _timed(
+                lambda w=w: w.numpy(*w.inputs), repeat, args.budget, min_time=min_time
+            )
         row: dict = {"workload": w.name, "numpy_s": t_np, "numpy_1t_s": t_np1, "note": w.note}
         cells = []
         for c in cols:
@@ -394,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                         repeat,
                         args.budget,
                         lambda k=kern: "left to compile" in (k.last_run.reason or ""),
+                        min_time,
                     )
                 row[f"{c}_ran"] = kern.last_run.backend
                 row[f"{c}_threads"] = kern.last_run.threads
@@ -405,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 def peer(m=make, w=w):  # noqa: ANN001, ANN202 - (bound per workload)
                     fn = m()
-                    return _timed(lambda: fn(*w.inputs), repeat, args.budget)
+                    return _timed(lambda: fn(*w.inputs), repeat, args.budget, min_time=min_time)
 
                 got, err = _guarded(peer)
                 if err is not None:

@@ -31,6 +31,7 @@ from .binding import (
     plain_params,
     static_key,
 )
+from .collection import paused
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -303,7 +304,8 @@ class Kernel:
             # traced outside the lock (tracing state is per thread, and a kernel may call
             # another kernel while tracing); the first finished trace of a key wins
             try:
-                traced = self._trace_launch(grid, bound, target)
+                with paused():  # (no cyclic collections rescanning the growing IR)
+                    traced = self._trace_launch(grid, bound, target)
             except NKIError as e:
                 if e.code == "err_kernel_output_must_be_hbm" and e.loc is None:
                     again = functools.partial(self._trace_launch, grid, bound, target)
