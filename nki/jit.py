@@ -32,6 +32,7 @@ from .binding import (
     static_key,
 )
 from .collection import paused
+from .compiler import check_kernel_configs
 from .cores import merge_cores
 from .errors import (
     NKIError,
@@ -61,7 +62,7 @@ from .tracer import (
 )
 from .tracer.api_checks import broken
 from .tracer.api_checks import finish as finish_rules
-from .tracer.dependencies import labelled
+from .tracer.dependencies import Schedule, labelled, schedule_of
 from .typing import annotation_of, local_shape_checks
 
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
@@ -201,6 +202,7 @@ class Kernel:
                     code="err_invalid_config",
                     loc=user_loc(),
                 )
+        check_kernel_configs(options)
         self.options = options  # accepted and ignored (save_neff_name, artifacts_dir, ...)
         self.body = kernel_body(fn)  # what a trace calls: its bare `range` may be symbolic
         self._cache: dict[object, KernelIR] = {}
@@ -209,6 +211,7 @@ class Kernel:
         self.platform_target_at: SrcLoc | None = None  # where a deprecated platform_target= was
         self.last_run: Any = None
         self.last_ir: KernelIR | None = None
+        self.schedule: Schedule | None = None  # ``with_schedule``'s edges
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     # ---- launching ----------------------------------------------------------------------------
@@ -237,6 +240,16 @@ class Kernel:
             k.platform_target_at = None
         k.config_overrides = {**self.config_overrides, **over}
         k.config()  # validate now
+        return k
+
+    def with_schedule(self, edges: Any, kind: Any = None) -> Kernel:
+        """This kernel with scheduling edges between its named instructions:
+        ``[(consumer, producer or [producers]), ...]`` by the ``name=`` of ``nki.isa`` calls.
+        Results do not change; the cost model orders issue (``kind=nisa.dependency.runtime``:
+        waits for the producers' ends). An unknown name is a located error when traced."""
+        k = copy.copy(self)
+        k.schedule = schedule_of(edges, kind)
+        k._cache, k._cache_lock, k.trace_count = {}, threading.Lock(), 0  # (other IR)
         return k
 
     def config(self, **overrides: Any) -> SimConfig:
@@ -454,7 +467,7 @@ class Kernel:
             self.fn.__name__,
             tuple(st.params),
             tuple(st.tensors.values()),
-            labelled(st, tuple(st.bodies[0])),
+            labelled(st, tuple(st.bodies[0]), self.schedule),
             outputs,
             returns,
             grid,

@@ -32,6 +32,7 @@ from . import enums as _enums
 from .collectives import dma_engine
 from .common import Instruction as NkiInstruction
 from .enums import (
+    dependency,
     dge_mode,
     engine,
     get_nc_sub_version,
@@ -64,6 +65,7 @@ __all__ = [
     "NkiScalar",
     "NkiValidationError",
     "VirtualRegister",
+    "dependency",
     "dge_mode",
     "dma_engine",
     "engine",

@@ -55,13 +55,16 @@ class Instruction:
         self.instr = instr
         self.handle = Handle()
 
-    def depends_on(self, *producers: Instruction) -> Instruction:
-        """This instruction runs after every one of ``producers`` finishes; returns itself, so
-        ``c.depends_on(b, a)`` and ``c.depends_on(b).depends_on(a)`` are the same. Producers
-        are handles of the same kernel, traced before this one, at its device-loop nesting or
-        in an enclosing scope (not inside an ``nl.fori_loop`` / ``while_loop`` that does not
-        hold it); see ``nki/tracer/dependencies.py``."""
-        depend(self, producers)
+    def depends_on(self, *producers: Instruction, kind: Any = None) -> Instruction:
+        """This instruction runs after every one of ``producers``; returns itself, so
+        ``c.depends_on(b, a)`` and ``c.depends_on(b).depends_on(a)`` are the same. ``kind``
+        is a ``nisa.dependency`` member: ``runtime`` (left out: the earlier releases' edge)
+        waits until each producer finishes; ``schedule`` only keeps the consumer from being
+        issued before them. Producers are handles of the same kernel, traced before this one;
+        a runtime edge's producer sits at its device-loop nesting or in an enclosing scope
+        (not inside an ``nl.fori_loop`` / ``while_loop`` that does not hold it); see
+        ``nki/tracer/dependencies.py``."""
+        depend(self, producers, kind)
         return self
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ from ..errors import NKITypeError, arguments_checked, user_loc
 from ..targets import env_target
 from ..tracer import current
 from ..tracer.api_checks import broken
+from ..tracer.dependencies import dependency  # noqa: F401 - nisa.dependency
 
 
 class engine(enum.IntEnum):  # noqa: N801 - classic name

@@ -223,7 +223,7 @@ def call_current(
         t = target()
         broken("dma_copy.priority", f"nisa.{name} got priority={prio} on {t.name} "
                f"(NeuronCore-v{t.gen})")  # fmt: skip
-    a.pop("name", None)
+    label = a.pop("name", None)
     a.pop("priority", None)
     info = spec.get(name)
     if info.takes_dst(CLASSIC):  # dma_copy, nc_stream_shuffle, ...: the same call, by keyword
@@ -232,7 +232,9 @@ def call_current(
         classic = {p.name for p in info.params(CLASSIC)}
         out = fn(**{k: v for k, v in a.items() if k in classic})
         # (``fn`` is ``handled``: its handle, made where the trace is not classic)
-        return out if isinstance(out, Instruction) else Instruction(name, _last_instr())
+        return _named(
+            out if isinstance(out, Instruction) else Instruction(name, _last_instr()), label
+        )
     dst = a.pop("dst")
     if not _is_tile(dst):
         raise NKITypeError(
@@ -242,7 +244,16 @@ def call_current(
         )
     dst, accumulate, extra = adapter(name, dst, a)
     result = fn(**a)
-    return Instruction(name, _into(name, dst, result, accumulate, extra))
+    return _named(Instruction(name, _into(name, dst, result, accumulate, extra)), label)
+
+
+def _named(handle: Instruction, label: Any) -> Instruction:
+    """``handle``, its instruction's ``name=`` kept in the trace (``Kernel.with_schedule``'s
+    edges name instructions by it)."""
+    st = current()
+    if isinstance(label, str) and handle.instr is not None and st is not None:
+        st.instr_names[id(handle.instr)] = (handle.instr, label)
+    return handle
 
 
 def generic_current(

@@ -13,12 +13,16 @@ when the edge is made:
   semaphore could fire a different number of times than it is waited for. Python loops and
   the static range loops do not count (unrolled at trace time on hardware).
 
-The edges become instruction attributes when the trace ends (``labelled``): the producer's
-``dep_label`` and the consumer's ``after`` (the labels it waits for). The cost model's
-scheduler starts a consumer after its producers' latest runs end."""
+An edge's kind (``nisa.dependency``): ``runtime`` (the default) is the semaphore wait above;
+``schedule`` only orders issue, so it emits no wait and may leave a device loop. The edges
+become instruction attributes when the trace ends (``labelled``): the producer's
+``dep_label``, the consumer's ``after`` (runtime) and ``issued_after`` (schedule). The cost
+model's scheduler starts a consumer after its runtime producers' latest runs end, and no
+earlier than its schedule producers' latest runs start."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +31,16 @@ from ..ir import Instr, Loop, Node
 from .state import TraceState, current
 
 API = "NkiInstruction.depends_on"
+
+
+class dependency(enum.Enum):  # noqa: N801
+    """The kind of an explicit edge (``NkiInstruction.depends_on``, ``Kernel.with_schedule``):
+    ``runtime`` waits on a semaphore until the producer finishes; ``schedule`` only orders
+    issue (the consumer is issued no earlier than the producer, and may overlap it on another
+    engine)."""
+
+    runtime = "runtime"
+    schedule = "schedule"
 
 
 class Handle:
@@ -47,8 +61,10 @@ class Handle:
                 self.device_loops = tuple(s for s in st.loops if s in st.device_loops)
 
 
-def depend(consumer: Any, producers: tuple[Any, ...]) -> None:
-    """Record ``consumer.depends_on(*producers)`` in the running trace (errors at the call)."""
+def depend(consumer: Any, producers: tuple[Any, ...], kind: Any = None) -> None:
+    """Record ``consumer.depends_on(*producers, kind=kind)`` in the running trace (errors at
+    the call)."""
+    schedule = edge_kind(kind, API)
     st = current()
     if st is None or consumer.handle.trace is not st:
         raise NKIError(
@@ -58,13 +74,28 @@ def depend(consumer: Any, producers: tuple[Any, ...]) -> None:
             loc=user_loc(),
         )
     for p in producers:
-        _check(consumer, p, st)
+        _check(consumer, p, st, schedule)
     for p in producers:
         if p.instr is not None and consumer.instr is not None:
-            st.dependencies.append((p.instr, consumer.instr))
+            st.dependencies.append((p.instr, consumer.instr, schedule))
 
 
-def _check(consumer: Any, p: Any, st: TraceState) -> None:
+def edge_kind(kind: Any, api: str) -> bool:
+    """Whether ``kind`` (a ``nisa.dependency`` member, or None: a runtime edge) makes a
+    schedule-only edge; anything else is a located error."""
+    if kind is None or kind is dependency.runtime:
+        return False
+    if kind is dependency.schedule:
+        return True
+    raise NKITypeError(
+        f"{api}: kind must be nisa.dependency.runtime or nisa.dependency.schedule (or left "
+        f"out), got {kind!r}",
+        code="err_invalid_dependency",
+        loc=user_loc(),
+    )
+
+
+def _check(consumer: Any, p: Any, st: TraceState, schedule: bool) -> None:
     if type(p) is not type(consumer):
         raise NKITypeError(
             f"{API} takes instruction handles (what a nki.isa call returns); got "
@@ -83,7 +114,7 @@ def _check(consumer: Any, p: Any, st: TraceState) -> None:
             "must come first in the kernel"
         )
     outer, inner = p.handle.device_loops, consumer.handle.device_loops
-    if inner[: len(outer)] != outer:
+    if not schedule and inner[: len(outer)] != outer:  # (a semaphore wait must fire once)
         raise NKIControlFlowError(
             f"{API}: producer {p!r} ({_where(p)}) is inside a device loop (nl.fori_loop / "
             f"while_loop) that does not also hold its consumer {consumer!r} ({_where(consumer)}); "
@@ -103,24 +134,113 @@ def _where(h: Any) -> str:
     return "line ?" if loc is None else f"line {loc.line}"
 
 
-def labelled(st: TraceState, body: tuple[Node, ...]) -> tuple[Node, ...]:
-    """``body`` with the trace's edges as attributes: each producer gets a ``dep_label``, each
-    consumer ``after``, the labels of its producers."""
+# ``Kernel.with_schedule``'s edges: ((consumer name, producer names), ...), schedule-only, and
+# where the kernel author called it
+Schedule = tuple[tuple[tuple[str, tuple[str, ...]], ...], bool, Any]
+SCHEDULE_API = "Kernel.with_schedule"
+
+
+def schedule_of(edges: Any, kind: Any) -> Schedule:
+    """``kernel.with_schedule(edges, kind=kind)``'s edges, checked: a list of pairs (the
+    consumer's ``name=``, a producer's name or a list of them); the default kind is
+    ``schedule`` (scheduler edges), ``nisa.dependency.runtime`` makes semaphore waits."""
+    loc = user_loc()
+    out = []
+    for edge in edges if isinstance(edges, (list, tuple)) else (None,):
+        ok = isinstance(edge, (list, tuple)) and len(edge) == 2 and isinstance(edge[0], str)
+        prods = edge[1] if ok else None
+        prods = (prods,) if isinstance(prods, str) else prods
+        if not ok or not isinstance(prods, (list, tuple)) or not prods:
+            raise NKITypeError(
+                f"{SCHEDULE_API} takes a list of pairs (consumer name, producer name or list of "
+                f"names), the instructions' name= arguments; got {edges!r}",
+                code="err_invalid_argument",
+                loc=loc,
+            )
+        if not all(isinstance(p, str) for p in prods):
+            raise NKITypeError(
+                f"{SCHEDULE_API}: producer names must be strings, got {edge[1]!r}",
+                code="err_invalid_argument",
+                loc=loc,
+            )
+        out.append((edge[0], tuple(prods)))
+    schedule = edge_kind(dependency.schedule if kind is None else kind, SCHEDULE_API)
+    return tuple(out), schedule, loc
+
+
+def _named_edges(st: TraceState, body: tuple[Node, ...], sched: Schedule) -> None:
+    """Add the trace's ``with_schedule`` edges to its dependencies: each instruction named as
+    a consumer after each one named as its producer (errors at the ``with_schedule`` call)."""
+    edges, schedule, loc = sched
+    named: dict[str, list[tuple[int, Instr]]] = {}
+    for i, n in enumerate(_instructions(body)):
+        hit = st.instr_names.get(id(n))
+        if hit is not None and hit[0] is n:
+            named.setdefault(hit[1], []).append((i, n))
+    for cons, prods in edges:
+        for name in (cons, *prods):
+            if name not in named:
+                known = ", ".join(sorted(named)) or "none"
+                raise NKIError(
+                    f"{SCHEDULE_API}: no instruction of the kernel is named '{name}' (the "
+                    f"name= of a nki.isa call; named here: {known})",
+                    code="err_invalid_dependency",
+                    loc=loc,
+                )
+        for i, c in named[cons]:
+            for name in prods:
+                for j, p in named[name]:
+                    if j > i:
+                        raise NKIError(
+                            f"{SCHEDULE_API}: '{name}' (line {_line(p)}) is traced after "
+                            f"'{cons}' (line {_line(c)}), which is to follow it; nki-sim runs "
+                            "instructions in program order, so a producer must come first",
+                            code="err_invalid_dependency",
+                            loc=loc,
+                        )
+                    if p is not c:
+                        st.dependencies.append((p, c, schedule))
+
+
+def _instructions(nodes: tuple[Node, ...]) -> list[Instr]:
+    out: list[Instr] = []
+    for n in nodes:
+        if isinstance(n, Instr):
+            out.append(n)
+        elif isinstance(n, Loop):
+            out.extend(_instructions(n.body))
+    return out
+
+
+def _line(n: Instr) -> str:
+    return "?" if n.loc is None else str(n.loc.line)
+
+
+def labelled(
+    st: TraceState, body: tuple[Node, ...], schedule: Schedule | None = None
+) -> tuple[Node, ...]:
+    """``body`` with the trace's edges (and ``schedule``'s, ``Kernel.with_schedule``) as
+    attributes: each producer gets a ``dep_label``, each consumer ``after`` (the labels of
+    its runtime producers) and ``issued_after`` (those of its schedule-only ones)."""
+    if schedule is not None:
+        _named_edges(st, body, schedule)
     if not st.dependencies:
         return body
     labels: dict[int, int] = {}
-    after: dict[int, list[int]] = {}
-    for prod, cons in st.dependencies:
+    after: dict[tuple[int, str], list[int]] = {}
+    for prod, cons, schedule in st.dependencies:
         k = labels.setdefault(id(prod), len(labels))
-        if k not in after.setdefault(id(cons), []):
-            after[id(cons)].append(k)
+        got = after.setdefault((id(cons), "issued_after" if schedule else "after"), [])
+        if k not in got:
+            got.append(k)
 
     def instr(n: Instr) -> Instr:
         extra: tuple[tuple[str, Any], ...] = ()
         if id(n) in labels:
             extra += (("dep_label", labels[id(n)]),)
-        if id(n) in after:
-            extra += (("after", tuple(after[id(n)])),)
+        for attr in ("after", "issued_after"):
+            if (id(n), attr) in after:
+                extra += ((attr, tuple(after[(id(n), attr)])),)
         return replace(n, attrs=n.attrs + extra) if extra else n
 
     def walk(nodes: tuple[Node, ...]) -> tuple[Node, ...]:

@@ -79,9 +79,10 @@ class TraceState:
         # warnings, told when the trace ends (see api_checks)
         self.rule_breaches: list[tuple[Any, str, SrcLoc]] = []
         # instruction handles made so far, and the edges ``depends_on`` made between their
-        # instructions (producer, consumer): see ``dependencies.py``
+        # instructions (producer, consumer, schedule-only): see ``dependencies.py``
         self.handles = 0
-        self.dependencies: list[tuple[Any, Any]] = []
+        self.dependencies: list[tuple[Any, Any, bool]] = []
+        self.instr_names: dict[int, tuple[Any, str]] = {}  # id(instr) -> (it, its name=)
 
     def check_early_exit(self) -> None:
         """Raise the error of a symbolic loop left by ``break`` / ``return`` (see

@@ -111,9 +111,11 @@ class _State:
         self.last_stationary: object = None
         self.end = _NONE
         self.touched: set[tuple] = set()  # state keys changed (for extrapolation)
-        # a labelled producer's last end (``NkiInstruction.depends_on``'s edges: its consumers,
-        # whose ``after`` names the label, start after it)
+        # a labelled producer's last end and last start (``NkiInstruction.depends_on``'s edges:
+        # consumers whose ``after`` names the label start after its end; those whose
+        # ``issued_after`` does, schedule-only edges, no earlier than its start)
         self.labels: dict[int, tuple[float, int]] = {}
+        self.issued: dict[int, tuple[float, int]] = {}
 
     # ---- memory keys -------------------------------------------------------------------------
     def _key(self, acc: Access, env: dict[Sym, int]) -> tuple[tuple, object]:
@@ -168,6 +170,8 @@ class _State:
             dep = max(dep, self.end)
         for k in ins.attr("after", ()):  # explicit edges: after the producers' last runs
             dep = max(dep, self.labels.get(k, _NONE))
+        for k in ins.attr("issued_after", ()):  # schedule-only: not before they start
+            dep = max(dep, self.issued.get(k, _NONE))
         dur = c.ns
         if c.engine == "dma":
             q = self.queue_of.setdefault(id(ins), f"dma.q{len(self.queue_of) % self.t.dma_queues}")
@@ -225,6 +229,7 @@ class _State:
         label = ins.attr("dep_label")
         if label is not None:
             self.labels[label] = (end, ev)
+            self.issued[label] = (t0, ev)
             self.touched.add(("label", label))
         s = self.sites[id(ins)]
         s.count += 1
@@ -392,8 +397,9 @@ class _State:
         # every other buffer (all rotations) the loop used moves with the loop
         for key in seen:
             if key[0] == "label":
-                t, ev = self.labels[key[1]]
-                self.labels[key[1]] = (t + shift, link if link >= 0 else ev)
+                for tab in (self.labels, self.issued):
+                    t, ev = tab[key[1]]
+                    tab[key[1]] = (t + shift, link if link >= 0 else ev)
             if key[0] not in ("reads", "writes") or key[:2] in per_iter:
                 continue
             tab = (self.reads if key[0] == "reads" else self.writes)[key[1]]

@@ -86,7 +86,7 @@ def test_every_backend_runs_a_kernel_with_edges_to_the_same_bits():
     np.testing.assert_allclose(want, np.exp(2.0 * a), rtol=1e-6)
 
 
-def _two_engines(edge: bool):
+def _two_engines(edge: bool, kind=None):
     @nki.jit
     def kernel(a):
         out = nl.ndarray((2, *a.shape), dtype=a.dtype, buffer=nl.shared_hbm)
@@ -97,7 +97,7 @@ def _two_engines(edge: bool):
         e = _sb(a.shape)
         act = nisa.activation(dst=e, op=nl.exp, data=x)  # Scalar, independent of mul
         if edge:
-            act.depends_on(mul)
+            act.depends_on(mul, kind=kind)
         nisa.dma_copy(dst=out[0], src=v)
         nisa.dma_copy(dst=out[1], src=e)
         return out
@@ -121,6 +121,34 @@ def test_the_schedule_starts_a_consumer_after_its_producer():
     np.testing.assert_array_equal(_two_engines(True)(a), _two_engines(False)(a))
 
 
+def _spans(kernel):
+    rep = nki.estimate(kernel, target="trn2")(nt.tensor[[128, 2048], nl.float32])
+    ev = {e.name: e for e in rep.schedule.events}
+    mul, act = ev["nisa.tensor_scalar"], ev["nisa.activation"]
+    return mul.start, mul.start + mul.dur, act.start
+
+
+def test_edge_kinds_wait_for_the_end_or_only_for_the_start():
+    # runtime (the default): a semaphore wait for the producer's end; schedule: issue order
+    # only, so the consumer may run on its engine while the producer runs on its own
+    for kind in (None, nisa.dependency.runtime):
+        mul_start, mul_end, act_start = _spans(_two_engines(True, kind))
+        assert act_start >= mul_end
+    mul_start, mul_end, act_start = _spans(_two_engines(True, nisa.dependency.schedule))
+    assert mul_start <= act_start < mul_end
+    a = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
+    got = _two_engines(True, nisa.dependency.schedule)(a)
+    np.testing.assert_allclose(got[0], 2.0 * a)
+    np.testing.assert_allclose(got[1], np.exp(a), rtol=1e-6)
+
+
+def test_the_edge_kind_enum_is_in_nisa_and_its_constants():
+    from nki.isa.constants import dependency
+
+    assert dependency is nisa.dependency
+    assert [k.name for k in dependency] == ["runtime", "schedule"]
+
+
 def _bad(case: str):
     @nki.jit
     def kernel(a):
@@ -131,7 +159,9 @@ def _bad(case: str):
             mul.depends_on(mul)  # EDGE
         elif case == "backwards":
             load.depends_on(mul)  # EDGE
-        elif case in ("out of a loop", "into a loop"):
+        elif case == "kind":
+            mul.depends_on(load, kind="runtime")  # EDGE
+        elif case in ("out of a loop", "into a loop", "scheduled out of a loop"):
             inside = []
 
             def body(i):
@@ -146,6 +176,8 @@ def _bad(case: str):
             after = nisa.tensor_copy(dst=w, src=v)
             if case == "out of a loop":
                 after.depends_on(inside[0])  # EDGE
+            elif case == "scheduled out of a loop":  # (no semaphore: allowed)
+                after.depends_on(inside[0], kind=nisa.dependency.schedule)
         elif case == "escaped":
             handles[:] = [mul]
         nisa.dma_copy(dst=out, src=v)
@@ -161,6 +193,7 @@ def _bad(case: str):
         ("self", "err_invalid_dependency", "cannot depend on itself"),
         ("backwards", "err_invalid_dependency", "was traced after its consumer"),
         ("out of a loop", "err_dependency_crosses_device_loop", "an edge cannot leave a device"),
+        ("kind", "err_invalid_dependency", "kind must be nisa.dependency.runtime or"),
     ],
 )
 def test_a_bad_edge_is_reported_at_its_line(case, code, words):
@@ -177,6 +210,11 @@ def test_a_bad_edge_is_reported_at_its_line(case, code, words):
 def test_an_edge_into_a_device_loop_is_allowed():
     a = np.random.default_rng(2).standard_normal((128, 32)).astype(np.float32)
     np.testing.assert_allclose(_bad("into a loop")(a), 2.0 * a)
+
+
+def test_a_schedule_edge_may_leave_a_device_loop():
+    a = np.random.default_rng(4).standard_normal((128, 32)).astype(np.float32)
+    np.testing.assert_allclose(_bad("scheduled out of a loop")(a), 2.0 * a)
 
 
 def test_a_handle_outside_its_trace_is_reported():
@@ -205,3 +243,60 @@ def test_register_and_validation_error_names():
     with pytest.raises(nisa.NkiValidationError, match="writes PSUM only"):
         kernel(np.ones((128, 32), np.float32))
     assert seen == [(True, False)]
+
+
+@nki.jit
+def named_pair(t):
+    x = _sb(t.shape)
+    nisa.dma_copy(dst=x, src=t)
+    a, b, c = _sb(t.shape), _sb(t.shape), _sb(t.shape)
+    nisa.reciprocal(dst=a, data=x, name="recip")
+    nisa.tensor_scalar(dst=b, data=x, op0=nl.add, operand0=1.0, name="plus1")
+    nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.add, name="sum")
+    out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=c)
+    return out
+
+
+def _by_name(ir):
+    """The instructions named in ``named_pair``, found by what they are."""
+    ops = {"reciprocal": "recip", "tensor_scalar": "plus1", "tensor_tensor": "sum"}
+    return {ops[n.op]: n for n in _instrs(ir) if n.op in ops}
+
+
+def test_with_schedule_orders_named_instructions_and_keeps_the_results():
+    t = np.random.default_rng(5).uniform(1.0, 2.0, (128, 64)).astype(np.float32)
+    want = 1.0 / t + (t + 1.0)
+    scheduled = named_pair.with_schedule([("plus1", "recip")])
+    runtime = named_pair.with_schedule([("sum", ["recip", "plus1"])], kind=nisa.dependency.runtime)
+    for k in (named_pair, scheduled, runtime):
+        np.testing.assert_allclose(k(t), want, rtol=1e-6)
+    plain, sched, rt = (_by_name(k.last_ir) for k in (named_pair, scheduled, runtime))
+    assert all(n.attr("issued_after") is None and n.attr("after") is None for n in plain.values())
+    assert sched["plus1"].attr("issued_after") == (sched["recip"].attr("dep_label"),)
+    labels = {rt["recip"].attr("dep_label"), rt["plus1"].attr("dep_label")}
+    assert set(rt["sum"].attr("after")) == labels and None not in labels
+    rep = nki.estimate(scheduled, target="trn2")(nt.tensor[[128, 512], nl.float32])
+    ev = {e.name: e for e in rep.schedule.events}
+    assert ev["nisa.tensor_scalar"].start >= ev["nisa.reciprocal"].start
+
+
+@pytest.mark.parametrize(
+    ("edges", "code", "words"),
+    [
+        ([("plus1", "recip"), ("sum", "recp")], "err_invalid_dependency", "named 'recp'"),
+        ([("recip", "sum")], "err_invalid_dependency", "is traced after 'recip'"),
+        ([("plus1",)], "err_invalid_argument", "takes a list of pairs"),
+        ("plus1", "err_invalid_argument", "takes a list of pairs"),
+        ([("plus1", ["recip", 3])], "err_invalid_argument", "producer names must be strings"),
+    ],
+)
+def test_a_bad_schedule_is_reported_at_its_call(edges, code, words):
+    t = np.ones((128, 8), np.float32)
+    with pytest.raises(NKIError, match=words) as e:
+        named_pair.with_schedule(edges)(t)  # SCHEDULE
+    assert e.value.code == code
+    assert e.value.loc.file == __file__
+    assert "# SCHEDULE" in open(__file__).read().splitlines()[e.value.loc.line - 1]
+    if "recp" in str(e.value):
+        assert "named here: plus1, recip, sum" in str(e.value)
