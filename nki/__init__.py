@@ -36,6 +36,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "typing": ("nki.typing", None),
     "isa": ("nki.isa", None),
     "compiler": ("nki.compiler", None),
+    "meta": ("nki.meta", None),
+    "simulator": ("nki.simulator", None),
 }
 
 __all__ = [

@@ -17,9 +17,11 @@ the loop directive ``no_reorder()`` (``nl.sequential_range(n, directives=ncc.no_
 
 from __future__ import annotations
 
+import enum
 import inspect
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,9 @@ from .language.core import Buffer
 from .language.loops import no_reorder as _no_reorder_block
 
 __all__ = [
+    "AddressRotation",
+    "CompileConfig",
+    "SpecializationConfig",
     "sbuf",
     "psum",
     "skip_middle_end_transformations",
@@ -237,3 +242,79 @@ def no_reorder() -> Any:
     order the simulator runs them in, so it changes no result. Also a ``with`` block, as
     ``nl.no_reorder()`` (no device loops inside)."""
     return _no_reorder_block()
+
+
+# ---- per-kernel configuration of the current API (nki 0.7: nki.jit(compile_config=...)) -------
+
+
+class AddressRotation(enum.Enum):
+    """Whether the compiler's backend may move a tensor's address for a better layout: ``AUTO``
+    (the default: not for addresses the kernel or NKI's allocator fixed), ``ENABLE``,
+    ``DISABLE``. A compiler knob: the simulator gives every tensor its own storage."""
+
+    AUTO = "auto"
+    ENABLE = "enable"
+    DISABLE = "disable"
+
+
+def _flag(value: Any, what: str) -> Any:
+    if value is not None and not isinstance(value, bool):
+        raise NKITypeError(
+            f"{what} must be True or False (or None: the compiler's default), got {value!r}",
+            code="err_invalid_config",
+            loc=user_loc(),
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """``nki.jit(compile_config=CompileConfig(...))``: options of the compiler's later passes.
+    They steer code generation on the device only, so the simulator checks their types and
+    otherwise ignores them; None leaves an option at the compiler's default (``prefetch_auto``
+    off, ``nki_alloc_fallback`` on, per AWS's page)."""
+
+    address_rotation: AddressRotation = AddressRotation.AUTO
+    non_ssa_legalization: bool | None = None
+    dead_code_elim: bool | None = None
+    barrier_check: bool | None = None
+    prefetch_auto: bool = False
+    nki_alloc_fallback: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address_rotation, AddressRotation):
+            raise NKITypeError(
+                "CompileConfig.address_rotation must be an nki.compiler.AddressRotation "
+                f"member, got {self.address_rotation!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )
+        for f in fields(self)[1:]:
+            _flag(getattr(self, f.name), f"CompileConfig.{f.name}")
+
+
+@dataclass(frozen=True)
+class SpecializationConfig:
+    """``nki.jit(specialization_config=SpecializationConfig(...))``: options of tracing.
+    ``allow_nested_config_override``: a top-level kernel inlines nested ``@nki.jit`` kernels
+    whose configuration differs (the simulator inlines nested kernels with the top-level
+    kernel's settings either way)."""
+
+    allow_nested_config_override: bool = False
+
+    def __post_init__(self) -> None:
+        _flag(self.allow_nested_config_override, "allow_nested_config_override")
+
+
+def check_kernel_configs(options: dict[str, Any]) -> None:
+    """``nki.jit``'s ``compile_config`` / ``specialization_config``: None or the matching
+    class (anything else is a located error)."""
+    for key, cls in (("compile_config", CompileConfig), ("specialization_config",
+                     SpecializationConfig)):  # fmt: skip
+        value = options.get(key)
+        if value is not None and not isinstance(value, cls):
+            raise NKITypeError(
+                f"nki.jit's {key} must be an nki.compiler.{cls.__name__} (or None), got {value!r}",
+                code="err_invalid_config",
+                loc=user_loc(),
+            )

@@ -68,6 +68,64 @@ def test_simulate_entry_point_takes_kernel_and_lnc_launch(ab):
     np.testing.assert_array_equal(nki.simulate(k[2])(a, b), a + b)
 
 
+def test_vllm_entry_point_takes_args_kwargs_and_lnc(ab):
+    # nki.simulator.simulate_kernel(func, args, kwargs, _lnc): vLLM's Neuron CPU mode
+    import nki.simulator
+
+    a, b = ab
+    k = nki.jit(tensor_add)
+    got = nki.simulator.simulate_kernel(k, (a,), {"b_input": b}, 2)
+    np.testing.assert_array_equal(got, a + b)
+    assert str(k.last_ir.grid) == "(nc(2))"
+    np.testing.assert_array_equal(nki.simulator.simulate_kernel(tensor_add, [a, b], None), a + b)
+    np.testing.assert_array_equal(nki.simulator.simulate_kernel(k[2], (a, b), {}, 2), a + b)
+    with pytest.raises(NKIError, match="_lnc must be a positive int") as e:
+        nki.simulator.simulate_kernel(k, (a, b), {}, "2")  # CALL
+    assert e.value.loc.file == __file__
+    with pytest.raises(NKIError, match=r"_lnc=1 given for a launch on grid \(2,\)"):
+        nki.simulator.simulate_kernel(k[2], (a, b), {}, 1)
+    with pytest.raises(NKIError, match="as a tuple and a dict"):
+        nki.simulator.simulate_kernel(k, a, {})
+
+
+def test_meta_tensor_is_the_traced_tensor_type():
+    import nki.meta
+
+    seen = []
+
+    @nki.jit
+    def kernel(a: nki.meta.tensor):
+        seen.append(isinstance(a, nki.meta.tensor))
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(kernel(a), a)
+    assert seen == [True] and nki.meta.tensor is nki.tensor
+
+
+def test_compile_and_specialization_configs_are_checked_and_ignored(ab):
+    from nki.compiler import AddressRotation, CompileConfig, SpecializationConfig
+
+    a, b = ab
+    cfg = CompileConfig(address_rotation=AddressRotation.DISABLE, barrier_check=True)
+    spec = SpecializationConfig(allow_nested_config_override=True)
+    k = nki.jit(tensor_add, compile_config=cfg, specialization_config=spec)
+    np.testing.assert_array_equal(k(a, b), a + b)
+    assert cfg.prefetch_auto is False and cfg.nki_alloc_fallback is True
+    assert cfg.dead_code_elim is None  # (the compiler's default)
+    with pytest.raises(NKIError, match="compile_config must be an nki.compiler.CompileConfig") as e:
+        nki.jit(tensor_add, compile_config={"barrier_check": True})  # CONFIG
+    assert e.value.code == "err_invalid_config" and e.value.loc.file == __file__
+    with pytest.raises(NKIError, match="CompileConfig.prefetch_auto must be True or False"):
+        CompileConfig(prefetch_auto="yes")
+    with pytest.raises(NKIError, match="address_rotation must be an nki.compiler.Address"):
+        CompileConfig(address_rotation="auto")
+
+
 def test_logical_nc_config_env_sets_the_default_lnc(ab, monkeypatch):
     a, b = ab
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
