@@ -112,6 +112,7 @@ ERROR_CODES: dict[str, str] = {
     "destination's dtype (a float into an integer tile; x4 packed dtypes only take 0)",
     "err_bitvec_op_requires_integer_dtype": "a bit-vector op on a float tile",
     "err_unsupported_op": "an op the call cannot apply",
+    "err_not_simulated": "a call of the real NKI that nki-sim does not simulate (yet)",
     "err_unsupported_reduce_op": "a reduce op the instruction cannot apply",
     "err_unsupported_activation": "an activation function the Scalar engine does not have",
     "err_unsupported_engine_for_op": "an op the chosen engine cannot run",
@@ -312,6 +313,8 @@ FIXES: dict[str, str] = {
     "err_bitvec_op_requires_integer_dtype": "apply bit-vector ops to integer tiles (view "
     "float data as an integer dtype of the same width first)",
     "err_unsupported_op": "use an op the call supports (see the op table's engines and kinds)",
+    "err_not_simulated": "write the kernel with the calls the message names instead (the "
+    "compatibility page lists what is not simulated)",
     "err_unsupported_reduce_op": "reduce with add, maximum or minimum (or an op the "
     "instruction lists)",
     "err_unsupported_activation": "use an activation function of the Scalar engine (the "

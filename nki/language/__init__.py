@@ -42,15 +42,19 @@ from .core import (
     zeros,
     zeros_like,
 )
-from .current import (
+from .current import (  # (tiles, blocks, alloc_*: located err_not_simulated when called)
     MemoryRegion,
     NKIObject,
     NkiTensor,
+    alloc_blocks,
+    alloc_tiles,
+    blocks,
     is_hbm,
     is_on_chip,
     is_psum,
     is_sbuf,
     range,  # noqa: A004 - the current API's nl.range
+    tiles,
 )
 from .hbm_ops import atomic_rmw, shared_constant, shared_identity_matrix
 from .loop_reduce import loop_reduce
@@ -229,6 +233,10 @@ __all__ = [
     "average",
     "bypass",
     "prelu",
+    "tiles",
+    "blocks",
+    "alloc_tiles",
+    "alloc_blocks",
 ]
 
 from .classic_only import mark as _mark_classic_only  # noqa: E402

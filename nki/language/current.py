@@ -11,6 +11,7 @@ import inspect
 from enum import Enum
 from typing import Any
 
+from ..errors import NKIUnsupportedError, user_loc
 from ..tracer import TileOps, loop
 from .core import Buffer, _buffer_name
 
@@ -117,3 +118,46 @@ def range(*args: int) -> Any:  # noqa: A001 - the current API's name
     statement is traced once as a symbolic loop in program order and unrolled where Python
     needs the iterator's int (see ``nl.affine_range``); everywhere else it is the range."""
     return loop("range", builtins.range(*args))
+
+
+# ---- named by the newest pages, not simulated ---------------------------------------------------
+
+
+def _not_simulated(name: str, what: str) -> Any:
+    raise NKIUnsupportedError(
+        f"nl.{name} ({what}) is not simulated by nki-sim: AWS's pages do not state how a "
+        "selection of several on-chip tiles is laid out; slice the tensor into its tiles "
+        "(t[i * P : (i + 1) * P, j * F : (j + 1) * F]) and copy each with nisa.dma_copy",
+        code="err_not_simulated",
+        loc=user_loc(),
+    )
+
+
+def tiles(source: Any, *, tile_shape: Any = None) -> Any:
+    """``nl.tiles``, a view of a tensor as a grid of tiles (newest NKI pages): not simulated,
+    a located ``err_not_simulated``."""
+    return _not_simulated("tiles", "a view of a tensor as a grid of tiles")
+
+
+def blocks(source: Any, *, tile_shape: Any = None, block_shape: Any) -> Any:
+    """``nl.blocks``, a view of a tensor as a grid of blocks of tiles (newest NKI pages): not
+    simulated, a located ``err_not_simulated``."""
+    return _not_simulated("blocks", "a view of a tensor as a grid of blocks of tiles")
+
+
+def alloc_tiles(
+    *, tile_shape: Any, element_shape: Any, buffer: Any, dtype: Any, address: Any = None,
+    name: str = "",
+) -> Any:  # fmt: skip
+    """``nl.alloc_tiles``, storage allocated as a grid of tiles (newest NKI pages): not
+    simulated, a located ``err_not_simulated``."""
+    return _not_simulated("alloc_tiles", "storage allocated as a grid of tiles")
+
+
+def alloc_blocks(
+    *, tile_shape: Any, block_shape: Any, element_shape: Any, buffer: Any, dtype: Any,
+    address: Any = None, name: str = "",
+) -> Any:  # fmt: skip
+    """``nl.alloc_blocks``, storage allocated as a grid of tile blocks (newest NKI pages): not
+    simulated, a located ``err_not_simulated``."""
+    return _not_simulated("alloc_blocks", "storage allocated as a grid of tile blocks")
