@@ -90,8 +90,9 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
         before = len(st.bodies[-1]) if st is not None else 0
         out = fn(*args, **kwargs)
         if out is not None or st is None or effective_generation(st) == CLASSIC:
-            return out
-        return Instruction(name, _last_instr() if len(st.bodies[-1]) > before else None)
+            return _named(out, kwargs.get("name")) if isinstance(out, Instruction) else out
+        handle = Instruction(name, _last_instr() if len(st.bodies[-1]) > before else None)
+        return _named(handle, kwargs.get("name"))
 
     return call
 
