@@ -36,6 +36,7 @@ LAYER_OF_PREFIX = {
     "nki.isa": "language",
     "nki.typing": "language",
     "nki.compiler": "language",
+    "nki.meta": "language",
     "nki.collectives": "language",
     "nki.classic": "launch",
     "nki.estimates": "launch",
