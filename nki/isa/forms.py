@@ -251,9 +251,10 @@ def call_current(
 def _named(handle: Instruction, label: Any) -> Instruction:
     """``handle``, its instruction's ``name=`` kept in the trace (``Kernel.with_schedule``'s
     edges name instructions by it)."""
-    st = current()
-    if isinstance(label, str) and handle.instr is not None and st is not None:
-        st.instr_names[id(handle.instr)] = (handle.instr, label)
+    if isinstance(label, str) and handle.instr is not None:  # (most calls name nothing)
+        st = current()
+        if st is not None:
+            st.instr_names[id(handle.instr)] = (handle.instr, label)
     return handle
 
 

@@ -109,17 +109,17 @@ def _check(consumer: Any, p: Any, st: TraceState, schedule: bool) -> None:
         raise _invalid(f"producer {p!r} was made by another kernel's trace")
     if p.handle.order > consumer.handle.order:
         raise _invalid(
-            f"producer {p!r} ({_where(p)}) was traced after its consumer {consumer!r} "
-            f"({_where(consumer)}); nki-sim runs instructions in program order, so a producer "
-            "must come first in the kernel"
+            f"producer {p!r} ({_where(p.instr)}) was traced after its consumer {consumer!r} "
+            f"({_where(consumer.instr)}); nki-sim runs instructions in program order, so a "
+            "producer must come first in the kernel"
         )
     outer, inner = p.handle.device_loops, consumer.handle.device_loops
     if not schedule and inner[: len(outer)] != outer:  # (a semaphore wait must fire once)
         raise NKIControlFlowError(
-            f"{API}: producer {p!r} ({_where(p)}) is inside a device loop (nl.fori_loop / "
-            f"while_loop) that does not also hold its consumer {consumer!r} ({_where(consumer)}); "
-            "an edge cannot leave a device loop: the producer must sit at the consumer's loop "
-            "nesting or in an enclosing scope",
+            f"{API}: producer {p!r} ({_where(p.instr)}) is inside a device loop (nl.fori_loop / "
+            f"while_loop) that does not also hold its consumer {consumer!r} "
+            f"({_where(consumer.instr)}); an edge cannot leave a device loop: the producer must "
+            "sit at the consumer's loop nesting or in an enclosing scope",
             code="err_dependency_crosses_device_loop",
             loc=user_loc(),
         )
@@ -129,8 +129,8 @@ def _invalid(what: str) -> NKIError:
     return NKIError(f"{API}: {what}", code="err_invalid_dependency", loc=user_loc())
 
 
-def _where(h: Any) -> str:
-    loc = getattr(h.instr, "loc", None)
+def _where(instr: Any) -> str:
+    loc = getattr(instr, "loc", None)
     return "line ?" if loc is None else f"line {loc.line}"
 
 
@@ -168,15 +168,14 @@ def schedule_of(edges: Any, kind: Any) -> Schedule:
     return tuple(out), schedule, loc
 
 
-def _named_edges(st: TraceState, body: tuple[Node, ...], sched: Schedule) -> None:
+def _named_edges(st: TraceState, sched: Schedule) -> None:
     """Add the trace's ``with_schedule`` edges to its dependencies: each instruction named as
-    a consumer after each one named as its producer (errors at the ``with_schedule`` call)."""
+    a consumer after each one named as its producer (errors at the ``with_schedule`` call).
+    The names were kept in trace order, the program order ``depends_on`` checks too."""
     edges, schedule, loc = sched
     named: dict[str, list[tuple[int, Instr]]] = {}
-    for i, n in enumerate(_instructions(body)):
-        hit = st.instr_names.get(id(n))
-        if hit is not None and hit[0] is n:
-            named.setdefault(hit[1], []).append((i, n))
+    for i, (n, name) in enumerate(st.instr_names.values()):
+        named.setdefault(name, []).append((i, n))
     for cons, prods in edges:
         for name in (cons, *prods):
             if name not in named:
@@ -192,28 +191,14 @@ def _named_edges(st: TraceState, body: tuple[Node, ...], sched: Schedule) -> Non
                 for j, p in named[name]:
                     if j > i:
                         raise NKIError(
-                            f"{SCHEDULE_API}: '{name}' (line {_line(p)}) is traced after "
-                            f"'{cons}' (line {_line(c)}), which is to follow it; nki-sim runs "
+                            f"{SCHEDULE_API}: '{name}' ({_where(p)}) is traced after "
+                            f"'{cons}' ({_where(c)}), which is to follow it; nki-sim runs "
                             "instructions in program order, so a producer must come first",
                             code="err_invalid_dependency",
                             loc=loc,
                         )
                     if p is not c:
                         st.dependencies.append((p, c, schedule))
-
-
-def _instructions(nodes: tuple[Node, ...]) -> list[Instr]:
-    out: list[Instr] = []
-    for n in nodes:
-        if isinstance(n, Instr):
-            out.append(n)
-        elif isinstance(n, Loop):
-            out.extend(_instructions(n.body))
-    return out
-
-
-def _line(n: Instr) -> str:
-    return "?" if n.loc is None else str(n.loc.line)
 
 
 def labelled(
@@ -223,7 +208,7 @@ def labelled(
     attributes: each producer gets a ``dep_label``, each consumer ``after`` (the labels of
     its runtime producers) and ``issued_after`` (those of its schedule-only ones)."""
     if schedule is not None:
-        _named_edges(st, body, schedule)
+        _named_edges(st, schedule)
     if not st.dependencies:
         return body
     labels: dict[int, int] = {}
