@@ -9,10 +9,10 @@ for the launch only, restoring them after it:
 
 * a kernel without matmuls, or whose matmul work is small, runs with 1 thread;
 * otherwise ``min(cores free, work / WORK_PER_THREAD)``, where the cores free are the cores
-  this process may use minus the load of other processes: the 1-minute load average less this
-  process's own recent CPU use, or the other processes' threads runnable right now where that
-  is more (Linux; a new load reaches the load average only over a minute, and a BLAS thread
-  sharing its core with another process slowed a product 7x here).
+  this process may use minus those other processes keep busy: on Linux the machine's busy CPU
+  time less this process's over the last quarter second or more (a BLAS thread sharing its
+  core with another process slowed a product 7x here, so a new load must count within a
+  moment); elsewhere the 1-minute load average less this process's recent CPU use.
 
 ``SimConfig.threads`` / ``$NKI_SIM_THREADS`` (a positive integer) fixes the count instead;
 ``auto`` (the default) decides as above. Whatever the environment says
@@ -101,52 +101,95 @@ class _OwnUse:
 
 
 _OWN = _OwnUse()
+WINDOW = 0.25  # seconds of CPU time a reading of the other processes' use spans at least
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def free_cores(partly: bool = False) -> int:
-    """The cores not kept busy by other processes (at least 1); ``partly``: also those other
-    processes keep busy part of the time (their load rounded down, not to the nearest). The
-    load average follows a new load only over a minute, while BLAS's threads slow down several
-    times at once on a core another process takes: the other processes' threads runnable right
-    now count too, where the system says (``runnable_others``)."""
-    n = cores()
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_busy_seconds(cpus: set[int] | None = None) -> float | None:
+    """The CPU seconds the cores ``cpus`` (None: every core) have spent busy since boot
+    (Linux's ``/proc/stat``: user, nice, system, interrupts, and time the hypervisor gave to
+    others); None where unknown."""
+    total, seen = 0, False
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if not line.startswith(b"cpu"):
+                    break  # (the cores' lines come first)
+                name, *fields = line.split()
+                core = name[3:]  # (b"" for the line of every core)
+                if (not core) if cpus is None else core.isdigit() and int(core) in cpus:
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+                    total += user + nice + system + irq + softirq + steal
+                    seen = True
+    except (OSError, ValueError):
+        return None
+    return total / _TICK if seen else None
+
+
+class _OthersUse:
+    """The cores other processes kept busy over the last ``WINDOW`` seconds or more: the
+    machine's busy CPU time less this process's (all its threads, BLAS's spinning ones
+    included), per second of wall time. Both come from the kernel's accounting, so this
+    process's own threads never count as others (a count of the threads runnable now, read in
+    two steps, counts some of this process's own while BLAS runs here)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[float, float, float] | None = None  # (wall, machine busy, own cpu)
+        self.rate: float | None = None
+
+    def now(self) -> float | None:
+        wall = time.monotonic()
+        if self.last is not None and wall - self.last[0] < WINDOW:
+            return self.rate
+        busy = machine_busy_seconds(_CPUS)
+        if busy is None:
+            return None
+        return self.update(wall, busy, time.process_time())
+
+    def update(self, wall: float, busy: float, own: float) -> float | None:
+        """Take a reading (seconds of wall time, of the machine busy, of this process's CPU);
+        the other processes' cores busy since the previous one (None: this is the first)."""
+        if self.last is not None and wall > self.last[0]:
+            w0, b0, o0 = self.last
+            self.rate = max(0.0, ((busy - b0) - (own - o0)) / (wall - w0))
+        self.last = (wall, busy, own)
+        return self.rate
+
+
+_CPUS = _affinity()  # (the cores this process may run on: what others keep busy there counts)
+_OTHERS = _OthersUse()
+_OTHERS.now()  # (the first reading: the first launch's spans the time since the import)
+
+
+def others_busy() -> float:
+    """The cores other processes keep busy: measured over the last quarter second or more
+    where the system says (``_OthersUse``); elsewhere the 1-minute load average less this
+    process's recent CPU use (a new load reaches it only over a minute)."""
+    got = _OTHERS.now()
+    if got is not None:
+        return got
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
-        return n
-    others = max(0.0, load - _OWN.now())
-    busy = max(math.floor(others if partly else others + 0.5), _runnable_recently())
+        return 0.0
+    return max(0.0, load - _OWN.now())
+
+
+def free_cores(partly: bool = False) -> int:
+    """The cores not kept busy by other processes (at least 1): ``others_busy`` rounded to the
+    nearest core, or with ``partly`` rounded down (a core other processes keep busy only part
+    of the time counts as free)."""
+    n = cores()
+    others = others_busy()
+    busy = math.floor(others if partly else others + 0.5)
     return max(1, min(n, n - busy))
-
-
-_RECENT = [-1.0, 0]  # when ``runnable_others`` was last read (monotonic seconds), its answer
-RECENT = 0.01  # seconds a reading stands for (``run_blocks`` asks per product)
-
-
-def _runnable_recently() -> int:
-    now = time.monotonic()
-    if now - _RECENT[0] > RECENT:
-        _RECENT[:] = [now, runnable_others() or 0]
-    return int(_RECENT[1])
-
-
-def runnable_others() -> int | None:
-    """Threads of other processes runnable now: Linux's count of runnable threads
-    (``/proc/loadavg``) less this process's own (``/proc/self/task``); None where unknown."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-        own = 0
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:  # (a thread that ended meanwhile)
-                continue
-            own += stat[stat.rindex(b")") + 2] == ord("R")  # (the state after the name)
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0, running - own)
 
 
 def decide(ir: KernelIR, setting: int | None) -> int:

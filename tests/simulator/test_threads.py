@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -29,15 +28,14 @@ def add(a, b):
 
 
 RNG = np.random.default_rng(5)
-RUNNABLE_OTHERS = threads.runnable_others  # (the real one: the fixture below replaces it)
+OTHERS_NOW = threads._OTHERS.now  # (the real reading: the fixture below replaces it)
 
 
 @pytest.fixture(autouse=True)
-def no_runnable_others(monkeypatch):
-    """Other processes' threads runnable now count as none unless a test says otherwise (the
-    load average the tests set decides), the last reading forgotten."""
-    monkeypatch.setattr(threads, "runnable_others", lambda: 0)
-    monkeypatch.setattr(threads, "_RECENT", [-1.0, 0])
+def load_average_decides(monkeypatch):
+    """The other processes' CPU time is not read unless a test says so: the load average the
+    tests set decides."""
+    monkeypatch.setattr(threads._OTHERS, "now", lambda: None)
 
 
 def _mm_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,49 +77,63 @@ def test_free_cores_subtract_the_load_of_other_processes(monkeypatch):
     assert threads.free_cores() == 1
 
 
-def test_free_cores_count_the_threads_other_processes_run_now(monkeypatch):
-    """A load the load average has not caught up with yet: the other processes' threads
-    runnable now take their cores (BLAS's threads slow down several times on a core another
-    process takes); unknown (not Linux) counts as none."""
+def test_free_cores_from_the_cpu_time_other_processes_take(monkeypatch):
+    """Where the system tells the machine's busy CPU time, the other processes' share of it
+    (the machine's less this process's) decides, rounded to the nearest core (``partly``: down),
+    whatever the load average says."""
     monkeypatch.setattr(threads, "cores", lambda: 2)
-    monkeypatch.setattr(threads._OWN, "now", lambda: 1.0)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.0, 0.0, 0.0))  # (this process)
-    assert threads.free_cores() == 2
-    for runnable, free in ((1, 1), (3, 1), (None, 2)):
-        monkeypatch.setattr(threads, "_RECENT", [-1.0, 0])
-        monkeypatch.setattr(threads, "runnable_others", lambda r=runnable: r)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (9.0, 0.0, 0.0))
+    for others, free, partly in ((0.0, 2, 2), (0.3, 2, 2), (0.7, 1, 2), (1.0, 1, 1), (5.0, 1, 1)):
+        monkeypatch.setattr(threads._OTHERS, "now", lambda o=others: o)
         assert threads.free_cores() == free
-        assert threads.free_cores(partly=True) == free
+        assert threads.free_cores(partly=True) == partly
 
 
-@pytest.mark.skipif(RUNNABLE_OTHERS() is None, reason="no count of runnable threads (not Linux)")
+def test_other_processes_cpu_time_is_the_machines_less_this_processs():
+    use = threads._OthersUse()
+    assert use.update(10.0, 100.0, 5.0) is None  # (one reading: no rate yet)
+    # half a second: the machine busy 1.2 s (1.0 of them this process's threads)
+    assert use.update(10.5, 101.2, 6.0) == pytest.approx(0.4)
+    assert use.update(11.0, 101.7, 6.5) == 0.0  # all of it this process's
+    assert use.update(11.0, 102.0, 6.5) == 0.0  # (no time passed: the last rate)
+
+
+@pytest.mark.skipif(
+    threads.machine_busy_seconds() is None, reason="no machine CPU time (not Linux)"
+)
 def test_a_busy_process_is_seen_at_once():
-    """Linux: a process spinning on a core is another process's runnable thread within a moment
-    of its start (the load average takes a minute), and the count falls when it ends; this
-    process's own threads, BLAS's spinning ones included, are not counted (on an idle machine
-    the count falls to 0; other jobs of the machine only raise both readings)."""
+    """Linux: a process spinning on a core counts as about one core busy within a moment of its
+    start (the load average takes a minute), and no longer soon after it ends; this process's
+    own threads, BLAS's spinning ones included, never count (other jobs of the machine only
+    raise every reading)."""
     import subprocess
     import sys
 
     a = RNG.standard_normal((512, 512)).astype(np.float32)
 
-    def readings(seconds: float) -> Iterator[int]:  # (polled: a reading is one instant)
+    def readings(seconds: float) -> list[float]:
+        out = []
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             a @ a  # (BLAS's threads spin a while after a product: this process's own)
-            n = RUNNABLE_OTHERS()
-            assert isinstance(n, int) and n >= 0
-            yield n
+            got = OTHERS_NOW()
+            assert got is None or got >= 0.0
+            if got is not None:
+                out.append(got)
             time.sleep(0.01)
+        return out
 
+    readings(0.3)  # (a first reading to measure from)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        assert any(n >= 1 for n in readings(3.0))
-        peak = max(readings(0.3))
+        during = readings(1.5)
     finally:
         busy.kill()
         busy.wait()
-    assert any(n < peak for n in readings(3.0))
+    after = readings(1.5)
+    peak = max(during)
+    assert peak >= 0.6
+    assert min(after) <= peak - 0.5
 
 
 class _Pool:
