@@ -143,21 +143,27 @@ class _OthersUse:
     def __init__(self) -> None:
         self.last: tuple[float, float, float] | None = None  # (wall, machine busy, own cpu)
         self.rate: float | None = None
+        self.lock = threading.Lock()
 
     def now(self) -> float | None:
         wall = time.monotonic()
         if self.last is not None and wall - self.last[0] < WINDOW:
             return self.rate
-        busy = machine_busy_seconds(_CPUS)
-        if busy is None:
-            return None
-        return self.update(wall, busy, time.process_time())
+        with self.lock:  # (launches in several threads: one reading per window)
+            busy = machine_busy_seconds(_CPUS)
+            if busy is None:
+                return None
+            return self.update(time.monotonic(), busy, time.process_time())
 
     def update(self, wall: float, busy: float, own: float) -> float | None:
-        """Take a reading (seconds of wall time, of the machine busy, of this process's CPU);
-        the other processes' cores busy since the previous one (None: this is the first)."""
-        if self.last is not None and wall > self.last[0]:
+        """Take a reading (seconds of wall time, of the machine busy, of this process's CPU):
+        the other processes' cores busy since the previous one (None: this is the first). A
+        reading less than ``WINDOW`` after the previous one changes nothing (the machine's
+        time counts in ticks of 10 ms: a short window would magnify one tick)."""
+        if self.last is not None:
             w0, b0, o0 = self.last
+            if wall - w0 < WINDOW:
+                return self.rate
             self.rate = max(0.0, ((busy - b0) - (own - o0)) / (wall - w0))
         self.last = (wall, busy, own)
         return self.rate

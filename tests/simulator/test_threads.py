@@ -95,7 +95,9 @@ def test_other_processes_cpu_time_is_the_machines_less_this_processs():
     # half a second: the machine busy 1.2 s (1.0 of them this process's threads)
     assert use.update(10.5, 101.2, 6.0) == pytest.approx(0.4)
     assert use.update(11.0, 101.7, 6.5) == 0.0  # all of it this process's
-    assert use.update(11.0, 102.0, 6.5) == 0.0  # (no time passed: the last rate)
+    # a reading within the window changes nothing (one 10 ms tick over 1 ms would be 10 cores)
+    assert use.update(11.001, 101.71, 6.5) == 0.0
+    assert use.update(11.5, 102.71, 7.0) == pytest.approx(1.0)  # (from the reading at 11.0)
 
 
 @pytest.mark.skipif(
