@@ -138,6 +138,34 @@ def test_a_busy_process_is_seen_at_once():
     assert min(after) < peak
 
 
+@pytest.mark.skipif(
+    threads.machine_busy_seconds() is None, reason="no machine CPU time (not Linux)"
+)
+def test_this_processs_blas_threads_are_not_others():
+    """Products on every BLAS thread of this process (spinning between them) read as no more
+    other processes' use than this process sleeping does."""
+    a = RNG.standard_normal((512, 512)).astype(np.float32)
+
+    def mean_reading(seconds: float, work: bool) -> float:
+        got = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if work:
+                a @ a
+            else:
+                time.sleep(0.02)
+            r = OTHERS_NOW()
+            if r is not None and (not got or r != got[-1]):
+                got.append(r)
+        return sum(got) / max(1, len(got))
+
+    with threadpool_limits(threads.cores(), user_api="blas"):
+        mean_reading(0.3, False)  # (a reading to measure from)
+        idle = mean_reading(1.0, False)
+        busy = mean_reading(1.0, True)
+    assert busy <= idle + 0.4
+
+
 class _Pool:
     def __init__(self, n: int) -> None:
         self.n, self.calls, self.reads = n, [], 0
