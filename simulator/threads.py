@@ -101,7 +101,7 @@ class _OwnUse:
 
 
 _OWN = _OwnUse()
-WINDOW = 0.25  # seconds of CPU time a reading of the other processes' use spans at least
+WINDOW = 0.25  # seconds of wall time a reading of the other processes' use spans at least
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -144,14 +144,18 @@ class _OthersUse:
         self.last: tuple[float, float, float] | None = None  # (wall, machine busy, own cpu)
         self.rate: float | None = None
         self.lock = threading.Lock()
+        self.unknown = False  # (no machine time here: not read again)
 
     def now(self) -> float | None:
         wall = time.monotonic()
         if self.last is not None and wall - self.last[0] < WINDOW:
             return self.rate
+        if self.unknown:
+            return None
         with self.lock:  # (launches in several threads: one reading per window)
             busy = machine_busy_seconds(_CPUS)
             if busy is None:
+                self.unknown = True
                 return None
             return self.update(time.monotonic(), busy, time.process_time())
 

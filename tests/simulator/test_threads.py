@@ -100,14 +100,27 @@ def test_other_processes_cpu_time_is_the_machines_less_this_processs():
     assert use.update(11.5, 102.7, 7.0) == pytest.approx(1.0)  # (from the reading at 11.0)
 
 
+def test_without_machine_time_the_load_average_decides(monkeypatch):
+    """Where the system does not tell the machine's CPU time (not Linux), it is asked once and
+    the load average less this process's use decides."""
+    asked = []
+    monkeypatch.setattr(threads, "machine_busy_seconds", lambda cpus=None: asked.append(1))
+    use = threads._OthersUse()
+    assert use.now() is None and use.now() is None and len(asked) == 1
+    monkeypatch.setattr(threads, "_OTHERS", use)
+    monkeypatch.setattr(threads, "cores", lambda: 4)
+    monkeypatch.setattr(threads._OWN, "now", lambda: 1.0)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (3.2, 0.0, 0.0))
+    assert threads.free_cores() == 2  # (2.2 cores busy with other work)
+
+
 @pytest.mark.skipif(
     threads.machine_busy_seconds() is None, reason="no machine CPU time (not Linux)"
 )
 def test_a_busy_process_is_seen_at_once():
     """Linux: a process spinning on a core counts as about one core busy within a moment of its
-    start (the load average takes a minute), and less soon after it ends; this process's own
-    threads, BLAS's spinning ones included, never count (other jobs of the machine only raise
-    every reading)."""
+    start (the load average takes a minute), and less soon after it ends (other jobs of the
+    machine only raise every reading)."""
     import subprocess
     import sys
 
