@@ -145,6 +145,7 @@ class _OthersUse:
         self.rate: float | None = None
         self.lock = threading.Lock()
         self.unknown = False  # (no machine time here: not read again)
+        self.cpus: set[int] | None = None  # the cores the last reading summed
 
     def now(self) -> float | None:
         wall = time.monotonic()
@@ -153,10 +154,13 @@ class _OthersUse:
         if self.unknown:
             return None
         with self.lock:  # (launches in several threads: one reading per window)
-            busy = machine_busy_seconds(_CPUS)
+            cpus = _affinity()  # (the cores this process may run on now)
+            busy = machine_busy_seconds(cpus)
             if busy is None:
                 self.unknown = True
                 return None
+            if cpus != self.cpus:  # (other cores: the previous reading does not compare)
+                self.cpus, self.last = cpus, None
             return self.update(time.monotonic(), busy, time.process_time())
 
     def update(self, wall: float, busy: float, own: float) -> float | None:
@@ -173,7 +177,6 @@ class _OthersUse:
         return self.rate
 
 
-_CPUS = _affinity()  # (the cores this process may run on: what others keep busy there counts)
 _OTHERS = _OthersUse()
 _OTHERS.now()  # (the first reading: the first launch's spans the time since the import)
 

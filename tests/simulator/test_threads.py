@@ -100,6 +100,36 @@ def test_other_processes_cpu_time_is_the_machines_less_this_processs():
     assert use.update(11.5, 102.7, 7.0) == pytest.approx(1.0)  # (from the reading at 11.0)
 
 
+def test_a_change_of_cores_starts_the_readings_again(monkeypatch):
+    """Readings summed over other cores (the process's affinity changed) are not compared: the
+    next rate comes from two readings of the same cores."""
+    clock = {"wall": 0.0}
+    cores = {"now": {0, 1}}
+    busy = {frozenset({0, 1}): 100.0, frozenset({0}): 40.0}
+
+    class FakeTime:
+        @staticmethod
+        def monotonic() -> float:
+            return clock["wall"]
+
+        @staticmethod
+        def process_time() -> float:
+            return 0.0  # (this process idle)
+
+    monkeypatch.setattr(threads, "time", FakeTime)
+    monkeypatch.setattr(threads, "_affinity", lambda: set(cores["now"]))
+    monkeypatch.setattr(threads, "machine_busy_seconds", lambda cpus=None: busy[frozenset(cpus)])
+    use = threads._OthersUse()
+    assert use.now() is None
+    clock["wall"], busy[frozenset({0, 1})] = 1.0, 100.5
+    assert use.now() == pytest.approx(0.5)
+    cores["now"] = {0}  # (40 s busy on core 0 alone: not 60 s less than before)
+    clock["wall"] = 2.0
+    assert use.now() == pytest.approx(0.5)  # (the last rate, the new cores' first reading)
+    clock["wall"], busy[frozenset({0})] = 3.0, 40.25
+    assert use.now() == pytest.approx(0.25)
+
+
 def test_without_machine_time_the_load_average_decides(monkeypatch):
     """Where the system does not tell the machine's CPU time (not Linux), it is asked once and
     the load average less this process's use decides."""
