@@ -144,7 +144,7 @@ class _OthersUse:
         self.last: tuple[float, float, float] | None = None  # (wall, machine busy, own cpu)
         self.rate: float | None = None
         self.lock = threading.Lock()
-        self.unknown = False  # (no machine time here: not read again)
+        self.unknown = False  # (the system does not tell the machine's time: not read again)
         self.cpus: set[int] | None = None  # the cores the last reading summed
 
     def now(self) -> float | None:
@@ -156,8 +156,8 @@ class _OthersUse:
         with self.lock:  # (launches in several threads: one reading per window)
             cpus = _affinity()  # (the cores this process may run on now)
             busy = machine_busy_seconds(cpus)
-            if busy is None:
-                self.unknown = True
+            if busy is None:  # (none ever read: the system does not tell; else a failed read)
+                self.unknown = self.last is None
                 return None
             if cpus != self.cpus:  # (other cores: the previous reading does not compare)
                 self.cpus, self.last = cpus, None

@@ -132,11 +132,19 @@ def test_a_change_of_cores_starts_the_readings_again(monkeypatch):
 
 def test_without_machine_time_the_load_average_decides(monkeypatch):
     """Where the system does not tell the machine's CPU time (not Linux), it is asked once and
-    the load average less this process's use decides."""
+    the load average less this process's use decides; a read that fails after one that worked
+    falls back for that launch only."""
     asked = []
     monkeypatch.setattr(threads, "machine_busy_seconds", lambda cpus=None: asked.append(1))
     use = threads._OthersUse()
     assert use.now() is None and use.now() is None and len(asked) == 1
+    # (a read failing after one that worked is asked again next time)
+    once = threads._OthersUse()
+    monkeypatch.setattr(threads, "machine_busy_seconds", lambda cpus=None: 100.0)
+    once.now()
+    monkeypatch.setattr(threads, "machine_busy_seconds", lambda cpus=None: asked.append(1))
+    once.last = (once.last[0] - 1.0, *once.last[1:])  # (the window has passed)
+    assert once.now() is None and not once.unknown and len(asked) == 2
     monkeypatch.setattr(threads, "_OTHERS", use)
     monkeypatch.setattr(threads, "cores", lambda: 4)
     monkeypatch.setattr(threads._OWN, "now", lambda: 1.0)
