@@ -14,6 +14,7 @@ runs; a kind without a preparer here is run by its executor alone."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -43,6 +44,8 @@ Preparer = Callable[[Instr, "_Decls"], "Run | None"]
 # the batched executor -> the preparer that mirrors it (an instruction the registry gives
 # another executor, as a test that replaces one does, is not prepared)
 _PREPARERS: dict[Callable[..., None], Preparer] = {}
+# the preparers that also mirror their executor's ``accumulate="add"`` (``+=``)
+_ADDING: set[Preparer] = set()
 
 
 def _prepares(executor: Callable[..., None]) -> Callable[[Preparer], Preparer]:
@@ -65,10 +68,12 @@ def prepare(
 ) -> Run | None:
     """``instr``'s prepared run (``executor``: the batched executor the registry gives it;
     ``decl``: its kernel's tensor declarations by name), or None: no preparer mirrors that
-    executor, or the instruction is masked, accumulates, or reads or writes part of a tile (or
-    indirectly)."""
+    executor, or the instruction is masked, accumulates (but for a matmul adding to its
+    destination), or reads or writes part of a tile (or indirectly)."""
     fn = _PREPARERS.get(executor)  # type: ignore[arg-type]
-    if fn is None or instr.mask is not None or instr.accumulate is not None:
+    if fn is None or instr.mask is not None:
+        return None
+    if instr.accumulate is not None and not (instr.accumulate == "add" and fn in _ADDING):
         return None
     dst = instr.dst
     if dst is None or dst.indirect or not whole(dst):
@@ -363,6 +368,8 @@ def _matmul(instr: Instr, decls: _Decls) -> Run | None:
     if not isinstance(xa, Access) or not isinstance(ya, Access) or dst is None:
         return None
     plain = not instr.attr("transpose_x", False)  # (x is (M, K): the reference's C-ordered x.T)
+    if instr.accumulate is not None:
+        return _matmul_added(instr, xa, ya, dst, plain)
 
     def run(ctx: BCtx) -> bool:
         a, b = _tile(ctx, xa), _tile(ctx, ya)
@@ -370,6 +377,37 @@ def _matmul(instr: Instr, decls: _Decls) -> Run | None:
             return False
         x, y = gemm.unbroadcast(a), gemm.unbroadcast(b)
         _put(ctx, instr, gemm.product(x.swapaxes(-1, -2) if plain else x, y, nn=plain), isa=False)
+        return True
+
+    return run
+
+
+_ADDING.add(_matmul)
+
+
+def _matmul_added(instr: Instr, xa: Access, ya: Access, dst: Access, plain: bool) -> Run:
+    """``matmuls._matmul`` accumulating (``acc += nl.matmul(...)``): with one position in the
+    batch the product is added to the fp32 tile in place, as ``BCtx.write`` adds it; with more,
+    the executor's ways (one BLAS call into PSUM laid out as a matrix, else the product
+    added)."""
+
+    def run(ctx: BCtx) -> bool:
+        a, b = _tile(ctx, xa), _tile(ctx, ya)
+        if a is None or b is None:
+            return False
+        if not ctx.whole and math.prod(ctx.dims) == 1:  # (no batch axes to stack: added)
+            d = _tile(ctx, dst)
+            if d is not None and d.dtype == np.float32:
+                one = (0,) * len(ctx.dims)  # (the 2-D tiles: the one position's gemm)
+                x, y = a[one], b[one]
+                np.add(d, gemm.product(x.T if plain else x, y, nn=plain), out=d)
+                return True
+        x, y = gemm.unbroadcast(a), gemm.unbroadcast(b)
+        if plain:
+            x = x.swapaxes(-1, -2)
+        into = matmuls.added_into(instr, ctx, x, y, plain)
+        if into is None or not gemm.accumulate(into, x, y, nn=plain):
+            ctx.write(dst, gemm.product(x, y, nn=plain), None, "add")
         return True
 
     return run

@@ -163,3 +163,37 @@ def test_prepared_runs_take_the_batch_axes_of_a_batched_loop():
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     e = np.exp(x * np.float32(2))
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+@nki.jit
+def accumulated(a, b, transpose):
+    """``acc += nl.matmul(...)`` over K tiles in fp32 PSUM, for every (M, N) tile of a @ b:
+    with one M and N tile the batch has one position, with more the loops batch."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_k, i_m, i_n = nl.arange(128)[:, None], nl.arange(64)[None, :], nl.arange(128)[None, :]
+    for mi in nl.affine_range(m // 64):
+        for ni in nl.affine_range(n // 128):
+            acc = nl.zeros((64, 128), dtype=nl.float32, buffer=nl.psum)
+            for ki in nl.affine_range(k // 128):
+                bt = nl.load(b[ki * 128 + i_k, ni * 128 + i_n])
+                if transpose:  # (a's K rows on the partitions: multiplied transposed)
+                    at = nl.load(a[mi * 64 + i_m, ki * 128 + i_k])
+                    acc += nl.matmul(at, bt, transpose_x=True)
+                else:
+                    at = nl.load(a[mi * 64 + nl.arange(64)[:, None], ki * 128 + i_n])
+                    acc += nl.matmul(at, bt)
+            nl.store(out[mi * 64 + nl.arange(64)[:, None], ni * 128 + i_n], nl.copy(acc))
+    return out
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("m,n", [(64, 128), (128, 256)])
+def test_an_accumulating_matmul_is_prepared_and_gives_the_interpreters_bits(m, n, transpose):
+    a = RNG.standard_normal((m, 384)).astype(np.float32)
+    b = RNG.standard_normal((384, n)).astype(np.float32)
+    got, want, ran, _ = _runs(accumulated, a, b, transpose)
+    assert ("matmul", True) in ran and all(done for _, done in ran)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
