@@ -18,6 +18,7 @@ import numpy as np
 from simulator.checks.program_order import with_program_order
 from simulator.launch import SimConfig
 from simulator.launch import launch as simulator_launch
+from simulator.vacuous_masks import without_vacuous_masks
 
 from . import dtypes
 from .binding import (
@@ -478,6 +479,7 @@ class Kernel:
         )
         if core in (None, 0):
             warn_unreturned(ir)
+        ir = without_vacuous_masks(ir)  # (a mask that selects everything changes nothing)
         # current API: loops keep program order where iterations depend on each other
         return with_program_order(ir) if st.generation == "current" else ir
 

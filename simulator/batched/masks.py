@@ -110,8 +110,27 @@ def mask(ctx: Any, instr: Instr, shape: tuple[int, ...] | None = None) -> np.nda
         r = np.broadcast_to(_CMP[cond.op](ctx.index_values(cond.expr, len(shape)), 0), full)
         out = r.copy() if out is None else out & r
     sel = None if out is None or out.all() else out
+    if sel is None and _may_leave(ctx, instr):
+        # (selecting every lane of an access that may leave its tensor: the selection stays,
+        # so that the executor's masked reads and writes check the selected lanes' bounds)
+        sel = np.ones(full, dtype=bool)
     _keep_mask(key, instr, sel)
     return sel
+
+
+def _may_leave(ctx: Any, instr: Instr) -> bool:
+    """Whether an access of ``instr`` (not an indirect one: checked when it runs) may fall
+    outside its tensor somewhere in the batch."""
+    for u in instr.uses():
+        acc = u.access
+        if acc.indirect:
+            continue
+        shape = ctx.decl(acc.tensor).shape
+        for e, n in zip(acc.index, shape):
+            lo, hi = ctx.extremes(e, acc.shape)
+            if lo < 0 or hi >= n:
+                return True
+    return False
 
 
 def _always(ctx: Any, e: IndexExpr, op: str, shape: tuple[int, ...]) -> bool:

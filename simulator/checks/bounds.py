@@ -12,20 +12,34 @@ def _ranges(ir: KernelIR, loops: tuple[Loop, ...]) -> dict[Sym, tuple[int, int]]
     return {s: r.bounds for s, r in ir.symbol_ranges(loops).items()}
 
 
-def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
+def out_of_bounds(
+    ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]]
+) -> tuple[int, int, int, int] | None:
+    """The first dimension the access's index range leaves its tensor on, as (dimension, least
+    index, greatest index, size); None when it stays inside (data-dependent dimensions are
+    checked when they run)."""
     shape = ir.tensor(acc.tensor).shape
     for dim, (e, n) in enumerate(zip(acc.index, shape)):
         if dim in dict(acc.indirect):
-            continue  # data-dependent: checked when it runs
+            continue
         lo, hi = e.bounds(ranges)
         if lo < 0 or hi >= n:
-            raise NKIIndexError(
-                f"out-of-bound access for tensor {ir.label(acc.tensor)} on dimension {dim}: "
-                f"index range [{lo}, {hi}] exceeds the dimension size of {n} "
-                f"(in '{instr.api or instr.op}'; use a mask to make a partial access legal)",
-                code="err_tensor_access_out_of_bound",
-                loc=instr.loc,
-            )
+            return dim, lo, hi, n
+    return None
+
+
+def check_access(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:
+    out = out_of_bounds(ir, acc, ranges)
+    if out is None:
+        return
+    dim, lo, hi, n = out
+    raise NKIIndexError(
+        f"out-of-bound access for tensor {ir.label(acc.tensor)} on dimension {dim}: "
+        f"index range [{lo}, {hi}] exceeds the dimension size of {n} "
+        f"(in '{instr.api or instr.op}'; use a mask to make a partial access legal)",
+        code="err_tensor_access_out_of_bound",
+        loc=instr.loc,
+    )
 
 
 def _check_in_scope(ir: KernelIR, acc: Access, ranges: dict[Sym, tuple[int, int]], instr) -> None:

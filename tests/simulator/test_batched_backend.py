@@ -222,8 +222,9 @@ def bitwise(a):
 
 def test_unsupported_kernels_fall_back_and_say_why():
     a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    ragged = np.arange(200 * 8, dtype=np.float32).reshape(200, 8)  # (the mask leaves rows out)
     k = ragged_scale.configure(backend="batched", checks="full")
-    assert np.array_equal(k(a), a * 3)
+    assert np.array_equal(k(ragged), ragged * 3)
     assert k.last_run.backend == "numpy" and "checks='full'" in k.last_run.reason
     k = seeded.configure(backend="auto", shuffle_seed=3)
     assert np.array_equal(k(a), a + 1)
