@@ -96,3 +96,24 @@ def test_a_mask_over_an_access_that_leaves_its_tensor_stays_and_the_error_is_rep
     assert e.value.loc is not None
     assert e.value.loc.line == guarded_past_the_edge.fn.__code__.co_firstlineno + 4
     assert [m is not None for m in _masks(k)] == [True, False]
+
+
+@nki.jit
+def stored_past_the_edge(x):
+    out = nl.ndarray((256, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, jf = nl.arange(128)[:, None], nl.arange(32)[None, :]
+    for i in nl.affine_range(2):
+        t = nl.load(x[i * 128 + ip, jf])
+        nl.store(out[i * 128 + ip + 1, jf], t, mask=(ip < 128))  # (the last row: 256)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["auto", "batched", "numpy"])
+def test_a_store_selecting_every_lane_past_the_edge_in_a_batched_loop_is_reported(backend):
+    x = RNG.standard_normal((256, 32)).astype(np.float32)
+    k = stored_past_the_edge.configure(backend=backend)
+    with pytest.raises(NKIError) as e:
+        k(x)
+    assert e.value.code == "err_tensor_access_out_of_bound"
+    assert e.value.loc.line == stored_past_the_edge.fn.__code__.co_firstlineno + 6
+    assert "index range [129, 256] exceeds the dimension size of 256" in str(e.value)
