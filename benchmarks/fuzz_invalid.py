@@ -18,7 +18,7 @@ Five families of kernels, drawn in turn:
 * ``launch``: a valid kernel launched or configured wrongly (grid, settings, arguments).
 
 Each generated kernel runs under checks "static" (the default) and "full" and on backends
-"numpy" (the interpreter) and "numba"; the figures are printed at the end (exit status 1 if any
+"numpy" (the interpreter), "batched" (what "auto" runs most kernels on) and "numba"; the figures are printed at the end (exit status 1 if any
 run went wrong). A run of an ``args`` mutant that the instruction accepts is "clean (accepted)":
 the value was legal after all (a negative axis, an int where a float is taken)."""
 
@@ -563,6 +563,9 @@ def run_launch(p: dict, checks: str, backend: str, a, b):
     return k(a, b.astype(bad))
 
 
+BACKENDS = ("numpy", "batched", "numba")
+
+
 class Hang(Exception):
     pass
 
@@ -649,7 +652,7 @@ def main() -> int:
     for _ in range(args.kernels):
         p = draw(r)
         for checks in ("static", "full"):
-            for backend in ("numpy", "numba"):
+            for backend in BACKENDS:
                 got = run_one(p, checks, backend, args.timeout)
                 if got == "clean" and p.get("mut") in FULL_ONLY and checks != "full":
                     got = "clean (full-only mistake)"
