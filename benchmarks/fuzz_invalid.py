@@ -18,9 +18,10 @@ Five families of kernels, drawn in turn:
 * ``launch``: a valid kernel launched or configured wrongly (grid, settings, arguments).
 
 Each generated kernel runs under checks "static" (the default) and "full" and on backends
-"numpy" (the interpreter), "batched" (what "auto" runs most kernels on) and "numba"; the figures are printed at the end (exit status 1 if any
-run went wrong). A run of an ``args`` mutant that the instruction accepts is "clean (accepted)":
-the value was legal after all (a negative axis, an int where a float is taken)."""
+"numpy" (the interpreter), "batched" (what "auto" runs most kernels on) and "numba"; the
+figures are printed at the end (exit status 1 if any run went wrong). A run of an ``args``
+mutant that the instruction accepts is "clean (accepted)": the value was legal after all (a
+negative axis, an int where a float is taken)."""
 
 from __future__ import annotations
 
