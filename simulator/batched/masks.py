@@ -127,7 +127,7 @@ def _may_leave(ctx: Any, instr: Instr) -> bool:
             continue
         shape = ctx.decl(acc.tensor).shape
         for e, n in zip(acc.index, shape):
-            lo, hi = ctx.extremes(e, acc.shape)
+            lo, hi = ctx.extremes(e, e.shape)
             if lo < 0 or hi >= n:
                 return True
     return False
