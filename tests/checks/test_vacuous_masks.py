@@ -86,18 +86,6 @@ def guarded_past_the_edge(x):
     return out
 
 
-@pytest.mark.parametrize("backend", ["auto", "batched", "numpy"])
-def test_a_mask_over_an_access_that_leaves_its_tensor_stays_and_the_error_is_reported(backend):
-    x = RNG.standard_normal((128, 32)).astype(np.float32)
-    k = guarded_past_the_edge.configure(backend=backend)
-    with pytest.raises(NKIError) as e:
-        k(x)
-    assert e.value.code == "err_tensor_access_out_of_bound"
-    assert e.value.loc is not None
-    assert e.value.loc.line == guarded_past_the_edge.fn.__code__.co_firstlineno + 4
-    assert [m is not None for m in _masks(k)] == [True, False]
-
-
 @nki.jit
 def stored_past_the_edge(x):
     out = nl.ndarray((256, 32), dtype=x.dtype, buffer=nl.shared_hbm)
@@ -108,12 +96,24 @@ def stored_past_the_edge(x):
     return out
 
 
+# (kernel, input shape, the failing line after the def, the message's range, masked or not per
+# instruction)
+PAST_THE_EDGE = [
+    (guarded_past_the_edge, (128, 32), 4, "[1, 128] exceeds the dimension size of 128",
+     [True, False]),
+    (stored_past_the_edge, (256, 32), 6, "[129, 256] exceeds the dimension size of 256",
+     [False, True]),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("backend", ["auto", "batched", "numpy"])
-def test_a_store_selecting_every_lane_past_the_edge_in_a_batched_loop_is_reported(backend):
-    x = RNG.standard_normal((256, 32)).astype(np.float32)
-    k = stored_past_the_edge.configure(backend=backend)
+@pytest.mark.parametrize("case", PAST_THE_EDGE, ids=["load", "store in a batched loop"])
+def test_a_mask_over_an_access_past_the_edge_stays_and_the_error_is_reported(case, backend):
+    kernel, shape, line, message, masked = case
+    k = kernel.configure(backend=backend)
     with pytest.raises(NKIError) as e:
-        k(x)
+        k(RNG.standard_normal(shape).astype(np.float32))
     assert e.value.code == "err_tensor_access_out_of_bound"
-    assert e.value.loc.line == stored_past_the_edge.fn.__code__.co_firstlineno + 6
-    assert "index range [129, 256] exceeds the dimension size of 256" in str(e.value)
+    assert e.value.loc is not None and e.value.loc.line == kernel.fn.__code__.co_firstlineno + line
+    assert f"index range {message}" in str(e.value)
+    assert [m is not None for m in _masks(k)] == masked
