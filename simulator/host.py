@@ -143,3 +143,23 @@ def output_array(a: np.ndarray, want: np.dtype, copy: bool = True) -> np.ndarray
     if a.dtype != want:
         return np.array(a, dtype=want, copy=True)
     return a.copy() if copy else a
+
+
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """The first and one past the last byte address ``a``'s elements occupy."""
+    lo = hi = a.__array_interface__["data"][0]
+    if a.size == 0:
+        return lo, lo
+    for n, st in zip(a.shape, a.strides):
+        if st > 0:
+            hi += st * (n - 1)
+        else:
+            lo += st * (n - 1)
+    return lo, hi + a.itemsize
+
+
+def within(view: np.ndarray, storage: np.ndarray) -> bool:
+    """Whether every element of ``view`` lies within ``storage``'s memory."""
+    lo, hi = _extent(view)
+    base_lo, base_hi = _extent(storage)
+    return view.size == 0 or (base_lo <= lo and hi <= base_hi)

@@ -14,7 +14,7 @@ from nki.optable import OPS
 
 from .. import numerics
 from ..config import SimConfig
-from ..host import alias_array
+from ..host import alias_array, within
 from ..lifetimes import Lifetimes, lifetimes
 from ..memory import PSUM_GROUP, offset_shape
 from . import masks
@@ -46,8 +46,7 @@ def takes_over(pend: tuple[tuple[int, ...], np.dtype], vals: object) -> bool:
 # strides) -> (the access, the box, shape, strides, offset, first position, slicing index).
 # Bounded; the access and box are kept so that their ids are not reused while the entry lives;
 # only the boxes of kept selections are keyed (a one-off box would churn the table). Shared by
-# the threads that launch kernels (each entry is complete when it is stored; a lost insert is
-# recomputed).
+# the launching threads (an entry is complete when stored; a lost insert is recomputed).
 _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_MAX = 4096
 
@@ -209,9 +208,10 @@ class BCtx:
                 pass
         start = arr[first]
         custom = start.dtype.isbuiltin != 1  # (ml_dtypes types: stride through their bits)
-        if custom:
-            start = start.view(np.dtype(f"u{start.itemsize}"))
+        start = start.view(np.dtype(f"u{start.itemsize}")) if custom else start
         out = np.lib.stride_tricks.as_strided(start, shape=shape, strides=strides, writeable=True)
+        if not within(out, arr):  # (as_strided checks nothing: never touch memory past it)
+            raise NKIRuntimeError(f"a view of '{acc.tensor}' past its storage", code="err_internal")
         return out.view(arr.dtype) if custom else out
 
     def _layout(

@@ -653,3 +653,19 @@ def test_batched_iota_wraps_as_int32_arithmetic(row, base):
     want_bits = ((wide + 2**31) % 2**32 - 2**31).astype(np.int32).reshape(16, 16)
     np.testing.assert_array_equal(got, want_bits)
     assert (wide > 2**31 - 1).any() == (base > 0)
+
+
+def test_strided_views_are_checked_against_their_storage():
+    """``host.within``: the batched backend's as_strided views (which NumPy does not check) are
+    refused when they reach past their storage, instead of touching memory that is not it."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from simulator.host import within
+
+    base = np.zeros((4, 8), dtype=np.float32)
+    row = base[1]
+    assert within(as_strided(row, shape=(3, 8), strides=(32, 4)), base)  # rows 1-3
+    assert not within(as_strided(row, shape=(4, 8), strides=(32, 4)), base)  # row 4: past it
+    assert within(base[::-1, ::2], base)  # negative strides, inside
+    assert not within(as_strided(base[0], shape=(2, 8), strides=(-32, 4)), base)  # before it
+    assert within(as_strided(row, shape=(0, 8), strides=(32, 4)), base)  # empty
