@@ -24,12 +24,12 @@ def _matmul(instr: Instr, ctx: BCtx) -> None:
     x, y = unbroadcast(ctx.read(xa)), unbroadcast(ctx.read(ya))
     plain = not instr.attr("transpose_x", False)  # (x is (M, K): the reference's C-ordered x.T)
     x = np.swapaxes(x, -1, -2) if plain else x
-    into = added_into(instr, ctx, x, y, plain)
+    into = _added_into(instr, ctx, x, y, plain)
     if into is None or not gemm.accumulate(into, x, y, nn=plain):
         ctx.write(instr.dst, gemm.product(x, y, nn=plain), None, instr.accumulate)
 
 
-def added_into(
+def _added_into(
     instr: Instr, ctx: BCtx, x: np.ndarray, y: np.ndarray, nn: bool
 ) -> np.ndarray | None:
     """The fp32 destination the product ``x.T @ y`` is simply added to (``BCtx.write``'s
@@ -60,7 +60,7 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     k = sacc.shape[0]
     s = unbroadcast(as_2d(ctx.read(sacc), len(ctx.dims), k))
     m = unbroadcast(as_2d(ctx.read(macc), len(ctx.dims), k))
-    into = added_into(instr, ctx, s, m, False)
+    into = _added_into(instr, ctx, s, m, False)
     if into is not None and gemm.accumulate(into, s, m, nn=False):
         return
     dst = instr.dst

@@ -388,7 +388,7 @@ _ADDING.add(_matmul)
 def _matmul_added(instr: Instr, xa: Access, ya: Access, dst: Access, plain: bool) -> Run:
     """``matmuls._matmul`` accumulating (``acc += nl.matmul(...)``): with one position in the
     batch the product is added to the fp32 tile in place, as ``BCtx.write`` adds it; with more,
-    the executor's ways (one BLAS call into PSUM laid out as a matrix, else the product
+    the executor itself runs (one BLAS call into PSUM laid out as a matrix, else the product
     added)."""
 
     def run(ctx: BCtx) -> bool:
@@ -402,12 +402,7 @@ def _matmul_added(instr: Instr, xa: Access, ya: Access, dst: Access, plain: bool
                 x, y = a[one], b[one]
                 np.add(d, gemm.product(x.T if plain else x, y, nn=plain), out=d)
                 return True
-        x, y = gemm.unbroadcast(a), gemm.unbroadcast(b)
-        if plain:
-            x = x.swapaxes(-1, -2)
-        into = matmuls.added_into(instr, ctx, x, y, plain)
-        if into is None or not gemm.accumulate(into, x, y, nn=plain):
-            ctx.write(dst, gemm.product(x, y, nn=plain), None, "add")
+        matmuls._matmul(instr, ctx)
         return True
 
     return run
