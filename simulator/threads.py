@@ -49,12 +49,17 @@ ITEM_MIN = 1 << 20  # below this per product, BLAS runs one thread anyway: keep 
 SERIAL_MAX = 1 << 18
 
 
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
 def cores() -> int:
     """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    mine = _affinity()
+    return max(1, len(mine) if mine is not None else os.cpu_count() or 1)
 
 
 _WORK: dict[int, tuple[KernelIR, int, int]] = {}  # id(ir) -> (ir, total, largest product)
@@ -103,13 +108,6 @@ class _OwnUse:
 _OWN = _OwnUse()
 WINDOW = 0.25  # seconds of wall time a reading of the other processes' use spans at least
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _affinity() -> set[int] | None:
-    try:
-        return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
 
 
 def machine_busy_seconds(cpus: set[int] | None = None) -> float | None:
