@@ -10,6 +10,7 @@ of unwritten elements go through the instance's :class:`~simulator.poison.Poison
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -380,7 +381,10 @@ class Ctx:
 
 def offset_shape(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     """The shape an index tile's values take against an indirect access of ``rank`` dims: one
-    offset per partition, (P, 1), indexes dim 0 of an access of higher rank."""
+    offset per partition, (P, 1), indexes dim 0 of an access of higher rank; one value (a
+    register, (1, 1)) is the same offset for every element of an access of any rank."""
+    if math.prod(shape) == 1:
+        return (1,) * rank
     if len(shape) == 2 and shape[1] == 1 and rank > 2:
         return (shape[0],) + (1,) * (rank - 1)
     return tuple(shape)

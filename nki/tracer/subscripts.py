@@ -44,6 +44,19 @@ def _label(name: str) -> str:
     return tensor_label(decl) if decl is not None else f"'{name}'"
 
 
+def _runtime(x: object) -> str:
+    """Advice for a subscript that is a run-time value (a register: a one-element SBUF tile,
+    such as a device loop's iterator), which addresses a view only as a dynamic offset; empty
+    for anything else."""
+    if not (isinstance(x, TileOps) and x.size == 1 and x.tensor_().buffer == "sbuf"):
+        return ""
+    return (
+        f"; {x!r} is a register, known only at run time (a device loop's iterator is one): "
+        "use it as a dynamic offset, t.ap(pattern, offset, scalar_offset=reg) or "
+        "t.select(dim, reg)"
+    )
+
+
 def parse_subscript(key: object, shape: tuple[int, ...], what: object) -> Access:
     """Turn ``t[key]`` into per-dimension index expressions over the result tile shape.
 
@@ -104,11 +117,13 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: object) -> tuple[Af
         start = _scalar_aff(k.start, what)
         if start is None:
             got = type(k.start).__name__ if isinstance(k.start, TileOps) else repr(k.start)
+            advice = _runtime(k.start) or (
+                "; for an offset held in a tile (data-dependent), index with the tile itself "
+                "(an indirect access, t[idx_tile, ...])"
+            )
             raise NKIIndexError(
                 f"nl.ds start must be a compile-time integer, a loop iterator / program id or "
-                f"an affine expression of them, got {got}; for an offset held in a tile "
-                "(data-dependent), index with the tile itself (an indirect access, "
-                "t[idx_tile, ...])",
+                f"an affine expression of them, got {got}{advice}",
                 code="err_unsupported_index_expression",
                 loc=user_loc(),
             )
@@ -123,7 +138,12 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: object) -> tuple[Af
     start = Affine.constant(0) if k.start is None else _scalar_aff(k.start, what)
     stop = Affine.constant(n) if k.stop is None else _scalar_aff(k.stop, what)
     if start is None or stop is None:
-        raise NKIIndexError(f"unsupported slice bounds {k!r} on {what}", loc=user_loc())
+        advice = _runtime(k.start) or _runtime(k.stop)
+        raise NKIIndexError(
+            f"unsupported slice bounds {k!r} on {what}{advice}",
+            code="err_unsupported_index_expression",
+            loc=user_loc(),
+        )
     if start.is_const and stop.is_const:
         if 0 <= start.const < stop.const and stop.const > n:  # no silent clipping (issue 5)
             raise NKIIndexError(
@@ -156,7 +176,7 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
             raise NKIIndexError(
                 f"mixing basic indexing (slices) and advanced indexing (nl.arange / nl.mgrid) "
                 f"in one subscript of {what} is not supported; use nl.arange for every "
-                "sliced dimension",
+                "sliced dimension" + next(filter(None, map(_runtime, keys)), ""),
                 code="err_unsupported_mixing_basic_advanced_tensor_indexing",
                 loc=user_loc(),
             )
@@ -170,7 +190,7 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
     if len(keys) != len(shape):
         raise NKIIndexError(
             f"advanced indexing of {what} needs one index per dimension: got {len(keys)} "
-            f"indices for shape {shape}",
+            f"indices for shape {shape}" + next(filter(None, map(_runtime, keys)), ""),
             code="err_unsupported_mixing_basic_advanced_tensor_indexing",
             loc=user_loc(),
         )

@@ -336,6 +336,66 @@ def test_dynamic_select_reads_the_run_time_index(k):
 
 
 @nki.jit
+def k_rows_by_iterator(x):
+    # x: (8, 16) HBM; each trip of a device loop copies the row its iterator names, through
+    # a dynamic select that leaves a 1-D view (a one-element register indexes any rank)
+    out = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+
+    def body(i):
+        row = nl.ndarray((1, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=x.select(0, i))
+        col = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=col, src=row)
+        nisa.dma_copy(dst=out.select(1, i), src=col)
+
+    nl.fori_loop(0, 8, body)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+def test_dynamic_select_of_a_row_by_a_loop_iterator(backend):
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    got = k_rows_by_iterator.configure(backend=backend)(x)
+    np.testing.assert_array_equal(got, x.T)
+
+
+def _row_by_iterator(form):
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+
+        def body(i):
+            row = nl.ndarray((1, 16), dtype=nl.float32, buffer=nl.sbuf)
+            if form == "ds":
+                src = x[nl.ds(i, 1), :]  # ERR ds
+            elif form == "slice":
+                src = x[i : i + 1, :]  # ERR slice
+            else:
+                src = x[i, :]  # ERR int
+            nisa.dma_copy(dst=row, src=src)
+            nisa.dma_copy(dst=out.select(0, i), src=row)
+
+        nl.fori_loop(0, 8, body)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "form, code",
+    [("ds", "err_unsupported_index_expression"), ("slice", "err_unsupported_index_expression"),
+     ("int", "err_unsupported_mixing_basic_advanced_tensor_indexing")],
+)  # fmt: skip
+def test_a_register_subscript_points_at_dynamic_offsets(form, code):
+    kernel = _row_by_iterator(form)
+    with pytest.raises(NKIError) as e:
+        nki.jit(kernel)(np.zeros((8, 16), np.float32))
+    assert e.value.code == code
+    assert "is a register, known only at run time" in str(e.value)
+    assert "scalar_offset=reg" in str(e.value) and "select(dim, reg)" in str(e.value)
+    assert e.value.loc is not None and e.value.loc.line == line_of(kernel, f"# ERR {form}")
+
+
+@nki.jit
 def k_ap_dtype(x):
     # reinterpret float32 storage as int32 bits through .ap(dtype=)
     out = nl.ndarray((8, 16), dtype=nl.int32, buffer=nl.shared_hbm)
