@@ -117,10 +117,12 @@ def _slice_bounds(k: slice | DynSlice, n: int, d: int, what: object) -> tuple[Af
         start = _scalar_aff(k.start, what)
         if start is None:
             got = type(k.start).__name__ if isinstance(k.start, TileOps) else repr(k.start)
-            advice = _runtime(k.start) or (
-                "; for an offset held in a tile (data-dependent), index with the tile itself "
-                "(an indirect access, t[idx_tile, ...])"
-            )
+            advice = _runtime(k.start)
+            if state.generation() != "current":  # (the current API has no index tiles)
+                advice += (
+                    "; for an offset held in a tile (data-dependent), index with the tile "
+                    "itself (an indirect access, t[idx_tile, ...])"
+                )
             raise NKIIndexError(
                 f"nl.ds start must be a compile-time integer, a loop iterator / program id or "
                 f"an affine expression of them, got {got}{advice}",

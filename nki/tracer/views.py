@@ -447,6 +447,11 @@ def ap(
     shape = tuple(c for _, c in pat)
     on_chip = _on_chip(t)
     dims = base.shape
+    if not (isinstance(indirect_dim, int) and not isinstance(indirect_dim, bool)) or not (
+        0 <= indirect_dim < len(dims) or (scalar_offset is None and vector_offset is None)
+    ):
+        raise _err(f"ap: indirect_dim must be a dimension of {t.label} {list(dims)}, got "
+                   f"{indirect_dim!r}")  # fmt: skip
     if on_chip:
         parts, free = dims[0], prod(dims[1:]) * ratio_num
         if free % ratio_den:
@@ -457,7 +462,6 @@ def ap(
                 f"ap: on {base.buffer} the first pair is the partition; its stride must be the "
                 f"free-element count {free} of {t.label} {list(dims)}, got {pat[0][0]}"
             )
-        rows = free if vector_offset is None else free
     else:
         total = prod(dims) * ratio_num
         if total % ratio_den:
@@ -465,13 +469,12 @@ def ap(
         total //= ratio_den
         rows = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den
         parts, free = total // rows, rows
-    if (
-        isinstance(scalar_offset, int)
-        and not isinstance(scalar_offset, bool)
-        and (not on_chip or indirect_dim == 0)
-    ):
+    # on chip, the elements a scalar offset of 1 moves the start by (a whole partition row for
+    # indirect_dim=0, a step of that dimension inside the row otherwise)
+    unit = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den if on_chip else rows
+    if isinstance(scalar_offset, int) and not isinstance(scalar_offset, bool):
         # a register value known while tracing (nki.collectives.rank_id()): a static offset
-        offset += scalar_offset * (free if on_chip else rows)
+        offset += scalar_offset * unit
         scalar_offset = None
         if offset < 0:
             raise _err(f"ap: the scalar offset puts the access before the start, at {offset}")
@@ -481,12 +484,15 @@ def ap(
         p0, f0 = divmod(offset, free)
         c0 = [1 if j == 0 else 0 for j in range(len(pat))]
         c1 = [0] + [s for s, _ in pat[1:]]
-        bases = [p0, f0]
         if dynamic is not None and vector_offset is not None:
             raise _err("ap: vector_offset indexes HBM rows; the tensor is on chip")
-        dyn_dim = 0
+        dyn_dim, alias, coefs, bases = 0, (parts, free), [c0, c1], [p0, f0]
         if scalar_offset is not None and indirect_dim != 0:
-            raise _err("ap: on chip only indirect_dim=0 is supported for scalar_offset")
+            # the offset moves along the row in steps of ``unit`` elements: the row is viewed
+            # as (free // unit, unit) and the register indexes the first of the two
+            dyn_dim, alias = 1, (parts, free // max(1, unit), unit)
+            coefs, bases = _in_row(pat, c1, f0, free, unit, pattern)
+            coefs, bases = [c0, *coefs], [p0, *bases]
     else:
         # (rows, elements per row): pattern steps that are whole rows walk dim 0
         p0, f0 = divmod(offset, free)
@@ -509,10 +515,11 @@ def ap(
                 )
             parts, free = 1, parts * free
             c0, c1, bases = [0] * len(pat), [s for s, _ in pat], [0, offset]
-    decl = _alias(t, (parts, free), dt, "ap")
+        alias, coefs = (parts, free), [c0, c1]
+    decl = _alias(t, alias, dt, "ap")
     idx = tuple(
         IndexExpr(Affine.constant(b), tuple(c if n > 1 else 0 for c, n in zip(cs, shape)), shape)
-        for b, cs in zip(bases, (c0, c1))
+        for b, cs in zip(bases, coefs)
     )
     acc = Access(decl.name, shape, idx)
     view = View(NkiTensor(decl, t.scope), acc)
@@ -526,6 +533,28 @@ def ap(
             raise _err(f"ap: vector_offset must be a ({shape[0]}, 1) tile, got {dynamic.shape}")
         view = View(view.base, Access(acc.tensor, shape, idx, ((dyn_dim, dynamic.access_()),)))
     return view
+
+
+def _in_row(
+    pat: list, c1: list, f0: int, free: int, unit: int, pattern: Any
+) -> tuple[list[list[int]], list[int]]:
+    """The row part of an on-chip pattern whose scalar offset moves along the partition row in
+    steps of ``unit`` elements, over the row viewed as (free // unit, unit): the two row axes'
+    coefficients (``c1``: the pattern's steps along the row) and bases (``f0``: the start in
+    the row). Each step must move whole units or stay inside one."""
+    if unit < 1 or free % unit:
+        raise _err(f"ap: a scalar offset in steps of {unit} elements does not divide the "
+                   f"{free}-element partition row")  # fmt: skip
+    blk = [s // unit if s % unit == 0 else 0 for s in c1]
+    inner = [0 if s % unit == 0 else s for s in c1]
+    b_blk, b_in = divmod(f0, unit)
+    span = b_in + sum(c * (n - 1) for c, (_, n) in zip(inner, pat))
+    if span >= unit or any(c < 0 for c in inner):
+        raise _err(
+            f"ap: a scalar offset along the row moves it in steps of {unit} elements; the "
+            f"pattern's steps must stay inside one such step or move whole ones, got {pattern!r}"
+        )
+    return [blk, inner], [b_blk, b_in]
 
 
 METHODS = {

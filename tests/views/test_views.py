@@ -185,6 +185,35 @@ def test_scalar_offset_out_of_bounds_is_reported_at_run_time():
     assert e.value.loc.line == line_of(k_scalar_offset_oob.fn, "OOB_LINE")
 
 
+@nki.jit
+def k_sbuf_column_offset(x, idx):
+    # x (128, 4, 8) in SBUF; a run-time offset along the row: by single elements with
+    # indirect_dim=2 (a window of 8 columns of the flat row), by rows of 8 with indirect_dim=1
+    out = nl.ndarray((2, 128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    sb = nl.ndarray((128, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=sb, src=x)
+    r = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r, src=idx)
+    for k in range(2):
+        y = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        window = sb.ap([[32, 128], [1, 8]], offset=0, scalar_offset=r, indirect_dim=2 - k)
+        nisa.tensor_copy(dst=y, src=window)  # OOB_ROW
+        nisa.dma_copy(dst=out[k], src=y)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+def test_sbuf_scalar_offset_moves_along_the_row(backend):
+    x = RNG.standard_normal((128, 4, 8)).astype(np.float32)
+    run = k_sbuf_column_offset.configure(backend=backend)
+    got = run(x, np.array([[3]], dtype=np.int32))
+    np.testing.assert_array_equal(got[0], x.reshape(128, 32)[:, 3:11])
+    np.testing.assert_array_equal(got[1], x[:, 3])
+    with pytest.raises(NKIError, match="out-of-bound") as e:  # (column 25 + 8 > 32)
+        run(x, np.array([[25]], dtype=np.int32))
+    assert e.value.loc.line == line_of(k_sbuf_column_offset.fn, "OOB_ROW")
+
+
 def _bad(body):
     @nki.jit
     def k(x):
@@ -209,6 +238,16 @@ RULES = [
     (lambda t, x: t.ap([[32, 128], [1, 64]]), "stride must be the free-element count 64"),
     (lambda t, x: t.reshape((64, 128)), "partition dimension must stay"),
     (lambda t, x: x.ap([[1, 2]], scalar_offset=t, vector_offset=t), "mutually exclusive"),
+    (
+        lambda t, x: t.ap([[64, 128], [1, 4]], scalar_offset=t[0:1, 0:1], indirect_dim=2),
+        "indirect_dim must be a dimension",
+    ),
+    (
+        lambda t, x: t.ap(
+            [[128, 128], [1, 4]], scalar_offset=t[0:1, 0:1], indirect_dim=1, dtype=nl.bfloat16
+        ),
+        "steps of 2 elements",
+    ),
 ]
 
 
