@@ -417,7 +417,9 @@ def ap(
     ...]`` in elements, outermost first; element ``(i0, ...)`` is storage[``offset + sum
     i_k * stride_k``]. On SBUF/PSUM the first pair is the partition: its stride must equal
     the allocation's free-element count. ``scalar_offset`` (a one-element SBUF int tile) moves
-    the start by ``value * prod(base.shape[indirect_dim + 1:])`` at run time;
+    the start by ``value * prod(base.shape[indirect_dim + 1:])`` at run time (``indirect_dim``
+    a dimension of the base; on chip a later one than 0 moves along the partition row, and
+    each pattern step must then stay inside one such move or make whole ones);
     ``vector_offset`` (an SBUF ``(P, 1)`` int tile, ``indirect_dim=0``) makes partition p read
     row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
