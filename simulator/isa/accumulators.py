@@ -6,8 +6,11 @@ set hold NaN (their hardware content is undefined)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from nki.ir import Instr
 from nki.optable import OPS
 
 from ..memory import Ctx
@@ -106,3 +109,31 @@ def accumulators(ctx: Ctx, engine: str, cmd: str, op: str, partial: np.ndarray |
         regs[:p] = M.alu(op, regs[:p], partial)
     ctx.state[key] = regs
     return regs[:p]
+
+
+def masked_out(ctx: Ctx, instr: Instr, y: np.ndarray, op: str, p: int) -> tuple[np.ndarray, Any]:
+    """A masked instruction's reduction input: ``y`` (P, F) with the elements its mask leaves
+    out replaced by ``op``'s identity (the instruction does not process them), and the
+    partitions with an element selected (None: unmasked). A partition with none keeps its
+    register and its ``reduce_res`` row (see :func:`keep_rows`)."""
+    dst = instr.dst
+    sel = None if instr.mask is None or dst is None else ctx.mask(instr, dst.shape)
+    if sel is None:
+        return y, None
+    s2 = np.broadcast_to(sel, dst.shape).reshape(p, -1)
+    ident = np.float32(IDENTITY.get(op, 0.0))
+    return np.where(s2, np.asarray(y, dtype=np.float32).reshape(p, -1), ident), s2.any(axis=1)
+
+
+def keep_rows(ctx: Ctx, engine: str, before: np.ndarray, rows: Any) -> None:
+    """Put back the registers of the partitions a masked instruction left out (``before``: the
+    registers before it; ``rows``: :func:`masked_out`'s partitions, None: unmasked)."""
+    if rows is None:
+        return
+    key = f"accumulators.{engine}"
+    regs = ctx.state.get(key)
+    if regs is not None:
+        out = np.array(regs, dtype=np.float32)
+        left = np.flatnonzero(~rows)
+        out[left] = before[left]
+        ctx.state[key] = out

@@ -228,14 +228,23 @@ def undefined(ctx: Ctx, instr: Instr, lanes: np.ndarray | None) -> Iterator[None
 
 
 def write_res(
-    ctx: Ctx, instr: Instr, key: str, values: np.ndarray, engine: str | None = None
+    ctx: Ctx,
+    instr: Instr,
+    key: str,
+    values: np.ndarray,
+    engine: str | None = None,
+    rows: np.ndarray | None = None,
 ) -> None:
-    """Write a secondary output (``reduce_res``). When it copies the ``engine``'s accumulator
-    registers and no instruction has set them yet (e.g. the default ``reduce_cmd='idle'``), the
-    result is uninitialised: under ``checks="full"`` reading it later is reported."""
+    """Write a secondary output (``reduce_res``), on the partitions ``rows`` only when given (a
+    masked instruction's). When it copies the ``engine``'s accumulator registers and no
+    instruction has set them yet (e.g. the default ``reduce_cmd='idle'``), the result is
+    uninitialised: under ``checks="full"`` reading it later is reported."""
     acc = instr.attr(key)
     if acc is None:
         return
+    sel = None
+    if rows is not None:
+        sel = np.broadcast_to(rows.reshape((-1,) + (1,) * (len(acc.shape) - 1)), acc.shape)
     unset = engine is not None and not ctx.state.get(f"accumulators.{engine}.set")
     with undefined(ctx, instr, np.ones(acc.shape, dtype=bool) if unset else None):
-        ctx.write(acc, np.asarray(values).reshape(acc.shape))
+        ctx.write(acc, np.asarray(values).reshape(acc.shape), sel)

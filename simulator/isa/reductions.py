@@ -13,7 +13,7 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import IDENTITY, accumulate, registers, set_registers
+from .accumulators import IDENTITY, accumulate, keep_rows, masked_out, registers, set_registers
 from .common import dst_of, operand, src_tile, store, tile, undefined, write_res
 
 
@@ -60,10 +60,15 @@ def _tensor_scalar_reduce(instr: Instr, ctx: Ctx) -> None:
     op, cmd = instr.attr("reduce_op"), instr.attr("reduce_cmd", "reset_reduce")
     # load_reduce's reduce_init (current API): a scalar or (P, 1) fp32 tile, the third source
     init = operand(ctx, instr.srcs[2], p) if len(instr.srcs) > 2 else None
-    regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r), init)
-    if instr.attr("reduce_res_negate"):
-        regs = -regs  # the written value only; the registers keep their sign
-    write_res(ctx, instr, "reduce_res", regs, "vector")
+    # (a masked instruction folds in its selected elements, on its selected partitions)
+    r_in, rows = masked_out(ctx, instr, r, op, p)
+    if rows is None or rows.any():
+        before = registers(ctx, "vector")
+        regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r_in), init)
+        keep_rows(ctx, "vector", before, rows)
+        if instr.attr("reduce_res_negate"):
+            regs = -regs  # the written value only; the registers keep their sign
+        write_res(ctx, instr, "reduce_res", regs, "vector", rows)
     store(instr, ctx, r)
 
 

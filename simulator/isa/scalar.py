@@ -11,7 +11,7 @@ from nki.optable import OPS
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import accumulate, accumulators, row_reduce
+from .accumulators import accumulate, accumulators, keep_rows, masked_out, registers, row_reduce
 from .common import f32, operand, src_tile, store, tile, write_res
 
 
@@ -29,11 +29,18 @@ def _activation(instr: Instr, ctx: Ctx) -> None:
     rop = instr.attr("reduce_op")
     if rop is not None:
         cmd = instr.attr("reduce_cmd", "idle")
-        partial = (
-            M.free_reduce(rop, y) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
-        )
-        regs = accumulators(ctx, "scalar", cmd, rop, partial, p)
-        write_res(ctx, instr, "reduce_res", regs, "scalar")
+        # (a masked instruction folds in its selected elements, on its selected partitions)
+        y_in, rows = masked_out(ctx, instr, y, rop, p)
+        if rows is None or rows.any():
+            partial = (
+                M.free_reduce(rop, y_in)
+                if cmd in ("reduce", "reset_reduce", "load_reduce")
+                else None
+            )
+            before = registers(ctx, "scalar")
+            regs = accumulators(ctx, "scalar", cmd, rop, partial, p)
+            keep_rows(ctx, "scalar", before, rows)
+            write_res(ctx, instr, "reduce_res", regs, "scalar", rows)
     store(instr, ctx, y)
 
 

@@ -13,7 +13,7 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import accumulators
+from .accumulators import accumulators, keep_rows, masked_out, registers
 from .common import dst_of, dtype_of, operand, src_const, src_tile, store, tile, write_res
 
 
@@ -70,11 +70,17 @@ def _vector_accumulate(instr: Instr, ctx: Ctx, r: np.ndarray, p: int) -> None:
     cmd = instr.attr("reduce_cmd", "idle")
     if instr.attr("reduce_res") is None and cmd == "idle":
         return
+    # (a masked instruction folds in its selected elements, on its selected partitions)
+    r_in, rows = masked_out(ctx, instr, r, "maximum", p)
+    if rows is not None and not rows.any():
+        return
     partial = (
-        M.free_reduce("maximum", r) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
+        M.free_reduce("maximum", r_in) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
     )
+    before = registers(ctx, "vector")
     regs = accumulators(ctx, "vector", cmd, "maximum", partial, p)
-    write_res(ctx, instr, "reduce_res", regs, "vector")
+    keep_rows(ctx, "vector", before, rows)
+    write_res(ctx, instr, "reduce_res", regs, "vector", rows)
 
 
 @executes("isa", "range_select")

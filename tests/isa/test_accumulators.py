@@ -318,3 +318,49 @@ def test_reductions_and_predicated_copy_match_numpy():
         got[3], np.broadcast_to(np.exp(x).max(1, keepdims=True), x.shape), rtol=1e-5
     )
     np.testing.assert_array_equal(got[4], np.where(pred != 0, x, np.float32(-1)))
+
+
+@nki.jit
+def k_masked_reductions(a):
+    # classic masks on reducing instructions: i=1's activation_reduce is masked off entirely,
+    # the second one selects columns < 40 of partitions < 100, range_select columns < 10 of
+    # partitions < 64, tensor_scalar_reduce columns < 20 of every partition
+    out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    res = [nl.full((128, 1), 7.0, dtype=nl.float32, buffer=nl.sbuf) for _ in range(4)]
+    act = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.sequential_range(2):
+        act[...] = nisa.activation_reduce(
+            op=nl.square, data=nl.load(a[i]), reduce_op=np.add, reduce_res=res[0],
+            mask=(i * 128 < 100),
+        )  # fmt: skip
+    x = nl.load(a[2])
+    act[...] = nisa.activation_reduce(
+        op=nl.copy, data=x, reduce_op=np.add, reduce_res=res[1], mask=(jf < 40) & (ip < 100)
+    )
+    lo, hi = nl.full((128, 1), 0.0, dtype=nl.float32), nl.full((128, 1), 64.0, dtype=nl.float32)
+    act[...] = nisa.range_select(
+        on_true_tile=x, comp_op0=np.greater_equal, comp_op1=np.less, bound0=lo, bound1=hi,
+        reduce_cmd=RC.reset_reduce, reduce_res=res[2], reduce_op=np.max,
+        mask=(jf < 10) & (ip < 64),
+    )  # fmt: skip
+    act[...] = nisa.tensor_scalar_reduce(
+        data=x, op0=np.multiply, operand0=2.0, reduce_op=np.add, reduce_res=res[3],
+        mask=(jf < 20),
+    )  # fmt: skip
+    for c in range(4):
+        nl.store(out[nl.arange(128)[:, None], c + nl.arange(1)[None, :]], res[c])
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+def test_a_masked_reduction_folds_in_only_what_its_mask_selects(backend):
+    a = RNG.standard_normal((3, 128, 64)).astype(np.float32)
+    a[1] *= 2  # (what the masked-off instruction would have summed)
+    want = np.full((128, 4), 7.0, dtype=np.float32)
+    want[:, 0] = (a[0] ** 2).sum(1)
+    want[:100, 1] = a[2, :100, :40].sum(1)
+    want[:64, 2] = a[2, :64, :10].max(1)
+    want[:, 3] = (2 * a[2, :, :20]).sum(1)
+    got = k_masked_reductions.configure(backend=backend)(a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
