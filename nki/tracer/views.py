@@ -454,6 +454,9 @@ def ap(
     ):
         raise _err(f"ap: indirect_dim must be a dimension of {t.label} {list(dims)}, got "
                    f"{indirect_dim!r}")  # fmt: skip
+    # the elements a scalar offset of 1 moves the start by: on HBM a row of the (rows, elements
+    # per row) view; on chip a whole partition row for indirect_dim=0, a step along it otherwise
+    unit = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den
     if on_chip:
         parts, free = dims[0], prod(dims[1:]) * ratio_num
         if free % ratio_den:
@@ -469,11 +472,7 @@ def ap(
         if total % ratio_den:
             raise _err(f"ap: dtype {dt} does not divide the storage of {t.label}")
         total //= ratio_den
-        rows = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den
-        parts, free = total // rows, rows
-    # on chip, the elements a scalar offset of 1 moves the start by (a whole partition row for
-    # indirect_dim=0, a step of that dimension inside the row otherwise)
-    unit = prod(dims[indirect_dim + 1 :]) * ratio_num // ratio_den if on_chip else rows
+        parts, free = total // unit, unit
     if isinstance(scalar_offset, int) and not isinstance(scalar_offset, bool):
         # a register value known while tracing (nki.collectives.rank_id()): a static offset
         offset += scalar_offset * unit
