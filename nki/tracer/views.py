@@ -472,6 +472,13 @@ def ap(
         if total % ratio_den:
             raise _err(f"ap: dtype {dt} does not divide the storage of {t.label}")
         total //= ratio_den
+        if unit < 1 or total % unit:  # (a step of indirect_dim is no whole number of dt elements)
+            if scalar_offset is not None or vector_offset is not None:
+                raise _err(
+                    f"ap: a step of dimension {indirect_dim} of {t.label} {list(dims)} is not a "
+                    f"whole number of {dt} elements, so a dynamic offset cannot count in them"
+                )
+            unit = total  # (no offset to scale: the storage as one row)
         parts, free = total // unit, unit
     if isinstance(scalar_offset, int) and not isinstance(scalar_offset, bool):
         # a register value known while tracing (nki.collectives.rank_id()): a static offset

@@ -220,6 +220,38 @@ def test_sbuf_scalar_offset_moves_along_the_row(backend):
     assert e.value.loc.line == line_of(k_sbuf_column_offset.fn, "OOB_ROW")
 
 
+@nki.jit
+def k_ap_wider_dtype(x):
+    # (4, 3) int8 storage read as three float32 values: one row is less than one of them
+    out = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap([[3, 1], [1, 3]], offset=0, dtype=nl.int32))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def k_ap_wider_dtype_offset(x, idx):
+    out = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.sbuf)
+    r = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=r, src=idx)
+    src = x.ap([[3, 1], [1, 3]], offset=0, dtype=nl.int32, scalar_offset=r)  # ERR
+    nisa.dma_copy(dst=t, src=src)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_ap_with_a_wider_dtype_than_a_row():
+    x = RNG.integers(-100, 100, size=(4, 3)).astype(np.int8)
+    np.testing.assert_array_equal(_run(k_ap_wider_dtype, x), x.reshape(-1).view(np.int32)[None])
+    # a dynamic offset counts in rows of 3 bytes: no whole number of int32 elements
+    with pytest.raises(NKIError, match="not a whole number of int32 elements") as e:
+        _run(k_ap_wider_dtype_offset, x, np.zeros((1, 1), np.int32))
+    assert e.value.code == "err_invalid_view"
+    assert e.value.loc.line == line_of(k_ap_wider_dtype_offset.fn, "# ERR")
+
+
 def _bad(body):
     @nki.jit
     def k(x):
