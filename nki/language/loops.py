@@ -20,16 +20,20 @@ from .. import isa_spec
 from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
 from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
-from ..tracer import NkiTensor, TileOps, assign, emit, new_tensor, state, symbolic_loop
+from ..tracer import (
+    NkiTensor,
+    TileOps,
+    assign,
+    emit,
+    is_register,
+    new_tensor,
+    state,
+    symbolic_loop,
+)
 
 __all__ = ["dynamic_range", "fori_loop", "no_reorder", "while_loop"]
 
 MAX_WHILE_ITERATIONS = 1 << 20  # a while_loop running longer is reported (likely never ends)
-
-
-def is_register(x: Any) -> bool:
-    """A virtual register: a one-element SBUF tile."""
-    return isinstance(x, TileOps) and x.tensor_().buffer == "sbuf" and x.size == 1
 
 
 def new_register(api: str) -> NkiTensor:

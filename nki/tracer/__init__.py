@@ -33,7 +33,7 @@ from .emission import (
     result_tile,
     stage_psum_operand,
 )
-from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned
+from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned, is_register
 from .held_output import held_output, release
 from .layouts import install as _install_layouts
 from .loops import escaped_loops, kernel_body, loop, symbolic_loop
@@ -80,6 +80,7 @@ __all__ = [
     "NeedsUnroll",
     "NkiTensor",
     "TileOps",
+    "is_register",
     "TraceState",
     "View",
     "_Assigned",

@@ -418,3 +418,8 @@ class DynOffset:
         return NotImplemented
 
     __radd__ = __add__
+
+
+def is_register(x: Any) -> bool:
+    """A virtual register: a one-element SBUF tile (a device loop's iterator is one)."""
+    return isinstance(x, TileOps) and x.tensor_().buffer == "sbuf" and x.size == 1

@@ -11,7 +11,7 @@ from ..errors import NKIIndexError, user_loc
 from ..ir import Access, Affine, IndexExpr, tensor_label
 from ..symbolic import DynSlice, Index, MGrid, Scalar, _Traced, broadcast_shapes, expand_expr
 from . import state
-from .handles import DynOffset, TileOps, _Assigned
+from .handles import DynOffset, TileOps, _Assigned, is_register
 
 
 def prod(shape: tuple[int, ...]) -> int:
@@ -48,7 +48,7 @@ def _runtime(x: object) -> str:
     """Advice for a subscript that is a run-time value (a register: a one-element SBUF tile,
     such as a device loop's iterator), which addresses a view only as a dynamic offset; empty
     for anything else."""
-    if not (isinstance(x, TileOps) and x.size == 1 and x.tensor_().buffer == "sbuf"):
+    if not is_register(x):
         return ""
     return (
         f"; {x!r} is a register, known only at run time (a device loop's iterator is one): "
