@@ -6,6 +6,8 @@ set hold NaN (their hardware content is undefined)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -125,14 +127,16 @@ def masked_out(ctx: Ctx, instr: Instr, y: np.ndarray, op: str, p: int) -> tuple[
     return np.where(s2, np.asarray(y, dtype=np.float32).reshape(p, -1), ident), s2.any(axis=1)
 
 
-def keep_rows(ctx: Ctx, engine: str, before: np.ndarray, rows: Any) -> None:
-    """Put back the registers of the partitions a masked instruction left out (``before``: the
-    registers before it; ``rows``: :func:`masked_out`'s partitions, None: unmasked)."""
-    if rows is None:
-        return
+@contextmanager
+def keep_rows(ctx: Ctx, engine: str, rows: Any) -> Iterator[None]:
+    """Around a masked instruction's update of the ``engine``'s registers: put back those of
+    the partitions it left out (``rows``: :func:`masked_out`'s partitions; None: unmasked, no
+    copy taken)."""
+    before = None if rows is None else registers(ctx, engine)
+    yield
     key = f"accumulators.{engine}"
     regs = ctx.state.get(key)
-    if regs is not None:
+    if before is not None and regs is not None:
         out = np.array(regs, dtype=np.float32)
         left = np.flatnonzero(~rows)
         out[left] = before[left]

@@ -63,9 +63,8 @@ def _tensor_scalar_reduce(instr: Instr, ctx: Ctx) -> None:
     # (a masked instruction folds in its selected elements, on its selected partitions)
     r_in, rows = masked_out(ctx, instr, r, op, p)
     if rows is None or rows.any():
-        before = registers(ctx, "vector")
-        regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r_in), init)
-        keep_rows(ctx, "vector", before, rows)
+        with keep_rows(ctx, "vector", rows):
+            regs = accumulate(ctx, "vector", cmd, op, M.free_reduce(op, r_in), init)
         if instr.attr("reduce_res_negate"):
             regs = -regs  # the written value only; the registers keep their sign
         write_res(ctx, instr, "reduce_res", regs, "vector", rows)

@@ -11,7 +11,7 @@ from nki.optable import OPS
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import accumulate, accumulators, keep_rows, masked_out, registers, row_reduce
+from .accumulators import accumulate, accumulators, keep_rows, masked_out, row_reduce
 from .common import f32, operand, src_tile, store, tile, write_res
 
 
@@ -37,9 +37,8 @@ def _activation(instr: Instr, ctx: Ctx) -> None:
                 if cmd in ("reduce", "reset_reduce", "load_reduce")
                 else None
             )
-            before = registers(ctx, "scalar")
-            regs = accumulators(ctx, "scalar", cmd, rop, partial, p)
-            keep_rows(ctx, "scalar", before, rows)
+            with keep_rows(ctx, "scalar", rows):
+                regs = accumulators(ctx, "scalar", cmd, rop, partial, p)
             write_res(ctx, instr, "reduce_res", regs, "scalar", rows)
     store(instr, ctx, y)
 

@@ -13,7 +13,7 @@ from .. import numerics
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import accumulators, keep_rows, masked_out, registers
+from .accumulators import accumulators, keep_rows, masked_out
 from .common import dst_of, dtype_of, operand, src_const, src_tile, store, tile, write_res
 
 
@@ -77,9 +77,8 @@ def _vector_accumulate(instr: Instr, ctx: Ctx, r: np.ndarray, p: int) -> None:
     partial = (
         M.free_reduce("maximum", r_in) if cmd in ("reduce", "reset_reduce", "load_reduce") else None
     )
-    before = registers(ctx, "vector")
-    regs = accumulators(ctx, "vector", cmd, "maximum", partial, p)
-    keep_rows(ctx, "vector", before, rows)
+    with keep_rows(ctx, "vector", rows):
+        regs = accumulators(ctx, "vector", cmd, "maximum", partial, p)
     write_res(ctx, instr, "reduce_res", regs, "vector", rows)
 
 
