@@ -57,6 +57,9 @@ def tensor_reduce(
     -1 (arithmetic ops only). When every free axis is reduced without keepdims, the result keeps
     one free element (shape (P, 1)): an on-chip tile always has a free axis.
 
+    A classic ``mask`` is over the data (the instruction's iteration space): masked-out
+    elements take no part, and a partition with none selected keeps its result row.
+
     Example: ``m = nisa.tensor_reduce(np.max, x, axis=(1,), keepdims=True)``.
     """
     c = Call("tensor_reduce", dtype)
@@ -78,7 +81,10 @@ def tensor_reduce(
         shape = tuple(n for d, n in enumerate(acc.shape) if d not in axes)
         if len(shape) < 2:
             shape = (acc.shape[0], 1)
-    return c.new(shape, (acc,), dtype=odt, mask=mask, op=fn.name, axis=axes, negate=bool(negate))
+    return c.new(
+        shape, (acc,), dtype=odt, mask=mask, mask_shape=acc.shape, op=fn.name, axis=axes,
+        negate=bool(negate),
+    )  # fmt: skip
 
 
 def _axes(axis: Any, rank: int, api: str) -> tuple[int, ...]:

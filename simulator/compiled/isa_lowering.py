@@ -162,6 +162,8 @@ def lower_tensor_reduce(g: Emitter, ins: Instr) -> None:
     op = _REDUCTIONS.get(ins.attr("op"))
     if op is None:
         raise Unsupported(f"tensor_reduce with '{ins.attr('op')}'")
+    if ins.mask is not None and ins.attr("negate"):
+        raise Unsupported("negated tensor_reduce under a mask (over the data, not the result)")
     axes = tuple(ins.attr("axes"))
     lower_reduce(g, dataclasses.replace(ins, op=op, attrs=(("axes", axes), ("keepdims", True))))
     if ins.attr("negate"):

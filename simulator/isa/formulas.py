@@ -51,6 +51,32 @@ def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.asarray(red(x, axis=axes, keepdims=True))
 
 
+# what a masked-out element becomes so that it takes no part in a reduction
+_MASKED_IDENTITY = {"add": 0, "multiply": 1, "maximum": -np.inf, "minimum": np.inf,
+                    "logical_and": 1, "logical_or": 0, "logical_xor": 0, "bitwise_and": -1,
+                    "bitwise_or": 0, "bitwise_xor": 0}  # fmt: skip
+
+
+def masked_reduce(op: str, x: np.ndarray, sel: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """:func:`reduce` of the elements ``sel`` (``x``'s shape) selects only; ``subtract`` folds
+    left from the first selected element."""
+    if op != "subtract":
+        fill = np.asarray(_MASKED_IDENTITY[op]).astype(x.dtype)
+        return reduce(op, np.where(sel, x, fill), axes)
+    lead = tuple(range(x.ndim - len(axes), x.ndim))
+    flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)
+    keep = np.moveaxis(sel, axes, lead).reshape(flat.shape)
+    first = np.argmax(keep, axis=-1)[..., None]
+    head = np.take_along_axis(flat, first, axis=-1)[..., 0]
+    rest = keep.copy()
+    np.put_along_axis(rest, first, False, axis=-1)
+    with quiet():
+        out = np.asarray(head - np.sum(np.where(rest, flat, 0), axis=-1, dtype=flat.dtype))
+    for a in sorted(axes):
+        out = np.expand_dims(out, a)
+    return out
+
+
 def free_reduce(op: str, x2d: np.ndarray) -> np.ndarray:
     """Per-partition reduction of a (P, F) array -> (P,)."""
     return reduce(op, x2d, (1,))[:, 0]

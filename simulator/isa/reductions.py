@@ -14,19 +14,34 @@ from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
 from .accumulators import IDENTITY, accumulate, keep_rows, masked_out, registers, set_registers
-from .common import dst_of, operand, src_tile, store, tile, undefined, write_res
+from .common import dst_of, dtype_of, operand, src_tile, store, tile, undefined, write_res
 
 
 @executes("isa", "tensor_reduce")
 def _tensor_reduce(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     op = OPS[instr.attr("op")]
-    raw = ctx.read(src)
+    axes = tuple(instr.attr("axes"))
+    # a classic mask is over the data: masked-out elements are neither read nor folded in
+    sel = ctx.mask(instr, src.shape)
+    raw = ctx.read(src, sel)
     x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
-    r = M.reduce(op.name, x, tuple(instr.attr("axes")))
+    if sel is None:
+        r = M.reduce(op.name, x, axes)
+    else:
+        sel = np.broadcast_to(sel, src.shape)
+        r = M.masked_reduce(op.name, x, sel, axes)
     if instr.attr("negate"):
         r = -np.asarray(r, dtype=np.float32)
-    store(instr, ctx, r, op.bitvec)
+    if sel is None:
+        store(instr, ctx, r, op.bitvec)
+        return
+    dst = instr.dst
+    assert dst is not None
+    rows = np.any(sel, axis=axes, keepdims=True).reshape(dst.shape)  # a row with none: kept
+    if op.bitvec:
+        r = M.wrap(r, numerics.storage_dtype(dtype_of(ctx, dst), ctx.config.precise_fp))
+    ctx.write(dst, np.asarray(r).reshape(dst.shape), rows, instr.accumulate)
 
 
 @executes("isa", "tensor_tensor_scan")

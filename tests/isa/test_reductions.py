@@ -76,6 +76,47 @@ def test_tensor_reduce_bitwise():
     np.testing.assert_array_equal(got[:, 0], np.bitwise_or.reduce(x, axis=1))
 
 
+def k_reduce_masked(x, op, negate):
+    """A mask over the data (the reduced axis and the partitions); partitions 100+ select
+    nothing and keep the 7s the result tile held."""
+    out = _out((x.shape[0], 1), x.dtype)
+    ip, jf = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    t = nl.load(x)
+    r = nl.full((x.shape[0], 1), 7, dtype=x.dtype)
+    r[...] = nisa.tensor_reduce(
+        op, t[ip, jf], axis=(1,), mask=(jf >= 5) & (jf < 40) & (ip < 100), negate=negate,
+        keepdims=True,
+    )  # fmt: skip
+    nl.store(out, r)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+@pytest.mark.parametrize(
+    "op,negate", [(np.add, False), (np.max, True), (np.subtract, False), (nl.bitwise_or, False)]
+)
+def test_tensor_reduce_folds_in_only_what_its_mask_selects(backend, op, negate):
+    rng = np.random.default_rng(5)
+    bitvec = op is nl.bitwise_or
+    x = (
+        rng.integers(0, 2**16, (128, 48)).astype(np.int32)
+        if bitvec
+        else rng.uniform(0.5, 1.5, (128, 48)).astype(np.float32)
+    )
+    sel = x[:100, 5:40]
+    want = np.full((128, 1), 7, dtype=x.dtype)
+    if op is np.subtract:  # a left fold from the first selected element
+        want[:100, 0] = sel[:, 0] - sel[:, 1:].sum(1)
+    else:
+        ref = {np.add: np.sum, np.max: np.max, nl.bitwise_or: np.bitwise_or.reduce}[op]
+        want[:100, 0] = -ref(sel, axis=1) if negate else ref(sel, axis=1)
+    got = nki.jit(k_reduce_masked).configure(backend=backend)(x, op, negate)
+    if bitvec:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def k_reduce_axis(x, axis):
     r = nisa.tensor_reduce(np.add, nl.load(x), axis=axis)  # ERR
     out = _out(r.shape, x.dtype)
