@@ -389,7 +389,11 @@ class Kernel:
         elif why is not None:  # what made the launch trace per core decided the generation
             st.generation, st.generation_why = "current", why
         elif st.generation is None and not lnc_shaped(grid):  # kernel[2, 2], kernel[4]
-            what = f"the launch grid kernel[{', '.join(map(str, grid.shape))}]"
+            what = (
+                f"the launch grid kernel[{', '.join(map(str, grid.shape))}] (an SPMD grid; a "
+                "current-API kernel is launched as kernel[1] or kernel[2], its logical "
+                "NeuronCore count)"
+            )
             st.generation, st.generation_why = "classic", (what, def_loc)
         sig = self.signature
         call_args = dict(bound.arguments)

@@ -310,6 +310,16 @@ def test_kernel_n_classic_is_an_spmd_grid():
     assert str(k.last_ir.grid) == "(2)"
 
 
+def test_kernel_n_beyond_two_cores_of_a_current_kernel_says_how_current_kernels_launch():
+    x = np.ones((128, 8), dtype=np.float32)
+    with pytest.raises(NKIError) as e:
+        nki.jit(add_one)[3](x)
+    assert e.value.code == "err_mixed_api_generations"
+    msg = str(e.value)
+    assert "kernel[3] (an SPMD grid" in msg and "kernel[1] or kernel[2]" in msg
+    assert e.value.loc.line == _line(add_one, "nisa.tensor_scalar")
+
+
 # ---- the ragged copy ---------------------------------------------------------------
 def ragged_copy(x):
     n, f = x.shape
