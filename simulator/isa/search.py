@@ -8,6 +8,7 @@ import numpy as np
 from nki import dtypes
 from nki.ir import Access, Instr
 
+from .. import numerics
 from ..executors import executes
 from ..memory import Ctx, eval_mask
 from . import formulas as M
@@ -48,10 +49,19 @@ def _nc_find_index8(instr: Instr, ctx: Ctx) -> None:
 def _nc_match_replace8(instr: Instr, ctx: Ctx) -> None:
     data, vals, imm = src_tile(instr, 0), src_tile(instr, 1), src_const(instr, 2)
     p = data.shape[0]
-    d = tile(ctx, data, p, False)
     v = tile(ctx, vals, p, False)
     idx_acc = instr.attr("dst_idx")
     sentinel = _sentinel(ctx, idx_acc) if idx_acc is not None else -1
+    sel = ctx.mask(instr, data.shape)
+    rows = None
+    if sel is None:
+        d = tile(ctx, data, p, False)
+    else:  # masked-out elements are neither read nor searched; a row with none keeps dst_idx
+        keep = np.broadcast_to(sel, data.shape)
+        d = numerics.to_compute(ctx.read(data, keep)).reshape(p, -1)
+        keep = keep.reshape(d.shape)
+        d = np.where(keep, d, np.float32(np.nan))  # (NaN never matches)
+        rows = keep.any(axis=1)
     out, idx = M.match_replace8(d, v, float(imm.value), sentinel)
-    write_res(ctx, instr, "dst_idx", idx)
+    write_res(ctx, instr, "dst_idx", idx, rows=rows)
     store(instr, ctx, out)

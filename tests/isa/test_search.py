@@ -94,3 +94,43 @@ def test_max8_and_find_index8_masks_over_the_source():
     got, idx = runs[REFERENCE]
     np.testing.assert_array_equal(got[:64], want)
     np.testing.assert_array_equal(idx[:64], want_idx.astype(np.uint32))
+
+
+def k_match_replace_masked(x, vals):
+    """Replace matches within the first 32 columns of partitions 0-63 only: a match outside
+    them is not taken, and partitions 64+ keep dst_idx's 7s."""
+    n, m = x.shape
+    rep = _out(x.shape, x.dtype)
+    idx = _out((n, 8), nl.uint32)
+    ip, jf = nl.mgrid[0:n, 0:m]
+    t = nl.load(x)
+    v = nl.load(vals)
+    where = nl.full((n, 8), 7, dtype=nl.uint32)
+    r = nl.full((n, m), 5.0, dtype=x.dtype)
+    r[ip, jf] = nisa.nc_match_replace8(
+        data=t[ip, jf], vals=v, imm=-1.0, dst_idx=where, mask=(jf < 32) & (ip < 64)
+    )
+    nl.store(rep, r)
+    nl.store(idx, where)
+    return rep, idx
+
+
+def test_match_replace8_under_a_mask_searches_only_the_selected_elements():
+    rng = np.random.default_rng(2)
+    x = np.stack([rng.permutation(64) for _ in range(128)]).astype(np.float32)
+    vals = np.repeat(np.arange(56, 64, dtype=np.float32)[None, :], 128, axis=0)
+    vals[:, 0] = x[:, 0]  # a value found in every row's selected columns
+    want_rep = np.full(x.shape, 5.0, dtype=np.float32)
+    want_rep[:64, :32] = x[:64, :32]
+    want_idx = np.full((128, 8), 7, dtype=np.uint32)
+    want_idx[:64] = 0xFFFFFFFF  # (not found)
+    for r in range(64):
+        for i in range(7, -1, -1):  # vals[7] first; an element is replaced once
+            hits = np.flatnonzero((x[r, :32] == vals[r, i]) & (want_rep[r, :32] != -1.0))
+            if hits.size:
+                want_idx[r, i] = hits[0]
+                want_rep[r, hits[0]] = -1.0
+    runs = run_backends(nki.jit(k_match_replace_masked, api="classic"), None, x, vals)
+    rep, idx = runs[REFERENCE]  # (every backend gave its bits)
+    np.testing.assert_array_equal(rep, want_rep)
+    np.testing.assert_array_equal(idx, want_idx)
