@@ -395,10 +395,16 @@ def activation_values(
     return np.asarray(fn(t), dtype=np.float32)
 
 
-def reduce_into(ctx: BCtx, res: Access, op: str, y: np.ndarray) -> None:
-    """Write the row reductions (by ``op``, along the last axis) of ``y`` into ``res``."""
-    partial = M.reduce(op, y, (y.ndim - 1,))
-    ctx.write(res, partial.reshape((*ctx.dims, *res.shape)))
+def reduce_into(
+    ctx: BCtx, res: Access, op: str, y: np.ndarray, partial: np.ndarray | None = None
+) -> None:
+    """Write the row reductions (by ``op``, along the last axis) of ``y`` (or ``partial``, those
+    reductions already made) into ``res``."""
+    if partial is None:
+        partial = M.reduce(op, y, (y.ndim - 1,))
+    shape = (*ctx.dims, *res.shape)
+    # (a fresh result of the tile's shape stays its own array: ``BCtx.write`` may take it over)
+    ctx.write(res, partial if partial.shape == shape else partial.reshape(shape))
 
 
 @_isa("tensor_copy")

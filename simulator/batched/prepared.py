@@ -136,21 +136,37 @@ def _activation(instr: Instr, decls: _Decls) -> Run | None:
     fn = OPS[instr.attr("op")].fn
     one = isinstance(scale, Const) and float(scale.value) == 1.0
     res, reduce_op = instr.attr("reduce_res"), instr.attr("reduce_op")
+    # (immediates made once: ``_column``'s fp32 values of them)
+    sc0 = np.float32(scale.value) if isinstance(scale, Const) else None
+    bi0 = np.float32(bias.value) if isinstance(bias, Const) else None
+    res_whole = res is not None and whole(res)
 
     def run(ctx: BCtx) -> bool:
         arr = _tile(ctx, data)
-        sc = _column(ctx, scale, p)
-        bi = _column(ctx, bias, p)
+        sc = sc0 if sc0 is not None else _column(ctx, scale, p)
+        bi = bi0 if bi0 is not None else _column(ctx, bias, p)
         if arr is None or sc is None or bi is None:
             return False
         x2 = numerics.to_compute(contiguous(arr)).reshape((*ctx.dims, p, -1))
         y = activation_values(x2, sc, bi, one, fn)
         if res is not None:
-            reduce_into(ctx, res, reduce_op, y)
+            _reduce_res(ctx, res, res_whole, reduce_op, y)
         _put(ctx, instr, y)
         return True
 
     return run
+
+
+def _reduce_res(ctx: BCtx, res: Access, res_whole: bool, op: str, y: np.ndarray) -> None:
+    """``ops.reduce_into``: the row reductions of ``y`` into ``res``, assigned straight into
+    its fp32 storage when that is stored as the batch's whole tile (what ``BCtx.write`` does
+    there, without finding the view)."""
+    partial = M.reduce(op, y, (y.ndim - 1,))
+    tgt = _tile(ctx, res) if res_whole else None
+    if tgt is not None and tgt.dtype == partial.dtype and tgt.shape == partial.shape:
+        tgt[...] = partial
+        return
+    reduce_into(ctx, res, op, y, partial)
 
 
 def _one_source(instr: Instr, values: Values, isa: bool) -> Run | None:
