@@ -11,6 +11,7 @@ from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..ir import Cond, IndexExpr, Mask
 from ..symbolic import Pred
 from ..tracer import NkiTensor, const_operand, to_mask
+from ..tracer.bool_masks import SEARCHES, Disj, or_refused
 from .common import Call, dt, free_size, is_tile, same_partitions, tile
 from .forms import instruction
 from .rules import check_dtype_in
@@ -34,11 +35,13 @@ def _source_mask(c: Call, mask: Any, src_shape: tuple[int, ...]) -> tuple[Any, d
     it leaves out are not written. Returns the (P, 8) result's mask (the conditions on the
     partition axis alone) and the source mask as an attribute. A mask of the result's own
     shape (or None) keeps its usual meaning."""
-    if not isinstance(mask, Pred) or tuple(src_shape[1:]) == (8,):
+    if tuple(src_shape[1:]) == (8,) or not isinstance(mask, (Pred, Disj)):
         return mask, {}
-    shapes = [cond.expr.shape for cond in mask.conds]
-    if all(len(sh) < 2 or sh[-1] in (1, 8) for sh in shapes):
+    conds = mask.conds if isinstance(mask, Pred) else [k for term in mask.terms for k in term]
+    if all(len(k.expr.shape) < 2 or k.expr.shape[-1] in (1, 8) for k in conds):
         return mask, {}  # over the (P, 8) result
+    if isinstance(mask, Disj):
+        raise or_refused(c.api, SEARCHES, user_loc())
     m = to_mask(mask, tuple(src_shape), c.api)
     assert isinstance(m, Mask)
     rows = tuple(

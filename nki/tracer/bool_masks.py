@@ -476,9 +476,11 @@ _SPLITTABLE = {"copy", "dma", "ew", "memset", "const", "select", "transpose", "g
                "atomic_rmw", "all_reduce", "softmax", "rms_norm", "reshape", "isa"}  # fmt: skip
 _RANDOM = "it draws random numbers or sets the random state, and each piece would again"
 _REDUCES = "its mask selects the elements it reduces, and each piece would reduce only its own"
+SEARCHES = "its mask selects the elements it searches, and each piece would search only its own"
 _WHY_NOT = {"reduce": _REDUCES, "rand": _RANDOM, "dropout": _RANDOM, "seed": _RANDOM,
             "isa.bn_stats": _REDUCES, "isa.tensor_reduce": _REDUCES, "isa.dropout": _RANDOM,
-            "isa.rand2": _RANDOM, "isa.rand_set_state": _RANDOM}  # fmt: skip
+            "isa.rand2": _RANDOM, "isa.rand_set_state": _RANDOM,
+            "isa.nc_match_replace8": SEARCHES}  # fmt: skip
 
 
 def expand_covers(body: list[Any], tensors: dict[str, Any]) -> list[Any]:
@@ -499,16 +501,27 @@ def expand_covers(body: list[Any], tensors: dict[str, Any]) -> list[Any]:
 
 def _check_splittable(instr: Instr, tensors: dict[str, Any]) -> None:
     why = _WHY_NOT.get(instr.kind) or _WHY_NOT.get(f"{instr.kind}.{instr.op}")
+    if why in (_REDUCES, SEARCHES) and _rows_only(instr.mask):
+        return  # (each partition reduces or searches its own elements: whole rows split cleanly)
     if why is None:
         why = _split_problem(instr, tensors)
     if why is not None:
-        raise NKIError(
-            f"a mask built with 'or' is emitted as one instruction per disjoint piece, which "
-            f"'{instr.api or instr.op}' cannot be: {why}. Write it with a conjunction mask "
-            "(&, and) per case instead",
-            code="err_unsupported_expression_in_mask",
-            loc=instr.loc if isinstance(instr.loc, SrcLoc) else None,
-        )
+        raise or_refused(instr.api or instr.op, why, instr.loc)
+
+
+def _rows_only(cover: Any) -> bool:
+    """Whether every piece of ``cover`` selects whole partitions (conditions on axis 0 only)."""
+    return all(not any(c.expr.coeffs[1:]) for m in cover.pieces for c in m.conds)
+
+
+def or_refused(api: str, why: str, loc: Any) -> NKIError:
+    """The error of a mask built with ``or`` on a call that cannot run once per piece."""
+    return NKIError(
+        f"a mask built with 'or' is emitted as one instruction per disjoint piece, which "
+        f"'{api}' cannot be: {why}. Write it with a conjunction mask (&, and) per case instead",
+        code="err_unsupported_expression_in_mask",
+        loc=loc if isinstance(loc, SrcLoc) else None,
+    )
 
 
 def _split_problem(instr: Instr, tensors: dict[str, Any]) -> str | None:

@@ -348,9 +348,74 @@ def k_dropout(x):
     return out
 
 
-@pytest.mark.parametrize(("kern", "why"), [(k_sum, "reduce"), (k_dropout, "random")])
+def k_tensor_reduce(x):
+    out = nl.ndarray((P, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:P, 0:F]
+    t = nl.load(x)
+    s = nisa.tensor_reduce(np.add, t[ix, iy], axis=(1,), mask=(ix < 64 or iy < 8))  # ERR
+    nl.store(out, value=s)
+    return out
+
+
+def k_max8(x):
+    out = nl.ndarray((P, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:P, 0:F]
+    t = nl.load(x)
+    nl.store(out, value=nisa.max8(src=t[ix, iy], mask=(ix < 64 or iy < 8)))  # ERR
+    return out
+
+
+def k_match_replace8(x):
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:P, 0:F]
+    t = nl.load(x)
+    top = nisa.max8(src=t)
+    r = nisa.nc_match_replace8(data=t[ix, iy], vals=top, imm=0.0, mask=(ix < 64 or iy < 8))  # ERR
+    nl.store(out, value=r)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kern", "why"),
+    [(k_sum, "reduce"), (k_tensor_reduce, "reduce"), (k_dropout, "random"), (k_max8, "search"),
+     (k_match_replace8, "search")],
+)  # fmt: skip
 def test_calls_a_disjoint_split_would_change_refuse_or(kern, why):
     expect(kern, rand((P, F)), code="err_unsupported_expression_in_mask", values=[why, "'or'"])
+
+
+def k_reductions_of_whole_rows(x):
+    """Per-partition reductions and searches under an ``or`` of partition conditions: each
+    piece is whole rows, so the pieces split nothing a partition reduces."""
+    out = nl.ndarray((P, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+    rep = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:P, 0:F]
+    t = nl.load(x)
+    keep = ix < 10 or ix >= 100
+    r = nl.full((P, 2), 3.0, dtype=x.dtype)
+    r[:, 0:1] = nisa.tensor_reduce(np.add, t[ix, iy], axis=(1,), keepdims=True, mask=keep)
+    r[:, 1:2] = nl.max(t[ix, iy], axis=1, keepdims=True, mask=keep)
+    m = nl.full((P, F), 3.0, dtype=x.dtype)
+    m[ix, iy] = nisa.nc_match_replace8(data=t[ix, iy], vals=nisa.max8(src=t), imm=0.0, mask=keep)
+    nl.store(out, value=r)
+    nl.store(rep, value=m)
+    return out, rep
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_under_an_or_of_partition_conditions_match_numpy(backend):
+    x = np.random.default_rng(4).permutation(P * F).reshape(P, F).astype(np.float32)
+    k = nki.jit(k_reductions_of_whole_rows, api="classic").configure(backend=backend)
+    got, rep = k(x)
+    keep = (np.arange(P) < 10) | (np.arange(P) >= 100)
+    want = np.full((P, 2), 3.0, dtype=np.float32)
+    want[keep, 0] = x[keep].sum(axis=1)
+    want[keep, 1] = x[keep].max(axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    want_rep = np.full((P, F), 3.0, dtype=np.float32)
+    top8 = np.sort(x, axis=1)[:, -8:]
+    want_rep[keep] = np.where(np.isin(x, top8), 0.0, x)[keep]  # (distinct values: found once)
+    np.testing.assert_array_equal(rep, want_rep)
 
 
 def k_if_or(x):
