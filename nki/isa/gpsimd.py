@@ -300,6 +300,9 @@ def tensor_partition_reduce(
     bitwise_xor): the result has one partition, shape (1, *free). ``nl.average`` (or
     ``nl.mean``) is the fp32 sum of the partitions divided by their count.
 
+    A classic ``mask`` is over the data: masked-out elements take no part (an average divides
+    by the partitions selected in its column), and a column with none selected keeps its result.
+
     Example: ``col_sum = nisa.tensor_partition_reduce(np.add, x)``.
     """
     c = Call("tensor_partition_reduce", dtype)
@@ -315,7 +318,10 @@ def tensor_partition_reduce(
     odt = c.result_dtype()
     check_bitvec_dtypes(fn, [dt(t), odt], c.api, "op")
     extra = {"average": True} if average else {}
-    return c.new((1, *acc.shape[1:]), (acc,), dtype=odt, mask=mask, op=fn.name, **extra)
+    return c.new(
+        (1, *acc.shape[1:]), (acc,), dtype=odt, mask=mask, mask_shape=acc.shape, op=fn.name,
+        **extra,
+    )  # fmt: skip
 
 
 @instruction

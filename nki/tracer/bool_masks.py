@@ -477,10 +477,11 @@ _SPLITTABLE = {"copy", "dma", "ew", "memset", "const", "select", "transpose", "g
 _RANDOM = "it draws random numbers or sets the random state, and each piece would again"
 _REDUCES = "its mask selects the elements it reduces, and each piece would reduce only its own"
 SEARCHES = "its mask selects the elements it searches, and each piece would search only its own"
+_ACROSS = "its mask selects the partitions it reduces across, and each piece would reduce its own"
 _WHY_NOT = {"reduce": _REDUCES, "rand": _RANDOM, "dropout": _RANDOM, "seed": _RANDOM,
             "isa.bn_stats": _REDUCES, "isa.tensor_reduce": _REDUCES, "isa.dropout": _RANDOM,
             "isa.rand2": _RANDOM, "isa.rand_set_state": _RANDOM,
-            "isa.nc_match_replace8": SEARCHES}  # fmt: skip
+            "isa.nc_match_replace8": SEARCHES, "isa.tensor_partition_reduce": _ACROSS}  # fmt: skip
 
 
 def expand_covers(body: list[Any], tensors: dict[str, Any]) -> list[Any]:

@@ -49,12 +49,23 @@ def _affine_select(instr: Instr, ctx: Ctx) -> None:
 def _tensor_partition_reduce(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     op = OPS[instr.attr("op")]
-    raw = ctx.read(src)
+    # a classic mask is over the data: masked-out elements are neither read nor folded in
+    sel = ctx.mask(instr, src.shape)
+    sel = None if sel is None else np.broadcast_to(sel, src.shape)
+    raw = ctx.read(src, sel)
     x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
-    out = M.reduce(op.name, x, (0,))
-    if instr.attr("average"):  # (the fp32 sum over the partition count)
-        out = np.divide(out, np.float32(src.shape[0]), dtype=np.float32)
-    store(instr, ctx, out, op.bitvec)
+    out = M.reduce(op.name, x, (0,)) if sel is None else M.masked_reduce(op.name, x, sel, (0,))
+    if instr.attr("average"):  # (the fp32 sum over the partition count, or those selected)
+        n = np.float32(src.shape[0]) if sel is None else np.maximum(sel.sum(0), 1)
+        out = np.divide(out, np.asarray(n, dtype=np.float32), dtype=np.float32)
+    if sel is None:
+        store(instr, ctx, out, op.bitvec)
+        return
+    dst = dst_of(instr)
+    if op.bitvec:
+        out = M.wrap(out, numerics.storage_dtype(ctx.decl(dst.tensor).dtype, ctx.config.precise_fp))
+    cols = np.any(sel, axis=0, keepdims=True).reshape(dst.shape)  # a column with none: kept
+    ctx.write(dst, np.asarray(out).reshape(dst.shape), cols, instr.accumulate)
 
 
 @executes("isa", "local_gather")

@@ -375,10 +375,19 @@ def k_match_replace8(x):
     return out
 
 
+def k_partition_reduce(x):
+    out = nl.ndarray((1, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:P, 0:F]
+    t = nl.load(x)
+    r = nisa.tensor_partition_reduce(np.add, t[ix, iy], mask=(ix < 10 or ix >= 100))  # ERR
+    nl.store(out, value=r)
+    return out
+
+
 @pytest.mark.parametrize(
     ("kern", "why"),
     [(k_sum, "reduce"), (k_tensor_reduce, "reduce"), (k_dropout, "random"), (k_max8, "search"),
-     (k_match_replace8, "search")],
+     (k_match_replace8, "search"), (k_partition_reduce, "reduces across")],
 )  # fmt: skip
 def test_calls_a_disjoint_split_would_change_refuse_or(kern, why):
     expect(kern, rand((P, F)), code="err_unsupported_expression_in_mask", values=[why, "'or'"])

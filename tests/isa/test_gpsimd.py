@@ -117,6 +117,31 @@ def test_tensor_partition_reduce(dt, op, ref):
     )
 
 
+def k_part_reduce_masked(x, op):
+    """Partitions 10-69 of columns 0-19 only; columns 20+ select none and keep their 7s."""
+    out = _out((1, x.shape[1]), x.dtype)
+    ip, jf = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    t = nl.load(x)
+    r = nl.full((1, x.shape[1]), 7, dtype=x.dtype)
+    r[...] = nisa.tensor_partition_reduce(
+        op, t[ip, jf], mask=(ip >= 10) & (ip < 70) & (jf < 20)
+    )  # fmt: skip
+    nl.store(out, r)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+@pytest.mark.parametrize(
+    "op,ref", [(np.add, np.sum), (nl.maximum, np.max), (nl.average, np.mean)]
+)  # fmt: skip
+def test_tensor_partition_reduce_folds_in_only_what_its_mask_selects(backend, op, ref):
+    x = RNG.integers(-1000, 1000, size=(128, 32)).astype(np.float32)  # (exact sums)
+    want = np.full((1, 32), 7, dtype=np.float32)
+    want[0, :20] = ref(x[10:70, :20], axis=0)
+    got = nki.jit(k_part_reduce_masked, api="classic").configure(backend=backend)(x, op)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def k_part_average_current(x, op):
     out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
