@@ -18,15 +18,7 @@ from nki.optable import OPS
 from ..memory import Ctx
 from . import formulas as M
 
-IDENTITY: dict[str, float] = {
-    "add": 0.0,
-    "subtract": 0.0,
-    "multiply": 1.0,
-    "maximum": float("-inf"),
-    "minimum": float("inf"),
-    "abs_max": 0.0,
-    "abs_min": float("inf"),
-}
+IDENTITY = M.IDENTITY  # (what a reset register holds)
 
 
 def fold(op: str, acc: np.ndarray, new: np.ndarray) -> np.ndarray:

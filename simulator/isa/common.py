@@ -115,14 +115,24 @@ def tile(ctx: Ctx, src: Access, p: int, bitvec: bool, exact: bool = False) -> np
     return numerics.to_compute(raw, exact_int=exact).reshape(p, -1)
 
 
-def store(instr: Instr, ctx: Ctx, values: np.ndarray, bitvec: bool = False) -> None:
+def store(
+    instr: Instr,
+    ctx: Ctx,
+    values: np.ndarray,
+    bitvec: bool = False,
+    written: np.ndarray | None = None,
+) -> None:
+    """Write the instruction's result: where its mask selects, or where ``written`` does (an
+    instruction masked over what it reads, whose result elements with nothing selected keep
+    what they held)."""
     dst = instr.dst
     assert dst is not None
     vals = np.asarray(values)
     if bitvec:
         vals = M.wrap(vals, numerics.storage_dtype(dtype_of(ctx, dst), ctx.config.precise_fp))
     vals = vals.reshape(dst.shape) if vals.size == int(np.prod(dst.shape)) else vals
-    ctx.write(dst, vals, ctx.mask(instr), instr.accumulate)
+    sel = ctx.mask(instr) if written is None else written
+    ctx.write(dst, vals, sel, instr.accumulate)
 
 
 def matmul_write(instr: Instr, ctx: Ctx, values: np.ndarray) -> None:

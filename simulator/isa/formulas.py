@@ -51,17 +51,20 @@ def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.asarray(red(x, axis=axes, keepdims=True))
 
 
-# what a masked-out element becomes so that it takes no part in a reduction
-_MASKED_IDENTITY = {"add": 0, "multiply": 1, "maximum": -np.inf, "minimum": np.inf,
-                    "logical_and": 1, "logical_or": 0, "logical_xor": 0, "bitwise_and": -1,
-                    "bitwise_or": 0, "bitwise_xor": 0}  # fmt: skip
+# each reduction's identity: what a reset accumulator register holds, and what a masked-out
+# element becomes so that it takes no part
+IDENTITY: dict[str, float] = {"add": 0.0, "subtract": 0.0, "multiply": 1.0,
+                              "maximum": float("-inf"), "minimum": float("inf"), "abs_max": 0.0,
+                              "abs_min": float("inf"), "logical_and": 1.0, "logical_or": 0.0,
+                              "logical_xor": 0.0, "bitwise_and": -1.0, "bitwise_or": 0.0,
+                              "bitwise_xor": 0.0}  # fmt: skip
 
 
 def masked_reduce(op: str, x: np.ndarray, sel: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """:func:`reduce` of the elements ``sel`` (``x``'s shape) selects only; ``subtract`` folds
     left from the first selected element."""
     if op != "subtract":
-        fill = np.asarray(_MASKED_IDENTITY[op]).astype(x.dtype)
+        fill = np.asarray(IDENTITY[op]).astype(x.dtype)
         return reduce(op, np.where(sel, x, fill), axes)
     lead = tuple(range(x.ndim - len(axes), x.ndim))
     flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)

@@ -58,14 +58,9 @@ def _tensor_partition_reduce(instr: Instr, ctx: Ctx) -> None:
     if instr.attr("average"):  # (the fp32 sum over the partition count, or those selected)
         n = np.float32(src.shape[0]) if sel is None else np.maximum(sel.sum(0), 1)
         out = np.divide(out, np.asarray(n, dtype=np.float32), dtype=np.float32)
-    if sel is None:
-        store(instr, ctx, out, op.bitvec)
-        return
-    dst = dst_of(instr)
-    if op.bitvec:
-        out = M.wrap(out, numerics.storage_dtype(ctx.decl(dst.tensor).dtype, ctx.config.precise_fp))
-    cols = np.any(sel, axis=0, keepdims=True).reshape(dst.shape)  # a column with none: kept
-    ctx.write(dst, np.asarray(out).reshape(dst.shape), cols, instr.accumulate)
+    # (a column with none selected keeps what it held)
+    cols = None if sel is None else np.any(sel, axis=0).reshape(dst_of(instr).shape)
+    store(instr, ctx, out, op.bitvec, written=cols)
 
 
 @executes("isa", "local_gather")

@@ -14,7 +14,7 @@ from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
 from .accumulators import IDENTITY, accumulate, keep_rows, masked_out, registers, set_registers
-from .common import dst_of, dtype_of, operand, src_tile, store, tile, undefined, write_res
+from .common import dst_of, operand, src_tile, store, tile, undefined, write_res
 
 
 @executes("isa", "tensor_reduce")
@@ -24,24 +24,15 @@ def _tensor_reduce(instr: Instr, ctx: Ctx) -> None:
     axes = tuple(instr.attr("axes"))
     # a classic mask is over the data: masked-out elements are neither read nor folded in
     sel = ctx.mask(instr, src.shape)
+    sel = None if sel is None else np.broadcast_to(sel, src.shape)
     raw = ctx.read(src, sel)
     x = M.bits(raw) if op.bitvec else numerics.to_compute(raw)
-    if sel is None:
-        r = M.reduce(op.name, x, axes)
-    else:
-        sel = np.broadcast_to(sel, src.shape)
-        r = M.masked_reduce(op.name, x, sel, axes)
+    r = M.reduce(op.name, x, axes) if sel is None else M.masked_reduce(op.name, x, sel, axes)
     if instr.attr("negate"):
         r = -np.asarray(r, dtype=np.float32)
-    if sel is None:
-        store(instr, ctx, r, op.bitvec)
-        return
-    dst = instr.dst
-    assert dst is not None
-    rows = np.any(sel, axis=axes, keepdims=True).reshape(dst.shape)  # a row with none: kept
-    if op.bitvec:
-        r = M.wrap(r, numerics.storage_dtype(dtype_of(ctx, dst), ctx.config.precise_fp))
-    ctx.write(dst, np.asarray(r).reshape(dst.shape), rows, instr.accumulate)
+    # (a row with none selected keeps what it held)
+    rows = None if sel is None else np.any(sel, axis=axes).reshape(dst_of(instr).shape)
+    store(instr, ctx, r, op.bitvec, written=rows)
 
 
 @executes("isa", "tensor_tensor_scan")
@@ -135,11 +126,9 @@ def _bn_stats(instr: Instr, ctx: Ctx) -> None:
     keep = np.broadcast_to(m, src.shape).reshape(p, -1)
     x = numerics.to_compute(ctx.read(src, np.broadcast_to(m, src.shape))).reshape(p, -1)
     rows = keep.any(axis=1) | bool((keep == keep[:1]).all())  # partition-masked rows unwritten
-    vals = M.bn_stats(x, keep)
-    dst = instr.dst
-    assert dst is not None
-    sel = np.broadcast_to(rows.reshape((p,) + (1,) * (len(dst.shape) - 1)), dst.shape)
-    ctx.write(dst, vals.reshape(dst.shape), sel, instr.accumulate)
+    shape = dst_of(instr).shape
+    written = np.broadcast_to(rows.reshape((p,) + (1,) * (len(shape) - 1)), shape)
+    store(instr, ctx, M.bn_stats(x, keep), written=written)
 
 
 @executes("isa", "bn_aggr")
