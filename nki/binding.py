@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .errors import NKITypeError, locate_in_traceback
 from .ir import Grid
 
 # (parameter names, how many lead ones have no default)
@@ -171,3 +172,30 @@ def flat_arrays(arguments: dict[str, Any], lists: list[str]) -> dict[str, Any]:
     for name in lists:
         out.update({f"{name}[{i}]": e for i, e in enumerate(arguments[name])})
     return out
+
+
+# compile-time argument types whose object is the argument's own (a small int or an interned
+# string may be any other value of the kernel too)
+_OWN_OBJECTS = (list, tuple, dict, set, frozenset)
+
+
+def misused_argument(exc: AttributeError, arguments: dict[str, Any]) -> Exception:
+    """``exc`` itself, raised while tracing, or an error at the kernel's line when the
+    attribute was looked up on a compile-time argument (a list, tuple, dict or set): a kernel
+    that uses it as a tensor (``x.shape``) was given, say, a Python list where it takes an
+    array."""
+    obj = getattr(exc, "obj", None)
+    if not isinstance(obj, _OWN_OBJECTS):
+        return exc
+    name = next((n for n, v in arguments.items() if v is obj), None)
+    if name is None:
+        return exc
+    text = repr(obj)
+    err = NKITypeError(
+        f"argument '{name}' of the kernel is a Python {type(obj).__name__} "
+        f"({text if len(text) <= 60 else text[:57] + '...'}), used here as a tensor "
+        f"(.{exc.name}): a kernel's tensor arguments are arrays (NumPy, torch, JAX); pass "
+        f"np.asarray({name}) for a tensor, and a list only for compile-time values",
+        code="err_invalid_argument",
+    )
+    return locate_in_traceback(err.with_traceback(exc.__traceback__))

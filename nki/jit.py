@@ -29,6 +29,7 @@ from .binding import (
     flat_arrays,
     grid_key,
     is_array,
+    misused_argument,
     plain_params,
     static_key,
 )
@@ -442,6 +443,8 @@ class Kernel:
                 except NKIError as e:
                     locate_in_traceback(e)
                     raise
+                except AttributeError as e:
+                    raise misused_argument(e, bound.arguments) from e
             outputs, returns = kernel_outputs(st, ret)
             if self.platform_target_at is not None:
                 broken(

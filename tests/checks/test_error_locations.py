@@ -310,6 +310,33 @@ def test_unsupported_input_dtype_names_the_kernel_definition():
     assert (e.value.loc.file, e.value.loc.line) == (HERE, _line(_copy, "def _copy"))
 
 
+
+def _shape_of_argument(x, n):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)  # ERR
+    return out
+
+
+@pytest.mark.parametrize("given", [[1.0, 2.0], (3, 4), {"a": 1}])
+def test_container_argument_used_as_a_tensor_names_the_kernel_line(given):
+    with pytest.raises(NKIError) as e:
+        nki.jit(_shape_of_argument)(given, 2)
+    assert e.value.code == "err_invalid_argument"
+    kind = type(given).__name__
+    assert f"argument 'x' of the kernel is a Python {kind} ({given!r}), used here as a " in (
+        e.value.message
+    )
+    assert "(.shape)" in e.value.message and "np.asarray(x)" in e.value.message
+    assert isinstance(e.value.__cause__, AttributeError)
+    assert (e.value.loc.file, e.value.loc.line) == (HERE, _line(_shape_of_argument))
+
+
+def test_attribute_error_on_other_values_stays_python_s():
+    def kern(x, n):
+        return n.shape  # (an int argument: any other 2 of the program could be this object)
+
+    with pytest.raises(AttributeError, match="'int' object has no attribute 'shape'"):
+        nki.jit(kern)(X, 2)
+
 # ---- err_runtime keeps the real cause ----------------------------------------------------------
 def test_err_runtime_keeps_the_cause_chained_and_in_the_message(monkeypatch):
     def broken(instr, ctx):
