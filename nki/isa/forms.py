@@ -120,6 +120,9 @@ def _fits(name: str, form: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     info = spec.get(name)
     if info.form(form) is None:
         return False
+    if form == CLASSIC and isinstance(kwargs.get("name"), str):
+        # (a label: the classic form took it through **kwargs, so it never decides the form)
+        kwargs = {k: v for k, v in kwargs.items() if k != "name"}
     arguments = spec.plain_bind(name, form, args, kwargs, defaults=False)
     if arguments is None:  # (the signature's own bind would raise a TypeError)
         return False

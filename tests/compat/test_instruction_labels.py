@@ -62,3 +62,20 @@ def test_misspelled_keyword_next_to_a_label_is_still_an_error():
         k(X)
     assert ei.value.code == "err_unexpected_keyword_argument"
     assert "dtyp" in str(ei.value) and ei.value.loc.file == __file__
+
+
+def test_label_on_a_call_of_both_forms_keeps_a_classic_kernel_classic():
+    # dma_copy(dst=, src=) is a call of both generations; only the current form lists name=,
+    # but the label must not make the classic kernel's call a destination-first one
+    @nki.jit(api="classic")
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        a = nl.ndarray((nl.par_dim(128), 64), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((nl.par_dim(128), 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x, name="seed_load")
+        for j in nl.affine_range(64):
+            b[:, nl.ds(63 - j, 1)] = nisa.tensor_copy(a[:, nl.ds(j, 1)])
+        nisa.dma_copy(dst=out, src=b, name="result_store")
+        return out
+
+    np.testing.assert_array_equal(k(X), X[:, ::-1])
