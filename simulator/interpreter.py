@@ -18,8 +18,8 @@ from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, RuntimeLoop, Sym
 
 # executor modules register themselves on import
 from . import collectives, isa, language, progress  # noqa: F401
-from .checks.lnc_races import same_write_tensors
-from .checks.lnc_writes import SameWrites
+from .checks.lnc_races import dynamic_tensors, same_write_tensors
+from .checks.lnc_writes import DynamicAccesses, SameWrites
 from .checks.unwritten import check_outputs_written
 from .config import SimConfig
 from .executors import COLLECTIVES, executor_of
@@ -46,6 +46,8 @@ def execute(
     writers: dict[str, set[int]] = {}
     both = same_write_tensors(ir) if ir.cores else frozenset()
     same_writes = SameWrites(shared, both) if both else None
+    dyn = dynamic_tensors(ir) if ir.cores else frozenset()
+    dynamic = DynamicAccesses(shared, dyn) if dyn else None
 
     def start(inst: Instance, core: int) -> tuple[Ctx, Iterator[Instr]]:
         mine = ir.cores[core] if ir.cores else ir  # per-core traces: this core's own
@@ -53,6 +55,7 @@ def execute(
         ctx.collective_loops = sched.collective_loops
         ctx.writers = writers
         ctx.same_writes = same_writes
+        ctx.dynamic = dynamic
         return ctx, _released(_walk(mine.body, ctx), ctx)
 
     run_instances(sched, start, ir.grid.shape, info)

@@ -28,7 +28,7 @@ from nki.ir import KernelIR, TensorDecl
 
 from . import backends, heap, interpreter, numerics, progress, threads
 from .checks.coverage import unfilled_outputs
-from .checks.lnc_races import same_write_tensors
+from .checks.lnc_races import dynamic_tensors, same_write_tensors
 from .checks.static import start_checks, static_checks
 from .config import SimConfig
 from .executors import COLLECTIVES
@@ -179,10 +179,12 @@ def _run(
         config.checks == "full"
         or any(i.kind in COLLECTIVES for i, _ in ir.instructions())
         or same_write_tensors(ir)
+        or dynamic_tensors(ir)
     ):
         # per-core traces whose cores meet (barrier, sendrecv, collectives), checked as one
-        # launch (outputs written by either core), or writing one element on both cores
-        # (checked for equal values): the interpreter steps both cores together
+        # launch (outputs written by either core), writing one element on both cores (checked
+        # for equal values) or reaching the other core's elements through dynamic offsets
+        # (checked per element): the interpreter steps both cores together
         interpreter.execute(ir, shared, config, sched, info)
     else:  # cores that never meet: each core's one-instance trace runs alone on shared HBM
         for inst, core in sched.order:

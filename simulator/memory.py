@@ -105,7 +105,8 @@ class Ctx:
         self.poison = Poison()
         self.writers: dict[str, set[int]] = {}  # full checks: tensor -> lines that wrote it
         self.epoch = 0  # meetings of the two LNC=2 cores this instance has passed
-        self.same_writes: Any = None  # core_writes.SameWrites of a launch that needs it
+        self.same_writes: Any = None  # lnc_writes.SameWrites of a launch that needs it
+        self.dynamic: Any = None  # lnc_writes.DynamicAccesses of a launch that needs it
         self.held: set[str] = set()  # tiles this walk allocated that may be dropped when dead
 
     # ---- storage --------------------------------------------------------------------------
@@ -258,6 +259,10 @@ class Ctx:
         if sel is not None and sel.shape != tuple(acc.shape):
             sel = lanes_of(sel, acc.shape)
         arr = self.array(acc.tensor)
+        if self.dynamic is not None:
+            root = self.decl(acc.tensor).alias_of or acc.tensor
+            if root in self.dynamic.roots:
+                self.dynamic.read(self, root, acc, arr, sel)
         basic = self._basic(acc) if sel is None else None
         if basic is not None:
             self._check_bounds(acc, list(_slice_ends(basic)), None)
@@ -331,6 +336,8 @@ class Ctx:
         root = decl.alias_of or acc.tensor
         if self.same_writes is not None and root in self.same_writes.roots:
             self.same_writes.check(self, root, acc, arr, np.asarray(stored), sel)
+        if self.dynamic is not None and root in self.dynamic.roots:
+            self.dynamic.write(self, root, acc, arr, np.asarray(stored), sel)
         if self.full_checks and self.instr is not None and self.instr.loc is not None:
             self.writers.setdefault(decl.alias_of or acc.tensor, set()).add(self.instr.loc.line)
         basic = self._basic(acc) if sel is None else None

@@ -30,11 +30,15 @@ A plain copy that writes back the very elements it reads (the HBM fence
 takes from the other core is what it stores, and the run time requires both cores' writes of
 an element to store the same bytes.
 
+Indirect (data-dependent) accesses are placed at run time: the tensors such an access of one
+core touches while the other core also accesses them (one of the two writing) are left to
+``lnc_writes.DynamicAccesses``, which runs the launch on the interpreter and remembers each
+element's reads and changes.
+
 Not decided here (no report): accesses after a meeting inside a device loop (``fori_loop`` with
 a register bound, ``while_loop``), whose epochs depend on run-time trip counts; kernels whose
-cores run different numbers of meetings (the run time reports the mismatch); indirect
-(data-dependent) accesses; accesses through a reshape of another shape; and, as in
-``races.py``, accumulating writes against each other."""
+cores run different numbers of meetings (the run time reports the mismatch); accesses through a
+reshape of another shape; and, as in ``races.py``, accumulating writes against each other."""
 
 from __future__ import annotations
 
@@ -299,16 +303,51 @@ def _rewrites(read: _Event) -> bool:
     return i.op in _COPIES and not i.accumulates and read.acc in i.writes()
 
 
-# id(ir) -> (ir, shared tensors both cores may write in one epoch): checked at run time
-_SAME_WRITES: dict[int, tuple[KernelIR, frozenset[str]]] = {}
+# id(ir) -> (ir, shared tensors both cores may write in one epoch, shared tensors an indirect
+# access of one core touches while the other core also accesses them): checked at run time
+_SAME_WRITES: dict[int, tuple[KernelIR, frozenset[str], frozenset[str]]] = {}
 
 
 def same_write_tensors(ir: KernelIR) -> frozenset[str]:
     """The shared-HBM tensors (storage roots) of ``ir`` that both cores may write between the
     same two meetings: the run time requires both writes of an element to store the same bytes
-    (``simulator/core_writes.py``)."""
+    (``lnc_writes.SameWrites``)."""
     got = _SAME_WRITES.get(id(ir))
     return got[1] if got is not None and got[0] is ir else frozenset()
+
+
+def dynamic_tensors(ir: KernelIR) -> frozenset[str]:
+    """The shared-HBM tensors (storage roots) of ``ir`` an indirect access of one core touches
+    while the other core also accesses them, one of the two writing: their elements' reads and
+    changes are checked at run time (``lnc_writes.DynamicAccesses``)."""
+    got = _SAME_WRITES.get(id(ir))
+    return got[2] if got is not None and got[0] is ir else frozenset()
+
+
+def _dynamic(ir: KernelIR) -> frozenset[str]:
+    """``dynamic_tensors``' set, from each core's trace."""
+    seen = []  # per core: roots read / written indirectly, roots read / written at all
+    for core in ir.cores:
+        ind_r: set[str] = set()
+        ind_w: set[str] = set()
+        reads: set[str] = set()
+        writes: set[str] = set()
+        for instr, _ in core.instructions():
+            kinds = ((instr.reads(), ind_r, reads), (instr.writes(), ind_w, writes))
+            for accs, ind, every in kinds:
+                for acc in accs:
+                    if _shared(core, acc):
+                        root = core.storage_of(acc.tensor)
+                        every.add(root)
+                        if acc.indirect:
+                            ind.add(root)
+        seen.append((ind_r, ind_w, reads, writes))
+    out: set[str] = set()
+    for a, b in ((0, 1), (1, 0)):
+        ind_r, ind_w, _, _ = seen[a]
+        _, _, reads, writes = seen[b]
+        out |= (ind_r & writes) | (ind_w & (reads | writes))
+    return frozenset(out)
 
 
 def check_core_races(ir: KernelIR) -> None:
@@ -337,10 +376,11 @@ def check_core_races(ir: KernelIR) -> None:
                         both_write.add(ir.storage_of(ea.acc.tensor))
                         continue
                     _report(ir, (ca, ea.instr, ea.acc), (cb, eb.instr, eb.acc, eb.write))
-    if both_write:
+    dynamic = _dynamic(ir)
+    if both_write or dynamic:
         if len(_SAME_WRITES) > 256:
             _SAME_WRITES.clear()
-        _SAME_WRITES[id(ir)] = (ir, frozenset(both_write))
+        _SAME_WRITES[id(ir)] = (ir, frozenset(both_write), dynamic)
 
 
 def _report(

@@ -9,7 +9,16 @@ timing. Each element of a checked tensor remembers which core last wrote it, in 
 number of meetings that core had passed) and at which instruction; a write by the other core in
 the same epoch must store exactly what is there.
 
-Writes through a view of another element width (``.view`` / ``.ap(dtype=)``) are not tracked."""
+Writes through a view of another element width (``.view`` / ``.ap(dtype=)``) are not tracked.
+
+:class:`DynamicAccesses` checks the tensors an indirect (data-dependent) access of one core
+touches while the other core also accesses them, which the static analysis cannot place: both
+cores' reads, and their writes that change an element, are remembered per element for the
+current epoch (the interpreter runs both cores between the same two meetings before either
+passes the next, so one epoch is live at a time). A read of an element the other core changed,
+a change of an element the other core read, and two different changes of one element are
+races; a write that stores what is already there is not (an identity copy, both cores storing
+one result)."""
 
 from __future__ import annotations
 
@@ -24,63 +33,167 @@ if TYPE_CHECKING:
     from ..memory import Ctx
 
 
-class SameWrites:
-    """Per element of each checked tensor: the last writing core, its epoch and instruction."""
+class _Sites:
+    """A run-time check's tensors (storage roots) and the access sites it names: one entry per
+    site, not per access (keyed by the ids of the IR's loc and access)."""
 
     def __init__(self, shared: dict[str, np.ndarray], names: frozenset[str]) -> None:
         self.roots = {n: shared[n] for n in names if n in shared}
+        self.sites: list[tuple[SrcLoc | None, Access]] = []
+        self._site_of: dict[tuple[int, int], int] = {}
+
+    def _site(self, ctx: Ctx, acc: Access) -> int:
+        loc = ctx.instr.loc if ctx.instr is not None else None
+        site = self._site_of.setdefault((id(loc), id(acc)), len(self.sites))
+        if site == len(self.sites):
+            self.sites.append((loc, acc))
+        return site
+
+    def _race(
+        self, ctx: Ctx, root: str, acc: Access, mine_does: str, site: int, they_do: str,
+        what: str, order: str,
+    ) -> NKIDependencyError:  # fmt: skip
+        """The race of ``ctx``'s access ``acc`` with the other core's at ``site``: ``what`` they
+        did to tensor ``root``, ``order`` what the fix orders."""
+        their_loc, their_acc = self.sites[site]
+        loc = ctx.instr.loc if ctx.instr is not None else None
+        mine = (ctx.core, mine_does, loc, acc)
+        theirs = (1 - ctx.core, they_do, their_loc, their_acc)
+        (c1, v1, l1, a1), (c2, v2, l2, a2) = sorted((mine, theirs), key=lambda m: m[0])
+        return NKIDependencyError(
+            f"race between the two cores of an LNC=2 launch: core {c1} {v1} '{a1}' (line "
+            f"{l1.line if l1 else '?'}) and core {c2} {v2} '{a2}' (line "
+            f"{l2.line if l2 else '?'}) {what} shared HBM tensor {ctx.ir.label(root)}, with no "
+            "nisa.core_barrier (nor sendrecv or collective between the two cores) between them; "
+            "the cores run at the same time, so the result depends on their timing. Give each "
+            f"core its own part (index with nl.program_id) or order the {order} with "
+            "nisa.core_barrier",
+            code="err_core_race",
+            loc=l1,
+            related=((f"core {c2}'s {order[:-1]}", l2),) if l2 else (),
+        )
+
+
+class SameWrites(_Sites):
+    """Per element of each checked tensor: the last writing core, its epoch and instruction."""
+
+    def __init__(self, shared: dict[str, np.ndarray], names: frozenset[str]) -> None:
+        super().__init__(shared, names)
         self.core = {n: np.full(a.size, -1, np.int8) for n, a in self.roots.items()}
         self.epoch = {n: np.zeros(a.size, np.int64) for n, a in self.roots.items()}
         self.site = {n: np.zeros(a.size, np.int64) for n, a in self.roots.items()}
-        self.sites: list[tuple[SrcLoc | None, Access]] = []
-        # (one entry per write site, not per write: keyed by the ids of the IR's loc and access)
-        self._site_of: dict[tuple[int, int], int] = {}
 
     def check(
         self, ctx: Ctx, root: str, acc: Access, arr: np.ndarray, stored: np.ndarray,
         sel: np.ndarray | None,
     ) -> None:  # fmt: skip
         """Before ``stored`` is written through ``acc`` (storage ``arr``, a view of ``root``)."""
-        base = self.roots[root]
-        if arr.itemsize != base.itemsize:
+        got = _elements(ctx, self.roots[root], acc, arr, sel, stored)
+        if got is None:
             return
-        idx = ctx.indices(acc, sel)
-        start = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-        offsets = start + sum(i * s for i, s in zip(idx, arr.strides))
-        flat = np.asarray(offsets // base.itemsize, dtype=np.int64)
-        old = arr[idx]
-        new = np.broadcast_to(stored, acc.shape).astype(arr.dtype, copy=False)
-        if sel is not None:
-            flat, old, new = flat[sel], old[sel], new[sel]
-        flat, old, new = flat.ravel(), old.ravel(), new.ravel()
+        flat, old, new = got
         other = (self.core[root][flat] == 1 - ctx.core) & (self.epoch[root][flat] == ctx.epoch)
-        same = old == new
-        if old.dtype.kind == "f" or old.dtype.kind == "V" or "float" in old.dtype.name:
-            same |= np.isnan(old.astype(np.float32)) & np.isnan(new.astype(np.float32))
-        clash = other & ~same
-        loc = ctx.instr.loc if ctx.instr is not None else None
+        clash = other & ~_same(old, new)
         if clash.any():
             k = int(np.argmax(clash))
-            their_loc, their_acc = self.sites[int(self.site[root][flat[k]])]
-            mine = (ctx.core, loc, acc)
-            theirs = (1 - ctx.core, their_loc, their_acc)
-            first, second = sorted((mine, theirs), key=lambda m: m[0])
-            raise NKIDependencyError(
-                f"race between the two cores of an LNC=2 launch: core {first[0]} writes "
-                f"'{first[2]}' (line {first[1].line if first[1] else '?'}) and core "
-                f"{second[0]} writes '{second[2]}' (line {second[1].line if second[1] else '?'}) "
-                f"different values ({old[k]!r} and {new[k]!r}) to one element of shared HBM "
-                f"tensor {ctx.ir.label(root)}, with no nisa.core_barrier (nor sendrecv or "
-                "collective between the two cores) between them; the cores run at the same "
-                "time, so the result depends on their timing. Give each core its own part "
-                "(index with nl.program_id) or order the writes with nisa.core_barrier",
-                code="err_core_race",
-                loc=first[1],
-                related=((f"core {second[0]}'s write", second[1]),) if second[1] else (),
-            )
-        site = self._site_of.setdefault((id(loc), id(acc)), len(self.sites))
-        if site == len(self.sites):
-            self.sites.append((loc, acc))
+            raise self._race(
+                ctx, root, acc, "writes", int(self.site[root][flat[k]]), "writes",
+                f"different values ({old[k]!r} and {new[k]!r}) to one element of", "writes",
+            )  # fmt: skip
+        site = self._site(ctx, acc)
         self.core[root][flat] = ctx.core
         self.epoch[root][flat] = ctx.epoch
         self.site[root][flat] = site
+
+
+def _elements(
+    ctx: Ctx, base: np.ndarray, acc: Access, arr: np.ndarray, sel: np.ndarray | None,
+    stored: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:  # fmt: skip
+    """The flat element offsets in ``base`` (the storage root) of the elements ``acc`` touches
+    through ``arr`` (a view of it), their values now and, for a write, the values ``stored``
+    (None for a read); None through a view of another element width."""
+    if arr.itemsize != base.itemsize:
+        return None
+    idx = ctx.indices(acc, sel)
+    start = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    offsets = start + sum(i * s for i, s in zip(idx, arr.strides))
+    flat = np.asarray(offsets // base.itemsize, dtype=np.int64)
+    old = arr[idx]
+    new = None
+    if stored is not None:
+        new = np.broadcast_to(stored, acc.shape).astype(arr.dtype, copy=False)
+    if sel is not None:
+        flat, old = flat[sel], old[sel]
+        new = None if new is None else new[sel]
+    return flat.ravel(), old.ravel(), None if new is None else new.ravel()
+
+
+def _same(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Where a store leaves an element's value as it was (NaN stays NaN)."""
+    same = old == new
+    if old.dtype.kind == "f" or old.dtype.kind == "V" or "float" in old.dtype.name:
+        same |= np.isnan(old.astype(np.float32)) & np.isnan(new.astype(np.float32))
+    return same
+
+
+class DynamicAccesses(_Sites):
+    """Per element of each checked tensor, in the live epoch: the site of each core's last read
+    and of its last write that changed the element (-1: none). Arrays are made on first use."""
+
+    def __init__(self, shared: dict[str, np.ndarray], names: frozenset[str]) -> None:
+        super().__init__(shared, names)
+        self.epoch = 0
+        # (root, "read" / "changed", core) -> the site of every element (-1: none this epoch)
+        self.marks: dict[tuple[str, str, int], np.ndarray] = {}
+
+    def _marks(self, root: str, kind: str, core: int) -> np.ndarray:
+        m = self.marks.get((root, kind, core))
+        if m is None:
+            m = self.marks[(root, kind, core)] = np.full(self.roots[root].size, -1, np.int32)
+        return m
+
+    def _enter(self, ctx: Ctx) -> None:
+        if ctx.epoch != self.epoch:  # (both cores passed a meeting: the last epoch is over)
+            self.epoch = ctx.epoch
+            for m in self.marks.values():
+                m.fill(-1)
+
+    def read(
+        self, ctx: Ctx, root: str, acc: Access, arr: np.ndarray, sel: np.ndarray | None
+    ) -> None:
+        """Before ``acc`` (through ``arr``, a view of ``root``) is read by ``ctx``'s core."""
+        got = _elements(ctx, self.roots[root], acc, arr, sel, None)
+        if got is None:
+            return
+        self._enter(ctx)
+        flat, c = got[0], ctx.core
+        self._clash(ctx, root, acc, self._marks(root, "changed", 1 - c)[flat], "reads", "writes")
+        self._marks(root, "read", c)[flat] = self._site(ctx, acc)
+
+    def write(
+        self, ctx: Ctx, root: str, acc: Access, arr: np.ndarray, stored: np.ndarray,
+        sel: np.ndarray | None,
+    ) -> None:  # fmt: skip
+        """Before ``stored`` is written through ``acc`` by ``ctx``'s core."""
+        got = _elements(ctx, self.roots[root], acc, arr, sel, stored)
+        if got is None:
+            return
+        self._enter(ctx)
+        flat, old, new = got
+        flat = flat[~_same(old, new)]  # (only changes: storing what is there races with nothing)
+        c = ctx.core
+        self._clash(ctx, root, acc, self._marks(root, "read", 1 - c)[flat], "writes", "reads")
+        self._clash(ctx, root, acc, self._marks(root, "changed", 1 - c)[flat], "writes", "writes")
+        self._marks(root, "changed", c)[flat] = self._site(ctx, acc)
+
+    def _clash(
+        self, ctx: Ctx, root: str, acc: Access, theirs: np.ndarray, mine_does: str,
+        they_do: str,
+    ) -> None:  # fmt: skip
+        hit = theirs >= 0
+        if hit.any():
+            raise self._race(
+                ctx, root, acc, mine_does, int(theirs[int(np.argmax(hit))]), they_do,
+                "the same elements, through a dynamic (run-time) offset, of", "accesses",
+            )  # fmt: skip

@@ -24,7 +24,7 @@ from ..config import CHECK_LEVELS, SimConfig
 from .bounds import check_bounds
 from .capacity import check_capacity, check_hbm, check_host_memory
 from .lnc_races import check_core_races
-from .lnc_writes import SameWrites
+from .lnc_writes import DynamicAccesses, SameWrites
 from .races import check_loop_carried, check_spmd_races
 from .unwritten import check_outputs_written, warn_unwritten_outputs
 
@@ -90,6 +90,8 @@ CHECKS = (
           ("err_unwritten_output",)),
     # (the tensors LNC core races leaves to the run: both cores may write one element)
     Check("LNC equal writes", SameWrites, LNC, RUN, ALWAYS, ("err_core_race",)),
+    # (the tensors LNC core races leaves to the run: reached through a dynamic offset)
+    Check("LNC dynamic accesses", DynamicAccesses, LNC, RUN, ALWAYS, ("err_core_race",)),
 )  # fmt: skip
 
 

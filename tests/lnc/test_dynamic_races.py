@@ -1,0 +1,127 @@
+"""Races between the two cores of an LNC=2 launch through dynamic (run-time) offsets: a row of
+shared HBM that one core reaches through ``.ap(scalar_offset=...)`` is placed only when the
+launch runs, so the run time checks each element. A read of a row the other core changed, a
+change of a row the other core read, and two different changes of one row are
+``err_core_race`` at the kernel's line; rows the cores do not share, a write that stores what
+is already there, and accesses ordered by ``nisa.core_barrier`` run and match NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki.errors import NKIDependencyError
+
+RNG = np.random.default_rng(31)
+F = 64
+
+
+def _row(t, slot):
+    """Row ``slot`` (a run-time [1, 1] int32 SBUF value) of the 2-D HBM tensor ``t``."""
+    return t.ap([[F, 1], [1, F]], offset=0, scalar_offset=slot, indirect_dim=0)
+
+
+def _slot(idx, pid):
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=idx[pid : pid + 1].reshape((1, 1)))
+    return s
+
+
+def write_or_read(state, idx, fill, barrier):
+    """Core 0 stores ``fill`` into row idx[0] of ``state``; core 1 reads row idx[1] into row 1
+    of ``out`` (after a core barrier when ``barrier``)."""
+    out = nl.ndarray((2, F), dtype=state.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    slot = _slot(idx, pid)
+    t = nl.ndarray((1, F), dtype=state.dtype, buffer=nl.sbuf)
+    if pid == 0:
+        nisa.memset(dst=t, value=fill)
+        nisa.dma_copy(dst=_row(state, slot), src=t)  # WRITE
+        nisa.dma_copy(dst=out[0:1, :], src=t)
+        if barrier:
+            nisa.core_barrier(out, (0, 1))
+    else:
+        if barrier:
+            nisa.core_barrier(out, (0, 1))
+        nisa.dma_copy(dst=t, src=_row(state, slot))  # READ
+        nisa.dma_copy(dst=out[1:2, :], src=t)
+    return out, state
+
+
+def both_write(state, idx, fills):
+    """Each core p stores fills[p] into row idx[p] of ``state``."""
+    pid = nl.program_id(0)
+    slot = _slot(idx, pid)
+    t = nl.ndarray((1, F), dtype=state.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=fills[pid])
+    nisa.dma_copy(dst=_row(state, slot), src=t)  # BOTH
+    return state
+
+
+def _line(marker: str) -> int:
+    src = open(__file__).read().splitlines()
+    return next(i for i, s in enumerate(src, 1) if f"# {marker}" in s)
+
+
+def _state():
+    return RNG.standard_normal((4, F)).astype(np.float32)
+
+
+def test_a_read_of_the_row_the_other_core_changes_is_a_race():
+    with pytest.raises(NKIDependencyError) as e:
+        nki.jit(write_or_read)[2](_state(), np.array([2, 2], np.int32), 7.0, False)
+    err = e.value
+    assert err.code == "err_core_race"
+    assert "core 0 writes" in err.message and "core 1 reads" in err.message
+    assert "through a dynamic (run-time) offset" in err.message
+    assert f"(line {_line('READ')})" in err.message
+    assert (err.loc.file, err.loc.line) == (__file__, _line("WRITE"))
+
+
+def test_rows_the_cores_do_not_share_run():
+    state = _state()
+    want = state.copy()
+    out, new = nki.jit(write_or_read)[2](state, np.array([2, 3], np.int32), 7.0, False)
+    np.testing.assert_array_equal(out[0], np.full(F, 7.0, np.float32))
+    np.testing.assert_array_equal(out[1], want[3])  # the row core 0 did not touch
+    want[2] = 7.0
+    np.testing.assert_array_equal(new, want)
+
+
+def test_storing_what_is_already_there_is_no_race():
+    state = _state()
+    state[2] = 5.0
+    want = state.copy()
+    out, new = nki.jit(write_or_read)[2](state, np.array([2, 2], np.int32), 5.0, False)
+    np.testing.assert_array_equal(out[1], want[2])
+    np.testing.assert_array_equal(new, want)
+
+
+def test_a_core_barrier_orders_the_write_before_the_read():
+    state = _state()
+    out, _ = nki.jit(write_or_read)[2](state, np.array([1, 1], np.int32), 7.0, True)
+    np.testing.assert_array_equal(out[1], np.full(F, 7.0, np.float32))
+
+
+@pytest.mark.parametrize("rows,fills,race", [
+    ((0, 0), (1.0, 2.0), True),
+    ((0, 0), (3.0, 3.0), False),
+    ((0, 3), (1.0, 2.0), False),
+])  # fmt: skip
+def test_both_cores_writing_one_row(rows, fills, race):
+    state = _state()
+    run = nki.jit(both_write)[2]
+    if race:
+        with pytest.raises(NKIDependencyError) as e:
+            run(state, np.array(rows, np.int32), fills)
+        assert e.value.code == "err_core_race"
+        assert "core 0 writes" in e.value.message and "core 1 writes" in e.value.message
+        assert (e.value.loc.file, e.value.loc.line) == (__file__, _line("BOTH"))
+        return
+    want = state.copy()
+    for r, v in zip(rows, fills):
+        want[r] = v
+    np.testing.assert_array_equal(run(state, np.array(rows, np.int32), fills), want)
