@@ -15,10 +15,11 @@ Writes through a view of another element width (``.view`` / ``.ap(dtype=)``) are
 touches while the other core also accesses them, which the static analysis cannot place: both
 cores' reads, and their writes that change an element, are remembered per element for the
 current epoch (the interpreter runs both cores between the same two meetings before either
-passes the next, so one epoch is live at a time). A read of an element the other core changed,
-a change of an element the other core read, and two different changes of one element are
-races; a write that stores what is already there is not (an identity copy, both cores storing
-one result)."""
+passes the next, so one epoch is live at a time). A read of an element the other core changed
+(and the reader did not write itself), a change of an element the other core read, and two
+different changes of one element are races; a write that stores what is already there is not
+(an identity copy, both cores storing one result, such as both zeroing an output before they
+accumulate into it)."""
 
 from __future__ import annotations
 
@@ -138,8 +139,9 @@ def _same(old: np.ndarray, new: np.ndarray) -> np.ndarray:
 
 
 class DynamicAccesses(_Sites):
-    """Per element of each checked tensor, in the live epoch: the site of each core's last read
-    and of its last write that changed the element (-1: none). Arrays are made on first use."""
+    """Per element of each checked tensor, in the live epoch: the site of each core's last read,
+    last write and last write that changed the element (-1: none). Arrays are made on first
+    use."""
 
     def __init__(self, shared: dict[str, np.ndarray], names: frozenset[str]) -> None:
         super().__init__(shared, names)
@@ -168,7 +170,12 @@ class DynamicAccesses(_Sites):
             return
         self._enter(ctx)
         flat, c = got[0], ctx.core
-        self._clash(ctx, root, acc, self._marks(root, "changed", 1 - c)[flat], "reads", "writes")
+        # (an element this core wrote itself this epoch reads the same whichever lands last: a
+        # different value of the other core's would have been a clash of the two writes)
+        theirs = np.where(
+            self._marks(root, "wrote", c)[flat] >= 0, -1, self._marks(root, "changed", 1 - c)[flat]
+        )
+        self._clash(ctx, root, acc, theirs, "reads", "writes")
         self._marks(root, "read", c)[flat] = self._site(ctx, acc)
 
     def write(
@@ -180,12 +187,13 @@ class DynamicAccesses(_Sites):
         if got is None:
             return
         self._enter(ctx)
-        flat, old, new = got
-        flat = flat[~_same(old, new)]  # (only changes: storing what is there races with nothing)
-        c = ctx.core
+        every, old, new = got
+        flat = every[~_same(old, new)]  # (only changes: storing what is there races with nothing)
+        c, site = ctx.core, self._site(ctx, acc)
         self._clash(ctx, root, acc, self._marks(root, "read", 1 - c)[flat], "writes", "reads")
         self._clash(ctx, root, acc, self._marks(root, "changed", 1 - c)[flat], "writes", "writes")
-        self._marks(root, "changed", c)[flat] = self._site(ctx, acc)
+        self._marks(root, "changed", c)[flat] = site
+        self._marks(root, "wrote", c)[every] = site
 
     def _clash(
         self, ctx: Ctx, root: str, acc: Access, theirs: np.ndarray, mine_does: str,
