@@ -375,6 +375,15 @@ class UnreturnedOutputWarning(NKIWarning):
     ``return``): the caller never sees what it wrote."""
 
 
+class CoreRaceWarning(NKIWarning):
+    """The two cores of an LNC=2 launch reach the same shared-HBM elements through a dynamic
+    (run-time) offset, one of them writing, with no meeting between them: what the kernel
+    computes depends on the cores' timing. The simulator ran one order (core 0's accesses
+    between two meetings before core 1's); a device may run another. A warning, not an
+    error: AWS's own kernels rely on such timing (an output zeroed at the start of one core
+    and written late by the other)."""
+
+
 class RawEnumWarning(NKIWarning):
     """A current-API kernel passes an enum argument as its raw integer (``dge_mode=3``). The
     NKI 0.3 release notes say raw integers are no longer accepted, while AWS's own NKI library

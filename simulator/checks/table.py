@@ -90,8 +90,8 @@ CHECKS = (
           ("err_unwritten_output",)),
     # (the tensors LNC core races leaves to the run: both cores may write one element)
     Check("LNC equal writes", SameWrites, LNC, RUN, ALWAYS, ("err_core_race",)),
-    # (the tensors LNC core races leaves to the run: reached through a dynamic offset)
-    Check("LNC dynamic accesses", DynamicAccesses, LNC, RUN, ALWAYS, ("err_core_race",)),
+    # (the tensors LNC core races leaves to the run: reached through a dynamic offset; a warning)
+    Check("LNC dynamic accesses", DynamicAccesses, LNC, RUN, ALWAYS, ()),
 )  # fmt: skip
 
 
