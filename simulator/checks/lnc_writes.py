@@ -74,7 +74,9 @@ class _Sites:
             "nisa.core_barrier",
             code="err_core_race",
             loc=l1,
-            related=((f"core {c2}'s {order[:-1]}", l2),) if l2 else (),
+            related=((f"core {c2}'s {'write' if order == 'writes' else 'access'}", l2),)
+            if l2
+            else (),
         )
 
 
@@ -150,7 +152,7 @@ class DynamicAccesses(_Sites):
         super().__init__(shared, names)
         self.epoch = 0
         self.warned: set[tuple[int, int, str]] = set()
-        # (root, "read" / "changed", core) -> the site of every element (-1: none this epoch)
+        # (root, "read" / "wrote" / "changed", core) -> each element's site (-1: none this epoch)
         self.marks: dict[tuple[str, str, int], np.ndarray] = {}
 
     def _marks(self, root: str, kind: str, core: int) -> np.ndarray:
