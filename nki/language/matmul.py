@@ -26,6 +26,7 @@ from ..tracer import (
     state,
     to_mask,
 )
+from ..tracer.operand_masks import result_mask, unwrap
 
 _PE_DTYPES = ("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn",
               "float8_e5m2")  # fmt: skip
@@ -67,6 +68,7 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
     Example: ``acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)``;
     ``acc += nl.matmul(a_t, b, transpose_x=True)``."""
     api = "nl.matmul"
+    (x, x_conds), (y, y_conds) = unwrap(x), unwrap(y)
     # classic mode: PSUM operands staged in SBUF
     x, y = stage_psum_operand(x, api), stage_psum_operand(y, api)
     xa, xt = _tile2d(x, api, "x")
@@ -97,6 +99,10 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
             loc=user_loc(),
         )
     out_shape = (m, ya.shape[1])
+    if x_conds or y_conds:  # operand masks: x's free axis is the result's partition axis
+        x_axes = (None, 0) if transpose_x else (0, None)
+        operands = ((x_conds, xa.shape, x_axes), (y_conds, ya.shape, (None, 1)))
+        mask = result_mask(mask, operands, out_shape, api)
     out = result_tile(out_shape, "float32", "psum", api)
     emit(
         "matmul",

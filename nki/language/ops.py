@@ -27,6 +27,7 @@ from ..tracer import (
     to_mask,
 )
 from ..tracer.api_checks import op_on_target
+from ..tracer.handles import MaskedOperand
 from .reductions import expand_access
 
 
@@ -65,8 +66,8 @@ def tile_operands(args: tuple[Any, ...], api: str) -> tuple[list[Any], list[str]
         elif isinstance(a, Scalar):  # a loop iterator / program id expression: an integer
             srcs.append(IndexExpr(a.aff, (), ()))
             dts.append(dtypes.scalar_dtype(0))
-        elif isinstance(a, Index):
-            operand(a, api, role)  # raises: an index is not a tile (materialise it with iota)
+        elif isinstance(a, (Index, MaskedOperand)):
+            operand(a, api, role)  # raises: an index is not a tile, a masked operand no operand
         else:
             raise NKITypeError(
                 f"operand '{role}' of '{api}' must be a tile or a scalar, got {type(a).__name__}",

@@ -1,5 +1,5 @@
 """Tensor handles: ``NkiTensor`` (a tensor in HBM, SBUF or PSUM), ``View`` (an indexed access
-into one), the marker of an in-place update and dynamic offsets.
+into one), the marker of an in-place update, dynamic offsets and masked matmul operands.
 
 Python operators on handles (``a + b``, ``t < 0``) become ``nki.language`` calls; the language
 registers those calls in ``TILE_OPERATORS`` (it sits above the tracer). Indexing, assignment
@@ -17,12 +17,13 @@ from .. import dtypes
 from ..errors import (
     NKIAttributeError,
     NKIControlFlowError,
+    NKIError,
     NKIMemoryError,
     NKIShapeError,
     user_loc,
 )
-from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, LoopSym, TensorDecl, tensor_label
-from ..symbolic import Index, Scalar
+from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, LoopSym, TensorDecl, tensor_label
+from ..symbolic import Index, Pred, Scalar
 from . import python_state
 from .state import private_arguments, state
 
@@ -423,3 +424,26 @@ class DynOffset:
 def is_register(x: Any) -> bool:
     """A virtual register: a one-element SBUF tile (a device loop's iterator is one)."""
     return isinstance(x, TileOps) and x.tensor_().buffer == "sbuf" and x.size == 1
+
+
+class MaskedOperand:
+    """``tile[pred]``: a Tensor-engine operand with the conditions its elements must meet."""
+
+    __slots__ = ("tile", "conds")
+
+    def __init__(self, tile: object, conds: tuple[Cond, ...]) -> None:
+        self.tile = tile
+        self.conds = conds
+
+    def __getitem__(self, key: object) -> MaskedOperand:
+        if not isinstance(key, Pred):
+            raise NKIError(
+                "a masked operand (tile[pred]) can only be masked further (tile[p][q]); "
+                f"index the tile before masking it, got {key!r}",
+                code="err_unsupported_index_expression",
+                loc=user_loc(),
+            )
+        return MaskedOperand(self.tile, self.conds + key.conds)
+
+    def __repr__(self) -> str:
+        return f"<masked operand {self.tile!r}[{Pred(self.conds)!r}]>"

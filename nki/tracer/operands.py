@@ -20,7 +20,7 @@ from ..errors import (
 from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl, tensor_label
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
-from .handles import DynOffset, NkiTensor, TileOps, _Assigned
+from .handles import DynOffset, MaskedOperand, NkiTensor, TileOps, _Assigned
 from .state import TraceState, decided_by, generation, note_generation, state
 
 
@@ -44,6 +44,14 @@ def operand(x: object, api: str, role: str) -> tuple[Access, NkiTensor]:
         t = x.tensor_()
         check_scope(t, state(api))
         return as_2d(x.access_(), t), t
+    if isinstance(x, MaskedOperand):
+        raise NKITypeError(
+            f"operand '{role}' of '{api}' is a masked operand (tile[pred]); only the matmul "
+            "calls (nl.matmul, nisa.nc_matmul) take operand masks: pass mask= over the result "
+            "instead",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
     if isinstance(x, (Index, Scalar)):
         raise NKITypeError(
             f"operand '{role}' of '{api}' is an index expression, not a tile; "

@@ -13,9 +13,10 @@ from typing import Any
 
 from ..errors import NKIMemoryError, NKIShapeError, user_loc
 from ..ir import HBM_BUFFERS, Access, IndexExpr, Instr, TensorDecl
-from ..symbolic import DynSlice, Index, Scalar
+from ..symbolic import DynSlice, Index, Pred, Scalar
 from .emission import assign, emit, new_tensor
-from .handles import DynOffset, NkiTensor, TileOps, View, _Assigned
+from .handles import DynOffset, MaskedOperand, NkiTensor, TileOps, View, _Assigned
+from .operand_masks import mask_operand
 from .operands import as_2d, operand
 from .state import state
 from .subscripts import compose, parse_subscript, prod
@@ -62,7 +63,7 @@ def _again_imul(self: _Assigned, o: object) -> _Assigned:
 
 
 # --- whole tensors ----------------------------------------------------------------------------
-def _tensor_getitem(self: NkiTensor, key: object) -> View:
+def _tensor_getitem(self: NkiTensor, key: object) -> View | MaskedOperand:
     return View(self, self.access_())[key]
 
 
@@ -110,7 +111,9 @@ def _tensor_reshape(self: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
 
 
 # --- views ------------------------------------------------------------------------------------
-def _view_getitem(self: View, key: object) -> View:
+def _view_getitem(self: View, key: object) -> View | MaskedOperand:
+    if isinstance(key, Pred):  # a matmul operand with its own mask (classic)
+        return mask_operand(self, key)
     if self.base.decl.on_chip and self.base.decl.par_dim == 0:
         key = _keep_partition(key, self.acc.shape)
     sub = parse_subscript(key, self.acc.shape, self.base.what)
