@@ -178,6 +178,15 @@ RULES: tuple[ApiRule, ...] = (
         note="the classic nc_transpose(data, dtype=...) inserts a cast",
     ),
     ApiRule(
+        "nc_transpose.widen", "nisa.nc_transpose(dst=fp32 PSUM tile, data=bf16 tile)",
+        "dst must have the same dtype as data", f"{_ISA}: nki.isa.nc_transpose", (CURRENT,),
+        cls="DtypeRuleWarning",
+        note="a warning, not an error: a Tensor-engine transpose is a matmul with an identity, "
+        "which accumulates in fp32 and so writes the exact fp32 values, and public current-API "
+        "kernels (autocomp's attention references, checked on devices) transpose bf16 tiles "
+        "into fp32 PSUM tiles; a narrowing or non-float dst stays an error",
+    ),
+    ApiRule(
         "dma_transpose.dtype", "nisa.dma_transpose(dst, src, dge_mode=nisa.dge_mode.hwdge)",
         "a hardware-DGE DMA transpose (dge_mode=hwdge) moves 2-byte dtypes (src.dtype is 2 "
         "bytes)", f"{_ISA}: nki.isa.dma_transpose, DMA direct transpose constraints",

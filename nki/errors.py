@@ -384,6 +384,20 @@ class CoreRaceWarning(NKIWarning):
     and written late by the other)."""
 
 
+class SpillWarning(NKIWarning):
+    """The blocks of a blocked SBUF tensor (``nl.ndarray((n, nl.par_dim(P), F))``) do not all
+    fit in SBUF beside the other live tiles. The Neuron compiler then saves blocks to HBM and
+    reloads them (AWS's performance guide): the kernel is correct but slower, and the
+    estimate charges the spills. Tiles that do not fit even with one block of each blocked
+    tensor resident are an ``err_sbuf_capacity_exceeded`` error."""
+
+
+class DtypeRuleWarning(NKIWarning):
+    """A call breaks a dtype rule of AWS's documentation in a way the hardware still computes
+    exactly (a float tile transposed by the Tensor engine into an fp32 PSUM tile, which is a
+    matmul with an identity): the kernel runs, and is told the documented rule."""
+
+
 class RawEnumWarning(NKIWarning):
     """A current-API kernel passes an enum argument as its raw integer (``dge_mode=3``). The
     NKI 0.3 release notes say raw integers are no longer accepted, while AWS's own NKI library

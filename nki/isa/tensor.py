@@ -17,6 +17,7 @@ from ..errors import (
 from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
 from ..tracer import NkiTensor, classic_mode, operand, stage_psum_operand
 from ..tracer.api_checks import broken
+from ..tracer.operand_masks import result_mask, unwrap
 from .common import SBUF, Call, accumulate_unwritten, free_size
 from .enums import engine_name
 from .forms import dst_dtype, dst_view, instruction
@@ -88,6 +89,7 @@ def nc_matmul(
     c = Call("nc_matmul", dtype)
     api = c.api
     r = rules()
+    (stationary, s_conds), (moving, m_conds) = unwrap(stationary), unwrap(moving)
     # classic mode: PSUM operands staged in SBUF
     stationary = stage_psum_operand(stationary, api)
     moving = stage_psum_operand(moving, api)
@@ -186,6 +188,17 @@ def nc_matmul(
         params["tile_size"] = (int(tile_size[0]), int(tile_size[1]))
     if classic_mode():  # psum += nc_matmul(...) on a fresh PSUM tile starts the group
         params["psum_group"] = True
+    if s_conds or m_conds:
+        if perf != "none" or is_transpose:
+            raise NKIShapeError(
+                f"operand masks (tile[pred]) of '{api}' need a plain matmul, not "
+                f"perf_mode={perf!r} / is_transpose={bool(is_transpose)}; pass mask= instead",
+                code="err_unsupported_expression_in_mask",
+                loc=user_loc(),
+            )
+        axes = (None, *range(1, len(mshape)))  # moving: free axes are the result's free axes
+        operands = ((s_conds, sshape, (None, 0)), (m_conds, mshape, axes))
+        mask = result_mask(mask, operands, out_shape, api)
     return c.new(out_shape, (sacc, macc), buffer="psum", dtype=odt, mask=mask, **params)
 
 
@@ -198,7 +211,9 @@ def nc_transpose(
     Tensor engine: up to 128 x 128, SBUF in, PSUM out; done as a matmul with an identity, so on
     NeuronCore-v2 NaN / Inf do not survive bit-exactly. Vector engine: up to 32 x 32, SBUF or
     PSUM in, SBUF out. With no engine, the Tensor engine is used for SBUF inputs and the Vector
-    engine for PSUM inputs.
+    engine for PSUM inputs. In the current API ``dst`` has ``data``'s dtype (AWS's rule); a
+    Tensor-engine transpose of a float tile into an fp32 PSUM tile, which public kernels write,
+    runs exactly (a matmul with an identity) with a ``DtypeRuleWarning``.
 
     Example: ``t_psum = nisa.nc_transpose(x_sb)`` for ``x_sb`` of shape (64, 128) -> (128, 64).
     """
@@ -225,7 +240,10 @@ def nc_transpose(
             )
     odt = c.result_dtype()
     if odt != t.decl.dtype:
-        broken("nc_transpose.dtype", f"'{c.api}' got data {t.decl.dtype} and dst {odt}")
+        # (the Tensor engine widening a float into fp32 PSUM is exact: a matmul with identity)
+        widen = eng == "tensor" and odt == "float32" and dtypes.is_float(t.decl.dtype)
+        rule = "nc_transpose.widen" if widen else "nc_transpose.dtype"
+        broken(rule, f"'{c.api}' got data {t.decl.dtype} and dst {odt}")
     if eng == "tensor" and not dtypes.is_float(t.decl.dtype):
         check_dtype_in(
             t.decl.dtype, MATMUL_IN_DTYPES, c.api, "data", "err_unsupported_matmul_dtype"

@@ -1,11 +1,15 @@
 """SBUF / PSUM capacity per core, from the live on-chip allocations of a traced kernel.
 
 The real compiler allocates every on-chip tile in the SBUF or PSUM of the core that runs the
-kernel; when the tiles live at one point do not fit, it fails (``[GCA035] ... couldn't be
-allocated in SB``) and the official simulator says nothing. Here a tile is *live* from its
-``Alloc`` to its last use in program order; a use inside a loop that does not contain the
-``Alloc`` keeps the tile live until that loop ends (every iteration may read it). At every
-allocation point the bytes per partition of the live tiles must fit the target's usable size.
+kernel. Where the live tiles do not fit it spills some to HBM when it can, and otherwise fails
+(``[GCA035] ... couldn't be allocated in SB``); the official simulator says nothing. Here a
+tile is *live* from its ``Alloc`` to its last use in program order; a use inside a loop that
+does not contain the ``Alloc`` keeps the tile live until that loop ends (every iteration may
+read it). At every allocation point the bytes per partition of the live tiles must fit the
+target's usable size, with one exception: the blocks of a blocked SBUF tensor
+(``nl.ndarray((n, nl.par_dim(P), F))``) are tiles the compiler spills and reloads one by one
+(AWS's performance guide shows such a buffer spilling), so only one block of each counts
+against the capacity, and the rest not fitting is a ``SpillWarning``.
 
 PSUM rules (NeuronCore-v2..v4): each PSUM tile (each block of a blocked PSUM tensor) must fit in
 one 2 KiB bank per partition, and the live PSUM tiles must fit the 16 KiB (8 banks) per
@@ -17,7 +21,7 @@ import heapq
 from dataclasses import dataclass
 
 from nki import dtypes
-from nki.errors import NKIMemoryError, SrcLoc
+from nki.errors import NKIMemoryError, SpillWarning, SrcLoc, warn_at
 from nki.ir import Access, Alloc, Instr, KernelIR, Loop, Node, TensorDecl, tensor_label
 from nki.targets import Target, get_target, isa_rules
 
@@ -212,28 +216,78 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
             (lv for lv in ranges if lv.decl.buffer == buf and lv.decl.placement is None),
             key=lambda lv: lv.start,
         )
-        # sweep in allocation order, keeping the live tiles in a heap by end: O(n log n)
-        live: list[tuple[int, int, int]] = []  # (end, index in mine, bytes)
-        total = 0
-        for k, lv in enumerate(mine):
-            while live and live[0][0] < lv.start:
-                total -= heapq.heappop(live)[2]
-            size = physical.get(lv.decl.name, bytes_per_partition(lv.decl))
-            heapq.heappush(live, (lv.end, k, size))
-            total += size
-            if total > cap:
-                alive = [mine[i] for _, i, _ in sorted(live, key=lambda e: e[1])]
-                listing = _listing(alive, physical)
-                extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
-                raise NKIMemoryError(
-                    f"{buf.upper()} capacity exceeded on {t.name}: allocating "
-                    f"{tensor_label(lv.decl)} brings the live tiles to {total} bytes per partition "
-                    "requested, but only "
-                    f"{cap} bytes per partition are available{extra}; live allocations: "
-                    f"{listing}",
-                    code=code,
-                    loc=lv.loc,
-                )
+        full = [physical.get(lv.decl.name, bytes_per_partition(lv.decl)) for lv in mine]
+        # the compiler spills the blocks of a blocked SBUF tensor that do not fit (AWS's
+        # performance guide): only one block of each must stay resident
+        resident = [
+            min(n, block_bytes(lv.decl)) if buf == "sbuf" and lv.decl.par_dim > 0 else n
+            for lv, n in zip(mine, full)
+        ]
+        over = _first_over(mine, resident, cap)
+        if over is not None:
+            k, alive, total = over
+            lv = mine[k]
+            extra = f" ({t.psum_banks} banks of {t.psum_bank_bytes} B)" if buf == "psum" else ""
+            blocked = any(resident[i] < full[i] for i in alive)
+            spilled = (
+                ", counting one block of each blocked tensor (the compiler spills the others)"
+                if blocked
+                else ""
+            )
+            raise NKIMemoryError(
+                f"{buf.upper()} capacity exceeded on {t.name}: allocating "
+                f"{tensor_label(lv.decl)} brings the live tiles to {total} bytes per partition "
+                f"requested{spilled}, but only "
+                f"{cap} bytes per partition are available{extra}; live allocations: "
+                f"{_listing([mine[i] for i in alive], physical)}",
+                code=code,
+                loc=lv.loc,
+            )
+        if resident != full:
+            _warn_spills(mine, full, resident, cap, t, physical)
+
+
+def _first_over(mine: list[_Live], sizes: list[int], cap: int) -> tuple[int, list[int], int] | None:
+    """The first allocation (in program order) at which the live tiles, of ``sizes`` bytes
+    per partition, exceed ``cap``: (its index, the live tiles' indices, their bytes)."""
+    # sweep in allocation order, keeping the live tiles in a heap by end: O(n log n)
+    live: list[tuple[int, int, int]] = []  # (end, index in mine, bytes)
+    total = 0
+    for k, lv in enumerate(mine):
+        while live and live[0][0] < lv.start:
+            total -= heapq.heappop(live)[2]
+        heapq.heappush(live, (lv.end, k, sizes[k]))
+        total += sizes[k]
+        if total > cap:
+            return k, sorted(i for _, i, _ in live), total
+    return None
+
+
+def _warn_spills(
+    mine: list[_Live],
+    full: list[int],
+    resident: list[int],
+    cap: int,
+    t: Target,
+    physical: dict[str, int],
+) -> None:
+    """A ``SpillWarning`` where the blocked SBUF tensors' blocks do not all fit beside the
+    other live tiles: the compiler then saves blocks to HBM and reloads them."""
+    over = _first_over(mine, full, cap)
+    if over is None:
+        return
+    k, alive, total = over
+    blocked = [mine[i] for i in alive if full[i] > resident[i]]
+    names = ", ".join(_fmt(lv, physical) for lv in blocked)
+    warn_at(
+        f"SBUF over capacity on {t.name}: allocating {tensor_label(mine[k].decl)} brings the "
+        f"live tiles to {total} bytes per partition, over the {cap} usable; the compiler keeps "
+        f"what fits and spills blocks of {names} to HBM, reloading them at their next use "
+        "(correct, but slower: the estimate charges the spills). Allocating a blocked buffer "
+        "inside the loop that uses it avoids the spills.",
+        SpillWarning,
+        mine[k].loc,
+    )
 
 
 def _check_address_overlaps(ranges: list[_Live]) -> None:

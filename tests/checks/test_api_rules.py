@@ -16,6 +16,7 @@ import nki.language as nl
 from nki import api_rules
 from nki.errors import (
     AccumulateUninitializedWarning,
+    DtypeRuleWarning,
     NKIError,
     NKIMemoryError,
     NKIShapeError,
@@ -343,6 +344,28 @@ def test_raw_integer_enum_warns_and_runs():
     assert w.lineno == line_of(k_raw_enum, "# ERR")
     assert "'dge_mode' of 'nisa.dma_copy' got 2; write nisa.dge_mode.hwdge" in str(w.message)
     assert _rule("enum.named") in str(w.message)
+
+
+def k_transpose_widen(x):
+    a = _load(x)
+    ps = nl.ndarray((x.shape[1], x.shape[0]), nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(ps, a)  # WARN
+    y = _tile(ps.shape, nl.float32)
+    nisa.tensor_copy(y, ps)
+    return _store(y)
+
+
+def test_transpose_widening_into_fp32_psum_warns_and_is_exact():
+    # the documentation asks dst to have data's dtype; the Tensor engine's transpose is a
+    # matmul with an identity, so a bf16 tile lands in fp32 PSUM exactly
+    xb = _X.astype(ml_dtypes.bfloat16)
+    with pytest.warns(DtypeRuleWarning) as rec:
+        got = run(k_transpose_widen, xb, target="trn2")
+    np.testing.assert_array_equal(got, xb.T.astype(np.float32))
+    (w,) = [r for r in rec if r.category is DtypeRuleWarning]
+    assert w.lineno == line_of(k_transpose_widen, "# WARN")
+    assert "data bfloat16 and dst float32" in str(w.message)
+    assert _rule("nc_transpose.widen") in str(w.message)
 
 
 def k_dma_engine(x):

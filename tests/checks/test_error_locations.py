@@ -310,7 +310,6 @@ def test_unsupported_input_dtype_names_the_kernel_definition():
     assert (e.value.loc.file, e.value.loc.line) == (HERE, _line(_copy, "def _copy"))
 
 
-
 def _shape_of_argument(x, n):
     out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)  # ERR
     return out
@@ -336,6 +335,7 @@ def test_attribute_error_on_other_values_stays_python_s():
 
     with pytest.raises(AttributeError, match="'int' object has no attribute 'shape'"):
         nki.jit(kern)(X, 2)
+
 
 # ---- err_runtime keeps the real cause ----------------------------------------------------------
 def test_err_runtime_keeps_the_cause_chained_and_in_the_message(monkeypatch):

@@ -6,7 +6,7 @@ import pytest
 
 import nki
 import nki.language as nl
-from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError
+from nki.errors import NKIDependencyError, NKIIndexError, NKIMemoryError, SpillWarning
 
 from helpers import expect, line_of
 from helpers import randn as rand
@@ -165,9 +165,10 @@ def k_blocks_per_iteration(a):
 
 
 def k_blocks_across_loops(a):
-    # the same blocks written in one loop and read in another: all of them live in between
+    # the same blocks written in one loop and read in another: all of them live in between,
+    # 256 KiB per partition, so the compiler spills the blocks that do not fit
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    buf = nl.ndarray((64, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)  # ERR
+    buf = nl.ndarray((64, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)  # SPILL
     for i in nl.affine_range(64):
         buf[i] = nl.load(a[:, i * 1024 : (i + 1) * 1024])
     for i in nl.affine_range(64):
@@ -175,15 +176,38 @@ def k_blocks_across_loops(a):
     return out
 
 
-def test_block_tensor_capacity_counts_the_blocks_live_at_once():
+def k_blocks_beside_a_big_tile(a):
+    # one 4 KiB block of buf must stay resident beside the 204 KiB tile: over trn2's SBUF
+    out = nl.ndarray((128, 1024), dtype=a.dtype, buffer=nl.shared_hbm)
+    big = nl.ndarray((128, 52224), dtype=nl.float32, buffer=nl.sbuf)
+    big[:, 0:1024] = nl.load(a[:, 0:1024])
+    buf = nl.ndarray((4, nl.par_dim(128), 1024), dtype=a.dtype, buffer=nl.sbuf)  # ERR
+    for i in nl.affine_range(4):
+        buf[i] = nl.add(big[:, 0:1024], 1.0)
+    for i in nl.affine_range(4):
+        nl.store(out, value=nl.multiply(buf[i], big[:, 0:1024]))
+    return out
+
+
+def test_blocks_live_at_once_spill_with_a_warning():
     a = rand((128, 64 * 1024))
     np.testing.assert_allclose(nki.jit(k_blocks_per_iteration)(a), 2 * a, rtol=1e-6)
+    with pytest.warns(SpillWarning) as rec:
+        got = nki.jit(k_blocks_across_loops).configure(target="trn2")(a)
+    np.testing.assert_allclose(got, 2 * a, rtol=1e-6)
+    (w,) = [r for r in rec if r.category is SpillWarning]
+    assert w.lineno == line_of(k_blocks_across_loops, "# SPILL"), str(w.message)
+    for v in ("262144 bytes per partition", "212984", "[64, 128, 1024]: 262144 B", "spills"):
+        assert v in str(w.message), (v, str(w.message))
+
+
+def test_one_block_of_each_blocked_tensor_stays_resident():
     expect(
-        k_blocks_across_loops,
-        a,
+        k_blocks_beside_a_big_tile,
+        rand((128, 1024)),
         cls=NKIMemoryError,
         code="err_sbuf_capacity_exceeded",
-        values=["262144 bytes per partition requested", "212984", "[64, 128, 1024]: 262144 B"],
+        values=["212992 bytes per partition requested", "counting one block", "212984"],
         target="trn2",
     )
 
