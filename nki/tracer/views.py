@@ -9,13 +9,15 @@ chip). Dynamic offsets use the tracer's indirect (run-time index) machinery."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .. import dtypes
 from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
+from ..symbolic import Scalar
 from .handles import NkiTensor, TileOps, View
-from .state import request_per_core, state
+from .state import generation, note_generation, request_per_core, state
 from .subscripts import compose, parse_subscript, prod
 from .tensors import reshape_tile
 
@@ -424,6 +426,12 @@ def ap(
     row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
     base = t.decl
+    if isinstance(offset, Scalar) and not offset.aff.is_const:
+        # an offset from loop iterators: the current API's iterators are integers (its loop is
+        # unrolled here); the classic API has no .ap, so an undecided kernel is current-API
+        if generation() is None:
+            note_generation("current", "t.ap(offset=...) computed from a loop iterator")
+        offset = operator.index(offset)
     for v in (offset, scalar_offset, vector_offset):
         aff = getattr(v, "aff", None)  # nl.program_id: a plain int on each core of the launch
         if aff is not None:

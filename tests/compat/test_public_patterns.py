@@ -356,3 +356,27 @@ def test_nki_dtype_is_a_module_of_numpy_usable_dtypes():
         return out
 
     np.testing.assert_array_equal(widen(w8), w8.astype(np.float32))
+
+
+def k_ap_loop_offset(x):
+    # no construct before the .ap decides the generation: its offset, computed from a loop
+    # iterator, needs the iterator's integer value, which current-API loops have
+    out = nl.ndarray((4 * P, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.ndarray((P, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[32, P], [1, 32]], offset=i * P * 32))
+        nisa.dma_copy(dst=out[i * P : (i + 1) * P, :], src=t)
+    return out
+
+
+def test_ap_offset_from_a_loop_iterator_decides_the_current_api():
+    from nki.classic import classic_mode, set_classic_mode
+
+    x = RNG.standard_normal((4 * P, 32)).astype(np.float32)
+    before = classic_mode()
+    set_classic_mode(True)  # (as the compat runner sets it: undecided kernels start classic)
+    try:
+        got = nki.jit(k_ap_loop_offset)(x)
+    finally:
+        set_classic_mode(before)
+    np.testing.assert_array_equal(got, x)
