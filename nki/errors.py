@@ -385,11 +385,12 @@ class CoreRaceWarning(NKIWarning):
 
 
 class SpillWarning(NKIWarning):
-    """The blocks of a blocked SBUF tensor (``nl.ndarray((n, nl.par_dim(P), F))``) do not all
-    fit in SBUF beside the other live tiles. The Neuron compiler then saves blocks to HBM and
-    reloads them (AWS's performance guide): the kernel is correct but slower, and the
-    estimate charges the spills. Tiles that do not fit even with one block of each blocked
-    tensor resident are an ``err_sbuf_capacity_exceeded`` error."""
+    """The blocks of a blocked on-chip tensor (``nl.ndarray((n, nl.par_dim(P), F))``) do not
+    all fit in SBUF (or PSUM) beside the other live tiles. The Neuron compiler then saves
+    blocks to the next memory down (HBM, or SBUF for PSUM) and reloads them (AWS's performance
+    guide and memory hierarchy page): the kernel is correct but slower. Tiles that do not fit
+    even with one block of each blocked tensor resident are an ``err_sbuf_capacity_exceeded``
+    / ``err_psum_capacity_exceeded`` error."""
 
 
 class DtypeRuleWarning(NKIWarning):

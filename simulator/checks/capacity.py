@@ -6,9 +6,10 @@ kernel. Where the live tiles do not fit it spills some to HBM when it can, and o
 tile is *live* from its ``Alloc`` to its last use in program order; a use inside a loop that
 does not contain the ``Alloc`` keeps the tile live until that loop ends (every iteration may
 read it). At every allocation point the bytes per partition of the live tiles must fit the
-target's usable size, with one exception: the blocks of a blocked SBUF tensor
+target's usable size, with one exception: the blocks of a blocked tensor
 (``nl.ndarray((n, nl.par_dim(P), F))``) are tiles the compiler spills and reloads one by one
-(AWS's performance guide shows such a buffer spilling), so only one block of each counts
+(AWS's performance guide shows such a buffer spilling; its memory hierarchy page says the
+compiler spills any on-chip memory to the next one down), so only one block of each counts
 against the capacity, and the rest not fitting is a ``SpillWarning``.
 
 PSUM rules (NeuronCore-v2..v4): each PSUM tile (each block of a blocked PSUM tensor) must fit in
@@ -217,11 +218,10 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
             key=lambda lv: lv.start,
         )
         full = [physical.get(lv.decl.name, bytes_per_partition(lv.decl)) for lv in mine]
-        # the compiler spills the blocks of a blocked SBUF tensor that do not fit (AWS's
-        # performance guide): only one block of each must stay resident
+        # the compiler spills the blocks of a blocked tensor that do not fit to the next
+        # memory down (AWS's performance guide, memory hierarchy): one block of each stays
         resident = [
-            min(n, block_bytes(lv.decl)) if buf == "sbuf" and lv.decl.par_dim > 0 else n
-            for lv, n in zip(mine, full)
+            min(n, block_bytes(lv.decl)) if lv.decl.par_dim > 0 else n for lv, n in zip(mine, full)
         ]
         over = _first_over(mine, resident, cap)
         if over is not None:
@@ -244,7 +244,7 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 loc=lv.loc,
             )
         if resident != full:
-            _warn_spills(mine, full, resident, cap, t, physical)
+            _warn_spills(buf, mine, full, resident, cap, t, physical)
 
 
 def _first_over(mine: list[_Live], sizes: list[int], cap: int) -> tuple[int, list[int], int] | None:
@@ -264,6 +264,7 @@ def _first_over(mine: list[_Live], sizes: list[int], cap: int) -> tuple[int, lis
 
 
 def _warn_spills(
+    buf: str,
     mine: list[_Live],
     full: list[int],
     resident: list[int],
@@ -271,20 +272,22 @@ def _warn_spills(
     t: Target,
     physical: dict[str, int],
 ) -> None:
-    """A ``SpillWarning`` where the blocked SBUF tensors' blocks do not all fit beside the
-    other live tiles: the compiler then saves blocks to HBM and reloads them."""
+    """A ``SpillWarning`` where the blocked tensors' blocks do not all fit in ``buf`` beside
+    the other live tiles: the compiler then saves blocks to the next memory down (SBUF's to
+    HBM, PSUM's to SBUF) and reloads them."""
     over = _first_over(mine, full, cap)
     if over is None:
         return
     k, alive, total = over
     blocked = [mine[i] for i in alive if full[i] > resident[i]]
     names = ", ".join(_fmt(lv, physical) for lv in blocked)
+    down = "HBM" if buf == "sbuf" else "SBUF"
     warn_at(
-        f"SBUF over capacity on {t.name}: allocating {tensor_label(mine[k].decl)} brings the "
-        f"live tiles to {total} bytes per partition, over the {cap} usable; the compiler keeps "
-        f"what fits and spills blocks of {names} to HBM, reloading them at their next use "
-        "(correct, but slower: the estimate charges the spills). Allocating a blocked buffer "
-        "inside the loop that uses it avoids the spills.",
+        f"{buf.upper()} over capacity on {t.name}: allocating {tensor_label(mine[k].decl)} "
+        f"brings the live tiles to {total} bytes per partition, over the {cap} usable; the "
+        f"compiler keeps what fits and spills blocks of {names} to {down}, reloading them at "
+        "their next use (correct, but slower). Allocating a blocked buffer inside the loop "
+        "that uses it avoids the spills.",
         SpillWarning,
         mine[k].loc,
     )

@@ -212,6 +212,30 @@ def test_one_block_of_each_blocked_tensor_stays_resident():
     )
 
 
+def k_psum_blocks_across_loops(a, b):
+    # 16 PSUM blocks of one bank each (32 KiB per partition) written in one loop and read in
+    # another: the compiler spills the blocks that do not fit PSUM's 16 KiB to SBUF
+    out = nl.ndarray((16, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    x, y = nl.load(a), nl.load(b)
+    acc = nl.ndarray((16, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)  # SPILL
+    for i in nl.affine_range(16):
+        acc[i] = nl.matmul(x, y, transpose_x=True)
+    for i in nl.affine_range(16):
+        nl.store(out[i], value=nl.multiply(acc[i], 1.0))
+    return out
+
+
+def test_psum_blocks_live_at_once_spill_with_a_warning():
+    a, b = rand((128, 128)), rand((128, 512))
+    with pytest.warns(SpillWarning) as rec:
+        got = nki.jit(k_psum_blocks_across_loops)(a, b)
+    np.testing.assert_allclose(got, np.broadcast_to(a.T @ b, (16, 128, 512)), rtol=1e-5, atol=1e-4)
+    (w,) = [r for r in rec if r.category is SpillWarning]
+    assert w.lineno == line_of(k_psum_blocks_across_loops, "# SPILL"), str(w.message)
+    for v in ("PSUM over capacity", "32768 bytes per partition", "16384", "to SBUF"):
+        assert v in str(w.message), (v, str(w.message))
+
+
 def k_psum_nine(a, b):
     out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     x = nl.load(a)
