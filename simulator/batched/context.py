@@ -342,12 +342,9 @@ class BCtx:
         if sel is None:
             return self.view(acc)
         sel = masks.selection_for(sel, len(self.dims), acc.shape)
-        box = self.box(acc, sel)
-        if box is not None:  # lanes outside the box are never used: zeros
-            part = self.view(acc, box)
-            out = np.zeros((*self.dims, *acc.shape), dtype=part.dtype)
-            out[box] = part
-            return out
+        got = masks.read_boxes(self, acc, sel)
+        if got is not None:
+            return got
         arr = self.arrays.get(acc.tensor)
         return (self._storage(acc.tensor) if arr is None else arr)[self.indices(acc, sel)]
 
@@ -415,9 +412,7 @@ class BCtx:
             return
         full = (*self.dims, *acc.shape)
         whole = stored if stored.shape == full else np.broadcast_to(stored, full)
-        box = self.box(acc, sel)
-        if box is not None:
-            self.view(acc, box)[...] = whole[box]
+        if masks.write_boxes(self, acc, sel, whole):
             return
         idx = self.indices(acc, sel)
         arr = self.arrays.get(acc.tensor)

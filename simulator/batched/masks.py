@@ -48,6 +48,95 @@ def selection_box(sel: np.ndarray) -> tuple[slice, ...] | None:
     return tuple(box) if np.count_nonzero(sel) == count else None
 
 
+# the most boxes a selection is cut into (``selection_boxes``): more, and index arrays serve
+_MAX_BOXES = 16
+
+
+def selection_boxes(sel: np.ndarray, limit: int = _MAX_BOXES) -> list[tuple[slice, ...]] | None:
+    """``sel`` as at most ``limit`` disjoint boxes (a ragged last tile of a batched loop: the
+    full tiles and the partial one), cut along the first axis whose slices differ into runs of
+    equal slices; None when it takes more."""
+    one = selection_box(sel)
+    if one is not None:
+        return [one]
+    if not sel.any():
+        return []
+    for ax in range(sel.ndim):
+        n = sel.shape[ax]
+        runs, start = [], 0
+        prev = np.take(sel, 0, axis=ax)
+        for i in range(1, n):
+            cur = np.take(sel, i, axis=ax)
+            if not np.array_equal(cur, prev):
+                runs.append((start, i, prev))
+                start, prev = i, cur
+                if len(runs) > limit:
+                    return None
+        if not runs:  # the same along this axis: cut along a later one
+            continue
+        runs.append((start, n, prev))
+        out: list[tuple[slice, ...]] = []
+        for a, b, rep in runs:
+            sub = selection_boxes(rep, limit - len(out))
+            if sub is None:
+                return None
+            out += [(*box[:ax], slice(a, b), *box[ax:]) for box in sub]
+            if len(out) > limit:
+                return None
+        return out
+    return None
+
+
+def boxes(ctx: Any, acc: Access, sel: np.ndarray) -> list[tuple[slice, ...]] | None:
+    """``selection_boxes`` of ``sel`` when ``acc`` is in bounds over each (None otherwise)."""
+    hit = _SEL_PIECES.get(id(sel))
+    if hit is None or hit[0] is not sel:
+        hit = (sel, selection_boxes(sel))
+        if sel.nbytes <= _PIECES_KEPT_BYTES:  # (kept small: a selection may be the batch's)
+            if len(_SEL_PIECES) >= 64:
+                _SEL_PIECES.clear()
+            _SEL_PIECES[id(sel)] = hit
+    if hit[1] is None:
+        return None
+    for box in hit[1]:
+        if _access_box(ctx, acc, box) is None:
+            return None
+    return hit[1]
+
+
+def _boxes_of(ctx: Any, acc: Access, sel: np.ndarray) -> list[tuple[slice, ...]] | None:
+    one = box(ctx, acc, sel)
+    return [one] if one is not None else boxes(ctx, acc, sel)
+
+
+def read_boxes(ctx: Any, acc: Access, sel: np.ndarray) -> np.ndarray | None:
+    """``ctx.read(acc, sel)`` as strided views of the selection's boxes (lanes outside them are
+    never used: zeros), or None: index arrays serve."""
+    pieces = _boxes_of(ctx, acc, sel)
+    if not pieces:
+        return None
+    out = np.zeros((*ctx.dims, *acc.shape), dtype=ctx.view(acc, pieces[0]).dtype)
+    for b in pieces:
+        out[b] = ctx.view(acc, b)
+    return out
+
+
+def write_boxes(ctx: Any, acc: Access, sel: np.ndarray, whole: np.ndarray) -> bool:
+    """``ctx.write`` of ``whole``'s selected lanes through strided views of the selection's
+    boxes (True), or nothing (False: index arrays serve)."""
+    pieces = _boxes_of(ctx, acc, sel)
+    if pieces is None:
+        return False
+    for b in pieces:
+        ctx.view(acc, b)[...] = whole[b]
+    return True
+
+
+# id(selection) -> (the selection, its ``selection_boxes``): bounded, small selections only
+_SEL_PIECES: dict[int, tuple[np.ndarray, list[tuple[slice, ...]] | None]] = {}
+_PIECES_KEPT_BYTES = 1 << 20
+
+
 # (id(instr), tile shape, batch axes' sizes, the mask symbols' values / axes) -> (the
 # instruction, its selection over the batch: None when every condition holds throughout it,
 # else a read-only array). A selection depends on no data. Bounded in entries and in bytes

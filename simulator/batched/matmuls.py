@@ -26,7 +26,7 @@ def _matmul(instr: Instr, ctx: BCtx) -> None:
     x = np.swapaxes(x, -1, -2) if plain else x
     into = _added_into(instr, ctx, x, y, plain)
     if into is None or not gemm.accumulate(into, x, y, nn=plain):
-        ctx.write(instr.dst, gemm.product(x, y, nn=plain), None, instr.accumulate)
+        _write_product(instr, ctx, gemm.product(x, y, nn=plain))
 
 
 def _added_into(
@@ -63,9 +63,15 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     into = _added_into(instr, ctx, s, m, False)
     if into is not None and gemm.accumulate(into, s, m, nn=False):
         return
+    assert instr.dst is not None
+    _write_product(instr, ctx, tile_product(ctx, s, m, instr.dst))
+
+
+def _write_product(instr: Instr, ctx: BCtx, out: np.ndarray) -> None:
+    """``simulator/isa/common.matmul_write`` over the batch: a matmul's product written under
+    its mask, added to its destination when it accumulates, or by its PSUM group."""
     dst = instr.dst
     assert dst is not None
-    out = tile_product(ctx, s, m, dst)
     if instr.attr("psum_group", False) and instr.accumulate == "add":
         if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
             ctx.write(dst, out)

@@ -77,11 +77,13 @@ def _declines_matmul(instr: Instr) -> str | None:
     why = _operands(instr)
     if why:
         return why
-    if instr.mask is not None or instr.attr("psum_group", False):
-        return "is masked or a classic PSUM accumulation group"
     if any(isinstance(a, Access) and len(a.shape) != 2 for a in (instr.dst, *instr.srcs)):
         return "on tiles that are not 2-D"
     return None
+
+
+def _declines_transpose(instr: Instr) -> str | None:
+    return _declines_matmul(instr) or ("is masked" if instr.mask is not None else None)
 
 
 def _declines_dma(instr: Instr) -> str | None:
@@ -232,7 +234,7 @@ def reduced(
     return np.asarray(out, dtype=np.float32)
 
 
-@_batched("transpose", _declines_matmul)
+@_batched("transpose", _declines_transpose)
 def _transpose(instr: Instr, ctx: BCtx) -> None:
     src = instr.srcs[0]
     assert isinstance(src, Access) and instr.dst is not None

@@ -436,3 +436,58 @@ def test_hosted_kinds_match_the_interpreter(kind, grid, seed):
     got, want, info = r.against("batched")
     assert "hosted" in info.reason, info.reason
     assert same(got, want)
+
+
+def ragged_classic_matmul(lhs_t, rhs):
+    """Classic tiled matmul whose last N tile is partial: masked loads and stores, and
+    ``psum += nl.matmul(...)`` (a PSUM accumulation group in classic mode)."""
+    k, m = lhs_t.shape
+    n = rhs.shape[1]
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    for j in nl.affine_range((n + 511) // 512):
+        acc = nl.zeros((m, 512), nl.float32, buffer=nl.psum)
+        for kt in nl.affine_range(k // 128):
+            i_k = kt * 128 + nl.arange(128)[:, None]
+            i_n = j * 512 + nl.arange(512)[None, :]
+            a = nl.load(lhs_t[i_k, nl.arange(m)[None, :]])
+            b = nl.load(rhs[i_k, i_n], mask=(i_n < n))
+            acc += nl.matmul(a, b, transpose_x=True)
+        i_o = j * 512 + nl.arange(512)[None, :]
+        nl.store(out[nl.arange(m)[:, None], i_o], value=nl.copy(acc), mask=(i_o < n))
+    return out
+
+
+def test_classic_matmul_groups_and_ragged_masks_run_batched():
+    from nki.classic import classic_mode, set_classic_mode
+
+    rng = np.random.default_rng(7)
+    lhs = rng.standard_normal((256, 64)).astype(np.float32)
+    rhs = rng.standard_normal((256, 1100)).astype(np.float32)
+    before = classic_mode()
+    set_classic_mode(True)  # (psum += nl.matmul is then an accumulation group)
+    try:
+        kernel = nki.jit(ragged_classic_matmul)
+        r = run_backends(kernel, None, lhs, rhs)
+    finally:
+        set_classic_mode(before)
+    got = r.results["batched"]
+    np.testing.assert_allclose(got, lhs.T @ rhs, rtol=1e-4, atol=1e-4)
+    # the matmul runs with its batched executor, not per position on the interpreter
+    assert plan(r.kernel("batched").last_ir, SimConfig()).hosted == frozenset()
+
+
+def test_selection_boxes_cover_a_selection_exactly():
+    from simulator.batched.masks import selection_boxes
+
+    sel = np.zeros((5, 4, 6), dtype=bool)
+    sel[:4] = True  # four full positions
+    sel[4, :, :2] = True  # and a ragged last one
+    got = selection_boxes(sel)
+    assert got is not None and len(got) == 2
+    cover = np.zeros_like(sel, dtype=np.int64)
+    for b in got:
+        cover[b] += 1
+    assert np.array_equal(cover, sel.astype(np.int64))  # disjoint, and exactly the selection
+    checker = np.indices((6, 6)).sum(axis=0) % 2 == 0
+    assert selection_boxes(checker) is None  # too many pieces: index arrays serve
+    assert selection_boxes(np.zeros((3, 3), dtype=bool)) == []
