@@ -17,8 +17,10 @@ for the launch only, restoring them after it:
 ``SimConfig.threads`` / ``$NKI_SIM_THREADS`` (a positive integer) fixes the count instead;
 ``auto`` (the default) decides as above. Whatever the environment says
 (``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``), a launch never uses more BLAS threads than
-this decision. BLAS partitions a product's output among its threads, never the sum over the
-contraction, so results are bit-identical with any thread count.
+this decision. BLAS usually partitions a product's output among its threads, never the sum
+over the contraction, so results are bit-identical with any thread count; where this machine's
+BLAS does not (``blas_splits_sums``, probed once per process), launches keep it on one thread
+and use more cores only through ``run_blocks``.
 
 Independent blocks of one large product (``run_blocks``: the batched backend's stacked tile
 products) run on the calling thread and workers of this process instead, each calling BLAS on
@@ -245,6 +247,39 @@ def _pools() -> list[Any]:
     return _POOLS
 
 
+_SPLITS: list[bool] = []  # (once per process) whether BLAS's bits depend on its threads
+
+
+def blas_splits_sums() -> bool:
+    """Whether a product on two BLAS threads has other bits than on one, on this machine (some
+    OpenBLAS builds switch kernels by the size of each thread's share: seen on an AMD EPYC with
+    OpenBLAS 0.3.31). Probed once per process on a few products; launches then keep BLAS on
+    one thread (``blas_limit``), and only ``run_blocks``' fixed blocks use more cores."""
+    if not _SPLITS:
+        pools = _pools()
+        splits = False
+        if pools:
+            import numpy as np
+
+            rng = np.random.default_rng(0)
+            saved = [p.get_num_threads() for p in pools]
+            try:
+                for k, m, n in ((128, 128, 512), (256, 256, 1024)):
+                    a = rng.standard_normal((k, m)).astype(np.float32)
+                    b = rng.standard_normal((k, n)).astype(np.float32)
+                    got = []
+                    for count in (1, 2):
+                        for p in pools:
+                            p.set_num_threads(count)
+                        got.append(a.T @ b)
+                    splits = splits or not np.array_equal(got[0], got[1])
+            finally:
+                for p, was in zip(pools, saved):
+                    p.set_num_threads(was)
+        _SPLITS.append(splits)
+    return _SPLITS[0]
+
+
 class _OpenBLAS:
     """An OpenBLAS pool with its own (pthreads) thread pool, read and set through its C
     functions: threadpoolctl's controller takes a few microseconds per call in Python (and
@@ -296,6 +331,7 @@ class blas_limit:  # noqa: N801 (used as a function: ``with blas_limit(n): ...``
         if not pools:
             return
         n, exact = self.n, self.exact
+        single = blas_splits_sums()  # (then BLAS stays on one thread: the same bits)
         with _LOCK:
             if _ACTIVE["count"] == 0:
                 saved = tuple([p.get_num_threads() for p in pools])
@@ -314,7 +350,7 @@ class blas_limit:  # noqa: N801 (used as a function: ``with blas_limit(n): ...``
             _ACTIVE["count"] += 1
             limit, now = _ACTIVE["limit"], list(_ACTIVE["now"])
             for i, (p, was) in enumerate(zip(pools, _ACTIVE["saved"])):
-                want = limit if exact else min(limit, was)
+                want = 1 if single else limit if exact else min(limit, was)
                 if now[i] != want:
                     p.set_num_threads(want)
                     now[i] = want

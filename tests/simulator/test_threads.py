@@ -233,6 +233,7 @@ class _Pool:
 def test_pools_are_limited_for_the_launch_and_restored(monkeypatch):
     pool = _Pool(8)
     monkeypatch.setattr(threads, "_POOLS", [pool])
+    monkeypatch.setattr(threads, "_SPLITS", [False])  # (a BLAS whose bits ignore its threads)
     with threads.blas_limit(2):
         assert pool.n == 2
         with threads.blas_limit(4):  # a second launch at once: the smaller limit holds
@@ -254,6 +255,7 @@ def test_the_pools_are_read_once_and_set_only_where_the_limit_differs(monkeypatc
     what the launches changed, also after an explicit count raised a pool above it."""
     at_one, at_eight = _Pool(1), _Pool(8)
     monkeypatch.setattr(threads, "_POOLS", [at_one, at_eight])
+    monkeypatch.setattr(threads, "_SPLITS", [False])
     with threads.blas_limit(1):
         with threads.blas_limit(1):
             assert (at_one.n, at_eight.n) == (1, 1)
@@ -266,6 +268,28 @@ def test_the_pools_are_read_once_and_set_only_where_the_limit_differs(monkeypatc
         assert (at_one.n, at_eight.n) == (2, 2)
     assert (at_one.n, at_eight.n) == (1, 8)
     assert (at_one.calls, at_eight.calls) == ([2, 1], [1, 8, 2, 8])
+
+
+def test_a_blas_whose_bits_depend_on_its_threads_stays_on_one(monkeypatch):
+    pool = _Pool(8)
+    monkeypatch.setattr(threads, "_POOLS", [pool])
+    monkeypatch.setattr(threads, "_SPLITS", [True])
+    with threads.blas_limit(2, exact=True):
+        assert pool.n == 1
+    with threads.blas_limit(4):
+        assert pool.n == 1
+    assert pool.n == 8
+
+
+def test_the_split_probe_compares_one_and_two_threads():
+    a = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
+    b = np.random.default_rng(0).standard_normal((128, 512)).astype(np.float32)
+    with threadpool_limits(1, user_api="blas"):
+        one = a.T @ b
+    with threadpool_limits(2, user_api="blas"):
+        two = a.T @ b
+    if not np.array_equal(one, two):  # (this machine's BLAS: the probe must say so)
+        assert threads.blas_splits_sums()
 
 
 def test_launches_whose_products_blas_never_threads_leave_the_pools_alone(monkeypatch):
