@@ -170,3 +170,37 @@ def run_threads(target: Callable[[int], None], n: int, switch: float = 1e-5) -> 
     finally:
         sys.setswitchinterval(old)
     assert not any(t.is_alive() for t in threads)
+
+
+_KEEPS: list[bool] = []
+
+
+def blas_keeps_bits() -> bool:
+    """Whether this machine's BLAS gives each column block of a product the bits the whole
+    product gives it. OpenBLAS 0.3.31 on an AMD EPYC does not (it switches kernels by the
+    size of a product), so there one launch computing several products side by side, or one
+    product of another shape, is bitwise only where its tiles are the same shapes."""
+    if not _KEEPS:
+        rng = np.random.default_rng(0)
+        kept = True
+        for m, k, ns in ((18, 32, (24, 24, 24)), (130, 200, (96, 256)), (128, 128, (256, 256))):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            bs = [rng.standard_normal((k, n)).astype(np.float32) for n in ns]
+            whole = a @ np.concatenate(bs, axis=1)
+            kept = kept and np.array_equal(whole, np.concatenate([a @ b for b in bs], axis=1))
+        _KEEPS.append(kept)
+    return _KEEPS[0]
+
+
+def same_product_bits(got, want) -> None:
+    """``got`` has ``want``'s bits where ``blas_keeps_bits``; elsewhere it is within rounding of
+    the same sums (the products' last bits depend on BLAS's kernels). NumPy arrays or torch
+    tensors."""
+    g = np.asarray(got.detach() if hasattr(got, "detach") else got)
+    w = np.asarray(want.detach() if hasattr(want, "detach") else want)
+    if blas_keeps_bits():
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert np.array_equal(g.view(f"u{g.dtype.itemsize}"), w.view(f"u{w.dtype.itemsize}"))
+        return
+    tol = 1e-2 if g.dtype.itemsize == 2 else 1e-4
+    np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol)
