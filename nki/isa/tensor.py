@@ -82,7 +82,8 @@ def nc_matmul(
     result fp32 (bf16 also on trn3). ``psum[...] += nisa.nc_matmul(a, b)`` accumulates.
     ``is_transpose=True`` (trn2+) transposes ``stationary`` bit-exactly (``moving`` must be an
     identity matrix) and keeps its dtype. ``perf_mode='double_row_gen3'`` (trn2+, fp8) takes
-    ``[128, 2, F]`` operands and contracts K = 256.
+    ``[128, 2, F]`` operands and contracts K = 256. Classic operand masks
+    (``stationary[i_m < M]``, ``moving[i_n < N]``) bound the result rows / columns computed.
 
     Example: ``res_psum = nisa.nc_matmul(a_sb[0:128, 0:64], b_sb[0:128, 0:512])`` -> (64, 512).
     """

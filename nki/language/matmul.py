@@ -64,6 +64,7 @@ def matmul(x: Any, y: Any, *, transpose_x: bool = False, mask: Any = None, **_kw
     x's free dim <= 128 (the stationary operand) and must equal y's partition dim (with
     ``transpose_x`` x's partition dim is the contraction dim); y's free dim <= 512. Inputs must
     be float types (fp8 / bf16 / fp16 / tf32 / fp32). Products and the accumulation are fp32.
+    Operand masks (``x[i_m < M]``, ``y[i_n < N]``, classic) bound the result rows / columns.
 
     Example: ``acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)``;
     ``acc += nl.matmul(a_t, b, transpose_x=True)``."""
