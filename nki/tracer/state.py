@@ -417,7 +417,8 @@ def note_generation(gen: str, what: str, loc: SrcLoc | None = None) -> None:
         raise NKIError(
             f"kernel '{st.name}' mixes the two NKI API generations: {what} is {gen}-API, but the "
             f"kernel is {st.generation}-API{decided_by()}; write the kernel in one "
-            f"generation (or force it with nki.jit(api='{st.generation}'))",
+            f"generation (nki.jit(api='{st.generation}') helps only where a construct of "
+            "both generations was taken for the wrong one)",
             code="err_mixed_api_generations",
             loc=loc,
         )
