@@ -55,12 +55,8 @@ _MAX_BOXES = 16
 def selection_boxes(sel: np.ndarray, limit: int = _MAX_BOXES) -> list[tuple[slice, ...]] | None:
     """``sel`` as at most ``limit`` disjoint boxes (a ragged last tile of a batched loop: the
     full tiles and the partial one), cut along the first axis whose slices differ into runs of
-    equal slices; None when it takes more."""
-    one = selection_box(sel)
-    if one is not None:
-        return [one]
-    if not sel.any():
-        return []
+    equal slices; None when it takes more. (Called once ``box`` found no single box: the cut
+    itself finds one, so the exact-box test is not repeated here.)"""
     for ax in range(sel.ndim):
         n = sel.shape[ax]
         runs, start = [], 0
@@ -84,7 +80,8 @@ def selection_boxes(sel: np.ndarray, limit: int = _MAX_BOXES) -> list[tuple[slic
             if len(out) > limit:
                 return None
         return out
-    return None
+    # the same along every axis: all of it selected, or none
+    return [tuple(slice(0, n) for n in sel.shape)] if sel.size and sel.flat[0] else []
 
 
 def boxes(ctx: Any, acc: Access, sel: np.ndarray) -> list[tuple[slice, ...]] | None:
