@@ -17,7 +17,7 @@ from ..errors import (
 from ..targets import FP8_DTYPES, MATMUL_IN_DTYPES
 from ..tracer import NkiTensor, classic_mode, operand, stage_psum_operand
 from ..tracer.api_checks import broken
-from ..tracer.operand_masks import result_mask, unwrap
+from ..tracer.operand_masks import result_mask, transposed_mask, unwrap
 from .common import SBUF, Call, accumulate_unwritten, free_size
 from .enums import engine_name
 from .forms import dst_dtype, dst_view, instruction
@@ -255,4 +255,5 @@ def nc_transpose(
         # Tensor-engine transpose into PSUM plus a copy (as in the AWS attention tutorials)
         params["staged"] = True
     buffer = "psum" if eng == "tensor" else "sbuf"
+    mask = transposed_mask(mask, acc.shape, c.api)
     return c.new((f, p), (acc,), buffer=buffer, dtype=odt, mask=mask, engine=eng, **params)

@@ -26,7 +26,7 @@ from ..tracer import (
     state,
     to_mask,
 )
-from ..tracer.operand_masks import result_mask, unwrap
+from ..tracer.operand_masks import result_mask, transposed_mask, unwrap
 
 _PE_DTYPES = ("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn",
               "float8_e5m2")  # fmt: skip
@@ -141,8 +141,8 @@ def transpose(x: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any) -> Nki
     out_shape = (acc.shape[1], acc.shape[0])
     out_dt = dtypes.name_of(dtype) if dtype is not None else t.decl.dtype
     out = result_tile(out_shape, out_dt, "sbuf", api)
-    emit("transpose", "transpose", out.access_(), (acc,), mask=to_mask(mask, out_shape, api),
-         api=api)  # fmt: skip
+    mask = to_mask(transposed_mask(mask, acc.shape, api), out_shape, api)
+    emit("transpose", "transpose", out.access_(), (acc,), mask=mask, api=api)
     return out
 
 

@@ -79,3 +79,19 @@ def result_mask(
     if mask is False:
         return mask
     return mask & pred
+
+
+def transposed_mask(mask: object, data_shape: tuple[int, ...], api: str) -> object:
+    """The ``mask=`` of a 2-D partition/free transpose, stated over the input tile's axes (the
+    index variables the instruction reads ``data`` with, as public kernels write it:
+    ``nisa.nc_transpose(t[i, j], mask=(i < B) & (j < N))``), moved onto the result's swapped
+    axes. A mask that does not fit the input's shape is left to be fitted to the result's."""
+    if not isinstance(mask, Pred) or len(data_shape) != 2:
+        return mask
+    try:
+        _fit_conds(mask.conds, data_shape, api)
+    except NKIError as e:
+        if e.code != "err_mask_shape_mismatch":
+            raise
+        return mask
+    return result_mask(None, ((mask.conds, data_shape, (1, 0)),), data_shape[::-1], api)
