@@ -164,8 +164,8 @@ def load_transpose2d(src: Any, *, mask: Any = None, dtype: Any = None, **_kw: An
     check_partitions(tacc.shape, api, "result")
     out_dt = dtypes.name_of(dtype) if dtype is not None else t.decl.dtype
     out = result_tile(tacc.shape, out_dt, "sbuf", api)
-    emit("dma", "load_transpose2d", out.access_(), (tacc,),
-         mask=to_mask(mask, tacc.shape, api), api=api)  # fmt: skip
+    mask = to_mask(transposed_mask(mask, acc.shape, api), tacc.shape, api)
+    emit("dma", "load_transpose2d", out.access_(), (tacc,), mask=mask, api=api)
     return out
 
 

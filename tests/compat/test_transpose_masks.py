@@ -1,7 +1,7 @@
-"""Classic masks on a partition/free transpose: ``nisa.nc_transpose(t[i, j], mask=...)`` and
-``nl.transpose`` take the mask over the input tile's axes (the variables the instruction reads
-with), so only the transposes of the selected input elements are written; a mask that only
-fits the result's shape is taken over the result."""
+"""Classic masks on a partition/free transpose: ``nisa.nc_transpose(t[i, j], mask=...)``,
+``nl.transpose`` and ``nl.load_transpose2d`` take the mask over the input tile's axes (the
+variables the instruction reads with), so only the transposes of the selected input elements
+are written; a mask that only fits the result's shape is taken over the result."""
 
 import numpy as np
 import pytest
@@ -20,8 +20,12 @@ def k_ragged_transpose(src, rows: int, cols: int, engine: str):
     i, j = nl.arange(n)[:, None], nl.arange(n)[None, :]
     p, q = nl.arange(n)[:, None], nl.arange(n)[None, :]
     mask = (i < rows) & (j < cols)
-    local = nl.load(src[i, j], mask=mask)
     dst = nl.zeros((n, n), dtype=nl.float32, buffer=nl.sbuf)
+    if engine == "load":
+        dst[p, q] = nl.load_transpose2d(src[i, j], mask=mask)
+        nl.store(out[p, q], dst[p, q])
+        return out
+    local = nl.load(src[i, j], mask=mask)
     if engine == "nl":
         dst[p, q] = nl.transpose(local[i, j], mask=mask)
     elif engine == "vector":
@@ -32,7 +36,7 @@ def k_ragged_transpose(src, rows: int, cols: int, engine: str):
     return out
 
 
-@pytest.mark.parametrize("engine", ["tensor", "vector", "nl"])
+@pytest.mark.parametrize("engine", ["tensor", "vector", "nl", "load"])
 def test_mask_over_the_input_selects_input_elements(engine):
     n = 32 if engine == "vector" else 128
     rows, cols = n - 5, n // 3  # different remainders: a mask taken over the result differs
