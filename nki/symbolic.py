@@ -10,6 +10,7 @@ import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .affine import LoopSym
 from .errors import NKIControlFlowError, NKIError, NKIIndexError, is_internal_frame, user_loc
 from .ir import Affine, Cond, IndexExpr
 
@@ -100,12 +101,17 @@ def _non_affine(op: str, a: object, b: object) -> NKIError:
         unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
         if unroll is not None:
             return unroll
-    hint = (
-        "; to divide a loop iterator, loop with nl.static_range (or turn on classic mode, "
-        "NKI_CLASSIC=1, which unrolls such loops)"
-        if op in ("//", "%") and isinstance(a, Scalar)
-        else ""
-    )
+    hint = ""
+    if op in ("//", "%") and isinstance(a, Scalar):
+        syms = a.aff.symbols()
+        hint = (
+            "; to divide a loop iterator, loop with nl.static_range (or turn on classic mode, "
+            "NKI_CLASSIC=1, which unrolls such loops)"
+            if any(isinstance(s, LoopSym) for s in syms)
+            else "; nl.program_id is symbolic on an SPMD grid (one trace serves every "
+            "instance): give the quotient and the remainder grid axes of their own "
+            "(kernel[..., q, r] with q = program_id(i), r = program_id(i + 1))"
+        )
     return NKIIndexError(
         f"index expression '{_desc(a)} {op} {_desc(b)}' is not affine; NKI index expressions "
         f"must be of the form start + stride * index with integer strides{hint}",

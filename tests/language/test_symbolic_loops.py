@@ -427,6 +427,21 @@ def test_in_a_classic_grid_float_arithmetic_with_a_program_id_is_a_located_error
     assert "float" in str(e.value)
 
 
+def test_in_a_classic_grid_dividing_a_program_id_is_a_located_error_with_grid_advice():
+    def kernel(x):
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        g = nl.program_id(1) // 2  # DIV
+        nl.store(out[nl.program_id(1), :], nl.load(x[g, :]))
+        return out
+
+    with pytest.raises(NKIError) as e:
+        nki.jit(kernel)[1, 4](np.zeros((4, 4), np.float32))
+    assert e.value.code == "err_unsupported_index_expression"
+    assert e.value.loc.line == _line(kernel, "# DIV")
+    assert "grid axes of their own" in str(e.value)
+    assert "NKI_CLASSIC" not in str(e.value)  # (classic mode unrolls loops, not grids)
+
+
 # ---- property: symbolic loops give what unrolling gives --------------------------------------
 def _build(outer: str, inner: str, n_o: int, n_i: int, step: int, carry: bool, use_if: bool):
     """A kernel over a (n_o * P, n_i * 8 * step) input with loops of the given kinds; every
