@@ -195,6 +195,16 @@ RULES: tuple[ApiRule, ...] = (
         "picks the path, and AWS's NKI library transposes int32 that way",
     ),
     ApiRule(
+        "dma_transpose.one_byte", "nisa.dma_transpose(dst, src) of an fp8 / int8 / uint8 tile",
+        "a DMA transpose moves 2-byte elements (src.dtype is 2 bytes, on both its direct and its "
+        "indirect path); 1-byte dtypes are not transposed by DMA",
+        f"{_ISA}: nki.isa.dma_transpose, DMA direct and indirect transpose constraints",
+        (CURRENT,), "err_unsupported_dtype", "NKITypeError",
+        note="checked for 1-byte dtypes with any dge_mode (the compiler's verifier rejects 1-byte "
+        "and packed MX destinations, as a public kernel quotes it); 4-byte ones stay legal with "
+        "the default dge_mode, as AWS's NKI library transposes int32",
+    ),
+    ApiRule(
         "affine_select.on_true_sbuf", "nisa.affine_select(on_true_tile=<PSUM tile>)",
         "on_true_tile must be in SBUF", f"{_ISA}: nki.isa.affine_select, memory types",
         (CURRENT,), "err_unsupported_memory", "NKIMemoryError",

@@ -137,6 +137,8 @@ def dma_transpose(
     c = Call("dma_transpose", dtype)
     dge = _dge(dge_mode, c.api)
     sacc, stile = c.tile(src, "src", _DMA_BUFFERS, compute=False)
+    if dtypes.itemsize(stile.decl.dtype) == 1:
+        broken("dma_transpose.one_byte", f"'{c.api}' got a {stile.decl.dtype} src")
     if dge == _dge_mode.hwdge and dtypes.itemsize(stile.decl.dtype) != 2:
         broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src with dge_mode=hwdge")
     rank = len(sacc.shape)

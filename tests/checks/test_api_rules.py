@@ -441,8 +441,16 @@ def k_dma_transpose_fp32(x):
 
 def k_dma_transpose_fp32_default_dge(x):
     t = _tile((x.shape[1], x.shape[0]))
-    nisa.dma_transpose(t, x)  # (the compiler picks the DMA path: any element width)
+    nisa.dma_transpose(t, x)  # (the compiler picks the DMA path: 2- or 4-byte elements)
     return _store(t)
+
+
+def k_dma_transpose_one_byte(x):
+    t = nl.ndarray((x.shape[1], x.shape[0]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(t, x)  # ERR
+    out = _out(t.shape, x.dtype)
+    nisa.dma_copy(out, t)
+    return out
 
 
 def k_dma_transpose_fp32_classic(x):
@@ -551,6 +559,7 @@ def k_ts_bf16_operand_classic(x):
 
 _X = rand((64, 32))
 _XI = np.arange(64 * 32, dtype=np.int32).reshape(64, 32)
+_X8 = _X.astype(ml_dtypes.float8_e4m3fn)
 # (rule, kernel, its input, target, error class, code, fragments of the message)
 CURRENT_RULES = [
     ("dma_copy.engine", k_dma_engine, _X, "trn2", NKIError, "err_unsupported_engine_for_op",
@@ -563,6 +572,8 @@ CURRENT_RULES = [
      ["data float32 and dst bfloat16"]),
     ("dma_transpose.dtype", k_dma_transpose_fp32, _X, "trn2", NKITypeError,
      "err_unsupported_dtype", ["a float32 src with dge_mode=hwdge"]),
+    ("dma_transpose.one_byte", k_dma_transpose_one_byte, _X8, "trn2", NKITypeError,
+     "err_unsupported_dtype", ["a float8_e4m3fn src"]),
     ("affine_select.on_true_sbuf", k_select_from_psum, _X, "trn2", NKIMemoryError,
      "err_unsupported_memory", ["the PSUM tile 'ps'"]),
     ("dropout.dst_dtype", k_dropout_cast, _X, "trn2", NKITypeError, "err_dtype_mismatch",
@@ -577,6 +588,7 @@ CLASSIC_TWINS = {
     "nc_matmul.fp32_pair": (k_fp32_bf16_classic, lambda x: x.T @ f32(x.astype(ml_dtypes.bfloat16))),
     "nc_transpose.dtype": (k_transpose_cast_classic, lambda x: f32(x.T.astype(ml_dtypes.bfloat16))),
     "dma_transpose.dtype": (k_dma_transpose_fp32_classic, lambda x: x.T),
+    "dma_transpose.one_byte": (k_dma_transpose_fp32_classic, lambda x: f32(x.T)),
     "affine_select.on_true_sbuf": (
         k_select_from_psum_classic,
         lambda x: np.where(np.arange(64)[:, None] >= np.arange(32)[None, :], x, -9984.0),
