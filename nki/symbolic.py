@@ -24,8 +24,7 @@ _CMP_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     n = max(len(a), len(b))
-    a2 = (1,) * (n - len(a)) + tuple(a)
-    b2 = (1,) * (n - len(b)) + tuple(b)
+    a2, b2 = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     out = []
     for x, y in zip(a2, b2):
         if x != y and x != 1 and y != 1:
@@ -97,21 +96,15 @@ def _non_affine(op: str, a: object, b: object) -> NKIError:
     for x in (a, b):  # current API: a program id / loop iterator is an int (per core, unrolled)
         _per_core(x)
         _need_value(x, f"'{op}'")
-    if op in ("//", "%"):
-        unroll = TRACE_HOOKS["unroll_for_division"](op, a, b)
-        if unroll is not None:
-            return unroll
+    unroll = TRACE_HOOKS["unroll_for_division"](op, a, b) if op in ("//", "%") else None
+    if unroll is not None:
+        return unroll
     hint = ""
     if op in ("//", "%") and isinstance(a, Scalar):
-        syms = a.aff.symbols()
-        hint = (
-            "; to divide a loop iterator, loop with nl.static_range (or turn on classic mode, "
-            "NKI_CLASSIC=1, which unrolls such loops)"
-            if any(isinstance(s, LoopSym) for s in syms)
-            else "; nl.program_id is symbolic on an SPMD grid (one trace serves every "
-            "instance): give the quotient and the remainder grid axes of their own "
-            "(kernel[..., q, r] with q = program_id(i), r = program_id(i + 1))"
-        )
+        if any(isinstance(s, LoopSym) for s in a.aff.symbols()):
+            hint = "; to divide a loop iterator, loop with nl.static_range (or NKI_CLASSIC=1)"
+        else:  # (a symbolic program id: one trace serves every instance of the grid)
+            hint = "; give the quotient and remainder of nl.program_id grid axes of their own"
     return NKIIndexError(
         f"index expression '{_desc(a)} {op} {_desc(b)}' is not affine; NKI index expressions "
         f"must be of the form start + stride * index with integer strides{hint}",
