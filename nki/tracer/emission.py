@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
-from ..ir import HBM_BUFFERS, Access, Alloc, Const, Instr, Mask, TensorDecl
+from ..ir import HBM_BUFFERS, Access, Alloc, Const, IndexExpr, Instr, Mask, TensorDecl
 from ..symbolic import Index, Scalar
 from .handles import NkiTensor, TileOps, _Assigned
 from .loops import escaped_loops
@@ -128,6 +128,8 @@ def assign(
     if isinstance(value, TileOps):
         src, t = operand(value, api, "value")
         check_broadcast_into(src.shape, dst.shape, api)
+        if len(src.shape) > len(dst.shape):  # (the extra leading axes have extent 1: checked)
+            src, dst = _same_rank(src, dst, t.buffer, dtensor.buffer, api)
         if fusable and _fuse_into(st, t, dst, accumulate, mask):
             return
         if mask is None and fusable and src.shape == dst.shape:
@@ -163,6 +165,30 @@ def assign(
         code="err_unsupported_operand",
         loc=user_loc(),
     )
+
+
+def _same_rank(
+    src: Access, dst: Access, src_buffer: str, dst_buffer: str, api: str
+) -> tuple[Access, Access]:
+    """A source of more axes than its destination, the extra leading ones of extent 1: an HBM
+    destination gains them (a DMA copies equal element counts); otherwise the source loses
+    them, an on-chip source only into one partition (the engines copy within partitions)."""
+    k = len(src.shape) - len(dst.shape)
+    if dst_buffer in HBM_BUFFERS:
+        shape = src.shape[:k] + dst.shape
+        idx = tuple(IndexExpr(e.base, (0,) * k + e.coeffs, shape) for e in dst.index)
+        return src, Access(dst.tensor, shape, idx, dst.indirect)
+    if src_buffer not in HBM_BUFFERS and dst.shape[0] > 1:
+        raise NKIShapeError(
+            f"'{api}' of a {list(src.shape)} source, one partition, into a destination of "
+            f"{dst.shape[0]} partitions {list(dst.shape)}: an engine copies within partitions; "
+            "give the source the destination's partition axis (or copy through HBM)",
+            code="err_num_partition_mismatch",
+            loc=user_loc(),
+        )
+    shape = src.shape[k:]
+    idx = tuple(IndexExpr(e.base, e.coeffs[k:], shape) for e in src.index)
+    return Access(src.tensor, shape, idx, src.indirect), dst
 
 
 def check_broadcast_into(src: tuple[int, ...], dst: tuple[int, ...], api: str) -> None:

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 
+from helpers import expect
 from helpers import randn as _rand
 
 
@@ -129,6 +131,41 @@ def test_assignment_broadcasts_from_source():
 
     a = _rand((128, 8))
     np.testing.assert_array_equal(k(a), np.broadcast_to(a[:, :1], (128, 64)))
+
+
+def test_assignment_of_a_tile_with_extra_unit_axes():
+    # out[c, 0, 0] = s (a (1, 1, 1) tile into one element) and out[c] = s (a (1, 4, 8) tile into
+    # a (4, 8) row block): the same elements, as nisa.dma_copy copies them
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        corner = nl.ndarray((2, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        for c in nl.affine_range(2):
+            s = nl.ndarray((1, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=x[c : c + 1, :, :])
+            out[c] = s
+            one = nl.ndarray((1, 1, 1), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=one, src=s[0:1, 3:4, 7:8])
+            corner[c, 0] = one
+        return out, corner
+
+    x = _rand((2, 4, 8))
+    out, corner = k(x)
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(corner[:, 0], x[:, 3, 7])
+
+
+def test_assignment_of_one_partition_into_several_is_a_located_error():
+    def k(x):
+        s = nl.ndarray((1, 4, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=x[0:1, :, :])
+        t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+        t[0:4, 0:8] = s  # ERR
+        return t
+
+    expect(
+        k, _rand((2, 4, 8)), code="err_num_partition_mismatch", values=("[1, 4, 8]", "4 partitions")
+    )
 
 
 @pytest.mark.parametrize("shape", [(250, 500), (128, 512), (300, 1000)])
