@@ -19,6 +19,7 @@ as above."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,9 +203,54 @@ def _in_interpreter_order(ir: KernelIR, u: _HbmUse, batch: set[int], hosted: set
 # ---- copies skipped on tensors the kernel writes and reads ------------------------------
 
 
-def _order(ir: KernelIR) -> dict[int, int]:
-    """Position of each node in program order (loop bodies flattened in place)."""
-    return {id(n): i for i, (n, _) in enumerate(nodes_of(ir))}
+@dataclass(frozen=True)
+class _Positions:
+    """Program-order positions (loop bodies flattened in place) of one IR's nodes, and the
+    sorted positions of the instructions that read each tensor, write each storage root, and
+    use each tensor and each storage root: each question below is then a bisection, not a walk
+    of the kernel (planning asks one per load and per store)."""
+
+    order: dict[int, int]
+    reads: dict[str, list[int]]
+    root_writes: dict[str, list[int]]
+    uses: dict[str, list[int]]
+    root_uses: dict[str, list[int]]
+
+
+_LAST: tuple[object, _Positions | None] = (None, None)
+
+
+def _positions(ir: KernelIR) -> _Positions:
+    global _LAST
+    got = _LAST
+    if got[0] is ir and got[1] is not None:
+        return got[1]
+    order: dict[int, int] = {}
+    lists: tuple[dict[str, list[int]], ...] = ({}, {}, {}, {})
+    reads, root_writes, uses, root_uses = lists
+    for i, (n, _) in enumerate(nodes_of(ir)):
+        order[id(n)] = i
+        if not isinstance(n, Instr):
+            continue
+        for a in n.reads():
+            reads.setdefault(a.tensor, []).append(i)
+        for a in n.writes():
+            root_writes.setdefault(ir.storage_of(a.tensor), []).append(i)
+        for name in {u.access.tensor for u in n.uses()}:
+            uses.setdefault(name, []).append(i)
+            root_uses.setdefault(ir.storage_of(name), []).append(i)
+    for d in lists:  # (a position appended twice by one instruction: once is enough)
+        for k, v in d.items():
+            d[k] = sorted(set(v))
+    pos = _Positions(order, reads, root_writes, uses, root_uses)
+    _LAST = (ir, pos)
+    return pos
+
+
+def _any_in(positions: list[int], lo: int, hi: int) -> bool:
+    """Some position in ``positions`` (sorted) lies in [lo, hi)."""
+    i = bisect.bisect_left(positions, lo)
+    return i < len(positions) and positions[i] < hi
 
 
 def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
@@ -212,43 +258,39 @@ def written_while_viewed(ir: KernelIR, load: Instr) -> bool:
     reader of its tile (in program order): a tile that is a view of the tensor would see it.
     (Also when the tile is read before the load in program order: a later loop trip.)"""
     assert load.dst is not None
-    order = _order(ir)
+    pos = _positions(ir)
     base = ir.storage_of(load.srcs[0].tensor)  # type: ignore[union-attr]
-    start = end = order[id(load)]
-    for instr, _ in instructions_of(ir):
-        if any(a.tensor == load.dst.tensor for a in instr.reads()):
-            if order[id(instr)] < start:
-                return True  # (read in a later trip of a loop, before it is reloaded)
-            end = max(end, order[id(instr)])
-    return any(
-        start < order[id(instr)] <= end
-        and any(ir.storage_of(w.tensor) == base for w in instr.writes())
-        for instr, _ in instructions_of(ir)
-    )
+    start = pos.order[id(load)]
+    readers = pos.reads.get(load.dst.tensor, [])
+    if readers and readers[0] < start:
+        return True  # (read in a later trip of a loop, before it is reloaded)
+    end = max(readers[-1], start) if readers else start
+    return _any_in(pos.root_writes.get(base, []), start + 1, end + 1)
+
+
+def elided_views(ir: KernelIR, elided: set[int]) -> dict[str, set[str]]:
+    """The tiles the copies ``elided`` make views of HBM, by the storage root they view."""
+    views: dict[str, set[str]] = {}
+    for i, _ in instructions_of(ir):
+        if id(i) in elided:
+            root = ir.storage_of(i.srcs[0].tensor)  # type: ignore[union-attr]
+            views.setdefault(root, set()).add(i.dst.tensor)  # type: ignore[union-attr]
+    return views
 
 
 def seen_before_store(
-    ir: KernelIR, alloc: int, store: Instr, hbm_read: set[str], elided: set[int]
+    ir: KernelIR, alloc: int, store: Instr, hbm_read: set[str], views: dict[str, set[str]]
 ) -> bool:
     """A tile fused into its store's destination is written there by its producer (the
     instruction after its allocation): too early when the destination tensor is read and the
     producer, or an instruction between it and the store, accesses that tensor (directly or
-    through a tile that is a view of it)."""
+    through a tile that is a view of it: ``views``, from :func:`elided_views`)."""
     assert store.dst is not None
     base = ir.storage_of(store.dst.tensor)
     if base not in hbm_read:
         return False
-    nodes = nodes_of(ir)
-    order = _order(ir)
-    producer = next(i + 1 for i, (n, _) in enumerate(nodes) if id(n) == alloc)
-    views = {
-        i.dst.tensor  # type: ignore[union-attr]
-        for i, _ in instructions_of(ir)
-        if id(i) in elided and ir.storage_of(i.srcs[0].tensor) == base  # type: ignore[union-attr]
-    }
-    for n, _ in nodes[producer : order[id(store)]]:
-        if isinstance(n, Instr):
-            names = {u.access.tensor for u in n.uses()}
-            if names & views or base in {ir.storage_of(t) for t in names}:
-                return True
-    return False
+    pos = _positions(ir)
+    lo, hi = pos.order[alloc] + 1, pos.order[id(store)]
+    if _any_in(pos.root_uses.get(base, []), lo, hi):
+        return True
+    return any(_any_in(pos.uses.get(v, []), lo, hi) for v in views.get(base, ()))

@@ -164,10 +164,11 @@ def _plan(ir: KernelIR, config: SimConfig) -> Plan:
     # (a tile a hosted instruction touches is never a view of its store's HBM destination)
     fused = {k: v for k, v in fused.items() if v.srcs[0].tensor not in host_touched}  # type: ignore[union-attr]
     # (nor one whose producer would write a read tensor before another access sees it)
+    views = batched_hbm.elided_views(ir, elided)
     fused = {
         k: v
         for k, v in fused.items()
-        if not batched_hbm.seen_before_store(ir, k, v, hbm_read, elided)
+        if not batched_hbm.seen_before_store(ir, k, v, hbm_read, views)
     }
     elided, fused = contiguous_views(ir, elided, fused)
     loaded = {instr.dst.tensor for instr, _ in instructions_of(ir) if id(instr) in elided}

@@ -108,34 +108,30 @@ def fully_written(ir: KernelIR, name: str) -> bool:
     return bool(hit.all())
 
 
-_MAX_MERGED = 64  # footprints joined pairwise (more: marked on the map one by one)
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and bool((a == b).all())
-
-
 def _merged(prints: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """Footprints (index sets per dimension) with those that differ on one dimension at most
-    joined into one (the halves two cores write, the tiles of unrolled iterations)."""
-    out: list[list[np.ndarray]] = []
-    for sets in prints:
-        while True:
-            for k, other in enumerate(out):
-                differ = [
-                    d for d, (a, b) in enumerate(zip(sets, other)) if not np.array_equal(a, b)
-                ]
-                if len(differ) <= 1:
-                    if differ:
-                        d = differ[0]
-                        sets = list(sets)
-                        sets[d] = np.union1d(sets[d], other[d])
-                    del out[k]
-                    break
-            else:
-                out.append(sets)
-                break
+    joined into one (the halves two cores write, the tiles of unrolled iterations): grouped
+    by their other dimensions, one dimension at a time, until no group joins two."""
+    out = prints
+    changed = True
+    while changed and len(out) > 1:
+        changed = False
+        for d in range(len(out[0])):
+            groups: dict[tuple, list[list[np.ndarray]]] = {}
+            for sets in out:
+                key = tuple((a.shape, a.tobytes()) for k, a in enumerate(sets) if k != d)
+                groups.setdefault(key, []).append(sets)
+            if len(groups) < len(out):
+                changed = True
+                out = [g[0] if len(g) == 1 else _joined(g, d) for g in groups.values()]
     return out
+
+
+def _joined(group: list[list[np.ndarray]], d: int) -> list[np.ndarray]:
+    """Footprints equal but on dimension ``d``, as one (the union along ``d``)."""
+    sets = list(group[0])
+    sets[d] = np.unique(np.concatenate([g[d] for g in group]))
+    return sets
 
 
 def _plain_write(instr: Instr) -> bool:

@@ -168,3 +168,20 @@ def test_a_mask_that_only_drops_rows_past_the_end_still_covers():
         k = ragged_rows.configure(backend=backend)
         assert np.array_equal(k(a), a * 2)
         assert unfilled_outputs(k.last_ir) == set(k.last_ir.outputs)
+
+
+def test_footprints_join_along_one_dimension_at_a_time():
+    # the row tiles of 600 unrolled stores join into one footprint (a tile of each of two
+    # column halves, then the halves); a footprint that differs on two dimensions stays apart
+    from simulator.checks.coverage import _merged
+
+    rows = [np.arange(r * 4, r * 4 + 4) for r in range(600)]
+    halves = [np.arange(0, 8), np.arange(8, 16)]
+    prints = [[r, h] for h in halves for r in rows]
+    odd = [np.array([5000]), np.array([99])]
+    got = _merged([*prints, odd])
+    assert len(got) == 2
+    whole = next(p for p in got if len(p[0]) > 1)
+    np.testing.assert_array_equal(whole[0], np.arange(2400))
+    np.testing.assert_array_equal(whole[1], np.arange(16))
+    assert any(p[0].tolist() == [5000] and p[1].tolist() == [99] for p in got)
