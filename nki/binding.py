@@ -9,13 +9,15 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from . import dtypes
-from .errors import NKITypeError, locate_in_traceback
-from .ir import Grid
+from .errors import NKITypeError, SrcLoc, locate_in_traceback
+from .ir import Grid, TensorDecl
+from .tracer import NkiTensor, TraceState
 
 # (parameter names, how many lead ones have no default)
 PlainParams = tuple[tuple[str, ...], int]
@@ -155,11 +157,52 @@ def is_array(x: object) -> bool:
 
 
 def array_list(x: object) -> bool:
-    """A list / tuple argument of arrays (per-layer weights): each element is an HBM tensor."""
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(map(isinstance, x, _ARRAYS))
+    """A list / tuple argument of arrays (per-layer weights), or of such lists / tuples
+    (``[(re, im), ...]`` pairs): each array is an HBM tensor."""
+    if not isinstance(x, (list, tuple)) or not x:
+        return False
+    return all(map(isinstance, x, _ARRAYS)) or all(
+        isinstance(e, np.ndarray) or array_list(e) for e in x
+    )
 
 
 _ARRAYS = itertools.repeat(np.ndarray)  # (``isinstance``'s second argument, for ``map``)
+
+
+def list_key(v: list | tuple, dtype_of: Callable[[np.ndarray], str]) -> tuple:
+    """An array list's part of a trace key: its type and each element's shape and dtype
+    (``dtype_of``), or a nested list's own key."""
+    return (type(v).__name__, tuple([
+        (e.shape, dtype_of(e)) if isinstance(e, np.ndarray) else list_key(e, dtype_of)
+        for e in v
+    ]))  # fmt: skip
+
+
+def list_params(st: TraceState, name: str, v: list | tuple, loc: SrcLoc) -> list | tuple:
+    """The HBM tensors of array list ``v`` (argument ``name``) in its structure, declared in
+    the trace ``st``: element i is parameter ``name[i]`` (nested, ``name[i][j]``)."""
+    elems: list[Any] = []
+    for i, e in enumerate(v):
+        if not isinstance(e, np.ndarray):
+            elems.append(list_params(st, f"{name}[{i}]", e, loc))
+            continue
+        shape = tuple(int(n) for n in e.shape)
+        decl = TensorDecl(f"{name}[{i}]", shape, dtypes.name_of(e.dtype), "shared_hbm", "param",
+                          0, loc)  # fmt: skip
+        st.declare(decl)
+        st.params.append(decl.name)
+        elems.append(NkiTensor(decl, ()))
+    return type(v)(elems)
+
+
+def array_leaves(name: str, x: Any) -> Iterator[tuple[str, np.ndarray]]:
+    """The arrays of the array list ``x`` (argument ``name``), each under its parameter name:
+    ``name[i]``, ``name[i][j]`` for nested lists."""
+    for i, e in enumerate(x):
+        if isinstance(e, np.ndarray):
+            yield f"{name}[{i}]", e
+        else:
+            yield from array_leaves(f"{name}[{i}]", e)
 
 
 def flat_arrays(arguments: dict[str, Any], lists: list[str]) -> dict[str, Any]:
@@ -170,7 +213,7 @@ def flat_arrays(arguments: dict[str, Any], lists: list[str]) -> dict[str, Any]:
         return arguments
     out = dict(arguments)
     for name in lists:
-        out.update({f"{name}[{i}]": e for i, e in enumerate(arguments[name])})
+        out.update(array_leaves(name, arguments[name]))
     return out
 
 

@@ -29,6 +29,8 @@ from .binding import (
     flat_arrays,
     grid_key,
     is_array,
+    list_key,
+    list_params,
     misused_argument,
     plain_params,
     static_key,
@@ -308,9 +310,13 @@ class Kernel:
                 dt = v.dtype.metadata is None and names.get(v.dtype)
                 key_parts.append((name, "T", v.shape, dt or self._param_dtype(name, v)))
             elif isinstance(v, (list, tuple)) and array_list(v):
-                elems = tuple([(e.shape, (e.dtype.metadata is None and names.get(e.dtype))
-                                or self._param_dtype(name, e)) for e in v])  # fmt: skip
-                key_parts.append((name, "L", type(v).__name__, elems))
+                dt_of = lambda e, n=name: (
+                    (  # noqa: E731
+                        e.dtype.metadata is None and names.get(e.dtype)
+                    )
+                    or self._param_dtype(n, e)
+                )
+                key_parts.append((name, "L", list_key(v, dt_of)))
             else:
                 key_parts.append((name, "S", static_key(v)))
         key = tuple(key_parts)
@@ -402,15 +408,7 @@ class Kernel:
         with new_trace(st):
             for name, v in bound.arguments.items():
                 if array_list(v):
-                    elems = []
-                    for i, e in enumerate(v):
-                        shape = tuple(int(n) for n in e.shape)
-                        decl = TensorDecl(f"{name}[{i}]", shape, dtypes.name_of(e.dtype),
-                                          "shared_hbm", "param", 0, def_loc)  # fmt: skip
-                        st.declare(decl)
-                        st.params.append(decl.name)
-                        elems.append(NkiTensor(decl, ()))
-                    call_args[name] = type(v)(elems)
+                    call_args[name] = list_params(st, name, v, def_loc)
                     continue
                 if not is_array(v):
                     continue

@@ -335,6 +335,30 @@ def test_lists_of_tensor_arguments():
     np.testing.assert_allclose(got2, x * ws[0], rtol=1e-6)
 
 
+@nki.jit
+def pairs_of_tensors(pairs):
+    # a list of (real, imaginary) tuples of tensors (a public quantum-circuit simulator passes
+    # its gates so): each array at any depth is an HBM tensor
+    out = nl.ndarray((len(pairs), P, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i, (re, im) in enumerate(pairs):
+        a = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=re)
+        nisa.dma_copy(dst=b, src=im)
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.subtract)
+        nisa.dma_copy(dst=out[i], src=a)
+    return out
+
+
+def test_nested_lists_of_tensor_arguments():
+    gates = [tuple(RNG.random((P, 8), dtype=np.float32) for _ in range(2)) for _ in range(3)]
+    got = nki.simulate(pairs_of_tensors)(gates)
+    np.testing.assert_array_equal(got, np.stack([re - im for re, im in gates]))
+    swapped = [(im, re) for re, im in gates]  # the same shapes: the cached trace, new values
+    got2 = nki.simulate(pairs_of_tensors)(swapped)
+    np.testing.assert_array_equal(got2, -got)
+
+
 def test_nki_dtype_is_a_module_of_numpy_usable_dtypes():
     """AWS's library tests ``import nki.dtype as nt`` and make host data with its names."""
     import ml_dtypes
