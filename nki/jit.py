@@ -310,12 +310,7 @@ class Kernel:
                 dt = v.dtype.metadata is None and names.get(v.dtype)
                 key_parts.append((name, "T", v.shape, dt or self._param_dtype(name, v)))
             elif isinstance(v, (list, tuple)) and array_list(v):
-                dt_of = lambda e, n=name: (
-                    (  # noqa: E731
-                        e.dtype.metadata is None and names.get(e.dtype)
-                    )
-                    or self._param_dtype(n, e)
-                )
+                dt_of = functools.partial(self._list_dtype, name)
                 key_parts.append((name, "L", list_key(v, dt_of)))
             else:
                 key_parts.append((name, "S", static_key(v)))
@@ -365,6 +360,10 @@ class Kernel:
     def generation(self, ir: KernelIR) -> str | None:
         """The API generation a traced IR of this kernel was decided to be (None: undecided)."""
         return ir.generation or self.api
+
+    def _list_dtype(self, name: str, e: np.ndarray) -> str:
+        """The NKI dtype name of an array list's element (``name``: the list's parameter)."""
+        return (e.dtype.metadata is None and DTYPE_NAMES.get(e.dtype)) or self._param_dtype(name, e)
 
     def _param_dtype(self, name: str, v: np.ndarray) -> str:
         try:
