@@ -20,6 +20,7 @@ import numpy as np
 
 from .dtypes import INFO, promote, storage
 from .errors import NKITypeError, user_loc
+from .parsing import PARSE_LOCK
 
 F32 = np.float32
 
@@ -115,6 +116,40 @@ def _mish(x):
 def _erf_dx(x):
     x = _f(x)
     return _f(2.0 / math.sqrt(math.pi) * np.exp(-x * x))
+
+
+def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """A float sum as the engines accumulate it: the elements of each reduced run (the reduced
+    axes in row-major order) added one after another in the array's dtype, from the first
+    (a device's ``tensor_reduce`` of fp32 rows equals this bit for bit; NumPy's own sum is
+    pairwise). Other dtypes: ``np.add.reduce`` (exact integers)."""
+    x = np.asarray(x)
+    given = range(x.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = tuple(sorted({int(a) % max(1, x.ndim) for a in given}))
+    if x.dtype.kind != "f" or x.size == 0 or not axes:
+        return np.add.reduce(x, axis=axes, keepdims=keepdims)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    moved = np.transpose(x, rest + list(axes))
+    flat = moved.reshape(*moved.shape[: len(rest)], -1)
+    if x.dtype == np.float32 and flat.size >= _COMPILED_SUM and flat.shape[-1] > 1:
+        rows = np.ascontiguousarray(flat.reshape(-1, flat.shape[-1]))
+        out = _rows_sum()(rows).reshape(flat.shape[:-1])
+    else:
+        out = np.add.accumulate(flat, axis=-1)[..., -1]
+    return np.expand_dims(out, axes) if keepdims else out
+
+
+_COMPILED_SUM = 1 << 15  # elements from which a sum runs compiled (``nki.seqsum``)
+_ROWS_SUM: list[Callable[[np.ndarray], np.ndarray]] = []
+
+
+def _rows_sum() -> Callable[[np.ndarray], np.ndarray]:
+    if not _ROWS_SUM:
+        with PARSE_LOCK:  # (numba's compiler converts ASTs: one thread at a time)
+            from .seqsum import rows_sum
+
+            _ROWS_SUM[:] = [rows_sum]
+    return _ROWS_SUM[0]
 
 
 def _rsqrt(x):
@@ -224,7 +259,7 @@ _add(
         (_V, _G, _S),
         "promote",
         True,
-        reduce=np.add.reduce,
+        reduce=_sequential_sum,
         identity=0.0,
         doc="x + y",
         atomic=True,

@@ -46,7 +46,7 @@ HEADER = """# nki-sim Numba backend library kernel
 import numpy as np
 from numba import njit
 from simulator.compiled.rt import (checks_box_fail, checks_fail, fmax, fmin, from_bf16, fsign,
-                                   mask_ok, mask_ranges, pairwise_sum, to_bf16)
+                                   mask_ok, mask_ranges, to_bf16)
 
 U = np.uint64
 
@@ -262,10 +262,10 @@ def _reduce(s: Spec) -> str:
     else:
         body = ["hit = True", read]
     fold = "fmax" if op == "max" else "fmin"
-    body += ["row[cnt] = x"] if op == "sum" else [f"acc = {fold}(acc, x)"]
+    # (a sum adds the elements one after another in fp32, from the first, as the engines do)
+    add = "acc = x if cnt == 0 else np.float32(acc + x)"
+    body += [add] if op == "sum" else [f"acc = {fold}(acc, x)"]
     body += ["cnt += 1", "if cnt == ninner:"]
-    if op == "sum":
-        body.append("    acc = pairwise_sum(row, 0, cnt)")
     body += ["    if hit:"] + ["        " + x for x in dst_point]
     body.append("        d = db + U(j0) * ds0 + U(j1) * ds1 + U(j2) * ds2 + U(j3) * ds3")
     body.append("        " + STORE[s.dst].format(x="dst[d]", v="acc"))

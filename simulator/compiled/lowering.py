@@ -7,9 +7,9 @@ keys (``executors.lowering_of``).
 
 Compiled natively (bit-identical to the interpreter): DMA / copy with affine, masked or
 broadcast accesses, memset, the exact op-table rows in ``NATIVE`` (fp32 math, one rounding),
-``nl.where``, ``sum`` / ``max`` / ``min`` over trailing free axes (NumPy's pairwise summation
-order), with ``+=``-style accumulation. The other op-table rows gather their operands and call
-NumPy back (numba's libm differs from NumPy's SIMD functions by 1-3 ulp)."""
+``nl.where``, ``sum`` / ``max`` / ``min`` over trailing free axes (a sum adds the elements in
+order, as the engines do), with ``+=``-style accumulation. The other op-table rows gather their
+operands and call NumPy back (numba's libm differs from NumPy's SIMD functions by 1-3 ulp)."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def lower_reduce(g: Emitter, ins: Instr) -> None:
     k = rank - len(axes)
     if not axes or axes != tuple(range(k, rank)) or (ins.op == "sum" and len(axes) != 1):
         raise Unsupported(f"reduction over axes {axes}")
-    outer, inner = src.shape[:k], src.shape[k:]
+    outer = src.shape[:k]
     if int(np.prod(outer)) != int(np.prod(dst.shape)):
         raise Unsupported("reduction result shape")
     if len(dst.shape) > rank:
@@ -267,10 +267,9 @@ def lower_reduce(g: Emitter, ins: Instr) -> None:
     if masked:  # the source is read whole; the destination where any input is selected
         g.tile_checks([src])
         checks = g.bound_checks([dst], len(dst.shape))
-    row = g.scratch((max(1, int(np.prod(inner))),)) if ins.op == "sum" else "Z"
     spec = Spec("reduce", expr=ins.op, dst=g.kind(dst.tensor), operands=(g.kind(src.tensor),),
                 mask=int(masked), checks=bool(checks))  # fmt: skip
     eshape = [1] * (4 - len(dst.shape)) + [int(n) for n in dst.shape]
     blocks = [g.flat(dst, len(dst.shape)), g.flat(src, rank)]
-    args = [g.arg(dst.tensor), g.arg(src.tensor), row]
+    args = [g.arg(dst.tensor), g.arg(src.tensor), "Z"]
     g.call(spec, src.shape, rank, args, blocks, ins.mask, checks, extra=[len(axes), *eshape])

@@ -6,8 +6,6 @@ module, so they must live in an importable module for numba's on-disk cache).
   ``ml_dtypes`` (NaN keeps its sign and becomes the quiet NaN ``0x7FC0``); bfloat16 bits ->
   fp32 (exact).
 * ``fmax`` / ``fmin``: ``np.maximum`` / ``np.minimum`` on fp32 (NaN propagates).
-* ``pairwise_sum``: NumPy's pairwise summation of fp32 values, so ``reduce.sum`` gives the
-  interpreter's ``np.sum`` result bit for bit.
 * ``CALLBACK``: the ctypes type of the call back into Python that compiled code uses for
   hosted instructions and for the op-table rows whose NumPy results numba's libm does not
   reproduce bit for bit.
@@ -81,75 +79,6 @@ def fsign(a: float) -> float:
     if a != a:
         return a
     return np.float32(0.0)
-
-
-@njit(cache=True)
-def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """NumPy's sum of at most 128 fp32 values: sequential below 8, else 8 accumulators."""
-    if n < 8:
-        res = np.float32(0.0)
-        for i in range(n):
-            res = np.float32(res + a[lo + i])
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    stop = n - (n % 8)
-    while i < stop:
-        r0 = np.float32(r0 + a[lo + i])
-        r1 = np.float32(r1 + a[lo + i + 1])
-        r2 = np.float32(r2 + a[lo + i + 2])
-        r3 = np.float32(r3 + a[lo + i + 3])
-        r4 = np.float32(r4 + a[lo + i + 4])
-        r5 = np.float32(r5 + a[lo + i + 5])
-        r6 = np.float32(r6 + a[lo + i + 6])
-        r7 = np.float32(r7 + a[lo + i + 7])
-        i += 8
-    res = np.float32(
-        np.float32(np.float32(r0 + r1) + np.float32(r2 + r3))
-        + np.float32(np.float32(r4 + r5) + np.float32(r6 + r7))
-    )
-    while i < n:
-        res = np.float32(res + a[lo + i])
-        i += 1
-    return res
-
-
-@njit(cache=True)
-def pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """NumPy's pairwise fp32 sum of ``a[lo:lo+n]``: blocks of <= 128 summed by ``_block_sum``,
-    longer ranges split at ``n // 2`` rounded down to a multiple of 8. Written with an explicit
-    stack (numba's disk cache cannot hold recursive functions)."""
-    if n <= 128:
-        return _block_sum(a, lo, n)
-    sl = np.empty(64, np.int64)
-    sn = np.empty(64, np.int64)
-    ss = np.empty(64, np.int64)
-    sv = np.empty(64, np.float32)
-    top = 0
-    sl[0], sn[0], ss[0] = lo, n, 0
-    while True:
-        if sn[top] > 128:  # split: evaluate the left half first
-            h = sn[top] // 2
-            h -= h % 8
-            ss[top] = 1
-            top += 1
-            sl[top], sn[top], ss[top] = sl[top - 1], h, 0
-            continue
-        val = _block_sum(a, sl[top], sn[top])
-        while True:  # hand the value up until a frame still needs its right half
-            top -= 1
-            if top < 0:
-                return val
-            if ss[top] == 1:
-                sv[top] = val
-                ss[top] = 2
-                h = sn[top] // 2
-                h -= h % 8
-                top += 1
-                sl[top], sn[top], ss[top] = sl[top - 1] + h, sn[top - 1] - h, 0
-                break
-            val = np.float32(sv[top] + val)
 
 
 # the compiled kernel's call back into Python: (kind, instruction index) -> status

@@ -12,7 +12,7 @@ from nki.optable import OPS
 from ..executors import executes
 from ..memory import Ctx
 from . import formulas as M
-from .accumulators import accumulate
+from .accumulators import accumulate, row_reduce
 from .common import all_int, f32, operand, src_tile, store, tile, write_res
 
 
@@ -70,7 +70,7 @@ def _exponential(instr: Instr, ctx: Ctx) -> None:
     with np.errstate(all="ignore"):
         y = np.exp(x - operand(ctx, mv, p)).astype(np.float32)
     cmd = instr.attr("reduce_cmd")
-    partial = np.sum(y, axis=1, dtype=np.float32)
+    partial = row_reduce("add", y)
     regs = accumulate(ctx, "vector", cmd, "add", partial, operand(ctx, init, p))
     write_res(ctx, instr, "reduce_res", regs, "vector")
     store(instr, ctx, y)

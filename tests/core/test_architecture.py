@@ -26,6 +26,7 @@ LAYER_OF_PREFIX = {
     "nki.ir": "foundation",
     "nki.affine": "foundation",
     "nki.optable": "foundation",
+    "nki.seqsum": "foundation",
     "nki.isa_spec": "foundation",
     "nki.parsing": "foundation",
     "nki.api_rules": "foundation",
@@ -306,6 +307,7 @@ def test_a_foundation_module_loads_only_foundation_modules(module):
 # Project modules that may be imported inside a function, and why.
 LAZY_OK = {
     "simulator.compiled.rt": "imports numba, an optional dependency that is slow to import",
+    "nki.seqsum": "imports numba (slow to import) for the op table's large sums only",
 }
 # Files whose project imports all wait for first use, and why.
 LAZY_FILES = {

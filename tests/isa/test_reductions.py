@@ -20,6 +20,7 @@ from nki.errors import (
 )
 from nki.isa import reduce_cmd as RC
 
+import backends
 from helpers import ALU_OPS as OPS
 from helpers import BF16, DTS, close, expect_error, f32, rand, run
 from helpers import hbm_out as _out
@@ -438,3 +439,28 @@ def test_bn_stats_aggr_any_width(p, f, seed):
     got = run(k_bn_moments, x)
     np.testing.assert_allclose(got[:, 0], x.mean(1), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got[:, 1], x.var(1), rtol=1e-4, atol=1e-3)
+
+
+def k_row_sums(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    acc = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=acc, data=t, op=nl.add, axis=(1,))
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("width", [7, 128, 4096])  # (the widest also runs compiled)
+def test_float_sums_add_in_order_as_the_engines_do(width):
+    # a device's tensor_reduce of fp32 rows equals the sequential fp32 sum bit for bit (public
+    # runs on a Trainium: 4,096 rows of 128 values); NumPy's pairwise np.sum does not
+    rng = np.random.default_rng(width)
+    x = (rng.random((128, width)) * 10.0 ** rng.uniform(-3, 3, (128, width))).astype(np.float32)
+    want = x[:, :1].copy()
+    for k in range(1, width):
+        want += x[:, k : k + 1]
+    runs = backends.run_backends(nki.jit(k_row_sums), None, x)
+    np.testing.assert_array_equal(runs[backends.REFERENCE], want)
+    if width >= 128:  # (the data are such that the two orders differ somewhere)
+        assert not np.array_equal(want[:, 0], x.sum(axis=1))

@@ -66,7 +66,9 @@ def softmax_np(x):
 if __name__ == "__main__":
     rng = np.random.default_rng(0)
     ok = True
-    for dtype, tol in ((np.float32, 1e-6), (ml_dtypes.bfloat16, 8e-3)):
+    # (float32: the engine adds a row's 256 exponentials one after another, so the row sum is
+    # off by some ulp of its size, and each output by as many of its own)
+    for dtype, tol in ((np.float32, 5e-6), (ml_dtypes.bfloat16, 8e-3)):
         x = (rng.standard_normal((300, 256)) * 4).astype(dtype)
         got = np.asarray(nki.simulate(softmax)(x), np.float64)
         err = float(np.max(np.abs(got - softmax_np(x))))
