@@ -9,7 +9,10 @@ axes (the stationary operand's free axis is the result's partition axis, the mov
 free axes are the result's free axes) and joined with any ``mask=``: the instruction then
 computes, and writes, only the result elements where every condition holds. A condition on the
 contraction axis is not supported (the documentation gives none), and only the matmul calls
-take a masked operand, as AWS's documentation says."""
+take a masked operand, as AWS's documentation says.
+
+A transpose's ``mask=`` (``nisa.nc_transpose``, ``nl.transpose``, ``nl.load_transpose2d``) is
+moved the same way: it is stated over the input tile's axes, which the result swaps."""
 
 from __future__ import annotations
 
