@@ -123,24 +123,42 @@ def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     axes in row-major order) added one after another in the array's dtype, from the first
     (a device's ``tensor_reduce`` of fp32 rows equals this bit for bit; NumPy's own sum is
     pairwise). Other dtypes: ``np.add.reduce`` (exact integers)."""
-    x = np.asarray(x)
-    given = range(x.ndim) if axis is None else axis if isinstance(axis, (tuple, list)) else (axis,)
-    axes = tuple(sorted({int(a) % max(1, x.ndim) for a in given}))
+    x = x if isinstance(x, np.ndarray) else np.asarray(x)
+    nd = x.ndim
+    if isinstance(axis, int):
+        axes: tuple[int, ...] = (axis % max(1, nd),)
+    else:
+        given = range(nd) if axis is None else axis
+        axes = tuple(sorted({int(a) % max(1, nd) for a in given}))
     if x.dtype.kind != "f" or x.size == 0 or not axes:
         return np.add.reduce(x, axis=axes, keepdims=keepdims)
-    rest = [a for a in range(x.ndim) if a not in axes]
-    moved = np.transpose(x, rest + list(axes))
-    flat = moved.reshape(*moved.shape[: len(rest)], -1)
-    if x.dtype == np.float32 and flat.size >= _COMPILED_SUM and flat.shape[-1] > 1:
-        rows = np.ascontiguousarray(flat.reshape(-1, flat.shape[-1]))
-        out = _rows_sum()(rows).reshape(flat.shape[:-1])
+    k = nd - len(axes)
+    if axes != tuple(range(k, nd)):  # (the reduced axes moved last, in order)
+        x = np.transpose(x, [a for a in range(nd) if a not in axes] + list(axes))
+    kept, n = x.shape[:k], math.prod(x.shape[k:])
+    if x.dtype == np.float32 and n > 1 and _compiled(x.size):
+        out = _rows_sum()(np.ascontiguousarray(x).reshape(-1, n))
     else:
-        out = np.add.accumulate(flat, axis=-1)[..., -1]
-    return np.expand_dims(out, axes) if keepdims else out
+        out = np.add.accumulate(x.reshape(*kept, n), axis=-1)[..., -1]
+    if not keepdims:
+        return out.reshape(kept)
+    return np.expand_dims(out.reshape(kept), axes)
 
 
-_COMPILED_SUM = 1 << 15  # elements from which a sum runs compiled (``nki.seqsum``)
+# The compiled sum (``nki.seqsum``) is faster at every size, but loading it (Numba) takes about
+# a second once per process: it is loaded for one sum of _COMPILED_SUM elements, or when the
+# process has summed _COMPILED_AFTER elements with np.add.accumulate (about 4 ns each).
+_COMPILED_SUM = 1 << 22
+_COMPILED_AFTER = 1 << 23
+_ACCUMULATED = [0]
 _ROWS_SUM: list[Callable[[np.ndarray], np.ndarray]] = []
+
+
+def _compiled(size: int) -> bool:
+    if _ROWS_SUM or size >= _COMPILED_SUM:
+        return True
+    _ACCUMULATED[0] += size
+    return _ACCUMULATED[0] >= _COMPILED_AFTER
 
 
 def _rows_sum() -> Callable[[np.ndarray], np.ndarray]:
