@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import nki.optable as optable
 from nki.errors import (
     NKIError,
     NKIMemoryError,
@@ -451,16 +452,41 @@ def k_row_sums(x):
     return out
 
 
-@pytest.mark.parametrize("width", [7, 128, 4096])  # (the widest also runs compiled)
-def test_float_sums_add_in_order_as_the_engines_do(width):
+@pytest.mark.parametrize("compiled", [False, True])  # (np.add.accumulate, or nki.seqsum)
+@pytest.mark.parametrize("width", [7, 128, 4096])
+def test_float_sums_add_in_order_as_the_engines_do(width, compiled, monkeypatch):
     # a device's tensor_reduce of fp32 rows equals the sequential fp32 sum bit for bit (public
     # runs on a Trainium: 4,096 rows of 128 values); NumPy's pairwise np.sum does not
+    if compiled:
+        monkeypatch.setattr(optable, "_COMPILED_SUM", 0)
+    else:
+        monkeypatch.setattr(optable, "_ROWS_SUM", [])
+        monkeypatch.setattr(optable, "_ACCUMULATED", [0])
     rng = np.random.default_rng(width)
     x = (rng.random((128, width)) * 10.0 ** rng.uniform(-3, 3, (128, width))).astype(np.float32)
+    x[5, 3] = np.inf  # (an infinite row sums to infinity in either order)
     want = x[:, :1].copy()
     for k in range(1, width):
         want += x[:, k : k + 1]
     runs = backends.run_backends(nki.jit(k_row_sums), None, x)
     np.testing.assert_array_equal(runs[backends.REFERENCE], want)
+    assert bool(optable._ROWS_SUM) == compiled
     if width >= 128:  # (the data are such that the two orders differ somewhere)
         assert not np.array_equal(want[:, 0], x.sum(axis=1))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (9, 5), (130, 300), (3, 4, 5)])
+def test_the_op_tables_sum_over_any_axes_is_the_sequential_sum(shape, monkeypatch):
+    monkeypatch.setattr(optable, "_COMPILED_SUM", 0)  # (the compiled sum serves every size)
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(np.float32)
+    add = optable.OPS["add"].reduce
+    for axes in [tuple(range(x.ndim))] + [(a,) for a in range(x.ndim)]:
+        moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+        flat = moved.reshape(*moved.shape[: x.ndim - len(axes)], -1)
+        want = flat[..., 0].copy()
+        for k in range(1, flat.shape[-1]):
+            want += flat[..., k]
+        got = add(x, axis=axes, keepdims=True)
+        assert got.shape == np.sum(x, axis=axes, keepdims=True).shape
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
