@@ -137,7 +137,8 @@ def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         x = np.transpose(x, [a for a in range(nd) if a not in axes] + list(axes))
     kept, n = x.shape[:k], math.prod(x.shape[k:])
     if x.dtype == np.float32 and n > 1 and _compiled(x.size):
-        out = _rows_sum()(np.ascontiguousarray(x).reshape(-1, n))
+        rows = np.ascontiguousarray(x).reshape(-1, n)
+        out = _rows_sum()(rows if rows.flags.writeable else rows.copy())  # (its signature's)
     else:
         out = np.add.accumulate(x.reshape(*kept, n), axis=-1)[..., -1]
     if not keepdims:

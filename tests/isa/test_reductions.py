@@ -490,3 +490,6 @@ def test_the_op_tables_sum_over_any_axes_is_the_sequential_sum(shape, monkeypatc
         got = add(x, axis=axes, keepdims=True)
         assert got.shape == np.sum(x, axis=axes, keepdims=True).shape
         np.testing.assert_array_equal(got.reshape(want.shape), want)
+        x.flags.writeable = False  # (a read-only array: a broadcast operand, a view of one)
+        np.testing.assert_array_equal(add(x, axis=axes, keepdims=True).reshape(want.shape), want)
+        x.flags.writeable = True
