@@ -26,7 +26,9 @@ tile gemm's bits is also checked once per process, layout and thread count on a 
 calls adding into PSUM give each tile's gemm plus an fp32 add, in both layouts (they do where
 the sum over K fits one K block, as here); if not, the blocks are added by NumPy. Batches of
 less than ``STACK_MIN`` multiply-adds in all keep one gemm per position too: for them it is the
-faster way."""
+faster way. The gemms per position of a large batch run on the launch's threads too
+(``per_item``), split by its leading batch axes: each position's gemm is the one it would be
+alone, on one BLAS thread."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import threading
 
 import numpy as np
 
-from ..threads import blas_threads_now, run_blocks
+from ..threads import WORK_PER_THREAD, blas_threads_now, cores, run_blocks
 from . import cblas
 
 # the smallest product (multiply-adds) of the untransposed layout taken by a large-product
@@ -358,7 +360,39 @@ def per_item(x: np.ndarray, y: np.ndarray, nn: bool) -> np.ndarray:
         lhs = x.swapaxes(-1, -2)
     else:
         lhs = np.ascontiguousarray(x, dtype=np.float32).swapaxes(-1, -2)
-    return np.matmul(lhs, y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32))
+    rhs = y if _blasable(y) else np.ascontiguousarray(y, dtype=np.float32)
+    if lhs.ndim == rhs.ndim == 2:
+        return np.matmul(lhs, rhs)
+    batch = np.broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+    items, (m, k), n = math.prod(batch), lhs.shape[-2:], rhs.shape[-1]
+    lead = _lead_axes(batch, cores())
+    if lead == 0 or items * m * k * n < 2 * WORK_PER_THREAD:
+        return np.matmul(lhs, rhs)
+    # (the positions' gemms split among the launch's threads by their leading batch axes: each
+    # block one stacked matmul, the same gemm per position as the whole one)
+    out = np.empty((*batch, m, n), dtype=np.float32)
+    lhs = lhs.reshape((1,) * (len(batch) + 2 - lhs.ndim) + lhs.shape)  # (the batch's rank)
+    rhs = rhs.reshape((1,) * (len(batch) + 2 - rhs.ndim) + rhs.shape)
+
+    def one(at: tuple[int, ...]) -> None:
+        pick = [tuple(i if d > 1 else 0 for i, d in zip(at, a.shape)) for a in (lhs, rhs)]
+        np.matmul(lhs[pick[0]], rhs[pick[1]], out=out[at])
+
+    run_blocks(one, list(np.ndindex(*batch[:lead])), items * m * k * n)
+    return out
+
+
+def _lead_axes(batch: tuple[int, ...], threads: int) -> int:
+    """How many leading batch axes ``per_item`` splits its positions by: the fewest whose
+    positions give each of ``threads`` a few blocks (0: one position, or one thread)."""
+    if threads < 2 or math.prod(batch) < 2:
+        return 0
+    blocks = 1
+    for j, d in enumerate(batch):
+        blocks *= d
+        if blocks >= 4 * threads:
+            return j + 1
+    return len(batch)
 
 
 def as_rows(x: np.ndarray, n: int) -> bool:

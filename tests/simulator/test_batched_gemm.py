@@ -7,6 +7,8 @@ thread and with two."""
 from __future__ import annotations
 
 import ctypes
+import threading
+import time
 
 import ml_dtypes
 import numpy as np
@@ -16,6 +18,7 @@ from threadpoolctl import threadpool_limits
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from simulator import threads
 from simulator.batched import cblas, gemm
 from simulator.batched.context import BCtx
 
@@ -516,3 +519,39 @@ def test_product_blocks_reuse_a_buffer_per_thread_with_the_same_bits(monkeypatch
     fresh = sums()
     for a, b in zip(reused, fresh):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("nn", [False, True])
+def test_positions_gemms_split_among_threads_keep_their_bits(monkeypatch, nn):
+    """A batch that does not stack (here: every position's own operands) multiplies its
+    positions' gemms on the launch's threads, split by the leading batch axes; each position
+    gets the bits of its own gemm on one thread, with operands broadcast along batch axes."""
+    monkeypatch.setattr(gemm, "cores", lambda: 4)
+    rng = np.random.default_rng(8)
+    k, m, n = 128, 96, 160
+    x = rng.standard_normal((3, 5, k, m)).astype(np.float32)
+    y = rng.standard_normal((1, 5, k, n)).astype(np.float32)  # (the same for every row of x)
+    names: set[str] = set()
+    real = gemm.run_blocks
+
+    def spy(fn, blocks, work):
+        def named(b):
+            names.add(threading.current_thread().name)
+            fn(b)
+            time.sleep(0.005)  # (long enough for the worker to take some)
+
+        assert len(blocks) == 15 and work == 15 * k * m * n  # (16 blocks asked: both axes)
+        real(named, blocks, work)
+
+    monkeypatch.setattr(gemm, "run_blocks", spy)
+    for module in (gemm, threads):
+        monkeypatch.setattr(module, "WORK_PER_THREAD", 1 << 10)
+    with threadpool_limits(2, user_api="blas"):
+        got = gemm.per_item(x, y, nn)
+    assert len(names) == 2  # (this thread and a worker)
+    with threadpool_limits(1, user_api="blas"):
+        for i, j in np.ndindex(3, 5):
+            lhs = np.ascontiguousarray(x[i, j].T) if nn else x[i, j].T
+            one = np.matmul(lhs, y[0, j])
+            np.testing.assert_array_equal(got[i, j].view(np.uint32), one.view(np.uint32))
+    np.testing.assert_allclose(got, np.einsum("abkm,bkn->abmn", x, y[0]), rtol=1e-4, atol=1e-3)
