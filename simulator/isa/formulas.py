@@ -37,16 +37,13 @@ def alu(op: str, a: Any, b: Any, reverse: bool = False) -> Any:
 
 
 def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """Reduce along ``axes`` keeping them (size 1). ``subtract`` folds left: x0 - x1 - x2 ..."""
+    """Reduce along ``axes`` keeping them (size 1). ``subtract`` folds left, one element after
+    another as the engines add: x0 - x1 - x2 ..."""
     with quiet():
         if op == "subtract":
-            moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
-            flat = moved.reshape(*moved.shape[: x.ndim - len(axes)], -1)
-            out = flat[..., 0] - np.sum(flat[..., 1:], axis=-1, dtype=flat.dtype)
-            out = np.asarray(out)
-            for a in sorted(axes):
-                out = np.expand_dims(out, a)
-            return out
+            lead = tuple(range(x.ndim - len(axes), x.ndim))
+            flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)
+            return _left_fold(flat, np.ones(flat.shape, dtype=bool), axes)
         red = OPS[op].reduce
         return np.asarray(red(x, axis=axes, keepdims=True))
 
@@ -68,13 +65,23 @@ def masked_reduce(op: str, x: np.ndarray, sel: np.ndarray, axes: tuple[int, ...]
         return reduce(op, np.where(sel, x, fill), axes)
     lead = tuple(range(x.ndim - len(axes), x.ndim))
     flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)
-    keep = np.moveaxis(sel, axes, lead).reshape(flat.shape)
+    return _left_fold(flat, np.moveaxis(sel, axes, lead).reshape(flat.shape), axes)
+
+
+def _left_fold(flat: np.ndarray, keep: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``subtract``'s fold of each row of ``flat`` over its selected elements (``keep``): the
+    first one less each later one in order. In fp32 that is the ordered sum of the first and
+    the others negated (a negation is exact); unselected ones add -0.0, which changes nothing."""
     first = np.argmax(keep, axis=-1)[..., None]
-    head = np.take_along_axis(flat, first, axis=-1)[..., 0]
     rest = keep.copy()
     np.put_along_axis(rest, first, False, axis=-1)
-    with quiet():
-        out = np.asarray(head - np.sum(np.where(rest, flat, 0), axis=-1, dtype=flat.dtype))
+    head = np.take_along_axis(flat, first, axis=-1)
+    if flat.dtype.kind == "f":
+        terms = np.where(rest, -flat, flat.dtype.type(-0.0))
+        np.put_along_axis(terms, first, head, axis=-1)
+        out = np.asarray(OPS["add"].reduce(terms, axis=-1))
+    else:  # (exact integers: any order)
+        out = np.asarray(head[..., 0] - np.sum(np.where(rest, flat, 0), axis=-1, dtype=flat.dtype))
     for a in sorted(axes):
         out = np.expand_dims(out, a)
     return out

@@ -493,3 +493,41 @@ def test_the_op_tables_sum_over_any_axes_is_the_sequential_sum(shape, monkeypatc
         x.flags.writeable = False  # (a read-only array: a broadcast operand, a view of one)
         np.testing.assert_array_equal(add(x, axis=axes, keepdims=True).reshape(want.shape), want)
         x.flags.writeable = True
+
+
+def k_row_differences(x):
+    out = _out((x.shape[0], 1), x.dtype)
+    nl.store(out, nisa.tensor_reduce(np.subtract, nl.load(x), axis=(1,), keepdims=True))
+    return out
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_subtracting_reduction_folds_in_order(masked):
+    # x0 - x1 - x2 ... one element after another, as the engines add (the same rounding as
+    # the ordered sum of x0 and the others negated), on every backend
+    rng = np.random.default_rng(3)
+    x = (rng.random((128, 300)) * 10.0 ** rng.uniform(-3, 3, (128, 300))).astype(np.float32)
+    lo, hi, rows = (5, 290, 100) if masked else (0, 300, 128)
+    want = np.full((128, 1), 7, dtype=np.float32)
+    want[:rows, 0] = x[:rows, lo]
+    for k in range(lo + 1, hi):
+        want[:rows, 0] -= x[:rows, k]
+    if masked:
+        runs = backends.run_backends(nki.jit(k_reduce_masked_at), None, x, lo, hi, rows)
+    else:
+        runs = backends.run_backends(nki.jit(k_row_differences), None, x)
+    np.testing.assert_array_equal(runs[backends.REFERENCE], want)
+    pairwise = x[:rows, lo] - x[:rows, lo + 1 : hi].sum(axis=1)
+    assert not np.array_equal(pairwise, want[:rows, 0])  # (the data tell the orders apart)
+
+
+def k_reduce_masked_at(x, lo, hi, rows):
+    out = _out((x.shape[0], 1), x.dtype)
+    ip, jf = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    r = nl.full((x.shape[0], 1), 7, dtype=x.dtype)
+    r[...] = nisa.tensor_reduce(
+        np.subtract, nl.load(x)[ip, jf], axis=(1,), mask=(jf >= lo) & (jf < hi) & (ip < rows),
+        keepdims=True,
+    )  # fmt: skip
+    nl.store(out, r)
+    return out
