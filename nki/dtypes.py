@@ -284,10 +284,14 @@ def promote(a: str, b: str) -> str:
 
 
 def scalar_dtype(value: object) -> str:
-    """Python scalars are typed as int32 / float32 / uint8 (bool); NumPy scalars keep theirs."""
+    """Python scalars are typed as int32 / float32 / uint8 (bool); NumPy scalars keep theirs,
+    except NumPy's 64-bit ones (``np.float64``, what ``1 / np.sqrt(d)`` gives; ``np.int64``),
+    which are taken as the Python numbers they stand for (no NKI dtype is 64-bit)."""
     if isinstance(value, (bool, np.bool_)):
         return "uint8"
     if isinstance(value, np.generic):
+        if value.dtype.itemsize == 8 and value.dtype.kind in "fiu":
+            return "float32" if value.dtype.kind == "f" else "int32"
         return name_of(value.dtype)
     if isinstance(value, int):
         return "int32"

@@ -76,6 +76,30 @@ def test_python_scalars_are_weak_int32_and_fp32():
     assert got.dtype == np.float16
 
 
+def test_numpy_64_bit_scalars_are_the_python_numbers_they_stand_for():
+    # np.float64 (1 / np.sqrt(d)) is a Python float; np.int64 an int: no NKI dtype is 64-bit,
+    # so they are weak fp32 / int32 immediates, as the Python numbers are
+    h = np.full((4, 8), 1.0, dtype=np.float16)
+    got = _binop_kernel(nl.add, 1 / np.sqrt(np.float64(64)))(h, h)
+    assert got.dtype == np.float32 and np.all(got == 1.125)
+    a8 = np.full((4, 8), 100, dtype=np.int8)
+    got = _binop_kernel(nl.add, np.int64(100))(a8, a8)
+    assert got.dtype == np.int32 and np.all(got == 200)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    for s in (np.float64(0.125), np.int64(3)):
+        np.testing.assert_array_equal(_scaled(x, s), x * np.float32(s))
+
+
+@nki.jit
+def _scaled(x, s):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=s)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
 def test_dtype_override():
     a = np.full((4, 8), 2.5, dtype=np.float32)
     got = _binop_kernel(lambda x, y: nl.multiply(x, y, dtype=nl.int32))(a, a)
