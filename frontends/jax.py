@@ -44,13 +44,17 @@ class _Call:
     from (an operand of the primitive or a static Python value) and the declared outputs."""
 
     launch: Launch
-    args: tuple  # per positional argument: ("op", operand index) or ("static", value)
-    kwargs: tuple  # (name, ("op", i) | ("static", v))
+    # per positional argument: ("op", operand index), ("static", value) or, for a list / tuple
+    # holding arrays at any depth, ("list", its type, its elements' sources)
+    args: tuple
+    kwargs: tuple  # (name, ("op", i) | ("static", v) | ("list", type, sources))
     out_specs: tuple[OutSpec, ...] | None
     legacy: bool
 
     def rebuild(self, operands: list) -> tuple[tuple, dict]:
         def get(src: tuple) -> Any:
+            if src[0] == "list":
+                return src[1](get(e) for e in src[2])
             return operands[src[1]] if src[0] == "op" else src[1]
 
         return tuple(get(s) for s in self.args), {k: get(s) for k, s in self.kwargs}
@@ -65,6 +69,13 @@ def _is_operand(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray)) or (
         hasattr(x, "shape") and hasattr(x, "dtype") and not np.isscalar(x)
     )
+
+
+def _holds_operand(x: Any) -> bool:
+    """An array, or a list / tuple holding one at any depth (per-layer weights, pairs)."""
+    if isinstance(x, (list, tuple)):
+        return any(map(_holds_operand, x))
+    return _is_operand(x)
 
 
 def _out_specs(out_shape: Any) -> tuple[OutSpec, ...] | None:
@@ -112,6 +123,8 @@ def call(launch: Launch, args: tuple, kwargs: dict, out_shape: Any = None) -> An
             operands.append(x)
             shapes.append((tuple(int(s) for s in x.shape), np.dtype(x.dtype)))
             return ("op", len(operands) - 1)
+        if isinstance(x, (list, tuple)) and any(map(_holds_operand, x)):
+            return ("list", type(x), tuple(src(e, what) for e in x))
         return ("static", x)
 
     name = common.kernel_name(launch)

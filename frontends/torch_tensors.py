@@ -138,6 +138,31 @@ def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
 _TENSORS = itertools.repeat(torch.Tensor)  # (``isinstance``'s second argument, for ``map``)
 
 
+def _holds_tensors(v: list | tuple) -> bool:
+    """Whether a list / tuple argument holds a tensor at any depth (per-layer weights, pairs)."""
+    return any(map(isinstance, v, _TENSORS)) or any(
+        isinstance(x, (list, tuple)) and _holds_tensors(x) for x in v
+    )
+
+
+def _list_arrays(v: list | tuple, what: str, devices: list[torch.Tensor]) -> list | tuple:
+    """A list argument with each tensor at any depth as a NumPy array (a view where it can be:
+    CPU, contiguous); tensors not on the CPU are added to ``devices``."""
+    items = []
+    for x in v:
+        if isinstance(x, torch.Tensor):
+            plain = _plain_view(x)  # (None for any tensor not on the CPU)
+            if plain is None:
+                if not on_cpu(x):
+                    devices.append(x)
+                plain = to_numpy(x, what)
+            x = plain
+        elif isinstance(x, (list, tuple)):
+            x = _list_arrays(x, what, devices)
+        items.append(x)
+    return type(v)(items)
+
+
 def launch(k: Launch, args: tuple, kwargs: dict) -> Any:
     """Run a kernel launch on torch tensors; returns torch tensors on the inputs' device
     (``None`` for legacy kernels, which write into the output tensors passed in)."""
@@ -163,19 +188,11 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
                 if like is None and not on_cpu(v):
                     like = v
             arguments[pname] = arr
-        elif isinstance(v, (tuple, list)) and any(map(isinstance, v, _TENSORS)):
-            what = f"argument '{pname}' of kernel '{name}'"
-            items = []
-            for x in v:
-                if isinstance(x, torch.Tensor):
-                    plain = _plain_view(x)  # (None for any tensor not on the CPU)
-                    if plain is None:
-                        if like is None and not on_cpu(x):
-                            like = x
-                        plain = to_numpy(x, what)
-                    x = plain
-                items.append(x)
-            arguments[pname] = type(v)(items)
+        elif isinstance(v, (tuple, list)) and _holds_tensors(v):
+            devices: list[torch.Tensor] = []
+            arguments[pname] = _list_arrays(v, f"argument '{pname}' of kernel '{name}'", devices)
+            if like is None and devices:
+                like = devices[0]
     res, ir = common.run_traced(k, bound)
     for pname in ir.outputs if copies else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back

@@ -195,6 +195,14 @@ def list_params(st: TraceState, name: str, v: list | tuple, loc: SrcLoc) -> list
     return type(v)(elems)
 
 
+def nested_items(values: list | tuple) -> Iterator[Any]:
+    """``values`` and, at any depth, the elements of the lists / tuples among them."""
+    for v in values:
+        yield v
+        if isinstance(v, (list, tuple)):
+            yield from nested_items(v)
+
+
 def array_leaves(name: str, x: Any) -> Iterator[tuple[str, np.ndarray]]:
     """The arrays of the array list ``x`` (argument ``name``), each under its parameter name:
     ``name[i]``, ``name[i][j]`` for nested lists."""

@@ -32,6 +32,7 @@ from .binding import (
     list_key,
     list_params,
     misused_argument,
+    nested_items,
     plain_params,
     static_key,
 )
@@ -509,9 +510,7 @@ class Launch:
                 )
             return self.kernel.body(*args, **kwargs)
         if kwargs or any(type(a) is not np.ndarray for a in args):  # (not NumPy arrays alone)
-            values = [*args, *kwargs.values()]
-            values += [e for v in values if isinstance(v, (tuple, list)) for e in v]
-            if fw := {_framework(a) for a in values} - {None}:
+            if fw := {_framework(a) for a in nested_items([*args, *kwargs.values()])} - {None}:
                 return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
         try:
             return self.run_numpy(*args, **kwargs)

@@ -1,5 +1,7 @@
 """Kernels shared by the frontend tests."""
 
+import numpy as np
+
 import nki
 import nki.language as nl
 
@@ -62,3 +64,26 @@ def axpy_bwd(a, b, g, alpha=1.0):
     nl.store(ga, value=nl.multiply(gt, alpha))
     nl.store(gb, value=nl.copy(gt))
     return ga, gb
+
+
+@nki.jit
+def dot_pairs(pairs, extra):
+    """sum(a * b for a, b in pairs) + sum(extra): nested and flat lists of [P, F] tensors."""
+    out = nl.ndarray(extra[0].shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros(extra[0].shape, dtype=nl.float32)
+    for a, b in pairs:
+        acc[...] = nl.add(acc, nl.multiply(nl.load(a), nl.load(b)))
+    for e in extra:
+        acc[...] = nl.add(acc, nl.load(e))
+    nl.store(out, acc)
+    return out
+
+
+def dot_pairs_ref(pairs, extra):
+    """NumPy's ``dot_pairs``: the same fp32 operations in the same order."""
+    acc = np.zeros(np.shape(extra[0]), dtype=np.float32)
+    for a, b in pairs:
+        acc = acc + np.asarray(a, dtype=np.float32) * np.asarray(b, dtype=np.float32)
+    for e in extra:
+        acc = acc + np.asarray(e, dtype=np.float32)
+    return acc

@@ -5,7 +5,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from fe_kernels import add_rows, add_rows_legacy, mul, mul_bwd  # noqa: E402
+from fe_kernels import add_rows, add_rows_legacy, dot_pairs, dot_pairs_ref, mul, mul_bwd  # noqa: E402
 
 from frontends import jax as fj  # noqa: E402
 from nki.errors import NKIError, NKIShapeError, NKITypeError  # noqa: E402
@@ -87,3 +87,18 @@ def test_boundary_errors():
     assert e.value.code == "err_unsupported_dtype" and "complex64" in str(e.value)
     with pytest.raises(NKIError, match="custom_vjp"):
         jax.grad(lambda x: jnp.sum(fj.nki_call(mul, x, x)))(a)
+
+
+def test_lists_of_arrays_at_any_depth_are_operands():
+    # [(a, b), ...] pairs and a flat list: each array is one of the kernel's HBM tensors,
+    # eagerly, under jit (tracers) and called on the kernel directly
+    pairs = [
+        (_arr((128, 32), jnp.float32, i), _arr((128, 32), jnp.float32, 9 + i)) for i in range(3)
+    ]
+    extra = [_arr((128, 32), jnp.float32, 20), _arr((128, 32), jnp.float32, 21)]
+    want = dot_pairs_ref([tuple(map(np.asarray, p)) for p in pairs], [np.asarray(e) for e in extra])
+    np.testing.assert_array_equal(fj.nki_call(dot_pairs, pairs, extra), want)
+    np.testing.assert_array_equal(
+        jax.jit(lambda p, e: fj.nki_call(dot_pairs, p, e))(pairs, extra), want
+    )
+    np.testing.assert_array_equal(jax.jit(lambda p, e: dot_pairs(p, e))(pairs, extra), want)

@@ -5,7 +5,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fe_kernels import add_rows, add_rows_legacy, axpy, axpy_bwd, mul, mul_bwd  # noqa: E402
+from fe_kernels import (  # noqa: E402
+    add_rows,
+    add_rows_legacy,
+    axpy,
+    axpy_bwd,
+    dot_pairs,
+    dot_pairs_ref,
+    mul,
+    mul_bwd,
+)
 
 from frontends import KernelPair  # noqa: E402
 from frontends import torch as ft  # noqa: E402
@@ -152,3 +161,19 @@ def test_custom_op_eager_and_compiled():
     # fake (meta) implementation from the kernel's trace
     m = op(torch.empty(128, 32, device="meta"), torch.empty(128, 32, device="meta"))
     assert m.shape == (128, 32) and m.device.type == "meta"
+
+
+def test_lists_of_tensors_at_any_depth_are_arguments():
+    # [(a, b), ...] pairs and a flat list of torch tensors (one not contiguous): each tensor is
+    # one of the kernel's HBM tensors; the result is a torch tensor
+    g = torch.Generator().manual_seed(0)
+    pairs = [
+        (torch.randn(128, 32, generator=g), torch.randn(32, 128, generator=g).T) for _ in range(3)
+    ]
+    extra = [torch.randn(128, 32, generator=g, dtype=torch.bfloat16) for _ in range(2)]
+    want = dot_pairs_ref(
+        [tuple(x.numpy() for x in p) for p in pairs], [e.float().numpy() for e in extra]
+    )
+    got = dot_pairs(pairs, extra)
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_array_equal(got.numpy(), want)
