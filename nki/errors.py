@@ -448,7 +448,8 @@ def locate_in_traceback(exc: NKIError) -> NKIError:
         tb = tb.tb_next
     if last is not None:
         code = last.tb_frame.f_code
-        exc.with_context(loc=SrcLoc(code.co_filename, last.tb_lineno, 0, code.co_name))
+        col = column(code, last.tb_lasti)
+        exc.with_context(loc=SrcLoc(code.co_filename, last.tb_lineno, col, code.co_name))
     return exc
 
 

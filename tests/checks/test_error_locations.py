@@ -154,13 +154,16 @@ def test_unlocated_error_from_inside_the_package_gets_the_kernel_line(monkeypatc
     monkeypatch.setattr(nl, "exp", dtypes.scalar_dtype)
 
     def kern(x):
-        nl.exp("x")  # ERR
-        return x
+        y = nl.add(1, nl.exp("x"))  # ERR
+        return y
 
     with pytest.raises(NKIError) as e:
         nki.jit(kern)(X)
     assert "expected a number, got str" in e.value.message
     assert (e.value.loc.file, e.value.loc.line) == (HERE, _line(kern))
+    # the column of the call that raised, not of the statement
+    text = inspect.getsource(kern).splitlines()[1]  # (as indented in this file)
+    assert e.value.loc.col == text.index("nl.exp")
 
 
 # ---- a wrong return value: the return statement ------------------------------------------------
