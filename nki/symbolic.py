@@ -487,11 +487,10 @@ def _static_int(x: object, what: str) -> int:
     if isinstance(x, _Traced):
         _per_core(x)
         _need_value(x, what)
-        raise NKIError(
-            f"{what} must be a compile-time integer, got a traced value",
-            code="err_unsupported_index_expression",
-            loc=user_loc(),
-        )
+        loop = isinstance(x, Scalar) and any(isinstance(s, LoopSym) for s in x.aff.symbols())
+        hint = "; for a loop iterator, loop with nl.static_range (or NKI_CLASSIC=1)" if loop else ""
+        msg = f"{what} must be a compile-time integer, got a traced value{hint}"
+        raise NKIError(msg, code="err_unsupported_index_expression", loc=user_loc())
     try:
         return int(x.__index__())  # type: ignore[union-attr]
     except (AttributeError, TypeError):

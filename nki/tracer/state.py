@@ -153,6 +153,8 @@ def set_classic_mode(on: bool) -> None:
       PSUM accumulation group (the first matmul overwrites, later ones accumulate), instead of
       reading uninitialised memory.
     * a matmul operand that lives in PSUM (``nc_transpose`` result) is copied to SBUF first.
+    * a loop iterator that is an inner loop's bound, or divided (``//``, ``%``), makes its
+      loop unroll.
 
     Off by default; ``frontends.compat.install()`` (``python -m frontends.compat script.py``)
     and ``NKI_CLASSIC=1`` turn it on. It is recorded in the traced IR, so a kernel keeps the
@@ -203,11 +205,13 @@ def _unrollable(st: TraceState, syms: Any) -> bool:
     )
 
 
-def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
+def unroll_request(
+    st: TraceState, syms: Any, why: str, classic: bool = False
+) -> NeedsUnroll | None:
     """The request to unroll the symbolic loops of ``syms`` because ``why`` (a current-API
-    kernel: its iterators are Python ints); None for a classic kernel or when ``syms`` are not
-    all trace-time loop iterators."""
-    if effective_generation(st) == "classic" or not _unrollable(st, syms):
+    kernel: its iterators are Python ints; with ``classic``, a classic one too); None for a
+    classic kernel otherwise or when ``syms`` are not all trace-time loop iterators."""
+    if (effective_generation(st) == "classic" and not classic) or not _unrollable(st, syms):
         return None
     loc = user_loc()
     why = f"{why} at {_where(loc)}"
@@ -218,6 +222,10 @@ def unroll_request(st: TraceState, syms: Any, why: str) -> NeedsUnroll | None:
 # what classic mode gives a meaning of its own on a loop iterator (``unroll_for_division``), as
 # ``symbolic._non_affine`` names the operator when it asks for the iterator's value
 _CLASSIC_MODE_OPS = ("'//'", "'%'")
+# a loop's bound from an outer loop's iterator (``for j in nl.sequential_range(i)``, as
+# ``language.core._range_args`` names it): classic mode unrolls the outer loop, as the classic
+# compiler took such triangular loops
+_RANGE_BOUNDS = tuple(f"nl.{r}_range " for r in ("affine", "sequential", "static"))
 
 
 def _concrete_value(x: Any, what: str) -> None:
@@ -239,7 +247,8 @@ def _concrete_value(x: Any, what: str) -> None:
         and _unrollable(st, syms)
     ):
         raise RetraceAs("current", (f"{what} on a loop iterator (a Python int)", user_loc()))
-    req = unroll_request(st, syms, f"{what} needs the value of a loop iterator")
+    bound = classic_mode() and what.startswith(_RANGE_BOUNDS)
+    req = unroll_request(st, syms, f"{what} needs the value of a loop iterator", bound)
     if req is not None:
         raise req
 

@@ -204,6 +204,7 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
             dyn[d] = k.part
         elif isinstance(k, (TileOps, _Assigned)):
             tiles[d] = _index_tile(k, what)
+    sparsified = False
     try:
         rshape = _index_shape(keys, tiles, dyn)
     except NKIIndexError:
@@ -212,7 +213,7 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
         # broadcast them over those axes only (the unused ones are dropped below)
         sparse = [_sparse(k) if isinstance(k, Index) else k for k in keys]
         if not tiles and any(s is not k for s, k in zip(sparse, keys)):
-            rshape, keys = _index_shape(sparse, tiles, dyn), sparse
+            rshape, keys, sparsified = _index_shape(sparse, tiles, dyn), sparse, True
         else:
             raise
     idx = []
@@ -244,9 +245,11 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
     if not tiles:
         # more grid axes than tensor dims: drop every unused mgrid axis; otherwise only unused
         # axes of extent > 1 (``t[i_p, 2]``), as extent-1 axes carry no coefficient to tell
-        rshape, idx = _drop_unreferenced(
-            rshape, idx, [k for k in keys if isinstance(k, Index)], len(rshape) <= len(shape)
-        )
+        used = [k for k in keys if isinstance(k, Index)]
+        # (indices that broadcast, ``nl.arange(B)[:, None, None]``, give the NumPy shape: an
+        # extent-1 axis between them is the tile's own, not an unused mgrid axis)
+        dense = sparsified or all(tuple(k.shape) == rshape for k in used)
+        rshape, idx = _drop_unreferenced(rshape, idx, used, len(rshape) <= len(shape) or not dense)
     return Access("", rshape, tuple(idx), tuple(sorted(tiles.items())))
 
 

@@ -265,3 +265,41 @@ def test_division_of_a_loop_iterator_is_an_error_in_strict_mode():
     assert "nl.static_range" in str(e) and "NKI_CLASSIC=1" in str(e)
     lines, start = inspect.getsourcelines(quadrant_matmuls)
     assert e.loc.line == start + next(i for i, t in enumerate(lines) if "# ERR" in t)
+
+
+def prefix_block_sums(x):
+    # out block i = the sum of x's blocks before it: the inner loop's bound is the outer
+    # loop's iterator (a triangular loop, as public causal linear-attention kernels write)
+    n = x.shape[0] // 32
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        acc = nl.zeros((32, x.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.sequential_range(i):  # ERR
+            acc += nl.load(x[j * 32 : (j + 1) * 32, :])
+        nl.store(out[i * 32 : (i + 1) * 32, :], value=acc)
+    return out
+
+
+def test_a_loop_bound_from_an_outer_iterator_unrolls_that_loop_in_classic_mode(classic):
+    x = np.random.default_rng(7).random((128, 16), dtype=np.float32)
+    blocks = x.reshape(4, 32, 16)
+    want = np.concatenate([blocks[:i].sum(axis=0) for i in range(4)])
+    got = nki.jit(prefix_block_sums, api="classic")(x)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(got[:32], 0)
+
+
+def test_a_loop_bound_from_an_outer_iterator_is_an_error_in_strict_mode():
+    before = classic_mode()
+    set_classic_mode(False)
+    try:
+        with pytest.raises(NKIError) as ei:
+            nki.jit(prefix_block_sums, api="classic")(np.ones((128, 16), np.float32))
+    finally:
+        set_classic_mode(before)
+    e = ei.value
+    assert e.code == "err_unsupported_index_expression"
+    assert "nl.sequential_range stop must be a compile-time integer" in str(e)
+    assert "nl.static_range" in str(e) and "NKI_CLASSIC=1" in str(e)
+    lines, start = inspect.getsourcelines(prefix_block_sums)
+    assert e.loc.line == start + next(i for i, t in enumerate(lines) if "# ERR" in t)

@@ -102,6 +102,29 @@ def test_three_d_index_arrays():
     np.testing.assert_array_equal(k(a), a.reshape(128, 4, 16))
 
 
+def test_broadcasting_index_arrays_give_numpys_shape():
+    """``a[ip, ie]`` with ``ip = nl.arange(B)[:, None, None]`` and ``ie = nl.arange(T)[None,
+    None, :]`` is a (B, 1, T) tile, as NumPy's indexing gives: the extent-1 axis between the
+    broadcast indices belongs to the tile (it is not an unused axis of an mgrid)."""
+
+    @nki.jit
+    def k(a):
+        b, t = a.shape
+        out = nl.ndarray((b, t), dtype=a.dtype, buffer=nl.shared_hbm)
+        tile = nl.ndarray((nl.par_dim(b), 1, t), dtype=a.dtype, buffer=nl.sbuf)
+        ip, ie = nl.arange(b)[:, None, None], nl.arange(t)[None, None, :]
+        loaded = nl.load(a[ip, ie])
+        assert loaded.shape == (b, 1, t)
+        tile[ip, 0, ie] = nl.multiply(loaded, 2.0)
+        nl.store(out[ip, ie], value=tile[ip, 0, ie])
+        return out
+
+    a = _rand((4, 64))
+    ip, ie = np.arange(4)[:, None, None], np.arange(64)[None, None, :]
+    assert a[ip, ie].shape == (4, 1, 64)
+    np.testing.assert_array_equal(k(a), a * 2)
+
+
 def test_block_dims_before_partition():
     @nki.jit
     def k(a):
