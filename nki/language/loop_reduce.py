@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 from typing import Any
 
 from .. import dtypes
-from ..errors import user_loc
+from ..errors import source_tree, user_frame, user_loc
 from ..ir import Alloc, Const, Instr, LoopSym, TensorDecl
 from ..optable import lookup_reducer
 from ..symbolic import Scalar
@@ -21,8 +23,11 @@ def loop_reduce(
     loops whose iterators are in ``loop_indices``. The destination is the accumulator: when
     the result is assigned into a tile (``acc_t[i] = nl.loop_reduce(a, np.add, [k])``) each
     iteration performs ``acc_t[i] = op(acc_t[i], a)``. When it is only bound to a name
-    (``b = nl.loop_reduce(a, np.add, [k])`` inside ``for k in nl.affine_range(n)``) the result
-    is an accumulator tile living outside the outermost of those loops, starting at the op's
+    (``b = nl.loop_reduce(a, np.add, [k])`` inside ``for k in nl.affine_range(n)``) the
+    destination is ``b`` as it was before the call, when that is an on-chip tile of the result's
+    shape (``b = nl.zeros(...)`` before the loop, or the previous iteration's result in an
+    unrolled loop): each iteration performs ``b = op(b, a)`` in place. Otherwise the result is
+    an accumulator tile living outside the outermost of those loops, starting at the op's
     identity (0 for add, -inf for max, ...), so after the loops it holds the reduction over all
     of them.
 
@@ -46,6 +51,11 @@ def loop_reduce(
     level = min(levels) if levels else len(st.loops)  # allocate outside the outermost loop
     out_dt = dtypes.name_of(dtype) if dtype is not None else tx.decl.dtype
     shape = tuple(acc_x.shape)
+    prior = _bound_tile(shape)
+    if prior is not None:  # (b = nl.loop_reduce(...): b, as it is now, accumulates)
+        emit("ew", row.name, prior.access_(), (prior.access_(), acc_x), mask=to_mask(mask, shape,
+             api), api=api)  # fmt: skip
+        return prior
     loc = user_loc()
     name = st.fresh("lr")
     decl = TensorDecl(name, shape, out_dt, "sbuf", "local", 0, loc)
@@ -64,3 +74,30 @@ def loop_reduce(
     # (dst = op(dst, x)); the tracer's assign looks this up
     st.loop_reduce_results[name] = (row.name, acc_x, m, instr)
     return acc
+
+
+def _bound_tile(shape: tuple[int, ...]) -> NkiTensor | None:
+    """In ``b = nl.loop_reduce(...)`` (the kernel's statement calling now), ``b``'s current
+    value when it is a whole on-chip tile of ``shape``; None otherwise (no such statement, ``b``
+    unbound, an HBM tensor, a view)."""
+    frame = user_frame(1)
+    if frame is None:
+        return None
+    name = _assigned_name(frame.f_code.co_filename, frame.f_lineno, user_loc(1).col)
+    value = frame.f_locals.get(name) if name else None
+    if not isinstance(value, NkiTensor) or not value.decl.on_chip or value.shape != shape:
+        return None
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _assigned_name(file: str, line: int, col: int) -> str | None:
+    """The name a statement ``name = <call at (line, col)>`` binds (None for any other form)."""
+    tree = source_tree(file)
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        call, target = node.value, node.targets[0]
+        if isinstance(call, ast.Call) and (call.lineno, call.col_offset) == (line, col):
+            return target.id if isinstance(target, ast.Name) else None
+    return None

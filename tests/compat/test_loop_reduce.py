@@ -97,3 +97,36 @@ def test_loop_reduce_into_a_view_of_a_head(heads, n_q):
     x = np.random.default_rng(heads).random((3, heads, 128, 128 * n_q), dtype=np.float32)
     got = dq_accumulate(x)
     np.testing.assert_allclose(got, x.sum(0), rtol=1e-5)
+
+
+def loop_reduce_into_bound_tiles(x):
+    # ``b = nl.loop_reduce(...)``: the destination is b as it was before the call (the
+    # documentation's "the destination tile is also the rhs input to op"): a start of 5, a
+    # second loop adding to the first's sum, and a loop the tracer unrolls
+    out = nl.ndarray((3, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    b = nl.full((128, 64), 5.0, dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        b = nl.loop_reduce(nl.load(x[i]), op=np.add, loop_indices=[i], dtype=nl.float32)
+    nl.store(out[0], value=b)
+    c = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(2):
+        c = nl.loop_reduce(nl.load(x[i]), op=np.add, loop_indices=[i], dtype=nl.float32)
+    for j in nl.affine_range(2):
+        c = nl.loop_reduce(nl.load(x[2 + j]), op=np.maximum, loop_indices=[j], dtype=nl.float32)
+    nl.store(out[1], value=c)
+    d = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.static_range(4):
+        d = nl.loop_reduce(nl.load(x[i]), op=np.add, loop_indices=[i], dtype=nl.float32)
+    nl.store(out[2], value=d)
+    return out
+
+
+def test_a_loop_reduce_bound_to_a_name_accumulates_into_its_tile():
+    x = np.random.default_rng(4).random((4, 128, 64), dtype=np.float32)
+    got = nki.jit(loop_reduce_into_bound_tiles, api="classic")(x)
+    sums = np.zeros((128, 64), np.float32)
+    for i in range(4):
+        sums += x[i]
+    np.testing.assert_allclose(got[0], 5 + sums, rtol=1e-6)
+    np.testing.assert_allclose(got[1], np.maximum(np.maximum(x[0] + x[1], x[2]), x[3]), rtol=1e-6)
+    np.testing.assert_array_equal(got[2], sums)
