@@ -378,34 +378,34 @@ class Index(_Affine):
         )
 
     def __getitem__(self, key: object) -> Index:
-        """Reshape with ``None`` / ``:`` only, e.g. ``nl.arange(128)[:, None]``."""
+        """Reshape with ``None`` / ``:`` (``nl.arange(128)[:, None]``); an int picks that
+        position of an axis and drops it, as NumPy does (``i_p[:, :, 0]``)."""
         key = key if isinstance(key, tuple) else (key,)
-        axes = iter(range(self.ndim))
-        coeffs, shape = [], []
+        axes, base, dims = iter(range(self.ndim)), self.expr.base, []  # (coefficient, extent)
         for k in key:
             if k is None:
-                coeffs.append(0)
-                shape.append(1)
-            elif isinstance(k, slice) and k == slice(None):
-                try:
-                    d = next(axes)
-                except StopIteration:
-                    raise NKIIndexError(
-                        f"too many ':' for an index of rank {self.ndim}", loc=user_loc()
-                    ) from None
-                coeffs.append(self.expr.coeffs[d])
-                shape.append(self.expr.shape[d])
-            else:
+                dims.append((0, 1))
+                continue
+            whole, pick = isinstance(k, slice) and k == slice(None), type(k) is int
+            if not (whole or pick):
                 raise NKIIndexError(
-                    "an nl.arange index can only be reshaped with ':' and None "
-                    f"(e.g. nl.arange(128)[:, None]), got {k!r}",
+                    "an nl.arange index can only be reshaped with ':' and None, or an axis "
+                    f"picked with an int (e.g. nl.arange(128)[:, None]), got {k!r}",
                     code="err_unsupported_index_expression",
                     loc=user_loc(),
                 )
-        for d in axes:
-            coeffs.append(self.expr.coeffs[d])
-            shape.append(self.expr.shape[d])
-        return Index(IndexExpr(self.expr.base, tuple(coeffs), tuple(shape)))
+            d = next(axes, None)
+            c, n = (0, 0) if d is None else (self.expr.coeffs[d], self.expr.shape[d])
+            if d is None or (pick and not -n <= k < n):
+                raise NKIIndexError(
+                    f"index {k!r} for an index of shape {self.shape}", loc=user_loc()
+                )
+            if pick:
+                base = base + c * (k % n)
+            else:
+                dims.append((c, n))
+        dims += [(self.expr.coeffs[d], self.expr.shape[d]) for d in axes]
+        return Index(IndexExpr(base, tuple(c for c, _ in dims), tuple(n for _, n in dims)))
 
     def __setitem__(self, key: object, value: object) -> None:
         raise NKIError(

@@ -33,6 +33,7 @@ from ..tracer import (
     result_tile,
     state,
     to_mask,
+    trailing_units,
 )
 from ..tracer.api_checks import broken
 
@@ -517,6 +518,7 @@ def store(dst: Any, value: Any, *, mask: Any = None, **_kw: Any) -> None:
         note_generation("classic", "nl.store of a PSUM tile (classic API only)")
     require_buffer(vt, ("sbuf", "psum"), "store", "value")
     check_partitions(vacc.shape, "store", "value")
+    vacc = trailing_units(vacc, dacc.shape)
     check_broadcast_into(vacc.shape, dacc.shape, "store")
     emit("dma", "store", dacc, (vacc,), mask=to_mask(mask, dacc.shape, "nl.store"), api="nl.store")
 

@@ -32,6 +32,7 @@ from .emission import (
     onchip_return,
     result_tile,
     stage_psum_operand,
+    trailing_units,
 )
 from .handles import TILE_OPERATORS, DynOffset, NkiTensor, TileOps, View, _Assigned, is_register
 from .held_output import held_output, release
@@ -87,6 +88,7 @@ __all__ = [
     "as_2d",
     "assign",
     "check_broadcast_into",
+    "trailing_units",
     "check_partitions",
     "check_scope",
     "check_start_partition",

@@ -127,6 +127,7 @@ def assign(
             return
     if isinstance(value, TileOps):
         src, t = operand(value, api, "value")
+        src = trailing_units(src, dst.shape)
         check_broadcast_into(src.shape, dst.shape, api)
         if len(src.shape) > len(dst.shape):  # (the extra leading axes have extent 1: checked)
             src, dst = _same_rank(src, dst, t.buffer, dtensor.buffer, api)
@@ -189,6 +190,24 @@ def _same_rank(
     shape = src.shape[k:]
     idx = tuple(IndexExpr(e.base, e.coeffs[k:], shape) for e in src.index)
     return Access(src.tensor, shape, idx, src.indirect), dst
+
+
+def trailing_units(src: Access, dst: tuple[int, ...]) -> Access:
+    """A tile whose shape differs from its destination's only by trailing unit axes, which
+    NumPy's alignment (from the last axis) does not fit but partition-first does: a (P, 1)
+    ``tensor_reduce`` result into a (P, 1, 1) tile, or a (P, 1, 1) tile stored into a (P, 1)
+    tensor. The source gains or loses those axes; any other pair is left to the broadcast
+    check (``check_broadcast_into``)."""
+    n, m = len(src.shape), len(dst)
+    short, long_ = (src.shape, dst) if n < m else (dst, src.shape)
+    k = len(long_) - len(short)
+    if k == 0 or tuple(long_[: len(short)]) != tuple(short) or any(d != 1 for d in long_[-k:]):
+        return src
+    if n < m and all(a == b or a == 1 for a, b in zip((1,) * k + tuple(src.shape), dst)):
+        return src  # (NumPy's own alignment already fits: it decides)
+    coeffs = (lambda c: c + (0,) * k) if n < m else (lambda c: c[:m])
+    idx = tuple(IndexExpr(e.base, coeffs(e.coeffs), tuple(dst)) for e in src.index)
+    return Access(src.tensor, tuple(dst), idx, src.indirect)
 
 
 def check_broadcast_into(src: tuple[int, ...], dst: tuple[int, ...], api: str) -> None:

@@ -8,6 +8,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from nki.errors import NKIError
 
 from helpers import expect
 from helpers import randn as _rand
@@ -123,6 +124,41 @@ def test_broadcasting_index_arrays_give_numpys_shape():
     ip, ie = np.arange(4)[:, None, None], np.arange(64)[None, None, :]
     assert a[ip, ie].shape == (4, 1, 64)
     np.testing.assert_array_equal(k(a), a * 2)
+
+
+def test_an_int_picks_a_position_of_an_index_and_drops_its_axis():
+    # NumPy's meaning: i[:, :, 0] of a (B, 1, 1) arange is (B, 1); ie[0, 0, -3] of a (1, 1, 8)
+    # one is the element 5 (as a 0-D index: a constant column)
+    i_p, i_e = nl.arange(4)[:, None, None], nl.arange(8)[None, None, :]
+    assert i_p[:, :, 0].shape == (4, 1)
+    picked = i_e[0, 0, -3]
+    assert picked.shape == () and picked.expr.base.const == 5
+    for bad in (8, -9):
+        with pytest.raises(NKIError, match=f"index {bad} for an index of shape"):
+            i_e[0, 0, bad]
+    with pytest.raises(NKIError, match="too many|for an index of shape"):
+        i_p[0, 0, 0, 0]
+
+
+def test_tiles_that_differ_by_trailing_unit_axes_copy_partition_first():
+    """A (P, 1) ``tensor_reduce`` result assigned into a (P, 1, 1) tile, and that tile stored
+    into a (P, 1) tensor: NumPy's alignment from the last axis does not fit these, aligning
+    from the partition axis does (the element correspondence is the same)."""
+
+    @nki.jit(api="classic")
+    def k(v1):
+        b, t = v1.shape
+        out = nl.ndarray((b, 1), dtype=v1.dtype, buffer=nl.shared_hbm)
+        v4 = nl.ndarray((nl.par_dim(b), 1, t), dtype=v1.dtype, buffer=nl.sbuf)
+        v5 = nl.ndarray((nl.par_dim(b), 1, 1), dtype=v1.dtype, buffer=nl.sbuf)
+        ip, ie = nl.arange(b)[:, None, None], nl.arange(t)[None, None, :]
+        v4[ip, 0, ie] = nl.load(v1[ip, ie])
+        v5[ip, 0, 0] = nisa.tensor_reduce(nl.maximum, data=v4[ip, 0, ie], axis=[2])
+        nl.store(out[ip[:, :, 0], 0], value=v5[ip, 0, 0])
+        return out
+
+    x = _rand((4, 512))
+    np.testing.assert_array_equal(k(x), x.max(axis=1, keepdims=True))
 
 
 def test_block_dims_before_partition():
