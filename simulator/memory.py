@@ -11,6 +11,7 @@ of unwritten elements go through the instance's :class:`~simulator.poison.Poison
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,7 +19,18 @@ import numpy as np
 
 from nki import dtypes
 from nki.errors import NKIIndexError, NKIRuntimeError
-from nki.ir import Access, Const, IndexExpr, Instr, KernelIR, Mask, PidSym, Sym, TensorDecl
+from nki.ir import (
+    Access,
+    Const,
+    IndexExpr,
+    Instr,
+    KernelIR,
+    LoopSym,
+    Mask,
+    PidSym,
+    Sym,
+    TensorDecl,
+)
 from nki.optable import OPS
 
 from . import numerics
@@ -308,11 +320,32 @@ class Ctx:
             else "was never written before this instruction reads it"
         )
         raise NKIRuntimeError(
-            f"read of uninitialised memory: {self.ir.label(acc.tensor)} element {pos} of the "
-            f"access {str(acc)[len(acc.tensor) :]} {how}",
+            f"read of uninitialised memory: {self.ir.label(acc.tensor)} {self._element(acc, pos)}"
+            f" {how}",
             code="err_uninitialized_read",
             related=(("computed from uninitialised memory", origin),) if origin else (),
         )
+
+    def _element(self, acc: Access, pos: tuple[int, ...]) -> str:
+        """An element of an access as the kernel's author knows it: its position in the access
+        written with the kernel's loop iterators and their values now (``[a, b, i0, i1] with
+        a=0, b=1``), then the tensor's coordinates (unless indirect)."""
+        syms = sorted({s for e in acc.index for s in e.base.symbols() if isinstance(s, LoopSym)})
+        text = str(acc)[len(acc.tensor) :]
+        names = [s.name for s in syms]
+        for s in syms:  # (a name two of the loops share keeps the internal one)
+            if s.name.isidentifier() and names.count(s.name) == 1:
+                text = re.sub(rf"\b{s}\b", s.name, text)
+        now = ", ".join(
+            f"{s.name if names.count(s.name) == 1 else s}={self.env[s]}"
+            for s in syms
+            if s in self.env
+        )
+        where = f"element {pos} of the access {text}" + (f" with {now}" if now else "")
+        if acc.indirect:
+            return where
+        coords = [int(np.broadcast_to(eval_index(e, self.env), acc.shape)[pos]) for e in acc.index]
+        return f"{where} (the tensor's element {coords})"
 
     def write(
         self,

@@ -140,6 +140,28 @@ def test_messages_name_the_users_variable():
     assert f"(created at line {line}) element (0, 0)" in e.value.message  # unnamed: where made
 
 
+def test_an_uninitialised_read_names_the_kernels_loop_iterators_and_the_element():
+    # the access is written with the kernel's own iterators and their values at the read, and
+    # the element with the tensor's coordinates (not the loops' internal symbols)
+    def blocks(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray((2, 3, nl.par_dim(128), 8), dtype=nl.float32, buffer=nl.sbuf)
+        for a in nl.affine_range(2):
+            for b in nl.affine_range(2):  # (the blocks of b == 2 are never written)
+                acc[a, b] = nl.load(x[a, b])
+        for a in nl.affine_range(2):
+            for b in nl.affine_range(3):
+                nl.store(out[a, b], value=acc[a, b])
+        return out
+
+    with pytest.raises(NKIError) as e:
+        nki.jit(blocks, checks="full", api="classic")(np.ones((2, 3, 128, 8), np.float32))
+    assert e.value.code == "err_uninitialized_read"
+    msg = e.value.message
+    assert "'acc' element (0, 0) of the access [a, b, i0, i1] with a=0, b=2" in msg, msg
+    assert "(the tensor's element [0, 2, 0, 0])" in msg, msg
+
+
 N_VALID = 100
 
 
