@@ -15,6 +15,8 @@ user's kernel source, not in simulator internals (see :func:`user_facing`).
 from __future__ import annotations
 
 import ast
+import bisect
+import dis
 import functools
 import inspect
 import linecache
@@ -397,6 +399,28 @@ class DtypeRuleWarning(NKIWarning):
     """A call breaks a dtype rule of AWS's documentation in a way the hardware still computes
     exactly (a float tile transposed by the Tensor engine into an fp32 PSUM tile, which is a
     matmul with an identity): the kernel runs, and is told the documented rule."""
+
+
+class DiscardedResultWarning(NKIWarning):
+    """A call that returns a changed copy (``kernel.configure(checks="full")``) made as a
+    statement of its own: the copy is dropped and the kernel itself is unchanged."""
+
+
+def result_discarded() -> bool:
+    """Whether the kernel author's statement calling now drops the call's result (CPython's
+    next instruction after the call is ``POP_TOP``: ``kernel.configure(...)`` alone on a line)."""
+    frame = user_frame(1)
+    if frame is None:
+        return False
+    offsets, names = _ops(frame.f_code)
+    i = bisect.bisect_right(offsets, frame.f_lasti)  # (f_lasti may be in the call's caches)
+    return i < len(names) and names[i] == "POP_TOP"
+
+
+@functools.lru_cache(maxsize=256)
+def _ops(code: types.CodeType) -> tuple[list[int], list[str]]:
+    ops = list(dis.get_instructions(code))
+    return [o.offset for o in ops], [o.opname for o in ops]
 
 
 class RawEnumWarning(NKIWarning):

@@ -9,6 +9,7 @@ import functools
 import importlib
 import inspect
 import threading
+import warnings
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -40,15 +41,18 @@ from .collection import paused
 from .compiler import check_kernel_configs
 from .cores import merge_cores
 from .errors import (
+    DiscardedResultWarning,
     NKIError,
     NKIShapeError,
     NKITypeError,
     SrcLoc,
     locate_in_traceback,
     recursion_error,
+    result_discarded,
     return_loc,
     user_facing,
     user_loc,
+    user_stacklevel,
 )
 from .grids import check_grid_fits, lnc_grid, lnc_shaped, parse_grid
 from .ir import Grid, KernelIR, TensorDecl
@@ -245,6 +249,9 @@ class Kernel:
             k.platform_target_at = None
         k.config_overrides = {**self.config_overrides, **over}
         k.config()  # validate now
+        if result_discarded():
+            msg = "kernel.configure(...) returns the configured kernel and leaves this one as it is"
+            warnings.warn(msg + "; call the result", DiscardedResultWarning, user_stacklevel())
         return k
 
     def with_schedule(self, edges: Any, kind: Any = None) -> Kernel:

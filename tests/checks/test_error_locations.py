@@ -241,6 +241,27 @@ def test_unknown_setting_names_the_configure_line():
     )
 
 
+def test_a_configure_whose_result_is_dropped_is_a_located_warning():
+    # kernel.configure(...) returns the configured kernel: as a statement of its own it does
+    # nothing, which a NaN that checks="full" would have explained hides
+    import warnings
+
+    from nki.errors import DiscardedResultWarning
+
+    k = nki.jit(_copy)
+    with pytest.warns(DiscardedResultWarning, match="returns the configured kernel") as w:
+        k.configure(checks="full")  # CALL
+    assert (w[0].filename, w[0].lineno) == (
+        HERE,
+        _line(test_a_configure_whose_result_is_dropped_is_a_located_warning, "# CALL"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DiscardedResultWarning)
+        full = k.configure(checks="full")
+        np.testing.assert_array_equal(full(X), X)
+        np.testing.assert_array_equal(k.configure(checks="full")(X), X)
+
+
 def test_unknown_target_names_the_call_line():
     k = nki.jit(_copy, platform_target="trn9")
     with pytest.raises(NKIError) as e:
