@@ -75,7 +75,7 @@ def _write_product(instr: Instr, ctx: BCtx, out: np.ndarray) -> None:
     if instr.attr("psum_group", False) and instr.accumulate == "add":
         if ctx.whole:  # the group's first matmul into a fresh tile: nothing started yet
             ctx.write(dst, out)
-            ctx.psum_groups[dst.tensor] = [ctx.storage(dst.tensor), None, True]
+            ctx.psum_groups[dst.tensor] = [ctx.storage(dst.tensor), None, True, 0]
             return
         _psum_group_write(ctx, dst, out, ctx.mask(instr))
         return
@@ -86,7 +86,9 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     """``simulator/isa/common.matmul_write``'s PSUM accumulation group over the batch: an
     element no matmul of the group reached since its tile was allocated (still the fill) takes
     the product, the others add it. Once every element of the allocation has started, later
-    matmuls simply add."""
+    matmuls simply add (the entry counts the elements started, at least once each: a
+    destination that repeats elements counts them again, so a full count is confirmed over the
+    whole allocation before it is trusted)."""
     arr = ctx.storage(dst.tensor)
     entry = ctx.psum_groups.get(dst.tensor)
     if entry is None or entry[0] is not arr:  # a fresh allocation of this tile
@@ -95,9 +97,9 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
             # fill, every one takes the product and the group has started everywhere)
             if np.isnan(numerics.to_compute(ctx.view(dst))).all():
                 ctx.write(dst, vals)
-                ctx.psum_groups[dst.tensor] = [arr, None, True]
+                ctx.psum_groups[dst.tensor] = [arr, None, True, 0]
                 return
-        entry = [arr, np.zeros(arr.shape, dtype=bool), False]
+        entry = [arr, np.zeros(arr.shape, dtype=bool), False, 0]
         ctx.psum_groups[dst.tensor] = entry
     if entry[2]:  # every element started
         ctx.write(dst, vals, sel, "add")
@@ -114,11 +116,12 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
     else:
         ctx.write(dst, vals, first, None)
         ctx.write(dst, vals, want & ~first, "add")
-    if sel is None:
-        started[...] = True
-    else:
-        started[want] = True
-    entry[2] = bool(entry[1].all())
+    fresh = want & ~started
+    entry[3] += int(np.count_nonzero(fresh))
+    started[fresh] = True
+    if entry[3] >= entry[1].size:  # (every element started, unless some were counted twice)
+        entry[3] = int(np.count_nonzero(entry[1]))
+        entry[2] = entry[3] == entry[1].size
 
 
 def tile_product(ctx: BCtx, s: np.ndarray, m: np.ndarray, dst: Access) -> np.ndarray:
