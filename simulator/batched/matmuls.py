@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nki.errors import NKIRuntimeError
 from nki.ir import Access, Instr
 
 from .. import numerics
@@ -60,6 +61,17 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     k = sacc.shape[0]
     s = unbroadcast(as_2d(ctx.read(sacc), len(ctx.dims), k))
     m = unbroadcast(as_2d(ctx.read(macc), len(ctx.dims), k))
+    if instr.attr("transpose"):  # (the PE passes the stationary tile through, transposed)
+        eye = np.eye(k, dtype=np.float32)
+        if m.shape[-1] != k or not (numerics.to_compute(m) == eye).all():
+            raise NKIRuntimeError(
+                "nisa.nc_matmul(is_transpose=True) needs 'moving' to be an identity matrix; its "
+                "values are not the identity",
+                code="err_matmul_transpose_needs_identity",
+            )
+        assert instr.dst is not None
+        _write_product(instr, ctx, _as_dst(ctx, np.swapaxes(s, -1, -2), instr.dst))
+        return
     into = _added_into(instr, ctx, s, m, False)
     if into is not None and gemm.accumulate(into, s, m, nn=False):
         return
@@ -127,7 +139,12 @@ def _psum_group_write(ctx: BCtx, dst: Access, vals: np.ndarray, sel: np.ndarray 
 def tile_product(ctx: BCtx, s: np.ndarray, m: np.ndarray, dst: Access) -> np.ndarray:
     """``nc_matmul``'s product ``s.T @ m`` over the batch, shaped as the destination tile (a
     tile of more than two axes gets its (P, F) product)."""
-    out = gemm.product(s, m, nn=False)
+    return _as_dst(ctx, gemm.product(s, m, nn=False), dst)
+
+
+def _as_dst(ctx: BCtx, out: np.ndarray, dst: Access) -> np.ndarray:
+    """A batch of (P, F) results shaped as the destination tile (one of more than two axes
+    gets its (P, F) result)."""
     if out.shape[-2:] != dst.shape:
         out = np.broadcast_to(out, (*ctx.dims, *out.shape[-2:])).reshape((*ctx.dims, *dst.shape))
     return out

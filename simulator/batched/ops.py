@@ -290,12 +290,8 @@ def _declines_activation(instr: Instr) -> str | None:
 
 
 def _declines_nc_matmul(instr: Instr) -> str | None:
-    if (
-        instr.attr("transpose")
-        or instr.attr("perf_mode", "none") != "none"
-        or instr.attr("tile_position") is not None
-    ):
-        return "uses transpose / perf_mode / tile_position"
+    if instr.attr("perf_mode", "none") != "none" or instr.attr("tile_position") is not None:
+        return "uses perf_mode / tile_position"
     return None
 
 

@@ -264,6 +264,8 @@ def _nc_matmul(instr: Instr, decls: _Decls) -> Run | None:
     dst = instr.dst
     if not isinstance(sacc, Access) or not isinstance(macc, Access) or dst is None:
         return None
+    if instr.attr("transpose"):  # (a pass-through, checked: its executor's)
+        return None
     k = sacc.shape[0]
 
     def run(ctx: BCtx) -> bool:

@@ -20,6 +20,7 @@ from nki.errors import (
     NKIUnsupportedError,
 )
 
+import backends
 from helpers import BF16, close, expect_error, f32, rand, run
 from helpers import hbm_out as _out
 
@@ -84,6 +85,33 @@ def test_is_transpose_keeps_dtype_on_trn2_and_is_rejected_on_trn1():
         code="err_unsupported_perf_mode",
         fragments=["is_transpose", "trn1"],
     )
+
+
+def mm_transpose_blocks(x, ident):
+    # a (blocks, K, F) stack transposed block by block over an affine loop (the batched
+    # backend's positions), as generated kernels transpose with an identity
+    n, k, f = x.shape
+    out = nl.ndarray((n, f, k), dtype=x.dtype, buffer=nl.shared_hbm)
+    eye = nl.load(ident)
+    for i in nl.affine_range(n):
+        p = nisa.nc_matmul(nl.load(x[i]), eye, is_transpose=True)  # ERR
+        nl.store(out[i], nisa.tensor_copy(p))
+    return out
+
+
+@pytest.mark.parametrize("dt", [np.float32, BF16])
+def test_is_transpose_over_loop_positions_is_the_same_on_every_backend(dt):
+    x = rand((6, 64, 32), dt)
+    x[2, 0, 0], x[3, 1, 5] = np.inf, np.nan  # (passed through, not spread as a matmul would)
+    ident = np.eye(64, dtype=dt)
+    runs = backends.run_backends(nki.jit(mm_transpose_blocks), None, x, ident)
+    got = runs[backends.REFERENCE]
+    np.testing.assert_array_equal(f32(got), np.swapaxes(f32(x), 1, 2))
+    bad = ident.copy()
+    bad[3, 4] = 1
+    with pytest.raises(NKIRuntimeError, match="needs 'moving' to be an identity") as e:
+        nki.jit(mm_transpose_blocks).configure(backend="batched")(x, bad)
+    assert e.value.code == "err_matmul_transpose_needs_identity"
 
 
 def mm_big_moving(a, b):
