@@ -407,10 +407,11 @@ class DiscardedResultWarning(NKIWarning):
 
 
 def result_discarded() -> bool:
-    """Whether the kernel author's statement calling now drops the call's result (CPython's
-    next instruction after the call is ``POP_TOP``: ``kernel.configure(...)`` alone on a line)."""
-    frame = user_frame(1)
-    if frame is None:
+    """Whether the kernel author's statement that called the function calling this one drops
+    its result (CPython's next instruction after the call is ``POP_TOP``:
+    ``kernel.configure(...)`` alone on a line); False when nki-sim's own code called it."""
+    frame = sys._getframe(2)
+    if _is_internal(frame.f_code.co_filename):
         return False
     offsets, names = _ops(frame.f_code)
     i = bisect.bisect_right(offsets, frame.f_lasti)  # (f_lasti may be in the call's caches)
