@@ -509,7 +509,14 @@ def tensor_label(decl: TensorDecl) -> str:
     m = _NAME_KW.search(line)
     if m is not None:
         return f"'{m.group(1)}'"
-    m = _ASSIGNED.match(line)
-    if m is not None and m.end() == decl.loc.col:  # the tensor is the assigned value itself
-        return f"'{m.group(1)}'"
+    name = assigned_name(decl.loc)  # (the tensor is the assigned value itself)
+    if name is not None:
+        return f"'{name}'"
     return f"'{decl.name}' (created at line {decl.loc.line})"
+
+
+def assigned_name(loc: SrcLoc) -> str | None:
+    """The variable a statement ``name = <call at loc>`` (or ``name: T = ...``) binds: the
+    call starts right after its ``=``; None for any other statement."""
+    m = _ASSIGNED.match(loc.source_line())
+    return m.group(1) if m is not None and m.end() == loc.col else None

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
-import functools
 from typing import Any
 
 from .. import dtypes
-from ..errors import source_tree, user_frame, user_loc
-from ..ir import Alloc, Const, Instr, LoopSym, TensorDecl
+from ..errors import user_frame, user_loc
+from ..ir import Alloc, Const, Instr, LoopSym, TensorDecl, assigned_name
 from ..optable import lookup_reducer
 from ..symbolic import Scalar
 from ..tracer import NkiTensor, _Assigned, check_start_partition, emit, operand, state, to_mask
@@ -83,21 +81,8 @@ def _bound_tile(shape: tuple[int, ...]) -> NkiTensor | None:
     frame = user_frame(1)
     if frame is None:
         return None
-    name = _assigned_name(frame.f_code.co_filename, frame.f_lineno, user_loc(1).col)
+    name = assigned_name(user_loc(1))
     value = frame.f_locals.get(name) if name else None
     if not isinstance(value, NkiTensor) or not value.decl.on_chip or value.shape != shape:
         return None
     return value
-
-
-@functools.lru_cache(maxsize=1024)
-def _assigned_name(file: str, line: int, col: int) -> str | None:
-    """The name a statement ``name = <call at (line, col)>`` binds (None for any other form)."""
-    tree = source_tree(file)
-    for node in ast.walk(tree) if tree is not None else ():
-        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
-            continue
-        call, target = node.value, node.targets[0]
-        if isinstance(call, ast.Call) and (call.lineno, call.col_offset) == (line, col):
-            return target.id if isinstance(target, ast.Name) else None
-    return None
