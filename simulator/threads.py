@@ -23,11 +23,12 @@ BLAS does not (``blas_splits_sums``, probed once per process), launches keep it 
 and use more cores only through ``run_blocks``.
 
 Independent blocks of one large product (``run_blocks``: the batched backend's stacked tile
-products, and the per-position gemms of a batch that does not stack) run on the calling thread and workers of this process instead, each calling BLAS on
-one thread and taking one block at a time. They never wait for each other inside BLAS, so a
-core other processes keep busy only part of the time still helps: in ``auto`` they take the
-cores not fully busy (``free_cores(partly=True)``), never more than the cores and the
-environment allow; a fixed count fixes them too."""
+products, and the per-position gemms of a batch that does not stack) run on the calling thread
+and workers of this process instead, each calling BLAS on one thread and taking one block at a
+time. They never wait for each other inside BLAS, so a core other processes keep busy only part
+of the time still helps: in ``auto`` they take the cores not fully busy
+(``free_cores(partly=True)``), never more than the cores and the environment allow; a fixed
+count fixes them too."""
 
 from __future__ import annotations
 
