@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nki.errors import NKIRuntimeError
 from nki.ir import Access, Instr
 
 from .. import numerics
+from ..isa.tensor import require_identity
 from . import gemm
 from .context import BCtx, contiguous
 from .gemm import unbroadcast
@@ -62,13 +62,7 @@ def _nc_matmul(instr: Instr, ctx: BCtx) -> None:
     s = unbroadcast(as_2d(ctx.read(sacc), len(ctx.dims), k))
     m = unbroadcast(as_2d(ctx.read(macc), len(ctx.dims), k))
     if instr.attr("transpose"):  # (the PE passes the stationary tile through, transposed)
-        eye = np.eye(k, dtype=np.float32)
-        if m.shape[-1] != k or not (numerics.to_compute(m) == eye).all():
-            raise NKIRuntimeError(
-                "nisa.nc_matmul(is_transpose=True) needs 'moving' to be an identity matrix; its "
-                "values are not the identity",
-                code="err_matmul_transpose_needs_identity",
-            )
+        require_identity(m)
         assert instr.dst is not None
         _write_product(instr, ctx, _as_dst(ctx, np.swapaxes(s, -1, -2), instr.dst))
         return

@@ -41,9 +41,7 @@ def reduce(op: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     another as the engines add: x0 - x1 - x2 ..."""
     with quiet():
         if op == "subtract":
-            lead = tuple(range(x.ndim - len(axes), x.ndim))
-            flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)
-            return _left_fold(flat, np.ones(flat.shape, dtype=bool), axes)
+            return _left_fold(x, np.ones(x.shape, dtype=bool), axes)
         red = OPS[op].reduce
         return np.asarray(red(x, axis=axes, keepdims=True))
 
@@ -63,15 +61,17 @@ def masked_reduce(op: str, x: np.ndarray, sel: np.ndarray, axes: tuple[int, ...]
     if op != "subtract":
         fill = np.asarray(IDENTITY[op]).astype(x.dtype)
         return reduce(op, np.where(sel, x, fill), axes)
+    with quiet():
+        return _left_fold(x, sel, axes)
+
+
+def _left_fold(x: np.ndarray, sel: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``subtract``'s fold of ``x`` along ``axes`` over the elements ``sel`` selects: the first
+    one less each later one in order. In fp32 that is the ordered sum of the first and the
+    others negated (a negation is exact); unselected ones add -0.0, which changes nothing."""
     lead = tuple(range(x.ndim - len(axes), x.ndim))
     flat = np.moveaxis(x, axes, lead).reshape(*x.shape[: x.ndim - len(axes)], -1)
-    return _left_fold(flat, np.moveaxis(sel, axes, lead).reshape(flat.shape), axes)
-
-
-def _left_fold(flat: np.ndarray, keep: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """``subtract``'s fold of each row of ``flat`` over its selected elements (``keep``): the
-    first one less each later one in order. In fp32 that is the ordered sum of the first and
-    the others negated (a negation is exact); unselected ones add -0.0, which changes nothing."""
+    keep = np.moveaxis(sel, axes, lead).reshape(flat.shape)
     first = np.argmax(keep, axis=-1)[..., None]
     rest = keep.copy()
     np.put_along_axis(rest, first, False, axis=-1)

@@ -20,12 +20,7 @@ def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
     s_raw, m_raw = ctx.read(sacc), ctx.read(macc)
     if instr.attr("transpose"):
         k = s_raw.shape[0]
-        if not np.array_equal(numerics.to_compute(m_raw).reshape(k, k), np.eye(k)):
-            raise NKIRuntimeError(
-                "nisa.nc_matmul(is_transpose=True) needs 'moving' to be an identity matrix; its "
-                "values are not the identity",
-                code="err_matmul_transpose_needs_identity",
-            )
+        require_identity(m_raw.reshape(k, -1))
         matmul_write(instr, ctx, s_raw.reshape(k, -1).T)
         return
     s = numerics.to_compute(s_raw)
@@ -36,6 +31,18 @@ def _nc_matmul(instr: Instr, ctx: Ctx) -> None:
         k = s.shape[0]
         out = np.matmul(s.reshape(k, -1).T, m.reshape(k, -1), dtype=np.float32)
     matmul_write(instr, ctx, out)
+
+
+def require_identity(moving: np.ndarray) -> None:
+    """``nc_matmul(is_transpose=True)``'s moving tile(s), (..., K, F), must each be the K x K
+    identity (the PE then passes the stationary tile through, transposed)."""
+    k = moving.shape[-2]
+    if moving.shape[-1] != k or not (numerics.to_compute(moving) == np.eye(k)).all():
+        raise NKIRuntimeError(
+            "nisa.nc_matmul(is_transpose=True) needs 'moving' to be an identity matrix; its "
+            "values are not the identity",
+            code="err_matmul_transpose_needs_identity",
+        )
 
 
 @executes("isa", "nc_transpose")
