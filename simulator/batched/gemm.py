@@ -24,7 +24,11 @@ large-product kernel). Both keep one gemm per position. Whether this BLAS gives 
 tile gemm's bits is also checked once per process, layout and thread count on a few shapes
 (``agrees``); a BLAS that does not keeps one gemm per position everywhere. So is whether the
 calls adding into PSUM give each tile's gemm plus an fp32 add, in both layouts (they do where
-the sum over K fits one K block, as here); if not, the blocks are added by NumPy. Batches of
+the sum over K fits one K block, as here); if not, the blocks are added by NumPy. Where the
+blocks do not keep the bits, or the batch is too small to stack, tiles of at least ``TILE_MIN``
+are still added into PSUM by one BLAS call each, when such a call alone gives the tile's gemm
+plus an fp32 add (``agrees(per_tile=True)``, probed apart: an OpenBLAS 0.3.31 on an AMD EPYC
+sums a product's blocks otherwise, but adds a lone tile so; ``_tile_by_tile``). Batches of
 less than ``STACK_MIN`` multiply-adds in all keep one gemm per position too: for them it is the
 faster way. The gemms per position of a large batch run on the launch's threads too
 (``per_item``), split by its leading batch axes: each position's gemm is the one it would be
@@ -110,7 +114,7 @@ def accumulate(
     does not apply."""
     ops = _operands(x, y, nn, probed, rows)
     if ops is None:
-        return False
+        return probed and _tile_by_tile(dst, x, y, nn)
     if probed and _into_tiles(dst, x, y, nn, ops, probed):
         return True
     lhs, rhs, sx, sy, _ = ops
@@ -149,6 +153,20 @@ TILE_MIN = 1 << 20
 _TILES_PER_BLOCK = 4  # tile gemms a worker runs per block
 
 
+def _tile_by_tile(dst: np.ndarray, x: np.ndarray, y: np.ndarray, nn: bool) -> bool:
+    """``accumulate`` where a product's blocks do not keep the tiles' bits (``agrees``) or the
+    batch is too small to stack, as one BLAS call per tile adding into PSUM, when each such call
+    gives the tile's own gemm plus an fp32 add (``agrees(per_tile=True)``): the left operand in
+    the reference's layout, no product array and no pass adding it."""
+    k, m = x.shape[-2:]
+    if x.ndim == 2 or m * y.shape[-1] * k < TILE_MIN or cblas.sgemm() is None:
+        return False
+    if not agrees(nn, fused=True, per_tile=True):
+        return False
+    ops = _operands(x, y, nn, probed=False, rows=nn)
+    return ops is not None and _into_tiles(dst, x, y, nn, ops, probed=False, per_tile=True)
+
+
 def _into_tiles(
     dst: np.ndarray,
     x: np.ndarray,
@@ -156,12 +174,14 @@ def _into_tiles(
     nn: bool,
     ops: Operands,
     probed: bool,
+    per_tile: bool = False,
 ) -> bool:
     """``accumulate`` as BLAS calls that add the products into PSUM (``cblas``: ``C += A @ B``),
     on the stacked operands ``ops``: one call per few M tiles' rows by every column when
-    ``dst`` is one matrix (``_one_matrix``), else one per tile; False (nothing done) for small
-    tiles, a destination BLAS cannot address, no callable BLAS, or (``probed``) a BLAS whose
-    added products differ from the reference's tile gemm plus an fp32 add."""
+    ``dst`` is one matrix (``_one_matrix``) and not ``per_tile``, else one per tile; False
+    (nothing done) for small tiles, a destination BLAS cannot address, no callable BLAS, or
+    (``probed``) a BLAS whose added products differ from the reference's tile gemm plus an fp32
+    add."""
     lhs, rhs, sx, sy, by_rows = ops
     k, m = x.shape[-2:]
     n = y.shape[-1]
@@ -189,7 +209,7 @@ def _into_tiles(
         a0, lda, a_row = lhs.ctypes.data, lhs.shape[0], 4
     b0, ldb, ldc = rhs.ctypes.data, rhs.shape[1], dst.strides[-2] // 4
     calls: list[tuple[int, int, int, int]]  # (rows, A, B, C)
-    if _one_matrix(dst, sx, sy, rhs.shape[1]):  # (a few M tiles' rows by every column per call)
+    if not per_tile and _one_matrix(dst, sx, sy, rhs.shape[1]):  # (a few M tiles' rows per call)
         rows = _tiles_per_block(m, rhs.shape[1]) * m
         calls = [
             (min(rows, lhs.shape[0] - r), a0 + r * a_row, b0, dst.ctypes.data + r * 4 * ldc)
@@ -430,15 +450,16 @@ _AGREES: dict[tuple[bool, bool, bool, tuple[int, ...]], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
 
-def agrees(nn: bool, fused: bool = False, rows: bool = False) -> bool:
+def agrees(nn: bool, fused: bool = False, rows: bool = False, per_tile: bool = False) -> bool:
     """Whether a product of 3 x 2 tiles computed as one gemm equals each tile's own gemm bit for
     bit on the probe shapes, in the layout ``nn`` and with the BLAS threads set now (checked
     once per process, layouts and thread counts); with ``fused``, whether each tile's gemm
     added by BLAS into PSUM (``_into_tiles``) equals its gemm plus an fp32 add, on the probe
-    shapes of at least ``TILE_MIN`` multiply-adds; with ``rows``, all that with the left
+    shapes of at least ``TILE_MIN`` multiply-adds (``per_tile``: only that, one call per tile,
+    whatever the blocks of one product give); with ``rows``, all that with the left
     operand stacked as C-ordered rows whatever the reference's layout, on the probe shapes of
     at least ``_NN_MIN`` (OpenBLAS's small-matrix kernels sum the two layouts differently)."""
-    key = (nn, fused, rows, tuple(blas_threads_now()))
+    key = (nn, fused, rows, per_tile, tuple(blas_threads_now()))
     got = _AGREES.get(key)
     if got is None:
         with _PROBE_LOCK:
@@ -446,27 +467,33 @@ def agrees(nn: bool, fused: bool = False, rows: bool = False) -> bool:
             if got is None:
                 least = max(TILE_MIN if fused else 0, _NN_MIN if nn or rows else 0)
                 shapes = [s for s in _PROBES if math.prod(s) >= least]
-                got = all(_probe(m, k, n, nn, fused, rows) for m, k, n in shapes)
+                got = all(_probe(m, k, n, nn, fused, rows, per_tile) for m, k, n in shapes)
                 _AGREES[key] = got
     return got
 
 
-def _probe(m: int, k: int, n: int, nn: bool, fused: bool, rows: bool = False) -> bool:
+def _probe(
+    m: int, k: int, n: int, nn: bool, fused: bool, rows: bool = False, per_tile: bool = False
+) -> bool:
     """3 x 2 tiles (M, K) x (K, N) as one product, and accumulated into PSUM values (blocks
     added by NumPy; with ``fused``, added by BLAS tile by tile into C-ordered PSUM and a few
     tiles' rows at a time into PSUM laid out as one matrix), the left operand stacked in the
     reference's layout (``rows``: as C-ordered rows), against each tile's own gemm in the
-    reference's layout and its fp32 sum with those values."""
+    reference's layout and its fp32 sum with those values. ``per_tile`` (with ``fused``): only
+    the tile by tile calls into C-ordered PSUM."""
     rng = np.random.default_rng(m * 1000 + k + n)
     x = rng.standard_normal((3, 1, k, m)).astype(np.float32)  # 3 M tiles, batch axis 0
     y = rng.standard_normal((1, 2, k, n)).astype(np.float32)  # 2 N tiles, batch axis 1
     layout = nn or rows
-    whole = stacked(x, y, nn, probed=False, rows=layout)
+    whole = None if per_tile else stacked(x, y, nn, probed=False, rows=layout)
     was = rng.standard_normal((3, 2, m, n)).astype(np.float32) * np.float32(k)
     ops = _operands(x, y, nn, probed=False, rows=layout)
-    if whole is None or ops is None:
+    if (whole is None and not per_tile) or ops is None:
         return False
-    if fused:
+    if fused and per_tile:
+        intos = [was.copy()]
+        done = _into_tiles(intos[0], x, y, nn, ops, probed=False, per_tile=True)
+    elif fused:
         matrix = np.empty((3, m, 2, n), dtype=np.float32).transpose(0, 2, 1, 3)
         intos = [was.copy(), matrix]
         matrix[...] = was
@@ -480,7 +507,7 @@ def _probe(m: int, k: int, n: int, nn: bool, fused: bool, rows: bool = False) ->
         lhs = np.ascontiguousarray(x[i, 0].T) if nn else x[i, 0].T
         tile = np.matmul(lhs, y[0, j])
         plus = was[i, j] + tile
-        if not _same_bits(tile, whole[i, j]):
+        if whole is not None and not _same_bits(tile, whole[i, j]):
             return False
         # (``per_item`` multiplies a single tile's rows too)
         if rows and not _same_bits(tile, np.matmul(np.ascontiguousarray(x[i, 0].T), y[0, j])):

@@ -204,7 +204,7 @@ def test_current_api_psum_groups_as_one_gemm_match_the_interpreter(dtype, one_ge
 def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gemm):
     """Where the probe finds a large product's blocks summed otherwise than a tile's own gemm,
     every tile gets its own gemm (and the same bits as the interpreter)."""
-    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn, fused, rows: False)
+    monkeypatch.setattr(gemm, "_probe", lambda m, k, n, nn, fused, rows, per_tile: False)
     monkeypatch.setattr(gemm, "_AGREES", {})
     assert not gemm.agrees(False) and not gemm.agrees(True)
     assert not gemm.agrees(False, fused=True)
@@ -212,6 +212,46 @@ def test_a_blas_whose_blocks_differ_keeps_one_gemm_per_tile(monkeypatch, one_gem
     a, b = _operands("transpose_x", (256, 256, 512), "bf16")
     got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
     assert info.backend == "batched" and not one_gemm
+
+
+@pytest.mark.parametrize("tiles_agree", [True, False])
+@pytest.mark.parametrize("form", ["transpose_x", "plain", "nc_matmul"])
+def test_tiles_are_added_by_blas_one_call_each_where_blocks_differ(monkeypatch, form, tiles_agree):
+    """A BLAS whose large product's blocks differ from a tile's own gemm (this repository's
+    development machine's OpenBLAS 0.3.31) still adds each large tile into PSUM by one BLAS call
+    (``C += A @ B``, no product array), where such a call gives the tile's gemm plus an fp32
+    add (``agrees(per_tile=True)``); else the tiles' gemms are added by NumPy. Both routes give
+    the interpreter's bits."""
+    probe = gemm._probe
+    monkeypatch.setattr(
+        gemm,
+        "_probe",
+        lambda m, k, n, nn, fused, rows, per_tile: (
+            per_tile and tiles_agree and probe(m, k, n, nn, fused, rows, per_tile)
+        ),
+    )
+    monkeypatch.setattr(gemm, "_AGREES", {})
+    nn = form == "plain"
+    with threadpool_limits(1, user_api="blas"):  # (the probe before the spy: not its calls)
+        added = cblas.sgemm() is not None and gemm.agrees(nn, fused=True, per_tile=True)
+    calls: list[bool] = []
+    real = gemm._into_tiles
+
+    def spy(dst, x, y, nn, ops, probed, per_tile=False):
+        done = real(dst, x, y, nn, ops, probed, per_tile)
+        calls.append(done and per_tile)
+        return done
+
+    monkeypatch.setattr(gemm, "_into_tiles", spy)
+    kernel = tiled(form, 128, 512, 128)
+    a, b = _operands(form, (256, 256, 1024), "bf16", seed=6)
+    with threadpool_limits(1, user_api="blas"):
+        got, want, info = run_backends(kernel, None, a, b, backends=BACKENDS).against("batched")
+    assert info.backend == "batched", info.reason
+    assert not gemm.agrees(nn)  # (no blocks of one product here)
+    assert (calls and all(calls)) if added else calls == [], calls
+    ref = (a if form == "plain" else a.T).astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
 
 
 def test_small_batches_keep_one_gemm_per_position():
@@ -386,7 +426,9 @@ def test_psum_accumulation_routes_keep_the_interpreters_bits(monkeypatch, route,
         monkeypatch.setattr(
             gemm,
             "_probe",
-            lambda m, k, n, nn, fused, rows: not fused and probe(m, k, n, nn, False, rows),
+            lambda m, k, n, nn, fused, rows, per_tile: (
+                not fused and probe(m, k, n, nn, False, rows)
+            ),
         )
     elif route == "tiles":
         monkeypatch.setattr(BCtx, "as_matrix", lambda self, acc, inner: None)
