@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,17 +147,25 @@ def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return np.expand_dims(out.reshape(kept), axes)
 
 
-# The compiled sum (``nki.seqsum``) is faster at every size, but loading it (Numba) takes about
-# a second once per process: it is loaded for one sum of _COMPILED_SUM elements, or when the
-# process has summed _COMPILED_AFTER elements with np.add.accumulate (about 4 ns each).
+# The compiled sum (``nki.seqsum``) is faster at every size (17x on 128 x 128), but loading it
+# (Numba) takes about a second once per process: it is loaded for one sum of _COMPILED_SUM
+# elements, when the process has summed _COMPILED_AFTER elements with np.add.accumulate (about
+# 4 ns each), or at once where Numba's compiler is already loaded (then it takes milliseconds:
+# the ``numba`` backend, or the user's own Numba code, ran).
 _COMPILED_SUM = 1 << 22
 _COMPILED_AFTER = 1 << 23
 _ACCUMULATED = [0]
 _ROWS_SUM: list[Callable[[np.ndarray], np.ndarray]] = []
 
 
+def _numba_loaded() -> bool:
+    """Whether Numba has compiled or loaded a function in this process (its first one loads
+    the implementation registries, ``numba.np.arraymath`` among them: most of the second)."""
+    return "numba.np.arraymath" in sys.modules
+
+
 def _compiled(size: int) -> bool:
-    if _ROWS_SUM or size >= _COMPILED_SUM:
+    if _ROWS_SUM or size >= _COMPILED_SUM or _numba_loaded():
         return True
     _ACCUMULATED[0] += size
     return _ACCUMULATED[0] >= _COMPILED_AFTER

@@ -5,6 +5,11 @@ memory and size rules."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -462,6 +467,7 @@ def test_float_sums_add_in_order_as_the_engines_do(width, compiled, monkeypatch)
     else:
         monkeypatch.setattr(optable, "_ROWS_SUM", [])
         monkeypatch.setattr(optable, "_ACCUMULATED", [0])
+        monkeypatch.setattr(optable, "_numba_loaded", lambda: False)
     rng = np.random.default_rng(width)
     x = (rng.random((128, width)) * 10.0 ** rng.uniform(-3, 3, (128, width))).astype(np.float32)
     x[5, 3] = np.inf  # (an infinite row sums to infinity in either order)
@@ -473,6 +479,42 @@ def test_float_sums_add_in_order_as_the_engines_do(width, compiled, monkeypatch)
     assert bool(optable._ROWS_SUM) == compiled
     if width >= 128:  # (the data are such that the two orders differ somewhere)
         assert not np.array_equal(want[:, 0], x.sum(axis=1))
+
+
+def test_the_compiled_sum_is_loaded_at_once_where_numba_is(monkeypatch):
+    """A process whose Numba compiler is loaded (here: a function of its own compiled) takes
+    the compiled sum for its first small sum; one without Numba keeps np.add.accumulate for
+    small sums and does not import Numba at all (about a second)."""
+    code = (
+        "import sys, numpy as np, nki, nki.language as nl, nki.isa as nisa\n"
+        "from nki import optable\n"
+        "@nki.jit\n"
+        "def k_row_sums(x):\n"
+        "    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.load(x)\n"
+        "    nl.store(out, nisa.tensor_reduce(op=nl.add, data=t, axis=(1,), keepdims=True))\n"
+        "    return out\n"
+        "x = np.arange(28, dtype=np.float32).reshape(4, 7)\n"
+        "got = k_row_sums(x)\n"
+        "assert np.array_equal(got[:, 0], x.sum(axis=1)), got\n"
+        "print(sorted({'numba', 'nki.seqsum'} & set(sys.modules)), bool(optable._ROWS_SUM))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=root, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.split() == ["[]", "False"], out.stdout + out.stderr
+    numba = pytest.importorskip("numba")
+    numba.njit("float32(float32)")(lambda v: v + np.float32(1.0))  # (Numba's compiler loaded)
+    monkeypatch.setattr(optable, "_ROWS_SUM", [])
+    monkeypatch.setattr(optable, "_ACCUMULATED", [0])
+    rng = np.random.default_rng(3)
+    x = (rng.random((128, 9)) * 10.0 ** rng.uniform(-3, 3, (128, 9))).astype(np.float32)
+    want = x[:, :1].copy()
+    for k in range(1, 9):
+        want += x[:, k : k + 1]
+    np.testing.assert_array_equal(nki.jit(k_row_sums)(x), want)
+    assert optable._ROWS_SUM  # (the compiled sum, for 1,152 elements)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (9, 5), (130, 300), (3, 4, 5)])
