@@ -419,7 +419,7 @@ class Kernel:
                     continue
                 if not is_array(v):
                     continue
-                ann = annotation_of(sig.parameters[name].annotation)
+                ann = annotation_of(sig.parameters[name].annotation, self.fn)
                 if ann is not None:
                     if ann.mutable:
                         mutable.add(name)

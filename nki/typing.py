@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
+import re
 import sys
 import types
 from typing import Any
@@ -43,28 +45,41 @@ tensor = _TensorType(False)
 mutable_tensor = _TensorType(True)
 
 
-def annotation_of(ann: Any) -> _TensorType | None:
-    """The nt annotation behind a parameter annotation (strings are resolved by name)."""
+# a string annotation naming an nt type through any module path (``nt.``, ``nki.typing.``,
+# ``neuronxcc.nki.typing.``, an alias), with its shape, if any
+_NAMED = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(mutable_tensor|tensor)(?:\[(.*)\])?")
+
+
+def annotation_of(ann: Any, fn: Any = None) -> _TensorType | None:
+    """The nt annotation behind a parameter annotation. A string (``from __future__ import
+    annotations`` stores every annotation so) is evaluated in the kernel ``fn``'s globals and
+    closure, else read by name: ``mutable_tensor`` or ``tensor`` through any module path."""
     if isinstance(ann, _TensorType):
         return ann
-    if isinstance(ann, str):
-        s = ann.replace(" ", "")
-        for prefix, base in (
-            ("nt.mutable_tensor", mutable_tensor),
-            ("nt.tensor", tensor),
-            ("mutable_tensor", mutable_tensor),
-            ("tensor", tensor),
-        ):
-            if s.startswith(prefix):
-                rest = s[len(prefix) :]
-                if rest.startswith("[") and rest.endswith("]"):
-                    try:
-                        dims = tuple(int(x) for x in rest[1:-1].split(",") if x)
-                    except ValueError:
-                        return base
-                    return base[dims]
-                return base
-    return None
+    if not isinstance(ann, str):
+        return None
+    if fn is not None:
+        names = dict(getattr(fn, "__globals__", {}))
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+        for name, cell in zip(code.co_freevars if code else (), cells):
+            with contextlib.suppress(ValueError):  # (an empty cell)
+                names[name] = cell.cell_contents
+        try:
+            value = eval(ann, names)  # noqa: S307 - the kernel's own annotation
+        except Exception:
+            value = None
+        if isinstance(value, _TensorType):
+            return value
+    m = _NAMED.fullmatch(ann.replace(" ", ""))
+    if m is None:
+        return None
+    base = mutable_tensor if m.group(1) == "mutable_tensor" else tensor
+    if m.group(2) is None:
+        return base
+    try:
+        return base[tuple(int(x) for x in m.group(2).split(",") if x)]
+    except ValueError:  # (dims named, not numbers: only the mutability is known)
+        return base
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,10 @@ import pytest
 
 import nki
 import nki.language as nl
+import nki.typing as nki_typing  # (an alias of nt, for the string annotations' test)
 import nki.typing as nt
 from nki.errors import NKIError, NKIShapeError
+from nki.typing import mutable_tensor as mt
 
 from helpers import stored as _out
 
@@ -113,6 +115,30 @@ def test_writing_an_immutable_parameter_is_an_error():
     assert ei.value.code == "err_cannot_update_immutable_parameter"
     assert "'b'" in str(ei.value)
     assert ei.value.loc.line == line
+
+
+def test_string_annotations_name_nt_types_through_any_alias():
+    """With ``from __future__ import annotations`` (this file's) every annotation is a string:
+    it is evaluated in the kernel's globals and closure (a module alias, an imported name), and
+    else read by name through any module path, with its shape."""
+
+    @nki.jit(api="classic")  # (the classic API lets a kernel write only mutable parameters)
+    def clear(stats: nki_typing.mutable_tensor, more: mt):
+        nl.store(stats, nl.zeros(stats.shape, dtype=nl.float32, buffer=nl.sbuf))
+        nl.store(more, nl.add(nl.load(more), 1.0))
+        return stats, more
+
+    stats, more = np.ones((128, 64), np.float32), np.zeros((4, 8), np.float32)
+    got = clear(stats, more)
+    assert np.all(got[0] == 0) and np.all(got[1] == 1) and np.all(stats == 0)
+
+    @nki.jit
+    def shaped(a: neuronxcc.nki.typing.tensor[128, 512]):  # noqa: F821 - (not importable here)
+        return _out(nl.load(a))
+
+    with pytest.raises(NKIShapeError) as ei:
+        shaped(np.ones((128, 256), np.float32))
+    assert ei.value.code == "err_annotation_shape_mismatch" and "128, 512" in str(ei.value)
 
 
 def test_legacy_kernel_writes_its_output_parameter():
