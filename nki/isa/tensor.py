@@ -245,11 +245,10 @@ def nc_transpose(
         widen = eng == "tensor" and odt == "float32" and dtypes.is_float(t.decl.dtype)
         rule = "nc_transpose.widen" if widen else "nc_transpose.dtype"
         broken(rule, f"'{c.api}' got data {t.decl.dtype} and dst {odt}")
-    if eng == "tensor" and not dtypes.is_float(t.decl.dtype):
-        check_dtype_in(
-            t.decl.dtype, MATMUL_IN_DTYPES, c.api, "data", "err_unsupported_matmul_dtype"
-        )
-    params: dict[str, Any] = {"exact": eng == "vector" or r.pe_transpose_bit_exact}
+    # (any dtype, as the documentation's "Data types" says; NeuronCore-v2's PE transpose is
+    # inexact only for NaN / Inf, which integers do not have: an integer one is a plain move)
+    exact = eng == "vector" or r.pe_transpose_bit_exact or not dtypes.is_float(t.decl.dtype)
+    params: dict[str, Any] = {"exact": exact}
     if engine_name(engine) == "unknown":
         # engine left to the compiler: ``sbuf_t[...] = nisa.nc_transpose(x)`` is realised as a
         # Tensor-engine transpose into PSUM plus a copy (as in the AWS attention tutorials)

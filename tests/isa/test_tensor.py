@@ -382,6 +382,18 @@ def test_transpose_both_engines(dt, engine, shape):
     np.testing.assert_array_equal(f32(out), f32(x).T)
 
 
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+@pytest.mark.parametrize("dt", [np.int32, np.uint8, np.int16])
+def test_pe_transpose_takes_any_dtype_and_moves_integers_exactly(dt, target):
+    # the documentation's "Data types": the input may be any NKI dtype; integers (no NaN / Inf,
+    # the only values NeuronCore-v2's PE transpose changes) keep every bit, beyond 2^24 too
+    info = np.iinfo(dt)
+    x = np.random.default_rng(4).integers(info.min, info.max, (96, 128), endpoint=True)
+    x = x.astype(dt)
+    x[0, 0], x[1, 2] = info.max, info.min
+    np.testing.assert_array_equal(run(transpose_k, x, nisa.tensor_engine, target=target), x.T)
+
+
 def test_pe_transpose_nan_exact_on_trn2_not_on_trn1():
     x = rand((64, 64))
     x[3, 5] = np.nan
