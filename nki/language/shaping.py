@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import NKIShapeError, NKITypeError, user_loc
+from ..symbolic import Pred
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -16,6 +17,7 @@ from ..tracer import (
     _Assigned,
     check_partitions,
     check_start_partition,
+    const_operand,
     emit,
     operand,
     require_buffer,
@@ -33,12 +35,24 @@ def _unwrap(x: Any) -> Any:
 
 def where(condition: Any, x: Any, y: Any, *, dtype: Any = None, mask: Any = None, **_kw: Any):
     """``x`` where ``condition`` is non-zero, else ``y`` (tiles or scalars, NumPy broadcasting).
-    The result dtype is the promotion of x and y unless ``dtype`` is given."""
+    The result dtype is the promotion of x and y unless ``dtype`` is given. ``condition`` may
+    also be an affine predicate over ``nl.arange`` indices (``i_p < n``, classic kernels: what
+    ``nisa.affine_select`` cannot express), over the shape of ``x`` and ``y``: ``y`` is written
+    everywhere, then ``x`` where the predicate holds."""
     api = "nl.where"
-    srcs, dts, shape = tile_operands((condition, x, y), api)
+    if isinstance(condition, Pred):
+        srcs, dts, shape = tile_operands((0, x, y), api)
+        both = condition if mask is None else condition & mask
+        masks = (to_mask(mask, shape, api), to_mask(both, shape, api))
+    else:
+        srcs, dts, shape = tile_operands((condition, x, y), api)
+        masks = (to_mask(mask, shape, api),)
     out_dt = dtypes.name_of(dtype) if dtype is not None else dtypes.promote(dts[1], dts[2])
     out = result_tile(shape, out_dt, "sbuf", api)
-    emit("select", "where", out.access_(), tuple(srcs), mask=to_mask(mask, shape, api), api=api)
+    emit("select", "where", out.access_(), tuple(srcs), mask=masks[0], api=api)
+    if len(masks) > 1:  # (the predicate's elements: the same select, taking x)
+        srcs[0] = const_operand(1)
+        emit("select", "where", out.access_(), tuple(srcs), mask=masks[1], api=api)
     return out
 
 
