@@ -515,7 +515,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     ),
     Instruction(
         "nc_transpose", "tensor", ("tensor", "vector"),
-        "Partition <-> free transpose on the Tensor (<= 128x128) or Vector (<= 32x32) engine.",
+        "Partition <-> free transpose on the Tensor (<= 128x128) or Vector (<= 32x32) engine, "
+        "of any dtype.",
         classic="data, *, mask=None, dtype=None, engine=None",
         current="dst, data, engine=engine.unknown, name=None",
         numba="native",
