@@ -62,7 +62,9 @@ def tensor_tensor(
     PSUM. A classic kernel may pass a (P, 1) column, broadcast along the free axis (AWS's
     classic double-row matmul sample scales its rows so); the current API refuses it and
     points to ``nisa.tensor_scalar``. Arithmetic ops compute in fp32; bit-vector ops need
-    integer dtypes and run on the Vector engine on raw bits. Default dtype: the wider input.
+    integer dtypes and run on the Vector engine on raw bits. With every tile int32 / uint32 (and
+    neither input in PSUM) the default engine is GpSimd, whose integer arithmetic is exact.
+    Default dtype: the wider input.
 
     Example: ``z = nisa.tensor_tensor(x, y, op=nl.add)``.
     """
@@ -83,11 +85,21 @@ def tensor_tensor(
     else:
         same_elements(a1.shape, a2.shape, api, "data1", "data2")
     fn = binary_op(op, api, "op")
-    eng = c.choose_engine(engine, _default_engine([fn]))
+    odt = c.result_dtype()
+    default = _default_engine([fn])
+    if (
+        {dt(t1), dt(t2), odt} <= {"int32", "uint32"}
+        and fn.exact_int
+        and "gpsimd" in fn.engines
+        and "psum" not in (t1.buffer, t2.buffer)
+    ):
+        # (all 32-bit integers: GpSimd's native integer arithmetic by default, exact for every
+        # value, where the Vector engine's fp32 path rounds above 2^24)
+        default = "gpsimd"
+    eng = c.choose_engine(engine, default)
     check_engine_op(fn, eng, api, "op")
     not_both_psum(t1, t2, api, "data1", "data2")
     check_gpsimd_memory(eng, {"data1": t1, "data2": t2}, api)
-    odt = c.result_dtype()
     check_bitvec_dtypes(fn, [dt(t1), dt(t2), odt], api, "op")
     shape = a2.shape if free_size(a1.shape) < free_size(a2.shape) else a1.shape
     return c.new(shape, (a1, a2), dtype=odt, mask=mask, engine=eng, op=fn.name)

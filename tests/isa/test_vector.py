@@ -101,6 +101,31 @@ def test_gpsimd_int32_add_is_exact():
     )
 
 
+def k_tt_int_default(x, y):
+    """``tensor_tensor`` without ``engine=`` on int32 tiles, the second from PSUM."""
+    out = nl.ndarray((3,) + x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    xt, yt = nl.load(x), nl.load(y)
+    nl.store(out[0], nisa.tensor_tensor(xt, yt, op=np.add))
+    nl.store(out[1], nisa.tensor_tensor(xt, yt, op=nl.maximum))
+    ps = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.psum)
+    ps[...] = yt
+    nl.store(out[2], nisa.tensor_tensor(xt, ps, op=np.add))
+    return out
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.uint32])
+def test_int32_tensor_tensor_defaults_to_gpsimds_exact_arithmetic(dt):
+    # the current tensor_tensor page: all input / output tiles int32 or uint32 default to the
+    # GpSimd engine and its native integer arithmetic, exact for every 32-bit value; an operand
+    # in PSUM (which GpSimd cannot read) keeps the Vector engine and its fp32 arithmetic
+    x = np.full((4, 4), 2**30 + 1, dt)
+    y = np.arange(2, 18, dtype=dt).reshape(4, 4)
+    got = run(k_tt_int_default, x, y)
+    np.testing.assert_array_equal(got[0], x + y)
+    np.testing.assert_array_equal(got[1], np.maximum(x, y))
+    np.testing.assert_array_equal(got[2], (x.astype(np.float32) + y.astype(np.float32)).astype(dt))
+
+
 def k_tt_column(x, c):
     out = nl.ndarray((2,) + x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     xt, ct = nl.load(x), nl.load(c)
