@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NKIMemoryError, NKIShapeError, NKITypeError, user_loc
+from ..errors import NKIIndexError, NKIMemoryError, NKIShapeError, NKITypeError, user_loc
 from ..ir import HBM_BUFFERS, Access, Alloc, Const, IndexExpr, Instr, Mask, TensorDecl
 from ..symbolic import Index, Scalar
 from .handles import NkiTensor, TileOps, _Assigned
@@ -84,6 +84,30 @@ def emit(
     if dst is not None:
         st.written.setdefault(dst.tensor, instr.loc)  # type: ignore[arg-type]
     return instr
+
+
+def column_major_rows(idx: TileOps, rows: int) -> TileOps:
+    """The row indices of a ``(128, n)`` ``vector_offset`` tile (n > 1) as the documentation of
+    ``dma_transpose`` lays them out: column after column (``indices.T.flatten()``), the first
+    ``rows`` of them. They are copied, a column per DMA, into a private HBM ``(rows, 1)`` tensor
+    which the access reads its rows from."""
+    shape = tuple(idx.shape)
+    p = state("tensor.ap").target.pmax
+    if len(shape) != 2 or shape[1] < 2 or shape[0] != p or p * shape[1] < rows:
+        raise NKIIndexError(
+            f"ap: vector_offset must be a ({rows}, 1) tile, or a ({p}, n) tile of at least "
+            f"{rows} indices taken column after column, got {shape}",
+            code="err_invalid_view",
+            loc=user_loc(),
+        )
+    decl = idx.tensor_().decl
+    flat = new_tensor((rows, 1), decl.dtype, "private_hbm", api="tensor.ap")
+    dma = (("engine", "dma"), ("oob", "error"), ("dge", "unknown"), ("rmw", None))
+    for c in range(-(-rows // p)):
+        k = min(p, rows - c * p)
+        dst, src = flat[c * p : c * p + k, 0:1], idx[0:k, c : c + 1]
+        emit("isa", "dma_copy", dst.access_(), (src.access_(),), attrs=dma, api=".ap")
+    return flat
 
 
 def result_tile(shape: tuple[int, ...], dtype: str, buffer: str, api: str) -> NkiTensor:

@@ -16,6 +16,7 @@ from .. import dtypes
 from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
 from ..symbolic import Scalar
+from .emission import column_major_rows
 from .handles import NkiTensor, TileOps, View
 from .state import generation, note_generation, request_per_core, state
 from .subscripts import compose, parse_subscript, prod
@@ -423,7 +424,8 @@ def ap(
     a dimension of the base; on chip a later one than 0 moves along the partition row, and
     each pattern step must then stay inside one such move or make whole ones);
     ``vector_offset`` (an SBUF ``(P, 1)`` int tile, ``indirect_dim=0``) makes partition p read
-    row ``vector_offset[p]``. Out-of-range elements are reported when the access runs."""
+    row ``vector_offset[p]``; a ``(128, n)`` one gives its indices column after column.
+    Out-of-range elements are reported when the access runs."""
     t = self.tensor_()
     base = t.decl
     if isinstance(offset, Scalar) and not offset.aff.is_const:
@@ -546,7 +548,7 @@ def ap(
         if prod(tuple(dynamic.shape)) != want[0] and scalar_offset is not None:
             raise _err(f"ap: scalar_offset must be a one-element tile, got {dynamic.shape}")
         if vector_offset is not None and tuple(dynamic.shape) != (shape[0], 1):
-            raise _err(f"ap: vector_offset must be a ({shape[0]}, 1) tile, got {dynamic.shape}")
+            dynamic = column_major_rows(dynamic, shape[0])
         view = View(view.base, Access(acc.tensor, shape, idx, ((dyn_dim, dynamic.access_()),)))
     return view
 

@@ -3,6 +3,7 @@ squeeze_dim / reshape / ap) as operands and destinations, checked against NumPy.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -169,6 +170,40 @@ def test_vector_offset_gathers_rows():
     x = RNG.standard_normal((300, 32)).astype(np.float32)
     idx = RNG.integers(0, 300, size=(128, 1)).astype(np.int32)
     np.testing.assert_array_equal(_run(k_vector_offset, x, idx), x[idx[:, 0]])
+
+
+def gather_transpose_columns(x, idx, rows):
+    """``dma_transpose`` of ``rows`` rows of ``x`` gathered by a (128, n) index tile, read
+    column after column (the dma_transpose page's 2-D index form)."""
+    out = nl.ndarray((x.shape[1], rows), dtype=x.dtype, buffer=nl.shared_hbm)
+    ids = nl.ndarray(idx.shape, dtype=idx.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ids, src=idx)
+    t = nl.ndarray((x.shape[1], rows), dtype=x.dtype, buffer=nl.sbuf)
+    src = x.ap(pattern=[[x.shape[1], rows], [1, x.shape[1]]], vector_offset=ids, indirect_dim=0)
+    nisa.dma_transpose(dst=t, src=src, axes=(1, 0))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "batched", "numba"])
+@pytest.mark.parametrize(("cols", "rows"), [(2, 256), (3, 300), (2, 129)])
+def test_a_two_dimensional_vector_offset_is_read_column_after_column(backend, cols, rows):
+    # the dma_transpose page: with indices of shape (128, n), n > 1, the rows gathered are
+    # indices.T.flatten()[:rows] (the first column's 128, then the next column's, ...)
+    x = RNG.standard_normal((600, 64)).astype(ml_dtypes.bfloat16)
+    idx = RNG.integers(0, 600, size=(128, cols)).astype(np.int32)
+    kernel = nki.jit(gather_transpose_columns).configure(backend=backend, checks="full")
+    got = kernel(x, idx, rows)
+    np.testing.assert_array_equal(got, x[idx.T.flatten()[:rows]].T)
+
+
+@pytest.mark.parametrize(("shape", "rows"), [((64, 4), 256), ((128, 2), 257), ((128, 1), 256)])
+def test_a_vector_offset_of_another_shape_is_a_located_error(shape, rows):
+    x = np.zeros((600, 64), ml_dtypes.bfloat16)
+    with pytest.raises(NKIError) as ei:
+        nki.jit(gather_transpose_columns)(x, np.zeros(shape, np.int32), rows)
+    assert ei.value.code == "err_invalid_view" and "column after column" in str(ei.value)
+    assert ei.value.loc.line == line_of(gather_transpose_columns, "src = x.ap(")
 
 
 @nki.jit
