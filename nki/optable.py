@@ -134,6 +134,7 @@ def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     if x.dtype.kind != "f" or x.size == 0 or not axes:
         return np.add.reduce(x, axis=axes, keepdims=keepdims)
     k = nd - len(axes)
+    kept_dims = [1 if a in axes else d for a, d in enumerate(x.shape)] if keepdims else None
     if axes != tuple(range(k, nd)):  # (the reduced axes moved last, in order)
         x = np.transpose(x, [a for a in range(nd) if a not in axes] + list(axes))
     kept, n = x.shape[:k], math.prod(x.shape[k:])
@@ -142,9 +143,7 @@ def _sequential_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
         out = _rows_sum()(rows if rows.flags.writeable else rows.copy())  # (its signature's)
     else:
         out = np.add.accumulate(x.reshape(*kept, n), axis=-1)[..., -1]
-    if not keepdims:
-        return out.reshape(kept)
-    return np.expand_dims(out.reshape(kept), axes)
+    return out.reshape(kept if kept_dims is None else kept_dims)
 
 
 # The compiled sum (``nki.seqsum``) is faster at every size (17x on 128 x 128), but loading it
