@@ -537,6 +537,27 @@ def test_the_op_tables_sum_over_any_axes_is_the_sequential_sum(shape, monkeypatc
         x.flags.writeable = True
 
 
+@pytest.mark.parametrize("shape", [(64, 9), (200, 300), (3, 40), (40, 2000)])
+def test_numpys_sum_paths_add_in_order_from_the_first_element(shape, monkeypatch):
+    # without the compiled sum: rows summed as the columns of their transpose (many short rows)
+    # or by np.add.accumulate, both element after element from the first, so a row of -0.0
+    # sums to -0.0 and infinities and NaN stay where the engines' order puts them
+    monkeypatch.setattr(optable, "_ROWS_SUM", [])
+    monkeypatch.setattr(optable, "_ACCUMULATED", [0])
+    monkeypatch.setattr(optable, "_numba_loaded", lambda: False)
+    rng = np.random.default_rng(shape[1])
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 6, shape)).astype(np.float32)
+    x[0] = -0.0
+    x[1, : shape[1] // 2] = -0.0
+    x[2, 1], x[-1, -1] = np.inf, np.nan
+    want = x[:, 0].copy()
+    for k in range(1, shape[1]):
+        want += x[:, k]
+    got = optable.OPS["add"].reduce(x, axis=(1,), keepdims=True)
+    assert not optable._ROWS_SUM and got.shape == (shape[0], 1)
+    np.testing.assert_array_equal(got[:, 0].view(np.uint32), want.view(np.uint32))
+
+
 def k_row_differences(x):
     out = _out((x.shape[0], 1), x.dtype)
     nl.store(out, nisa.tensor_reduce(np.subtract, nl.load(x), axis=(1,), keepdims=True))
