@@ -110,6 +110,18 @@ def column_major_rows(idx: TileOps, rows: int) -> TileOps:
     return flat
 
 
+def scaled_offset(reg: TileOps, unit: int) -> TileOps:
+    """A one-element scalar offset times ``unit``, as a private int32 SBUF tile: an access
+    pattern whose steps cross the offset's steps along a partition row reads the row from the
+    register's value times the elements one step holds (GpSimd's exact integer multiply)."""
+    out = new_tensor((1, 1), "int32", "sbuf", api="tensor.ap")
+    attrs = (("engine", "gpsimd"), ("op0", "multiply"), ("op1", None), ("reverse0", False),
+             ("reverse1", False))  # fmt: skip
+    emit("isa", "tensor_scalar", out.access_(), (reg.access_(), Const(unit), Const(0)),
+         attrs=attrs, api=".ap")  # fmt: skip
+    return out
+
+
 def result_tile(shape: tuple[int, ...], dtype: str, buffer: str, api: str) -> NkiTensor:
     return new_tensor(tuple(shape), dtype, buffer, temp=True, api=api)
 

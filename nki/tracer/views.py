@@ -16,7 +16,7 @@ from .. import dtypes
 from ..errors import NKIIndexError, NKIShapeError, arguments_checked, user_loc
 from ..ir import HBM_BUFFERS, Access, Affine, IndexExpr, TensorDecl
 from ..symbolic import Scalar
-from .emission import column_major_rows
+from .emission import column_major_rows, scaled_offset
 from .handles import NkiTensor, TileOps, View
 from .state import generation, note_generation, request_per_core, state
 from .subscripts import compose, parse_subscript, prod
@@ -421,8 +421,8 @@ def ap(
     i_k * stride_k``]. On SBUF/PSUM the first pair is the partition: its stride must equal
     the allocation's free-element count. ``scalar_offset`` (a one-element SBUF int tile) moves
     the start by ``value * prod(base.shape[indirect_dim + 1:])`` at run time (``indirect_dim``
-    a dimension of the base; on chip a later one than 0 moves along the partition row, and
-    each pattern step must then stay inside one such move or make whole ones);
+    a dimension of the base; on chip a later one than 0 moves along the partition row, the
+    pattern running on from there);
     ``vector_offset`` (an SBUF ``(P, 1)`` int tile, ``indirect_dim=0``) makes partition p read
     row ``vector_offset[p]``; a ``(128, n)`` one gives its indices column after column.
     Out-of-range elements are reported when the access runs."""
@@ -496,7 +496,7 @@ def ap(
         scalar_offset = None
         if offset < 0:
             raise _err(f"ap: the scalar offset puts the access before the start, at {offset}")
-    dynamic = scalar_offset if scalar_offset is not None else vector_offset
+    dynamic, scale = (scalar_offset if scalar_offset is not None else vector_offset), 1
     if on_chip:
         # (partitions, free elements): the partition pair walks dim 0, the rest the row
         p0, f0 = divmod(offset, free)
@@ -507,10 +507,12 @@ def ap(
         dyn_dim, alias, coefs, bases = 0, (parts, free), [c0, c1], [p0, f0]
         if scalar_offset is not None and indirect_dim != 0:
             # the offset moves along the row in steps of ``unit`` elements: the row is viewed
-            # as (free // unit, unit) and the register indexes the first of the two
-            dyn_dim, alias = 1, (parts, free // max(1, unit), unit)
-            coefs, bases = _in_row(pat, c1, f0, free, unit, pattern)
-            coefs, bases = [c0, *coefs], [p0, *bases]
+            # as (free // unit, unit) and the register indexes the first of the two; a pattern
+            # crossing the steps reads the row itself, from the register's value times ``unit``
+            dyn_dim, in_row, scale = 1, _in_row(pat, c1, f0, free, unit), unit
+            if in_row is not None:
+                alias, coefs, bases = (parts, free // unit, unit), *in_row
+                coefs, bases, scale = [c0, *coefs], [p0, *bases], 1
     else:
         # (rows, elements per row): pattern steps that are whole rows walk dim 0
         p0, f0 = divmod(offset, free)
@@ -549,17 +551,19 @@ def ap(
             raise _err(f"ap: scalar_offset must be a one-element tile, got {dynamic.shape}")
         if vector_offset is not None and tuple(dynamic.shape) != (shape[0], 1):
             dynamic = column_major_rows(dynamic, shape[0])
+        if scale > 1:
+            dynamic = scaled_offset(dynamic, scale)
         view = View(view.base, Access(acc.tensor, shape, idx, ((dyn_dim, dynamic.access_()),)))
     return view
 
 
 def _in_row(
-    pat: list, c1: list, f0: int, free: int, unit: int, pattern: Any
-) -> tuple[list[list[int]], list[int]]:
+    pat: list, c1: list, f0: int, free: int, unit: int
+) -> tuple[list[list[int]], list[int]] | None:
     """The row part of an on-chip pattern whose scalar offset moves along the partition row in
     steps of ``unit`` elements, over the row viewed as (free // unit, unit): the two row axes'
     coefficients (``c1``: the pattern's steps along the row) and bases (``f0``: the start in
-    the row). Each step must move whole units or stay inside one."""
+    the row); None when a step neither moves whole units nor stays inside one."""
     if unit < 1 or free % unit:
         raise _err(f"ap: a scalar offset in steps of {unit} elements does not divide the "
                    f"{free}-element partition row")  # fmt: skip
@@ -568,10 +572,7 @@ def _in_row(
     b_blk, b_in = divmod(f0, unit)
     span = b_in + sum(c * (n - 1) for c, (_, n) in zip(inner, pat))
     if span >= unit or any(c < 0 for c in inner):
-        raise _err(
-            f"ap: a scalar offset along the row moves it in steps of {unit} elements; the "
-            f"pattern's steps must stay inside one such step or move whole ones, got {pattern!r}"
-        )
+        return None
     return [blk, inner], [b_blk, b_in]
 
 
