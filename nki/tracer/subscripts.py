@@ -189,6 +189,8 @@ def _parse_advanced(keys: list[object], shape: tuple[int, ...], what: object) ->
                 code="err_1d_arange_not_supported",
                 loc=user_loc(),
             )
+    if len(keys) < len(shape) and all(n == 1 for n in shape[len(keys) :]):
+        keys = [*keys, *[0] * (len(shape) - len(keys))]  # (trailing unit dims: their one index)
     if len(keys) != len(shape):
         raise NKIIndexError(
             f"advanced indexing of {what} needs one index per dimension: got {len(keys)} "
