@@ -33,7 +33,7 @@ from .common import (
 )
 from .enums import engine_name
 from .enums import reduce_cmd as _reduce_cmd
-from .forms import instruction
+from .forms import dst_view, generic_current, instruction
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
 
 _EQUAL_FREE = "tensor_tensor.equal_free"
@@ -46,7 +46,17 @@ def _default_engine(ops: list[Op]) -> str:
     return common[0] if common else "vector"
 
 
-@instruction
+def _tensor_tensor_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict]:
+    """The destination-first ``tensor_tensor``: with no engine given, a PSUM destination keeps
+    the Vector engine (the int32 / uint32 default, GpSimd, cannot write PSUM: the page's "falls
+    back to Vector Engine when any operand resides in PSUM")."""
+    dst, _, extra = generic_current(name, dst, a)
+    if engine_name(a.get("engine")) == "unknown" and dst_view(dst).tensor_().buffer == "psum":
+        a["engine"] = "vector"
+    return dst, None, extra
+
+
+@instruction(current=_tensor_tensor_into)
 def tensor_tensor(
     data1: Any,
     data2: Any,

@@ -277,6 +277,14 @@ class NkiTensor(TileOps):
         # an argument or an allocation (nl.ndarray in any buffer) is truthy, as any Python
         # object and as in NKI's tracer: `if bias:` tests that it was given; a value computed
         # by an operator (`t > 0`) stays ambiguous, its truth exists only on the device
+        if is_register(self):  # (a register's value exists on the device only)
+            raise NKIControlFlowError(
+                "a register (a one-element SBUF int tile) cannot drive Python control flow: its "
+                "value exists only when the kernel runs; loop on it with nl.fori_loop / "
+                "nl.while_loop / nl.dynamic_range, or use it as a scalar_offset",
+                code="err_dynamic_control_flow_not_supported",
+                loc=user_loc(),
+            )
         if self.decl.buffer in HBM_BUFFERS or not self.temp:
             return True
         return TileOps.__bool__(self)

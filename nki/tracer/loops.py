@@ -10,7 +10,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import NKIError, SrcLoc, column, user_frame, user_loc
+from ..errors import NKIControlFlowError, NKIError, SrcLoc, column, user_frame, user_loc
 from ..ir import Access, Affine, IndexExpr, Instr, Loop, LoopSym
 from ..symbolic import Scalar
 from . import python_state
@@ -192,6 +192,15 @@ def instr_symbols(instr: Instr) -> set[Any]:
 
 def _range(*args: Any) -> Any:
     """A kernel body's ``range`` (see ``kernel_body``)."""
+    from .handles import TileOps
+
+    if any(isinstance(a, TileOps) for a in args):  # (a register: a bound known on device only)
+        raise NKIControlFlowError(
+            "range() of a register or tile: its value exists only when the kernel runs; loop "
+            "on it with nl.dynamic_range / nl.fori_loop",
+            code="err_dynamic_control_flow_not_supported",
+            loc=user_loc(),
+        )
     return loop("range", builtins.range(*args))
 
 

@@ -113,6 +113,35 @@ def test_nkiscalar_has_no_python_value():
            code="err_dynamic_control_flow_not_supported", values=("device",))  # fmt: skip
 
 
+def branch_on_register(x):
+    r = nisa.register_alloc(0)
+    if r:  # ERR
+        pass
+    return x
+
+
+def loop_while_register(x):
+    r = nisa.register_alloc(1)
+    while r:  # ERR
+        nisa.register_move(r, 0)
+    return x
+
+
+def range_of_register(x):
+    r = nisa.register_alloc(3)
+    for _ in range(r):  # ERR
+        pass
+    return x
+
+
+@pytest.mark.parametrize("fn", [branch_on_register, loop_while_register, range_of_register])
+def test_a_register_cannot_drive_python_control_flow(fn):
+    # the VirtualRegister docstring: a register in `if` / `while` or `range()` is a TypeError
+    # (its value exists only on the device); `while r:` must not loop forever while tracing
+    expect(fn, np.zeros((1, 1), np.int32), code="err_dynamic_control_flow_not_supported",
+           values=("register",))  # fmt: skip
+
+
 def test_scalar_load_needs_a_one_element_int_tensor():
     def k(x):
         nisa.scalar_load(x)  # ERR

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.errors import (
@@ -124,6 +125,26 @@ def test_int32_tensor_tensor_defaults_to_gpsimds_exact_arithmetic(dt):
     np.testing.assert_array_equal(got[0], x + y)
     np.testing.assert_array_equal(got[1], np.maximum(x, y))
     np.testing.assert_array_equal(got[2], (x.astype(np.float32) + y.astype(np.float32)).astype(dt))
+
+
+@nki.jit
+def int_sum_into_psum(x):
+    out = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ps = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.psum)
+    nisa.tensor_tensor(dst=ps, data1=t, data2=t, op=nl.add)  # (no engine: the Vector engine)
+    r = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=ps)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def test_int32_tensor_tensor_into_psum_keeps_the_vector_engine():
+    # "the automatic GpSimd dispatch for int32/uint32 falls back to Vector Engine when any
+    # operand resides in PSUM" (a destination too: GpSimd cannot write PSUM)
+    x = np.arange(128 * 64, dtype=np.int32).reshape(128, 64)
+    np.testing.assert_array_equal(int_sum_into_psum(x), 2 * x)
 
 
 def k_tt_column(x, c):
