@@ -93,10 +93,15 @@ def column_major_rows(idx: TileOps, rows: int) -> TileOps:
     which the access reads its rows from."""
     shape = tuple(idx.shape)
     p = state("tensor.ap").target.pmax
-    if len(shape) != 2 or shape[1] < 2 or shape[0] != p or p * shape[1] < rows:
+    if (
+        len(shape) != 2
+        or shape[1] < 2
+        or shape[0] != p
+        or not p * (shape[1] - 1) < rows <= p * shape[1]
+    ):
         raise NKIIndexError(
-            f"ap: vector_offset must be a ({rows}, 1) tile, or a ({p}, n) tile of at least "
-            f"{rows} indices taken column after column, got {shape}",
+            f"ap: vector_offset must be a ({rows}, 1) tile, or a ({p}, n) tile whose columns, "
+            f"taken one after another, hold the {rows} indices (each column used), got {shape}",
             code="err_invalid_view",
             loc=user_loc(),
         )

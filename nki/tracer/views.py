@@ -440,20 +440,17 @@ def ap(
             request_per_core("nl.program_id in an access pattern", aff.symbols())
     seq = isinstance(pattern, (list, tuple))
     pat = [tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in pattern] if seq else []
-    if (
-        not pat
-        or len(pat) > MAX_VIEW_DIMS
-        or any(
-            len(p) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in p)
-            for p in pat
-        )
-    ):
+    ints = [isinstance(v, int) and not isinstance(v, bool) for p in pat for v in p]
+    if not pat or len(pat) > MAX_VIEW_DIMS or any(len(p) != 2 for p in pat) or not all(ints):
         raise _err(f"ap: pattern must be 1 to {MAX_VIEW_DIMS} [stride, count] int pairs, got "
                    f"{pattern!r}")  # fmt: skip
     if any(c < 1 for _, c in pat) or not isinstance(offset, int) or offset < 0:
         raise _err(f"ap: counts must be >= 1 and offset >= 0, got {pattern!r}, offset={offset}")
     if scalar_offset is not None and vector_offset is not None:
         raise _err("ap: scalar_offset and vector_offset are mutually exclusive")
+    if vector_offset is not None and indirect_dim != 0:
+        raise _err(f"ap: a vector_offset indexes dimension 0 only (indirect_dim=0), got "
+                   f"indirect_dim={indirect_dim!r}")  # fmt: skip
     dt = base.dtype if dtype is None else dtypes.name_of(dtype)
     ratio_num, ratio_den = dtypes.itemsize(base.dtype), dtypes.itemsize(dt)
     shape = tuple(c for _, c in pat)

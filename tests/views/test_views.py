@@ -197,12 +197,14 @@ def test_a_two_dimensional_vector_offset_is_read_column_after_column(backend, co
     np.testing.assert_array_equal(got, x[idx.T.flatten()[:rows]].T)
 
 
-@pytest.mark.parametrize(("shape", "rows"), [((64, 4), 256), ((128, 2), 257), ((128, 1), 256)])
+@pytest.mark.parametrize(
+    ("shape", "rows"), [((64, 4), 256), ((128, 2), 257), ((128, 1), 256), ((128, 2), 128)]
+)
 def test_a_vector_offset_of_another_shape_is_a_located_error(shape, rows):
     x = np.zeros((600, 64), ml_dtypes.bfloat16)
     with pytest.raises(NKIError) as ei:
         nki.jit(gather_transpose_columns)(x, np.zeros(shape, np.int32), rows)
-    assert ei.value.code == "err_invalid_view" and "column after column" in str(ei.value)
+    assert ei.value.code == "err_invalid_view" and "one after another" in str(ei.value)
     assert ei.value.loc.line == line_of(gather_transpose_columns, "src = x.ap(")
 
 
@@ -349,6 +351,7 @@ RULES = [
     (lambda t, x: t.ap([[32, 128], [1, 64]]), "stride must be the free-element count 64"),
     (lambda t, x: t.reshape((64, 128)), "partition dimension must stay"),
     (lambda t, x: x.ap([[1, 2]], scalar_offset=t, vector_offset=t), "mutually exclusive"),
+    (lambda t, x: x.ap([[1, 2]], vector_offset=t, indirect_dim=1), "dimension 0 only"),
     (
         lambda t, x: t.ap([[64, 128], [1, 4]], scalar_offset=t[0:1, 0:1], indirect_dim=2),
         "indirect_dim must be a dimension",
