@@ -438,9 +438,18 @@ def imm(x: Any, parts: int, api: str, role: str, fp32: bool = False) -> Any:
     return scalar_or_vector(x, parts, api, role, fp32_only=fp32)[0]
 
 
-def command(x: Any, api: str) -> str:
-    """A ``reduce_cmd`` argument's name."""
-    return enum_value(x, reduce_cmd, api, "reduce_cmd").name
+def command(x: Any, api: str, allowed: tuple[str, ...] = ()) -> str:
+    """A ``reduce_cmd`` argument's name, one of ``allowed`` where the instruction's page gives
+    its list."""
+    name = enum_value(x, reduce_cmd, api, "reduce_cmd").name
+    if allowed and name not in allowed:
+        raise NKIError(
+            f"reduce_cmd={name} of '{api}' is not one it takes: "
+            + ", ".join(f"reduce_cmd.{n}" for n in allowed),
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    return name
 
 
 # ---- ALU ops -------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .common import (
     same_partitions,
     static_int,
 )
-from .forms import dst_dtype, dst_view, instruction
+from .forms import dst_dtype, dst_view, generic_current, instruction
 from .rules import check_dtype_in
 
 
@@ -75,6 +75,12 @@ def _pattern_value(name: str, dst: Any, a: dict[str, Any]) -> Any:
     ):
         raise NKITypeError(
             f"pattern of nisa.{name} must be a list of [step, num] int pairs; got {pattern!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    if len(pairs) > 4:  # (the iota / affine_select pages: "up to 4D" patterns)
+        raise NKITypeError(
+            f"pattern of nisa.{name} has {len(pairs)} [step, num] pairs; at most 4",
             code="err_invalid_argument",
             loc=user_loc(),
         )
@@ -324,7 +330,20 @@ def tensor_partition_reduce(
     )  # fmt: skip
 
 
-@instruction
+def _local_gather_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict]:
+    """The destination-first ``local_gather``: the page's "no data type casting is allowed"."""
+    src = a.get("src_buffer")
+    if src is not None and str(getattr(src, "dtype", "")) != dst_dtype(dst):
+        raise NKITypeError(
+            f"'nisa.local_gather' copies without conversion: src_buffer is {src.dtype}, dst "
+            f"{dst_dtype(dst)}",
+            code="err_unsupported_dtype",
+            loc=user_loc(),
+        )
+    return generic_current(name, dst, a)
+
+
+@instruction(current=_local_gather_into)
 def local_gather(
     src_buffer: Any,
     index: Any,

@@ -122,7 +122,7 @@ def _tensor_scalar_reduce_into(
     ``reduce_res_negate`` as attributes, load_reduce's ``reduce_init`` (an fp32 scalar or a
     (P, 1) float32 tile) as a third source."""
     api = f"nisa.{name}"
-    cmd = command(a.pop("reduce_cmd"), api)
+    cmd = command(a.pop("reduce_cmd"), api, ("reset_reduce", "reduce", "load_reduce"))
     init, negate = a.pop("reduce_init"), a.pop("reduce_res_negate")
     if (cmd == "load_reduce") != (init is not None):
         raise NKIError(

@@ -47,7 +47,7 @@ def register_move(dst: Any, src: Any) -> None:
     """``dst = src``: ``dst`` a register, ``src`` a Python int or another register (anything
     else is ``err_unsupported_operand``)."""
     api = _spec.get("register_move").api
-    require_register(dst, api, "dst")
+    require_register(dst, api, "dst", written=True)
     if isinstance(src, int) and not isinstance(src, bool):
         set_register(dst, Affine.constant(src), api)
     elif is_register(src):
@@ -65,7 +65,7 @@ def register_load(dst: Any, src: Any) -> None:
     """``dst = src[0]``: read a one-element SBUF or HBM tensor into the register ``dst``
     (another operand is ``err_unsupported_operand``)."""
     api = _spec.get("register_load").api
-    require_register(dst, api, "dst")
+    require_register(dst, api, "dst", written=True)
     _require_one_element(src, api, "src")
     if src.tensor_().buffer in HBM_BUFFERS:
         emit("dma", "copy", dst.access_(), (_like(src, dst).access_(),), api=api)
@@ -93,7 +93,7 @@ def _like(one: Any, reg: Any) -> Any:
 
 
 def _require_one_element(x: Any, api: str, role: str) -> None:
-    if not isinstance(x, TileOps) or x.size != 1:
+    if not isinstance(x, TileOps) or x.size != 1 or x.tensor_().buffer == "psum":
         raise NKITypeError(
             f"{api}: '{role}' must be a one-element SBUF or HBM tensor, got {x!r}",
             code="err_unsupported_operand",

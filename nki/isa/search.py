@@ -62,6 +62,12 @@ def max8(*, src: Any, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """
     c = Call("max8", dtype)
     acc, _ = c.tile(src, "src")
+    if len(acc.shape) > 3:  # (the max8 page: a source "up to 3-dimensional")
+        raise NKIShapeError(
+            f"'src' of '{c.api}' has {len(acc.shape)} dimensions {list(acc.shape)}; at most 3",
+            code="err_invalid_shape",
+            loc=user_loc(),
+        )
     _elements_between(acc.shape, 8, 16384, c.api, "src")
     mask, extra = _source_mask(c, mask, acc.shape)
     return c.new((acc.shape[0], 8), (acc,), mask=mask, **extra)

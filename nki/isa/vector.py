@@ -297,7 +297,7 @@ def exponential(
         dtype_in(t, _EXP_DTYPES, api, role)
     parts = dacc.shape[0]
     mv = imm(max_value, parts, api, "max_value", fp32=True)
-    cmd = command(reduce_cmd, api)
+    cmd = command(reduce_cmd, api, ("idle", "reset_reduce", "reduce", "load_reduce"))
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and reduce_init == 0):
         raise NKIError(
             f"'reduce_init' of '{api}' is only used by reduce_cmd=load_reduce and must be left "

@@ -12,6 +12,7 @@ when the loop starts (``fori_loop``) or before every iteration (``while_loop``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -55,13 +56,26 @@ def int_register(value: int) -> NkiTensor:
     return reg
 
 
-def require_register(x: Any, api: str, role: str) -> None:
+def require_register(x: Any, api: str, role: str, written: bool = False) -> None:
+    """``x`` is a register (and, ``written``, not a device loop's read-only iterator)."""
     if not is_register(x):
         raise NKITypeError(
             f"{api}: '{role}' must be a register (nisa.register_alloc()), got {x!r}",
             code="err_unsupported_operand",
             loc=user_loc(),
         )
+    ref = _READ_ONLY.get(id(x))
+    if written and ref is not None and ref() is x:
+        raise NKITypeError(
+            f"{api}: '{role}' is the induction variable of a device loop (nl.dynamic_range / "
+            "nl.fori_loop), which is read-only; copy it into a register of your own first",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+
+
+# the device loops' induction registers (read-only), by id, each with a weak reference to it
+_READ_ONLY: dict[int, weakref.ref] = {}
 
 
 def _bound(x: Any, api: str, what: str) -> int | TileOps:
@@ -185,6 +199,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Any], Any], step: int 
 def _induction(value: Affine, api: str) -> NkiTensor:
     reg = new_register(api)
     set_register(reg, value, api)
+    key = id(reg)
+    _READ_ONLY[key] = weakref.ref(reg, lambda _r: _READ_ONLY.pop(key, None))
     return reg
 
 

@@ -6,10 +6,11 @@ same sequence (as the hardware generator does)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .. import dtypes
-from ..errors import NKITypeError, user_loc
+from ..errors import NKIShapeError, NKITypeError, user_loc
 from ..tracer import (
     NkiTensor,
     TileOps,
@@ -32,6 +33,12 @@ def random_seed(seed: Any, *, mask: Any = None, **_kw: Any) -> None:
         seed = seed.view
     if isinstance(seed, TileOps):
         acc, _t = operand(seed, api, "seed")
+        if math.prod(acc.shape) != 1:  # (the page: "a [1,1] tensor")
+            raise NKIShapeError(
+                f"seed of '{api}' must be a (1, 1) tile, got shape {list(acc.shape)}",
+                code="err_invalid_shape",
+                loc=user_loc(),
+            )
         src: Any = acc
     elif isinstance(seed, int) or (hasattr(seed, "dtype") and getattr(seed, "shape", None) == ()):
         src = const_operand(seed)
@@ -73,6 +80,13 @@ def dropout(x: Any, rate: Any, *, dtype: Any = None, mask: Any = None, **_kw: An
         rate = rate.view
     if isinstance(rate, TileOps):
         racc, _rt = operand(rate, api, "rate")
+        if tuple(racc.shape) != (acc.shape[0], 1):
+            raise NKIShapeError(
+                f"rate of '{api}' must be a scalar or an (x.shape[0], 1) = ({acc.shape[0]}, 1) "
+                f"tile of per-partition rates, got shape {list(racc.shape)}",
+                code="err_invalid_shape",
+                loc=user_loc(),
+            )
         r: Any = racc
     else:
         r = const_operand(float(rate))

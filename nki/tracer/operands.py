@@ -128,6 +128,15 @@ def check_start_partition(acc: Access, t: NkiTensor, api: str, role: str) -> Non
     if not t.decl.on_chip or not acc.index:
         return
     e = acc.index[t.decl.par_dim]
+    step = e.coeffs[0] if e.coeffs else 1
+    if acc.shape and acc.shape[0] > 1 and step not in (0, 1):
+        raise NKIShapeError(
+            f"operand '{role}' of '{api}' accesses the partitions of {tensor_label(t.decl)} in "
+            f"steps of {step}; compute engines read and write a contiguous range of partitions "
+            "(step 1): copy the rows to a tile of their own with a DMA first",
+            code="err_unsupported_start_partition",
+            loc=user_loc(),
+        )
     if not e.base.is_const:
         return
     start, n = e.base.const, acc.shape[0]

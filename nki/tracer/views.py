@@ -145,8 +145,8 @@ def select(self: TileOps, dim: int, index: Any) -> View:
                 f"select: a dynamic index needs view axis {d} to walk one tensor dimension "
                 f"with stride 1 (view {acc} of {t.label})"
             )
-        if any(k == dims[0] for k, _ in acc.indirect):
-            raise _err(f"select: dimension {dims[0]} of {t.label} is already indexed dynamically")
+        if acc.indirect:  # (the documentation's "only one dynamic select per tensor")
+            raise _err(f"select: {t.label} is already indexed dynamically (one dynamic select)")
         keep = [j for j in range(len(acc.shape)) if j != d]
         shape = tuple(acc.shape[j] for j in keep)
         coeffs = [tuple(e.coeffs[j] for j in keep) for e in acc.index]
