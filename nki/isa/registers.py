@@ -36,7 +36,18 @@ SCALAR_DTYPES = ("int32",)  # int64 too in NKI 0.7; nki-sim has no 64-bit dtype
 def register_alloc(x: Any = None) -> NkiTensor:
     """A virtual register (a 32-bit integer), optionally set to the int ``x`` (see
     ``register_move`` for what ``x`` may be). Current API only."""
-    reg = new_register(_spec.get("register_alloc").api)
+    api = _spec.get("register_alloc").api
+    if (
+        x is not None
+        and not (isinstance(x, int) and not isinstance(x, bool))
+        and not is_register(x)
+    ):
+        raise NKITypeError(
+            f"{api}: the initial value must be an int or a register, got {x!r}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+    reg = new_register(api)
     if x is not None:
         register_move(reg, x)
     return reg

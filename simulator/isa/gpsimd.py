@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from nki.errors import NKIIndexError
+from nki.errors import NKIError, NKIIndexError
 from nki.ir import Instr
 from nki.optable import OPS
 
@@ -89,6 +89,14 @@ def _local_gather(instr: Instr, ctx: Ctx) -> None:
 def _sequence_bounds(instr: Instr, ctx: Ctx) -> None:
     src = src_tile(instr, 0)
     ids = numerics.to_compute(ctx.read(src), exact_int=True).reshape(-1)
+    bad = (ids < 0) | (ids != np.floor(ids))  # (the page: "non-negative integers")
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise NKIError(
+            f"nisa.sequence_bounds: segment_ids[0, {k}] = {ids[k]!r} is not a non-negative "
+            "integer (segment ids are non-negative integers, 0 for padding)",
+            code="err_invalid_argument",
+        )
     store(instr, ctx, M.sequence_bounds(ids)[None])
 
 

@@ -127,6 +127,14 @@ def two_dynamic_selects(x):
     return w
 
 
+def bounds_of_negative_ids(ids):
+    sg = _sb((1, 8))
+    nisa.dma_copy(dst=sg, src=ids)
+    sb = _sb((1, 2, 8))
+    nisa.sequence_bounds(dst=sb, segment_ids=sg)  # ERR
+    return ids
+
+
 F32 = np.zeros((128, 64), np.float32)
 BF16 = np.zeros((16, 64), ml_dtypes.bfloat16)
 CASES = [
@@ -144,7 +152,9 @@ CASES = [
     (every_other_partition, F32, "err_unsupported_start_partition", "steps of 2"),
     (slice_of_a_gather, np.zeros((4, 64), np.float32), "err_invalid_view", "gathered axis 0"),
     (two_dynamic_selects, np.zeros((4, 128, 64), np.float32), "err_invalid_view", "one dynamic"),
-]
+    (bounds_of_negative_ids, np.array([[1, 1, -1, 2, 0, 3, 3, 2]], np.float32),
+     "err_invalid_argument", "non-negative"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("fn", "x", "code", "value"), CASES, ids=[c[0].__name__ for c in CASES])
