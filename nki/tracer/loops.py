@@ -14,6 +14,7 @@ from ..errors import NKIControlFlowError, NKIError, SrcLoc, column, user_frame, 
 from ..ir import Access, Affine, IndexExpr, Instr, Loop, LoopSym
 from ..symbolic import Scalar
 from . import python_state
+from .handles import TileOps
 from .loop_exits import early_exit_error, loop_variable
 from .state import (
     _THREAD,
@@ -192,8 +193,6 @@ def instr_symbols(instr: Instr) -> set[Any]:
 
 def _range(*args: Any) -> Any:
     """A kernel body's ``range`` (see ``kernel_body``)."""
-    from .handles import TileOps
-
     if any(isinstance(a, TileOps) for a in args):  # (a register: a bound known on device only)
         raise NKIControlFlowError(
             "range() of a register or tile: its value exists only when the kernel runs; loop "
