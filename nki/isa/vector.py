@@ -51,7 +51,12 @@ def _tensor_tensor_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, No
     the Vector engine (the int32 / uint32 default, GpSimd, cannot write PSUM: the page's "falls
     back to Vector Engine when any operand resides in PSUM")."""
     dst, _, extra = generic_current(name, dst, a)
-    if engine_name(a.get("engine")) == "unknown" and dst_view(dst).tensor_().buffer == "psum":
+    ints = {str(getattr(a.get(k), "dtype", "")) for k in ("data1", "data2")} | {a.get("dtype")}
+    if (
+        engine_name(a.get("engine")) == "unknown"
+        and dst_view(dst).tensor_().buffer == "psum"
+        and ints <= {"int32", "uint32"}
+    ):
         a["engine"] = "vector"
     return dst, None, extra
 

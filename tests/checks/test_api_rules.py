@@ -440,7 +440,7 @@ def k_dma_transpose_fp32(x):
 
 
 def k_dma_transpose_fp32_default_dge(x):
-    t = _tile((x.shape[1], x.shape[0]))
+    t = _tile((x.shape[1], x.shape[0]), x.dtype)  # (dma_transpose does not convert)
     nisa.dma_transpose(t, x)  # (the compiler picks the DMA path: 2- or 4-byte elements)
     return _store(t)
 
