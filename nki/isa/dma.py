@@ -14,7 +14,7 @@ from .common import Call, Instruction, alu_op, prod
 from .enums import dge_mode as _dge_mode
 from .enums import engine_name, enum_value
 from .enums import oob_mode as _oob_mode
-from .forms import dst_dtype, dst_view, generic_current, instruction
+from .forms import dst_view, generic_current, instruction, require_dst_dtype
 from .rules import rules, target
 
 _DMA_BUFFERS = (*HBM_BUFFERS, "sbuf")
@@ -115,16 +115,11 @@ def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
     descriptors, the same transpose either way (of the hardware-DGE limits, its 2-byte dtype is
     checked; its shape limits are not)."""
     a["dge_mode"] = _dge(a.get("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
-    where, src = dst_view(dst).tensor_(), a.get("src")
+    where = dst_view(dst).tensor_()
     if where.buffer != "sbuf":  # (the page: "dst ... must be a tile in SBUF")
         raise _invalid(f"'nisa.dma_transpose' writes an SBUF tile; dst {where.label} is in "
                        f"{where.buffer}", "err_unsupported_memory")  # fmt: skip
-    if src is not None and str(getattr(src, "dtype", "")) != dst_dtype(dst):
-        raise _invalid(
-            f"'nisa.dma_transpose' does not convert: src is {src.dtype}, dst {dst_dtype(dst)} "
-            "(src.dtype == dst.dtype)",
-            "err_unsupported_dtype",
-        )
+    require_dst_dtype(name, dst, a.get("src"), "src")
     return generic_current(name, dst, a)
 
 

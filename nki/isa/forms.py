@@ -196,6 +196,18 @@ def dst_dtype(dst: Any) -> str:
     return str(dst_view(dst).dtype)
 
 
+def require_dst_dtype(name: str, dst: Any, src: Any, role: str) -> None:
+    """The destination-first ``nisa.<name>`` copies ``src`` (its ``role``) without conversion:
+    ``dst`` must have its dtype."""
+    if src is not None and str(getattr(src, "dtype", "")) != dst_dtype(dst):
+        raise NKITypeError(
+            f"'nisa.{name}' copies without conversion: {role} is {src.dtype}, dst "
+            f"{dst_dtype(dst)} ({role}.dtype == dst.dtype)",
+            code="err_unsupported_dtype",
+            loc=user_loc(),
+        )
+
+
 def call_current(
     name: str,
     fn: Callable[..., Any],

@@ -30,7 +30,7 @@ from .common import (
     same_partitions,
     static_int,
 )
-from .forms import dst_dtype, dst_view, generic_current, instruction
+from .forms import dst_dtype, dst_view, generic_current, instruction, require_dst_dtype
 from .rules import check_dtype_in
 
 
@@ -332,14 +332,7 @@ def tensor_partition_reduce(
 
 def _local_gather_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict]:
     """The destination-first ``local_gather``: the page's "no data type casting is allowed"."""
-    src = a.get("src_buffer")
-    if src is not None and str(getattr(src, "dtype", "")) != dst_dtype(dst):
-        raise NKITypeError(
-            f"'nisa.local_gather' copies without conversion: src_buffer is {src.dtype}, dst "
-            f"{dst_dtype(dst)}",
-            code="err_unsupported_dtype",
-            loc=user_loc(),
-        )
+    require_dst_dtype(name, dst, a.get("src_buffer"), "src_buffer")
     return generic_current(name, dst, a)
 
 

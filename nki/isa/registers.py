@@ -37,19 +37,9 @@ def register_alloc(x: Any = None) -> NkiTensor:
     """A virtual register (a 32-bit integer), optionally set to the int ``x`` (see
     ``register_move`` for what ``x`` may be). Current API only."""
     api = _spec.get("register_alloc").api
-    if (
-        x is not None
-        and not (isinstance(x, int) and not isinstance(x, bool))
-        and not is_register(x)
-    ):
-        raise NKITypeError(
-            f"{api}: the initial value must be an int or a register, got {x!r}",
-            code="err_unsupported_operand",
-            loc=user_loc(),
-        )
     reg = new_register(api)
     if x is not None:
-        register_move(reg, x)
+        _move(reg, x, api, "the initial value")
     return reg
 
 
@@ -59,13 +49,18 @@ def register_move(dst: Any, src: Any) -> None:
     else is ``err_unsupported_operand``)."""
     api = _spec.get("register_move").api
     require_register(dst, api, "dst", written=True)
+    _move(dst, src, api, "src")
+
+
+def _move(dst: Any, src: Any, api: str, role: str) -> None:
+    """``dst = src`` for ``api``: ``src`` (its ``role``) a Python int or a register."""
     if isinstance(src, int) and not isinstance(src, bool):
         set_register(dst, Affine.constant(src), api)
     elif is_register(src):
         assign(dst.access_(), src, api=api)
     else:
         raise NKITypeError(
-            f"{api}: src must be an int or a register, got {src!r}",
+            f"{api}: {role} must be an int or a register, got {src!r}",
             code="err_unsupported_operand",
             loc=user_loc(),
         )

@@ -37,6 +37,7 @@ from .forms import dst_view, generic_current, instruction
 from .rules import check_engine_op, check_gpsimd_memory, check_scalar_pair
 
 _EQUAL_FREE = "tensor_tensor.equal_free"
+_INT32 = frozenset({"int32", "uint32"})  # (tiles GpSimd's native integer arithmetic takes)
 
 
 def _default_engine(ops: list[Op]) -> str:
@@ -51,11 +52,11 @@ def _tensor_tensor_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, No
     the Vector engine (the int32 / uint32 default, GpSimd, cannot write PSUM: the page's "falls
     back to Vector Engine when any operand resides in PSUM")."""
     dst, _, extra = generic_current(name, dst, a)
-    ints = {str(getattr(a.get(k), "dtype", "")) for k in ("data1", "data2")} | {a.get("dtype")}
+    dts = {str(getattr(a.get(k), "dtype", "")) for k in ("data1", "data2")} | {a.get("dtype")}
     if (
         engine_name(a.get("engine")) == "unknown"
         and dst_view(dst).tensor_().buffer == "psum"
-        and ints <= {"int32", "uint32"}
+        and dts <= _INT32
     ):
         a["engine"] = "vector"
     return dst, None, extra
@@ -103,7 +104,7 @@ def tensor_tensor(
     odt = c.result_dtype()
     default = _default_engine([fn])
     if (
-        {dt(t1), dt(t2), odt} <= {"int32", "uint32"}
+        {dt(t1), dt(t2), odt} <= _INT32
         and fn.exact_int
         and "gpsimd" in fn.engines
         and "psum" not in (t1.buffer, t2.buffer)

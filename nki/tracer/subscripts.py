@@ -326,10 +326,10 @@ def compose(outer: Access, sub: Access) -> Access:
         and all(c == (d == a) for a, c in enumerate(e.coeffs) if c)
         for d, e in enumerate(outer.index)
     )
-    se = sub.index[0] if sub.index else None
-    if se is not None and any(ind.shape[0] > 1 for _, ind in outer.indirect):
+    first = sub.index[0] if sub.index else None
+    if first is not None and any(ind.shape[0] > 1 for _, ind in outer.indirect):
         # (a gathered view, vector_select / vector_offset: each row of axis 0 its own index)
-        if sub.shape[:1] != outer.shape[:1] or se.base != Affine() or se.coeffs[0] != 1:
+        if sub.shape[:1] != outer.shape[:1] or first.base != Affine() or first.coeffs[0] != 1:
             raise NKIIndexError(
                 f"the gathered axis 0 of a view of {_label(outer.tensor)} (vector_select / "
                 "vector_offset: one run-time index per row) cannot be sliced or selected; "
