@@ -248,8 +248,8 @@ FIXES: dict[str, str] = {
     "err_reshape_size_mismatch": "keep the number of elements and the partition dimension "
     "when reshaping or viewing as another dtype",
     "err_assert_shape": "fix the computation that produced the tile, or the expected shape",
-    "err_expand_dims_non_trailing_axis": "add the new axis at the end (`axis=ndim`), or "
-    "use a view (`t[:, None]`) for other positions",
+    "err_expand_dims_non_trailing_axis": "in a classic kernel add the new axis at the end "
+    "(`axis=ndim`); a current-API kernel may add free axes anywhere after the partition axis",
     "err_scalar_or_vector_operand_shape": "pass a scalar or a `(P, 1)` tile (one value per "
     "partition); reduce a wider tile first",
     "err_reduce_res_shape": "allocate `reduce_res` as a `(P, 1)` tile with the data's "

@@ -8,6 +8,7 @@ a ``(P,)`` tile that broadcasts along the free axis of a ``(P, F)`` tile, so
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .. import dtypes
@@ -192,8 +193,21 @@ var = _make("var")
 
 def expand_access(acc: Access, extra: int) -> Access:
     """The same access with ``extra`` trailing tile axes of extent 1 (``expand_dims``)."""
-    shape = tuple(acc.shape) + (1,) * extra
-    idx = tuple(IndexExpr(e.base, tuple(e.coeffs) + (0,) * extra, shape) for e in acc.index)
+    n = len(acc.shape)
+    return insert_unit_axes(acc, range(n, n + extra))
+
+
+def insert_unit_axes(acc: Access, at: Iterable[int]) -> Access:
+    """The same access with tile axes of extent 1 at the positions ``at`` of the new shape
+    (none of them the partition axis 0): the elements are the same, so it is a view."""
+    new = set(at)
+    old = iter(range(len(acc.shape)))
+    picks = [None if j in new else next(old) for j in range(len(acc.shape) + len(new))]
+    shape = tuple(1 if i is None else acc.shape[i] for i in picks)
+    idx = tuple(
+        IndexExpr(e.base, tuple(0 if i is None else e.coeffs[i] for i in picks), shape)
+        for e in acc.index
+    )
     return Access(acc.tensor, shape, idx, acc.indirect)
 
 

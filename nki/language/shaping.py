@@ -19,6 +19,7 @@ from ..tracer import (
     check_start_partition,
     const_operand,
     emit,
+    generation,
     operand,
     require_buffer,
     result_tile,
@@ -26,7 +27,7 @@ from ..tracer import (
     tracing,
 )
 from .ops import tile_operands
-from .reductions import expand_access, normalize_axes
+from .reductions import expand_access, insert_unit_axes, normalize_axes
 
 
 def _unwrap(x: Any) -> Any:
@@ -81,23 +82,34 @@ def broadcast_to(src: Any, shape: Any = None, *, dtype: Any = None, **_kw: Any) 
 
 
 def expand_dims(data: Any, axis: Any) -> View:
-    """A view of ``data`` with new trailing axes of extent 1 (classic NKI only allows trailing
-    axes: ``axis`` must be ``ndim`` (or a list ``[ndim, ndim+1, ...]``))."""
+    """A view of ``data`` with new axes of extent 1 at the positions ``axis`` (an int or a
+    list) of the result, as ``np.expand_dims``. Classic NKI only adds trailing axes (``axis``
+    ``ndim``, or ``[ndim, ndim+1, ...]``); the current API adds them at any free position,
+    never before the partition axis (that would move the partitions into the free axes)."""
     api = "nl.expand_dims"
     data = _unwrap(data)
     acc, t = operand(data, api, "data")
-    axes = sorted(axis) if isinstance(axis, (list, tuple)) else [axis]
+    axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
     nd = len(getattr(data, "shape", acc.shape))  # a (P,) partition vector counts as 1-D
-    want = list(range(nd, nd + len(axes)))
-    got = [a + nd + len(axes) if a < 0 else a for a in axes]
-    if got != want:
-        raise NKIShapeError(
-            f"'{api}' only supports adding trailing axes: for a {nd}-D tile axis must be {want}, "
-            f"got {axis!r}",
-            code="err_expand_dims_non_trailing_axis",
-            loc=user_loc(),
-        )
-    return View(t, expand_access(acc, nd + len(axes) - len(acc.shape)))
+    total = nd + len(axes)
+    got = sorted(a + total if isinstance(a, int) and a < 0 else a for a in axes)
+    trailing = list(range(nd, total))
+    if got == trailing:
+        return View(t, expand_access(acc, total - len(acc.shape)))
+    free = all(isinstance(a, int) and 1 <= a < total for a in got) and len(set(got)) == len(got)
+    current = generation(sensitive=True) == "current"
+    if current and free and nd == len(acc.shape):
+        return View(t, insert_unit_axes(acc, got))
+    rule = (
+        f"the new axes must be free axes (1 to {total - 1}), each once"
+        if current
+        else f"classic NKI only adds trailing axes: for a {nd}-D tile axis must be {trailing}"
+    )
+    raise NKIShapeError(
+        f"'{api}' cannot add axes at {axis!r}: {rule}",
+        code="err_expand_dims_non_trailing_axis",
+        loc=user_loc(),
+    )
 
 
 def static_cast(x: Any, dtype: Any, *, mask: Any = None, **_kw: Any) -> NkiTensor:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIShapeError
 
@@ -102,14 +103,46 @@ def test_broadcast_expand_dims_static_cast():
     np.testing.assert_array_equal(c, np.clip(np.rint(a), -128, 127).astype(np.int8))
 
 
-def test_expand_dims_only_trailing():
+def test_expand_dims_classic_only_trailing():
     @nki.jit
     def kernel(a):
-        nl.expand_dims(nl.load(a), 1)
+        t = nl.load(a)
+        nl.expand_dims(t[...], 1)  # (a classic kernel: nl.par_dim)
+        nl.ndarray((nl.par_dim(4), 4), dtype=nl.float32, buffer=nl.sbuf)
 
     with pytest.raises(NKIShapeError) as ei:
         kernel(np.zeros((4, 4), np.float32))
     assert ei.value.code == "err_expand_dims_non_trailing_axis"
+    assert "classic NKI only adds trailing axes" in str(ei.value)
+
+
+def test_expand_dims_current_adds_free_axes_anywhere():
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((8, 1, 3, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        u = nl.ndarray((8, 1, 3, 1), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=u, src=nl.expand_dims(t, [1, -1]))
+        nisa.dma_copy(dst=out, src=u)
+        return out
+
+    a = np.arange(24, dtype=np.float32).reshape(8, 3)
+    np.testing.assert_array_equal(kernel(a), np.expand_dims(a, (1, -1)))
+
+
+def test_expand_dims_never_before_the_partition_axis():
+    @nki.jit
+    def kernel(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nl.expand_dims(t, 0)
+
+    with pytest.raises(NKIShapeError) as ei:
+        kernel(np.zeros((4, 4), np.float32))
+    assert ei.value.code == "err_expand_dims_non_trailing_axis"
+    assert "must be free axes (1 to 2)" in str(ei.value)
+    assert ei.value.loc.line == kernel.fn.__code__.co_firstlineno + 4
 
 
 def test_static_cast_outside_a_kernel_converts_numpy_arrays():
