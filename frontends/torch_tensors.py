@@ -9,7 +9,6 @@ simulated, and their results are returned on the device they came from (allocate
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import ml_dtypes
@@ -135,14 +134,25 @@ def from_numpy(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
     return like.new_empty(t.shape, dtype=td).copy_(t)
 
 
-_TENSORS = itertools.repeat(torch.Tensor)  # (``isinstance``'s second argument, for ``map``)
-
-
 def _holds_tensors(v: list | tuple) -> bool:
-    """Whether a list / tuple argument holds a tensor at any depth (per-layer weights, pairs)."""
-    return any(map(isinstance, v, _TENSORS)) or any(
-        isinstance(x, (list, tuple)) and _holds_tensors(x) for x in v
-    )
+    """Whether a list / tuple argument holds a tensor at any depth (per-layer weights, pairs).
+    Walked without recursion, and without ``isinstance(x, torch.Tensor)`` for the plain
+    Python values (its metaclass check costs microseconds): most such arguments are a fused
+    launch's program, nested tuples of names and numbers, scanned on every launch."""
+    todo = [v]
+    while todo:
+        for x in todo.pop():
+            t = type(x)
+            if t in _PLAIN:
+                continue
+            if t is tuple or t is list or isinstance(x, (list, tuple)):
+                todo.append(x)
+            elif isinstance(x, torch.Tensor):
+                return True
+    return False
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def _list_arrays(v: list | tuple, what: str, devices: list[torch.Tensor]) -> list | tuple:

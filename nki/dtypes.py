@@ -321,6 +321,8 @@ def cast(x: np.ndarray, name: str, precise_fp: bool = True) -> np.ndarray:
     and saturates at the type's limits; int -> narrower int saturates too."""
     target = storage_dtype(name, precise_fp)
     x = np.asarray(x)
+    if name == "tfloat32" and precise_fp:  # (fp32 storage: its values are rounded all the same)
+        return round_tf32(x if x.dtype == np.float32 else x.astype(np.float32))
     if x.dtype == target:
         return x
     kind = INFO[name].kind
@@ -336,8 +338,6 @@ def cast(x: np.ndarray, name: str, precise_fp: bool = True) -> np.ndarray:
         return np.clip(xi, info.min, info.max).astype(target)
     if x.dtype.kind in "iub" or x.dtype == np.float64:
         x = x.astype(np.float32)  # engines see fp32 values
-    if name == "tfloat32":
-        return round_tf32(x.astype(np.float32))
     return x.astype(target)
 
 

@@ -377,6 +377,10 @@ def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
     does not)."""
     if config.checks == "full" and p.unproven is not None:
         return f"checks='full' tracks uninitialised values per instance: {p.unproven}"
+    if config.precise_fp and any(t.dtype == "tfloat32" for t in ir.tensors):
+        # (fp32 storage whose every write rounds to 10 mantissa bits: the interpreter's cast;
+        # the batched writes keep fp32 values of an fp32 storage as they are)
+        return "tfloat32 tensors"
     steps = _serial_steps(ir, p)
     if config.backend == AUTO and steps > SERIAL_STEPS:
         if numba_backend.unsupported_reason(ir, config) is None:

@@ -13,6 +13,8 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.dtypes import promote
 
+import backends
+
 RNG = np.random.default_rng(5)
 
 PROMOTION = [  # the classic NKI table (nki.api.shared, "NKI Type Promotion")
@@ -273,3 +275,62 @@ def window_max(x):
 def test_numpy_scalar_on_false_value():
     x = RNG.random((16, 40), dtype=np.float32)
     np.testing.assert_allclose(window_max(x), x[:, :10].max(1, keepdims=True))
+
+
+def test_tfloat32_tiles_round_every_write_to_ten_mantissa_bits():
+    """tfloat32 (1 sign, 8 exponent, 10 mantissa bits) is stored in fp32: a write into a
+    tfloat32 tile rounds to nearest-even at 10 bits on every backend."""
+
+    @nki.jit
+    def to_tf32(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        u = nl.ndarray(x.shape, dtype=nl.tfloat32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=0.0)
+        v = nl.ndarray(x.shape, dtype=nl.tfloat32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=v, src=t)
+        w = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=w, data1=u, data2=v, op=nl.subtract)
+        nisa.tensor_copy(dst=t, src=u)
+        nisa.dma_copy(dst=out, src=t)
+        return out, w
+
+    x = np.array(
+        [[1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-23, 3.4028235e38, np.inf, -(2**-14 + 2**-25)]]
+    )
+    x = x.astype(np.float32)  # (the fp32 maximum rounds up past tfloat32's largest: inf)
+    want = np.array([[1.0, 1 + 2**-9, 1.0, np.inf, np.inf, -(2**-14)]], np.float32)
+    runs = backends.run_backends(to_tf32, None, x)
+    got, diff = runs.results[backends.REFERENCE]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(diff[:, :3], 0.0)
+
+
+def test_erf_and_gelu_are_the_exact_functions_rounded_to_fp32():
+    """``nl.erf`` / ``nl.gelu`` (and the activation's gelu) give erf(x) and x * Phi(x) rounded
+    once to fp32, also where a low-order approximation loses them: tiny arguments (erf(x) ~
+    2x/sqrt(pi)) and the negative tail of gelu (1 + erf(x) cancels)."""
+    import math
+
+    @nki.jit
+    def kernel(a):
+        x = nl.load(a)
+        outs = []
+        for y in (nl.erf(x), nl.gelu(x), nisa.activation(op=nl.gelu, data=x)):
+            out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nl.store(out, y)
+            outs.append(out)
+        return tuple(outs)
+
+    special = [1e-30, -1e-6, 1e-4, 0.01, -3.0, -4.0, -5.0, -9.5, -12.3, 0.5, 1.0, 3.9, 12.0]
+    x = np.concatenate([special, np.linspace(-14, 6, 128 * 4 - len(special))]).astype(np.float32)
+    x = x.reshape(128, 4)
+    erf_ref = np.array([math.erf(float(v)) for v in x.flat], np.float32).reshape(x.shape)
+    phi = [0.5 * math.erfc(-float(v) / math.sqrt(2.0)) for v in x.flat]
+    gelu_ref = np.array([float(v) * p for v, p in zip(x.flat, phi)], np.float32).reshape(x.shape)
+    runs = backends.run_backends(kernel, None, x)
+    erf, gelu, act = runs.results[backends.REFERENCE]
+    np.testing.assert_array_equal(erf, erf_ref)
+    np.testing.assert_array_equal(gelu, gelu_ref)
+    np.testing.assert_array_equal(act, gelu_ref)
