@@ -379,6 +379,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         current="dst, pattern, offset=0, channel_multiplier=0, name=None",
         ir_op="iota", result="new SBUF tile, the expression's shape; dtype arg (required)",
         result_dtype="arg",
+        note="offset: an int, or an affine expression of loop iterators and program ids; a "
+        "register offset (NKI 0.4 notes) is not simulated (err_unsupported_attribute)",
     ),
     Instruction(
         "memset", "gpsimd", ("vector", "gpsimd"),
@@ -399,7 +401,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
         ir_op="affine_select", ir_attrs=("engine", "pred"), poison="element",
         result="new SBUF tile, on_true_tile's shape; dtype arg or on_true_tile's dtype",
         note="current docs of some releases list offset positionally after pattern; the "
-        "stubs (0.3+) put it after cmp_op, where SDK 2.32's takes it positionally",
+        "stubs (0.3+) put it after cmp_op, where SDK 2.32's takes it positionally; offset as "
+        "iota's (an int or an affine expression of loop iterators and program ids)",
     ),
     Instruction(
         "tensor_partition_reduce", "gpsimd", ("gpsimd",),

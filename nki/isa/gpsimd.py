@@ -15,7 +15,7 @@ from .. import language as nl
 from ..errors import NKIError, NKIShapeError, NKITypeError, NKIUnsupportedError, user_loc
 from ..ir import Affine, Cond, IndexExpr, Mask, tensor_label
 from ..symbolic import Index, Pred, Scalar, expand_expr
-from ..tracer import NkiTensor, _Assigned, const_operand
+from ..tracer import NkiTensor, _Assigned, concrete_value, const_operand, is_register
 from ..tracer.api_checks import broken
 from .common import (
     SBUF,
@@ -84,10 +84,26 @@ def _pattern_value(name: str, dst: Any, a: dict[str, Any]) -> Any:
             code="err_invalid_argument",
             loc=user_loc(),
         )
+    if isinstance(offset, np.integer):
+        offset = int(offset)
     for what, v in (("offset", offset), ("channel_multiplier", cm)):
+        # (the offset may also be a traced int: a loop iterator or a program id, as in a
+        # causal mask whose diagonal moves with the loop)
+        if what == "offset" and isinstance(v, Scalar):
+            continue
+        if what == "offset" and is_register(v):
+            raise NKIUnsupportedError(
+                f"offset of nisa.{name} is a register: nki-sim does not simulate register "
+                "offsets of generated patterns (an int, a loop iterator or a program id works)",
+                code="err_unsupported_attribute",
+                loc=user_loc(),
+            )
         if not isinstance(v, int) or isinstance(v, bool):
             raise NKITypeError(
-                f"{what} of nisa.{name} must be an int; got {v!r}",
+                f"{what} of nisa.{name} must be an int or a loop iterator / program id "
+                f"expression; got {v!r}"
+                if what == "offset"
+                else f"{what} of nisa.{name} must be an int; got {v!r}",
                 code="err_invalid_argument",
                 loc=user_loc(),
             )
@@ -101,7 +117,7 @@ def _pattern_value(name: str, dst: Any, a: dict[str, Any]) -> Any:
             loc=user_loc(),
         )
     k = len(pairs)
-    expr = nl.arange(shape[0])[(slice(None), *([None] * k))] * int(cm) + int(offset)
+    expr = nl.arange(shape[0])[(slice(None), *([None] * k))] * int(cm) + offset
     for i, (step, num) in enumerate(pairs):
         sel = [None] * (k + 1)
         sel[i + 1] = slice(None)
@@ -207,6 +223,8 @@ def memset(
     dims = shape if isinstance(shape, (tuple, list)) else (shape,)
     shp = tuple(static_int(s, c.api, "shape") for s in dims)
     eng = c.choose_engine(engine)
+    if isinstance(value, Scalar):  # (a program id / loop iterator: its int, where one has it)
+        concrete_value(value, f"the value of {c.api}")
     if not isinstance(value, (int, float, bool)) and not (
         hasattr(value, "dtype") and getattr(value, "shape", 0) == ()
     ):

@@ -228,7 +228,7 @@ _CLASSIC_MODE_OPS = ("'//'", "'%'")
 _RANGE_BOUNDS = tuple(f"nl.{r}_range " for r in ("affine", "sequential", "static"))
 
 
-def _concrete_value(x: Any, what: str) -> None:
+def concrete_value(x: Any, what: str) -> None:
     """Python needs the integer value of the traced scalar ``x`` (``what`` needs it): restart
     per core (a program id of an LNC=2 launch) or with its loops unrolled (current API). In
     classic mode a kernel no construct has decided yet restarts as current here: only the
@@ -514,7 +514,7 @@ def new_trace(st: TraceState) -> Iterator[TraceState]:
 # the symbolic values (a layer below) ask the trace how to decide Python control flow on them
 TRACE_HOOKS["decide_condition"] = decide_condition
 TRACE_HOOKS["unroll_for_division"] = unroll_for_division
-TRACE_HOOKS["concrete_value"] = _concrete_value
+TRACE_HOOKS["concrete_value"] = concrete_value
 TRACE_HOOKS["decide_scalar"] = _decide_scalar
 TRACE_HOOKS["per_core"] = _per_core_hook
 TRACE_HOOKS["join_and"] = join_pending

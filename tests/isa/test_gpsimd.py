@@ -17,6 +17,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError
 
+from backends import REFERENCE, run_backends
 from helpers import BF16, DTS, close, expect_error, f32, line_of, rand, run
 from helpers import hbm_out as _out
 
@@ -626,3 +627,63 @@ def test_iota_pattern_that_does_not_cover_dst_is_a_located_error():
         nki.jit(iota_pattern_too_short)(np.zeros((1, 1), np.float32))
     assert e.value.code == "err_free_size_mismatch"
     assert e.value.loc.line == iota_pattern_too_short.__code__.co_firstlineno + 2
+
+
+def causal_rows_per_core(x):
+    """Each of the two cores masks its 128 query rows: the diagonal's offset is the core's."""
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    q0 = nl.program_id(0) * 128
+    t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[q0 : q0 + 128, :])
+    m = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(dst=m, pattern=[[-1, 256]], channel_multiplier=1, on_true_tile=t,
+                       on_false_value=-1e30, cmp_op=nl.greater_equal, offset=q0)  # fmt: skip
+    ids = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=ids, value=nl.program_id(0))
+    nisa.tensor_tensor(dst=m[:, 0:1], data1=m[:, 0:1], data2=ids, op=nl.add)
+    nisa.dma_copy(dst=out[q0 : q0 + 128, :], src=m)
+    return out
+
+
+def test_affine_select_offset_and_memset_value_take_the_program_id_of_each_core():
+    x = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)
+    got = nki.jit(causal_rows_per_core)[2](x)
+    p, f = np.arange(256)[:, None], np.arange(256)[None, :]
+    want = np.where(p >= f, x, np.float32(-1e30))
+    want[:, 0] += np.repeat([0, 1], 128).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def iota_offset_from_loop_and_grid(x):
+    out = nl.ndarray((2, 2, 16, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+    g = nl.program_id(0)
+    for j in nl.affine_range(2):
+        t = nl.ndarray((16, 8), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(t, [[3, 8]], offset=g * 1000 + j * 100 + 7, channel_multiplier=10)
+        nisa.dma_copy(dst=out[g, j], src=t)
+    return out
+
+
+def test_iota_offset_may_be_a_loop_iterator_and_program_id_expression():
+    runs = run_backends(nki.jit(iota_offset_from_loop_and_grid), 2, np.zeros(1, np.float32))
+    g, j = np.arange(2)[:, None, None, None], np.arange(2)[None, :, None, None]
+    p, f = np.arange(16)[None, None, :, None], np.arange(8)[None, None, None, :]
+    want = g * 1000 + j * 100 + 7 + 10 * p + 3 * f
+    np.testing.assert_array_equal(runs.results[REFERENCE], want)
+
+
+def iota_register_offset(n):
+    nsb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=nsb, src=n)
+    r = nisa.register_alloc()
+    nisa.register_load(r, nsb)
+    t = nl.ndarray((4, 6), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.iota(dst=t, pattern=[[2, 6]], offset=r, channel_multiplier=10)
+    return n
+
+
+def test_iota_register_offset_is_a_located_unsupported_error():
+    with pytest.raises(NKIError, match="is a register") as e:
+        nki.jit(iota_register_offset)(np.array([[5]], np.int32))
+    assert e.value.code == "err_unsupported_attribute"
+    assert e.value.loc.line == iota_register_offset.__code__.co_firstlineno + 6
