@@ -148,6 +148,19 @@ def _gelu_dx(x):
     return _f(_normal_cdf64(x) + x64 * pdf)
 
 
+def _sin_unreduced(x):
+    """The Scalar engine's sine (``nisa.activation(op=nl.sin)``): no argument range reduction,
+    so outside [-pi, pi] it is the cubic of sin about +-pi, extrapolated (sin(9.0) ~ 27.65, as
+    the shared API page says the hardware and AWS's simulator give). ``nl.sin`` reduces its
+    argument first and stays exact (the ``sin`` row)."""
+    x = _f(x)
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        d = x64 - np.copysign(math.pi, x64)
+        cubic = d * d * d / 6.0 - d
+        return _f(np.where(np.abs(x) > np.float32(math.pi), cubic, np.sin(x)))
+
+
 def _gelu_sigmoid_dx(x):
     s = _sigmoid(np.float32(1.702) * _f(x))
     return _f(s + np.float32(1.702) * _f(x) * s * (1.0 - s))
@@ -661,6 +674,15 @@ _add(
         native_int=True,
     )
 )
+
+# the Scalar engine's own version of an activation function, where it differs from the op row's
+ACTIVATION_ONLY: dict[str, Callable[[np.ndarray], np.ndarray]] = {"sin": _sin_unreduced}
+
+
+def activation_function(name: str) -> Callable[..., Any]:
+    """What ``nisa.activation(op=name)`` computes: the op row's function, or the engine's own."""
+    return ACTIVATION_ONLY.get(name) or OPS[name].fn
+
 
 BINARY = tuple(n for n, o in OPS.items() if o.arity == 2)
 UNARY = tuple(n for n, o in OPS.items() if o.arity == 1 and n != "copy")

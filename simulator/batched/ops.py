@@ -14,7 +14,7 @@ import numpy as np
 
 from nki import dtypes
 from nki.ir import Access, Const, IndexExpr, Instr, PidSym
-from nki.optable import OPS, apply
+from nki.optable import OPS, activation_function, apply
 
 from .. import numerics
 from ..backends import name_of
@@ -375,7 +375,7 @@ def _activation(instr: Instr, ctx: BCtx) -> None:
     sc = _scalar_operand(ctx, scale, p)
     bi = _scalar_operand(ctx, bias, p)
     one = isinstance(scale, Const) and float(scale.value) == 1.0
-    y = activation_values(x2, sc, bi, one, OPS[instr.attr("op")].fn)
+    y = activation_values(x2, sc, bi, one, activation_function(instr.attr("op")))
     res = instr.attr("reduce_res")
     if res is not None:  # (reset_reduce: the registers hold this instruction's row partials)
         reduce_into(ctx, res, instr.attr("reduce_op"), y)

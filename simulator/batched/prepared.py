@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nki.ir import Access, Const, Instr, TensorDecl
-from nki.optable import OPS, apply
+from nki.optable import OPS, activation_function, apply
 
 from .. import numerics
 from ..isa import formulas as M
@@ -133,7 +133,7 @@ def _activation(instr: Instr, decls: _Decls) -> Run | None:
     if not isinstance(data, Access):
         return None
     p = data.shape[0]
-    fn = OPS[instr.attr("op")].fn
+    fn = activation_function(instr.attr("op"))
     one = isinstance(scale, Const) and float(scale.value) == 1.0
     res, reduce_op = instr.attr("reduce_res"), instr.attr("reduce_op")
     # (immediates made once: ``_column``'s fp32 values of them)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from nki import dtypes
 from nki.errors import NKIError
 from nki.ir import Access, Const, Instr
-from nki.optable import NATIVE, OPS
+from nki.optable import ACTIVATION_ONLY, NATIVE, OPS
 
 from .. import numerics
 from ..executors import lowers
@@ -184,6 +184,8 @@ def lower_activation(g: Emitter, ins: Instr) -> None:
     srcs = (data, _scalar(g, scale, p), _scalar(g, bias, p))
     pre = "(({v0} * {v1}) + {v2})"
     op = OPS[ins.attr("op")]
+    if op.name in ACTIVATION_ONLY:  # (the engine's own function, not the op row's)
+        raise Unsupported(f"activation with '{op.name}' (the Scalar engine's own function)")
     if op.name in NATIVE and op.arity == 1:
         _ew(g, ins, _step(op.name, pre, ""), srcs)
     elif op.arity == 1 and not op.bitvec:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from nki.ir import Instr
-from nki.optable import OPS
+from nki.optable import OPS, activation_function
 
 from ..executors import executes
 from ..memory import Ctx
@@ -24,7 +24,7 @@ def _activation(instr: Instr, ctx: Ctx) -> None:
     sc = operand(ctx, scale, p)
     bi = operand(ctx, bias, p)
     with np.errstate(all="ignore"):
-        y = np.asarray(OPS[instr.attr("op")].fn((x2 * sc + bi).astype(np.float32)))
+        y = np.asarray(activation_function(instr.attr("op"))((x2 * sc + bi).astype(np.float32)))
     y = y.astype(np.float32)
     rop = instr.attr("reduce_op")
     if rop is not None:

@@ -401,3 +401,32 @@ def test_tile_immediates_share_a_dtype(dt1):
         return
     expect_error(mixed_imm_dtypes, a, dt1, cls=NKIError, code="err_invalid_operand_dtype",
                  fragments=["float32", "bfloat16"], target="trn3")  # fmt: skip
+
+
+def k_sine_two_ways(a):
+    x = nl.load(a)
+    out_act = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    out_nl = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out_act, nisa.activation(op=nl.sin, data=x))
+    nl.store(out_nl, nl.sin(x))
+    return out_act, out_nl
+
+
+def test_activation_sine_has_no_range_reduction_and_nl_sin_does():
+    """The shared API page: the Scalar engine evaluates its sine polynomial without range
+    reduction, so activation(op=nl.sin) extrapolates a cubic outside [-pi, pi] (sin(9.0) ~
+    27.65); nl.sin reduces first and stays the sine everywhere."""
+    import nki
+
+    from backends import REFERENCE, run_backends
+
+    x = np.array([[9.0, -9.0, 3.0, -3.0, 0.5, 3.2, 100.0, np.pi]], np.float32)
+    runs = run_backends(nki.jit(k_sine_two_ways), None, x)
+    act, exact = runs.results[REFERENCE]
+    np.testing.assert_allclose(act[0, :2], [27.65, -27.65], atol=0.01)
+    inside = np.abs(x) <= np.float32(np.pi)
+    np.testing.assert_array_equal(act[inside], np.sin(x[inside]))
+    d = x[0, 5].astype(np.float64) - np.pi  # (just past pi: near sin, then the cubic grows)
+    np.testing.assert_allclose(act[0, 5], d**3 / 6 - d, rtol=1e-6)
+    assert act[0, 6] > 1e5
+    np.testing.assert_allclose(exact, np.sin(x.astype(np.float64)), rtol=1e-6, atol=1e-6)
