@@ -20,6 +20,7 @@ from ..errors import (
     NKIError,
     NKIMemoryError,
     NKIShapeError,
+    NKITypeError,
     user_loc,
 )
 from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, LoopSym, TensorDecl, tensor_label
@@ -86,6 +87,9 @@ class TileOps:
     def __pow__(self, o):
         return _op("power")(self, o)
 
+    def __rpow__(self, o):
+        return _op("power")(o, self)
+
     def __lt__(self, o):
         return _op("less")(self, o)
 
@@ -122,6 +126,21 @@ class TileOps:
 
     def __rshift__(self, o):
         return _op("right_shift")(self, o)
+
+    def __rand__(self, o):
+        return _op("bitwise_and")(o, self)
+
+    def __ror__(self, o):
+        return _op("bitwise_or")(o, self)
+
+    def __rxor__(self, o):
+        return _op("bitwise_xor")(o, self)
+
+    def __rlshift__(self, o):
+        return _op("left_shift")(o, self)
+
+    def __rrshift__(self, o):
+        return _op("right_shift")(o, self)
 
     def __hash__(self) -> int:
         return id(self)
@@ -378,6 +397,37 @@ class _Assigned:
 
 
 python_state.SAME_AS[_Assigned] = lambda a: a.view  # `t += x` keeps t the same tile
+
+
+# Python operators NKI gives tiles no meaning for: a located error naming the call to use
+_NOT_TILE_OPERATORS = {
+    "__mod__": ("%", "nl.mod (Python's remainder) or nl.fmod"),
+    "__rmod__": ("%", "nl.mod (Python's remainder) or nl.fmod"),
+    "__floordiv__": ("//", "nl.floor(nl.divide(x, y))"),
+    "__rfloordiv__": ("//", "nl.floor(nl.divide(x, y))"),
+    "__matmul__": ("@", "nl.matmul or nisa.nc_matmul"),
+    "__rmatmul__": ("@", "nl.matmul or nisa.nc_matmul"),
+    "__divmod__": ("divmod()", "nl.mod and nl.divide"),
+    "__rdivmod__": ("divmod()", "nl.mod and nl.divide"),
+    "__abs__": ("abs()", "nl.abs"),
+    "__round__": ("round()", "nl.floor, nl.ceil or a cast to an int dtype (rounds to even)"),
+}
+
+
+def _not_a_tile_operator(symbol: str, instead: str) -> Callable[..., Any]:
+    def refuse(self: Any, *_: Any) -> Any:
+        raise NKITypeError(
+            f"the Python operator {symbol} is not defined on NKI tiles ({type(self).__name__} "
+            f"{list(getattr(self, 'shape', ()))}); use {instead}",
+            code="err_unsupported_operand",
+            loc=user_loc(),
+        )
+
+    return refuse
+
+
+for _name, (_symbol, _instead) in _NOT_TILE_OPERATORS.items():
+    setattr(TileOps, _name, _not_a_tile_operator(_symbol, _instead))
 
 
 def _forward_operator(name: str) -> Any:

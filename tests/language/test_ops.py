@@ -222,6 +222,28 @@ def test_python_operators_map_to_ops():
     np.testing.assert_allclose(got, (a + a) * a - a / a, rtol=1e-6)
 
 
+def test_reflected_python_operators_map_to_ops():
+    a = np.random.default_rng(1).uniform(0, 3, (P, F)).astype(np.float32)
+    np.testing.assert_allclose(_run(lambda x: 2.0**x, a), np.float32(2.0) ** a, rtol=1e-6)
+    u = np.random.default_rng(2).integers(0, 7, (P, F)).astype(np.int32)
+    got = _run(lambda x: (12 & x) | (1 << x) ^ (255 >> x), u)
+    np.testing.assert_array_equal(got, (12 & u) | (1 << u) ^ (255 >> u))
+
+
+@pytest.mark.parametrize(
+    "fn,symbol",
+    [(lambda x: x % 3, "%"), (lambda x: 7 // x, "//"), (lambda x: x @ x, "@"),
+     (lambda x: abs(x), "abs()"), (lambda x: round(x), "round()"),
+     (lambda x: divmod(x, 2), "divmod()")],
+)  # fmt: skip
+def test_python_operators_nki_does_not_define_are_located_errors(fn, symbol):
+    with pytest.raises(NKITypeError) as ei:
+        _run(fn, np.ones((P, F), np.float32))
+    assert ei.value.code == "err_unsupported_operand"
+    assert f"the Python operator {symbol} is not defined on NKI tiles" in str(ei.value)
+    assert ei.value.loc.file == __file__
+
+
 def test_every_row_has_engines_and_doc():
     for op in OPS.values():
         assert op.engines and op.doc, op.name
