@@ -92,11 +92,17 @@ def expand_dims(data: Any, axis: Any) -> View:
     axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
     nd = len(getattr(data, "shape", acc.shape))  # a (P,) partition vector counts as 1-D
     total = nd + len(axes)
-    got = sorted(a + total if isinstance(a, int) and a < 0 else a for a in axes)
+    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
+        raise NKITypeError(
+            f"'{api}' takes an int axis or a list of int axes, got {axis!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    got = sorted(int(a) + total if a < 0 else int(a) for a in axes)
     trailing = list(range(nd, total))
     if got == trailing:
         return View(t, expand_access(acc, total - len(acc.shape)))
-    free = all(isinstance(a, int) and 1 <= a < total for a in got) and len(set(got)) == len(got)
+    free = all(1 <= a < total for a in got) and len(set(got)) == len(got)
     current = generation(sensitive=True) == "current"
     if current and free and nd == len(acc.shape):
         return View(t, insert_unit_axes(acc, got))
