@@ -204,7 +204,10 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
             if like is None and devices:
                 like = devices[0]
     res, ir = common.run_traced(k, bound)
-    for pname in ir.outputs if copies else ():
+    # (the parameters the caller sees updated: a legacy kernel's outputs, the storage of a
+    # returned parameter, the inputs a current-API kernel writes)
+    updated = {ir.storage_of(n) for n in ir.outputs} | set(ir.writes_back) if copies else ()
+    for pname in updated:
         if pname in copies:  # the kernel wrote a copied tensor: write it back
             orig, arr = copies[pname]
             with torch.no_grad():

@@ -16,6 +16,7 @@ from fe_kernels import (  # noqa: E402
     mul_bwd,
 )
 
+import nki.language as nl  # noqa: E402
 from frontends import KernelPair  # noqa: E402
 from frontends import torch as ft  # noqa: E402
 from nki.errors import NKIError, NKITypeError  # noqa: E402
@@ -56,6 +57,23 @@ def test_non_contiguous_inputs_and_outputs():
     out = torch.zeros(64, 256).t()
     ft.nki_jit(add_rows_legacy)[2](a, b, out)
     assert torch.equal(out, a + b)
+
+
+def _scale_and_stash(a, stash):
+    """Returns 2 * a and also writes a + 1 into the parameter ``stash`` (a current-API
+    kernel writes its inputs back to the caller)."""
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(stash, nl.add(x, 1.0))
+    nl.store(c, nl.multiply(x, 2.0))
+    return c
+
+
+def test_a_written_non_contiguous_parameter_is_copied_back():
+    a = torch.randn(16, 8)
+    for stash in (torch.zeros(16, 8), torch.zeros(8, 16).t()):
+        got = ft.nki_jit(_scale_and_stash)(a, stash)
+        assert torch.equal(got, a * 2) and torch.equal(stash, a + 1)
 
 
 def test_zero_copy_views():
