@@ -120,17 +120,18 @@ def autograd_function(
         save_outputs=save_outputs,
     )
 
-    def fwd(ctx: Any, *inputs: torch.Tensor) -> Any:
+    def fwd(ctx: Any, *inputs: Any) -> Any:
         outs = _forward(pair, inputs)
-        saved = tuple(inputs) + (as_tuple(outs) if pair.save_outputs else ())
-        ctx.save_for_backward(*saved)
-        ctx.n_inputs = len(inputs)
+        # (tensors are saved for backward; Python scalar arguments are kept as they are)
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        ctx.save_for_backward(*tensors, *(as_tuple(outs) if pair.save_outputs else ()))
+        ctx.scalars = [None if isinstance(x, torch.Tensor) else (x,) for x in inputs]
         return outs
 
     def bwd(ctx: Any, *grads: torch.Tensor) -> Any:
-        saved = ctx.saved_tensors
-        n = ctx.n_inputs
-        return _backward(pair, tuple(saved[:n]), tuple(saved[n:]), grads)
+        saved = iter(ctx.saved_tensors)
+        inputs = tuple(next(saved) if s is None else s[0] for s in ctx.scalars)
+        return _backward(pair, inputs, tuple(saved), grads)
 
     name = f"{pair.name}_nki_function"
     return type(
@@ -268,6 +269,7 @@ def custom_op(
         save_outputs=save_outputs,
         num_outputs=num_outputs,
     )
+    num_outputs, save_outputs = pair.num_outputs, pair.save_outputs  # (a ready pair's own)
     names = _tensor_params(pair.forward)
     if not names:
         raise NKITypeError(

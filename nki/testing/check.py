@@ -99,6 +99,14 @@ def _to_framework(a: np.ndarray, framework: str) -> Any:
 
         if a.dtype == _dt.storage("bfloat16"):
             return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+        if a.dtype.name.startswith("float8"):  # (the same bits in torch's format of that name)
+            td = getattr(torch, a.dtype.name, None)
+            if td is None:
+                raise ToolkitUsageError(
+                    f"check_kernel(framework='torch'): torch has no {a.dtype.name} dtype; use "
+                    "float8_e4m3fn / float8_e5m2, or framework='numpy'"
+                )
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(td)
         return torch.from_numpy(np.ascontiguousarray(a))
     if framework == "jax":
         import jax.numpy as jnp
@@ -322,17 +330,32 @@ def check_kernel(
     try:
         test()
     except KernelCheckError as e:
-        msg = (
-            f"check_kernel: kernel '{kname}' fails against reference "
-            f"'{getattr(reference, '__name__', reference)}' (minimal example after "
-            f"{count[0]} runs, shrunk by hypothesis): {e}"
-        )
-        err = KernelCheckError(msg)
+        raise _report(e, kname, reference, count[0], [e]) from None
+    except Exception as group:  # (an exception group: hypothesis found several failures)
+        found = list(getattr(group, "exceptions", ()))
+        if not found or not all(isinstance(e, KernelCheckError) for e in found):
+            raise
+        raise _report(found[0], kname, reference, count[0], found) from None
+    return count[0]
+
+
+def _report(
+    first: KernelCheckError, kname: str, reference: Any, runs: int, found: list[KernelCheckError]
+) -> KernelCheckError:
+    """The error ``check_kernel`` raises: the (first) shrunk failure, with how many distinct
+    ones hypothesis found, and its notes to reproduce it."""
+    more = "".join(f"\n  also: {str(e).splitlines()[0]}" for e in found[1:])
+    what = f"{len(found)} distinct failures; the first" if len(found) > 1 else "minimal example"
+    err = KernelCheckError(
+        f"check_kernel: kernel '{kname}' fails against reference "
+        f"'{getattr(reference, '__name__', reference)}' ({what} after {runs} runs, shrunk by "
+        f"hypothesis): {first}{more}"
+    )
+    for e in found:
         for note in getattr(e, "__notes__", []):
             if "reproduce_failure" in note or "@seed" in note:
                 err.add_note(note)
-        raise err from None
-    return count[0]
+    return err
 
 
 def _check_reference_arity(

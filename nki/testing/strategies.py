@@ -253,12 +253,30 @@ def _bounds(name: str, min_value: float | None, max_value: float | None) -> tupl
         return 0, 1
     if info.kind in "iu":
         ii = np.iinfo(_dt.storage(name))
-        lo = max(ii.min, -100) if min_value is None else max(ii.min, math.ceil(min_value))
-        hi = min(ii.max, 100) if max_value is None else min(ii.max, math.floor(max_value))
+        # (by default within half the dtype's range: a sum of two stays in it, as the engines
+        # saturate where NumPy references wrap)
+        lo = max(ii.min // 2, -100) if min_value is None else max(ii.min, math.ceil(min_value))
+        hi = min(ii.max // 2, 100) if max_value is None else min(ii.max, math.floor(max_value))
         return lo, hi
-    lo = -4.0 if min_value is None else float(min_value)
-    hi = 4.0 if max_value is None else float(max_value)
+    fmax = float(ml_dtypes.finfo(_dt.storage(name)).max)  # (the format's largest finite)
+    lo = -4.0 if min_value is None else max(-fmax, float(min_value))
+    hi = 4.0 if max_value is None else min(fmax, float(max_value))
     return lo, hi
+
+
+def _next_value(x: np.ndarray, up: bool) -> np.ndarray:
+    """The neighbour of each finite ``x`` in its own float format (float32 ``nextafter`` does
+    not step bfloat16 / float8): one step of the sign-magnitude bit pattern."""
+    if x.dtype.isbuiltin == 1:
+        return np.nextafter(x, x.dtype.type(np.inf if up else -np.inf))
+    u = np.dtype(f"u{x.dtype.itemsize}")
+    bits = x.view(u).astype(np.int64)
+    sign = 1 << (8 * x.dtype.itemsize - 1)
+    neg, mag = (bits & sign) != 0, bits & (sign - 1)
+    grow = neg != up  # (up: a positive value grows, a negative one shrinks towards zero)
+    stepped = (bits & sign) | np.where(grow, mag + 1, mag - 1)
+    from_zero = 1 if up else sign | 1  # (the smallest subnormal of the direction's sign)
+    return np.where(mag == 0, from_zero, stepped).astype(u).view(x.dtype)
 
 
 def _elements(name: str, lo: float, hi: float) -> st.SearchStrategy[Any]:
@@ -288,10 +306,12 @@ def _finish(vals: np.ndarray, name: str, lo: float, hi: float) -> np.ndarray:
             stepped = (pre >= lo) & (pre <= hi) & ((f < lo) | (f > hi))
         if not stepped.any():
             return out
-        inside = np.clip(f, lo, hi).astype(sd).astype(np.float32)
-        # the clipped value may round outside again: step one value inwards in that case
-        inside = np.where(inside > hi, np.nextafter(inside, -np.inf), inside)
-        return np.where(stepped, inside.astype(sd), out).astype(sd)
+        inside = np.clip(f, lo, hi).astype(sd)
+        # the clipped value may round outside again: one value of the format inwards then
+        fi = inside.astype(np.float32)
+        inside = np.where(fi > hi, _next_value(inside, up=False), inside)
+        inside = np.where(fi < lo, _next_value(inside, up=True), inside)
+        return np.where(stepped, inside, out).astype(sd)
     return vals.astype(sd)
 
 
@@ -308,7 +328,9 @@ def arrays(
     """Arrays of ``shape`` and ``dtype`` (NumPy / ml_dtypes storage).
 
     By default the values are finite and safe: floats in ``[-4, 4]``, integers in
-    ``[-100, 100]`` clipped to the dtype (override with ``min_value`` / ``max_value``).
+    ``[-100, 100]`` clipped to half the dtype's range (int8: ``[-64, 63]``, so a sum of two
+    does not saturate); override with ``min_value`` / ``max_value``, which are clipped to the
+    dtype's finite range.
     ``special=True`` mixes in the dtype's special values (NaN, +-inf, -0.0, subnormals,
     extremes; see ``special_values``). ``dtype`` and ``shape`` may be strategies.
     Values are a background (all zeros, or seeded uniform values in the range) with up to 8
@@ -376,8 +398,12 @@ def grids(
         d = draw(st.integers(1, max(1, left)))
         dims.append(d)
         left = max(1, left // d)
-    while math.prod(dims) < min_instances:
-        dims[0] += 1  # rarely needed: grow the first dimension to the minimum
+    if math.prod(dims) < min_instances:  # (rarely: the first dimension grows to the minimum)
+        rest = math.prod(dims[1:])
+        lo = -(-min_instances // rest)
+        dims[0] = lo if lo * rest <= max_instances else min_instances
+        if lo * rest > max_instances:  # (no first dimension fits between the bounds)
+            dims[1:] = [1] * (len(dims) - 1)
     out: list[Any] = list(dims)
     lnc = _target(target)[0].max_lnc
     if cores and lnc > 1 and dims[0] % lnc == 0 and draw(st.booleans()):

@@ -61,10 +61,13 @@ def _as_numpy(x: Any) -> np.ndarray:
     mod = type(x).__module__
     if mod.startswith("torch"):
         t = x.detach().cpu()
-        if str(t.dtype) == "torch.bfloat16":
+        name = str(t.dtype).removeprefix("torch.")
+        if name == "bfloat16" or name.startswith("float8"):  # (NumPy has none: their bits)
             import ml_dtypes
+            import torch
 
-            return t.float().numpy().astype(ml_dtypes.bfloat16)
+            bits = t.contiguous().view(torch.int16 if name == "bfloat16" else torch.uint8)
+            return bits.numpy().view(getattr(ml_dtypes, name))
         return t.numpy()
     return np.asarray(x)
 

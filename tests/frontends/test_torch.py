@@ -195,3 +195,45 @@ def test_lists_of_tensors_at_any_depth_are_arguments():
     got = dot_pairs(pairs, extra)
     assert isinstance(got, torch.Tensor)
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def _scale(a, alpha=2.0):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(c, nl.multiply(nl.load(a), alpha))
+    return c
+
+
+def _exp(a):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(c, nl.exp(nl.load(a)))
+    return c
+
+
+def _prod_and_sum(a, b):
+    p = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x, y = nl.load(a), nl.load(b)
+    nl.store(p, nl.multiply(x, y))
+    nl.store(s, nl.add(x, y))
+    return p, s
+
+
+def test_autograd_function_takes_python_scalar_arguments():
+    scale = ft.autograd_function(ft.nki_jit(_scale), lambda a, alpha, g: (g * alpha, None))
+    a = torch.rand(64, 32, requires_grad=True)
+    y = scale.apply(a, 3.0)
+    y.sum().backward()
+    assert torch.allclose(y, 3 * a.detach()) and torch.equal(a.grad, torch.full_like(a, 3.0))
+
+
+def test_custom_op_uses_the_outputs_of_a_ready_kernel_pair():
+    exp_pair = KernelPair(ft.nki_jit(_exp), lambda a, y, g: (g * y,), save_outputs=True)
+    x = torch.rand(16, 8, requires_grad=True)
+    ft.custom_op("nkisim_tests::exp_pair_saved", exp_pair)(x).sum().backward()
+    assert torch.allclose(x.grad, torch.exp(x.detach()))
+    pair = KernelPair(
+        ft.nki_jit(_prod_and_sum), lambda a, b, gp, gs: (gp * b + gs, gp * a + gs), num_outputs=2
+    )
+    a, b = torch.rand(16, 8), torch.rand(16, 8)
+    p, s = ft.custom_op("nkisim_tests::prod_and_sum_pair", pair)(a, b)
+    assert torch.allclose(p, a * b) and torch.allclose(s, a + b)

@@ -236,3 +236,42 @@ def test_torch_reference():
         upcast=False,
         max_examples=5,
     )
+
+
+def test_several_distinct_failures_raise_one_kernel_check_error():
+    @nki.jit
+    def first64(a):  # raises on fewer than 64 rows, leaves rows 64 on unwritten otherwise
+        c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(c[0:64, :], nl.load(a[0:64, :]))
+        return c
+
+    with pytest.raises(KernelCheckError) as ei:
+        check_kernel(
+            first64,
+            lambda a: a,
+            shapes=[st.sampled_from([(32, 8), (128, 8)])],
+            max_examples=20,
+        )
+    assert "kernel 'first64' fails against reference" in str(ei.value)
+    assert "2 distinct failures" in str(ei.value)  # (the kernel raised; an output differed)
+
+
+def test_torch_float8_inputs_and_references():
+    torch = pytest.importorskip("torch")
+    from nki.testing import assert_allclose
+
+    t = torch.tensor([[1.0, -2.0, 0.5]]).to(torch.float8_e4m3fn)
+    assert_allclose(t, np.array([[1.0, -2.0, 0.5]], np.float32))
+    with pytest.raises(AssertionError):
+        assert_allclose(t, np.array([[1.0, -2.0, 0.75]], np.float32))
+    check_kernel(
+        scale_add,
+        lambda a, b: (a.float() * 2 + b.float()).to(a.dtype),
+        shapes=[SAME, SAME],
+        dtypes="float8_e5m2",
+        framework="torch",
+        upcast=False,
+        min_value=-2,
+        max_value=2,
+        max_examples=5,
+    )

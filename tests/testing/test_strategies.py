@@ -144,6 +144,38 @@ def test_arrays_value_range_holds_after_rounding(a):
     assert (f >= 0.5).all() and (f <= 2.0).all()
 
 
+@pytest.mark.parametrize(
+    "dt,lo,hi",
+    [("bfloat16", 0.0, 0.1), ("bfloat16", 0.0, 1.006), ("float8_e5m2", -1000, 1000),
+     ("float8_e4m3", -1000, 1000), ("float8_e4m3fn", -1000, 1000), ("float16", -0.3, 0.3)],
+)  # fmt: skip
+def test_narrow_float_arrays_stay_finite_and_inside_their_range(dt, lo, hi):
+    @settings(database=None, max_examples=150, derandomize=True)
+    @given(a=arrays(dt, (4, 8), min_value=lo, max_value=hi))
+    def check(a):
+        f = a.astype(np.float64)
+        assert np.isfinite(f).all() and f.min() >= lo and f.max() <= hi
+
+    check()
+
+
+@given(data=st.data(), dt=st.sampled_from(["int8", "uint8", "int16"]))
+def test_default_ints_leave_room_for_a_sum_of_two(data, dt):
+    a = data.draw(arrays(dt, (3, 5))).astype(np.int64)
+    ii = np.iinfo(dt)
+    assert (a + a <= ii.max).all() and (a + a >= ii.min).all()
+
+
+@pytest.mark.parametrize("lo,hi,nd", [(5, 5, 2), (7, 8, 3), (3, 4, 3), (6, 6, 3), (2, 3, 2)])
+def test_grids_keep_between_the_instance_bounds(lo, hi, nd):
+    @settings(database=None, max_examples=150, derandomize=True)
+    @given(g=grids(max_ndim=nd, min_instances=lo, max_instances=hi))
+    def check(g):
+        assert lo <= grid_size(g) <= hi
+
+    check()
+
+
 @pytest.mark.parametrize("dt", ["float32", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8"])
 def test_special_values_are_reachable(dt):
     seen_bits: set[tuple[bool, object]] = set()
