@@ -35,6 +35,9 @@ def _additive(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     return torch.zeros((), dtype=dtype).masked_fill(~mask, float("-inf")).expand(mask.shape)
 
 
+_LSE_FLOOR = -1.0e30  # (the attention kernel's: its running max starts there)
+
+
 def _scores(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, scale: float) -> Tensor:
     """fp32 (B, H, Sq, Sk) scores q k^T * scale + mask, causal entries -inf."""
     s = q.float() @ _expand_kv(k, q.shape[1]).float().transpose(-1, -2) * scale
@@ -60,7 +63,9 @@ def sdpa_op(
     k, v (B, Hk, Sk, D) shared by groups of H / Hk query heads. With ``need_lse`` False (a
     graph that never reads it: :func:`drop_unread_lse`) lse is an empty (0,) tensor."""
     s = _scores(q, k, mask, is_causal, scale)
-    lse = s.logsumexp(-1)
+    # (a row whose every key is masked with -inf: probabilities 0 and an output of 0, as
+    # torch gives, from a finite lse as the kernel's, which the backward also reads)
+    lse = s.logsumexp(-1).clamp_min(_LSE_FLOOR)
     out = torch.exp(s - lse[..., None]) @ _expand_kv(v, q.shape[1]).float()
     return out.to(q.dtype), lse if need_lse else torch.empty(0, dtype=torch.float32)
 
@@ -70,7 +75,8 @@ def _(
     q: Tensor, k: Tensor, v: Tensor, mask: Any, is_causal: bool, scale: float, need_lse: bool = True
 ) -> Any:
     lse_shape = q.shape[:-1] if need_lse else (0,)
-    return torch.empty_like(q), q.new_empty(lse_shape, dtype=torch.float32)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (v's head size: it may differ from q's)
+    return out, q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("nki::sdpa_backward", mutates_args=())

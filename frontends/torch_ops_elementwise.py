@@ -20,6 +20,9 @@ from .torch_ops import _DTYPE_NAMES, FLOATS, INTS, _float, _operand, _rows
 from .torch_registry import Guard, builtin
 
 _EW = f"float32 / bfloat16 / float16, last dim <= {FREE_MAX}"
+# integer results torch wraps around in their own dtype: kept on the CPU (the kernels compute
+# int32 values, and the engines saturate)
+_NARROW_INTS = (torch.int16, torch.int8, torch.uint8)
 _EW_INT = f"float32 / bfloat16 / float16 / int32 / int64, last dim <= {FREE_MAX}"
 
 
@@ -42,6 +45,8 @@ def _cast(run: Any, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def _unary(op: str) -> Any:
     def adapter(run: Any, x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype in _NARROW_INTS:
+            raise Guard(f"{op} on {x.dtype} (torch wraps around; the engines saturate)")
         if isinstance(x, torch.Tensor) and x.dtype in INTS and f"{op}_int" in K.EXACT_KERNELS:
             return run(K.EXACT_KERNELS[f"{op}_int"], _rows(_operand(x))).reshape(x.shape)
         _float(x)
@@ -94,8 +99,8 @@ def _result_dtype(op: str, x: Any, y: Any) -> torch.dtype:
 
 def _binary_call(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
     rt = _result_dtype(op, x, y)
-    if rt not in FLOATS and (rt not in INTS or op not in K.INT_EXACT):
-        raise Guard(f"{op} on {rt}")
+    if rt not in FLOATS and (rt not in INTS or op not in K.INT_EXACT or rt in _NARROW_INTS):
+        raise Guard(f"{op} on {rt}")  # (int8 / uint8 / int16: torch wraps, the engines saturate)
     kdt = rt if rt in FLOATS else torch.int32
     xt, yt = isinstance(x, torch.Tensor), isinstance(y, torch.Tensor)
     if xt and (not yt or (y.dim() == 0 and x.dim() > 0)):  # y a scalar
@@ -120,7 +125,7 @@ _BIN += "vector, a per-row column or a scalar"
 
 
 def _binary(op: str, commutative: bool) -> Any:
-    def adapter(run: Any, x: Any, y: Any, *, alpha: Any = 1, rounding_mode: Any = None) -> Any:
+    def adapter(run: Any, x: Any, y: Any, alpha: Any = 1, *, rounding_mode: Any = None) -> Any:
         if alpha != 1 or rounding_mode is not None:
             raise Guard("alpha != 1" if alpha != 1 else f"rounding_mode={rounding_mode}")
         return _binary_call(run, op, x, y, commutative)
@@ -141,7 +146,7 @@ for _aten, (_op, _comm) in {
 
 
 @builtin("aten::rsub", ("sub_scalar_kernel",), f"{_EW_INT}; other a scalar")
-def _rsub(run: Any, x: Any, other: Any, *, alpha: Any = 1) -> Any:
+def _rsub(run: Any, x: Any, other: Any, alpha: Any = 1) -> Any:  # (ATen: alpha positional)
     if alpha != 1 or not _is_scalar(other):
         raise Guard("alpha != 1 or tensor other")
     return _binary_call(run, "sub", other, x, False)

@@ -296,6 +296,8 @@ def _topk_last(run: Any, x: Any, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         raise Guard(f"k {k} of {tuple(x.shape)}")
     if x.dtype not in FLOATS + INTS:
         raise Guard(f"dtype {x.dtype}")
+    if x.dtype in FLOATS and bool(torch.isnan(x).any()):  # (torch ranks NaN above everything)
+        raise Guard("NaN in the data")
     vals, idx = run(K.topk_kernel, _rows(_operand(x)), k=k)
     shape = (*x.shape[:-1], k)
     return vals.reshape(shape), idx.reshape(shape)

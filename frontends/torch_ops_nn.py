@@ -119,9 +119,9 @@ def _convolution(
     if b is None:
         b = torch.zeros(w.shape[0], dtype=w.dtype)
     _float(x, w, b)
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
     if x.dim() != 4 or transposed or groups != 1 or set(_pair(dilation)) != {1}:
-        raise Guard("not a plain 2-D convolution")
+        raise Guard("not a plain 2-D convolution")  # (before reading 2-D stride / padding)
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
     if sh != sw or ph != pw:
         raise Guard(f"stride {(sh, sw)} / padding {(ph, pw)} differ per axis")
     if (x.shape[3] + 2 * pw - w.shape[3]) // sw + 1 > 512:

@@ -8,7 +8,7 @@ Layout: q and out are (B * H, Sq, D) HBM tensors (batch and heads flattened), k 
 Q K^T, on the partition axis). Sq may differ from Sk (a decode step: one query against a KV
 cache). An optional additive ``mask`` (MB, MH, Sq, Sk), MB in {1, B} and MH in {1, H}
 (broadcast over batch / heads), is added to the scaled scores (-inf entries get zero
-probability). Scores, softmax statistics and
+probability; a row with every entry -inf gives 0, as torch does). Scores, softmax statistics and
 accumulators are fp32; matmul inputs keep the input dtype (fp32, bf16 or fp16). Ragged
 sequence tails (past a multiple of 128) load as zeros and their key columns are masked to
 -1e30 with ``nisa.affine_select`` (together with the causal predicate), so they get zero
@@ -26,6 +26,7 @@ from ._tiles import fit, row_tiles
 
 F32 = nl.float32
 NEG = -1.0e30
+TINY = 1.0e-30  # (the floor of a softmax row's sum: an all -inf row gives 0, not 0 / 0)
 
 
 def _load_t(x: Any, bh: Any, t: Any, s: int, d: int, b: int) -> Any:
@@ -170,6 +171,9 @@ def attention_kernel(q, k, v, mask=None, scale=1.0, causal=False, heads=0, with_
                             acc[i_p, i_d] = nl.add(nl.multiply(acc, corr, dtype=F32), pv, dtype=F32)
                             m[i_p, i_1] = nl.copy(m_new, dtype=F32)
                     rows = qi * bq + i_p
+                    # (a row whose every key is masked with -inf has l_sum 0 and acc 0: its
+                    # output is 0, as torch gives; any other row has l_sum >= 1)
+                    l_sum = nl.maximum(l_sum, TINY, dtype=F32)
                     res = nl.multiply(acc, nl.reciprocal(l_sum, dtype=F32), dtype=q.dtype)
                     nl.store(out[bh, rows, i_d], res, mask=rows < sq if sq % bq else None)
                     if with_lse:

@@ -125,6 +125,84 @@ def test_attention_computes_the_log_sum_exp_only_for_the_backward(monkeypatch):
     assert launched == [False, True]
 
 
+@pytest.mark.parametrize("boolean", [True, False])
+def test_attention_rows_with_every_key_masked_give_zeros_and_zero_gradients(boolean):
+    """A left-padded batch's pad queries see no key: torch gives 0 there (not NaN), and the
+    NaN would otherwise reach every token through the next layer."""
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 6, 8, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    keep[0, :, :2, :] = False  # (queries 0 and 1 of batch 0 see nothing)
+    mask = keep if boolean else torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    want = f(q, k, v)
+    grads = torch.autograd.grad(want.square().sum(), (q, k, v))
+    before = len(tb.reports())
+    got = torch.compile(f, backend="nki")(q, k, v)
+    assert torch.equal(got[0, :, :2], torch.zeros_like(got[0, :, :2]))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(torch.autograd.grad(got.square().sum(), (q, k, v)), grads):
+        assert not g.isnan().any()
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    reps = _new_reports(before)
+    assert any(r.ran_as_nki("nki::sdpa") for r in reps)
+    assert any(r.ran_as_nki("nki::sdpa_backward") for r in reps)
+
+
+def test_attention_with_a_value_head_size_of_its_own():
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    q, k = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16)
+    v = torch.randn(2, 4, 8, 5, requires_grad=True)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v) + v
+
+    want = f(q, k, v)
+    (gw,) = torch.autograd.grad(want.sum(), v)
+    got = torch.compile(f, backend="nki")(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    (gg,) = torch.autograd.grad(got.sum(), v)
+    torch.testing.assert_close(gg, gw, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_integers_wrap_rsub_takes_alpha_and_a_3d_convolution_falls_back():
+    torch._dynamo.reset()
+    a = torch.tensor([[100, -100, 50, 7]], dtype=torch.int8)
+    b = torch.tensor([[200, 10, 255, 0]], dtype=torch.uint8)
+    c = torch.tensor([[300, -300, 1000, 1]], dtype=torch.int16)
+    x = torch.randn(4, 8)
+    conv = torch.nn.Conv3d(2, 3, 3, padding=1)
+    vol = torch.randn(1, 2, 4, 5, 5)
+
+    def f(a, b, c, x, vol):
+        return a + a, a * 3, b - 10, c * c, torch.rsub(x, 2.0, alpha=3), conv(vol)
+
+    with torch.no_grad():
+        want = f(a, b, c, x, vol)
+        got = torch.compile(f, backend="nki")(a, b, c, x, vol)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_max_argmax_and_topk_rank_nan_first_as_torch_does():
+    torch._dynamo.reset()
+    x = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 5.0, -1.0, 0.0]])
+
+    def f(x):
+        return x.max(dim=1), x.argmax(dim=1), x.topk(2, dim=1), x.max()
+
+    with torch.no_grad():
+        want = f(x)
+        got = torch.compile(f, backend="nki")(x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
 @nki.jit
 def double_gelu(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
