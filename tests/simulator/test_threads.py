@@ -210,11 +210,18 @@ def test_this_processs_blas_threads_are_not_others():
                 got.append(r)
         return sum(got) / max(1, len(got))
 
+    # (other processes' own load comes and goes: up to three idle / busy pairs, back to back;
+    # counting this process's threads as others reads about a core more in every pair)
+    excess = []
     with threadpool_limits(threads.cores(), user_api="blas"):
         mean_reading(0.3, False)  # (a reading to measure from)
-        idle = mean_reading(1.0, False)
-        busy = mean_reading(1.0, True)
-    assert busy <= idle + 0.4
+        for _ in range(3):
+            idle = mean_reading(1.0, False)
+            busy = mean_reading(1.0, True)
+            excess.append(busy - idle)
+            if excess[-1] <= 0.4:
+                break
+    assert min(excess) <= 0.4, excess
 
 
 class _Pool:
