@@ -48,7 +48,8 @@ def _unary(op: str) -> Any:
         if isinstance(x, torch.Tensor) and x.dtype in _NARROW_INTS:
             raise Guard(f"{op} on {x.dtype} (torch wraps around; the engines saturate)")
         if isinstance(x, torch.Tensor) and x.dtype in INTS and f"{op}_int" in K.EXACT_KERNELS:
-            return run(K.EXACT_KERNELS[f"{op}_int"], _rows(_operand(x))).reshape(x.shape)
+            res = run(K.EXACT_KERNELS[f"{op}_int"], _rows(_operand(x))).reshape(x.shape)
+            return _int32_limits(res)
         _float(x)
         return run(K.UNARY_KERNELS[op], _rows(x)).reshape(x.shape)
 
@@ -97,7 +98,22 @@ def _result_dtype(op: str, x: Any, y: Any) -> torch.dtype:
     return rt
 
 
+def _int32_limits(res: torch.Tensor) -> torch.Tensor:
+    """``res``, unless it is an integer result holding int32's limits: a value that left int32's
+    range saturated there in the engines, where torch keeps int64 values and wraps int32 ones,
+    so the op runs on the CPU instead (a true result at a limit only costs that fallback)."""
+    if res.dtype in (torch.int32, torch.int64):
+        lim = torch.iinfo(torch.int32)
+        if bool(((res == lim.max) | (res == lim.min)).any()):
+            raise Guard("an integer result at int32's limits (it may have saturated)")
+    return res
+
+
 def _binary_call(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
+    return _int32_limits(_binary_launch(run, op, x, y, commutative))
+
+
+def _binary_launch(run: Any, op: str, x: Any, y: Any, commutative: bool) -> Any:
     rt = _result_dtype(op, x, y)
     if rt not in FLOATS and (rt not in INTS or op not in K.INT_EXACT or rt in _NARROW_INTS):
         raise Guard(f"{op} on {rt}")  # (int8 / uint8 / int16: torch wraps, the engines saturate)
@@ -318,7 +334,8 @@ def _to_copy(run: Any, x: Any, *, dtype: Any = None, device: Any = None, **kw: A
     dt = x.dtype if dtype is None else dtype
     if dt not in _DTYPE_NAMES or x.numel() == 0:
         raise Guard(f"dtype {dt}")
-    return run(K.cast_kernel, _rows(_operand(x)), dtype=_DTYPE_NAMES[dt]).reshape(x.shape)
+    res = run(K.cast_kernel, _rows(_operand(x)), dtype=_DTYPE_NAMES[dt]).reshape(x.shape)
+    return _int32_limits(res) if x.dtype in FLOATS else res
 
 
 @builtin("prims::convert_element_type", ("cast_kernel",), f"{_EW_INT} or bool, to one of them")

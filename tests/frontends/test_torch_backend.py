@@ -190,6 +190,24 @@ def test_narrow_integers_wrap_rsub_takes_alpha_and_a_3d_convolution_falls_back()
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_integer_results_past_int32_follow_torch():
+    """The engines saturate at int32's limits; torch keeps int64 values and wraps int32 ones."""
+    torch._dynamo.reset()
+    a = torch.tensor([[100000, 70000, -90000, 65536]])
+    b = torch.tensor([[100000, 80000, 90000, 65536]])
+    z = torch.tensor([[-(2**31) + 5, 7]])
+    x = torch.tensor([[0.5, -3.0, 21.5, 0.01]])
+
+    def f(a, b, z, x):
+        return a * b, a.int() * b.int(), z - 10, -(z - 5).int(), (x * 1e8).to(torch.int64)
+
+    with torch.no_grad():
+        want = f(a, b, z, x)
+        got = torch.compile(f, backend="nki")(a, b, z, x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
+
+
 def test_max_argmax_and_topk_rank_nan_first_as_torch_does():
     torch._dynamo.reset()
     x = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 5.0, -1.0, 0.0]])
