@@ -9,14 +9,20 @@ import threading
 
 from . import torch_backend as tb
 
-__all__ = ["launched_us"]
+__all__ = ["launched_us", "launches"]
 
 _ACCOUNT = threading.local()
 
 
 def _on_launch(name: str, us: float | None) -> None:
+    _ACCOUNT.n = getattr(_ACCOUNT, "n", 0) + 1
     if us is not None:
         _ACCOUNT.us = getattr(_ACCOUNT, "us", 0.0) + us
+
+
+def launches() -> int:
+    """How many kernels this thread launched so far."""
+    return getattr(_ACCOUNT, "n", 0)
 
 
 def launched_us() -> float:

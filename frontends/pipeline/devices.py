@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ..api_errors import (
     names,
     not_applicable,
 )
-from ..device_time import launched_us
+from ..device_time import launched_us, launches
 from . import ops
 from .config import SIMULATED, BackendDevice, BackendType, DeviceMode, torch_dtype_of
 from .module import Module, OpModule, assign
@@ -93,6 +94,7 @@ class Device:
         self._loss: Any = None
         self._eager_loss: Any = None
         self._saved: deque = deque()
+        self._eager_warned = False
         DEVICES.append(self)
         if module is not None:
             self.place_module(module)
@@ -261,10 +263,20 @@ class Device:
     def call(self, kind: str, mb: int, fn: Callable, *args: Any) -> Any:
         """Run ``fn(*args)`` in this device's thread, timing it into the trace with the
         estimated device time of the kernels it launched."""
-        t0, us0 = time.perf_counter(), launched_us()
+        t0, us0, n0 = time.perf_counter(), launched_us(), launches()
         out = fn(*args)
         dt = time.perf_counter() - t0
         us = launched_us() - us0 if self.kind == "neuroncore" else None
+        if us is not None and launches() == n0 and not self._eager_warned:
+            self._eager_warned = True  # (torch.compile runs a frame eagerly past its limits)
+            warnings.warn(
+                f"NeuronCore device '{self.name}' ran its {kind} of microbatch {mb} without "
+                "launching a kernel: torch.compile ran the stage eagerly on the CPU (past "
+                "torch._dynamo.config.recompile_limit, which counts every compile of "
+                "Stage.forward in this process); its estimated device time is 0",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.events.append(Event(DEVICES.index(self), kind, mb, t0, dt, us))
         return out
 
@@ -420,7 +432,9 @@ class NeuronCoreDevice(Device):
         self.has_optimizer = optimizer is not None
 
     def compiled(self, fn: torch.nn.Module) -> Callable:
-        return torch.compile(fn, backend="nki", dynamic=False)
+        # (dynamic=None: a second microbatch shape recompiles once with symbolic sizes, rather
+        # than once per shape up to torch's recompile limit, past which a stage runs eagerly)
+        return torch.compile(fn, backend="nki")
 
     def make_optimizer(self) -> Any:
         if self.optimizer_def is None:

@@ -460,3 +460,27 @@ def test_inference_until_shutdown_and_module_run():
         pb.BackendDevice.Trn2,
         pb.BackendDevice.Trn3,
     ]
+
+
+def test_a_device_simulates_every_microbatch_shape_and_warns_when_torch_runs_it_eagerly(
+    monkeypatch,
+):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    rows = list(range(1, 11))  # (more shapes than torch's recompile limit of 8)
+    nc0 = pb.NeuronCoreDevice("nc0", module=pb.PyTorchModule("m", m))
+    xs = [torch.randn(r, 16) for r in rows]
+    for x in xs:
+        nc0.push_to_inputs(x)
+    out = pb.run_inference(input_count=len(rows), _sequential=True)
+    for x in xs:
+        torch.testing.assert_close(out.get()[0].value(), m(x), rtol=1e-5, atol=1e-5)
+    assert all(e.device_us > 0 for e in nc0.events)
+    pb.shutdown()
+    # (what torch.compile does past its limits: the stage runs as plain torch)
+    monkeypatch.setattr(pb.NeuronCoreDevice, "compiled", lambda self, fn: fn)
+    nc1 = pb.NeuronCoreDevice("nc1", module=pb.PyTorchModule("m1", m))
+    nc1.push_to_inputs(xs[0])
+    with pytest.warns(RuntimeWarning, match="ran the stage eagerly on the CPU"):
+        out = pb.run_inference(input_count=1, _sequential=True)
+        torch.testing.assert_close(out.get()[0].value(), m(xs[0]), rtol=1e-5, atol=1e-5)
