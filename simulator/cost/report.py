@@ -216,7 +216,9 @@ def _critical_path(s: Schedule) -> dict[str, float]:
 
 
 def _depends_on(acc: Access, sym: object) -> bool:
-    return any(sym in e.base.symbols() for e in acc.index)
+    """Whether the loop ``sym`` may change what ``acc`` reads: its index names the iterator, or
+    an offset read at run time (a register, an index tile) does."""
+    return bool(acc.indirect) or any(sym in e.base.symbols() for e in acc.index)
 
 
 def _lints(ir: KernelIR, s: Schedule, t: CostTable, latency: float) -> list[Lint]:

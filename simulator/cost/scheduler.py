@@ -100,6 +100,10 @@ class _State:
         self.gen: dict[str, int] = defaultdict(int)
         self.nbuf: dict[str, int] = {}
         self.bw: list[tuple[float, float, int]] = []  # transfers on the DMA bandwidth, sorted
+        # uses of each shared port, sorted: (start, end, event)
+        self.port_use: dict[str, list[tuple[float, float, int]]] = {
+            port: [] for port, _, _ in table.shared_ports
+        }
         self.block_src: dict[tuple, tuple[Access, dict]] = {}  # block key -> access, iterators
         self.sites: dict[int, SiteStats] = {}
         self.costs: dict[int, InstrCost] = {}
@@ -179,9 +183,8 @@ class _State:
             dep = (max(dep[0], 0.0) + self.t.dma_fixed_latency_ns, dep[1])
         else:
             tracks = [c.engine]
-            for port, engines, buf in self.t.shared_ports:
-                if c.engine in engines and buf in c.buffers:
-                    tracks.append(port)
+            ports = [p for p, engines, buf in self.t.shared_ports if c.engine in engines and (
+                buf in c.buffers)]  # fmt: skip
             if c.stationary is not None:
                 x = ins.srcs[0]
                 assert isinstance(x, Access)
@@ -201,13 +204,20 @@ class _State:
             t0, end, pieces, prev = self._bw_fill(t0, dur)
             if prev >= 0 and t0 > start[0]:
                 start = (t0, prev)
+        elif ports:  # a shared port: the first gap it leaves that fits, not after its last use
+            t0, prev = self._port_slot(ports, t0, dur)
+            end = t0 + dur
+            if prev >= 0 and t0 > start[0]:
+                start = (t0, prev)
+            tracks += ports
         ev = self._event(tracks[0], ins, t0, end - t0, start[1])
         for a, b in pieces:
             bisect.insort(self.bw, (a, b, ev))
+        for port in tracks[1:] if c.engine != "dma" else ():
+            bisect.insort(self.port_use[port], (t0, end, ev))
         for tr in tracks:
-            self.free[tr] = (
-                max(self.free.get(tr, _NONE), (end, ev)) if tr == "dma.bw" else (end, ev)
-            )
+            shared = tr == "dma.bw" or tr in self.port_use  # (used out of program order)
+            self.free[tr] = max(self.free.get(tr, _NONE), (end, ev)) if shared else (end, ev)
             self.touched.add(("free", tr))
         self.busy[tracks[0]] += dur
         if c.engine == "dma":
@@ -262,6 +272,21 @@ class _State:
             left -= take
             t += take
         return (t0 if start is None else start), t, pieces, prev
+
+    def _port_slot(self, ports: list[str], t0: float, dur: float) -> tuple[float, int]:
+        """The earliest start from ``t0`` on at which ``dur`` fits on every one of ``ports``
+        (trn1's SBUF / PSUM ports that two engines share: one engine at a time, in any order),
+        and the use that delayed it (or -1)."""
+        t, prev, moved = t0, -1, True
+        while moved:
+            moved = False
+            for port in ports:
+                uses = self.port_use[port]
+                j = bisect.bisect_left(uses, (t + dur, -math.inf, -1))  # (those starting before)
+                while j > 0 and uses[j - 1][1] > t + 1e-9:  # (one ending after t: in the way)
+                    t, prev, moved = uses[j - 1][1], uses[j - 1][2], True
+                    j = bisect.bisect_left(uses, (t + dur, -math.inf, -1))
+        return t, prev
 
     def _event(self, track: str, ins: Instr, t0: float, dur: float, pred: int) -> int:
         if len(self.events) >= MAX_EVENTS:
@@ -374,6 +399,8 @@ class _State:
             self.free[tr] = (t_end + shift, repeat_ev.get(tr, ev))
             if tr == "dma.bw":  # the extrapolated iterations' transfers fill that span
                 self.bw.append((t_end, t_end + shift, repeat_ev.get(tr, ev)))
+            elif tr in self.port_use:  # (and their uses of a shared port)
+                bisect.insort(self.port_use[tr], (t_end, t_end + shift, repeat_ev.get(tr, ev)))
         link = repeat_ev.get(bottleneck, -1) if bottleneck else -1
         for tr, b in d_busy.items():
             self.busy[tr] += rest * b
