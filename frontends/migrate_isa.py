@@ -87,7 +87,14 @@ class IsaCalls:
         x, y = self.operand(args["x"], ctx), self.operand(args["y"], ctx)
         return f"{self.nisa}.nc_matmul(dst={dst}, stationary={x}, moving={y})"
 
-    def isa(self, call: ast.Call, ctx: Ctx, new: str | None = None, dst: str | None = None):
+    def isa(
+        self,
+        call: ast.Call,
+        ctx: Ctx,
+        new: str | None = None,
+        dst: str | None = None,
+        overwrite: bool = False,
+    ):
         name = self.isa_name(call)
         assert name is not None
         if name in tbl.MANUAL_ISA:
@@ -158,6 +165,8 @@ class IsaCalls:
             rendered[pname] = text
             kw.append((pname, text))
         kw += tail
+        if name == "nc_matmul" and overwrite:  # (``t[...] = nisa.nc_matmul(...)`` replaces t:
+            kw.append(("accumulate", "False"))  # the default adds every write after the first)
         lines = []
         if dst is None:
             dst = new or self.temp(f"{name}_out")

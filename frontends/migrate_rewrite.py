@@ -56,6 +56,14 @@ class Func(IsaCalls):
         stays valid inside the one-line statements written here)."""
         text = self.src.seg(node)
         if "\n" in text and isinstance(node, ast.expr):
+            if isinstance(node, ast.Tuple) and any(isinstance(e, ast.Slice) for e in node.elts):
+                # (a subscript's index: no parentheses there; its lines joined into one)
+                joined = re.sub(r"\s*\n\s*", " ", text)
+                try:
+                    ast.parse(f"_[{joined}]", mode="eval")
+                    return joined
+                except SyntaxError:
+                    return text
             try:
                 ast.parse(text, mode="eval")
             except SyntaxError:
@@ -208,10 +216,14 @@ class Func(IsaCalls):
         return self.tiles.get(base.id) if isinstance(base, ast.Name) else None
 
     def track(self, s: ast.stmt) -> None:
-        """Remember the tiles an untouched statement makes (``x = nl.zeros(..., psum)``)."""
-        if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
+        """Remember the tiles an untouched statement makes (``x = nl.zeros(..., psum)``, also
+        annotated: ``r: nt.tensor[128, 128] = nl.matmul(...)``)."""
+        if isinstance(s, ast.AnnAssign) and s.value is not None:
+            t, v = s.target, s.value
+        elif isinstance(s, ast.Assign) and len(s.targets) == 1:
+            t, v = s.targets[0], s.value
+        else:
             return
-        t, v = s.targets[0], s.value
         if not isinstance(t, ast.Name):
             return
         self.tiles.pop(t.id, None)
@@ -264,7 +276,7 @@ class Func(IsaCalls):
             if q == "nl.load":
                 return self.load(v, ctx, dst=dst)
             if self.isa_name(v):
-                return self.isa(v, ctx, dst=dst)
+                return self.isa(v, ctx, dst=dst, overwrite=True)
             if self.is_tile(v):
                 return [f"{self.nisa}.tensor_copy(dst={dst}, src={self.operand(v, ctx, counts)})"]
             return [f"{dst} = {self.expr(v, ctx)}"]
@@ -354,6 +366,15 @@ class Func(IsaCalls):
         dtype = self.seg(args["dtype"]) if "dtype" in args else f"{base}.dtype"
         lines = []
         if new is not None:
+            if not axes and isinstance(node, ast.Subscript):
+                items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+                slices = sum(isinstance(e, ast.Slice) for e in items)
+                if slices < 2 and len(items) > slices:  # (an integer index leaves one axis)
+                    raise Unsupported(
+                        f"nl.load({self.seg(node)}): classic NKI keeps the integer-indexed axis "
+                        "as size 1, the current API's view drops it (a 1-D tile): index it as "
+                        "a slice, i:i+1"
+                    )
             shape = ix.shape_text(axes, {}) if axes else f"{src}.shape"
             lines.append(
                 f"{new} = {self.nl}.ndarray({shape}, dtype={dtype}, buffer={self.nl}.sbuf)"

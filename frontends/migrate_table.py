@@ -92,7 +92,8 @@ TILE_METHODS = {
     "astype": "tile.astype is gone: nisa.tensor_copy into a tile of the new dtype (rewritten "
     "when the function shows that the receiver is a tile)",
     "broadcast_to": "tile.broadcast_to is gone: the view x.broadcast(dim, size) of a size-1 "
-    "dimension",
+    "free dimension; across partitions, broadcast the HBM source as it is copied in: "
+    "nisa.dma_copy(dst=t, src=g.reshape((1, n)).broadcast(0, 128))",
     "expand_dims": "tile.expand_dims is gone: the view x.expand_dim(dim)",
     "assert_shape": "tile.assert_shape is gone: assert x.shape == (...)",
 }

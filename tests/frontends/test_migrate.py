@@ -331,3 +331,61 @@ def test_cli_syntax_error_names_the_file_and_line(tmp_path):
 def test_cli_without_a_file_prints_usage():
     proc = _cli()
     assert proc.returncode == 2 and "usage: nki-compat --migrate file.py" in proc.stderr
+
+
+MIGRATION_EDGES = """
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.typing as nt
+
+
+@nki.jit
+def products(a, b):
+    out = nl.ndarray((4, 128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    bt = nl.load(b)
+    ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(4):
+        at = nl.load(a[i * 128:(i + 1) * 128,
+                       0:128])
+        ps[...] = nisa.nc_matmul(at, bt)
+        nl.store(out[i], value=ps)
+    return out
+
+
+@nki.jit
+def annotated(a, b):
+    out = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a[0:128, 0:128])
+    y = nl.load(b)
+    r: nt.tensor[128, 128] = nl.matmul(x, y, transpose_x=True)
+    nl.store(out, value=r)
+    return out
+
+
+@nki.jit
+def column(a):
+    out = nl.ndarray((128, 1), dtype=a.dtype, buffer=nl.shared_hbm)
+    c = nl.load(a[0:128, 3])
+    nl.store(out, value=c)
+    return out
+"""
+
+
+def test_migration_of_overwriting_matmuls_annotated_psum_split_indices_and_int_indices():
+    m = migrate_source(MIGRATION_EDGES, "edges.py")
+    assert "accumulate=False" in m.new  # (ps[...] = nc_matmul replaces ps on every trip)
+    assert "0:128,\n" not in m.new  # (the index split over two lines was migrated)
+    (note,) = [n for n in m.manual if "integer-indexed axis" in n.reason]
+    assert note.line == MIGRATION_EDGES.splitlines().index("    c = nl.load(a[0:128, 3])") + 1
+    ns: dict = {}
+    exec(compile(m.new, "edges_migrated.py", "exec"), ns)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((512, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 128)).astype(np.float32)
+    got = _run_current(ns["products"], a, b)
+    want = np.stack([a[i * 128 : (i + 1) * 128].T @ b for i in range(4)])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(_run_current(ns["annotated"], a, b), a[:128].T @ b, rtol=1e-4,
+                               atol=1e-3)  # fmt: skip
+    np.testing.assert_array_equal(nki.jit(ns["column"].fn)(a), a[:128, 3:4])
