@@ -169,6 +169,11 @@ OP_FACTORS: dict[str, float] = {
     "tensor_copy_predicated": 2.0,
     # topk: 4n + K GpSimd cycles for n snake elements, 16 per source column [isa-cost]
     "topk": 64.0,
+    # the composite nl ops, charged on one engine as the passes over the tile their lowering
+    # makes: softmax a max, an exp with its sum and a scaling; rms_norm a sum of squares, the
+    # scaling and the weight [assumption]
+    "softmax": 3.0,
+    "rms_norm": 3.0,
 }
 # Vector ops that run 4x on 2-byte SBUF data in the NC-v3+ performance mode [arch-v3]
 FAST_COPY_OPS = frozenset({"copy", "tensor_copy", "tensor_scalar", "memset"})

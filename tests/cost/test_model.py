@@ -197,6 +197,27 @@ def test_a_load_through_a_loop_register_is_not_loop_invariant():
 
 
 @nki.jit
+def exp_only(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.exp(nl.load(a)))
+    return out
+
+
+@nki.jit
+def softmax_rows(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.softmax(nl.load(a), axis=1))
+    return out
+
+
+def test_a_softmax_costs_the_passes_of_its_lowering_not_one_exp():
+    arg = nt.tensor[[128, 4096], nl.float32]
+    exp = nki.estimate(exp_only, target="trn1")(arg).busy_ns["scalar"]
+    soft = nki.estimate(softmax_rows, target="trn1")(arg).busy_ns["scalar"]
+    assert 2.5 * exp < soft < 3.5 * exp
+
+
+@nki.jit
 def big_sbuf(a):
     out = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((64, nl.par_dim(128), 1024), dtype=nl.float32, buffer=nl.sbuf)
