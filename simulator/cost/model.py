@@ -5,7 +5,7 @@ scheduler adds what depends on order (stationary reuse, dependencies, shared por
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nki import dtypes
 from nki.ir import Access, Instr, KernelIR, Loop
@@ -330,4 +330,9 @@ def cost_of(instr: Instr, ir: KernelIR, t: CostTable, loops: tuple[Loop, ...] = 
         if instr.kind == "copy":
             return _partition_broadcast(instr, ir, t)
         return _transpose(instr, ir, t)
+    if engine == BROADCAST_ENGINES["sbuf"] and instr.kind == "copy" and instr.op == "broadcast_to":
+        # a broadcast wider than a PSUM bank: the Tensor engine's matmuls fill the banks while
+        # the Scalar engine copies them to SBUF, so it takes the longer of the two
+        copy, mm = _elementwise(instr, ir, t, engine), _partition_broadcast(instr, ir, t)
+        return replace(copy, ns=max(copy.ns, mm.ns))
     return _elementwise(instr, ir, t, engine)

@@ -217,6 +217,25 @@ def test_a_softmax_costs_the_passes_of_its_lowering_not_one_exp():
     assert 2.5 * exp < soft < 3.5 * exp
 
 
+def _broadcast_rows(width):
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray((128, width), dtype=nl.float32, buffer=nl.shared_hbm)
+        row = nl.load(a)
+        nl.store(out, nl.add(row.broadcast_to((128, width)), 1.0))
+        return out
+
+    return kernel
+
+
+def test_a_partition_broadcast_costs_more_as_it_widens_past_one_psum_bank():
+    ns = []
+    for width in (512, 1024, 2048):
+        r = nki.estimate(_broadcast_rows(width), target="trn1")(nt.tensor[[1, width], nl.float32])
+        ns.append(r.busy_ns.get("tensor", 0.0) + r.busy_ns.get("scalar", 0.0))
+    assert ns[0] < ns[1] < ns[2], ns
+
+
 @nki.jit
 def big_sbuf(a):
     out = nl.ndarray((128, 512), dtype=a.dtype, buffer=nl.shared_hbm)
