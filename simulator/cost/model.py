@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, replace
 
 from nki import dtypes
-from nki.ir import Access, Instr, KernelIR, Loop
+from nki.ir import Access, Const, Instr, KernelIR, Loop
 from nki.optable import OPS
 from nki.targets import get_target
 
@@ -251,10 +251,12 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         factor = 1.0  # one operand read from PSUM streams alongside the SBUF one [isa-cost]
     dts = {ir.tensor(a.tensor).dtype for a in accs}
     buffers = {ir.tensor(a.tensor).buffer for a in accs}
+    penalty = any(_innermost_stride_bytes(a, ir) > t.stride_penalty_bytes for a in accs)
     if dts and all(dtypes.itemsize(d) == 2 for d in dts):
         fast = name in FAST_COPY_OPS and not srcs_psum and "psum" not in buffers
-        factor /= row.bf16_copy_speedup if fast else row.bf16_speedup
-    penalty = any(_innermost_stride_bytes(a, ir) > t.stride_penalty_bytes for a in accs)
+        general = factor / (row.bf16_copy_speedup if fast else row.bf16_speedup)
+        rule = _bf16_rule(instr, name, dts, "psum" in buffers or penalty)
+        factor = general if rule is None else min(general, rule)  # (the faster, not both)
     stream = factor * n * (2.0 if penalty else 1.0)
     cycles = max(row.min_ii_cycles, factor * n) * (2.0 if penalty else 1.0)
     cycles += OP_EXTRA_CYCLES.get(name, 0) + row.access_overhead_cycles
@@ -267,6 +269,22 @@ def _elementwise(instr: Instr, ir: KernelIR, t: CostTable, engine: str) -> Instr
         buffers=tuple(sorted({ir.tensor(a.tensor).buffer for a in accs})),
         overhead_ns=max(0.0, cycles - stream) / row.clock_ghz,
     )
+
+
+def _bf16_rule(instr: Instr, name: str, dts: set[str], slow: bool) -> float | None:
+    """The cycles per element the instruction cost notes give some 2-byte instructions on every
+    generation [isa-cost]: an all-bf16 SBUF contiguous add / multiply / subtract streams both
+    inputs at N; a bf16 add / max reduction N/2; a bf16 / fp16 memset of zero N/2 (None:
+    none applies)."""
+    op = instr.attr("op")
+    if name == "tensor_tensor" and dts == {"bfloat16"} and not slow:
+        return 1.0 if op in ("add", "multiply", "subtract") else None
+    if name == "tensor_reduce" and dts == {"bfloat16"}:
+        return 0.5 if op in ("add", "maximum", "max") else None
+    if name == "memset" and dts <= {"bfloat16", "float16"}:
+        c = instr.srcs[0] if instr.srcs else None
+        return 0.5 if isinstance(c, Const) and c.value == 0 else None
+    return None
 
 
 def _transpose(instr: Instr, ir: KernelIR, t: CostTable) -> InstrCost:
