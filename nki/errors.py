@@ -188,6 +188,20 @@ def return_loc(code: types.CodeType, run: Any) -> SrcLoc:
     return SrcLoc(code.co_filename, line, len(src) - len(src.lstrip()), code.co_name)
 
 
+def kernel_def_loc(code: Any) -> SrcLoc:
+    """Where the ``def`` of ``code`` is: its own line, past any decorators above it (Python's
+    ``co_firstlineno`` is the first decorator's line)."""
+    line = code.co_firstlineno
+    for n in range(line, line + 64):
+        text = linecache.getline(code.co_filename, n).lstrip()
+        if not text:
+            break
+        if text.startswith(("def ", "async def ")):
+            line = n
+            break
+    return SrcLoc(code.co_filename, line, 0, code.co_name)
+
+
 def binding_failed(e: TypeError) -> bool:
     """Whether ``e``, caught right around a call, was raised because the call's arguments do not
     bind to the callee's parameters (no frame of the callee was entered)."""

@@ -46,6 +46,7 @@ from .errors import (
     NKIShapeError,
     NKITypeError,
     SrcLoc,
+    kernel_def_loc,
     locate_in_traceback,
     recursion_error,
     result_discarded,
@@ -382,7 +383,7 @@ class Kernel:
                 f"argument '{name}' of kernel '{self.fn.__name__}' has dtype {v.dtype}, which "
                 f"NKI does not support: {e.message}",
                 code="err_unsupported_dtype",
-                loc=SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__),
+                loc=kernel_def_loc(code),
             ) from None
 
     def _trace(
@@ -397,7 +398,7 @@ class Kernel:
         st = TraceState(self.fn.__name__, target, grid.shape)
         st.core = core  # a per-core trace (nki/cores.py): nl.program_id(0) is this int
         code = self.fn.__code__
-        def_loc = SrcLoc(code.co_filename, code.co_firstlineno, 0, self.fn.__name__)
+        def_loc = kernel_def_loc(code)
         if self.api is not None:  # nki.jit(api=...) forces the generation
             st.generation, st.generation_why = self.api, (f"nki.jit(api={self.api!r})", def_loc)
         elif why is not None:  # what made the launch trace per core decided the generation

@@ -430,6 +430,34 @@ for _name, (_symbol, _instead) in _NOT_TILE_OPERATORS.items():
     setattr(TileOps, _name, _not_a_tile_operator(_symbol, _instead))
 
 
+def _numpy_on_a_tile(self: Any, fn: Any, *_: Any, **__: Any) -> Any:
+    """NumPy's ufuncs and functions (``np.exp(t)``, ``np.sum(t, axis=1)``) on a tile: a tile
+    holds no values while the kernel is traced, so the call is a located error naming the
+    ``nl`` function to use."""
+    name = getattr(fn, "__name__", str(fn))
+    raise NKITypeError(
+        f"np.{name} on an NKI tile ({type(self).__name__} {list(getattr(self, 'shape', ()))}): "
+        f"NumPy runs on the host and a tile has no values while the kernel is traced; use "
+        f"nl.{name} (or the nki.isa instruction) inside the kernel",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
+
+
+def _tile_len(self: Any) -> int:
+    raise NKITypeError(
+        f"len() of an NKI tile ({type(self).__name__} {list(getattr(self, 'shape', ()))}): "
+        "use t.shape[0] for its partitions",
+        code="err_unsupported_operand",
+        loc=user_loc(),
+    )
+
+
+TileOps.__array_ufunc__ = lambda self, ufunc, method, *a, **k: _numpy_on_a_tile(self, ufunc)
+TileOps.__array_function__ = lambda self, func, types, args, kwargs: _numpy_on_a_tile(self, func)
+TileOps.__len__ = _tile_len
+
+
 def _forward_operator(name: str) -> Any:
     def op(self: _Assigned, *args: Any) -> Any:
         return getattr(self.view, name)(*args)

@@ -103,6 +103,13 @@ def parse_subscript(key: object, shape: tuple[int, ...], what: object) -> Access
             # Python-style negative index, only for literal ints: an index *expression* that
             # folds to a negative constant (e.g. `ip - 1` over a 1-row arange) is out of bounds.
             aff = Affine.constant(aff.const + n)
+        if not isinstance(k, Scalar) and aff.is_const and not 0 <= aff.const < n:
+            raise NKIIndexError(  # (here, at the subscript: not where the view is used)
+                f"out-of-bound access for {what} on dimension {d}: index {k!r} is outside the "
+                f"dimension size of {n}",
+                code="err_tensor_access_out_of_bound",
+                loc=user_loc(),
+            )
         parts.append((aff, None, 0))
     rshape = tuple(out_shape)
     idx = []

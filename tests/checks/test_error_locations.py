@@ -111,8 +111,23 @@ def _ignored_dtype_is_still_a_dtype(x):
     return x
 
 
+def _tile_index_past_the_end(x):
+    t = nl.load(x)
+    col = t[:, 20]  # ERR
+    nl.exp(col)
+    return x
+
+
+def _numpy_on_a_tile(x):
+    t = nl.load(x)
+    np.exp(t)  # ERR
+    return x
+
+
 TRACE_CASES = [
     (_dtype_argument, "err_unsupported_dtype", "unsupported data type 'float99'"),
+    (_tile_index_past_the_end, "err_tensor_access_out_of_bound", "index 20 is outside"),
+    (_numpy_on_a_tile, "err_unsupported_operand", "np.exp on an NKI tile"),
     (
         _positional_count,
         "err_invalid_argument",

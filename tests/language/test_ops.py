@@ -244,6 +244,19 @@ def test_python_operators_nki_does_not_define_are_located_errors(fn, symbol):
     assert ei.value.loc.file == __file__
 
 
+@pytest.mark.parametrize(
+    "fn,what",
+    [(np.exp, "np.exp"), (lambda x: np.sum(x, axis=1), "np.sum"),
+     (lambda x: np.maximum(x, 0.0), "np.maximum"), (len, "len()")],
+)  # fmt: skip
+def test_numpy_functions_and_len_on_a_tile_are_located_errors(fn, what):
+    with pytest.raises(NKITypeError) as ei:
+        _run(fn, np.ones((P, F), np.float32))
+    assert ei.value.code == "err_unsupported_operand"
+    assert str(ei.value).split(": [err_unsupported_operand] ")[1].startswith(what)
+    assert ei.value.loc.file == __file__
+
+
 def test_every_row_has_engines_and_doc():
     for op in OPS.values():
         assert op.engines and op.doc, op.name
