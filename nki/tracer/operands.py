@@ -21,11 +21,17 @@ from ..ir import HBM_BUFFERS, Access, Affine, Cond, IndexExpr, Mask, TensorDecl,
 from ..symbolic import Index, Pred, Scalar, broadcast_shapes
 from .bool_masks import Disj, MaskCover, check_pending, disjoint_cover
 from .handles import DynOffset, MaskedOperand, NkiTensor, TileOps, _Assigned
-from .state import TraceState, decided_by, generation, note_generation, state
+from .state import TraceState, decided_by, generation, note_generation, state, unroll_request
 
 
 def check_scope(t: NkiTensor, st: TraceState) -> None:
     if tuple(st.loops[: len(t.scope)]) != t.scope:
+        # (current API: a Python range loop whose tile is used after it is unrolled, and the
+        # tile is the last iteration's, as Python gives; an nl.affine_range tile is not)
+        closed = tuple(s for s in t.scope if s not in st.loops)
+        req = unroll_request(st, closed, "a tile created in the loop is used after it")
+        if req is not None:
+            raise req
         raise NKIScopeError(
             f"tensor {t.label} was created inside a loop body and is used after that loop "
             "ended; allocate it before the loop and update it in place (t[...] = ...)",

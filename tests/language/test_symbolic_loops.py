@@ -279,6 +279,20 @@ def test_a_value_of_the_loop_used_after_it_is_the_last_iterations():
     np.testing.assert_array_equal(kernel(x), x[2 * P :])
 
 
+def test_a_tile_created_in_the_loop_and_used_after_it_is_the_last_iterations():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((P, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in range(x.shape[0] // P):
+            t = _sb((P, x.shape[1]), x.dtype)
+            nisa.dma_copy(dst=t, src=x[i * P : (i + 1) * P, :])
+        nisa.dma_copy(dst=out, src=t)  # (Python's: the last iteration's tile)
+        return out
+
+    x = RNG.random((4 * P, 4), dtype=np.float32)
+    np.testing.assert_array_equal(kernel(x), x[3 * P :])
+
+
 # ---- memory carried across iterations: program order ------------------------------------------
 def prefix_rows(x):
     """Row block i of the output = row block i of x + the output's block i - 1 (written by the
