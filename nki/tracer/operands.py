@@ -26,8 +26,8 @@ from .state import TraceState, decided_by, generation, note_generation, state, u
 
 def check_scope(t: NkiTensor, st: TraceState) -> None:
     if tuple(st.loops[: len(t.scope)]) != t.scope:
-        # (current API: a Python range loop whose tile is used after it is unrolled, and the
-        # tile is the last iteration's, as Python gives; an nl.affine_range tile is not)
+        # (current API: a trace-time loop whose tile is used after it is unrolled, and the
+        # tile is the last iteration's, as Python gives; a classic kernel's is out of scope)
         closed = tuple(s for s in t.scope if s not in st.loops)
         req = unroll_request(st, closed, "a tile created in the loop is used after it")
         if req is not None:
