@@ -18,6 +18,7 @@ import torch
 from nki.errors import NKIError, NKITypeError
 from nki.ir import KernelIR
 from nki.jit import Launch
+from simulator.launch import updated_params
 
 from . import common
 from .common import boundary_loc, unsupported_dtype
@@ -204,10 +205,7 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
             if like is None and devices:
                 like = devices[0]
     res, ir = common.run_traced(k, bound)
-    # (the parameters the caller sees updated: a legacy kernel's outputs, the storage of a
-    # returned parameter, the inputs a current-API kernel writes)
-    updated = {ir.storage_of(n) for n in ir.outputs} | set(ir.writes_back) if copies else ()
-    for pname in updated:
+    for pname in updated_params(ir) if copies else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back
             orig, arr = copies[pname]
             with torch.no_grad():

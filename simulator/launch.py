@@ -244,6 +244,12 @@ def _layout_names(ir: KernelIR) -> tuple[str, ...]:
     return tuple(n for n in dict.fromkeys(names) if n in ir.params)
 
 
+def updated_params(ir: KernelIR) -> tuple[str, ...]:
+    """The parameters whose caller's arrays a launch of ``ir`` updates: a legacy kernel's
+    outputs; otherwise the parameters an output is stored in or the kernel writes back."""
+    return tuple(ir.outputs) if not ir.returns_outputs else _layout_names(ir)
+
+
 # (id(ir), config.key) -> (ir, layout): bounded, the IR kept so that its id is not reused
 _LAYOUTS: dict[tuple[int, tuple], tuple[KernelIR, _Layout]] = {}
 
@@ -266,7 +272,7 @@ def _layout(ir: KernelIR, config: SimConfig) -> _Layout:
         for n, base in zip(ir.outputs, bases)
     )
     # legacy outputs, mutable / written parameters: the caller's arrays are updated
-    in_place = tuple(ir.outputs) if not ir.returns_outputs else _layout_names(ir)
+    in_place = updated_params(ir)
     updated = tuple((n, _np_dtype(ir, n)) for n in in_place)
     out = _Layout(cfg, params, updated, outputs, _layout_names(ir))
     if len(_LAYOUTS) >= 512:

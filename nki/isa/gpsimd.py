@@ -86,27 +86,28 @@ def _pattern_value(name: str, dst: Any, a: dict[str, Any]) -> Any:
         )
     if isinstance(offset, np.integer):
         offset = int(offset)
-    for what, v in (("offset", offset), ("channel_multiplier", cm)):
-        # (the offset may also be a traced int: a loop iterator or a program id, as in a
-        # causal mask whose diagonal moves with the loop)
-        if what == "offset" and isinstance(v, Scalar):
-            continue
-        if what == "offset" and is_register(v):
-            raise NKIUnsupportedError(
-                f"offset of nisa.{name} is a register: nki-sim does not simulate register "
-                "offsets of generated patterns (an int, a loop iterator or a program id works)",
-                code="err_unsupported_attribute",
-                loc=user_loc(),
-            )
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise NKITypeError(
-                f"{what} of nisa.{name} must be an int or a loop iterator / program id "
-                f"expression; got {v!r}"
-                if what == "offset"
-                else f"{what} of nisa.{name} must be an int; got {v!r}",
-                code="err_invalid_argument",
-                loc=user_loc(),
-            )
+    if is_register(offset):
+        raise NKIUnsupportedError(
+            f"offset of nisa.{name} is a register: nki-sim does not simulate register "
+            "offsets of generated patterns (an int, a loop iterator or a program id works)",
+            code="err_unsupported_attribute",
+            loc=user_loc(),
+        )
+    # (the offset may also be a traced int: a loop iterator or a program id, as in a causal
+    # mask whose diagonal moves with the loop)
+    if not isinstance(offset, (int, Scalar)) or isinstance(offset, bool):
+        raise NKITypeError(
+            f"offset of nisa.{name} must be an int or a loop iterator / program id expression; "
+            f"got {offset!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
+    if not isinstance(cm, int) or isinstance(cm, bool):
+        raise NKITypeError(
+            f"channel_multiplier of nisa.{name} must be an int; got {cm!r}",
+            code="err_invalid_argument",
+            loc=user_loc(),
+        )
     if tuple(n for _, n in pairs) != shape[1:] and not (
         len(shape) == 2 and len(pairs) == 1 and pairs[0][1] == shape[1]
     ):
