@@ -21,7 +21,9 @@ from .. import isa_spec
 from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
 from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
+from ..tracer.loop_exits import while_exit, while_statement
 from ..tracer import (
+    TILE_OPERATORS,
     NkiTensor,
     TileOps,
     assign,
@@ -32,7 +34,7 @@ from ..tracer import (
     symbolic_loop,
 )
 
-__all__ = ["dynamic_range", "fori_loop", "no_reorder", "while_loop"]
+__all__ = ["dynamic_range", "fori_loop", "no_reorder", "while_loop", "while_register"]
 
 MAX_WHILE_ITERATIONS = 1 << 20  # a while_loop running longer is reported (likely never ends)
 
@@ -253,3 +255,27 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
 
     _runtime_loop("while_loop", 0, 0, 1, cond, body)
     return None
+
+
+def while_register(reg: TileOps) -> bool | None:
+    """``while reg:`` (NKI 0.4-0.6, removed in 0.7, where ``nl.while_loop`` replaces it): a loop
+    run on the device while the register is not 0, read before every trip (as ``while_loop``);
+    the body is traced once, between the test that opens the loop (True) and the one after the
+    body, which closes it (False). None: ``reg`` is not the test of a ``while`` statement."""
+    loc = user_loc()
+    node = while_statement(loc)
+    if node is None:
+        return None
+    st = state("while")
+    if st.open_whiles and st.open_whiles[-1][0] is node:
+        st.open_whiles.pop()[1].__exit__(None, None, None)
+        return False
+    if (err := while_exit(node, loc)) is not None:
+        raise err
+    loop = _device_loop("while_loop", 0, 0, 1, reg, loc)
+    loop.__enter__()
+    st.open_whiles.append((node, loop))
+    return True
+
+
+TILE_OPERATORS["while_register"] = while_register

@@ -297,6 +297,9 @@ class NkiTensor(TileOps):
         # object and as in NKI's tracer: `if bias:` tests that it was given; a value computed
         # by an operator (`t > 0`) stays ambiguous, its truth exists only on the device
         if is_register(self):  # (a register's value exists on the device only)
+            truth = _op("while_register")(self)  # `while reg:` (NKI 0.4-0.6): a device loop
+            if truth is not None:
+                return truth
             raise NKIControlFlowError(
                 "a register (a one-element SBUF int tile) cannot drive Python control flow: its "
                 "value exists only when the kernel runs; loop on it with nl.fori_loop / "

@@ -61,6 +61,40 @@ def _for_node(loc: SrcLoc) -> ast.For | None:
     return _fors(source_tree(loc.file)).get(loc.line)
 
 
+@functools.lru_cache(maxsize=64)
+def _whiles(tree: ast.Module | None) -> dict[int, ast.While]:
+    """Per source line, the innermost ``while`` statement whose test spans that line."""
+    out: dict[int, ast.While] = {}
+    for n in _statements(tree) if tree is not None else ():
+        if isinstance(n, ast.While):
+            for line in range(n.test.lineno, (n.test.end_lineno or n.test.lineno) + 1):
+                best = out.get(line)
+                if best is None or n.lineno >= best.lineno:
+                    out[line] = n
+    return out
+
+
+def while_statement(loc: SrcLoc) -> ast.While | None:
+    """The ``while`` statement whose test is evaluated at ``loc`` (None: not a while test)."""
+    return _whiles(source_tree(loc.file)).get(loc.line)
+
+
+def while_exit(node: ast.While, loc: SrcLoc) -> NKIControlFlowError | None:
+    """The error for a ``break`` / ``return`` in the body of a device ``while reg:`` loop: its
+    body is traced once and runs whole on every trip."""
+    hit = _exits(node.body)
+    if hit is None:
+        return None
+    what = "return" if isinstance(hit, ast.Return) else "break"
+    return NKIControlFlowError(
+        f"'{what}' inside a 'while reg:' loop on a register: the loop runs on the device and "
+        f"its body is traced once, so the body cannot be left early; end the loop by writing 0 "
+        f"into the register",
+        code="err_dynamic_control_flow_not_supported",
+        loc=SrcLoc(loc.file, hit.lineno, hit.col_offset, loc.func),
+    )
+
+
 def loop_variable(loc: SrcLoc) -> str:
     """The name of the ``for`` variable of the symbolic loop created at ``loc`` ('' when the
     source or a plain name is not available)."""

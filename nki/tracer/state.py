@@ -50,6 +50,7 @@ class TraceState:
         self.loop_sites: dict[LoopSym, tuple[str, int, int]] = {}
         # device loops (nl.fori_loop / while_loop): their trips are known only when they run
         self.device_loops: set[LoopSym] = set()
+        self.open_whiles: list[tuple[Any, Any]] = []  # `while reg:` loops: (statement, context)
         self.unroll_sites: frozenset[tuple[str, int, int]] = _THREAD.unroll_sites[-1]
         # nl.loop_reduce results not yet assigned: tile name -> (op, source, mask, update)
         self.loop_reduce_results: dict[str, tuple[str, Any, Any, Any]] = {}

@@ -11,6 +11,7 @@ import nki.language as nl
 from nki.errors import NKIError
 from nki.isa.registers import register_alloc, register_load, register_store
 
+import backends
 from helpers import line_of
 
 RNG = np.random.default_rng(7)
@@ -103,6 +104,65 @@ def test_while_loop_matches_numpy(n):
     x = RNG.standard_normal((128, 32)).astype(np.float32)
     got = _run(k_while, x, np.array([[n]], dtype=np.int32))
     np.testing.assert_array_equal(got, x * np.float32(0.5**n))
+
+
+@nki.jit
+def k_while_register(x, n):
+    # the NKI 0.4-0.6 form of k_while: `while reg:` tests the register before every trip
+    out = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+    t[...] = nl.load(x)
+    cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    cnt[...] = nl.load(n)
+    r = register_alloc()
+    register_load(r, cnt)
+    while r:
+        t[...] = nl.add(nl.multiply(t, 0.5), 1.0)
+        cnt[...] = nl.subtract(cnt, 1, dtype=nl.int32)
+        register_load(r, cnt)
+    nl.store(out, nl.multiply(t, 3.0))
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_while_on_a_register_loops_on_the_device(n):
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    want = x.copy()
+    for _ in range(n):
+        want = want * np.float32(0.5) + np.float32(1.0)
+    runs = backends.run_backends(k_while_register, None, x, np.array([[n]], dtype=np.int32))
+    np.testing.assert_array_equal(runs[backends.REFERENCE], want * np.float32(3.0))
+
+
+def test_break_in_a_while_on_a_register_is_located():
+    @nki.jit
+    def k(x, n):
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        r = register_alloc()
+        register_load(r, nl.load(n))
+        while r:
+            if x.shape[0] == 1:
+                break  # BREAK
+            register_load(r, nl.load(n))
+        register_store(out, r)
+        return out
+
+    with pytest.raises(NKIError, match="'break' inside a 'while reg:' loop") as e:
+        _run(k, np.zeros((1, 1), np.int32), np.ones((1, 1), np.int32))
+    assert e.value.loc.line == line_of(k, "# BREAK")
+
+
+def test_if_on_a_register_stays_an_error():
+    @nki.jit
+    def k(x):
+        r = register_alloc(1)
+        if r:  # IF
+            register_store(x, r)
+        return x
+
+    with pytest.raises(NKIError, match="cannot drive Python control flow") as e:
+        _run(k, np.zeros((1, 1), np.int32))
+    assert e.value.loc.line == line_of(k, "# IF")
 
 
 @nki.jit
