@@ -21,7 +21,6 @@ from .. import isa_spec
 from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
 from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
-from ..tracer.loop_exits import while_exit, while_statement
 from ..tracer import (
     TILE_OPERATORS,
     NkiTensor,
@@ -33,6 +32,7 @@ from ..tracer import (
     state,
     symbolic_loop,
 )
+from ..tracer.loop_exits import while_exit, while_statement
 
 __all__ = ["dynamic_range", "fori_loop", "no_reorder", "while_loop", "while_register"]
 
