@@ -235,14 +235,10 @@ class Kernel:
         """This kernel with other simulator settings for the calls made through it
         (``target``, ``precise_fp``, ``checks``, ``shuffle_seed``, ``backend``, ``threads``), e.g.
         ``kernel.configure(checks="full")[2, 2](a, b)``. Shares the trace cache."""
-        bad = set(overrides) - {"target", *_CONFIG_KEYS}
-        if bad:
-            raise NKIError(
-                f"unknown simulator setting(s) {sorted(bad)}; expected target, "
-                + ", ".join(_CONFIG_KEYS),
-                code="err_invalid_config",
-                loc=user_loc(),
-            )
+        if bad := set(overrides) - {"target", *_CONFIG_KEYS}:
+            keys = ", ".join(_CONFIG_KEYS)
+            raise NKIError(f"unknown simulator setting(s) {sorted(bad)}; expected target, {keys}",
+                           code="err_invalid_config", loc=user_loc())  # fmt: skip
         k = copy.copy(self)
         over = dict(overrides)
         if "target" in over:
@@ -507,6 +503,10 @@ class Launch:
     @property
     def last_run(self) -> Any:
         return self.kernel.last_run
+
+    def configure(self, **overrides: Any) -> Launch:
+        """``kernel[grid].configure(...)``: ``kernel.configure(...)[grid]``."""
+        return Launch(self.kernel.configure(**overrides), self.grid)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tracing():  # a kernel called from inside another kernel is inlined

@@ -61,6 +61,17 @@ def test_tensor_add_lnc2_runs_on_two_cores_and_matches_numpy(ab):
     assert str(k.last_ir.grid) == "(nc(2))"
 
 
+def test_a_launch_configures_in_either_order(ab):
+    # kernel[2].configure(...) is kernel.configure(...)[2]: the settings and the grid both hold
+    a, b = ab
+    k = nki.jit(tensor_add)
+    for launch in (k[2].configure(checks="full"), k.configure(checks="full")[2]):
+        np.testing.assert_array_equal(launch(a, b), a + b)
+        assert str(launch.kernel.last_ir.grid) == "(nc(2))"
+        assert launch.kernel.config().checks == "full"
+    assert k.config().checks != "full"
+
+
 def test_simulate_entry_point_takes_kernel_and_lnc_launch(ab):
     a, b = ab
     k = nki.jit(tensor_add)
