@@ -147,6 +147,16 @@ class Source:
         self.lines: dict[tuple[int, int], str] = {}
         self.notes: dict[tuple[int, str], Note] = {}
         self.names = Names(tree)
+        # the ``nl.par_dim`` names of partition dimensions written first in a shape, which the
+        # migration drops (``(nl.par_dim(128), 512)`` is ``(128, 512)``): id of a name -> its call
+        self.dropped_par_dims: dict[int, ast.Call] = {
+            id(e.func): e
+            for t in ast.walk(tree)
+            if isinstance(t, (ast.Tuple, ast.List)) and t.elts
+            for e in t.elts[:1]
+            if isinstance(e, ast.Call) and len(e.args) == 1 and not e.keywords
+            and self.names.qual(e.func) == "nl.par_dim"
+        }  # fmt: skip
         widths = [s.col_offset for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.col_offset]
         self.unit = " " * (min(widths) if widths else 4)
 
@@ -336,6 +346,9 @@ class _File:
         q = self.src.qual(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
         if q and q.startswith("nl.") and q[3:] in tbl.LOOPS:
             self.src.edit(node, "range")
+        elif id(node) in self.src.dropped_par_dims:
+            call = self.src.dropped_par_dims[id(node)]
+            self.src.edit(call, self.src.seg(call.args[0]))
         elif (
             q and q.startswith("nl.") and q[3:] in tbl.GONE_NL and q[3:] not in ("arange", "mgrid")
         ):

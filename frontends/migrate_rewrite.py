@@ -178,6 +178,7 @@ class Func(IsaCalls):
                 and q.startswith("nl.")
                 and q[3:] in tbl.GONE_NL
                 and q[3:] not in ("arange", "mgrid")
+                and id(n) not in self.src.dropped_par_dims
             ):
                 raise Unsupported(tbl.GONE_NL[q[3:]])
             if (

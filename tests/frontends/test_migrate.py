@@ -152,6 +152,37 @@ def test_launch_grids_are_left_to_a_person_at_their_lines(rel, texts):
         assert f"{TUTORIALS / rel}:{n.line}: needs a human: " in m.report()
 
 
+def test_a_leading_par_dim_is_dropped_and_the_kernel_runs(tmp_path):
+    # (nl.par_dim(P), F) is the current API's (P, F); a par_dim after a block dim needs a person
+    src = (
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "\n"
+        "@nki.jit\n"
+        "def k(a):\n"
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+        "    z = nl.full((nl.par_dim(a.shape[0]), 64), 2.0, dtype=nl.float32)\n"
+        "    t[...] = nl.load(a)\n"
+        "    nl.store(out, nl.multiply(t, z))\n"
+        "    return out\n"
+        "\n"
+        "def blocks(a):\n"
+        "    return nl.ndarray((2, nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+    )
+    m = migrate_source(src, "k.py")
+    assert "nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)" in m.new
+    assert "nl.full((a.shape[0], 64), 2.0" in m.new
+    assert [n.line for n in m.manual] == [14], m.report()
+    path = tmp_path / "k.py"
+    path.write_text(m.new)
+    mod = types.ModuleType("migrated_par_dim")
+    mod.__file__ = str(path)
+    exec(compile(m.new, mod.__file__, "exec"), mod.__dict__)
+    a = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(_run_current(mod.k, a), a * np.float32(2.0))
+
+
 def test_report_names_each_unported_construct_with_its_reason():
     src = (
         "import numpy as np\n"
