@@ -444,6 +444,11 @@ class RawEnumWarning(NKIWarning):
     still passes some (``dge_mode=3``): the kernel runs, and is told to name the member."""
 
 
+class RemovedFormWarning(NKIWarning):
+    """A form NKI 0.4-0.6 runs and NKI 0.7 removed (``while reg:`` on a register,
+    ``nl.dynamic_range``): the kernel runs as on 0.6, and is told the 0.7 replacement."""
+
+
 class NKIAttributeError(NKITypeError, AttributeError):
     """A tile or tensor attribute NKI does not have (``t.as_tile()``). Also an AttributeError,
     so ``hasattr`` / ``getattr(x, name, default)`` keep working on tiles."""

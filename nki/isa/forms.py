@@ -29,8 +29,15 @@ from enum import Enum
 from typing import Any
 
 from .. import isa_spec as spec
-from ..errors import NKIError, NKITypeError, NKIUnsupportedError, arguments_checked, user_loc
-from ..ir import Alloc, Instr
+from ..errors import (
+    NKIError,
+    NKIShapeError,
+    NKITypeError,
+    NKIUnsupportedError,
+    arguments_checked,
+    user_loc,
+)
+from ..ir import Alloc, Instr, tensor_label
 from ..isa_spec import CLASSIC, CURRENT
 from ..tracer import (
     NkiTensor,
@@ -317,6 +324,16 @@ def _into(
     dacc, dt = operand(dst_view(dst), "destination", "dst")
     if isinstance(result, NkiTensor) and _same_elements_other_shape(result.shape, dacc.shape):
         result = result.reshape(tuple(dacc.shape))  # dst is written in its own free-dim order
+    if isinstance(result, NkiTensor) and tuple(result.shape) != tuple(dacc.shape):
+        # (the engines write the result's partitions and elements per partition: a smaller
+        # result is not broadcast into dst, across partitions or along them)
+        raise NKIShapeError(
+            f"nisa.{name}: the result has shape {list(result.shape)} and dst "
+            f"{tensor_label(dt.decl)} the shape {list(dacc.shape)}; an instruction writes as "
+            "many partitions and elements per partition as its result has (no broadcast)",
+            code="err_store_dst_shape_smaller_than_other_shape",
+            loc=user_loc(),
+        )
     body = st.bodies[-1]
     extra = dict(extra)
     more = (extra.pop(EXTRA_SRC),) if EXTRA_SRC in extra else ()

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import isa_spec
-from ..errors import NKIError, NKITypeError, SrcLoc, user_loc
+from ..errors import NKIError, NKITypeError, RemovedFormWarning, SrcLoc, user_loc, warn_at
 from ..ir import Affine, IndexExpr, LoopSym, RuntimeLoop
 from ..symbolic import Scalar
 from ..tracer import (
@@ -163,6 +163,8 @@ def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> Iterator[NkiTe
         raise NKIError(f"{api}: step must be a compile-time positive int, got {step!r}",
                        code="err_unsupported_operand", loc=user_loc())  # fmt: skip
     lo, hi = _bound(start, api, "start"), _bound(stop, api, "stop")
+    warn_at(f"{api} is an NKI 0.4-0.6 device loop; NKI 0.7 removed it: use nl.fori_loop",
+            RemovedFormWarning, user_loc())  # fmt: skip
     if isinstance(lo, int) and isinstance(hi, int):
         for it in symbolic_loop("sequential", lo, hi, step, device=True):
             yield _induction(it.aff if isinstance(it, Scalar) else Affine.constant(it), api)
@@ -272,6 +274,12 @@ def while_register(reg: TileOps) -> bool | None:
         return False
     if (err := while_exit(node, loc)) is not None:
         raise err
+    warn_at(
+        "'while reg:' on a register is the NKI 0.4-0.6 device loop; NKI 0.7 removed it (a "
+        "register in 'while' is a TypeError there): use nl.while_loop",
+        RemovedFormWarning,
+        loc,
+    )
     loop = _device_loop("while_loop", 0, 0, 1, reg, loc)
     loop.__enter__()
     st.open_whiles.append((node, loop))

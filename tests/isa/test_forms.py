@@ -23,7 +23,7 @@ import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIError, NKIShapeError
 
-from helpers import expect, expect_error
+from helpers import expect, expect_error, line_of
 from helpers import load_sbuf as _load
 
 # name -> (classic call, current call, result buffer, result shape from the input shape); every
@@ -245,8 +245,6 @@ def k_mixed(a):
 
 
 def test_mixing_generations_names_both_lines():
-    from helpers import line_of
-
     e = expect(
         k_mixed,
         np.ones((8, 4), np.float32),
@@ -341,19 +339,24 @@ def test_result_lands_in_the_destination_views_free_dim_order():
     np.testing.assert_array_equal(nki.simulate(copy_into_strided_view)(x), want)
 
 
-def test_broadcast_into_a_wider_destination_still_works():
+@pytest.mark.parametrize("src_shape", [(128, 1), (1, 16)])
+def test_a_result_is_not_broadcast_into_a_wider_destination(src_shape):
+    # the tensor_copy / activation pages: dst has the result's partitions and elements per
+    # partition; an engine does not broadcast along or across partitions (a stride-0 view does)
     @nki.jit
     def k(x):
         out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
-        col = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        col = nl.ndarray(src_shape, dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=col, src=x)
         wide = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=wide, src=col)
+        nisa.tensor_copy(dst=wide, src=col)  # ERR
         nisa.dma_copy(dst=out, src=wide)
         return out
 
-    x = RNG.standard_normal((128, 1)).astype(np.float32)
-    np.testing.assert_array_equal(nki.simulate(k)(x), np.broadcast_to(x, (128, 16)))
+    with pytest.raises(NKIShapeError) as ei:
+        nki.simulate(k)(RNG.standard_normal(src_shape).astype(np.float32))
+    assert ei.value.loc.line == line_of(k, "# ERR")
+    assert f"{list(src_shape)}" in str(ei.value) and "[128, 16]" in str(ei.value)
 
 
 def test_destination_with_other_elements_per_partition_is_an_error():

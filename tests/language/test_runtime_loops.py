@@ -8,7 +8,7 @@ import pytest
 
 import nki
 import nki.language as nl
-from nki.errors import NKIError
+from nki.errors import NKIError, RemovedFormWarning
 from nki.isa.registers import register_alloc, register_load, register_store
 
 import backends
@@ -116,7 +116,7 @@ def k_while_register(x, n):
     cnt[...] = nl.load(n)
     r = register_alloc()
     register_load(r, cnt)
-    while r:
+    while r:  # WHILE
         t[...] = nl.add(nl.multiply(t, 0.5), 1.0)
         cnt[...] = nl.subtract(cnt, 1, dtype=nl.int32)
         register_load(r, cnt)
@@ -132,6 +132,14 @@ def test_while_on_a_register_loops_on_the_device(n):
         want = want * np.float32(0.5) + np.float32(1.0)
     runs = backends.run_backends(k_while_register, None, x, np.array([[n]], dtype=np.int32))
     np.testing.assert_array_equal(runs[backends.REFERENCE], want * np.float32(3.0))
+
+
+def test_while_on_a_register_warns_that_nki_0_7_removed_it():
+    x = np.zeros((128, 32), np.float32)
+    with pytest.warns(RemovedFormWarning, match="use nl.while_loop") as w:
+        nki.jit(k_while_register.fn)(x, np.array([[1]], dtype=np.int32))
+    hit = [r for r in w if r.category is RemovedFormWarning]
+    assert hit[0].lineno == line_of(k_while_register.fn, "# WHILE")
 
 
 def test_break_in_a_while_on_a_register_is_located():
