@@ -464,7 +464,9 @@ def _overwrites_whole(instr: Instr, name: str, ir: KernelIR) -> bool:
         return False
     if instr.accumulate and not _starts_group(instr):
         return False
-    if any(a.tensor == name for a in instr.reads() if a is not dst):
+    # (a source that is the destination's own access, `dst=t, data=t`, reads it too)
+    if any(u.read and u.role != "dst" and ir.storage_of(u.access.tensor) == name
+           for u in instr.uses()):  # fmt: skip
         return False
     if instr.kind in ("matmul",) and instr.attr("psum_group", False):
         return False

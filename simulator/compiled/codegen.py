@@ -146,7 +146,11 @@ class _Gen(Emitter):
         if dst is None or ins.mask is not None or ins.accumulate is not None:
             return None
         shape = self.ir.tensor(dst.tensor).shape
-        if dst.indirect or tuple(dst.shape) != tuple(shape) or self.overlaps(ins):
+        if dst.indirect or tuple(dst.shape) != tuple(shape):
+            return None
+        root = self.ir.storage_of(dst.tensor)  # (read in place too, `dst=t, data=t`: the fill)
+        if any(u.read and u.role != "dst" and self.ir.storage_of(u.access.tensor) == root
+               for u in ins.uses()):  # fmt: skip
             return None
         for k, (e, n) in enumerate(zip(dst.index, shape)):
             if not e.base.is_const or e.base.const != 0 or len(e.coeffs) != len(shape):

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from simulator.checks.coverage import unfilled_outputs
 from simulator.checks.unwritten import UnwrittenOutputWarning
+
+import backends
 
 
 def _warns_once(backend: str, region: str):
@@ -185,3 +188,19 @@ def test_footprints_join_along_one_dimension_at_a_time():
     np.testing.assert_array_equal(whole[0], np.arange(2400))
     np.testing.assert_array_equal(whole[1], np.arange(16))
     assert any(p[0].tolist() == [5000] and p[1].tolist() == [99] for p in got)
+
+
+@nki.jit
+def in_place_on_a_fresh_tile(x):
+    # the instruction that first writes t reads it too: t keeps its NaN fill for that read
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=0.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_tile_read_by_the_instruction_that_first_writes_it_keeps_its_fill():
+    x = np.zeros((128, 64), np.float32)
+    runs = backends.run_backends(in_place_on_a_fresh_tile, None, x, ran=backends.BACKENDS)
+    assert np.isnan(runs[backends.REFERENCE]).all()
