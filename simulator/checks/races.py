@@ -262,10 +262,17 @@ def _is_candidate(
     return base.name not in private and (base.buffer in HBM_BUFFERS or base.on_chip)
 
 
+# instructions of two tiles whose ALU op is an attribute: (kind, op) -> the attribute
+_ALU_ATTR = {("isa", "tensor_tensor"): "op"}
+
+
 def _reduces(instr: Instr) -> bool:
     """``t = op(t, x)`` with ``op`` an associative reducer (add, max, ...): the same
-    order-independent reduction as ``t op= x`` (``nl.loop_reduce`` traces to this)."""
-    row = OPS.get(instr.op) if instr.kind == "ew" else None
+    order-independent reduction as ``t op= x`` (``nl.loop_reduce`` traces to this), written
+    with ``nl.add`` or with ``nisa.tensor_tensor(op=nl.add)``."""
+    attr = _ALU_ATTR.get((instr.kind, instr.op))
+    name = instr.op if instr.kind == "ew" else instr.attr(attr) if attr else None
+    row = OPS.get(name) if isinstance(name, str) else None
     return row is not None and row.identity is not None and instr.dst in instr.srcs
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import nki
+import nki.isa as nisa
 import nki.language as nl
 from nki.errors import NKIDependencyError
 
@@ -59,33 +60,39 @@ def test_reading_the_previous_iterations_tile_is_reported():
 
 def legal_patterns(a, b):
     # scratch reused by every iteration (written before read), per-iteration blocks, a tile
-    # allocated inside the loop, an SBUF reduction and a PSUM accumulation
+    # allocated inside the loop, SBUF reductions (nl.add, nisa.tensor_tensor) and a PSUM
+    # accumulation
     n = a.shape[0]
     out = nl.ndarray((n, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     total = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    top = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     mm = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     scratch = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
     blocks = nl.ndarray((n, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
     acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    big = nl.full((128, 64), -1.0, dtype=nl.float32, buffer=nl.sbuf)
     ps = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
     for i in nl.affine_range(n):
         scratch[...] = nl.multiply(nl.load(a[i]), 2.0)
         blocks[i] = nl.add(scratch, 1.0)
         own = nl.exp(blocks[i])
         acc[...] = nl.add(acc, own)
+        big[...] = nisa.tensor_tensor(big, own, op=nl.maximum)
         ps += nl.matmul(nl.load(b[i]), own, transpose_x=True)
         nl.store(out[i], blocks[i])
     nl.store(total, acc)
+    nl.store(top, big)
     nl.store(mm, ps)
-    return out, total, mm
+    return out, total, top, mm
 
 
 def test_legal_on_chip_patterns_stay_clean():
     a = rand((3, 128, 64)) * 0.1
     b = rand((3, 128, 128), seed=1) * 0.1
-    out, total, mm = nki.jit(legal_patterns)(a, b)
+    out, total, top, mm = nki.jit(legal_patterns, api="classic")(a, b)
     np.testing.assert_allclose(out, 2 * a + 1, rtol=1e-6)
     e = np.exp(2 * a + 1)
     np.testing.assert_allclose(total, e.sum(0), rtol=1e-5)
+    np.testing.assert_array_equal(top, e.max(0).astype(np.float32))
     want = sum(b[i].T @ e[i] for i in range(3))
     np.testing.assert_allclose(mm, want, rtol=1e-4)
