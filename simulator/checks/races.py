@@ -229,6 +229,18 @@ def _writes(nodes, loops: tuple[Loop, ...]):
                 yield n, acc, loops
 
 
+def _reads(nodes, loops: tuple[Loop, ...]):
+    """(instruction, read access, enclosing loops) for every direct read in ``nodes`` (not the
+    destination an accumulating write reads)."""
+    for n in nodes:
+        if isinstance(n, Loop):
+            yield from _reads(n.body, loops + (n,))
+        elif isinstance(n, Instr):
+            for u in n.uses():
+                if u.read and u.role != "dst" and not u.access.indirect:
+                    yield n, u.access, loops
+
+
 def _allocs(nodes) -> list[str]:
     """Tensors allocated anywhere inside ``nodes``."""
     out = []
@@ -419,6 +431,52 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
                 code="err_unexpected_output_dependencies",
                 loc=a.loc,
                 related=tuple(r for r in related if r[1] is not None),
+            )
+    if ir.generation != "current":  # (current-API loops run in program order, as range)
+        _check_reads(ir, loop, ws, private, timeline)
+
+
+def _check_reads(
+    ir: KernelIR, loop: Loop, ws: list, private: frozenset[str], timeline: _Timeline
+) -> None:
+    """No iteration of a classic ``affine_range`` loop reads elements another iteration writes
+    (``t[:, i + 1] = f(t[:, i])``): what it reads would depend on the iterations' order."""
+    varying = [(loop.sym, loop.start, loop.step)]
+    rs = [
+        (c, ra, ic_loops)
+        for c, ra, ic_loops in _reads(loop.body, ())
+        if ir.storage_of(ra.tensor) not in private and not _mask_uses(c, {loop.sym})
+    ]
+    for a, wa, ia_loops in ws:
+        for c, ra, ic_loops in rs:
+            if ra.tensor != wa.tensor or len(ra.index) != len(wa.index):
+                continue
+            base = ir.storage_of(wa.tensor)
+            on_chip = ir.tensor(base).buffer in ("sbuf", "psum")
+            if on_chip and timeline.observed(base, loop) is None:
+                continue  # scratch reuse: every iteration writes it before reading it
+            fw = _form(wa, varying, _rest(ir, ia_loops))
+            fr = _form(ra, varying, _rest(ir, ic_loops))
+            hit = first_conflict(fw, fr, [loop.trip_count])
+            if hit == UNDECIDED:
+                _undecided(f"affine_range loop '{loop.sym.name or loop.sym}'", a, c, loop.loc)
+            if not isinstance(hit, tuple):
+                continue
+            vw = loop.start + hit[0][0] * loop.step
+            vr = loop.start + hit[1][0] * loop.step
+            name = loop.sym.name or loop.sym
+            what = ir.tensor(base).buffer.upper() if on_chip else "HBM"
+            raise NKIDependencyError(
+                f"loop-carried dependency in affine_range: iteration {vr} of '{name}' "
+                f"(range({loop.start}, {loop.stop}, {loop.step})) reads elements of {what} "
+                f"tensor {ir.label(wa.tensor)} ('{_shown(ir, ra)}') that iteration {vw} writes "
+                f"('{_shown(ir, wa)}'); affine_range iterations must be independent, so what "
+                "it reads depends on their order: use nl.sequential_range",
+                code="err_unexpected_output_dependencies",
+                loc=c.loc,
+                related=tuple(
+                    r for r in (("write", a.loc), ("affine_range loop", loop.loc)) if r[1]
+                ),
             )
 
 

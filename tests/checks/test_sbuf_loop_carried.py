@@ -96,3 +96,49 @@ def test_legal_on_chip_patterns_stay_clean():
     np.testing.assert_array_equal(top, e.max(0).astype(np.float32))
     want = sum(b[i].T @ e[i] for i in range(3))
     np.testing.assert_allclose(mm, want, rtol=1e-4)
+
+
+def chained_blocks(a):
+    out = nl.ndarray((128, 4, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, 4, 64), dtype=nl.float32, buffer=nl.sbuf)
+    buf[:, 0, :] = nl.load(a)
+    for i in nl.affine_range(3):
+        buf[:, i + 1, :] = nl.multiply(buf[:, i, :], 2.0)  # ERR
+    nl.store(out, buf)
+    return out
+
+
+def chained_rows(a):
+    out = nl.ndarray((4, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[0], nl.load(a))
+    for i in nl.affine_range(3):
+        t = nl.load(out[i])  # ERR
+        nl.store(out[i + 1], nl.multiply(t, 2.0))
+    return out
+
+
+def test_reading_what_another_iteration_writes_is_reported():
+    # iteration i reads the block (SBUF) or rows (HBM) iteration i - 1 writes: the result
+    # depends on the order the iterations run in
+    for fn, mem in ((chained_blocks, "SBUF"), (chained_rows, "HBM")):
+        expect(
+            fn,
+            rand((128, 64)),
+            api="classic",
+            code="err_unexpected_output_dependencies",
+            values=["iteration 1 of 'i'", "that iteration 0 writes", f"{mem} tensor"],
+        )
+
+
+def chained_rows_in_order(a):
+    out = nl.ndarray((4, 128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out[0], nl.load(a))
+    for i in nl.sequential_range(3):
+        nl.store(out[i + 1], nl.multiply(nl.load(out[i]), 2.0))
+    return out
+
+
+def test_the_same_chain_in_sequential_range_runs():
+    a = rand((128, 64))
+    got = nki.jit(chained_rows_in_order, api="classic")(a)
+    np.testing.assert_array_equal(got, np.stack([a * np.float32(2**k) for k in range(4)]))
