@@ -12,8 +12,9 @@
 
 torch and jax are imported only when one of their frontends is used, so ``import frontends``
 works without either. ``frontends.torch`` and ``frontends.jax`` register themselves with
-``nki.jit.register_frontend`` on import; ``nki.jit`` imports them through the ``nki.frontends``
-entry-point group (pyproject.toml) when a kernel first receives torch tensors or JAX arrays.
+``nki.frameworks.register_frontend`` on import; ``nki.frameworks`` imports them through the
+``nki.frontends`` entry-point group (pyproject.toml) when a kernel first receives torch tensors or
+JAX arrays.
 """
 
 from __future__ import annotations

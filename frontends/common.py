@@ -17,7 +17,7 @@ import numpy as np
 from nki import dtypes
 from nki.errors import NKIError, NKIShapeError, NKITypeError, SrcLoc, user_facing
 from nki.grids import check_grid_fits, parse_grid
-from nki.ir import Grid, KernelIR
+from nki.ir import KernelIR
 from nki.jit import Kernel, Launch
 from nki.language.core import nc, spmd_dim
 
@@ -60,10 +60,9 @@ def resolve_launch(kernel: Any, grid: Any = None, *, api: str = "nki_call") -> L
     """
     if isinstance(kernel, Launch):
         launch = kernel
-    elif isinstance(kernel, Kernel):
-        launch = Launch(kernel, Grid(()))
-    elif callable(kernel):
-        launch = Launch(Kernel(kernel), Grid(()))
+    elif callable(kernel):  # (an @nki.jit kernel, or a function; its default grid, if any)
+        k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+        launch = Launch(k, k.default_grid)
     else:
         raise NKITypeError(
             f"{api}: expected an NKI kernel (a function or an @nki.jit kernel), got "

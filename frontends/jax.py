@@ -26,7 +26,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from nki.errors import NKIError
-from nki.jit import Launch, register_frontend
+from nki.frameworks import register_frontend
+from nki.jit import Launch
 
 from . import common
 from .common import OutSpec, as_tuple, boundary_loc, check_dtype, placeholder
@@ -245,7 +246,9 @@ def custom_vjp(
     ``backward(*inputs, *cotangents)`` (``backward(*inputs, *outputs, *cotangents)`` with
     ``save_outputs=True``) and returns one gradient per input; gradients are cast to the
     input's dtype and ``None`` means zero. ``forward`` may be a ready
-    :class:`frontends.pair.KernelPair`. All arguments of the resulting function are arrays."""
+    :class:`frontends.pair.KernelPair`. The arguments of the resulting function are arrays
+    (or lists / tuples of arrays, whose gradients are lists of the same length); an integer
+    output's cotangent reaches ``backward`` as zeros of its dtype."""
     pair = KernelPair.of(
         forward, backward, grid=grid, backward_grid=backward_grid, save_outputs=save_outputs
     )
@@ -259,10 +262,17 @@ def custom_vjp(
 
     def f_fwd(*args: Any) -> tuple:
         out = run_forward(args)
-        return out, (args, as_tuple(out) if pair.save_outputs else ())
+        # (a 0-d array per output: its dtype, for an integer output's float0 cotangent)
+        kinds = tuple(jnp.zeros((), o.dtype) for o in as_tuple(out))
+        return out, (args, as_tuple(out) if pair.save_outputs else (), kinds)
 
     def f_bwd(res: tuple, g: Any) -> tuple:
-        inputs, outs = res
+        inputs, outs, kinds = res
+        # JAX gives an integer output's cotangent as float0: the kernel gets zeros of its dtype
+        g = tuple(
+            jnp.zeros(c.shape, k.dtype) if c.dtype == jax.dtypes.float0 else c
+            for c, k in zip(as_tuple(g), kinds)
+        )
         if pair.backward is None:
             raise NKIError(
                 f"'{pair.name}' was declared without a backward; pass backward= to "
@@ -277,12 +287,29 @@ def custom_vjp(
             r = pair.backward(*args)
         grads = pair.check_grads(r, len(inputs))
         return tuple(
-            jnp.zeros_like(x) if gr is None else jnp.asarray(gr).astype(x.dtype)
-            for x, gr in zip(inputs, grads)
+            _cotangent(i, x, gr, pair.name) for i, (x, gr) in enumerate(zip(inputs, grads))
         )
 
     f.defvjp(f_fwd, f_bwd)
     return f
+
+
+def _cotangent(i: int, x: Any, gr: Any, name: str) -> Any:
+    """The gradient ``gr`` of input ``x`` (an array, or a list / tuple of arrays) cast to its
+    dtype, zeros for None."""
+    tree = jax.tree_util
+    if gr is None:
+        return tree.tree_map(jnp.zeros_like, x)
+    xs, gs = tree.tree_leaves(x), tree.tree_leaves(gr)
+    if len(gs) != len(xs):
+        raise NKIError(
+            f"the backward of '{name}' returned {len(gs)} gradient array(s) for input {i}, which "
+            f"holds {len(xs)}",
+            code="err_invalid_argument",
+            loc=boundary_loc(),
+        )
+    cast = [jnp.asarray(gi).astype(xi.dtype) for gi, xi in zip(gs, xs)]
+    return tree.tree_unflatten(tree.tree_structure(x), cast)
 
 
 def _jit_call(launch: Launch, args: tuple, kwargs: dict) -> Any:

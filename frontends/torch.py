@@ -20,12 +20,14 @@ devices (CUDA, ...) are copied to the host and the results returned on their dev
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
 
 from nki.errors import NKIError, NKITypeError
-from nki.jit import Kernel, Launch, register_frontend
+from nki.frameworks import register_frontend
+from nki.jit import Kernel, Launch
 
 from . import common
 from .common import OutSpec, as_tuple, boundary_loc, placeholder
@@ -187,8 +189,15 @@ def _static_params(k: Any) -> dict[str, Any]:
 def _schema(names: list[str], n_out: int, statics: dict[str, Any] | None = None) -> str:
     ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
     args = [f"Tensor {n}" for n in names]
-    args += [f"{_SCHEMA_TYPES[type(v)]} {n}={v!r}" for n, v in (statics or {}).items()]
+    args += [_static_arg(n, v) for n, v in (statics or {}).items()]
     return "(" + ", ".join(args) + ") -> " + ret
+
+
+def _static_arg(name: str, default: Any) -> str:
+    t = _SCHEMA_TYPES[type(default)]
+    if isinstance(default, float) and not math.isfinite(default):
+        return f"{t}? {name}=None"  # (a schema's numbers are finite: None stands for inf / nan)
+    return f"{t} {name}={default!r}"
 
 
 def _define(
@@ -204,7 +213,8 @@ def _define(
     n_t, keys = len(names), list(statics or {})
 
     def split(args: tuple) -> tuple[tuple, dict[str, Any]]:
-        return args[:n_t], dict(zip(keys, args[n_t:]))
+        given = zip(keys, args[n_t:])
+        return args[:n_t], {k: statics[k] if v is None else v for k, v in given}  # type: ignore[index]
 
     def impl(*args: Any) -> Any:
         res = run(*split(args))

@@ -208,6 +208,15 @@ def launch_traced(k: Launch, args: tuple, kwargs: dict) -> tuple[Any, KernelIR]:
     for pname in updated_params(ir) if copies else ():
         if pname in copies:  # the kernel wrote a copied tensor: write it back
             orig, arr = copies[pname]
+            if any(st == 0 and n > 1 for st, n in zip(orig.stride(), orig.shape)):
+                raise NKIError(
+                    f"kernel '{name}' writes argument '{pname}', a view whose elements share "
+                    f"memory (shape {list(orig.shape)}, strides {list(orig.stride())}: an "
+                    "expand() / broadcast_to()); it cannot hold the kernel's writes: pass a "
+                    "tensor of its own (.clone())",
+                    code="err_readonly_output",
+                    loc=boundary_loc(),
+                )
             with torch.no_grad():
                 orig.copy_(from_numpy(np.array(arr)))
     if res is None:

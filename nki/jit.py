@@ -6,12 +6,10 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import importlib
 import inspect
 import threading
 import warnings
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
@@ -55,6 +53,7 @@ from .errors import (
     user_loc,
     user_stacklevel,
 )
+from .frameworks import dispatch, framework_of
 from .grids import check_grid_fits, lnc_grid, lnc_shaped, parse_grid
 from .ir import Grid, KernelIR, TensorDecl
 from .outputs import check_param_writes, kernel_outputs, warn_unreturned, written_bases
@@ -78,63 +77,6 @@ from .typing import annotation_of, local_shape_checks
 MODES = ("auto", "simulation", "baremetal", "benchmark", "jax", "torchxla", "trace", "profile")
 _CONFIG_KEYS = ("precise_fp", "checks", "shuffle_seed", "backend", "threads")
 _JIT_KEYS = ("mode", "platform_target", "api", *_CONFIG_KEYS)
-
-
-# Framework adapters ("frontends"): each registers the call that runs a launch on its
-# tensors, under the top-level modules of the tensor types it takes. Installed frontends are
-# found through the "nki.frontends" entry-point group (name: such a module, value: the frontend
-# module, which registers itself on import), loaded when such a tensor first reaches a kernel.
-FrontendCall = Callable[["Launch", tuple, dict], Any]
-FRONTENDS: dict[str, tuple[str, FrontendCall]] = {}  # tensor module -> (framework, call)
-ENTRY_POINT_GROUP = "nki.frontends"
-_entry_points: dict[str, Any] | None = None
-
-
-def register_frontend(framework: str, modules: tuple[str, ...], call: FrontendCall) -> None:
-    """Route kernel calls whose arguments are tensors of a type defined under ``modules``
-    (top-level module names, e.g. ``("jax", "jaxlib")``) to ``call(launch, args, kwargs)``."""
-    for m in modules:
-        FRONTENDS[m] = (framework, call)
-
-
-def _installed_frontends() -> dict[str, Any]:
-    global _entry_points
-    if _entry_points is None:
-        _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    return _entry_points
-
-
-# The project's own frontends, for a source checkout run without installed package metadata
-# (no entry points): a torch tensor must never reach np.asarray (bfloat16 has no NumPy type).
-OWN_FRONTENDS = {"torch": "frontends.torch", "jax": "frontends.jax", "jaxlib": "frontends.jax"}
-
-
-def _framework(x: object) -> str | None:
-    """The top-level module of ``x``'s type when a frontend takes such tensors."""
-    mod = type(x).__module__.partition(".")[0]
-    if mod in FRONTENDS:
-        return mod
-    if mod in ("numpy", "builtins"):
-        return None
-    if mod in _installed_frontends():
-        _installed_frontends()[mod].load()  # the frontend registers itself on import
-    elif mod in OWN_FRONTENDS:
-        importlib.import_module(OWN_FRONTENDS[mod])
-    return mod if mod in FRONTENDS else None
-
-
-def _dispatch(launch: Launch, modules: set[str], args: tuple, kwargs: dict) -> Any:
-    """Run a launch whose arguments are framework tensors through that framework's frontend;
-    tensors of two frameworks in one call are an error."""
-    frameworks = {FRONTENDS[m][0] for m in modules}
-    if len(frameworks) > 1:
-        raise NKIError(
-            f"kernel '{launch.kernel.fn.__name__}' was called with a mix of "
-            f"{' and '.join(sorted(frameworks))} tensors; pass tensors of one framework",
-            code="err_invalid_argument",
-            loc=user_loc(),
-        )
-    return FRONTENDS[next(iter(modules))][1](launch, args, kwargs)
 
 
 _LABELS = ("__name__", "__qualname__", "__module__", "__code__", "__globals__")
@@ -169,6 +111,12 @@ def kernel_function(fn: Any) -> Any:
     )
 
 
+def _launch_grid(fn: Any) -> Grid:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn.grid if isinstance(fn, Launch) else getattr(fn, "default_grid", Grid(()))
+
+
 class Kernel:
     """A kernel decorated with ``@nki.jit``. Call it with NumPy arrays (runs in the simulator and
     returns NumPy arrays), or launch it over a grid: ``kernel[2, 2](a, b)``."""
@@ -178,8 +126,8 @@ class Kernel:
     def __init__(
         self, fn: Any, mode: str = "auto", platform_target: str | None = None, **options: Any
     ) -> None:
-        # a grid launch (``nki.benchmark(k[2])``) keeps its grid as this kernel's default one
-        self.default_grid = fn.grid if isinstance(fn, Launch) else Grid(())
+        # a grid launch (``nki.benchmark(k[2])``, also in a partial) keeps its grid as default
+        self.default_grid = _launch_grid(fn)
         base = fn.kernel if isinstance(fn, Launch) else fn
         inherited = base.api if isinstance(base, Kernel) else None  # nki.jit(nki.jit(f, api=..))
         fn = kernel_function(fn)
@@ -518,8 +466,8 @@ class Launch:
                 )
             return self.kernel.body(*args, **kwargs)
         if kwargs or any(type(a) is not np.ndarray for a in args):  # (not NumPy arrays alone)
-            if fw := {_framework(a) for a in nested_items([*args, *kwargs.values()])} - {None}:
-                return _dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
+            if fw := {framework_of(a) for a in nested_items([*args, *kwargs.values()])} - {None}:
+                return dispatch(self, fw, args, kwargs)  # type: ignore[arg-type]
         try:
             return self.run_numpy(*args, **kwargs)
         except NKIError as e:

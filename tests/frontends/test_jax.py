@@ -7,7 +7,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from fe_kernels import add_rows, add_rows_legacy, dot_pairs, dot_pairs_ref, mul, mul_bwd  # noqa: E402
 
+import nki.language as nl  # noqa: E402
 from frontends import jax as fj  # noqa: E402
+from nki import jit as nki_jit  # noqa: E402
 from nki.errors import NKIError, NKIShapeError, NKITypeError  # noqa: E402
 
 DTYPES = [jnp.float32, jnp.bfloat16]
@@ -102,3 +104,60 @@ def test_lists_of_arrays_at_any_depth_are_operands():
         jax.jit(lambda p, e: fj.nki_call(dot_pairs, p, e))(pairs, extra), want
     )
     np.testing.assert_array_equal(jax.jit(lambda p, e: dot_pairs(p, e))(pairs, extra), want)
+
+
+def test_a_launch_grid_survives_partial_and_default_grids():
+    # nki.jit(k[2]) and functools.partial(k[2], ...) keep the grid (2,): every row is computed
+    import functools
+
+    from fe_kernels import scale_rows
+
+    import nki
+
+    a, b = _arr((256, 64), jnp.float32, 0), _arr((256, 64), jnp.float32, 1)
+    assert np.array_equal(fj.nki_call(nki.jit(add_rows[2]), a, b), a + b)
+    got = fj.nki_call(functools.partial(scale_rows[2], alpha=3.0), a)
+    assert np.array_equal(got, a * np.float32(3.0))
+    with pytest.raises(NKIError, match="already launched over grid"):
+        fj.nki_call(nki.jit(add_rows[2]), a, b, grid=(2,))
+
+
+@nki_jit
+def _val_and_sign(a):
+    y = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    m = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    nl.store(y, value=nl.multiply(x, 2.0))
+    nl.store(m, value=nl.greater(x, 0.0, dtype=nl.int32))
+    return y, m
+
+
+@nki_jit
+def _val_and_sign_bwd(a, gy, gm):
+    # gm: the int output's cotangent, zeros of its dtype (JAX's float0 is no kernel dtype)
+    ga = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(ga, value=nl.add(nl.multiply(nl.load(gy), 2.0), nl.load(gm)))
+    return ga
+
+
+@nki_jit
+def _sum_list(xs):
+    c = nl.ndarray(xs[0].shape, dtype=xs[0].dtype, buffer=nl.shared_hbm)
+    acc = nl.load(xs[0])
+    for x in xs[1:]:
+        acc = nl.add(acc, nl.load(x))
+    nl.store(c, value=acc)
+    return c
+
+
+def test_custom_vjp_with_an_int_output_and_a_list_argument():
+    a = _arr((128, 64), jnp.float32, 3)
+    f = fj.custom_vjp(_val_and_sign, _val_and_sign_bwd)
+    g = jax.grad(lambda x: f(x)[0].sum())(a)
+    assert np.array_equal(g, np.full(a.shape, 2.0, np.float32))
+    s = fj.custom_vjp(_sum_list, lambda xs, g: ([g for _ in xs],))
+    g = jax.grad(lambda x: s([x, 2 * x]).sum())(a)
+    assert np.array_equal(g, np.full(a.shape, 3.0, np.float32))
+    bad = fj.custom_vjp(_sum_list, lambda xs, g: ([g],))
+    with pytest.raises(NKIError, match="returned 1 gradient array"):
+        jax.grad(lambda x: bad([x, 2 * x]).sum())(a)

@@ -10,7 +10,7 @@ import pytest
 import nki
 import nki.language as nl
 from nki.errors import NKIError
-from nki.jit import FRONTENDS, register_frontend
+from nki.frameworks import FRONTENDS, register_frontend
 
 
 class _FakeTensor:

@@ -237,3 +237,49 @@ def test_custom_op_uses_the_outputs_of_a_ready_kernel_pair():
     a, b = torch.rand(16, 8), torch.rand(16, 8)
     p, s = ft.custom_op("nkisim_tests::prod_and_sum_pair", pair)(a, b)
     assert torch.allclose(p, a * b) and torch.allclose(s, a + b)
+
+
+def test_a_launch_grid_survives_partial_and_default_grids():
+    # autograd_function of nki.jit(k[2]) / functools.partial(k[2], ...) launches the grid (2,)
+    import functools
+
+    import nki
+    from fe_kernels import add_rows, scale_rows
+
+    a, b = torch.randn(256, 64), torch.randn(256, 64)
+    f = ft.autograd_function(nki.jit(add_rows[2]), lambda a, b, g: (g, g))
+    torch.testing.assert_close(f.apply(a, b), a + b, rtol=0, atol=0)
+    g = ft.autograd_function(functools.partial(scale_rows[2], alpha=3.0), lambda a, g: (3 * g,))
+    torch.testing.assert_close(g.apply(a), a * 3.0, rtol=0, atol=0)
+
+
+def test_custom_op_takes_a_non_finite_scalar_default():
+    # a torch schema's numbers are finite: hi=inf is registered as an optional argument
+    import math
+
+    import nki
+
+    @nki.jit
+    def clamp_max(a, hi=math.inf):
+        c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(c, value=nl.minimum(nl.load(a), hi))
+        return c
+
+    op = ft.custom_op("nki_test_inf::clamp_max", clamp_max)
+    x = torch.randn(128, 64)
+    torch.testing.assert_close(op(x), x, rtol=0, atol=0)
+    torch.testing.assert_close(op(x, hi=0.5), x.clamp(max=0.5), rtol=0, atol=0)
+
+
+def test_a_written_argument_whose_elements_share_memory_is_an_error():
+    import nki
+
+    @nki.jit
+    def legacy_add(a, b, c):
+        nl.store(c, value=nl.add(nl.load(a), nl.load(b)))
+
+    a, b = torch.randn(128, 64), torch.randn(128, 64)
+    with pytest.raises(NKIError, match=r"argument 'c', a view whose elements share memory") as e:
+        legacy_add(a, b, torch.zeros(1, 64).expand(128, 64))
+    assert e.value.code == "err_readonly_output"
+    assert e.value.loc.file == __file__

@@ -629,8 +629,8 @@ def test_bfloat16_crosses_without_np_asarray_even_without_package_metadata(tmp_p
     # regression (torch 2.11): "TypeError: Got unsupported ScalarType BFloat16" from
     # np.asarray(tensor) when the frontend was not found through entry points
     code = (
-        "import nki.jit\n"
-        "nki.jit._entry_points = {}\n"  # a source checkout without installed package metadata
+        "import nki.frameworks\n"
+        "nki.frameworks._entry_points = {}\n"  # a source checkout without package metadata
         "import torch\n"
         "def refuse(self, *a, **k):\n"
         "    raise AssertionError('np.asarray of a torch tensor')\n"
