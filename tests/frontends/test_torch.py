@@ -243,8 +243,9 @@ def test_a_launch_grid_survives_partial_and_default_grids():
     # autograd_function of nki.jit(k[2]) / functools.partial(k[2], ...) launches the grid (2,)
     import functools
 
-    import nki
     from fe_kernels import add_rows, scale_rows
+
+    import nki
 
     a, b = torch.randn(256, 64), torch.randn(256, 64)
     f = ft.autograd_function(nki.jit(add_rows[2]), lambda a, b, g: (g, g))
