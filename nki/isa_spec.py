@@ -944,8 +944,8 @@ def _unknown_keyword(name: str, key: str, valid: list[str]) -> Exception:
         )
     elif key in ("dtype", "mask") and "dst" in valid:
         # (AWS's samples of early 2026 still pass dtype= to destination-first calls)
-        hint = f"; the destination-first nisa calls take no {key}= (removed in NKI 0.2): the " + (
-            "result takes dst's dtype" if key == "dtype" else "write a view of dst instead"
+        hint = f"; the destination-first nisa calls take no {key}= (removed in NKI 0.2): " + (
+            "the result takes dst's dtype" if key == "dtype" else "write a view of dst instead"
         )
     return NKITypeError(
         f"'nisa.{name}' got an unexpected keyword argument '{key}'{hint} (valid: "

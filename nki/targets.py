@@ -115,6 +115,7 @@ class IsaRules:
     dma_priority: bool = False  # dma_copy / dma_transpose(priority=...): DMA quality of service
     activation_no_bias: tuple[str, ...] = ()  # activation functions that cannot take a bias
     activation_scalar_bias: bool = True  # activation(bias=<scalar>) (v2: (P, 1) vectors only)
+    matmul_ocp_fp8: bool = False  # nc_matmul operands in float8_e4m3fn (OCP FP8, NeuronCore-v4)
 
 
 _PERF = ("double_row_gen3", "double_row")
@@ -150,6 +151,7 @@ ISA_RULES: dict[str, IsaRules] = {
         hwdge=True,
     ),
     "trn3": IsaRules(
+        matmul_ocp_fp8=True,
         matmul_moving_fmax=4096,
         matmul_out_dtypes=("float32", "bfloat16"),
         matmul_tile_sizes=(32, 64, 128),

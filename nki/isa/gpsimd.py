@@ -144,8 +144,15 @@ _COMPARE = {
 
 
 def _affine_select_into(name: str, dst: Any, a: dict[str, Any]) -> tuple[Any, None, dict[str, Any]]:
-    """``dst = on_true_tile where cmp_op(value, 0) else on_false_value`` with the iota value (on
-    dst's own shape: on_true_tile keeps it)."""
+    """``dst = on_true_tile where cmp_op(value, 0) else on_false_value`` with the iota value; a
+    pattern whose pairs cover dst's elements per partition in another shape walks dst and
+    on_true_tile both seen in the pattern's shape (as ``iota``)."""
+    shaped = _pattern_shape(name, dst, a["pattern"])
+    if shaped is not dst:
+        src = a.get("on_true_tile")
+        if hasattr(src, "reshape") and tuple(src.shape) == tuple(dst_view(dst).shape):
+            a["on_true_tile"] = src.reshape(tuple(shaped.shape))
+        dst = shaped
     v = _pattern_value(name, dst, a)
     op = a.pop("cmp_op")
     op_name = getattr(op, "__name__", str(op))

@@ -24,6 +24,7 @@ from .forms import dst_dtype, dst_view, instruction
 from .rules import check_dtype_in, check_pe_tiling, rules, target
 
 _FP32_LIKE = frozenset({"float32", "tfloat32"})
+_NOT_OCP = tuple(d for d in MATMUL_IN_DTYPES if d != "float8_e4m3fn")
 
 
 def _perf_name(perf_mode: object) -> str:
@@ -96,8 +97,11 @@ def nc_matmul(
     moving = stage_psum_operand(moving, api)
     sacc, st = c.tile(stationary, "stationary", SBUF)
     macc, mt = c.tile(moving, "moving", SBUF)
+    # (float8_e4m3fn, OCP FP8, from NeuronCore-v4 on)
+    ins = MATMUL_IN_DTYPES if r.matmul_ocp_fp8 else _NOT_OCP
     for role, t in (("stationary", st), ("moving", mt)):
-        check_dtype_in(t.decl.dtype, MATMUL_IN_DTYPES, api, role, "err_unsupported_matmul_dtype")
+        check_dtype_in(t.decl.dtype, ins, f"{api} on {target().name}", role,
+                       "err_unsupported_matmul_dtype")  # fmt: skip
     pair = {st.decl.dtype, mt.decl.dtype}
     shown = f"'{api}' got stationary {st.decl.dtype} and moving {mt.decl.dtype}"
     if pair == {"float8_e4m3", "float8_e4m3fn"}:
@@ -115,7 +119,8 @@ def nc_matmul(
                 loc=user_loc(),
             )
         for role, t in (("stationary", st), ("moving", mt)):
-            check_dtype_in(t.decl.dtype, FP8_DTYPES, f"{api}(perf_mode={perf})", role)
+            fp8 = tuple(d for d in FP8_DTYPES if d in ins)
+            check_dtype_in(t.decl.dtype, fp8, f"{api}(perf_mode={perf})", role)
         for role, shp in (("stationary", sshape), ("moving", mshape)):
             if len(shp) != 3 or shp[1] != 2:
                 raise NKIShapeError(
@@ -143,9 +148,12 @@ def nc_matmul(
             loc=user_loc(),
         )
     tgt = target()
+    # (the moving free size is as many PSUM columns as matmul_moving_fmax fp32 ones: NeuronCore-v4
+    # writes 4096 fp32 or 8192 bfloat16 columns, its whole PSUM)
+    mlim = r.matmul_moving_fmax * (2 if c.result_dtype() == "bfloat16" else 1)
     for what, shp, n, lim, where in (
         ("stationary", sshape, m_free, tgt.gemm_stationary_fmax, ""),
-        ("moving", mshape, n_free, r.matmul_moving_fmax, f" on {tgt.name}"),
+        ("moving", mshape, n_free, mlim, f" on {tgt.name} for a {c.result_dtype()} result"),
     ):
         if n > lim:
             raise NKIShapeError(

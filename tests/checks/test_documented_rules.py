@@ -135,8 +135,43 @@ def bounds_of_negative_ids(ids):
     return ids
 
 
+def hwdge_transpose_of_64_rows(x):
+    s = _sb((64, 16), nl.bfloat16)
+    nisa.dma_copy(dst=s, src=x[0:64, 0:16])
+    d = _sb((16, 64), nl.bfloat16)
+    nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.hwdge)  # ERR
+    return x
+
+
+def swdge_direct_transpose(x):
+    s = _sb((16, 64), nl.bfloat16)
+    nisa.dma_copy(dst=s, src=x)
+    d = _sb((64, 16), nl.bfloat16)
+    nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.swdge)  # ERR
+    return x
+
+
+def ocp_fp8_matmul_on_trn2(x):
+    a = _sb((128, 64), nl.float8_e4m3fn)
+    nisa.memset(dst=a, value=0.0)
+    p = _sb((64, 64), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=p, stationary=a, moving=a)  # ERR
+    return x
+
+
+def bf16_matmul_of_8193_columns(x):
+    a = _sb((128, 64), nl.bfloat16)
+    nisa.memset(dst=a, value=0.0)
+    b = _sb((128, 8193), nl.bfloat16)
+    nisa.memset(dst=b, value=0.0)
+    p = _sb((64, 8193), nl.bfloat16, nl.psum)
+    nisa.nc_matmul(dst=p, stationary=a, moving=b)  # ERR
+    return x
+
+
 F32 = np.zeros((128, 64), np.float32)
 BF16 = np.zeros((16, 64), ml_dtypes.bfloat16)
+BF16_64 = np.zeros((64, 64), ml_dtypes.bfloat16)
 CASES = [
     (transpose_into_hbm, BF16, "err_unsupported_memory", "SBUF"),
     (transpose_converting, BF16, "err_unsupported_dtype", "float16"),
@@ -154,12 +189,57 @@ CASES = [
     (two_dynamic_selects, np.zeros((4, 128, 64), np.float32), "err_invalid_view", "one dynamic"),
     (bounds_of_negative_ids, np.array([[1, 1, -1, 2, 0, 3, 3, 2]], np.float32),
      "err_invalid_argument", "non-negative"),
+    (hwdge_transpose_of_64_rows, BF16_64, "err_unsupported_transpose_axes", "[64, 16]"),
+    (swdge_direct_transpose, BF16, "err_invalid_argument", "swdge"),
+    (ocp_fp8_matmul_on_trn2, F32, "err_unsupported_matmul_dtype", "float8_e4m3fn"),
+    (bf16_matmul_of_8193_columns, F32, "err_size_of_dimension_exceed_arch_limit", "8192"),
 ]  # fmt: skip
+TARGETS = {ocp_fp8_matmul_on_trn2: "trn2"}
 
 
 @pytest.mark.parametrize(("fn", "x", "code", "value"), CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_documented_rule_broken_is_a_located_error(fn, x, code, value):
-    expect(fn, x, code=code, values=(value,))
+    expect(fn, x, code=code, values=(value,), target=TARGETS.get(fn))
+
+
+@nki.jit
+def wide_and_ocp_neighbours(a, b):
+    """trn3's neighbours: a bfloat16 result of 8192 columns (its whole PSUM), float8_e4m3fn
+    operands, a hardware-DGE transpose of 16 rows."""
+    out = nl.ndarray((64, 8192), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    out8 = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    outt = nl.ndarray((64, 16), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    sa, sb = _sb((128, 64), nl.bfloat16), _sb((128, 8192), nl.bfloat16)
+    nisa.dma_copy(dst=sa, src=a)
+    nisa.dma_copy(dst=sb, src=b)
+    p = _sb((64, 8192), nl.bfloat16, nl.psum)
+    nisa.nc_matmul(dst=p, stationary=sa, moving=sb)
+    r = _sb((64, 8192), nl.bfloat16)
+    nisa.tensor_copy(dst=r, src=p)
+    nisa.dma_copy(dst=out, src=r)
+    f8 = _sb((128, 64), nl.float8_e4m3fn)
+    nisa.tensor_copy(dst=f8, src=sa)
+    p8 = _sb((64, 64), nl.float32, nl.psum)
+    nisa.nc_matmul(dst=p8, stationary=f8, moving=f8)
+    r8 = _sb((64, 64), nl.float32)
+    nisa.tensor_copy(dst=r8, src=p8)
+    nisa.dma_copy(dst=out8, src=r8)
+    t = _sb((64, 16), nl.bfloat16)
+    nisa.dma_transpose(dst=t, src=sa[0:16, :], dge_mode=nisa.dge_mode.hwdge)
+    nisa.dma_copy(dst=outt, src=t)
+    return out, out8, outt
+
+
+def test_trn3_neighbours_run():
+    rng = np.random.default_rng(1)
+    a = (rng.integers(-4, 5, (128, 64)) / 4).astype(ml_dtypes.bfloat16)
+    b = (rng.integers(-4, 5, (128, 8192)) / 4).astype(ml_dtypes.bfloat16)
+    out, out8, outt = wide_and_ocp_neighbours.configure(target="trn3")(a, b)
+    af = a.astype(np.float32)
+    want = (af.T @ b.astype(np.float32)).astype(ml_dtypes.bfloat16)  # (exact fp32, rounded)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out8, af.T @ af)  # (quarters are exact in e4m3fn)
+    np.testing.assert_array_equal(outt, a[0:16].T)
 
 
 @nki.jit

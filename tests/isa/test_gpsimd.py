@@ -687,3 +687,23 @@ def test_iota_register_offset_is_a_located_unsupported_error():
         nki.jit(iota_register_offset)(np.array([[5]], np.int32))
     assert e.value.code == "err_unsupported_attribute"
     assert e.value.loc.line == iota_register_offset.__code__.co_firstlineno + 6
+
+
+@nki.jit
+def select_by_a_flat_pattern(a):
+    # the pattern's pairs [8, 8] walk dst's 64 elements per partition (the docs: any free
+    # shape whose element count is the pairs' product): a causal mask p >= f
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    d = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(dst=d, pattern=[[-8, 8], [-1, 8]], channel_multiplier=1, on_true_tile=x,
+                       on_false_value=-9.0, cmp_op=nl.greater_equal)  # fmt: skip
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+def test_affine_select_pattern_in_another_free_shape():
+    a = rand((128, 64))
+    got = run_backends(select_by_a_flat_pattern, None, a)[REFERENCE]
+    np.testing.assert_array_equal(got, np.where(np.arange(128)[:, None] >= np.arange(64), a, -9))
