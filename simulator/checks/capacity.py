@@ -243,8 +243,30 @@ def check_capacity(ir: KernelIR, target: str | Target | None = None) -> None:
                 code=code,
                 loc=lv.loc,
             )
+        if buf == "psum" and tile_cap == t.psum_bank_bytes:
+            _check_banks(mine, resident, t, physical)
         if resident != full:
             _warn_spills(buf, mine, full, resident, cap, t, physical)
+
+
+def _check_banks(mine: list[_Live], sizes: list[int], t: Target, physical: dict[str, int]) -> None:
+    """Where a PSUM tile lies inside one bank, two tiles over half a bank each cannot share
+    one: the live ones of them need a bank each (nine of 1536 bytes need nine of eight banks,
+    though their bytes fit)."""
+    half = t.psum_bank_bytes // 2
+    over = _first_over(mine, [int(n > half) for n in sizes], t.psum_banks)
+    if over is None:
+        return
+    k, alive, count = over
+    big = [mine[i] for i in alive if sizes[i] > half]
+    raise NKIMemoryError(
+        f"PSUM capacity exceeded on {t.name}: allocating {tensor_label(mine[k].decl)} brings "
+        f"the live tiles of over half a bank ({half} bytes per partition) to {count}; each lies "
+        f"inside one {t.psum_bank_bytes}-byte bank and no two of them share one, but there are "
+        f"{t.psum_banks} banks; live allocations: {_listing(big, physical)}",
+        code="err_psum_capacity_exceeded",
+        loc=mine[k].loc,
+    )
 
 
 def _first_over(mine: list[_Live], sizes: list[int], cap: int) -> tuple[int, list[int], int] | None:

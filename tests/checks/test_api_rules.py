@@ -439,6 +439,19 @@ def k_dma_transpose_fp32(x):
     return _store(t)
 
 
+def k_dma_transpose_hwdge_rows(x):
+    # 64 partitions: a 2-D hardware-DGE transpose takes 16
+    t = _tile((x.shape[1], x.shape[0]), x.dtype)
+    nisa.dma_transpose(t, _load(x), dge_mode=nisa.dge_mode.hwdge)  # ERR
+    return _store(t)
+
+
+def k_dma_transpose_direct_swdge(x):
+    t = _tile((x.shape[1], x.shape[0]), x.dtype)
+    nisa.dma_transpose(t, _load(x), dge_mode=nisa.dge_mode.swdge)  # ERR
+    return _store(t)
+
+
 def k_dma_transpose_fp32_default_dge(x):
     t = _tile((x.shape[1], x.shape[0]), x.dtype)  # (dma_transpose does not convert)
     nisa.dma_transpose(t, x)  # (the compiler picks the DMA path: 2- or 4-byte elements)
@@ -560,6 +573,7 @@ def k_ts_bf16_operand_classic(x):
 _X = rand((64, 32))
 _XI = np.arange(64 * 32, dtype=np.int32).reshape(64, 32)
 _X8 = _X.astype(ml_dtypes.float8_e4m3fn)
+_XB = _X.astype(ml_dtypes.bfloat16)
 # (rule, kernel, its input, target, error class, code, fragments of the message)
 CURRENT_RULES = [
     ("dma_copy.engine", k_dma_engine, _X, "trn2", NKIError, "err_unsupported_engine_for_op",
@@ -572,6 +586,10 @@ CURRENT_RULES = [
      ["data float32 and dst bfloat16"]),
     ("dma_transpose.dtype", k_dma_transpose_fp32, _X, "trn2", NKITypeError,
      "err_unsupported_dtype", ["a float32 src with dge_mode=hwdge"]),
+    ("dma_transpose.hwdge_shape", k_dma_transpose_hwdge_rows, _XB, "trn2", NKIShapeError,
+     "err_unsupported_transpose_axes", ["a src of shape [64, 32]"]),
+    ("dma_transpose.direct_swdge", k_dma_transpose_direct_swdge, _XB, "trn2", NKITypeError,
+     "err_invalid_argument", ["dge_mode=swdge for a direct src"]),
     ("dma_transpose.one_byte", k_dma_transpose_one_byte, _X8, "trn2", NKITypeError,
      "err_unsupported_dtype", ["a float8_e4m3fn src"]),
     ("affine_select.on_true_sbuf", k_select_from_psum, _X, "trn2", NKIMemoryError,

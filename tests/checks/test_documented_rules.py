@@ -135,22 +135,6 @@ def bounds_of_negative_ids(ids):
     return ids
 
 
-def hwdge_transpose_of_64_rows(x):
-    s = _sb((64, 16), nl.bfloat16)
-    nisa.dma_copy(dst=s, src=x[0:64, 0:16])
-    d = _sb((16, 64), nl.bfloat16)
-    nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.hwdge)  # ERR
-    return x
-
-
-def swdge_direct_transpose(x):
-    s = _sb((16, 64), nl.bfloat16)
-    nisa.dma_copy(dst=s, src=x)
-    d = _sb((64, 16), nl.bfloat16)
-    nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.swdge)  # ERR
-    return x
-
-
 def ocp_fp8_matmul_on_trn2(x):
     a = _sb((128, 64), nl.float8_e4m3fn)
     nisa.memset(dst=a, value=0.0)
@@ -171,7 +155,6 @@ def bf16_matmul_of_8193_columns(x):
 
 F32 = np.zeros((128, 64), np.float32)
 BF16 = np.zeros((16, 64), ml_dtypes.bfloat16)
-BF16_64 = np.zeros((64, 64), ml_dtypes.bfloat16)
 CASES = [
     (transpose_into_hbm, BF16, "err_unsupported_memory", "SBUF"),
     (transpose_converting, BF16, "err_unsupported_dtype", "float16"),
@@ -189,8 +172,6 @@ CASES = [
     (two_dynamic_selects, np.zeros((4, 128, 64), np.float32), "err_invalid_view", "one dynamic"),
     (bounds_of_negative_ids, np.array([[1, 1, -1, 2, 0, 3, 3, 2]], np.float32),
      "err_invalid_argument", "non-negative"),
-    (hwdge_transpose_of_64_rows, BF16_64, "err_unsupported_transpose_axes", "[64, 16]"),
-    (swdge_direct_transpose, BF16, "err_invalid_argument", "swdge"),
     (ocp_fp8_matmul_on_trn2, F32, "err_unsupported_matmul_dtype", "float8_e4m3fn"),
     (bf16_matmul_of_8193_columns, F32, "err_size_of_dimension_exceed_arch_limit", "8192"),
 ]  # fmt: skip
@@ -205,7 +186,7 @@ def test_a_documented_rule_broken_is_a_located_error(fn, x, code, value):
 @nki.jit
 def wide_and_ocp_neighbours(a, b):
     """trn3's neighbours: a bfloat16 result of 8192 columns (its whole PSUM), float8_e4m3fn
-    operands, a hardware-DGE transpose of 16 rows."""
+    operands; and a hardware-DGE transpose of 16 rows (``dma_transpose.hwdge_shape``)."""
     out = nl.ndarray((64, 8192), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     out8 = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     outt = nl.ndarray((64, 16), dtype=nl.bfloat16, buffer=nl.shared_hbm)

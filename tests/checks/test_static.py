@@ -657,3 +657,38 @@ def test_sbuf_capacity_error_counts_identical_live_tiles_once():
         values=["float32[128, 1024]: 4096 B", "x52 (212992 B)", "212984"],
     )  # fmt: skip
     assert str(e).count("float32[128, 1024]") == 1  # the 52 tiles (the failing one included)
+
+
+def k_psum_tiles(a, b, n_big, n_small):
+    # n_big accumulators of 384 fp32 columns (1536 B, over half a 2 KiB bank) and n_small of
+    # 128 columns (512 B), all live until the end
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    accs = []
+    for cols in [384] * n_big + [128] * n_small:
+        acc = nl.zeros((128, cols), dtype=nl.float32, buffer=nl.psum)  # ERR
+        acc += nl.matmul(x, y[:, 0:cols], transpose_x=True)
+        accs.append(acc)
+    total = nl.copy(accs[0][:, 0:128])
+    for acc in accs[1:]:
+        total = nl.add(total, acc[:, 0:128])
+    nl.store(out, total)
+    return out
+
+
+@pytest.mark.parametrize(("n_big", "n_small"), [(8, 8), (9, 0)])
+def test_psum_tiles_over_half_a_bank_need_a_bank_each(n_big, n_small):
+    # nine 1536-byte tiles (13.5 KiB) fit PSUM's 16 KiB by bytes, but no two share a bank;
+    # eight of them leave 512 bytes of each bank, where the eight small ones fit
+    a, b = rand((128, 128)), rand((128, 384), 1)
+    k = nki.jit(k_psum_tiles).configure(target="trn2")
+    if n_big == 9:
+        e = expect(
+            k_psum_tiles, a, b, 9, 0, cls=NKIMemoryError, target="trn2",
+            code="err_psum_capacity_exceeded", values=["to 9", "8 banks", "1536 B"],
+        )  # fmt: skip
+        assert "no two of them share one" in str(e)
+        return
+    got = k(a, b, n_big, n_small)
+    np.testing.assert_allclose(got, 16 * (a.T @ b[:, 0:128]), rtol=1e-4, atol=1e-3)
