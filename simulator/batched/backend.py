@@ -382,13 +382,21 @@ def _declined(ir: KernelIR, config: SimConfig, p: Plan) -> str | None:
         # the batched writes keep fp32 values of an fp32 storage as they are)
         return "tfloat32 tensors"
     steps = _serial_steps(ir, p)
-    if config.backend == AUTO and steps > SERIAL_STEPS:
-        if numba_backend.unsupported_reason(ir, config) is None:
+    if config.backend == AUTO and steps > WARM_SERIAL_STEPS:
+        if numba_backend.unsupported_reason(ir, config) is None and (
+            steps > SERIAL_STEPS or _warm(ir, config)
+        ):
             return (
                 f"{steps:,} instruction steps iterated in Python (loops that cannot batch): "
                 "the Numba backend compiles them"
             )
     return None
+
+
+def _warm(ir: KernelIR, config: SimConfig) -> bool:
+    """The Numba backend's code for this kernel is compiled in this process already."""
+    p, _ = numba_backend.plan(ir, config)
+    return p is not None and numba_backend.is_compiled(p)
 
 
 def execute(
@@ -480,6 +488,8 @@ def _restore(shared: dict[str, np.ndarray], saved: dict[str, np.ndarray]) -> Non
 # leaves a kernel to the Numba backend, which compiles per-iteration loops (about 17 us of
 # Python per step here against nanoseconds compiled; a cold compile costs seconds)
 SERIAL_STEPS = 100_000
+# the same where the kernel's Numba code is compiled in this process already (no compile to pay)
+WARM_SERIAL_STEPS = 10_000
 
 
 def _serial_steps(ir: KernelIR, p: Plan) -> int:

@@ -491,3 +491,37 @@ def test_compiled_loop_stops_on_ctrl_c(tmp_path):
     assert err.rstrip().endswith("KeyboardInterrupt"), err[-2000:]
     assert "compiled/backend.py" in err  # raised where the backend saw the polled signal
     assert elapsed < 5.0, elapsed
+
+
+@nki.jit
+def row_scan(a):
+    out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for i in nl.sequential_range(a.shape[1] // 8):
+        x = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a[:, nl.ds(i * 8, 8)])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_auto_takes_a_warm_numba_kernel_at_fewer_steps(monkeypatch):
+    # a sequential loop below the batched backend's switch to Numba (SERIAL_STEPS) stays batched
+    # while its Numba code is not compiled; once it is, the lower WARM_SERIAL_STEPS applies
+    from simulator.batched import backend as batched
+
+    monkeypatch.setattr(batched, "WARM_SERIAL_STEPS", 16)
+    a = np.random.default_rng(0).standard_normal((128, 8 * 40)).astype(np.float32)
+    want = a.reshape(128, 40, 8).sum(axis=1, dtype=np.float32)
+    cold = nki.jit(row_scan.fn, backend="auto")
+    np.testing.assert_allclose(cold(a), want, rtol=1e-5, atol=1e-5)
+    assert cold.last_run.backend == "batched"
+    numba = nki.jit(row_scan.fn, backend="numba")
+    numba(a)
+    assert numba.last_run.backend == "numba"
+    warm = nki.jit(row_scan.fn, backend="auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(warm(a), numba(a))
+    assert warm.last_run.backend == "numba"
