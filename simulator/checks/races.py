@@ -445,7 +445,8 @@ def _check_reads(
     rs = [
         (c, ra, ic_loops)
         for c, ra, ic_loops in _reads(loop.body, ())
-        if ir.storage_of(ra.tensor) not in private and not _mask_uses(c, {loop.sym})
+        # (a masked read is left out: its mask may keep it to the iteration's own elements)
+        if ir.storage_of(ra.tensor) not in private and c.mask is None
     ]
     for a, wa, ia_loops in ws:
         for c, ra, ic_loops in rs:
