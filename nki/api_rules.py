@@ -198,14 +198,14 @@ RULES: tuple[ApiRule, ...] = (
         "dma_transpose.hwdge_shape", "nisa.dma_transpose(dst, src, dge_mode=nisa.dge_mode.hwdge)",
         "a hardware-DGE DMA transpose takes a 2-D src of 16 partitions (src.shape[0] == 16), or "
         "a 3-D / 4-D src whose src.shape[0] is 1, 2, 4, 8 or 16 with src.shape[0] * "
-        "src.shape[-2] a multiple of 16",
+        "src.shape[-2] a multiple of 16; src.shape[-1] <= 128",
         f"{_ISA}: nki.isa.dma_transpose, DMA direct transpose constraints",
         (CURRENT,), "err_unsupported_transpose_axes", "NKIShapeError",
     ),
     ApiRule(
-        "dma_transpose.direct_swdge", "nisa.dma_transpose(dst, src, dge_mode=nisa.dge_mode.swdge)",
-        "a direct DMA transpose (src without indirect indexing) takes dge_mode unknown or hwdge; "
-        "swdge is for indirect transposes",
+        "dma_transpose.direct_dge", "nisa.dma_transpose(dst, src, dge_mode=nisa.dge_mode.swdge)",
+        "a direct DMA transpose (src without indirect indexing) takes dge_mode unknown or hwdge "
+        "(swdge is for indirect transposes)",
         f"{_ISA}: nki.isa.dma_transpose, DMA direct and indirect transpose constraints",
         (CURRENT,), "err_invalid_argument", "NKITypeError",
     ),

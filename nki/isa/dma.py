@@ -113,7 +113,7 @@ _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
     """The destination-first dma_transpose's ``dge_mode``: which engine generates the
     descriptors, the same transpose either way (the hardware-DGE limits on the src's dtype and
-    shape are checked, and swdge is for indirect transposes only)."""
+    shape are checked; a direct transpose takes unknown or hwdge)."""
     a["dge_mode"] = _dge(a.get("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
     where = dst_view(dst).tensor_()
     if where.buffer != "sbuf":  # (the page: "dst ... must be a tile in SBUF")
@@ -147,12 +147,13 @@ def dma_transpose(
     if dge == _dge_mode.hwdge and dtypes.itemsize(stile.decl.dtype) != 2:
         broken("dma_transpose.dtype", f"'{c.api}' got a {stile.decl.dtype} src with dge_mode=hwdge")
     shp = tuple(sacc.shape)
-    if dge == _dge_mode.hwdge and not (
-        shp[0] == 16 if len(shp) == 2 else shp[0] in (1, 2, 4, 8, 16) and shp[0] * shp[-2] % 16 == 0
-    ):
+    rows = (
+        shp[0] in (1, 2, 4, 8, 16) and shp[0] * shp[-2] % 16 == 0 if len(shp) > 2 else shp[0] == 16
+    )
+    if dge == _dge_mode.hwdge and not (rows and shp[-1] <= 128):
         broken("dma_transpose.hwdge_shape", f"'{c.api}' got a src of shape {list(shp)}")
-    if dge == _dge_mode.swdge and not sacc.indirect:
-        broken("dma_transpose.direct_swdge", f"'{c.api}' got dge_mode=swdge for a direct src")
+    if dge not in (_dge_mode.unknown, _dge_mode.hwdge) and not sacc.indirect:
+        broken("dma_transpose.direct_dge", f"'{c.api}' got dge_mode={dge.name} for a direct src")
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)
     try:

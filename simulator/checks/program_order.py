@@ -74,7 +74,8 @@ def _uses(nodes: tuple[Node, ...], loops: tuple[Loop, ...] = ()) -> list[_Use]:
         if isinstance(n, Loop):
             out += _uses(n.body, loops + (n,))
         elif isinstance(n, Instr):
-            acc_dst = n.accumulates or _reduces(n)
+            # (a current-API nisa.tensor_tensor into its own source keeps program order)
+            acc_dst = n.accumulates or _reduces(n, isa=False)
             for a in n.writes():
                 out.append(_Use(n, a, True, acc_dst and a is n.dst, loops))
             for a in n.reads():

@@ -278,11 +278,11 @@ def _is_candidate(
 _ALU_ATTR = {("isa", "tensor_tensor"): "op"}
 
 
-def _reduces(instr: Instr) -> bool:
+def _reduces(instr: Instr, isa: bool = True) -> bool:
     """``t = op(t, x)`` with ``op`` an associative reducer (add, max, ...): the same
     order-independent reduction as ``t op= x`` (``nl.loop_reduce`` traces to this), written
-    with ``nl.add`` or with ``nisa.tensor_tensor(op=nl.add)``."""
-    attr = _ALU_ATTR.get((instr.kind, instr.op))
+    with ``nl.add`` or (``isa``) with ``nisa.tensor_tensor(op=nl.add)``."""
+    attr = _ALU_ATTR.get((instr.kind, instr.op)) if isa else None
     name = instr.op if instr.kind == "ew" else instr.attr(attr) if attr else None
     row = OPS.get(name) if isinstance(name, str) else None
     return row is not None and row.identity is not None and instr.dst in instr.srcs

@@ -588,7 +588,7 @@ CURRENT_RULES = [
      "err_unsupported_dtype", ["a float32 src with dge_mode=hwdge"]),
     ("dma_transpose.hwdge_shape", k_dma_transpose_hwdge_rows, _XB, "trn2", NKIShapeError,
      "err_unsupported_transpose_axes", ["a src of shape [64, 32]"]),
-    ("dma_transpose.direct_swdge", k_dma_transpose_direct_swdge, _XB, "trn2", NKITypeError,
+    ("dma_transpose.direct_dge", k_dma_transpose_direct_swdge, _XB, "trn2", NKITypeError,
      "err_invalid_argument", ["dge_mode=swdge for a direct src"]),
     ("dma_transpose.one_byte", k_dma_transpose_one_byte, _X8, "trn2", NKITypeError,
      "err_unsupported_dtype", ["a float8_e4m3fn src"]),
