@@ -114,7 +114,9 @@ def kernel_function(fn: Any) -> Any:
 def _launch_grid(fn: Any) -> Grid:
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return fn.grid if isinstance(fn, Launch) else getattr(fn, "default_grid", Grid(()))
+    if isinstance(fn, Launch):
+        return fn.grid
+    return fn.default_grid if isinstance(fn, Kernel) else Grid(())
 
 
 class Kernel:
