@@ -30,14 +30,19 @@ def _statements(node: ast.AST) -> Iterator[ast.AST]:
             yield from _statements(child)
 
 
+# the loop statements found by the line of their header: kind -> the header's part
+_HEADERS = {ast.For: "iter", ast.While: "test"}
+
+
 @functools.lru_cache(maxsize=64)
-def _fors(tree: ast.Module | None) -> dict[int, ast.For]:
-    """Per source line, the innermost ``for`` statement whose iterable spans that line (each
-    parsed file's statements read once)."""
-    out: dict[int, ast.For] = {}
+def _loops_by_line(tree: ast.Module | None, kind: type) -> dict[int, ast.stmt]:
+    """Per source line, the innermost ``kind`` statement (``for`` / ``while``) whose iterable /
+    test spans that line (each parsed file's statements read once per kind)."""
+    out: dict[int, ast.stmt] = {}
     for n in _statements(tree) if tree is not None else ():
-        if isinstance(n, ast.For):
-            for line in range(n.iter.lineno, (n.iter.end_lineno or n.iter.lineno) + 1):
+        if isinstance(n, kind):
+            head = getattr(n, _HEADERS[kind])
+            for line in range(head.lineno, (head.end_lineno or head.lineno) + 1):
                 best = out.get(line)
                 if best is None or n.lineno >= best.lineno:
                     out[line] = n
@@ -58,25 +63,12 @@ def _exits(nodes: list[ast.AST], in_inner_loop: bool = False) -> ast.stmt | None
 
 
 def _for_node(loc: SrcLoc) -> ast.For | None:
-    return _fors(source_tree(loc.file)).get(loc.line)
-
-
-@functools.lru_cache(maxsize=64)
-def _whiles(tree: ast.Module | None) -> dict[int, ast.While]:
-    """Per source line, the innermost ``while`` statement whose test spans that line."""
-    out: dict[int, ast.While] = {}
-    for n in _statements(tree) if tree is not None else ():
-        if isinstance(n, ast.While):
-            for line in range(n.test.lineno, (n.test.end_lineno or n.test.lineno) + 1):
-                best = out.get(line)
-                if best is None or n.lineno >= best.lineno:
-                    out[line] = n
-    return out
+    return _loops_by_line(source_tree(loc.file), ast.For).get(loc.line)  # type: ignore[return-value]
 
 
 def while_statement(loc: SrcLoc) -> ast.While | None:
     """The ``while`` statement whose test is evaluated at ``loc`` (None: not a while test)."""
-    return _whiles(source_tree(loc.file)).get(loc.line)
+    return _loops_by_line(source_tree(loc.file), ast.While).get(loc.line)  # type: ignore[return-value]
 
 
 def while_exit(node: ast.While, loc: SrcLoc) -> NKIControlFlowError | None:
