@@ -35,6 +35,13 @@ def _pure(text: str) -> bool:
     return re.fullmatch(r"[\w.]+(\[[^()]*\])?", text) is not None
 
 
+_BROADCAST = (
+    "written with dst=: if the value has fewer partitions or elements per partition than the "
+    "target (classic assignment broadcast it), broadcast its source with a stride-0 view "
+    "(.broadcast_to / .ap): the current API writes the result's own shape"
+)
+
+
 class Func(IsaCalls):
     """Rewrites the simple statements of one function (nested functions are their own)."""
 
@@ -276,6 +283,10 @@ class Func(IsaCalls):
             dst = self.expr(t, ctx, counts)
             if q == "nl.load":
                 return self.load(v, ctx, dst=dst)
+            if self.isa_name(v) or self.is_tile(v):
+                # (classic assignment broadcast a smaller value into the target; an instruction
+                # writes its result's own shape, which the assistant cannot see)
+                self.src.note(t.lineno, self.seg(t), _BROADCAST, rewritten=True)
             if self.isa_name(v):
                 return self.isa(v, ctx, dst=dst, overwrite=True)
             if self.is_tile(v):

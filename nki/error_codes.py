@@ -54,7 +54,8 @@ ERROR_CODES: dict[str, str] = {
     "err_invalid_shape": "a tensor shape that is not a tuple of integers",
     "err_broadcast_shape_mismatch": "operand shapes that do not broadcast together",
     "err_store_dst_shape_smaller_than_other_shape": "a destination smaller than (or "
-    "incompatible with) the value written into it",
+    "incompatible with) the value written into it, or an instruction's result smaller than its "
+    "dst= (an instruction does not broadcast its result)",
     "err_reshape_size_mismatch": "a reshape or dtype view that changes the number of elements "
     "or the partition dimension",
     "err_assert_shape": "`tile.assert_shape(shape)` found another shape",
@@ -244,7 +245,8 @@ FIXES: dict[str, str] = {
     "err_broadcast_shape_mismatch": "make the shapes broadcast: equal, or 1 on the "
     "dimensions to repeat (`(P, 1)` columns broadcast along the free axis)",
     "err_store_dst_shape_smaller_than_other_shape": "slice the value to the destination's "
-    "shape, or write into a destination as large as the value",
+    "shape, or write into a destination as large as the value; for a smaller result, slice dst "
+    "to the result's shape or broadcast the source with a stride-0 view (`.broadcast_to`, `.ap`)",
     "err_reshape_size_mismatch": "keep the number of elements and the partition dimension "
     "when reshaping or viewing as another dtype",
     "err_assert_shape": "fix the computation that produced the tile, or the expected shape",

@@ -134,8 +134,9 @@ def dma_transpose(
 ) -> NkiTensor:
     """Transpose ``src`` (HBM or SBUF) with the DMA engine into a new SBUF tile. Supported
     permutations: 2-D (1, 0), 3-D (2, 1, 0), 4-D (3, 1, 2, 0) (the default for the rank).
-    ``dge_mode`` (the descriptor generator, as in the destination-first form; ``hwdge`` needs
-    trn2 or newer) gives the same transpose.
+    ``dge_mode`` (the descriptor generator; ``hwdge`` needs trn2 or newer) gives the same
+    transpose; the current pages' rules on it (the hardware DGE's source shapes, the modes of a
+    direct transpose) are checked in the destination-first form, which they document.
 
     Example: ``t = nisa.dma_transpose(a_hbm[0:64, 0:128])`` -> (128, 64).
     """

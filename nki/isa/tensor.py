@@ -79,8 +79,9 @@ def nc_matmul(
     of shape (stationary free, moving free).
 
     Constraints: both operands in SBUF; equal partition (contraction) sizes <= 128; stationary
-    free <= 128; moving free <= 512 (trn1/trn2; 4096 on trn3); inputs fp8/bf16/fp16/tf32/fp32;
-    result fp32 (bf16 also on trn3). ``psum[...] += nisa.nc_matmul(a, b)`` accumulates.
+    free <= 128; moving free <= 512 (trn1/trn2; on trn3 4096 for an fp32 result, 8192 for a bf16
+    one); inputs fp8/bf16/fp16/tf32/fp32 (float8_e4m3fn on trn3 only); result fp32 (bf16 also on
+    trn3). ``psum[...] += nisa.nc_matmul(a, b)`` accumulates.
     ``is_transpose=True`` (trn2+) transposes ``stationary`` bit-exactly (``moving`` must be an
     identity matrix) and keeps its dtype. ``perf_mode='double_row_gen3'`` (trn2+, fp8) takes
     ``[128, 2, F]`` operands and contracts K = 256. Classic operand masks

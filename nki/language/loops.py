@@ -111,10 +111,11 @@ def _device_loop(
     kind: str, lower: Any, upper: Any, step: int, cond: Any, loc: SrcLoc
 ) -> Iterator[LoopSym]:
     """The body traced inside this context becomes one RuntimeLoop node."""
-    st = state(f"nl.{kind}")
+    shown = "'while reg:'" if kind == "while_register" else f"nl.{kind}"
+    st = state(shown)
     if st.no_reorder_depth:
         raise NKIError(
-            f"nl.{kind} with register bounds inside a 'with nl.no_reorder():' block: device "
+            f"{shown} with register bounds inside a 'with nl.no_reorder():' block: device "
             "loops cannot be kept in program order (static loops can)",
             code="err_device_loop_in_no_reorder",
             loc=loc,
@@ -280,7 +281,7 @@ def while_register(reg: TileOps) -> bool | None:
         RemovedFormWarning,
         loc,
     )
-    loop = _device_loop("while_loop", 0, 0, 1, reg, loc)
+    loop = _device_loop("while_register", 0, 0, 1, reg, loc)
     loop.__enter__()
     st.open_whiles.append((node, loop))
     return True

@@ -183,6 +183,29 @@ def test_a_leading_par_dim_is_dropped_and_the_kernel_runs(tmp_path):
     np.testing.assert_array_equal(_run_current(mod.k, a), a * np.float32(2.0))
 
 
+def test_an_instruction_assigned_into_a_tile_is_a_check_note():
+    # classic `t[...] = nisa.op(...)` broadcast a smaller result; the dst= form writes the
+    # result's own shape, which the assistant cannot see: the report says to check it
+    src = (
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "\n"
+        "@nki.jit\n"
+        "def k(a):\n"
+        "    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    col = nl.load(a)\n"
+        "    t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)\n"
+        "    t[...] = nisa.activation(op=nl.exp, data=col)\n"
+        "    nl.store(out, t)\n"
+        "    return out\n"
+    )
+    m = migrate_source(src, "k.py")
+    assert not m.manual and "nisa.activation(dst=t[...]" in m.new
+    assert "k.py:10: check: t[...]: written with dst=" in m.report()
+    assert "stride-0 view" in m.report()
+
+
 def test_report_names_each_unported_construct_with_its_reason():
     src = (
         "import numpy as np\n"
