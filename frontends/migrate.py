@@ -313,12 +313,28 @@ class _File:
                     ),
                 )
                 return
+            names = [a for a in node.names if not self.dropped_import(node, a)]
+            if not names:  # (par_dim only, every use of it dropped)
+                self.src.delete(node)
+                return
             text = self.src.seg(node)
+            if len(names) < len(node.names):
+                shown = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+                text = f"from {node.module} import {shown}"
             self.src.edit(node, text.replace(node.module, _current_module(node.module), 1))
-            for a in node.names:
+            for a in names:
                 reason = tbl.GONE_NL.get(a.name) if node.module.endswith("language") else None
                 if reason:
                     self.src.note(node.lineno, f"import of {a.name}", reason)
+
+    def dropped_import(self, node: ast.ImportFrom, a: ast.alias) -> bool:
+        """An imported ``par_dim`` whose every use the migration drops (a leading partition
+        dimension in a shape): the import goes too."""
+        if a.name != "par_dim" or not (node.module or "").endswith("language"):
+            return False
+        local = a.asname or a.name
+        uses = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == local]
+        return all(id(n) in self.src.dropped_par_dims for n in uses)
 
     def decorators(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for d in fn.decorator_list:

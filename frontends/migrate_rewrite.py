@@ -514,7 +514,9 @@ class Func(IsaCalls):
         )
 
     def masked(self, name: str, counts: dict[int, str]) -> str:
-        """``name`` restricted to the leading elements a mask keeps along each masked axis."""
+        """``name`` restricted to the leading elements a mask keeps along each masked axis; a
+        free axis also to the operand's own size (a ``[P, 1]`` operand broadcast along a masked
+        free axis keeps its one column)."""
         if not counts:
             return name
         dims: dict[int, str] = {}
@@ -522,7 +524,14 @@ class Func(IsaCalls):
             dims[self.axes.by_id[i].dim] = count
         if not dims:
             return name
-        keys = [f"0:{dims[d]}" if d in dims else ":" for d in range(max(dims) + 1)]
+        keys = [
+            ":"
+            if d not in dims
+            else f"0:{dims[d]}"
+            if d == 0
+            else f"0:{_at_most(dims[d], name, d)}"
+            for d in range(max(dims) + 1)
+        ]
         return f"{name}[{', '.join(keys)}]"
 
     # ---- arange / mgrid definitions ----------------------------------------------------------
@@ -543,6 +552,17 @@ class Func(IsaCalls):
                 )
             else:
                 self.src.delete(stmt)
+
+
+def _at_most(count: str, name: str, d: int) -> str:
+    """``min(count, name.shape[d])``, folded into ``count`` when it is a ``min(...)`` already."""
+    try:
+        tree = ast.parse(count, mode="eval").body
+    except SyntaxError:
+        tree = None
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "min":
+        return f"{count[:-1]}, {name}.shape[{d}])"
+    return f"min({count}, {name}.shape[{d}])"
 
 
 def _whole(node: ast.Subscript) -> bool:

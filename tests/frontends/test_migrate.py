@@ -157,12 +157,12 @@ def test_a_leading_par_dim_is_dropped_and_the_kernel_runs(tmp_path):
     src = (
         "import neuronxcc.nki as nki\n"
         "import neuronxcc.nki.language as nl\n"
-        "\n"
+        "from neuronxcc.nki.language import par_dim\n"
         "@nki.jit\n"
         "def k(a):\n"
         "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
         "    t = nl.ndarray((nl.par_dim(128), 64), dtype=a.dtype, buffer=nl.sbuf)\n"
-        "    z = nl.full((nl.par_dim(a.shape[0]), 64), 2.0, dtype=nl.float32)\n"
+        "    z = nl.full((par_dim(a.shape[0]), 64), 2.0, dtype=nl.float32)\n"
         "    t[...] = nl.load(a)\n"
         "    nl.store(out, nl.multiply(t, z))\n"
         "    return out\n"
@@ -173,6 +173,7 @@ def test_a_leading_par_dim_is_dropped_and_the_kernel_runs(tmp_path):
     m = migrate_source(src, "k.py")
     assert "nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)" in m.new
     assert "nl.full((a.shape[0], 64), 2.0" in m.new
+    assert "par_dim" not in m.new.split("@nki.jit")[0]  # (its import goes with its uses)
     assert [n.line for n in m.manual] == [14], m.report()
     path = tmp_path / "k.py"
     path.write_text(m.new)
@@ -204,6 +205,40 @@ def test_an_instruction_assigned_into_a_tile_is_a_check_note():
     assert not m.manual and "nisa.activation(dst=t[...]" in m.new
     assert "k.py:10: check: t[...]: written with dst=" in m.report()
     assert "stride-0 view" in m.report()
+
+
+def test_a_two_axis_mask_keeps_a_column_operand_to_its_column(tmp_path):
+    # mask=(pi < n) & (fi < m) bounds the free axis of each operand by its own size too: a
+    # [P, 1] bias broadcast along the masked free axis keeps its one column
+    src = (
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.language as nl\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "\n"
+        "@nki.jit\n"
+        "def k(x, b):\n"
+        "    y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    pi, fi = nl.mgrid[0:128, 0:512]\n"
+        "    ip = nl.arange(128)[:, None]\n"
+        "    i0 = nl.arange(1)[None, :]\n"
+        "    mask = (pi < x.shape[0]) & (fi < x.shape[1])\n"
+        "    data = nl.load(x[pi, fi], mask=mask)\n"
+        "    col = nl.load(b[ip, i0], mask=(ip < x.shape[0]))\n"
+        "    r = nisa.activation(op=nl.exp, data=data, bias=col, scale=1.0, mask=mask)\n"
+        "    nl.store(y[pi, fi], r, mask=mask)\n"
+        "    return y\n"
+    )
+    m = migrate_source(src, "k.py")
+    assert not m.manual, m.report()
+    path = tmp_path / "k.py"
+    path.write_text(m.new)
+    mod = types.ModuleType("migrated_mask")
+    mod.__file__ = str(path)
+    exec(compile(m.new, mod.__file__, "exec"), mod.__dict__)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((100, 300)).astype(np.float32)
+    b = rng.standard_normal((100, 1)).astype(np.float32)
+    np.testing.assert_allclose(_run_current(mod.k, x, b), np.exp(x + b), rtol=1e-6)
 
 
 def test_report_names_each_unported_construct_with_its_reason():
