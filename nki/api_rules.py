@@ -208,6 +208,8 @@ RULES: tuple[ApiRule, ...] = (
         "(swdge is for indirect transposes)",
         f"{_ISA}: nki.isa.dma_transpose, DMA direct and indirect transpose constraints",
         (CURRENT,), "err_invalid_argument", "NKITypeError",
+        note="checked for swdge only: AWS's NKI library passes dge_mode=none to a direct "
+        "transpose (its MLP token-generation kernel)",
     ),
     ApiRule(
         "dma_transpose.one_byte", "nisa.dma_transpose(dst, src) of an fp8 / int8 / uint8 tile",

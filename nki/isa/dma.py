@@ -113,7 +113,7 @@ _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 def _dma_transpose_current(name: str, dst: Any, a: dict[str, Any]) -> Any:
     """The destination-first dma_transpose's ``dge_mode``: which engine generates the
     descriptors, the same transpose either way (the hardware-DGE limits on the src's dtype and
-    shape are checked; a direct transpose takes unknown or hwdge)."""
+    shape are checked; swdge is for indirect transposes)."""
     a["dge_mode"] = _dge(a.get("dge_mode", _dge_mode.unknown), "nisa.dma_transpose")
     where = dst_view(dst).tensor_()
     if where.buffer != "sbuf":  # (the page: "dst ... must be a tile in SBUF")
@@ -153,7 +153,8 @@ def dma_transpose(
     )
     if dge == _dge_mode.hwdge and not (rows and shp[-1] <= 128):
         broken("dma_transpose.hwdge_shape", f"'{c.api}' got a src of shape {list(shp)}")
-    if dge not in (_dge_mode.unknown, _dge_mode.hwdge) and not sacc.indirect:
+    # (the page allows unknown and hwdge; AWS's NKI library passes none to a direct transpose too)
+    if dge == _dge_mode.swdge and not sacc.indirect:
         broken("dma_transpose.direct_dge", f"'{c.api}' got dge_mode={dge.name} for a direct src")
     rank = len(sacc.shape)
     want = _TRANSPOSE_AXES.get(rank)

@@ -155,9 +155,9 @@ def k_dma_transpose_mode(x, mode):
     return out
 
 
-@pytest.mark.parametrize("mode", [nisa.dge_mode.unknown, nisa.dge_mode.hwdge])
+@pytest.mark.parametrize("mode", [nisa.dge_mode.unknown, nisa.dge_mode.hwdge, nisa.dge_mode.none])
 def test_dma_transpose_takes_a_dge_mode(mode):
-    # (a direct transpose takes these two; the library's swdge ones are indirect)
+    # (a direct transpose takes these; the library passes none to one, swdge to indirect ones)
     x = rand((16, 32), ml_dtypes.bfloat16)
     np.testing.assert_array_equal(run(k_dma_transpose_mode, x, mode), x.T)
 
