@@ -303,7 +303,8 @@ class NkiTensor(TileOps):
             raise NKIControlFlowError(
                 "a register (a one-element SBUF int tile) cannot drive Python control flow: its "
                 "value exists only when the kernel runs; loop on it with nl.fori_loop / "
-                "nl.while_loop / nl.dynamic_range, or use it as a scalar_offset",
+                "nl.while_loop / nl.dynamic_range (or 'while reg:' with the register alone as "
+                "the test), or use it as a scalar_offset",
                 code="err_dynamic_control_flow_not_supported",
                 loc=user_loc(),
             )

@@ -67,8 +67,11 @@ def _for_node(loc: SrcLoc) -> ast.For | None:
 
 
 def while_statement(loc: SrcLoc) -> ast.While | None:
-    """The ``while`` statement whose test is evaluated at ``loc`` (None: not a while test)."""
-    return _loops_by_line(source_tree(loc.file), ast.While).get(loc.line)  # type: ignore[return-value]
+    """The ``while`` statement whose test, a register itself (``while reg:``, not ``while reg
+    and x:``), is evaluated at ``loc`` (None: not such a test)."""
+    node = _loops_by_line(source_tree(loc.file), ast.While).get(loc.line)
+    plain = isinstance(getattr(node, "test", None), (ast.Name, ast.Attribute, ast.Subscript))
+    return node if plain else None  # type: ignore[return-value]
 
 
 def while_exit(node: ast.While, loc: SrcLoc) -> NKIControlFlowError | None:
