@@ -347,8 +347,6 @@ def _into(
             and last.dst.tensor == result.name
         ):
             same_dtype = st.tensors[result.name].dtype == dt.decl.dtype
-            if same_dtype and last.dst.shape != dacc.shape:
-                check_broadcast_into(last.dst.shape, dacc.shape, f"nisa.{last.op}")
             attrs = dict(last.attrs)
             attrs.update(extra)
             if same_dtype and last.dst.shape == dacc.shape:

@@ -382,23 +382,17 @@ def _check_loop(ir: KernelIR, loop: Loop, outer: tuple[Loop, ...], timeline: _Ti
         for i, acc, inner in _writes(loop.body, ())
         if _is_candidate(ir, i, acc, False, private) and not _mask_uses(i, {loop.sym})
     ]
-    varying = [(loop.sym, loop.start, loop.step)]
     for ia, (a, wa, ia_loops) in enumerate(ws):
         for b, wb, ib_loops in ws[ia:]:
             if ir.storage_of(wa.tensor) != ir.storage_of(wb.tensor):
                 continue
             if wa.tensor != wb.tensor or len(wa.index) != len(wb.index):
                 continue
-            fa = _form(wa, varying, _rest(ir, ia_loops))
-            fb = _form(wb, varying, _rest(ir, ib_loops))
             same = a is b and wa is wb
-            hit = first_conflict(fa, fb, [loop.trip_count])
-            if hit == UNDECIDED:
-                _undecided(f"affine_range loop '{loop.sym.name or loop.sym}'", a, b, loop.loc)
-            if not isinstance(hit, tuple):
+            hit = _iterations(ir, loop, (a, wa, ia_loops), (b, wb, ib_loops))
+            if hit is None:
                 continue
-            va = loop.start + hit[0][0] * loop.step
-            vb = loop.start + hit[1][0] * loop.step
+            va, vb = hit
             second = (
                 ("the same statement in another iteration; loop", loop.loc)
                 if same
@@ -441,7 +435,6 @@ def _check_reads(
 ) -> None:
     """No iteration of a classic ``affine_range`` loop reads elements another iteration writes
     (``t[:, i + 1] = f(t[:, i])``): what it reads would depend on the iterations' order."""
-    varying = [(loop.sym, loop.start, loop.step)]
     rs = [
         (c, ra, ic_loops)
         for c, ra, ic_loops in _reads(loop.body, ())
@@ -456,15 +449,10 @@ def _check_reads(
             on_chip = ir.tensor(base).buffer in ("sbuf", "psum")
             if on_chip and timeline.observed(base, loop) is None:
                 continue  # scratch reuse: every iteration writes it before reading it
-            fw = _form(wa, varying, _rest(ir, ia_loops))
-            fr = _form(ra, varying, _rest(ir, ic_loops))
-            hit = first_conflict(fw, fr, [loop.trip_count])
-            if hit == UNDECIDED:
-                _undecided(f"affine_range loop '{loop.sym.name or loop.sym}'", a, c, loop.loc)
-            if not isinstance(hit, tuple):
+            hit = _iterations(ir, loop, (a, wa, ia_loops), (c, ra, ic_loops))
+            if hit is None:
                 continue
-            vw = loop.start + hit[0][0] * loop.step
-            vr = loop.start + hit[1][0] * loop.step
+            vw, vr = hit
             name = loop.sym.name or loop.sym
             what = ir.tensor(base).buffer.upper() if on_chip else "HBM"
             raise NKIDependencyError(
@@ -479,6 +467,24 @@ def _check_reads(
                     r for r in (("write", a.loc), ("affine_range loop", loop.loc)) if r[1]
                 ),
             )
+
+
+def _iterations(
+    ir: KernelIR, loop: Loop, one: tuple[Instr, Access, tuple], other: tuple[Instr, Access, tuple]
+) -> tuple[int, int] | None:
+    """Two distinct iterations of ``loop`` in which the accesses ``one`` and ``other`` (each an
+    instruction, its access and the loops around it inside ``loop``) may touch the same
+    element: their iterator values; None when they never do or it is not decided (said so)."""
+    varying = [(loop.sym, loop.start, loop.step)]
+    (a, acc_a, loops_a), (b, acc_b, loops_b) = one, other
+    fa = _form(acc_a, varying, _rest(ir, loops_a))
+    fb = _form(acc_b, varying, _rest(ir, loops_b))
+    hit = first_conflict(fa, fb, [loop.trip_count])
+    if hit == UNDECIDED:
+        _undecided(f"affine_range loop '{loop.sym.name or loop.sym}'", a, b, loop.loc)
+    if not isinstance(hit, tuple):
+        return None
+    return loop.start + hit[0][0] * loop.step, loop.start + hit[1][0] * loop.step
 
 
 class UndecidedCheckWarning(NKIWarning):

@@ -27,10 +27,15 @@ TUTORIALS = ROOT / "tutorials"
 def _migrated(rel: str) -> tuple[types.ModuleType, object]:
     """Migrate a tutorial and import the result as a module (its kernels as written)."""
     m = migrate_file(str(TUTORIALS / rel))
-    mod = types.ModuleType("migrated_" + rel.replace("/", "_")[:-3])
-    mod.__file__ = str(TUTORIALS / rel)
-    exec(compile(m.new, mod.__file__, "exec"), mod.__dict__)
-    return mod, m
+    return _module("migrated_" + rel.replace("/", "_")[:-3], m.new, TUTORIALS / rel), m
+
+
+def _module(name: str, source: str, path) -> types.ModuleType:
+    """``source`` run as module ``name`` whose file is ``path`` (the kernels' source lines)."""
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    exec(compile(source, mod.__file__, "exec"), mod.__dict__)
+    return mod
 
 
 def _current(kernel):
@@ -177,9 +182,7 @@ def test_a_leading_par_dim_is_dropped_and_the_kernel_runs(tmp_path):
     assert [n.line for n in m.manual] == [14], m.report()
     path = tmp_path / "k.py"
     path.write_text(m.new)
-    mod = types.ModuleType("migrated_par_dim")
-    mod.__file__ = str(path)
-    exec(compile(m.new, mod.__file__, "exec"), mod.__dict__)
+    mod = _module("migrated_par_dim", m.new, path)
     a = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
     np.testing.assert_array_equal(_run_current(mod.k, a), a * np.float32(2.0))
 
@@ -232,9 +235,7 @@ def test_a_two_axis_mask_keeps_a_column_operand_to_its_column(tmp_path):
     assert not m.manual, m.report()
     path = tmp_path / "k.py"
     path.write_text(m.new)
-    mod = types.ModuleType("migrated_mask")
-    mod.__file__ = str(path)
-    exec(compile(m.new, mod.__file__, "exec"), mod.__dict__)
+    mod = _module("migrated_mask", m.new, path)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((100, 300)).astype(np.float32)
     b = rng.standard_normal((100, 1)).astype(np.float32)
